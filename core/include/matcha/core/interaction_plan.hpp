@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+// The contract between tree/ and the near-field engines in gpu/ (DESIGN.md §1, §3). tree/ fills it, engines read it;
+// neither side knows the other.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace matcha {
+
+/// Half-open range [first, last) of bodies in the (sorted) particle order.
+struct BodyRange {
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  std::uint32_t size() const { return last - first; }
+};
+
+/// Pseudo-bodies for tree cells: monopole at the centre of mass, indexed by cell id. Double precision on the host;
+/// engines convert to float relative to each group's centre.
+struct CellMultipoles {
+  std::vector<double> x, y, z;  ///< centre of mass
+  std::vector<double> mass;     ///< total mass
+
+  std::size_t size() const { return mass.size(); }
+  void resize(std::size_t count) {
+    for (auto* array : {&x, &y, &z, &mass}) array->resize(count);
+  }
+};
+
+/// Interaction lists for a batch of groups. Group g owns the i-bodies `groups[g]` and the list
+///   cells  cellList[cellListOffsets[g] .. cellListOffsets[g+1])       (ids into CellMultipoles)
+///   bodies bodyList[bodyListOffsets[g] .. bodyListOffsets[g+1])       (ranges of j-bodies, disjoint, sorted)
+/// A group's own bodies appear in its body list (the self term is skipped by the pair interaction).
+/// `groupCentres` holds 3 doubles per group: the centre of its bounding box, the origin of the float coordinates
+/// the engines use for that group.
+struct InteractionPlan {
+  std::vector<BodyRange> groups;
+  std::vector<double> groupCentres;
+  std::vector<std::uint32_t> cellListOffsets{0};
+  std::vector<std::uint32_t> cellList;
+  std::vector<std::uint32_t> bodyListOffsets{0};
+  std::vector<BodyRange> bodyList;
+
+  std::size_t numGroups() const { return groups.size(); }
+
+  /// Empties the plan but keeps its capacity, so batches reuse memory.
+  void clear() {
+    groups.clear();
+    groupCentres.clear();
+    cellListOffsets.assign(1, 0);
+    cellList.clear();
+    bodyListOffsets.assign(1, 0);
+    bodyList.clear();
+  }
+
+  /// Number of j-bodies in group g's list (sum of its range sizes).
+  std::uint64_t numListBodies(std::size_t g) const {
+    std::uint64_t count = 0;
+    for (std::uint32_t k = bodyListOffsets[g]; k < bodyListOffsets[g + 1]; ++k) count += bodyList[k].size();
+    return count;
+  }
+  std::uint64_t numListCells(std::size_t g) const { return cellListOffsets[g + 1] - cellListOffsets[g]; }
+};
+
+/// Interactions evaluated by one force call: the unit of performance (DESIGN.md §3).
+struct InteractionCounts {
+  std::uint64_t bodyBody = 0;  ///< body-body pair interactions (self pairs included, as the kernels evaluate them)
+  std::uint64_t bodyCell = 0;  ///< body-cell (pseudo-body) interactions
+
+  std::uint64_t total() const { return bodyBody + bodyCell; }
+  InteractionCounts& operator+=(const InteractionCounts& other) {
+    bodyBody += other.bodyBody;
+    bodyCell += other.bodyCell;
+    return *this;
+  }
+};
+
+}  // namespace matcha

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: MIT
+// The engine interface: what a force back-end (CPU or CUDA, in gpu/) offers to the solvers. Declared in core so
+// that tree/ can hand plans to an engine without knowing which one (DESIGN.md §2).
+#pragma once
+
+#include <string>
+
+#include "matcha/core/interaction_plan.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/core/particles.hpp"
+
+namespace matcha {
+
+class NearFieldEngine {
+ public:
+  virtual ~NearFieldEngine() = default;
+
+  /// Short human-readable name including the device and precision, e.g. "cpu-float (2 threads)".
+  virtual std::string name() const = 0;
+
+  /// Evaluates every group of `plan`: for each i-body of each group, overwrites out.{ax,ay,az,pot}[i] with the sum
+  /// over its group's list (bodies from `sources`, cells from `cells`), times G. Bodies outside the plan's groups
+  /// are untouched. Does not reorder anything.
+  /// @return the interactions evaluated
+  virtual InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
+                                         const InteractionPlan& plan, const GravityParams& gravity,
+                                         const ForceView& out) = 0;
+
+  /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i (zero-distance pairs are
+  /// skipped), times G. `out.count` must equal `sources.count`.
+  virtual InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
+                                           const ForceView& out) = 0;
+};
+
+}  // namespace matcha

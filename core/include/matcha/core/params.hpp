@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// Run parameters, one plain struct per module. Every default is written here and nowhere else (STYLE.md habit 7);
+// the CLI, the parameter file and the snapshot /Parameters group all read these defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace matcha {
+
+/// Gravity and softening, shared by every solver and engine.
+struct GravityParams {
+  double G = 1.0;            ///< gravitational constant; 1 in N-body units
+  double eps = 1.0 / 256.0;  ///< Plummer softening length (length units); 0 allowed
+
+  double eps2() const { return eps * eps; }
+  /// Throws InputError on eps < 0, NaN or inf, or G <= 0.
+  void validate() const;
+};
+
+/// Tree construction and walk.
+struct TreeParams {
+  double theta = 0.5;        ///< opening angle of the Barnes-Hut criterion, in (0, 1.5]
+  std::uint32_t ncrit = 64;  ///< most bodies in one group (one interaction list per group); >= 1
+  std::uint32_t nleaf = 16;  ///< most bodies in one leaf cell (a leaf holds more only at the deepest level); >= 1
+  /// Upper bound on list entries (bodies + cells) per batch of groups handed to the engine at once; bounds memory
+  /// for large N and lets the walk of one batch overlap the force work of the previous one.
+  std::uint64_t maxBatchEntries = std::uint64_t{1} << 25;
+
+  /// Throws InputError when a value is out of range.
+  void validate() const;
+};
+
+/// Fixed-step leapfrog and output cadence.
+struct IntegratorParams {
+  double dt = 1.0 / 128.0;     ///< time step (N-body time units), > 0
+  double tEnd = 1.0;           ///< end time of the run, >= 0
+  double outputInterval = 0.25;  ///< time between snapshots and diagnostics lines, > 0
+
+  void validate() const;
+};
+
+enum class SolverKind { tree, direct };
+enum class EngineKind { automatic, cpu, cuda };
+
+std::string toString(SolverKind kind);
+std::string toString(EngineKind kind);
+
+/// Throws InputError unless `value` is finite; `name` is the option name for the message.
+void requireFinite(double value, const std::string& name);
+
+}  // namespace matcha

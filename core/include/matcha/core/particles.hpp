@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The particle store: structure of arrays in double precision, owned by core (DESIGN.md §2, STYLE.md habit 5).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace matcha {
+
+/// Read-only view of the sources an engine needs: positions and masses, `count` entries each.
+struct SourceView {
+  const double* x = nullptr;
+  const double* y = nullptr;
+  const double* z = nullptr;
+  const double* mass = nullptr;
+  std::size_t count = 0;
+};
+
+/// Where an engine writes: accelerations and potentials, `count` entries each (index space of the SourceView).
+struct ForceView {
+  double* ax = nullptr;
+  double* ay = nullptr;
+  double* az = nullptr;
+  double* pot = nullptr;
+  std::size_t count = 0;
+};
+
+/// All bodies of a simulation. Index i is the same body in every array. Solvers may reorder the bodies (the tree
+/// solver sorts them along a space-filling curve); they then permute every array together, so `id` always names
+/// the body.
+class Particles {
+ public:
+  Particles() = default;
+  explicit Particles(std::size_t count) { resize(count); }
+
+  std::size_t size() const { return mass.size(); }
+  bool empty() const { return mass.empty(); }
+
+  /// Resizes every array; new entries are zero.
+  void resize(std::size_t count);
+
+  /// Reorders all arrays so that new[i] = old[order[i]]. `order` must be a permutation of [0, size()).
+  /// Allocates one scratch array of size() doubles.
+  void permute(std::span<const std::uint32_t> order);
+
+  /// Throws InputError naming the first body whose position, velocity or mass is NaN/inf, or whose mass is <= 0.
+  void validate() const;
+
+  SourceView sources() const { return {x.data(), y.data(), z.data(), mass.data(), size()}; }
+  ForceView forces() { return {ax.data(), ay.data(), az.data(), pot.data(), size()}; }
+
+  std::vector<double> x, y, z;     ///< position
+  std::vector<double> vx, vy, vz;  ///< velocity
+  std::vector<double> mass;        ///< mass, > 0
+  std::vector<double> ax, ay, az;  ///< acceleration from the last force call (G included)
+  std::vector<double> pot;         ///< gravitational potential per unit mass from the last force call
+  std::vector<std::uint64_t> id;   ///< stable identifier, survives reordering
+};
+
+}  // namespace matcha

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/core/params.hpp"
+
+#include <cmath>
+
+#include "matcha/core/errors.hpp"
+
+namespace matcha {
+
+void requireFinite(double value, const std::string& name) {
+  if (!std::isfinite(value)) throw InputError(name + " must be a finite number");
+}
+
+void GravityParams::validate() const {
+  requireFinite(G, "G");
+  requireFinite(eps, "eps");
+  if (G <= 0.0) throw InputError("G must be > 0");
+  if (eps < 0.0) throw InputError("eps must be >= 0 (got " + std::to_string(eps) + ")");
+}
+
+void TreeParams::validate() const {
+  requireFinite(theta, "theta");
+  if (!(theta > 0.0 && theta <= 1.5)) throw InputError("theta must be in (0, 1.5] (got " + std::to_string(theta) + ")");
+  if (ncrit < 1) throw InputError("ncrit must be >= 1");
+  if (nleaf < 1) throw InputError("nleaf must be >= 1");
+  if (maxBatchEntries < 1) throw InputError("maxBatchEntries must be >= 1");
+}
+
+void IntegratorParams::validate() const {
+  requireFinite(dt, "dt");
+  requireFinite(tEnd, "t-end");
+  requireFinite(outputInterval, "output-interval");
+  if (dt <= 0.0) throw InputError("dt must be > 0 (got " + std::to_string(dt) + ")");
+  if (tEnd < 0.0) throw InputError("t-end must be >= 0 (got " + std::to_string(tEnd) + ")");
+  if (outputInterval <= 0.0) throw InputError("output-interval must be > 0 (got " + std::to_string(outputInterval) + ")");
+}
+
+std::string toString(SolverKind kind) { return kind == SolverKind::tree ? "tree" : "direct"; }
+
+std::string toString(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::automatic: return "auto";
+    case EngineKind::cpu: return "cpu";
+    case EngineKind::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+}  // namespace matcha

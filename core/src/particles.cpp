@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/core/particles.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "matcha/core/errors.hpp"
+
+namespace matcha {
+
+void Particles::resize(std::size_t count) {
+  for (auto* array : {&x, &y, &z, &vx, &vy, &vz, &mass, &ax, &ay, &az, &pot}) array->resize(count, 0.0);
+  id.resize(count, 0);
+}
+
+namespace {
+template <class T>
+void permuteArray(std::vector<T>& values, std::span<const std::uint32_t> order, std::vector<T>& scratch) {
+  scratch.resize(values.size());
+  for (std::size_t i = 0; i < order.size(); ++i) scratch[i] = values[order[i]];
+  values.swap(scratch);
+}
+}  // namespace
+
+void Particles::permute(std::span<const std::uint32_t> order) {
+  MATCHA_ASSERT(order.size() == size(), "permutation length differs from particle count");
+  std::vector<double> scratch;
+  for (auto* array : {&x, &y, &z, &vx, &vy, &vz, &mass, &ax, &ay, &az, &pot}) permuteArray(*array, order, scratch);
+  std::vector<std::uint64_t> idScratch;
+  permuteArray(id, order, idScratch);
+}
+
+void Particles::validate() const {
+  for (std::size_t i = 0; i < size(); ++i) {
+    const bool finite = std::isfinite(x[i]) && std::isfinite(y[i]) && std::isfinite(z[i]) && std::isfinite(vx[i]) &&
+                        std::isfinite(vy[i]) && std::isfinite(vz[i]) && std::isfinite(mass[i]);
+    if (!finite) throw InputError("body " + std::to_string(i) + " (id " + std::to_string(id[i]) + ") has a NaN or infinite position, velocity or mass");
+    if (mass[i] <= 0.0) throw InputError("body " + std::to_string(i) + " (id " + std::to_string(id[i]) + ") has mass <= 0");
+  }
+}
+
+}  // namespace matcha

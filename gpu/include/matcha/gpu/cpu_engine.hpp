@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+// The CPU near-field engine: the CUDA engine's twin (STYLE.md habit 3), OpenMP over groups and SIMD over j-bodies.
+// In double precision it is the test oracle; in float it is the fast CPU fallback.
+#pragma once
+
+#include <string>
+
+#include "matcha/core/near_field_engine.hpp"
+
+namespace matcha::gpu {
+
+enum class Precision { float32, float64 };
+
+class CpuEngine final : public NearFieldEngine {
+ public:
+  /// float32: coordinates relative to each group's centre in float, per-tile partial sums in float added into
+  /// double accumulators (the Chamomile scheme). float64: everything in double; this is the oracle.
+  explicit CpuEngine(Precision precision = Precision::float32);
+
+  std::string name() const override;
+
+  InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
+                                 const GravityParams& gravity, const ForceView& out) override;
+
+  /// Direct summation as a plan: blocks of consecutive bodies as groups, every body in every list. Bodies in
+  /// space-filling-curve order (as the tree solver leaves them) give compact blocks and so the best float accuracy.
+  InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
+                                   const ForceView& out) override;
+
+  Precision precision() const { return precision_; }
+
+ private:
+  Precision precision_;
+};
+
+/// Builds the plan that makes direct summation a group x list evaluation: groups of `blockSize` consecutive bodies,
+/// each group's centre the centre of its bounding box, and one list holding every body. Shared by the engines.
+/// Allocates the plan; reads positions only.
+InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize);
+
+}  // namespace matcha::gpu

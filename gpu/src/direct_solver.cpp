@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/gpu/direct_solver.hpp"
+
+#include "matcha/core/stopwatch.hpp"
+
+namespace matcha::gpu {
+
+DirectSolver::DirectSolver(NearFieldEngine& engine, const GravityParams& gravity) : engine_(engine), gravity_(gravity) {
+  gravity_.validate();
+}
+
+ForceReport DirectSolver::computeForces(Particles& particles) {
+  Stopwatch clock;
+  ForceReport report;
+  report.counts = engine_.evaluateDirect(particles.sources(), gravity_, particles.forces());
+  report.timings.engineSeconds = clock.seconds();
+  report.timings.totalSeconds = report.timings.engineSeconds;
+  return report;
+}
+
+std::string DirectSolver::describe() const { return "direct summation on " + engine_.name(); }
+
+}  // namespace matcha::gpu

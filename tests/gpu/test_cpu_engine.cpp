@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+// The CPU engine and the pair interaction against closed forms, then against the double oracle.
+#include <gtest/gtest.h>
+
+#include <cfenv>
+#include <cmath>
+#include <limits>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/gpu/direct_solver.hpp"
+#include "matcha/testing/generators.hpp"
+
+namespace matcha::gpu {
+namespace {
+
+// Traps division by zero, invalid operations and overflow for the scope, so that an eps = 0 self term that
+// produced inf or NaN kills the test instead of slipping through (SWIFT's habit).
+class FloatingPointTraps {
+ public:
+  FloatingPointTraps() {
+    std::feclearexcept(FE_ALL_EXCEPT);
+    feenableexcept(FE_DIVBYZERO | FE_INVALID | FE_OVERFLOW);
+  }
+  ~FloatingPointTraps() { fedisableexcept(FE_DIVBYZERO | FE_INVALID | FE_OVERFLOW); }
+};
+
+void poison(Particles& p) {
+  for (auto* array : {&p.ax, &p.ay, &p.az, &p.pot}) std::fill(array->begin(), array->end(), std::nan(""));
+}
+
+TEST(PairInteraction, MatchesClosedForm) {
+  double ax = 0, ay = 0, az = 0, pot = 0;
+  // m = 2 at distance 3 along y, eps = 4: a = 2 * 3 / 5^3, phi = -2 / 5.
+  accumulatePairInteraction<double>(0.0, 3.0, 0.0, 2.0, 16.0, ax, ay, az, pot);
+  EXPECT_DOUBLE_EQ(ax, 0.0);
+  EXPECT_DOUBLE_EQ(ay, 6.0 / 125.0);
+  EXPECT_DOUBLE_EQ(az, 0.0);
+  EXPECT_DOUBLE_EQ(pot, -0.4);
+}
+
+TEST(PairInteraction, ZeroSeparationAddsNothingEvenWithoutSoftening) {
+  FloatingPointTraps traps;
+  float ax = 1, ay = 2, az = 3, pot = 4;
+  accumulatePairInteraction<float>(0.0f, 0.0f, 0.0f, 5.0f, 0.0f, ax, ay, az, pot);
+  EXPECT_EQ(ax, 1.0f);
+  EXPECT_EQ(ay, 2.0f);
+  EXPECT_EQ(az, 3.0f);
+  EXPECT_EQ(pot, 4.0f);
+}
+
+class CpuEngineBothPrecisions : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(CpuEngineBothPrecisions, TwoBodiesMatchNewton) {
+  Particles p(2);
+  p.x = {0.0, 2.0};
+  p.mass = {1.0, 3.0};
+  p.id = {0, 1};
+  poison(p);
+  GravityParams gravity;
+  gravity.eps = 0.0;
+  gravity.G = 2.0;
+  CpuEngine engine(GetParam());
+  const InteractionCounts counts = engine.evaluateDirect(p.sources(), gravity, p.forces());
+  const double tolerance = GetParam() == Precision::float32 ? 1e-6 : 1e-15;
+  EXPECT_NEAR(p.ax[0], 2.0 * 3.0 / 4.0, tolerance);
+  EXPECT_NEAR(p.ax[1], -2.0 * 1.0 / 4.0, tolerance);
+  EXPECT_NEAR(p.pot[0], -2.0 * 3.0 / 2.0, tolerance);
+  EXPECT_NEAR(p.pot[1], -2.0 * 1.0 / 2.0, tolerance);
+  EXPECT_EQ(p.ay[0], 0.0);
+  EXPECT_EQ(counts.bodyBody, 4u);
+  EXPECT_EQ(counts.bodyCell, 0u);
+}
+
+TEST_P(CpuEngineBothPrecisions, SingleBodyFeelsNothing) {
+  FloatingPointTraps traps;
+  Particles p(1);
+  p.x = {3.0};
+  p.mass = {1.0};
+  poison(p);
+  GravityParams gravity;
+  gravity.eps = 0.0;
+  CpuEngine(GetParam()).evaluateDirect(p.sources(), gravity, p.forces());
+  EXPECT_EQ(p.ax[0], 0.0);
+  EXPECT_EQ(p.pot[0], 0.0);
+}
+
+TEST_P(CpuEngineBothPrecisions, CoincidentBodiesWithoutSofteningStayFinite) {
+  FloatingPointTraps traps;
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  Particles p = testing::uniformCube(333, seed);
+  for (std::size_t i = 0; i < 50; ++i) {  // 50 bodies stacked on body 100
+    p.x[i] = p.x[100];
+    p.y[i] = p.y[100];
+    p.z[i] = p.z[100];
+  }
+  poison(p);
+  GravityParams gravity;
+  gravity.eps = 0.0;
+  CpuEngine(GetParam()).evaluateDirect(p.sources(), gravity, p.forces());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(p.ax[i]) && std::isfinite(p.ay[i]) && std::isfinite(p.az[i]) && std::isfinite(p.pot[i]))
+        << "body " << i;
+  }
+}
+
+// Newton's third law: the total momentum change of direct summation is zero up to rounding, sum m a ~ eps * sum
+// m |a| (double) or ~ 1e-7 relative (float).
+TEST_P(CpuEngineBothPrecisions, DirectSummationConservesMomentum) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  Particles p = testing::clumpInHalo(2500, seed);
+  GravityParams gravity;
+  CpuEngine(GetParam()).evaluateDirect(p.sources(), gravity, p.forces());
+  double sum[3] = {0, 0, 0}, scale = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    sum[0] += p.mass[i] * p.ax[i];
+    sum[1] += p.mass[i] * p.ay[i];
+    sum[2] += p.mass[i] * p.az[i];
+    scale += p.mass[i] * std::sqrt(p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i]);
+  }
+  const double bound = GetParam() == Precision::float64 ? 1e-13 : 1e-6;
+  for (double component : sum) EXPECT_LT(std::abs(component), bound * scale);
+}
+
+// A hand-made plan: two groups, one list with a body range and a cell. Each output equals the sum of the pair
+// interactions listed, evaluated in double here.
+TEST_P(CpuEngineBothPrecisions, EvaluatesExactlyTheListedInteractions) {
+  Particles p(5);
+  p.x = {0.0, 1.0, 2.0, 3.0, 4.0};
+  p.y = {0.5, 0.0, -0.5, 0.0, 0.25};
+  p.mass = {1.0, 2.0, 3.0, 4.0, 5.0};
+  poison(p);
+  CellMultipoles cells;
+  cells.resize(2);
+  cells.x = {10.0, -10.0};
+  cells.y = {0.0, 3.0};
+  cells.z = {1.0, 0.0};
+  cells.mass = {7.0, 11.0};
+  InteractionPlan plan;
+  plan.groups = {{0, 2}, {2, 4}};  // body 4 is in no group: it must stay untouched
+  plan.groupCentres = {0.5, 0.25, 0.0, 2.5, -0.25, 0.0};
+  plan.bodyList = {{0, 3}, {2, 5}};
+  plan.bodyListOffsets = {0, 1, 2};
+  plan.cellList = {1, 0, 1};
+  plan.cellListOffsets = {0, 1, 3};
+  GravityParams gravity;
+  gravity.eps = 0.1;
+  const InteractionCounts counts = CpuEngine(GetParam()).evaluatePlan(p.sources(), cells, plan, gravity, p.forces());
+  EXPECT_EQ(counts.bodyBody, 2u * 3u + 2u * 3u);
+  EXPECT_EQ(counts.bodyCell, 2u * 1u + 2u * 2u);
+
+  const auto expected = [&](std::uint32_t i, std::vector<std::uint32_t> bodies, std::vector<std::uint32_t> cellIds) {
+    double a[4] = {0, 0, 0, 0};
+    for (std::uint32_t j : bodies) {
+      accumulatePairInteraction<double>(p.x[j] - p.x[i], p.y[j] - p.y[i], p.z[j] - p.z[i], p.mass[j], 0.01, a[0],
+                                        a[1], a[2], a[3]);
+    }
+    for (std::uint32_t c : cellIds) {
+      accumulatePairInteraction<double>(cells.x[c] - p.x[i], cells.y[c] - p.y[i], cells.z[c] - p.z[i],
+                                        cells.mass[c], 0.01, a[0], a[1], a[2], a[3]);
+    }
+    const double tolerance = GetParam() == Precision::float32 ? 2e-6 : 1e-14;
+    EXPECT_NEAR(p.ax[i], a[0], tolerance * std::abs(a[0]) + 1e-12) << "body " << i;
+    EXPECT_NEAR(p.ay[i], a[1], tolerance * std::abs(a[1]) + 1e-12) << "body " << i;
+    EXPECT_NEAR(p.pot[i], a[3], tolerance * std::abs(a[3])) << "body " << i;
+  };
+  expected(0, {0, 1, 2}, {1});
+  expected(1, {0, 1, 2}, {1});
+  expected(2, {2, 3, 4}, {0, 1});
+  expected(3, {2, 3, 4}, {0, 1});
+  EXPECT_TRUE(std::isnan(p.ax[4])) << "a body outside every group was written";
+}
+
+TEST_P(CpuEngineBothPrecisions, DirectWritesEveryOutput) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  for (std::size_t n : {1u, 63u, 64u, 65u, 129u, 1000u}) {  // around the 64-body blocks and 128-body tiles
+    Particles p = testing::plummer(n, seed);
+    poison(p);
+    CpuEngine(GetParam()).evaluateDirect(p.sources(), GravityParams{}, p.forces());
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_FALSE(std::isnan(p.ax[i]) || std::isnan(p.ay[i]) || std::isnan(p.az[i]) || std::isnan(p.pot[i]))
+          << "n " << n << " body " << i;
+    }
+  }
+}
+
+TEST(DirectSolver, RejectsNegativeSoftening) {
+  CpuEngine engine;
+  GravityParams gravity;
+  gravity.eps = -0.1;
+  EXPECT_THROW(DirectSolver(engine, gravity), InputError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, CpuEngineBothPrecisions,
+                         ::testing::Values(Precision::float32, Precision::float64),
+                         [](const ::testing::TestParamInfo<Precision>& paramInfo) {
+                           return paramInfo.param == Precision::float32 ? std::string("Float") : std::string("Double");
+                         });
+
+}  // namespace
+}  // namespace matcha::gpu

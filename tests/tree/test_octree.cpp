@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// Structure of keys, octree, multipoles, groups and plans: exact checks, hand-sized cases first, then seeded
+// random Plummer and clump-in-halo inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/testing/generators.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
+#include "matcha/tree/tree_solver.hpp"
+
+namespace matcha::tree {
+namespace {
+
+TEST(MortonKey, InterleavesXLowest) {
+  EXPECT_EQ(mortonKey(0, 0, 0), 0u);
+  EXPECT_EQ(mortonKey(1, 0, 0), 1u);
+  EXPECT_EQ(mortonKey(0, 1, 0), 2u);
+  EXPECT_EQ(mortonKey(0, 0, 1), 4u);
+  EXPECT_EQ(mortonKey(1, 1, 1), 7u);
+  EXPECT_EQ(mortonKey(2, 0, 0), 8u);
+  EXPECT_EQ(mortonKey(0x1fffff, 0x1fffff, 0x1fffff), (std::uint64_t{1} << 63) - 1);
+}
+
+Particles cubeCorners() {
+  Particles p(8);
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    p.x[i] = (i & 1) ? 1.0 : -1.0;
+    p.y[i] = (i & 2) ? 1.0 : -1.0;
+    p.z[i] = (i & 4) ? 1.0 : -1.0;
+    p.mass[i] = 0.125;
+    p.id[i] = 7 - i;  // ids in reverse so the sort visibly permutes them
+  }
+  return p;
+}
+
+TEST(Octree, EightCornersGiveOneLevelOfEightLeaves) {
+  Particles p = cubeCorners();
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  TreeParams params;
+  params.nleaf = 1;
+  params.ncrit = 1;
+  TreeSolver solver(engine, params, GravityParams{});
+  solver.buildPlanOnly(p);
+  const Octree& tree = solver.octree();
+  ASSERT_EQ(tree.numCells(), 9u);
+  EXPECT_EQ(tree.numLevels(), 2);
+  EXPECT_EQ(tree.numChildren[0], 8);
+  EXPECT_NEAR(tree.multipoles.mass[0], 1.0, 1e-15);
+  EXPECT_NEAR(tree.multipoles.x[0], 0.0, 1e-15);
+  for (std::uint32_t c = 1; c < 9; ++c) {
+    EXPECT_TRUE(tree.isLeaf(c));
+    EXPECT_EQ(tree.bodies[c].size(), 1u);
+  }
+  // Morton order: x varies fastest, so after sorting, body k is the corner with bits k.
+  for (std::uint32_t k = 0; k < 8; ++k) {
+    EXPECT_EQ(p.x[k], (k & 1) ? 1.0 : -1.0);
+    EXPECT_EQ(p.z[k], (k & 4) ? 1.0 : -1.0);
+    EXPECT_EQ(p.id[k], 7 - k);
+  }
+  EXPECT_EQ(solver.groups().size(), 8u);
+}
+
+TEST(Octree, CoincidentBodiesStopAtTheDeepestLevel) {
+  Particles p(40);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.x[i] = i < 30 ? 0.25 : -0.5 + 0.01 * double(i);
+    p.y[i] = i < 30 ? 0.25 : 0.1;
+    p.z[i] = 0.0;
+    p.mass[i] = 1.0 / 40;
+    p.id[i] = i;
+  }
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  TreeParams params;
+  params.nleaf = 4;
+  params.ncrit = 8;
+  TreeSolver solver(engine, params, GravityParams{});
+  const InteractionPlan& plan = solver.buildPlanOnly(p);
+  EXPECT_EQ(solver.octree().numLevels() - 1, kMaxLevel);
+  for (const BodyRange& group : solver.groups().ranges) EXPECT_LE(group.size(), 8u);
+  EXPECT_GT(plan.numGroups(), 0u);
+}
+
+// Checks every structural invariant of tree, groups and plan on `p` (already sorted by the solver).
+void expectTreeInvariants(const TreeSolver& solver, const Particles& p, const InteractionPlan& plan,
+                          const TreeParams& params) {
+  const Octree& tree = solver.octree();
+  const std::size_t n = p.size();
+  std::vector<int> leafCount(n, 0);
+  double totalMass = 0.0;
+  for (std::size_t i = 0; i < n; ++i) totalMass += p.mass[i];
+  for (std::uint32_t c = 0; c < tree.numCells(); ++c) {
+    const BodyRange range = tree.bodies[c];
+    ASSERT_GT(range.size(), 0u) << "empty cell " << c;
+    if (tree.isLeaf(c)) {
+      for (std::uint32_t i = range.first; i < range.last; ++i) ++leafCount[i];
+      if (tree.level[c] < kMaxLevel) {
+        EXPECT_LE(range.size(), params.nleaf) << "leaf " << c;
+      }
+    } else {
+      // Children partition the parent's range, in order.
+      std::uint32_t next = range.first;
+      for (std::uint32_t child = tree.firstChild[c]; child < tree.firstChild[c] + tree.numChildren[c]; ++child) {
+        EXPECT_EQ(tree.bodies[child].first, next);
+        EXPECT_EQ(tree.level[child], tree.level[c] + 1);
+        next = tree.bodies[child].last;
+      }
+      EXPECT_EQ(next, range.last);
+    }
+    // Mass and centre of mass equal the direct sums over the cell's bodies.
+    double mass = 0.0, mx = 0.0, my = 0.0, mz = 0.0;
+    for (std::uint32_t i = range.first; i < range.last; ++i) {
+      mass += p.mass[i];
+      mx += p.mass[i] * p.x[i];
+      my += p.mass[i] * p.y[i];
+      mz += p.mass[i] * p.z[i];
+      // Every body lies inside its cell's cube.
+      const double* centre = &tree.centre[3 * c];
+      const double half = tree.halfSide[c] * (1 + 1e-12);
+      ASSERT_LE(std::abs(p.x[i] - centre[0]), half);
+      ASSERT_LE(std::abs(p.y[i] - centre[1]), half);
+      ASSERT_LE(std::abs(p.z[i] - centre[2]), half);
+    }
+    EXPECT_NEAR(tree.multipoles.mass[c], mass, 1e-12 * mass);
+    const double scale = 1e-12 * (1.0 + tree.halfSide[c]);
+    EXPECT_NEAR(tree.multipoles.x[c], mx / mass, scale);
+    EXPECT_NEAR(tree.multipoles.y[c], my / mass, scale);
+    EXPECT_NEAR(tree.multipoles.z[c], mz / mass, scale);
+  }
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(leafCount[i], 1) << "body " << i << " is in " << leafCount[i] << " leaves";
+
+  // Groups: contiguous, in order, covering every body once, at most ncrit each.
+  std::uint32_t next = 0;
+  for (const BodyRange& group : solver.groups().ranges) {
+    EXPECT_EQ(group.first, next);
+    EXPECT_GE(group.size(), 1u);
+    EXPECT_LE(group.size(), params.ncrit);
+    next = group.last;
+  }
+  EXPECT_EQ(next, n);
+
+  // Plan: each group's list accounts for every body exactly once, either as a body or inside one accepted cell,
+  // so its masses add up to the total mass; accepted cells never hold the group's own bodies.
+  ASSERT_EQ(plan.numGroups(), solver.groups().size());
+  for (std::size_t g = 0; g < plan.numGroups(); ++g) {
+    std::vector<BodyRange> covered;
+    for (std::uint32_t k = plan.bodyListOffsets[g]; k < plan.bodyListOffsets[g + 1]; ++k) covered.push_back(plan.bodyList[k]);
+    for (std::uint32_t k = plan.cellListOffsets[g]; k < plan.cellListOffsets[g + 1]; ++k) {
+      const BodyRange cellBodies = tree.bodies[plan.cellList[k]];
+      EXPECT_FALSE(cellBodies.first < plan.groups[g].last && plan.groups[g].first < cellBodies.last);
+      covered.push_back(cellBodies);
+    }
+    std::sort(covered.begin(), covered.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; });
+    std::uint32_t cursor = 0;
+    for (const BodyRange& range : covered) {
+      ASSERT_EQ(range.first, cursor) << "group " << g << " list leaves a gap or overlaps at body " << cursor;
+      cursor = range.last;
+    }
+    ASSERT_EQ(cursor, n) << "group " << g;
+  }
+}
+
+struct InputCase {
+  const char* name;
+  Particles (*make)(std::size_t, std::uint64_t);
+};
+
+class TreeInvariants : public ::testing::TestWithParam<std::tuple<int, std::uint32_t, std::uint32_t>> {};
+
+TEST_P(TreeInvariants, HoldOnPlummerAndClumpedInputs) {
+  const auto [inputIndex, nleaf, ncrit] = GetParam();
+  const InputCase inputs[] = {{"plummer", testing::plummer}, {"clump-in-halo", testing::clumpInHalo}};
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  Particles p = inputs[inputIndex].make(6000, seed);
+  std::multiset<std::uint64_t> idsBefore(p.id.begin(), p.id.end());
+  TreeParams params;
+  params.nleaf = nleaf;
+  params.ncrit = ncrit;
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  TreeSolver solver(engine, params, GravityParams{});
+  const InteractionPlan& plan = solver.buildPlanOnly(p);
+  SCOPED_TRACE(inputs[inputIndex].name);
+  expectTreeInvariants(solver, p, plan, params);
+  EXPECT_EQ(std::multiset<std::uint64_t>(p.id.begin(), p.id.end()), idsBefore) << "sorting lost or duplicated bodies";
+}
+
+INSTANTIATE_TEST_SUITE_P(LeafAndGroupSizes, TreeInvariants,
+                         ::testing::Combine(::testing::Values(0, 1), ::testing::Values(1u, 8u, 16u),
+                                            ::testing::Values(1u, 16u, 64u, 300u)));
+
+TEST(TreeSolver, RejectsBadParameters) {
+  gpu::CpuEngine engine;
+  const auto make = [&](double theta, std::uint32_t ncrit, std::uint32_t nleaf) {
+    TreeParams params;
+    params.theta = theta;
+    params.ncrit = ncrit;
+    params.nleaf = nleaf;
+    TreeSolver solver(engine, params, GravityParams{});
+  };
+  EXPECT_THROW(make(0.0, 64, 16), InputError);
+  EXPECT_THROW(make(-0.5, 64, 16), InputError);
+  EXPECT_THROW(make(1.6, 64, 16), InputError);
+  EXPECT_THROW(make(std::nan(""), 64, 16), InputError);
+  EXPECT_THROW(make(0.5, 0, 16), InputError);
+  EXPECT_THROW(make(0.5, 64, 0), InputError);
+  EXPECT_NO_THROW(make(1.5, 1, 1));
+  GravityParams badEps;
+  badEps.eps = -1.0;
+  EXPECT_THROW(TreeSolver(engine, TreeParams{}, badEps), InputError);
+  Particles none;
+  TreeSolver solver(engine, TreeParams{}, GravityParams{});
+  EXPECT_THROW(solver.computeForces(none), InputError);
+}
+
+}  // namespace
+}  // namespace matcha::tree

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+// Bounding cube, Morton (Z-order) keys and the parallel key sort that puts bodies in space-filling-curve order.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "matcha/core/particles.hpp"
+
+namespace matcha::tree {
+
+/// Bits per dimension of a Morton key; 3 x 21 = 63 bits, so a key fits in uint64 and the deepest cell is 2^-21 of the
+/// root cube.
+inline constexpr int kMaxLevel = 21;
+
+/// An axis-aligned cube: the root cell of the octree.
+struct Cube {
+  double lo[3] = {0, 0, 0};  ///< lower corner
+  double side = 1.0;         ///< edge length, > 0
+};
+
+/// Smallest cube around all sources, widened by a relative margin so no body sits exactly on the upper face.
+/// Parallel (TBB). Throws InvariantError on an empty input.
+Cube computeBoundingCube(const SourceView& sources);
+
+/// Interleaves the low 21 bits of ix, iy, iz into a 63-bit Morton key (x in the lowest bit of each triple).
+std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz);
+
+/// Morton keys of all sources in `cube`. out: keys[i] for body i (resized). Parallel; allocates only `keys`.
+void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys);
+
+/// Sorts `keys` ascending (ties by body index, so the order is deterministic) and returns the permutation that was
+/// applied: sorted[k] = keys_before[order[k]]. Parallel sort (TBB).
+std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys);
+
+}  // namespace matcha::tree

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/tree/tree_solver.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
+
+namespace matcha::tree {
+
+TreeSolver::TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity)
+    : engine_(engine), params_(treeParams), gravity_(gravity) {
+  params_.validate();
+  gravity_.validate();
+}
+
+std::string TreeSolver::describe() const {
+  char text[160];
+  std::snprintf(text, sizeof text, "tree (theta %g, ncrit %u, nleaf %u) on ", params_.theta, params_.ncrit,
+                params_.nleaf);
+  return text + engine_.name();
+}
+
+void TreeSolver::buildTree(Particles& particles) {
+  if (particles.empty()) throw InputError("no bodies to compute forces for");
+  if (particles.size() >= (std::size_t{1} << 32)) throw InputError("at most 2^32 - 1 bodies are supported");
+  const Cube cube = computeBoundingCube(particles.sources());
+  computeMortonKeys(particles.sources(), cube, keys_);
+  const std::vector<std::uint32_t> order = sortByKey(keys_);
+  particles.permute(order);
+  buildOctree(keys_, cube, params_.nleaf, tree_);
+  computeMultipoles(particles.sources(), params_.theta, tree_);
+  makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+
+  stats_ = TreeStats{};
+  stats_.numBodies = particles.size();
+  stats_.numCells = tree_.numCells();
+  stats_.numLeaves = static_cast<std::uint64_t>(std::count(tree_.numChildren.begin(), tree_.numChildren.end(), 0));
+  stats_.depth = tree_.numLevels() - 1;
+  stats_.numGroups = groups_.size();
+  stats_.meanGroupSize = double(particles.size()) / double(groups_.size());
+  for (const BodyRange& range : groups_.ranges) stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, range.size());
+}
+
+const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
+  buildTree(particles);
+  planBuilder_.build(tree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plan_);
+  return plan_;
+}
+
+ForceReport TreeSolver::computeForces(Particles& particles) {
+  Stopwatch total;
+  ForceReport report;
+  buildTree(particles);
+  report.timings.treeSeconds = total.seconds();
+
+  const auto numGroups = static_cast<std::uint32_t>(groups_.size());
+  std::uint64_t sumListBodies = 0, sumListCells = 0;
+  // Batch size adapts to the list lengths seen so far, keeping each plan near maxBatchEntries entries.
+  std::uint32_t groupsPerBatch = std::max<std::uint32_t>(1, std::min<std::uint32_t>(numGroups, 4096));
+  for (std::uint32_t first = 0; first < numGroups;) {
+    const std::uint32_t last = std::min(numGroups, first + groupsPerBatch);
+    Stopwatch walkClock;
+    planBuilder_.build(tree_, groups_, first, last, plan_);
+    report.timings.walkSeconds += walkClock.seconds();
+
+    Stopwatch engineClock;
+    report.counts += engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, particles.forces());
+    report.timings.engineSeconds += engineClock.seconds();
+
+    for (std::size_t g = 0; g < plan_.numGroups(); ++g) {
+      const std::uint64_t listBodies = plan_.numListBodies(g);
+      const std::uint64_t listCells = plan_.numListCells(g);
+      sumListBodies += listBodies;
+      sumListCells += listCells;
+      stats_.maxListBodies = std::max(stats_.maxListBodies, listBodies);
+      stats_.maxListCells = std::max(stats_.maxListCells, listCells);
+    }
+    ++stats_.numBatches;
+    const std::uint64_t entries = plan_.cellList.size() + plan_.bodyList.size();
+    const double entriesPerGroup = std::max(1.0, double(entries) / double(last - first));
+    groupsPerBatch = static_cast<std::uint32_t>(
+        std::clamp(double(params_.maxBatchEntries) / entriesPerGroup, 1.0, double(numGroups)));
+    first = last;
+  }
+  stats_.meanListBodies = double(sumListBodies) / double(numGroups);
+  stats_.meanListCells = double(sumListCells) / double(numGroups);
+  report.timings.totalSeconds = total.seconds();
+  return report;
+}
+
+}  // namespace matcha::tree
