@@ -11,6 +11,7 @@ packages=(
   libtbb-dev                     # parallel loops and sorts (tree)
   libhdf5-dev hdf5-tools         # snapshots; h5dump for the snapshot layout test
   libcli11-dev                   # command line
+  nlohmann-json3-dev             # JSON summaries (--json)
   libgtest-dev libgmock-dev      # tests
   libbenchmark-dev               # bench/
   python3-numpy python3-matplotlib python3-h5py  # scripts/*.py, run with /usr/bin/python3

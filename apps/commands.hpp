@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+// The subcommands of `matcha`. Each registers its options on a CLI11 subcommand and returns what to run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+#include "options.hpp"
+
+namespace matcha::app {
+
+/// Registers the subcommand on `parent`; the returned function runs it after parsing and returns the exit code.
+std::function<int()> addRunCommand(CLI::App& parent, Options& options);
+std::function<int()> addCompareCommand(CLI::App& parent, Options& options);
+std::function<int()> addIcCommand(CLI::App& parent, Options& options);
+
+}  // namespace matcha::app

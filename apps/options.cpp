@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT
+#include "options.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/ic/plummer.hpp"
+#include "matcha/io/snapshot.hpp"
+
+namespace matcha::app {
+
+void addOptions(CLI::App& command, Options& options, unsigned sets) {
+  // Later values win, so the command line (parsed after the config file's arguments) overrides the file.
+  command.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command.add_option("--config", "parameter file: `key = value` lines with the long option names");
+  if (sets & kBodies) {
+    auto* bodies = command.add_option("-n,--bodies", options.numBodies, "number of bodies of the Plummer sphere")
+                       ->capture_default_str();
+    command.add_option("--seed", options.seed, "random seed of the Plummer sphere")->capture_default_str();
+    command.add_option("--ic", options.icFile, "initial conditions: an HDF5 snapshot (GADGET layout, PartType1)")
+        ->excludes(bodies);
+  }
+  if (sets & kTree) {
+    command.add_option("--theta", options.tree.theta, "opening angle, in (0, 1.5]")->capture_default_str();
+    command.add_option("--ncrit", options.tree.ncrit, "most bodies per group (one interaction list each)")
+        ->capture_default_str();
+    command.add_option("--nleaf", options.tree.nleaf, "most bodies per leaf cell")->capture_default_str();
+  }
+  if (sets & kGravity) {
+    command.add_option("--eps", options.gravity.eps, "Plummer softening length, >= 0")->capture_default_str();
+  }
+  if (sets & kIntegrator) {
+    command.add_option("--dt", options.integrator.dt, "leapfrog time step, > 0")->capture_default_str();
+    command.add_option("--t-end", options.integrator.tEnd, "end time (a multiple of dt)")->capture_default_str();
+    command.add_option("--output-interval", options.integrator.outputInterval,
+                       "time between snapshots and diagnostics")
+        ->capture_default_str();
+  }
+  if (sets & kSolver) {
+    command.add_option("--solver", options.solver, "force solver")
+        ->transform(CLI::CheckedTransformer(std::map<std::string, SolverKind>{{"tree", SolverKind::tree},
+                                                                              {"direct", SolverKind::direct}}))
+        ->default_str("tree");
+  }
+  if (sets & kEngine) {
+    command.add_option("--engine", options.engine, "force engine: auto picks CUDA when a GPU is present")
+        ->transform(CLI::CheckedTransformer(std::map<std::string, EngineKind>{
+            {"auto", EngineKind::automatic}, {"cpu", EngineKind::cpu}, {"cuda", EngineKind::cuda}}))
+        ->default_str("auto");
+  }
+  if (sets & kJson) command.add_flag("--json", options.json, "print the summary as JSON on stdout");
+}
+
+void validateOptions(const Options& options, unsigned sets) {
+  if ((sets & kBodies) && options.icFile.empty() && options.numBodies < 1) {
+    throw InputError("-n/--bodies must be >= 1 (got " + std::to_string(options.numBodies) + ")");
+  }
+  if (sets & kTree) options.tree.validate();
+  if (sets & kGravity) options.gravity.validate();
+  if (sets & kIntegrator) options.integrator.validate();
+}
+
+std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command) {
+  std::ifstream file(path);
+  if (!file) throw InputError("--config " + path + ": cannot open the parameter file");
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_config(file);
+  } catch (const CLI::ParseError& error) {
+    throw InputError("--config " + path + ": malformed parameter file (" + error.what() + ")");
+  }
+  std::vector<std::string> arguments;
+  for (const CLI::ConfigItem& item : items) {
+    if (item.name == "++" || item.name == "--") continue;  // section markers
+    if (!item.parents.empty()) {
+      throw InputError("--config " + path + ": sections are not supported (key '" + item.fullname() + "')");
+    }
+    const CLI::Option* option = command.get_option_no_throw("--" + item.name);
+    if (option == nullptr || item.name == "config") {
+      throw InputError("--config " + path + ": unknown key '" + item.name + "'");
+    }
+    if (item.inputs.size() != 1) throw InputError("--config " + path + ": key '" + item.name + "' needs one value");
+    if (option->get_expected_max() == 0) {  // a flag: true/false
+      if (item.inputs[0] == "true" || item.inputs[0] == "1") arguments.push_back("--" + item.name);
+      continue;
+    }
+    arguments.push_back("--" + item.name);
+    arguments.push_back(item.inputs[0]);
+  }
+  return arguments;
+}
+
+std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::App& command) {
+  std::vector<std::pair<std::string, std::string>> parameters;
+  for (const CLI::Option* option : command.get_options()) {
+    const std::string name = option->get_single_name();
+    if (name == "help" || name == "config" || name.empty()) continue;
+    // An option that was not given and is excluded by one that was (-n when --ic is used) did not take part.
+    const auto excludes = option->get_excludes();  // returned by value
+    const bool excluded = option->count() == 0 && std::any_of(excludes.begin(), excludes.end(), [](const CLI::Option* other) {
+                            return other->count() > 0;
+                          });
+    if (excluded) continue;
+    std::string value;
+    if (option->count() > 0) {
+      value = option->results().back();
+    } else if (option->get_expected_max() == 0) {
+      value = "false";
+    } else {
+      value = option->get_default_str();
+    }
+    if (option->get_expected_max() == 0 && option->count() > 0) value = "true";
+    if (value.empty()) continue;  // an optional file that was not given (--ic)
+    parameters.emplace_back(name, value);
+  }
+  return parameters;
+}
+
+std::string usedParameters(const CLI::App& command) {
+  std::ostringstream text;
+  text << "# matcha " << command.get_name() << ": the parameters of this run, defaults included; usable as --config\n";
+  for (const auto& [key, value] : usedParameterList(command)) {
+    const bool numeric = !value.empty() && value.find_first_not_of("0123456789+-.eE") == std::string::npos;
+    const bool boolean = value == "true" || value == "false";
+    text << key << " = " << (numeric || boolean ? value : "\"" + value + "\"") << "\n";
+  }
+  return text.str();
+}
+
+Particles loadInitialConditions(const Options& options) {
+  if (!options.icFile.empty()) {
+    io::Snapshot snapshot = io::readSnapshot(options.icFile);
+    snapshot.particles.validate();
+    return std::move(snapshot.particles);
+  }
+  ic::PlummerParams plummer;
+  plummer.numBodies = static_cast<std::size_t>(options.numBodies);
+  plummer.seed = options.seed;
+  return ic::makePlummer(plummer);
+}
+
+}  // namespace matcha::app
+
+#include <cstdio>
+#include <unistd.h>
+
+#include "matcha/gpu/direct_solver.hpp"
+#include "matcha/tree/tree_solver.hpp"
+
+namespace matcha::app {
+
+std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine& engine) {
+  if (options.solver == SolverKind::direct) return std::make_unique<gpu::DirectSolver>(engine, options.gravity);
+  return std::make_unique<tree::TreeSolver>(engine, options.tree, options.gravity);
+}
+
+void writeTextFile(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    file << text;
+    file.flush();
+    if (!file) {
+      std::remove(temporary.c_str());
+      throw IoError("cannot write " + path);
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::remove(temporary.c_str());
+    throw IoError("cannot write " + path + ": " + error.message());
+  }
+}
+
+}  // namespace matcha::app

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// Options shared by the subcommands, spelled the same everywhere, with defaults taken from the params structs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "matcha/core/params.hpp"
+#include "matcha/core/particles.hpp"
+
+namespace matcha::app {
+
+struct Options {
+  std::int64_t numBodies = 65536;  ///< -n/--bodies: Plummer bodies when no --ic is given
+  std::uint64_t seed = 1;          ///< --seed
+  std::string icFile;              ///< --ic: HDF5 initial conditions (GADGET layout), instead of a Plummer sphere
+  std::string outPath;             ///< --out: output folder (run) or file (ic)
+  bool json = false;               ///< --json: machine-readable summary on stdout
+  SolverKind solver = SolverKind::tree;
+  EngineKind engine = EngineKind::automatic;
+  TreeParams tree;
+  GravityParams gravity;
+  IntegratorParams integrator;
+};
+
+/// Which option groups a subcommand takes.
+enum OptionSet : unsigned {
+  kBodies = 1u << 0,      // -n, --seed, --ic
+  kTree = 1u << 1,        // --theta, --ncrit, --nleaf
+  kGravity = 1u << 2,     // --eps
+  kIntegrator = 1u << 3,  // --dt, --t-end, --output-interval
+  kSolver = 1u << 4,      // --solver
+  kEngine = 1u << 5,      // --engine
+  kJson = 1u << 6,        // --json
+};
+
+/// Registers the options of `sets` on `command`, bound to `options`, plus --config FILE.
+void addOptions(CLI::App& command, Options& options, unsigned sets);
+
+/// Validates every parameter that `command` takes; throws InputError with a one-line message.
+void validateOptions(const Options& options, unsigned sets);
+
+/// Reads a parameter file (TOML-style `key = value` lines, `#` comments, keys spelled as the long option names)
+/// and returns it as command-line arguments ("--key", "value", ...). Throws InputError on a missing or
+/// malformed file and on a key that `command` does not take.
+std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command);
+
+/// The parameters `command` actually used, defaults included, as `key = value` lines: a valid --config file.
+std::string usedParameters(const CLI::App& command);
+
+/// The same parameters as (key, value) pairs, for snapshot headers.
+std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::App& command);
+
+/// Plummer sphere from -n/--seed, or the bodies of --ic (validated).
+Particles loadInitialConditions(const Options& options);
+
+}  // namespace matcha::app
+
+#include <memory>
+
+#include "matcha/core/force_solver.hpp"
+#include "matcha/core/near_field_engine.hpp"
+
+namespace matcha::app {
+
+/// The solver of --solver, on `engine` (which must outlive it).
+std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine& engine);
+
+/// Writes `text` to `path` atomically (temporary file, then rename); throws IoError.
+void writeTextFile(const std::string& path, const std::string& text);
+
+}  // namespace matcha::app

@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: MIT
+// Fixed-step kick-drift-kick leapfrog, built from two tiny helpers (STYLE.md habit 8). Gravity comes only through
+// core's ForceSolver; this module never sees a tree or an engine.
+#pragma once
+
+#include <cstdint>
+
+#include "matcha/core/force_solver.hpp"
+#include "matcha/core/particles.hpp"
+
+namespace matcha::integrator {
+
+/// Kick: v += a dt for every body, with a from the last force call.
+/// @param p   in/out: velocities updated in place; positions and accelerations read
+/// @param dt  in: time interval (any sign; no checks); does not allocate or reorder
+void kick(Particles& p, double dt);
+
+/// Drift: x += v dt for every body.
+/// @param p   in/out: positions updated in place; velocities read
+/// @param dt  in: time interval (any sign; no checks); does not allocate or reorder
+void drift(Particles& p, double dt);
+
+/// Second-order symplectic KDK leapfrog with a fixed step. One force call per step; velocities and positions are
+/// synchronised (both at time()) between steps, so diagnostics and outputs can be taken there.
+///
+/// The solver may reorder the bodies inside computeForces (all arrays together); the integrator keeps no per-body
+/// state and no indices across force calls, so that is safe. Time is computed as stepsTaken() * dt, not summed,
+/// so output times that are multiples of dt come out exact.
+class LeapfrogKDK {
+ public:
+  /// @param solver  in: used for every force call; must outlive this object
+  /// @param dt      in: time step, finite and > 0
+  /// @throws InputError when dt is not finite or not > 0
+  LeapfrogKDK(ForceSolver& solver, double dt);
+
+  /// First force call: fills accelerations and potentials at the current positions, as step() needs. May reorder p
+  /// (through the solver). Calling it again recomputes forces without advancing time.
+  /// @param p  in/out: accelerations and potentials overwritten
+  /// @return the solver's report for the call
+  ForceReport initialize(Particles& p);
+
+  /// One step: kick dt/2, drift dt, forces, kick dt/2; advances time() by dt. May reorder p (through the solver).
+  /// @param p  in/out: the state at time(), advanced to time() + dt
+  /// @return the solver's report for the step's force call
+  /// @throws InvariantError when initialize() was not called first
+  ForceReport step(Particles& p);
+
+  double time() const { return static_cast<double>(stepsTaken_) * dt_; }
+  std::uint64_t stepsTaken() const { return stepsTaken_; }
+  double dt() const { return dt_; }
+
+ private:
+  ForceSolver& solver_;
+  double dt_;
+  std::uint64_t stepsTaken_ = 0;
+  bool initialized_ = false;
+};
+
+}  // namespace matcha::integrator

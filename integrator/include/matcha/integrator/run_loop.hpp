@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The fixed-step run: leapfrog from t = 0 to tEnd with outputs and progress reports through callbacks, so that the
+// apps decide what an output is (snapshot, diagnostics line) and how often to print progress.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "matcha/core/force_solver.hpp"
+#include "matcha/core/interaction_plan.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/core/particles.hpp"
+#include "matcha/integrator/diagnostics.hpp"
+
+namespace matcha::integrator {
+
+struct ProgressInfo {
+  std::uint64_t step = 0;            ///< steps done so far (1 after the first step)
+  std::uint64_t totalSteps = 0;      ///< steps the run will take
+  double time = 0.0;                 ///< simulation time after this step
+  double tEnd = 0.0;                 ///< simulation end time
+  double elapsedSeconds = 0.0;       ///< wall time since the run started (first force call included)
+  double etaSeconds = 0.0;           ///< elapsed / step * (totalSteps - step)
+  double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now (see relativeEnergyError)
+};
+
+struct RunCallbacks {
+  /// Called at t = 0 (after the first force call), at every output time and at the end (once, also when the end is
+  /// an output time). outputIndex counts the calls: 0, 1, 2, ... The particles may be in any order (use ids).
+  std::function<void(const Particles&, const Diagnostics&, std::uint64_t outputIndex)> onOutput;
+  /// Called after every step; the caller throttles printing.
+  std::function<void(const ProgressInfo&)> onProgress;
+};
+
+struct RunSummary {
+  std::uint64_t steps = 0;           ///< steps taken
+  double wallSeconds = 0.0;          ///< whole run, callbacks included
+  double forceSeconds = 0.0;         ///< sum of the solver's reported timings.totalSeconds over all force calls
+  double initialEnergy = 0.0;        ///< E at t = 0
+  double finalEnergy = 0.0;          ///< E at tEnd
+  double relativeEnergyError = 0.0;  ///< |E_final - E_0| / |E_0| (see relativeEnergyError)
+  InteractionCounts interactions;    ///< summed over all force calls, the initial one included
+  Diagnostics initial;               ///< at t = 0
+  Diagnostics final;                 ///< at tEnd
+};
+
+/// Runs KDK leapfrog from t = 0 to params.tEnd with step params.dt: one initial force call, then round(tEnd / dt)
+/// steps. Output k (k = 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from
+/// k so that no drift accumulates); outputs that would fall on the same step are merged, and the final step is
+/// always an output. Diagnostics are measured at every output and, when onProgress is set, after every step (one
+/// O(N) pass).
+///
+/// @param p          in/out: the initial state, advanced to tEnd; may be reordered by the solver (ids survive)
+/// @param solver     in: gravity
+/// @param params     in: dt, tEnd, outputInterval
+/// @param callbacks  in: either may be empty
+/// @throws InputError when params.validate() fails, when tEnd / dt is not within 1e-9 (relative) of an integer
+///         ("t-end must be a multiple of dt"), or when it exceeds 2^53 steps; whatever the solver or callbacks throw
+RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
+                       const RunCallbacks& callbacks);
+
+}  // namespace matcha::integrator

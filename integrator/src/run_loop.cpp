@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/integrator/run_loop.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
+#include "matcha/integrator/leapfrog.hpp"
+
+namespace matcha::integrator {
+
+namespace {
+
+/// Largest step count accepted: beyond 2^53, step numbers are no longer exact in double and time = steps * dt lies.
+constexpr double kMaxSteps = 0x1p53;
+
+/// round(tEnd / dt), or InputError when tEnd is not a whole number of steps (to 1e-9 relative: 0.3 / 0.1 =
+/// 2.9999999999999996 must pass, 1 / 0.3 must not).
+std::uint64_t checkedStepCount(double tEnd, double dt) {
+  const double ratio = tEnd / dt;
+  if (!(ratio <= kMaxSteps)) throw InputError("t-end / dt is more than 2^53 steps");
+  const double nearest = std::round(ratio);
+  if (std::abs(ratio - nearest) > 1e-9 * std::max(1.0, ratio)) {
+    char message[160];
+    std::snprintf(message, sizeof message, "t-end must be a multiple of dt (t-end = %.17g, dt = %.17g, ratio %.17g)",
+                  tEnd, dt, ratio);
+    throw InputError(message);
+  }
+  return static_cast<std::uint64_t>(nearest);
+}
+
+/// Which steps carry an output: output k (k >= 1) falls on step round(k * outputInterval / dt). Computed from k each
+/// time rather than by adding intervals, so that no rounding drift accumulates over long runs.
+class OutputSchedule {
+ public:
+  OutputSchedule(double outputInterval, double dt) : stepsPerOutput_(outputInterval / dt) { nextK_ = firstAfter(0.0); }
+
+  /// True when an output falls on `step` (steps are visited in increasing order); then moves past it. Several k
+  /// landing on the same step (outputInterval < dt) give one output.
+  bool isDueAndAdvance(std::uint64_t step) {
+    const double s = static_cast<double>(step);
+    if (stepsPerOutput_ <= 1.0) return true;  // consecutive outputs are at most one step apart: every step is hit
+    if (stepOf(nextK_) > s) return false;
+    nextK_ = firstAfter(s);
+    return true;
+  }
+
+ private:
+  double stepOf(double k) const { return std::round(k * stepsPerOutput_); }
+
+  /// Smallest k >= 1 whose step lies after `s`. Only used with stepsPerOutput_ > 1, where k - 1 != k in double for
+  /// every k reached (k <= 2^53 / stepsPerOutput_ + 1), so the adjusting loops end after a step or two.
+  double firstAfter(double s) const {
+    double k = std::max(1.0, std::ceil((s + 0.5) / stepsPerOutput_));
+    while (k > 1.0 && stepOf(k - 1.0) > s) k -= 1.0;
+    while (stepOf(k) <= s) k += 1.0;
+    return k;
+  }
+
+  double stepsPerOutput_;
+  double nextK_ = 1.0;
+};
+
+}  // namespace
+
+RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
+                       const RunCallbacks& callbacks) {
+  params.validate();
+  const std::uint64_t numSteps = checkedStepCount(params.tEnd, params.dt);
+
+  const Stopwatch wall;
+  RunSummary summary;
+  LeapfrogKDK leapfrog(solver, params.dt);
+  auto account = [&summary](const ForceReport& report) {
+    summary.forceSeconds += report.timings.totalSeconds;
+    summary.interactions += report.counts;
+  };
+
+  account(leapfrog.initialize(p));
+  summary.initial = measureDiagnostics(p, 0.0);
+  summary.final = summary.initial;
+  std::uint64_t outputIndex = 0;
+  if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
+  ++outputIndex;
+
+  OutputSchedule schedule(params.outputInterval, params.dt);
+  for (std::uint64_t step = 1; step <= numSteps; ++step) {
+    account(leapfrog.step(p));
+
+    // Evaluated for every step so the schedule advances even when the final step forces an output anyway.
+    const bool scheduled = schedule.isDueAndAdvance(step);
+    const bool isOutput = scheduled || step == numSteps;
+    if (isOutput || callbacks.onProgress) {
+      const Diagnostics now = measureDiagnostics(p, leapfrog.time());
+      if (isOutput) {
+        summary.final = now;
+        if (callbacks.onOutput) callbacks.onOutput(p, now, outputIndex);
+        ++outputIndex;
+      }
+      if (callbacks.onProgress) {
+        ProgressInfo info;
+        info.step = step;
+        info.totalSteps = numSteps;
+        info.time = leapfrog.time();
+        info.tEnd = params.tEnd;
+        info.elapsedSeconds = wall.seconds();
+        info.etaSeconds = info.elapsedSeconds / static_cast<double>(step) * static_cast<double>(numSteps - step);
+        info.relativeEnergyError = relativeEnergyError(now.total, summary.initial.total);
+        callbacks.onProgress(info);
+      }
+    }
+  }
+
+  summary.steps = leapfrog.stepsTaken();
+  summary.wallSeconds = wall.seconds();
+  summary.initialEnergy = summary.initial.total;
+  summary.finalEnergy = summary.final.total;
+  summary.relativeEnergyError = relativeEnergyError(summary.finalEnergy, summary.initialEnergy);
+  return summary;
+}
+
+}  // namespace matcha::integrator

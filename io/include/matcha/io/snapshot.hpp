@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+// HDF5 snapshots in the GADGET/SWIFT layout (DESIGN.md §2 and §7). One file per snapshot, every body in PartType1:
+//
+//   /Header      NumPart_ThisFile, NumPart_Total, NumPart_Total_HighWord (6 x uint32, N at index 1),
+//                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift (0), BoxSize (0: not
+//                periodic), NumFilesPerSnapshot (int32 1), Omega0 (0), OmegaLambda (0), HubbleParam (1)
+//   /Units       UnitLength_in_cm, UnitMass_in_g, UnitVelocity_in_cm_per_s, UnitTime_in_s, GravitationalConstant
+//   /Parameters  one attribute per run parameter (int64, double or string), in the order given
+//   /PartType1   Coordinates (N x 3), Velocities (N x 3), Masses (N), ParticleIDs (N, uint64), and optionally
+//                Potential (N) and Acceleration (N x 3); all floating-point data are IEEE double
+//
+// yt and pynbody read these files as GADGET HDF5 snapshots; `h5dump -H` shows the layout. The module uses the HDF5
+// C API behind private RAII handles; no HDF5 header leaks through this one.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "matcha/core/particles.hpp"
+#include "matcha/core/units.hpp"
+
+namespace matcha::io {
+
+/// What a snapshot records besides the bodies.
+struct SnapshotMetadata {
+  double time = 0.0;  ///< simulation time, written to /Header Time (simulation time units)
+  UnitSystem units;   ///< written to /Units in GADGET's spelling, plus UnitTime_in_s = length / velocity
+  /// Every run parameter as (name, value) text, written to /Parameters as attributes in this order: a value that
+  /// looks like an integer (optional sign, digits, fits int64) becomes int64, another finite number becomes double,
+  /// anything else a string. Names must be unique and non-empty.
+  std::vector<std::pair<std::string, std::string>> parameters;
+};
+
+struct SnapshotWriteOptions {
+  bool includeForces = true;  ///< write PartType1/Potential and Acceleration (initial-condition files leave them out)
+  /// Called after each dataset is written, with its path inside the file ("PartType1/Coordinates", ...): progress
+  /// reports, and tests inject faults here. An exception it throws aborts the write like any other failure.
+  std::function<void(std::string_view datasetName)> afterDataset;
+};
+
+/// Writes `particles` and `meta` to the HDF5 file `path`, atomically: the data go to a temporary file in the same
+/// directory (".<name>.tmp-<pid>-<k>"), which is flushed, closed, synced to disk and then renamed over `path`. A crash
+/// at any point leaves either the old file or the new one, never a mix (a stale temporary file may remain after a
+/// crash); on an exception the temporary file is removed and an existing `path` is untouched.
+/// In: particles (all arrays of equal length N, 1 <= N < 2^32; NaN values are written as they are), meta, options.
+/// Allocates: a bounded scratch buffer (at most 64 Ki rows x 3 doubles) plus HDF5's own buffers.
+/// Throws: InputError for no bodies, too many bodies, or empty/duplicate parameter names; IoError (one line, naming
+/// `path`) when the file cannot be created, written, synced or renamed, and for any std::exception thrown by
+/// options.afterDataset; other matcha::Error types pass through unchanged (prefixed with the path when they are
+/// InputError/IoError). Not safe to call concurrently from several threads unless HDF5 was built thread-safe.
+void writeSnapshot(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
+                   const SnapshotWriteOptions& options = {});
+
+/// A snapshot as read back: bodies, time and parameters (units are not read back).
+struct Snapshot {
+  Particles particles;  ///< every array has N entries, in file order; acceleration and potential are 0 if absent
+  double time = 0.0;    ///< /Header Time, 0 if absent
+  /// /Parameters attributes in file order (creation order when the file tracks it, else name order) as text:
+  /// integers in decimal, doubles in the shortest form that reads back to the same value, strings as stored.
+  /// Numeric array attributes are joined with single spaces; attributes of other types are skipped.
+  std::vector<std::pair<std::string, std::string>> parameters;
+};
+
+/// Reads a snapshot or an initial-condition file written by matcha or by another GADGET-style HDF5 writer.
+/// Accepts: Coordinates/Velocities/Potential/Acceleration stored as any integer or floating type (converted to
+/// double); a Masses dataset, or none and /Header MassTable[1] > 0 (equal masses); ParticleIDs of any integer type,
+/// or none (ids 0..N-1); Potential/Acceleration present or absent (zeros); /Header optional.
+/// Out: a new Snapshot. Allocates the particle arrays and a bounded scratch buffer.
+/// Throws (one-line messages that start with "cannot read snapshot '<path>': "):
+///   IoError: the file is missing, is a directory, cannot be opened as HDF5 (truncated or corrupt), or a read fails;
+///   InputError: the file is not HDF5, lacks /PartType1, Coordinates or Velocities, a dataset has the wrong rank,
+///   shape or type class, dataset lengths differ, N = 0, a value is NaN or infinite, there is no Masses dataset and
+///   MassTable[1] <= 0, a mass is <= 0, ParticleIDs repeat, or the /Header describes other particle types or
+///   several files.
+Snapshot readSnapshot(const std::filesystem::path& path);
+
+/// Makes sure `dir` (empty means the current directory) exists and can take new files: creates it and its parents
+/// if missing, then creates and removes a probe file in it.
+/// Throws IoError with a one-line message naming `dir` when it cannot be created, is not a directory, or a file
+/// cannot be created or removed in it. Allocates only small strings.
+void ensureWritableDirectory(const std::filesystem::path& dir);
+
+}  // namespace matcha::io

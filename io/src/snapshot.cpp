@@ -1,0 +1,797 @@
+// SPDX-License-Identifier: MIT
+// HDF5 snapshots through the HDF5 C API. The RAII handles and small helpers live in matcha::io::detail; the layout is
+// described in matcha/io/snapshot.hpp.
+#include "matcha/io/snapshot.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <system_error>
+
+#include "matcha/core/errors.hpp"
+
+namespace matcha::io {
+namespace detail {
+
+/// Replaces line breaks with spaces: every message matcha throws is one line.
+std::string oneLine(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  std::replace(text.begin(), text.end(), '\r', ' ');
+  return text;
+}
+
+std::string quoted(const std::filesystem::path& path) { return std::string("'") + oneLine(path.string()) + "'"; }
+
+/// The current HDF5 error stack as one phrase: the API-level description, plus the innermost one in parentheses
+/// (for example "unable to open file (truncated file: eof = 1024, ...)"). Empty when the stack is empty.
+std::string hdf5ErrorText() {
+  std::vector<std::string> descriptions;  // innermost first
+  auto collect = [](unsigned, const H5E_error2_t* error, void* data) -> herr_t {
+    auto* out = static_cast<std::vector<std::string>*>(data);
+    try {
+      if (error != nullptr && error->desc != nullptr && error->desc[0] != '\0') out->emplace_back(error->desc);
+    } catch (...) {
+      return -1;  // never let an exception cross the C library
+    }
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect, &descriptions);
+  if (descriptions.empty()) return "no HDF5 error details";
+  if (descriptions.size() == 1 || descriptions.front() == descriptions.back()) return oneLine(descriptions.front());
+  return oneLine(descriptions.back() + " (" + descriptions.front() + ")");
+}
+
+/// Turns off HDF5's printing of its error stack to stderr for the lifetime of the object, so that failures surface
+/// only as matcha's one-line exceptions; restores the previous handler afterwards.
+class ErrorPrintingOff {
+ public:
+  ErrorPrintingOff() {
+    if (H5Eget_auto2(H5E_DEFAULT, &oldFunction_, &oldData_) < 0) {
+      oldFunction_ = nullptr;
+      oldData_ = nullptr;
+    }
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~ErrorPrintingOff() { H5Eset_auto2(H5E_DEFAULT, oldFunction_, oldData_); }
+  ErrorPrintingOff(const ErrorPrintingOff&) = delete;
+  ErrorPrintingOff& operator=(const ErrorPrintingOff&) = delete;
+
+ private:
+  H5E_auto2_t oldFunction_ = nullptr;
+  void* oldData_ = nullptr;
+};
+
+/// Owns one HDF5 identifier and releases it with the matching close function (H5Fclose, H5Gclose, ...).
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)), closer_(other.closer_) {}
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = std::exchange(other.id_, H5I_INVALID_HID);
+      closer_ = other.closer_;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { reset(); }
+
+  hid_t get() const { return id_; }
+
+  /// Closes now and reports the close status (a file's close is where HDF5 flushes; its failure matters).
+  herr_t close() {
+    const herr_t status = (id_ >= 0 && closer_ != nullptr) ? closer_(id_) : 0;
+    id_ = H5I_INVALID_HID;
+    return status;
+  }
+
+ private:
+  void reset() noexcept {
+    if (id_ >= 0 && closer_ != nullptr) closer_(id_);  // errors on the unwinding path are ignored on purpose
+    id_ = H5I_INVALID_HID;
+  }
+
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+/// Wraps a freshly created identifier; throws IoError naming `what` and the HDF5 error if it is invalid.
+Handle checked(hid_t id, Handle::Closer closer, const std::string& what) {
+  if (id < 0) throw IoError(what + " failed: " + hdf5ErrorText());
+  return Handle(id, closer);
+}
+
+/// Throws IoError naming `what` and the HDF5 error when `status` < 0.
+void check(herr_t status, const std::string& what) {
+  if (status < 0) throw IoError(what + " failed: " + hdf5ErrorText());
+}
+
+/// Whether `name` is a link in group `loc` (throws IoError when HDF5 cannot tell).
+bool linkExists(hid_t loc, const char* name, const std::string& what) {
+  const htri_t exists = H5Lexists(loc, name, H5P_DEFAULT);
+  if (exists < 0) throw IoError("looking up " + what + " failed: " + hdf5ErrorText());
+  return exists > 0;
+}
+
+/// A file access property list that uses HDF5's file locking where the file system supports it and goes on without
+/// it where it does not (parallel file systems often lack flock).
+Handle makeFileAccessList() {
+  Handle fapl = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate(file access)");
+#if (H5_VERSION_GE(1, 10, 7) && !H5_VERSION_GE(1, 11, 0)) || H5_VERSION_GE(1, 12, 1)
+  check(H5Pset_file_locking(fapl.get(), true, true), "H5Pset_file_locking");
+#endif
+  return fapl;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::check;
+using detail::checked;
+using detail::Handle;
+using detail::oneLine;
+
+constexpr hsize_t kBlockRows = hsize_t{1} << 16;  // rows per N x 3 transfer: bounds the scratch buffer (1.5 MiB)
+constexpr const char* kGroup = "PartType1";
+
+/// Rethrows the exception in flight with `prefix` added: InputError and IoError keep their type, other matcha::Error
+/// types pass through unchanged, any other std::exception becomes IoError, and anything else propagates as is.
+[[noreturn]] void rethrowWithPrefix(const std::string& prefix) {
+  try {
+    throw;
+  } catch (const InputError& error) {
+    throw InputError(prefix + oneLine(error.what()));
+  } catch (const IoError& error) {
+    throw IoError(prefix + oneLine(error.what()));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw IoError(prefix + oneLine(error.what()));
+  }
+}
+
+std::string errnoText(int code) { return std::error_code(code, std::generic_category()).message(); }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Parameters as text <-> typed attributes
+// ---------------------------------------------------------------------------------------------------------------
+
+struct TypedValue {
+  enum class Kind { integer, real, text } kind = Kind::text;
+  std::int64_t integer = 0;
+  double real = 0.0;
+};
+
+/// Integer-looking (optional sign, digits, fits int64) -> integer; another complete finite number -> real; else text.
+TypedValue classify(const std::string& text) {
+  TypedValue value;
+  std::string_view body(text);
+  if (!body.empty() && body.front() == '+') body.remove_prefix(1);  // from_chars rejects a leading '+'
+  if (body.empty() || body.front() == '+' || (body.front() == '-' && body.size() < text.size())) return value;
+  const std::string_view digits = body.front() == '-' ? body.substr(1) : body;
+  const bool integerLooking =
+      !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const char* first = body.data();
+  const char* last = body.data() + body.size();
+  if (integerLooking) {
+    const auto [end, ec] = std::from_chars(first, last, value.integer);
+    if (ec == std::errc() && end == last) {
+      value.kind = TypedValue::Kind::integer;
+      return value;
+    }
+  }
+  const auto [end, ec] = std::from_chars(first, last, value.real, std::chars_format::general);
+  if (ec == std::errc() && end == last && std::isfinite(value.real)) value.kind = TypedValue::Kind::real;
+  return value;
+}
+
+template <class T>
+std::string shortestText(T number) {
+  std::array<char, 64> buffer{};
+  const auto [end, ec] = std::to_chars(buffer.data(), buffer.data() + buffer.size(), number);
+  return ec == std::errc() ? std::string(buffer.data(), end) : std::string("?");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Writing
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Writes attribute `name` on `loc`: `count` values (0 = scalar) stored as `fileType`, read from `data` as `memType`.
+void writeAttribute(hid_t loc, const char* name, hid_t fileType, hid_t memType, const void* data, hsize_t count) {
+  const std::string what = std::string("attribute ") + name;
+  Handle space = count == 0 ? checked(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate(" + what + ")")
+                            : checked(H5Screate_simple(1, &count, nullptr), H5Sclose, "H5Screate(" + what + ")");
+  Handle attribute = checked(H5Acreate2(loc, name, fileType, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                             "H5Acreate2(" + what + ")");
+  check(H5Awrite(attribute.get(), memType, data), "H5Awrite(" + what + ")");
+}
+
+void writeScalar(hid_t loc, const char* name, double value) {
+  writeAttribute(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, 0);
+}
+
+/// A fixed-length, NUL-terminated string attribute (what GADGET and SWIFT write; h5dump shows it plainly).
+void writeStringAttribute(hid_t loc, const char* name, const std::string& value) {
+  const std::string what = std::string("string attribute ") + name;
+  Handle type = checked(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy(" + what + ")");
+  check(H5Tset_size(type.get(), value.size() + 1), "H5Tset_size(" + what + ")");
+  check(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "H5Tset_strpad(" + what + ")");
+  const bool ascii =
+      std::all_of(value.begin(), value.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  check(H5Tset_cset(type.get(), ascii ? H5T_CSET_ASCII : H5T_CSET_UTF8), "H5Tset_cset(" + what + ")");
+  writeAttribute(loc, name, type.get(), type.get(), value.c_str(), 0);
+}
+
+Handle createGroup(hid_t loc, const char* name, bool trackAttributeOrder) {
+  const std::string what = std::string("group /") + name;
+  Handle gcpl = checked(H5Pcreate(H5P_GROUP_CREATE), H5Pclose, "H5Pcreate(" + what + ")");
+  if (trackAttributeOrder) {
+    // Keeps /Parameters in the order the run gave them, for h5dump/h5py readers and for readSnapshot.
+    check(H5Pset_attr_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED),
+          "H5Pset_attr_creation_order(" + what + ")");
+  }
+  return checked(H5Gcreate2(loc, name, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose, "H5Gcreate2(" + what + ")");
+}
+
+/// Writes a 1-D dataset of `count` values.
+void writeColumn(hid_t group, const char* name, hid_t fileType, hid_t memType, const void* data, hsize_t count) {
+  const std::string what = std::string(kGroup) + "/" + name;
+  Handle space = checked(H5Screate_simple(1, &count, nullptr), H5Sclose, "H5Screate_simple(" + what + ")");
+  Handle dataset = checked(H5Dcreate2(group, name, fileType, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                           H5Dclose, "H5Dcreate2(" + what + ")");
+  check(H5Dwrite(dataset.get(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite(" + what + ")");
+}
+
+/// Writes an N x 3 double dataset from three SoA columns, interleaving them block by block.
+void writeTriples(hid_t group, const char* name, const std::vector<double>& x, const std::vector<double>& y,
+                  const std::vector<double>& z) {
+  const std::string what = std::string(kGroup) + "/" + name;
+  const hsize_t count = x.size();
+  const std::array<hsize_t, 2> dims{count, 3};
+  Handle fileSpace = checked(H5Screate_simple(2, dims.data(), nullptr), H5Sclose, "H5Screate_simple(" + what + ")");
+  Handle dataset =
+      checked(H5Dcreate2(group, name, H5T_IEEE_F64LE, fileSpace.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+              "H5Dcreate2(" + what + ")");
+  std::vector<double> buffer(std::min(count, kBlockRows) * 3);
+  for (hsize_t first = 0; first < count; first += kBlockRows) {
+    const hsize_t rows = std::min(kBlockRows, count - first);
+    for (hsize_t i = 0; i < rows; ++i) {
+      buffer[3 * i + 0] = x[first + i];
+      buffer[3 * i + 1] = y[first + i];
+      buffer[3 * i + 2] = z[first + i];
+    }
+    const std::array<hsize_t, 2> start{first, 0};
+    const std::array<hsize_t, 2> extent{rows, 3};
+    check(H5Sselect_hyperslab(fileSpace.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
+          "H5Sselect_hyperslab(" + what + ")");
+    Handle memSpace = checked(H5Screate_simple(2, extent.data(), nullptr), H5Sclose, "H5Screate_simple(" + what + ")");
+    check(H5Dwrite(dataset.get(), H5T_NATIVE_DOUBLE, memSpace.get(), fileSpace.get(), H5P_DEFAULT, buffer.data()),
+          "H5Dwrite(" + what + ")");
+  }
+}
+
+void checkWritable(const Particles& particles, const SnapshotMetadata& meta) {
+  const std::size_t count = particles.size();
+  for (const auto* array : {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz,
+                            &particles.ax, &particles.ay, &particles.az, &particles.pot}) {
+    MATCHA_ASSERT(array->size() == count, "particle arrays differ in length");
+  }
+  MATCHA_ASSERT(particles.id.size() == count, "particle id array differs in length");
+  if (count == 0) throw InputError("there are no bodies to write");
+  if (count > std::numeric_limits<std::uint32_t>::max()) {
+    throw InputError(std::to_string(count) + " bodies do not fit the uint32 NumPart_ThisFile of a one-file snapshot");
+  }
+  std::set<std::string_view> names;
+  for (const auto& [name, value] : meta.parameters) {
+    if (name.empty()) throw InputError("a parameter has an empty name");
+    if (!names.insert(name).second) throw InputError("parameter '" + oneLine(name) + "' is given twice");
+  }
+}
+
+void writeHeader(hid_t file, std::size_t count, double time) {
+  Handle header = createGroup(file, "Header", false);
+  std::array<std::uint32_t, 6> thisFile{};
+  std::array<std::uint32_t, 6> totalLow{};
+  std::array<std::uint32_t, 6> totalHigh{};
+  const auto total = static_cast<std::uint64_t>(count);
+  thisFile[1] = static_cast<std::uint32_t>(total);  // checkWritable keeps count below 2^32
+  totalLow[1] = static_cast<std::uint32_t>(total & 0xffffffffu);
+  totalHigh[1] = static_cast<std::uint32_t>(total >> 32);
+  const std::array<double, 6> massTable{};  // all 0: masses are per body, in PartType1/Masses
+  const std::int32_t numFiles = 1;
+  writeAttribute(header.get(), "NumPart_ThisFile", H5T_STD_U32LE, H5T_NATIVE_UINT32, thisFile.data(), 6);
+  writeAttribute(header.get(), "NumPart_Total", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalLow.data(), 6);
+  writeAttribute(header.get(), "NumPart_Total_HighWord", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalHigh.data(), 6);
+  writeAttribute(header.get(), "MassTable", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, massTable.data(), 6);
+  writeScalar(header.get(), "Time", time);
+  writeScalar(header.get(), "Redshift", 0.0);
+  writeScalar(header.get(), "BoxSize", 0.0);  // 0: not periodic
+  writeAttribute(header.get(), "NumFilesPerSnapshot", H5T_STD_I32LE, H5T_NATIVE_INT32, &numFiles, 0);
+  writeScalar(header.get(), "Omega0", 0.0);
+  writeScalar(header.get(), "OmegaLambda", 0.0);
+  writeScalar(header.get(), "HubbleParam", 1.0);
+}
+
+void writeUnits(hid_t file, const UnitSystem& units) {
+  Handle group = createGroup(file, "Units", false);
+  writeScalar(group.get(), "UnitLength_in_cm", units.lengthInCm);
+  writeScalar(group.get(), "UnitMass_in_g", units.massInGram);
+  writeScalar(group.get(), "UnitVelocity_in_cm_per_s", units.velocityInCmPerS);
+  writeScalar(group.get(), "UnitTime_in_s", units.lengthInCm / units.velocityInCmPerS);
+  writeScalar(group.get(), "GravitationalConstant", units.gravitationalConstant);
+}
+
+void writeParameters(hid_t file, const std::vector<std::pair<std::string, std::string>>& parameters) {
+  Handle group = createGroup(file, "Parameters", true);
+  for (const auto& [name, text] : parameters) {
+    const TypedValue value = classify(text);
+    switch (value.kind) {
+      case TypedValue::Kind::integer:
+        writeAttribute(group.get(), name.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, &value.integer, 0);
+        break;
+      case TypedValue::Kind::real:
+        writeAttribute(group.get(), name.c_str(), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value.real, 0);
+        break;
+      case TypedValue::Kind::text:
+        writeStringAttribute(group.get(), name.c_str(), text);
+        break;
+    }
+  }
+}
+
+/// Writes the whole snapshot to `target` (created or truncated) and closes it; every handle is closed on return.
+void writeFile(const std::filesystem::path& target, const Particles& particles, const SnapshotMetadata& meta,
+               const SnapshotWriteOptions& options) {
+  Handle fapl = detail::makeFileAccessList();
+  Handle file =
+      checked(H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose, "creating the HDF5 file");
+  writeHeader(file.get(), particles.size(), meta.time);
+  writeUnits(file.get(), meta.units);
+  writeParameters(file.get(), meta.parameters);
+  {
+    Handle group = createGroup(file.get(), kGroup, false);
+    const hid_t g = group.get();
+    const hsize_t count = particles.size();
+    auto done = [&](const char* name) {
+      if (options.afterDataset) options.afterDataset(std::string(kGroup) + "/" + name);
+    };
+    writeTriples(g, "Coordinates", particles.x, particles.y, particles.z);
+    done("Coordinates");
+    writeTriples(g, "Velocities", particles.vx, particles.vy, particles.vz);
+    done("Velocities");
+    writeColumn(g, "Masses", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, particles.mass.data(), count);
+    done("Masses");
+    writeColumn(g, "ParticleIDs", H5T_STD_U64LE, H5T_NATIVE_UINT64, particles.id.data(), count);
+    done("ParticleIDs");
+    if (options.includeForces) {
+      writeColumn(g, "Potential", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, particles.pot.data(), count);
+      done("Potential");
+      writeTriples(g, "Acceleration", particles.ax, particles.ay, particles.az);
+      done("Acceleration");
+    }
+  }
+  check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush");
+  check(file.close(), "H5Fclose");
+}
+
+/// fsync()s a closed file so that the rename publishes data that are on disk, not only in the page cache.
+void syncFile(const std::filesystem::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int code = errno;  // before anything else can change it
+    throw IoError("cannot reopen " + detail::quoted(file) + " to sync it: " + errnoText(code));
+  }
+  const int status = ::fsync(fd);
+  const int code = errno;
+  ::close(fd);
+  if (status != 0) throw IoError("fsync of " + detail::quoted(file) + " failed: " + errnoText(code));
+}
+
+/// Best effort: makes the rename itself durable. Some file systems refuse fsync on a directory; that is not an error.
+void syncDirectory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::filesystem::path temporaryPathFor(const std::filesystem::path& target) {
+  static std::atomic<unsigned> counter{0};  // tells apart concurrent writes of one process
+  const std::string name = std::string(".") + target.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                           std::to_string(counter.fetch_add(1));
+  return target.parent_path() / name;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Reads a numeric attribute of `loc` converted to `memType` (T's native type); nullopt when absent.
+template <class T>
+std::optional<std::vector<T>> readNumericAttribute(hid_t loc, const char* name, hid_t memType,
+                                                   const std::string& where) {
+  const std::string what = where + " " + name;
+  const htri_t exists = H5Aexists(loc, name);
+  if (exists < 0) throw IoError("looking up attribute " + what + " failed: " + detail::hdf5ErrorText());
+  if (exists == 0) return std::nullopt;
+  Handle attribute = checked(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, "H5Aopen(" + what + ")");
+  Handle type = checked(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type(" + what + ")");
+  const H5T_class_t typeClass = H5Tget_class(type.get());
+  if (typeClass != H5T_INTEGER && typeClass != H5T_FLOAT) throw InputError("attribute " + what + " is not numeric");
+  Handle space = checked(H5Aget_space(attribute.get()), H5Sclose, "H5Aget_space(" + what + ")");
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  if (count < 0) throw IoError("H5Sget_simple_extent_npoints(" + what + ") failed: " + detail::hdf5ErrorText());
+  std::vector<T> values(static_cast<std::size_t>(count));
+  if (count > 0) check(H5Aread(attribute.get(), memType, values.data()), "H5Aread(" + what + ")");
+  return values;
+}
+
+/// A parameter attribute as text (see Snapshot::parameters); nullopt for types that have no text form here.
+std::optional<std::string> attributeText(hid_t group, const std::string& name) {
+  const std::string what = "attribute /Parameters " + name;
+  Handle attribute = checked(H5Aopen(group, name.c_str(), H5P_DEFAULT), H5Aclose, "H5Aopen(" + what + ")");
+  Handle type = checked(H5Aget_type(attribute.get()), H5Tclose, "H5Aget_type(" + what + ")");
+  Handle space = checked(H5Aget_space(attribute.get()), H5Sclose, "H5Aget_space(" + what + ")");
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  if (points < 0) throw IoError("H5Sget_simple_extent_npoints(" + what + ") failed: " + detail::hdf5ErrorText());
+  const auto count = static_cast<std::size_t>(points);
+  auto join = [](const auto& values, auto&& format) {
+    std::string text;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) text += ' ';
+      text += format(values[i]);
+    }
+    return text;
+  };
+  switch (H5Tget_class(type.get())) {
+    case H5T_INTEGER: {
+      if (H5Tget_sign(type.get()) == H5T_SGN_NONE) {
+        std::vector<std::uint64_t> values(count);
+        if (count > 0) check(H5Aread(attribute.get(), H5T_NATIVE_UINT64, values.data()), "H5Aread(" + what + ")");
+        return join(values, [](std::uint64_t v) { return std::to_string(v); });
+      }
+      std::vector<std::int64_t> values(count);
+      if (count > 0) check(H5Aread(attribute.get(), H5T_NATIVE_INT64, values.data()), "H5Aread(" + what + ")");
+      return join(values, [](std::int64_t v) { return std::to_string(v); });
+    }
+    case H5T_FLOAT: {
+      if (H5Tget_size(type.get()) <= sizeof(float)) {  // keep "0.1f" as "0.1", not 0.10000000149011612
+        std::vector<float> values(count);
+        if (count > 0) check(H5Aread(attribute.get(), H5T_NATIVE_FLOAT, values.data()), "H5Aread(" + what + ")");
+        return join(values, [](float v) { return shortestText(v); });
+      }
+      std::vector<double> values(count);
+      if (count > 0) check(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, values.data()), "H5Aread(" + what + ")");
+      return join(values, [](double v) { return shortestText(v); });
+    }
+    case H5T_STRING: {
+      if (count != 1) return std::nullopt;
+      Handle memType =
+          checked(H5Tget_native_type(type.get(), H5T_DIR_ASCEND), H5Tclose, "H5Tget_native_type(" + what + ")");
+      const htri_t variable = H5Tis_variable_str(type.get());
+      if (variable < 0) throw IoError("H5Tis_variable_str(" + what + ") failed: " + detail::hdf5ErrorText());
+      if (variable > 0) {
+        char* pointer = nullptr;
+        check(H5Aread(attribute.get(), memType.get(), &pointer), "H5Aread(" + what + ")");
+        std::string text = pointer != nullptr ? std::string(pointer) : std::string();
+        H5free_memory(pointer);
+        return text;
+      }
+      std::string buffer(H5Tget_size(memType.get()), '\0');
+      check(H5Aread(attribute.get(), memType.get(), buffer.data()), "H5Aread(" + what + ")");
+      buffer.resize(std::min(buffer.size(), buffer.find('\0')));
+      if (H5Tget_strpad(type.get()) == H5T_STR_SPACEPAD) {
+        buffer.erase(buffer.find_last_not_of(' ') + 1);
+      }
+      return buffer;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+/// Names of the attributes of `group`, in creation order when the file tracks it, else in name order.
+std::vector<std::string> attributeNames(hid_t group) {
+  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    try {
+      static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+    } catch (...) {
+      return -1;  // never let an exception cross the C library
+    }
+    return 0;
+  };
+  std::vector<std::string> names;
+  Handle gcpl = checked(H5Gget_create_plist(group), H5Pclose, "H5Gget_create_plist(/Parameters)");
+  unsigned flags = 0;
+  if (H5Pget_attr_creation_order(gcpl.get(), &flags) >= 0 && (flags & H5P_CRT_ORDER_TRACKED) != 0) {
+    hsize_t index = 0;
+    if (H5Aiterate2(group, H5_INDEX_CRT_ORDER, H5_ITER_INC, &index, collect, &names) >= 0) return names;
+    names.clear();
+  }
+  hsize_t index = 0;
+  check(H5Aiterate2(group, H5_INDEX_NAME, H5_ITER_INC, &index, collect, &names), "H5Aiterate2(/Parameters)");
+  return names;
+}
+
+std::vector<std::pair<std::string, std::string>> readParameters(hid_t file) {
+  std::vector<std::pair<std::string, std::string>> parameters;
+  if (!detail::linkExists(file, "Parameters", "group /Parameters")) return parameters;
+  Handle group = checked(H5Gopen2(file, "Parameters", H5P_DEFAULT), H5Gclose, "H5Gopen2(/Parameters)");
+  for (const std::string& name : attributeNames(group.get())) {
+    if (auto text = attributeText(group.get(), name)) parameters.emplace_back(name, std::move(*text));
+  }
+  return parameters;
+}
+
+/// An opened PartType1 dataset with its checked shape: `rows` x `columns` (columns = 1 for a 1-D dataset).
+struct Array {
+  Handle dataset;
+  std::string name;  // "PartType1/Coordinates"
+  hsize_t rows = 0;
+};
+
+/// Opens `group`/`name` if present and checks its rank, its column count (3 when `triple`) and its type class
+/// (integer for ids, integer or float otherwise).
+std::optional<Array> openArray(hid_t group, const char* name, bool triple, bool integerOnly) {
+  Array array;
+  array.name = std::string(kGroup) + "/" + name;
+  if (!detail::linkExists(group, name, "dataset " + array.name)) return std::nullopt;
+  const hid_t id = H5Dopen2(group, name, H5P_DEFAULT);
+  if (id < 0) throw InputError(array.name + " is not a readable dataset (" + detail::hdf5ErrorText() + ")");
+  array.dataset = Handle(id, H5Dclose);
+  Handle type = checked(H5Dget_type(id), H5Tclose, "H5Dget_type(" + array.name + ")");
+  const H5T_class_t typeClass = H5Tget_class(type.get());
+  if (integerOnly && typeClass != H5T_INTEGER) throw InputError(array.name + " must hold integers");
+  if (typeClass != H5T_INTEGER && typeClass != H5T_FLOAT) throw InputError(array.name + " must hold numbers");
+  Handle space = checked(H5Dget_space(id), H5Sclose, "H5Dget_space(" + array.name + ")");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw IoError("H5Sget_simple_extent_ndims(" + array.name + ") failed: " + detail::hdf5ErrorText());
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0) check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "H5Sget_simple_extent_dims");
+  const int expectedRank = triple ? 2 : 1;
+  if (rank != expectedRank || (triple && dims[1] != 3)) {
+    std::string shape = rank == 0 ? "scalar" : "";
+    for (int i = 0; i < rank; ++i) shape += (i == 0 ? "" : " x ") + std::to_string(dims[static_cast<std::size_t>(i)]);
+    throw InputError(array.name + " has shape " + shape + ", expected " + (triple ? "N x 3" : "N"));
+  }
+  array.rows = dims[0];
+  return array;
+}
+
+Array requireArray(hid_t group, const char* name, bool triple) {
+  auto array = openArray(group, name, triple, false);
+  if (!array) throw InputError("missing dataset " + std::string(kGroup) + "/" + name);
+  return std::move(*array);
+}
+
+void requireRows(const Array& array, hsize_t count) {
+  if (array.rows != count) {
+    throw InputError(array.name + " has " + std::to_string(array.rows) + " rows but " + kGroup + "/Coordinates has " +
+                     std::to_string(count));
+  }
+}
+
+void readColumn(const Array& array, hid_t memType, void* out) {
+  check(H5Dread(array.dataset.get(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), "H5Dread(" + array.name + ")");
+}
+
+/// Reads an N x 3 dataset (any numeric type, converted to double) into three SoA columns, block by block.
+void readTriples(const Array& array, std::vector<double>& x, std::vector<double>& y, std::vector<double>& z) {
+  const hsize_t count = array.rows;
+  Handle fileSpace = checked(H5Dget_space(array.dataset.get()), H5Sclose, "H5Dget_space(" + array.name + ")");
+  std::vector<double> buffer(std::min(count, kBlockRows) * 3);
+  for (hsize_t first = 0; first < count; first += kBlockRows) {
+    const hsize_t rows = std::min(kBlockRows, count - first);
+    const std::array<hsize_t, 2> start{first, 0};
+    const std::array<hsize_t, 2> extent{rows, 3};
+    check(H5Sselect_hyperslab(fileSpace.get(), H5S_SELECT_SET, start.data(), nullptr, extent.data(), nullptr),
+          "H5Sselect_hyperslab(" + array.name + ")");
+    Handle memSpace =
+        checked(H5Screate_simple(2, extent.data(), nullptr), H5Sclose, "H5Screate_simple(" + array.name + ")");
+    check(H5Dread(array.dataset.get(), H5T_NATIVE_DOUBLE, memSpace.get(), fileSpace.get(), H5P_DEFAULT, buffer.data()),
+          "H5Dread(" + array.name + ")");
+    for (hsize_t i = 0; i < rows; ++i) {
+      x[first + i] = buffer[3 * i + 0];
+      y[first + i] = buffer[3 * i + 1];
+      z[first + i] = buffer[3 * i + 2];
+    }
+  }
+}
+
+void requireFiniteValues(std::initializer_list<const std::vector<double>*> columns, const std::string& name,
+                         const std::vector<std::uint64_t>& ids) {
+  for (const auto* column : columns) {
+    const auto bad = std::find_if(column->begin(), column->end(), [](double v) { return !std::isfinite(v); });
+    if (bad != column->end()) {
+      const auto body = static_cast<std::size_t>(bad - column->begin());
+      throw InputError(name + " has a NaN or infinite value at body " + std::to_string(body) + " (ParticleID " +
+                       std::to_string(ids[body]) + ")");
+    }
+  }
+}
+
+/// The /Header facts that readSnapshot uses or checks; every field is optional in the file.
+struct HeaderInfo {
+  double time = 0.0;
+  double massTable1 = 0.0;
+};
+
+HeaderInfo readHeader(hid_t file, hsize_t count) {
+  HeaderInfo info;
+  if (!detail::linkExists(file, "Header", "group /Header")) return info;
+  Handle header = checked(H5Gopen2(file, "Header", H5P_DEFAULT), H5Gclose, "H5Gopen2(/Header)");
+  const hid_t h = header.get();
+  const std::string where = "/Header";
+  if (auto time = readNumericAttribute<double>(h, "Time", H5T_NATIVE_DOUBLE, where)) {
+    if (time->size() != 1 || !std::isfinite(time->front())) throw InputError("/Header Time is not one finite number");
+    info.time = time->front();
+  }
+  if (auto files = readNumericAttribute<std::int64_t>(h, "NumFilesPerSnapshot", H5T_NATIVE_INT64, where)) {
+    if (!files->empty() && files->front() > 1) {
+      throw InputError("the snapshot is split over " + std::to_string(files->front()) +
+                       " files (NumFilesPerSnapshot); matcha reads one-file snapshots only");
+    }
+  }
+  if (auto numPart = readNumericAttribute<std::uint64_t>(h, "NumPart_ThisFile", H5T_NATIVE_UINT64, where)) {
+    if (numPart->size() != 6)
+      throw InputError("/Header NumPart_ThisFile has " + std::to_string(numPart->size()) + " entries, expected 6");
+    for (std::size_t type = 0; type < 6; ++type) {
+      if (type != 1 && (*numPart)[type] != 0) {
+        throw InputError("/Header NumPart_ThisFile[" + std::to_string(type) +
+                         "] = " + std::to_string((*numPart)[type]) + ": the file holds particle type " +
+                         std::to_string(type) + ", but matcha reads PartType1 only");
+      }
+    }
+    if ((*numPart)[1] != count) {
+      throw InputError("/Header NumPart_ThisFile[1] = " + std::to_string((*numPart)[1]) + " but " + kGroup +
+                       "/Coordinates has " + std::to_string(count) + " rows");
+    }
+  }
+  if (auto massTable = readNumericAttribute<double>(h, "MassTable", H5T_NATIVE_DOUBLE, where)) {
+    if (massTable->size() != 6)
+      throw InputError("/Header MassTable has " + std::to_string(massTable->size()) + " entries, expected 6");
+    info.massTable1 = (*massTable)[1];
+  }
+  return info;
+}
+
+Snapshot readFile(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) throw IoError("no such file");
+  if (ec) throw IoError(ec.message());
+  if (status.type() == std::filesystem::file_type::directory) throw IoError("it is a directory");
+
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t isHdf5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
+#else
+  const htri_t isHdf5 = H5Fis_hdf5(path.c_str());
+#endif
+  if (isHdf5 < 0) throw IoError("cannot open the file: " + detail::hdf5ErrorText());
+  if (isHdf5 == 0) throw InputError("not an HDF5 file");
+  Handle fapl = detail::makeFileAccessList();
+  const hid_t fileId = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+  if (fileId < 0) throw IoError("cannot open the HDF5 file, truncated or corrupt: " + detail::hdf5ErrorText());
+  Handle file(fileId, H5Fclose);
+
+  if (!detail::linkExists(file.get(), kGroup, std::string("group /") + kGroup)) {
+    throw InputError(std::string("missing group /") + kGroup);
+  }
+  const hid_t groupId = H5Gopen2(file.get(), kGroup, H5P_DEFAULT);
+  if (groupId < 0)
+    throw InputError(std::string("/") + kGroup + " is not a readable group (" + detail::hdf5ErrorText() + ")");
+  Handle group(groupId, H5Gclose);
+  const hid_t g = group.get();
+
+  const Array coordinates = requireArray(g, "Coordinates", true);
+  const hsize_t count = coordinates.rows;
+  if (count == 0) throw InputError(coordinates.name + " has 0 rows: the snapshot holds no bodies");
+  const Array velocities = requireArray(g, "Velocities", true);
+  requireRows(velocities, count);
+  const auto masses = openArray(g, "Masses", false, false);
+  const auto ids = openArray(g, "ParticleIDs", false, true);
+  const auto potential = openArray(g, "Potential", false, false);
+  const auto acceleration = openArray(g, "Acceleration", true, false);
+  for (const auto* array : {&masses, &ids, &potential, &acceleration}) {
+    if (*array) requireRows(**array, count);
+  }
+  const HeaderInfo header = readHeader(file.get(), count);
+  if (!masses && !(header.massTable1 > 0.0 && std::isfinite(header.massTable1))) {
+    throw InputError(std::string("there is no ") + kGroup + "/Masses dataset and /Header MassTable[1] is " +
+                     shortestText(header.massTable1) + " (need one of them, MassTable[1] > 0)");
+  }
+
+  Snapshot snapshot;
+  snapshot.time = header.time;
+  snapshot.parameters = readParameters(file.get());
+  Particles& p = snapshot.particles;
+  p.resize(static_cast<std::size_t>(count));  // bad_alloc for absurd sizes becomes IoError in readSnapshot
+
+  if (ids) {
+    readColumn(*ids, H5T_NATIVE_UINT64, p.id.data());
+    std::vector<std::uint64_t> sorted = p.id;
+    std::sort(sorted.begin(), sorted.end());
+    const auto repeated = std::adjacent_find(sorted.begin(), sorted.end());
+    if (repeated != sorted.end()) throw InputError(ids->name + " repeats ParticleID " + std::to_string(*repeated));
+  } else {
+    std::iota(p.id.begin(), p.id.end(), std::uint64_t{0});
+  }
+  readTriples(coordinates, p.x, p.y, p.z);
+  requireFiniteValues({&p.x, &p.y, &p.z}, coordinates.name, p.id);
+  readTriples(velocities, p.vx, p.vy, p.vz);
+  requireFiniteValues({&p.vx, &p.vy, &p.vz}, velocities.name, p.id);
+  if (masses) {
+    readColumn(*masses, H5T_NATIVE_DOUBLE, p.mass.data());
+    requireFiniteValues({&p.mass}, masses->name, p.id);
+    const auto bad = std::find_if(p.mass.begin(), p.mass.end(), [](double m) { return !(m > 0.0); });
+    if (bad != p.mass.end()) {
+      const auto body = static_cast<std::size_t>(bad - p.mass.begin());
+      throw InputError(masses->name + " has a mass <= 0 (" + shortestText(*bad) + ") at body " + std::to_string(body) +
+                       " (ParticleID " + std::to_string(p.id[body]) + ")");
+    }
+  } else {
+    std::fill(p.mass.begin(), p.mass.end(), header.massTable1);
+  }
+  if (potential) {
+    readColumn(*potential, H5T_NATIVE_DOUBLE, p.pot.data());
+    requireFiniteValues({&p.pot}, potential->name, p.id);
+  }
+  if (acceleration) {
+    readTriples(*acceleration, p.ax, p.ay, p.az);
+    requireFiniteValues({&p.ax, &p.ay, &p.az}, acceleration->name, p.id);
+  }
+  return snapshot;
+}
+
+}  // namespace
+
+void writeSnapshot(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
+                   const SnapshotWriteOptions& options) {
+  const std::string prefix = "cannot write snapshot " + detail::quoted(path) + ": ";
+  if (path.filename().empty()) throw InputError(prefix + "the path names no file");
+  const detail::ErrorPrintingOff quiet;
+  const std::filesystem::path temporary = temporaryPathFor(path);
+  try {
+    checkWritable(particles, meta);
+    writeFile(temporary, particles, meta, options);
+    syncFile(temporary);
+    std::filesystem::rename(temporary, path);  // atomic on POSIX: readers see the old file or the new one
+    syncDirectory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    rethrowWithPrefix(prefix);
+  }
+}
+
+Snapshot readSnapshot(const std::filesystem::path& path) {
+  const detail::ErrorPrintingOff quiet;
+  try {
+    return readFile(path);
+  } catch (...) {
+    rethrowWithPrefix("cannot read snapshot " + detail::quoted(path) + ": ");
+  }
+}
+
+}  // namespace matcha::io

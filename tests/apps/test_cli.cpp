@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+// The `matcha` binary as a user meets it: bad input gets one line on stderr and a non-zero exit, never a crash;
+// good input runs end to end; --config values are overridden by the command line and echoed into the output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "matcha/io/snapshot.hpp"
+#include "matcha/testing/generators.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exitCode = -1;
+  bool crashed = false;  // killed by a signal
+  std::string out, err;
+};
+
+std::string readFile(const fs::path& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("matcha-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result matcha(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    // A timeout turns a hang into a failure instead of a stuck test run.
+    const std::string command = "cd '" + dir_.string() + "' && timeout 300 '" MATCHA_BINARY "' " + args + " >'" +
+                                out.string() + "' 2>'" + err.string() + "' </dev/null";
+    const int status = std::system(command.c_str());
+    Result result;
+    result.crashed = WIFSIGNALED(status);
+    result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = readFile(out);
+    result.err = readFile(err);
+    return result;
+  }
+
+  // Bad input: non-zero exit (not a crash, not the timeout), exactly one line on stderr naming the problem.
+  void expectOneLineError(const std::string& args, const std::string& mentions) const {
+    SCOPED_TRACE("matcha " + args);
+    const Result result = matcha(args);
+    EXPECT_FALSE(result.crashed);
+    EXPECT_NE(result.exitCode, 0);
+    EXPECT_NE(result.exitCode, 124) << "timed out";
+    ASSERT_FALSE(result.err.empty());
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_EQ(result.err.rfind("matcha: error:", 0), 0u) << result.err;
+    EXPECT_NE(result.err.find(mentions), std::string::npos) << result.err;
+  }
+
+  void writeText(const std::string& name, const std::string& text) const { std::ofstream(dir_ / name) << text; }
+
+  fs::path dir_;
+};
+
+constexpr const char* kTinyRun = "run -n 256 --dt 0.015625 --t-end 0.0625 --output-interval 0.03125";
+
+TEST_F(Cli, RejectsOutOfRangeNumbers) {
+  expectOneLineError("run -n 0", "bodies");
+  expectOneLineError("run -n -5", "bodies");
+  expectOneLineError("compare -n 0", "bodies");
+  expectOneLineError("ic plummer -n 0", "bodies");
+  expectOneLineError("run --theta 0", "theta");
+  expectOneLineError("run --theta 1.6", "theta");
+  expectOneLineError("compare --theta -0.5", "theta");
+  expectOneLineError("run --ncrit 0", "ncrit");
+  expectOneLineError("run --nleaf 0", "nleaf");
+  expectOneLineError("run --eps -0.01", "eps");
+  expectOneLineError("run --dt 0", "dt");
+  expectOneLineError("run --dt -0.1", "dt");
+  expectOneLineError("run --output-interval 0", "output-interval");
+  expectOneLineError("run --dt 0.01 --t-end 0.015", "multiple");
+}
+
+TEST_F(Cli, RejectsNonFiniteNumbers) {
+  expectOneLineError("run --theta nan", "theta");
+  expectOneLineError("run --eps inf", "eps");
+  expectOneLineError("run --dt nan", "dt");
+  expectOneLineError("run --t-end inf", "t-end");
+}
+
+TEST_F(Cli, RejectsUnknownOptionsAndValues) {
+  expectOneLineError("run --bogus 3", "bogus");
+  expectOneLineError("run --solver fmm", "solver");
+  expectOneLineError("run --engine opencl", "engine");
+  expectOneLineError("run -n abc", "bodies");
+  expectOneLineError("frobnicate", "subcommand");
+}
+
+TEST_F(Cli, RejectsBadParameterFiles) {
+  expectOneLineError("run --config missing.toml", "missing.toml");
+  writeText("unknown.toml", "theta = 0.5\nopening_angle = 0.7\n");
+  expectOneLineError("run --config unknown.toml", "opening_angle");
+  writeText("bad-value.toml", "theta = \"wide\"\n");
+  expectOneLineError("run --config bad-value.toml", "theta");
+  writeText("out-of-range.toml", "ncrit = 0\n");
+  expectOneLineError("run --config out-of-range.toml", "ncrit");
+  writeText("section.toml", "[tree]\ntheta = 0.5\n");
+  expectOneLineError("run --config section.toml", "section");
+}
+
+TEST_F(Cli, RejectsBadInitialConditionFiles) {
+  expectOneLineError("run --ic missing.hdf5", "missing.hdf5");
+  writeText("garbage.hdf5", "this is not an HDF5 file at all\n");
+  expectOneLineError("run --ic garbage.hdf5", "garbage.hdf5");
+  ASSERT_EQ(matcha("ic plummer -n 2000 --out good.hdf5").exitCode, 0);
+  fs::resize_file(dir_ / "good.hdf5", fs::file_size(dir_ / "good.hdf5") / 2);
+  expectOneLineError("run --ic good.hdf5", "good.hdf5");
+  expectOneLineError("compare --ic good.hdf5", "good.hdf5");
+
+  matcha::Particles bodies = matcha::testing::plummer(100, 3);
+  bodies.vx[42] = std::nan("");
+  matcha::io::writeSnapshot(dir_ / "nan.hdf5", bodies, {}, {false, {}});
+  expectOneLineError("run --ic nan.hdf5", "NaN");
+  expectOneLineError("run --ic nan.hdf5 -n 100", "bodies");  // --ic and -n exclude each other
+}
+
+TEST_F(Cli, RejectsUnwritableOutput) {
+  writeText("a-file", "x");
+  expectOneLineError("run -n 64 --out a-file/sub", "a-file");
+  expectOneLineError("ic plummer -n 64 --out a-file/sub/ic.hdf5", "a-file");
+}
+
+TEST_F(Cli, CudaEngineWithoutDeviceSaysSo) {
+  const Result result = matcha(std::string(kTinyRun) + " --engine cuda --out cuda-out");
+  if (result.exitCode == 0) GTEST_SKIP() << "a CUDA device is present here; this test is for machines without one";
+  expectOneLineError(std::string(kTinyRun) + " --engine cuda --out cuda-out", "cuda");
+}
+
+TEST_F(Cli, TinyRunWritesSnapshotsLogParametersAndJsonSummary) {
+  const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out run1 --json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  const nlohmann::json summary = nlohmann::json::parse(result.out);
+  EXPECT_EQ(summary["steps"], 4);
+  EXPECT_EQ(summary["bodies"], 256);
+  EXPECT_LT(summary["relative_energy_error"].get<double>(), 1e-3);
+  EXPECT_GT(summary["interactions"]["body_body"].get<double>(), 0.0);
+  for (const char* name : {"snapshot_000.hdf5", "snapshot_001.hdf5", "snapshot_002.hdf5", "diagnostics.log",
+                           "used_parameters.toml", "summary.json"}) {
+    EXPECT_TRUE(fs::exists(dir_ / "run1" / name)) << name;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "run1" / "snapshot_003.hdf5"));
+  const matcha::io::Snapshot last = matcha::io::readSnapshot(dir_ / "run1" / "snapshot_002.hdf5");
+  EXPECT_DOUBLE_EQ(last.time, 0.0625);
+  EXPECT_EQ(last.particles.size(), 256u);
+  const std::string log = readFile(dir_ / "run1" / "diagnostics.log");
+  EXPECT_GE(std::count(log.begin(), log.end(), '\n'), 5);
+}
+
+TEST_F(Cli, CommandLineOverridesConfigAndUsedParametersReplay) {
+  writeText("params.toml", "# a comment\ntheta = 0.7\nncrit = 32\nbodies = 300\n");
+  const Result first = matcha(std::string("run --config params.toml --theta 0.4 --dt 0.03125 --t-end 0.0625 ") +
+                              "--output-interval 0.0625 --engine cpu --out a --json");
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  const std::string used = readFile(dir_ / "a" / "used_parameters.toml");
+  EXPECT_NE(used.find("theta = 0.4"), std::string::npos) << used;
+  EXPECT_NE(used.find("ncrit = 32"), std::string::npos) << used;
+  EXPECT_NE(used.find("bodies = 300"), std::string::npos) << used;
+  EXPECT_NE(used.find("eps = "), std::string::npos) << "defaults are echoed too:\n" << used;
+  // The echoed file is itself a parameter file that reproduces the run.
+  fs::copy_file(dir_ / "a" / "used_parameters.toml", dir_ / "replay.toml");
+  const Result replay = matcha("run --config replay.toml --out b --json");
+  ASSERT_EQ(replay.exitCode, 0) << replay.err;
+  EXPECT_EQ(nlohmann::json::parse(first.out)["final_energy"], nlohmann::json::parse(replay.out)["final_energy"]);
+}
+
+TEST_F(Cli, IcFileFeedsRunAndCompare) {
+  ASSERT_EQ(matcha("ic plummer -n 1500 --seed 9 --out ic/plummer.hdf5").exitCode, 0);
+  const matcha::io::Snapshot ic = matcha::io::readSnapshot(dir_ / "ic" / "plummer.hdf5");
+  EXPECT_EQ(ic.particles.size(), 1500u);
+  const Result run = matcha("run --ic ic/plummer.hdf5 --dt 0.03125 --t-end 0.0625 --out r --engine cpu --json");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  EXPECT_EQ(nlohmann::json::parse(run.out)["bodies"], 1500);
+  const Result compare = matcha("compare --ic ic/plummer.hdf5 --engine cpu --json");
+  ASSERT_EQ(compare.exitCode, 0) << compare.err;
+  const nlohmann::json report = nlohmann::json::parse(compare.out);
+  EXPECT_EQ(report["bodies"], 1500);
+  EXPECT_LT(report["tree_error"]["p99"].get<double>(), 5e-3);
+  EXPECT_LT(report["direct_error"]["max"].get<double>(), 1e-4);
+  EXPECT_GT(report["interactions_per_body"]["body_body"].get<double>(), 0.0);
+  EXPECT_GT(report["tree"]["groups"].get<double>(), 1.0);
+}
+
+TEST_F(Cli, DirectSolverRunConservesEnergy) {
+  // Softening 0.05 keeps 256 bodies collisionless over these 4 steps of 1/64: leapfrog then errs ~ (dt/t_dyn)^2.
+  const Result result = matcha(std::string(kTinyRun) + " --eps 0.05 --solver direct --engine cpu --out d --json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_LT(nlohmann::json::parse(result.out)["relative_energy_error"].get<double>(), 1e-4);
+}
+
+}  // namespace

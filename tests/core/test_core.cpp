@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/force_error.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/core/particles.hpp"
+
+namespace matcha {
+namespace {
+
+TEST(Params, DefaultsAreValid) {
+  EXPECT_NO_THROW(TreeParams{}.validate());
+  EXPECT_NO_THROW(GravityParams{}.validate());
+  EXPECT_NO_THROW(IntegratorParams{}.validate());
+}
+
+TEST(Params, RejectOutOfRangeAndNonFiniteValues) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double theta : {0.0, -1.0, 1.5000001, nan, inf}) {
+    TreeParams tree;
+    tree.theta = theta;
+    EXPECT_THROW(tree.validate(), InputError) << theta;
+  }
+  TreeParams tree;
+  tree.theta = 1.5;
+  EXPECT_NO_THROW(tree.validate());
+  tree.ncrit = 0;
+  EXPECT_THROW(tree.validate(), InputError);
+  for (double eps : {-1e-9, nan, inf}) {
+    GravityParams gravity;
+    gravity.eps = eps;
+    EXPECT_THROW(gravity.validate(), InputError) << eps;
+  }
+  GravityParams unsoftened;
+  unsoftened.eps = 0.0;
+  EXPECT_NO_THROW(unsoftened.validate());
+  for (double dt : {0.0, -0.1, nan, inf}) {
+    IntegratorParams integrator;
+    integrator.dt = dt;
+    EXPECT_THROW(integrator.validate(), InputError) << dt;
+  }
+  IntegratorParams integrator;
+  integrator.outputInterval = 0.0;
+  EXPECT_THROW(integrator.validate(), InputError);
+}
+
+TEST(Params, ErrorMessagesAreOneLine) {
+  TreeParams tree;
+  tree.theta = 7.0;
+  try {
+    tree.validate();
+    FAIL() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+    EXPECT_NE(std::string(error.what()).find("theta"), std::string::npos);
+  }
+}
+
+TEST(Particles, PermuteMovesEveryArrayTogether) {
+  Particles p(4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    p.x[i] = double(i);
+    p.vz[i] = 10.0 * double(i);
+    p.mass[i] = 1.0 + double(i);
+    p.pot[i] = -double(i);
+    p.id[i] = 100 + i;
+  }
+  const std::vector<std::uint32_t> order{2, 0, 3, 1};
+  p.permute(order);
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(p.x[k], double(order[k]));
+    EXPECT_EQ(p.vz[k], 10.0 * double(order[k]));
+    EXPECT_EQ(p.mass[k], 1.0 + double(order[k]));
+    EXPECT_EQ(p.pot[k], -double(order[k]));
+    EXPECT_EQ(p.id[k], 100 + order[k]);
+  }
+}
+
+TEST(Particles, ValidateNamesTheBadBody) {
+  Particles p(3);
+  p.mass = {1.0, 1.0, 1.0};
+  EXPECT_NO_THROW(p.validate());
+  p.vy[1] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(p.validate(), InputError);
+  p.vy[1] = 0.0;
+  p.mass[2] = 0.0;
+  EXPECT_THROW(p.validate(), InputError);
+}
+
+TEST(ForceError, PercentilesAreNearestRank) {
+  std::vector<double> values;
+  for (int i = 100; i >= 1; --i) values.push_back(double(i));
+  EXPECT_EQ(percentile(values, 0.5), 50.0);
+  EXPECT_EQ(percentile(values, 0.99), 99.0);
+  EXPECT_EQ(percentile(values, 1.0), 100.0);
+  EXPECT_EQ(percentile(values, 0.0), 1.0);
+  EXPECT_EQ(percentile({}, 0.5), 0.0);
+}
+
+TEST(ForceError, RelativeErrorsOfKnownVectors) {
+  const std::vector<double> refX{3.0, 0.0}, refY{4.0, 0.0}, refZ{0.0, 0.0};
+  const std::vector<double> testX{3.0, 0.5}, testY{4.5, 0.0}, testZ{0.0, 0.0};
+  const std::vector<double> errors = relativeForceErrors({testX, testY, testZ}, {refX, refY, refZ});
+  EXPECT_DOUBLE_EQ(errors[0], 0.1);  // |(0, 0.5, 0)| / 5
+  EXPECT_DOUBLE_EQ(errors[1], 0.5);  // zero reference: the absolute error shows
+  const ForceErrorStats stats = summariseForceErrors({testX, testY, testZ}, {refX, refY, refZ});
+  EXPECT_EQ(stats.count, 2u);
+  EXPECT_DOUBLE_EQ(stats.max, 0.5);
+}
+
+}  // namespace
+}  // namespace matcha
