@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/gpu/cpu_engine.hpp"
 
-#include <omp.h>
+#include <tbb/blocked_range.h>
+#include <tbb/combinable.h>
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/info.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
@@ -128,22 +132,23 @@ InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles
   MATCHA_ASSERT(plan.groupCentres.size() == 3 * plan.numGroups(), "plan has no centre for some group");
   MATCHA_ASSERT(plan.cellListOffsets.size() == plan.numGroups() + 1, "plan cell offsets malformed");
   MATCHA_ASSERT(plan.bodyListOffsets.size() == plan.numGroups() + 1, "plan body offsets malformed");
-  const auto numGroups = static_cast<std::int64_t>(plan.numGroups());
-  std::uint64_t bodyBody = 0, bodyCell = 0;
-#pragma omp parallel reduction(+ : bodyBody, bodyCell)
-  {
-    PackedList<Real> list;  // one per thread, reused across its groups
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t g = 0; g < numGroups; ++g) {
-      const auto group = static_cast<std::size_t>(g);
+  // Threads come from TBB, the pool the tree already uses; OpenMP supplies only the SIMD directive. Two thread
+  // runtimes side by side each spin-wait on the cores while the other works: measured 40x slower force calls at
+  // small N and ~2x at N = 65536 on 2 cores.
+  tbb::enumerable_thread_specific<PackedList<Real>> lists;  // one per thread, reused across its groups
+  tbb::combinable<InteractionCounts> counts;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, plan.numGroups(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
+    PackedList<Real>& list = lists.local();
+    InteractionCounts& local = counts.local();
+    for (std::size_t group = r.begin(); group != r.end(); ++group) {
       packGroupList(sources, cells, plan, group, list);
       evaluateGroupDispatch(sources, plan, group, list, gravity, out);
       const std::uint64_t numTargets = plan.groups[group].size();
-      bodyBody += numTargets * plan.numListBodies(group);
-      bodyCell += numTargets * plan.numListCells(group);
+      local.bodyBody += numTargets * plan.numListBodies(group);
+      local.bodyCell += numTargets * plan.numListCells(group);
     }
-  }
-  return {bodyBody, bodyCell};
+  });
+  return counts.combine([](InteractionCounts a, const InteractionCounts& b) { return a += b; });
 }
 
 }  // namespace
@@ -152,7 +157,7 @@ CpuEngine::CpuEngine(Precision precision) : precision_(precision) {}
 
 std::string CpuEngine::name() const {
   return std::string(precision_ == Precision::float32 ? "cpu-float" : "cpu-double") + " (" +
-         std::to_string(omp_get_max_threads()) + " threads)";
+         std::to_string(tbb::info::default_concurrency()) + " threads)";
 }
 
 InteractionCounts CpuEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,

@@ -92,11 +92,12 @@ TEST_P(TreeAccuracy, ErrorFallsAsThetaFalls) {
 // cell's own pull (Barnes & Hut 1989, ApJS 70, 389, §2), with b <= (sqrt 3 / 2) l and d >= l / theta, i.e. ~0.28
 // at theta = 0.5 for the worst-placed cell. The hundreds of cells of one list err in uncorrelated directions
 // and the nearest bodies are summed exactly, so the total error is 1e-3-ish for most bodies: measured here
-// (N = 65536 Plummer, ncrit 16-256) median 3-5e-4, p99 1.9-3.1e-3. We assert p99 < 5e-3 and median < 1e-3, and
-// allow the rare body whose total force nearly cancels a max of 5e-2. The clump-in-halo input is harder: halo
-// bodies see the clump, a third of the mass, through a few cells whose quadrupole error is not diluted by the rest
-// of the list; measured p99 5-9e-3, so it gets twice the bounds, and its max (up to 0.14 measured, a halo body
-// where the halo's and the clump's pulls nearly cancel) 0.3. Quadrupole cells (issue 4) tighten all of these.
+// (Plummer, nleaf 8, ncrit 16/64/256, 25 seeds at N = 16000) worst median 7.7e-4, worst p99 5.0e-3, worst max
+// 4.4e-2 (a body whose total force nearly cancels). Bounds, with room for unseen seeds: median 1.5e-3, p99 7.5e-3,
+// max 0.1. The clump-in-halo input is harder: halo bodies see the clump, a third of the mass, through a few cells
+// whose quadrupole error is not diluted by the rest of the list (measured p99 5-9e-3), so it gets twice the median
+// and p99 bounds and a max of 0.3 (up to 0.14 measured: a halo body where the halo's and the clump's pulls nearly
+// cancel). Quadrupole cells (issue 4) tighten all of these.
 TEST_P(TreeAccuracy, ThetaHalfStaysWithinMonopoleBound) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -106,9 +107,9 @@ TEST_P(TreeAccuracy, ThetaHalfStaysWithinMonopoleBound) {
     SCOPED_TRACE("ncrit " + std::to_string(ncrit));
     const ForceErrorStats error = treeError(oracle, 0.5, gpu::Precision::float32, gravity, ncrit);
     const double scale = GetParam() == 0 ? 1.0 : 2.0;
-    EXPECT_LT(error.median, 1e-3 * scale);
-    EXPECT_LT(error.p99, 5e-3 * scale);
-    EXPECT_LT(error.max, GetParam() == 0 ? 5e-2 : 3e-1);
+    EXPECT_LT(error.median, 1.5e-3 * scale);
+    EXPECT_LT(error.p99, 7.5e-3 * scale);
+    EXPECT_LT(error.max, GetParam() == 0 ? 0.1 : 0.3);
   }
 }
 

@@ -21,8 +21,10 @@ struct GravityParams {
 /// Tree construction and walk.
 struct TreeParams {
   double theta = 0.5;        ///< opening angle of the Barnes-Hut criterion, in (0, 1.5]
+  // Defaults measured on the CPU engine, Plummer N = 65536, theta 0.5 (bench/RESULTS.md): ncrit 64 with nleaf 4 or 8
+  // is fastest (within noise of each other), nleaf 16 is 5-10% slower, ncrit 32/128/256 10-25% slower.
   std::uint32_t ncrit = 64;  ///< most bodies in one group (one interaction list per group); >= 1
-  std::uint32_t nleaf = 16;  ///< most bodies in one leaf cell (a leaf holds more only at the deepest level); >= 1
+  std::uint32_t nleaf = 8;   ///< most bodies in one leaf cell (a leaf holds more only at the deepest level); >= 1
   /// Upper bound on list entries (bodies + cells) per batch of groups handed to the engine at once; bounds memory
   /// for large N and lets the walk of one batch overlap the force work of the previous one.
   std::uint64_t maxBatchEntries = std::uint64_t{1} << 25;
