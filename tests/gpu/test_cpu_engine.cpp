@@ -10,21 +10,13 @@
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/direct_solver.hpp"
+#include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
 
 namespace matcha::gpu {
 namespace {
 
-// Traps division by zero, invalid operations and overflow for the scope, so that an eps = 0 self term that
-// produced inf or NaN kills the test instead of slipping through (SWIFT's habit).
-class FloatingPointTraps {
- public:
-  FloatingPointTraps() {
-    std::feclearexcept(FE_ALL_EXCEPT);
-    feenableexcept(FE_DIVBYZERO | FE_INVALID | FE_OVERFLOW);
-  }
-  ~FloatingPointTraps() { fedisableexcept(FE_DIVBYZERO | FE_INVALID | FE_OVERFLOW); }
-};
+using FloatingPointTraps = testing::ScopedFloatingPointTraps;
 
 void poison(Particles& p) {
   for (auto* array : {&p.ax, &p.ay, &p.az, &p.pot}) std::fill(array->begin(), array->end(), std::nan(""));

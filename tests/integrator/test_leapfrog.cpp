@@ -19,6 +19,7 @@
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/integrator/run_loop.hpp"
+#include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
 
 namespace {
@@ -31,11 +32,7 @@ namespace mi = matcha::integrator;
 /// Turns NaN, division by zero and overflow into SIGFPE for the whole binary, so a NaN fails loudly (STYLE.md 11).
 class FloatingPointTraps : public ::testing::Environment {
  public:
-  void SetUp() override {
-#if defined(__GLIBC__)
-    feenableexcept(FE_INVALID | FE_DIVBYZERO | FE_OVERFLOW);
-#endif
-  }
+  void SetUp() override { matcha::testing::enableFloatingPointTraps(); }
 };
 [[maybe_unused]] const auto* const kTraps = ::testing::AddGlobalTestEnvironment(new FloatingPointTraps);
 

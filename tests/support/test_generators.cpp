@@ -14,6 +14,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/ic/plummer.hpp"
+#include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
 
 namespace {
@@ -25,11 +26,7 @@ namespace testing_ = matcha::testing;
 /// Turns NaN, division by zero and overflow into SIGFPE for the whole binary, so a NaN fails loudly (STYLE.md 11).
 class FloatingPointTraps : public ::testing::Environment {
  public:
-  void SetUp() override {
-#if defined(__GLIBC__)
-    feenableexcept(FE_INVALID | FE_DIVBYZERO | FE_OVERFLOW);
-#endif
-  }
+  void SetUp() override { matcha::testing::enableFloatingPointTraps(); }
 };
 [[maybe_unused]] const auto* const kTraps = ::testing::AddGlobalTestEnvironment(new FloatingPointTraps);
 
