@@ -11,6 +11,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "matcha/testing/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using matcha::IoError;
@@ -18,26 +19,7 @@ using matcha::io::ensureWritableDirectory;
 
 namespace {
 
-/// A fresh directory under the system temp directory, removed with its contents at scope exit.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::random_device device;
-    path_ = fs::temp_directory_path() / ("matcha-io-dir-test-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(device()) + std::to_string(device()));
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using matcha::testing::ScratchDir;
 
 std::string ioErrorMessage(const fs::path& dir) {
   try {

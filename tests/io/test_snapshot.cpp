@@ -24,6 +24,8 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "matcha/testing/generators.hpp"
+#include "matcha/testing/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using matcha::InputError;
@@ -37,46 +39,12 @@ using matcha::io::writeSnapshot;
 
 namespace {
 
-/// A fresh directory under the system temp directory, removed with its contents at scope exit.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::random_device device;
-    path_ = fs::temp_directory_path() / ("matcha-io-test-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(device()) + std::to_string(device()));
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
+using matcha::testing::ScratchDir;
 
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
-  /// Names of every entry in the directory, hidden ones included.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
-
-/// The test seed: MATCHA_TEST_SEED if set, else fresh from std::random_device. Printed so a failure can be replayed.
+/// A fresh seed (MATCHA_TEST_SEED replays one), recorded in the XML report and printed for the log.
 std::uint64_t testSeed() {
-  std::uint64_t seed = 0;
-  if (const char* fixed = std::getenv("MATCHA_TEST_SEED")) {
-    seed = std::stoull(fixed);
-  } else {
-    std::random_device device;
-    seed = (std::uint64_t{device()} << 32) ^ device();
-  }
-  std::cout << "[ seed     ] MATCHA_TEST_SEED=" << seed << "\n";
+  const std::uint64_t seed = matcha::testing::freshSeed();
+  std::cout << "[ seed     ] " << matcha::testing::seedTrace(seed) << "\n";
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   return seed;
 }
