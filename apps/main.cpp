@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `matcha`: the command line. The only place that turns an error into a message and an exit code (STYLE.md habit 9).
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <iostream>
 #include <string>

@@ -36,14 +36,14 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
   if (sets & kIntegrator) {
     command.add_option("--dt", options.integrator.dt, "leapfrog time step, > 0")->capture_default_str();
     command.add_option("--t-end", options.integrator.tEnd, "end time (a multiple of dt)")->capture_default_str();
-    command.add_option("--output-interval", options.integrator.outputInterval,
-                       "time between snapshots and diagnostics")
+    command
+        .add_option("--output-interval", options.integrator.outputInterval, "time between snapshots and diagnostics")
         ->capture_default_str();
   }
   if (sets & kSolver) {
     command.add_option("--solver", options.solver, "force solver")
-        ->transform(CLI::CheckedTransformer(std::map<std::string, SolverKind>{{"tree", SolverKind::tree},
-                                                                              {"direct", SolverKind::direct}}))
+        ->transform(CLI::CheckedTransformer(
+            std::map<std::string, SolverKind>{{"tree", SolverKind::tree}, {"direct", SolverKind::direct}}))
         ->default_str("tree");
   }
   if (sets & kEngine) {
@@ -101,9 +101,9 @@ std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::Ap
     if (name == "help" || name == "config" || name.empty()) continue;
     // An option that was not given and is excluded by one that was (-n when --ic is used) did not take part.
     const auto excludes = option->get_excludes();  // returned by value
-    const bool excluded = option->count() == 0 && std::any_of(excludes.begin(), excludes.end(), [](const CLI::Option* other) {
-                            return other->count() > 0;
-                          });
+    const bool excluded =
+        option->count() == 0 &&
+        std::any_of(excludes.begin(), excludes.end(), [](const CLI::Option* other) { return other->count() > 0; });
     if (excluded) continue;
     std::string value;
     if (option->count() > 0) {
@@ -145,8 +145,9 @@ Particles loadInitialConditions(const Options& options) {
 
 }  // namespace matcha::app
 
-#include <cstdio>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include "matcha/gpu/direct_solver.hpp"
 #include "matcha/tree/tree_solver.hpp"

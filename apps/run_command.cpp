@@ -98,12 +98,13 @@ int runSimulation(const CLI::App& command, const Options& options) {
   if (options.json) {
     std::cout << json.dump(2) << std::endl;
   } else {
-    std::printf("summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s); %.3e interactions/s "
-                "(%.0f body-body + %.0f body-cell per body per step)\n",
-                summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
-                summary.wallSeconds, summary.forceSeconds, interactionsPerSecond,
-                double(summary.interactions.bodyBody) / double(particles.size()) / double(summary.steps + 1),
-                double(summary.interactions.bodyCell) / double(particles.size()) / double(summary.steps + 1));
+    std::printf(
+        "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s); %.3e interactions/s "
+        "(%.0f body-body + %.0f body-cell per body per step)\n",
+        summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
+        summary.wallSeconds, summary.forceSeconds, interactionsPerSecond,
+        double(summary.interactions.bodyBody) / double(particles.size()) / double(summary.steps + 1),
+        double(summary.interactions.bodyCell) / double(particles.size()) / double(summary.steps + 1));
   }
   return 0;
 }

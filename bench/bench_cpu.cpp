@@ -63,9 +63,17 @@ void BM_TreeCpu(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_DirectCpu, float, matcha::gpu::Precision::float32)
-    ->ArgName("N")->RangeMultiplier(4)->Range(1 << 10, 1 << 16)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->RangeMultiplier(4)
+    ->Range(1 << 10, 1 << 16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_DirectCpu, double, matcha::gpu::Precision::float64)
-    ->ArgName("N")->RangeMultiplier(4)->Range(1 << 10, 1 << 14)->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->ArgName("N")
+    ->RangeMultiplier(4)
+    ->Range(1 << 10, 1 << 14)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_TreeCpu)
     ->ArgNames({"N", "theta100", "ncrit"})
     ->ArgsProduct({{1 << 14, 1 << 16, 1 << 18}, {30, 50, 70}, {16, 64, 256}})

@@ -32,16 +32,20 @@ void IntegratorParams::validate() const {
   requireFinite(outputInterval, "output-interval");
   if (dt <= 0.0) throw InputError("dt must be > 0 (got " + std::to_string(dt) + ")");
   if (tEnd < 0.0) throw InputError("t-end must be >= 0 (got " + std::to_string(tEnd) + ")");
-  if (outputInterval <= 0.0) throw InputError("output-interval must be > 0 (got " + std::to_string(outputInterval) + ")");
+  if (outputInterval <= 0.0)
+    throw InputError("output-interval must be > 0 (got " + std::to_string(outputInterval) + ")");
 }
 
 std::string toString(SolverKind kind) { return kind == SolverKind::tree ? "tree" : "direct"; }
 
 std::string toString(EngineKind kind) {
   switch (kind) {
-    case EngineKind::automatic: return "auto";
-    case EngineKind::cpu: return "cpu";
-    case EngineKind::cuda: return "cuda";
+    case EngineKind::automatic:
+      return "auto";
+    case EngineKind::cpu:
+      return "cpu";
+    case EngineKind::cuda:
+      return "cuda";
   }
   return "unknown";
 }

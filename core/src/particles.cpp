@@ -34,8 +34,11 @@ void Particles::validate() const {
   for (std::size_t i = 0; i < size(); ++i) {
     const bool finite = std::isfinite(x[i]) && std::isfinite(y[i]) && std::isfinite(z[i]) && std::isfinite(vx[i]) &&
                         std::isfinite(vy[i]) && std::isfinite(vz[i]) && std::isfinite(mass[i]);
-    if (!finite) throw InputError("body " + std::to_string(i) + " (id " + std::to_string(id[i]) + ") has a NaN or infinite position, velocity or mass");
-    if (mass[i] <= 0.0) throw InputError("body " + std::to_string(i) + " (id " + std::to_string(id[i]) + ") has mass <= 0");
+    if (!finite)
+      throw InputError("body " + std::to_string(i) + " (id " + std::to_string(id[i]) +
+                       ") has a NaN or infinite position, velocity or mass");
+    if (mass[i] <= 0.0)
+      throw InputError("body " + std::to_string(i) + " (id " + std::to_string(id[i]) + ") has mass <= 0");
   }
 }
 

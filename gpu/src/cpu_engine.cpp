@@ -65,8 +65,9 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
 }
 
 template <class Real>
-[[gnu::always_inline]] inline void evaluateGroup(const SourceView& sources, const InteractionPlan& plan, std::size_t group,
-                   const PackedList<Real>& list, const GravityParams& gravity, const ForceView& out) {
+[[gnu::always_inline]] inline void evaluateGroup(const SourceView& sources, const InteractionPlan& plan,
+                                                 std::size_t group, const PackedList<Real>& list,
+                                                 const GravityParams& gravity, const ForceView& out) {
   const double cx = plan.groupCentres[3 * group + 0];
   const double cy = plan.groupCentres[3 * group + 1];
   const double cz = plan.groupCentres[3 * group + 2];
@@ -137,17 +138,18 @@ InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles
   // small N and ~2x at N = 65536 on 2 cores.
   tbb::enumerable_thread_specific<PackedList<Real>> lists;  // one per thread, reused across its groups
   tbb::combinable<InteractionCounts> counts;
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, plan.numGroups(), 1), [&](const tbb::blocked_range<std::size_t>& r) {
-    PackedList<Real>& list = lists.local();
-    InteractionCounts& local = counts.local();
-    for (std::size_t group = r.begin(); group != r.end(); ++group) {
-      packGroupList(sources, cells, plan, group, list);
-      evaluateGroupDispatch(sources, plan, group, list, gravity, out);
-      const std::uint64_t numTargets = plan.groups[group].size();
-      local.bodyBody += numTargets * plan.numListBodies(group);
-      local.bodyCell += numTargets * plan.numListCells(group);
-    }
-  });
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, plan.numGroups(), 1),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      PackedList<Real>& list = lists.local();
+                      InteractionCounts& local = counts.local();
+                      for (std::size_t group = r.begin(); group != r.end(); ++group) {
+                        packGroupList(sources, cells, plan, group, list);
+                        evaluateGroupDispatch(sources, plan, group, list, gravity, out);
+                        const std::uint64_t numTargets = plan.groups[group].size();
+                        local.bodyBody += numTargets * plan.numListBodies(group);
+                        local.bodyCell += numTargets * plan.numListCells(group);
+                      }
+                    });
   return counts.combine([](InteractionCounts a, const InteractionCounts& b) { return a += b; });
 }
 

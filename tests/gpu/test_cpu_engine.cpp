@@ -147,12 +147,12 @@ TEST_P(CpuEngineBothPrecisions, EvaluatesExactlyTheListedInteractions) {
   const auto expected = [&](std::uint32_t i, std::vector<std::uint32_t> bodies, std::vector<std::uint32_t> cellIds) {
     double a[4] = {0, 0, 0, 0};
     for (std::uint32_t j : bodies) {
-      accumulatePairInteraction<double>(p.x[j] - p.x[i], p.y[j] - p.y[i], p.z[j] - p.z[i], p.mass[j], 0.01, a[0],
-                                        a[1], a[2], a[3]);
+      accumulatePairInteraction<double>(p.x[j] - p.x[i], p.y[j] - p.y[i], p.z[j] - p.z[i], p.mass[j], 0.01, a[0], a[1],
+                                        a[2], a[3]);
     }
     for (std::uint32_t c : cellIds) {
-      accumulatePairInteraction<double>(cells.x[c] - p.x[i], cells.y[c] - p.y[i], cells.z[c] - p.z[i],
-                                        cells.mass[c], 0.01, a[0], a[1], a[2], a[3]);
+      accumulatePairInteraction<double>(cells.x[c] - p.x[i], cells.y[c] - p.y[i], cells.z[c] - p.z[i], cells.mass[c],
+                                        0.01, a[0], a[1], a[2], a[3]);
     }
     const double tolerance = GetParam() == Precision::float32 ? 2e-6 : 1e-14;
     EXPECT_NEAR(p.ax[i], a[0], tolerance * std::abs(a[0]) + 1e-12) << "body " << i;
@@ -187,8 +187,7 @@ TEST(DirectSolver, RejectsNegativeSoftening) {
   EXPECT_THROW(DirectSolver(engine, gravity), InputError);
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, CpuEngineBothPrecisions,
-                         ::testing::Values(Precision::float32, Precision::float64),
+INSTANTIATE_TEST_SUITE_P(Precisions, CpuEngineBothPrecisions, ::testing::Values(Precision::float32, Precision::float64),
                          [](const ::testing::TestParamInfo<Precision>& paramInfo) {
                            return paramInfo.param == Precision::float32 ? std::string("Float") : std::string("Double");
                          });

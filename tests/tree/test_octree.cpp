@@ -131,7 +131,8 @@ void expectTreeInvariants(const TreeSolver& solver, const Particles& p, const In
     EXPECT_NEAR(tree.multipoles.y[c], my / mass, scale);
     EXPECT_NEAR(tree.multipoles.z[c], mz / mass, scale);
   }
-  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(leafCount[i], 1) << "body " << i << " is in " << leafCount[i] << " leaves";
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(leafCount[i], 1) << "body " << i << " is in " << leafCount[i] << " leaves";
 
   // Groups: contiguous, in order, covering every body once, at most ncrit each.
   std::uint32_t next = 0;
@@ -148,7 +149,8 @@ void expectTreeInvariants(const TreeSolver& solver, const Particles& p, const In
   ASSERT_EQ(plan.numGroups(), solver.groups().size());
   for (std::size_t g = 0; g < plan.numGroups(); ++g) {
     std::vector<BodyRange> covered;
-    for (std::uint32_t k = plan.bodyListOffsets[g]; k < plan.bodyListOffsets[g + 1]; ++k) covered.push_back(plan.bodyList[k]);
+    for (std::uint32_t k = plan.bodyListOffsets[g]; k < plan.bodyListOffsets[g + 1]; ++k)
+      covered.push_back(plan.bodyList[k]);
     for (std::uint32_t k = plan.cellListOffsets[g]; k < plan.cellListOffsets[g + 1]; ++k) {
       const BodyRange cellBodies = tree.bodies[plan.cellList[k]];
       EXPECT_FALSE(cellBodies.first < plan.groups[g].last && plan.groups[g].first < cellBodies.last);

@@ -20,8 +20,8 @@ Particles sortedWithOracle(Particles p, const GravityParams& gravity) {
   return p;
 }
 
-ForceErrorStats treeError(const Particles& oracle, double theta, gpu::Precision precision,
-                          const GravityParams& gravity, std::uint32_t ncrit = 64) {
+ForceErrorStats treeError(const Particles& oracle, double theta, gpu::Precision precision, const GravityParams& gravity,
+                          std::uint32_t ncrit = 64) {
   Particles p = oracle;
   gpu::CpuEngine engine(precision);
   TreeParams params;

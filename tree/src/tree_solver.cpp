@@ -41,7 +41,8 @@ void TreeSolver::buildTree(Particles& particles) {
   stats_.depth = tree_.numLevels() - 1;
   stats_.numGroups = groups_.size();
   stats_.meanGroupSize = double(particles.size()) / double(groups_.size());
-  for (const BodyRange& range : groups_.ranges) stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, range.size());
+  for (const BodyRange& range : groups_.ranges)
+    stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, range.size());
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {

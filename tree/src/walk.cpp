@@ -104,8 +104,7 @@ void PlanBuilder::build(const Octree& tree, const Groups& groups, std::uint32_t 
   plan.bodyList.resize(numRangeEntries);
   tbb::parallel_for(std::uint32_t{0}, numFragments, [&](std::uint32_t f) {
     std::copy(fragments_[f].cells.begin(), fragments_[f].cells.end(), plan.cellList.begin() + cellStart[f]);
-    std::copy(fragments_[f].bodyRanges.begin(), fragments_[f].bodyRanges.end(),
-              plan.bodyList.begin() + rangeStart[f]);
+    std::copy(fragments_[f].bodyRanges.begin(), fragments_[f].bodyRanges.end(), plan.bodyList.begin() + rangeStart[f]);
   });
 }
 

@@ -44,7 +44,7 @@ namespace detail {
 }  // namespace matcha
 
 /// Checks an internal invariant in every build type (these guard cheap, rare conditions, not inner loops).
-#define MATCHA_ASSERT(condition, message)                                              \
-  do {                                                                                 \
+#define MATCHA_ASSERT(condition, message)                                                          \
+  do {                                                                                             \
     if (!(condition)) ::matcha::detail::throwInvariant(#condition, __FILE__, __LINE__, (message)); \
   } while (false)

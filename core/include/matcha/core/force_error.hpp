@@ -19,7 +19,7 @@ struct ForceErrorStats {
   double median = 0.0;  ///< of |a - a_ref| / |a_ref| over bodies
   double p90 = 0.0;
   double p99 = 0.0;
-  double max = 0.0;     ///< the Chamomile E_max when the reference is double-precision direct summation
+  double max = 0.0;  ///< the Chamomile E_max when the reference is double-precision direct summation
   double rms = 0.0;
 };
 

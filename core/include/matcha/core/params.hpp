@@ -20,7 +20,7 @@ struct GravityParams {
 
 /// Tree construction and walk.
 struct TreeParams {
-  double theta = 0.5;        ///< opening angle of the Barnes-Hut criterion, in (0, 1.5]
+  double theta = 0.5;  ///< opening angle of the Barnes-Hut criterion, in (0, 1.5]
   // Defaults measured on the CPU engine, Plummer N = 65536, theta 0.5 (bench/RESULTS.md): ncrit 64 with nleaf 4 or 8
   // is fastest (within noise of each other), nleaf 16 is 5-10% slower, ncrit 32/128/256 10-25% slower.
   std::uint32_t ncrit = 64;  ///< most bodies in one group (one interaction list per group); >= 1
@@ -35,8 +35,8 @@ struct TreeParams {
 
 /// Fixed-step leapfrog and output cadence.
 struct IntegratorParams {
-  double dt = 1.0 / 128.0;     ///< time step (N-body time units), > 0
-  double tEnd = 1.0;           ///< end time of the run, >= 0
+  double dt = 1.0 / 128.0;       ///< time step (N-body time units), > 0
+  double tEnd = 1.0;             ///< end time of the run, >= 0
   double outputInterval = 0.25;  ///< time between snapshots and diagnostics lines, > 0
 
   void validate() const;

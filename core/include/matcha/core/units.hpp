@@ -8,9 +8,9 @@
 namespace matcha {
 
 struct UnitSystem {
-  double lengthInCm = 1.0;        ///< one length unit in cm (1: dimensionless)
-  double massInGram = 1.0;        ///< one mass unit in g (1: dimensionless)
-  double velocityInCmPerS = 1.0;  ///< one velocity unit in cm/s (1: dimensionless)
+  double lengthInCm = 1.0;             ///< one length unit in cm (1: dimensionless)
+  double massInGram = 1.0;             ///< one mass unit in g (1: dimensionless)
+  double velocityInCmPerS = 1.0;       ///< one velocity unit in cm/s (1: dimensionless)
   double gravitationalConstant = 1.0;  ///< G in these units
 };
 

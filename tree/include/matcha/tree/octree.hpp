@@ -16,19 +16,19 @@ namespace matcha::tree {
 
 struct Octree {
   // Per-cell arrays, indexed by cell id; cell 0 is the root.
-  std::vector<BodyRange> bodies;           ///< the cell's bodies in sorted order
-  std::vector<std::uint32_t> firstChild;   ///< id of the first child; children are contiguous
-  std::vector<std::uint8_t> numChildren;   ///< 0 for a leaf, else 1..8 (empty octants get no cell)
-  std::vector<std::uint8_t> level;         ///< 0 for the root
-  std::vector<double> centre;              ///< geometric centre, 3 per cell
-  std::vector<double> halfSide;            ///< half the edge length of the cell's cube
+  std::vector<BodyRange> bodies;          ///< the cell's bodies in sorted order
+  std::vector<std::uint32_t> firstChild;  ///< id of the first child; children are contiguous
+  std::vector<std::uint8_t> numChildren;  ///< 0 for a leaf, else 1..8 (empty octants get no cell)
+  std::vector<std::uint8_t> level;        ///< 0 for the root
+  std::vector<double> centre;             ///< geometric centre, 3 per cell
+  std::vector<double> halfSide;           ///< half the edge length of the cell's cube
 
   /// Cells of level L are ids [levelOffsets[L], levelOffsets[L+1]).
   std::vector<std::uint32_t> levelOffsets;
 
   // Filled by computeMultipoles.
-  CellMultipoles multipoles;            ///< mass and centre of mass per cell, in double
-  std::vector<double> openingRadius2;   ///< squared opening radius r_open (see computeMultipoles)
+  CellMultipoles multipoles;           ///< mass and centre of mass per cell, in double
+  std::vector<double> openingRadius2;  ///< squared opening radius r_open (see computeMultipoles)
 
   std::size_t numCells() const { return bodies.size(); }
   bool isLeaf(std::uint32_t cell) const { return numChildren[cell] == 0; }

@@ -20,15 +20,15 @@ struct TreeStats {
   std::uint64_t numBodies = 0;
   std::uint64_t numCells = 0;
   std::uint64_t numLeaves = 0;
-  int depth = 0;                       ///< deepest level (root = 0)
+  int depth = 0;  ///< deepest level (root = 0)
   std::uint64_t numGroups = 0;
   double meanGroupSize = 0.0;
   std::uint64_t maxGroupSize = 0;
-  double meanListBodies = 0.0;         ///< j-bodies per group list, mean over groups
+  double meanListBodies = 0.0;  ///< j-bodies per group list, mean over groups
   std::uint64_t maxListBodies = 0;
-  double meanListCells = 0.0;          ///< j-cells per group list, mean over groups
+  double meanListCells = 0.0;  ///< j-cells per group list, mean over groups
   std::uint64_t maxListCells = 0;
-  std::uint64_t numBatches = 0;        ///< plans handed to the engine
+  std::uint64_t numBatches = 0;  ///< plans handed to the engine
 };
 
 class TreeSolver final : public ForceSolver {
