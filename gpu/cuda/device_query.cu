@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Device discovery for `--engine auto|cuda`. Compiled only when CUDA is enabled.
+// Device discovery for `--engine auto|cuda` and the benchmarks' FP32 floor. Compiled only when CUDA is enabled.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -9,6 +9,23 @@
 #include "matcha/gpu/detail/cuda_bridge.hpp"
 
 namespace matcha::gpu::detail {
+
+namespace {
+
+// CUDA C++ Programming Guide, "Arithmetic Instructions": fused multiply-adds per clock per SM.
+int lanesPerSM(int computeCapability, bool fp64) {
+  if (fp64) {
+    if (computeCapability == 90 || computeCapability == 100) return 64;
+    if (computeCapability == 60 || computeCapability == 70 || computeCapability == 80) return 32;
+    return 2;
+  }
+  if (computeCapability == 60 || computeCapability == 70 || computeCapability == 75 || computeCapability == 80) {
+    return 64;
+  }
+  return 128;
+}
+
+}  // namespace
 
 CudaDeviceInfo queryCudaDeviceImpl() {
   CudaDeviceInfo info;
@@ -29,20 +46,25 @@ CudaDeviceInfo queryCudaDeviceImpl() {
     cudaGetLastError();
     return info;
   }
-  int clockKHz = 0;
-  cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, 0);
+  int clockKHz = 0, memoryClockKHz = 0;
+  if (cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&memoryClockKHz, cudaDevAttrMemoryClockRate, 0) != cudaSuccess) {
+    cudaGetLastError();
+  }
+  info.available = true;
+  info.name = props.name;
+  info.computeCapability = 10 * props.major + props.minor;
+  info.numSMs = props.multiProcessorCount;
+  info.clockMHz = clockKHz / 1000;
+  info.memoryClockMHz = memoryClockKHz / 1000;
+  info.memoryGiB = static_cast<double>(props.totalGlobalMem) / double(1 << 30);
+  info.fp32LanesPerSM = lanesPerSM(info.computeCapability, false);
+  info.fp64LanesPerSM = lanesPerSM(info.computeCapability, true);
   char text[256];
   std::snprintf(text, sizeof text, "%s (sm_%d%d, %d SMs, %d MHz, %.0f GiB)", props.name, props.major, props.minor,
-                props.multiProcessorCount, clockKHz / 1000, static_cast<double>(props.totalGlobalMem) / (1 << 30));
-  info.available = true;
+                info.numSMs, info.clockMHz, info.memoryGiB);
   info.description = text;
   return info;
-}
-
-bool cudaEngineCompiledIn() { return false; }
-
-std::unique_ptr<NearFieldEngine> makeCudaEngineImpl() {
-  throw InputError("the CUDA near-field engine is not part of this build yet");
 }
 
 }  // namespace matcha::gpu::detail

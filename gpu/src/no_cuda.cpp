@@ -5,11 +5,15 @@
 
 namespace matcha::gpu::detail {
 
-CudaDeviceInfo queryCudaDeviceImpl() { return {false, "this build has no CUDA support (no nvcc at configure time)"}; }
+CudaDeviceInfo queryCudaDeviceImpl() {
+  CudaDeviceInfo info;
+  info.description = "this build has no CUDA support (no nvcc at configure time)";
+  return info;
+}
 
 bool cudaEngineCompiledIn() { return false; }
 
-std::unique_ptr<NearFieldEngine> makeCudaEngineImpl() {
+std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision) {
   throw InputError("this build has no CUDA support (no nvcc at configure time)");
 }
 

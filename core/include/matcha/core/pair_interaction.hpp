@@ -11,13 +11,27 @@
 namespace matcha {
 
 /// 1/sqrt(x) in the precision of T; on the GPU the hardware reciprocal square root.
+/// float on the GPU: the flush-to-zero form of the approximate instruction (one MUFU.RSQ, ~2 ulp). The non-ftz
+/// form costs extra instructions to rescale subnormal inputs; those arise only for r^2 + eps^2 < 1.2e-38, where
+/// 1/r^3 overflows float anyway.
+/// double on the GPU: the hardware estimate (MUFU.RSQ64H, ~23 correct bits) refined by two Newton steps to about
+/// one ulp, 7 FP64 instructions. CUDA's rsqrt(double) adds a guarded slow path for special inputs that costs ~24
+/// integer and branch instructions per call, nearly doubling the double kernel's issue count; r^2 + eps^2 is never
+/// negative, infinite or subnormal here (a zero input gives NaN, which the zero-distance rules discard).
 template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T reciprocalSqrt(T x) {
 #if defined(__CUDA_ARCH__)
   if constexpr (sizeof(T) == 4) {
-    return rsqrtf(x);
+    float y;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
   } else {
-    return rsqrt(x);
+    double y;
+    asm("rsqrt.approx.ftz.f64 %0, %1;" : "=d"(y) : "d"(x));
+    const double halfX = 0.5 * x;
+    y = fma(y, fma(-halfX, y * y, 0.5), y);  // y <- y (3/2 - x y^2 / 2)
+    y = fma(y, fma(-halfX, y * y, 0.5), y);
+    return y;
   }
 #else
   return T(1) / std::sqrt(x);
@@ -51,6 +65,35 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteraction(T dx, T dy,
   ay += massInvR3 * dy;
   az += massInvR3 * dz;
   pot -= massInvR;
+}
+
+/// The same pull as accumulatePairInteraction, in the fewest instructions, for batches of pairs that the caller
+/// checks afterwards (the CUDA kernels' inner loop, DESIGN.md §4). eps^2 is folded into the sum of squares (three
+/// fused multiply-adds) and there is no zero-separation select; instead `minSoftenedR2` is lowered to this pair's
+/// r^2 + eps^2. After a batch the caller tests `minSoftenedR2 > eps2`:
+///  - true: every pair of the batch had r^2 > 0, so no pair needed the self-term rule and the batch's sums equal
+///    accumulatePairInteraction's up to rounding;
+///  - false: some pair was at zero separation (or so close that r^2 + eps^2 rounded to eps^2); the caller discards
+///    the batch's partial sums (which may hold inf or NaN when eps = 0) and evaluates the batch again with
+///    accumulatePairInteraction.
+/// A zero-distance pair gives exactly r^2 + eps^2 == eps2, so the test never misses one. Padding sources (mass 0)
+/// must sit far away (not at zero separation), or they trigger needless re-evaluations.
+///
+/// @param dx,dy,dz,massJ,eps2  in: as for accumulatePairInteraction
+/// @param ax,ay,az,pot         in/out: accumulated
+/// @param minSoftenedR2        in/out: min(minSoftenedR2, r^2 + eps^2)
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T dx, T dy, T dz, T massJ, T eps2, T& ax,
+                                                                              T& ay, T& az, T& pot, T& minSoftenedR2) {
+  const T softenedR2 = dx * dx + (dy * dy + (dz * dz + eps2));  // nvcc contracts this into three FMAs
+  const T invR = reciprocalSqrt(softenedR2);
+  const T massInvR = massJ * invR;
+  const T massInvR3 = massInvR * (invR * invR);
+  ax += massInvR3 * dx;
+  ay += massInvR3 * dy;
+  az += massInvR3 * dz;
+  pot -= massInvR;
+  minSoftenedR2 = std::fmin(minSoftenedR2, softenedR2);  // one FMNMX; a ?: select costs a compare and a select
 }
 
 /// Floating-point operations per monopole interaction in the two conventions the literature uses: 20 (GPU Gems 3

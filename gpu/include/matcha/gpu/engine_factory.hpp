@@ -8,17 +8,55 @@
 
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/params.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
 
 namespace matcha::gpu {
 
 /// What the CUDA runtime reports; `available` is false in a build without CUDA or on a machine without a device.
 struct CudaDeviceInfo {
   bool available = false;
-  std::string description;  ///< "NVIDIA H100 PCIe (132 SMs, 1755 MHz, 79 GiB)" or why there is none
+  std::string description;    ///< "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 1980 MHz, 79 GiB)" or why there is none
+  std::string name;           ///< "NVIDIA H100 80GB HBM3"
+  int computeCapability = 0;  ///< 10 * major + minor, e.g. 90
+  int numSMs = 0;
+  int clockMHz = 0;        ///< peak SM clock the driver reports (the boost clock; sustained clocks can be lower)
+  int memoryClockMHz = 0;  ///< peak memory clock
+  double memoryGiB = 0.0;
+  int fp32LanesPerSM = 0;  ///< FP32 instructions one SM issues per clock: 128 from sm_86 on (H100), 64 on sm_80
+  int fp64LanesPerSM = 0;  ///< FP64 lanes per SM: 64 on sm_80/sm_90 (A100, H100, H200), 2 on consumer parts
 };
 
 /// Queries device 0. Never throws; a missing driver or device is reported in `description`.
 CudaDeviceInfo queryCudaDevice();
+
+/// Issue slots per monopole interaction (with potential) in DESIGN.md §4's floor: "about 13 FP32 instructions and
+/// one reciprocal square root", taken as 13 in all, which gives the document's ~2.5e12/s on an H100 (132 SMs,
+/// 1.98 GHz). It is the GPU Gems count without the potential and without the self-term rule.
+inline constexpr double kDesignInstructionsPerInteraction = 13.0;
+
+/// Issue slots per interaction counted in the SASS of the float kernels' inner loop (sm_90, nvcc 13.0; cuobjdump
+/// -sass of the direct kernel T128/I4/q1/p128, bench/RESULTS.md): 3 FADD (r_ij), 3 FFMA (r^2 + eps^2), 1 MUFU.RSQ,
+/// 3 FMUL, 3 FFMA (acceleration), 1 FADD (potential), 1 FMNMX (the zero-distance check of the fast path) = 15, plus
+/// one LDS.128 per source shared by the thread's 4 i-bodies (0.25) and the loop's add, compare and branch spread
+/// over 16 interactions (0.25): 248 instructions per 16 interactions. Nsight Compute counts 15.7 per interaction for
+/// the whole kernel (tile staging, barriers, flushes included).
+inline constexpr double kSassInstructionsPerInteraction = 15.5;
+
+/// FP64 instructions per interaction of the double direct kernel's inner loop, counted the same way (T128/I2/q1/p128:
+/// 493 instructions per 16 interactions): 4 DADD, 6 DFMA and 3 DMUL of the pair, 1 DMUL and 4 DFMA of the two
+/// Newton steps of the reciprocal square root, 2 DMUL (y^2 twice) and 1 DSETP of the zero-distance check = 21; the
+/// ~10 other instructions (MUFU.RSQ64H, selects, LDS) issue beside them. The FP64 pipe (64 lanes per SM on sm_90,
+/// half the issue rate) is the bottleneck.
+inline constexpr double kSassFp64InstructionsPerInteraction = 21.0;
+
+/// The FP32 issue floor of DESIGN.md §4: numSMs x fp32LanesPerSM x clock / instructionsPerInteraction, the
+/// interactions/s no kernel can beat when each interaction takes that many issue slots. 0 without a device.
+double fp32FloorInteractionsPerSecond(const CudaDeviceInfo& device,
+                                      double instructionsPerInteraction = kDesignInstructionsPerInteraction);
+
+/// The same for double precision: numSMs x fp64LanesPerSM x clock / fp64InstructionsPerInteraction.
+double fp64FloorInteractionsPerSecond(const CudaDeviceInfo& device,
+                                      double fp64InstructionsPerInteraction = kSassFp64InstructionsPerInteraction);
 
 /// True when this binary contains the CUDA engine.
 bool cudaEngineBuilt();
@@ -29,7 +67,11 @@ struct EngineChoice {
 };
 
 /// `cpu`: the float CPU engine. `cuda`: the CUDA engine, or InputError when none can be used. `automatic`: CUDA when
-/// built and a device is present, else CPU.
+/// built and a device is present (and the engine starts on it), else CPU. `reason` names the GPU.
 EngineChoice makeEngine(EngineKind kind);
+
+/// The CUDA engine in `precision` on device 0, for tools that need one precision (compare's GPU double reference).
+/// @throws InputError when this build has no CUDA engine or the machine no device; CudaError when it fails to start
+std::unique_ptr<NearFieldEngine> makeCudaEngine(Precision precision);
 
 }  // namespace matcha::gpu

@@ -12,6 +12,7 @@ namespace matcha::gpu::detail {
 
 CudaDeviceInfo queryCudaDeviceImpl();
 bool cudaEngineCompiledIn();
-std::unique_ptr<NearFieldEngine> makeCudaEngineImpl();
+/// The CUDA engine on device 0. @throws CudaError when it cannot start, InputError in a build without CUDA
+std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision precision);
 
 }  // namespace matcha::gpu::detail

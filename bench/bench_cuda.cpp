@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: MIT
+// CUDA engine rates against the FP32 issue floor (DESIGN.md §4): the tiled all-pairs kernel over N and its shapes
+// (tile size p, i-bodies per thread I, threads per body q), the double direct kernel (the comparison reference), and
+// the group x list kernel on real plans (Plummer, theta 0.5, ncrit 16 ... 4096). Time is the engine's CUDA-event
+// kernel time (manual time); interactions/s is a rate counter over it; floor% and issue% compare it with the floor
+// for DESIGN.md's 13 instructions per interaction and for the count in the kernel's SASS. Names carry every
+// parameter. No CUDA header here: timing comes through CudaEngine::lastKernelMilliseconds. Without a GPU the
+// binary says so and exits 0 (it is also a ctest smoke run). Run by scripts/bench.sh.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/gpu/cuda_engine.hpp"
+#include "matcha/gpu/engine_factory.hpp"
+#include "matcha/ic/plummer.hpp"
+#include "matcha/tree/tree_solver.hpp"
+
+namespace {
+
+using namespace matcha;
+using gpu::CudaEngine;
+using gpu::Precision;
+
+gpu::CudaDeviceInfo gDevice;
+
+const Particles& plummer(std::size_t n) {
+  static std::map<std::size_t, Particles> cache;
+  auto found = cache.find(n);
+  if (found == cache.end()) {
+    ic::PlummerParams params;
+    params.numBodies = n;
+    params.seed = 12345;
+    found = cache.emplace(n, ic::makePlummer(params)).first;
+  }
+  return found->second;
+}
+
+CudaEngine& engine(Precision precision) {
+  static std::unique_ptr<CudaEngine> engines[2];
+  auto& slot = engines[precision == Precision::float32 ? 0 : 1];
+  if (!slot) slot = std::make_unique<CudaEngine>(precision);
+  return *slot;
+}
+
+/// A Plummer sphere sorted along the tree's curve and its plan, built once per (N, theta, ncrit).
+struct PlanCase {
+  Particles particles;
+  std::unique_ptr<tree::TreeSolver> solver;
+  InteractionPlan plan;
+};
+
+PlanCase& planCase(std::size_t n, double theta, std::uint32_t ncrit) {
+  static gpu::CpuEngine unused(Precision::float64);
+  static std::map<std::tuple<std::size_t, double, std::uint32_t>, std::unique_ptr<PlanCase>> cache;
+  auto& slot = cache[{n, theta, ncrit}];
+  if (!slot) {
+    slot = std::make_unique<PlanCase>();
+    slot->particles = plummer(n);
+    TreeParams params;
+    params.theta = theta;
+    params.ncrit = ncrit;
+    slot->solver = std::make_unique<tree::TreeSolver>(unused, params, GravityParams{});
+    slot->plan = slot->solver->buildPlanOnly(slot->particles);
+  }
+  return *slot;
+}
+
+/// Common counters: interactions/s (rate over kernel time), GFLOP/s in both conventions, and the fractions of the
+/// FP32 floor (float) or FP64 floor (double).
+void reportRates(benchmark::State& state, const InteractionCounts& counts, double kernelSeconds, Precision precision) {
+  const double interactions = double(counts.total()) * double(state.iterations());
+  state.counters["interactions/s"] = benchmark::Counter(interactions, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s(20)"] =
+      benchmark::Counter(interactions * kFlopsPerInteractionGpuGems * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s(38)"] =
+      benchmark::Counter(interactions * kFlopsPerInteractionChamomile * 1e-9, benchmark::Counter::kIsRate);
+  const double rate = kernelSeconds > 0 ? interactions / kernelSeconds : 0.0;
+  if (precision == Precision::float32) {
+    state.counters["floor%"] = 100.0 * rate / gpu::fp32FloorInteractionsPerSecond(gDevice);
+    state.counters["issue%"] =
+        100.0 * rate / gpu::fp32FloorInteractionsPerSecond(gDevice, gpu::kSassInstructionsPerInteraction);
+  } else {
+    state.counters["fp64floor%"] = 100.0 * rate / gpu::fp64FloorInteractionsPerSecond(gDevice);
+  }
+}
+
+void runDirect(benchmark::State& state, Precision precision, std::size_t n, gpu::CudaDirectConfig shape) {
+  CudaEngine& cuda = engine(precision);
+  gpu::CudaKernelConfig config;
+  config.autoDirect = false;
+  config.direct = shape;
+  cuda.setConfig(config);
+  Particles p = plummer(n);
+  {
+    Particles warm = plummer(1024);  // loads this variant's module outside the timing
+    cuda.evaluateDirect(warm.sources(), GravityParams{}, warm.forces());
+  }
+  InteractionCounts counts;
+  double kernelSeconds = 0.0;
+  for (auto _ : state) {
+    counts = cuda.evaluateDirect(p.sources(), GravityParams{}, p.forces());
+    const double seconds = cuda.lastKernelMilliseconds() * 1e-3;
+    kernelSeconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  reportRates(state, counts, kernelSeconds, precision);
+  state.counters["splits"] = cuda.lastCallStats().numSplits;
+  state.counters["blocks"] = double(cuda.lastCallStats().numTasks);
+}
+
+void runPlan(benchmark::State& state, Precision precision, std::size_t n, double theta, std::uint32_t ncrit,
+             std::uint32_t tile) {
+  CudaEngine& cuda = engine(precision);
+  gpu::CudaKernelConfig config;
+  config.planTileSize = tile;
+  cuda.setConfig(config);
+  PlanCase& c = planCase(n, theta, ncrit);
+  const CellMultipoles& cells = c.solver->octree().multipoles;
+  cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, c.particles.forces());  // warm-up
+  InteractionCounts counts;
+  double kernelSeconds = 0.0, totalMilliseconds = 0.0;
+  for (auto _ : state) {
+    counts = cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, c.particles.forces());
+    const double seconds = cuda.lastKernelMilliseconds() * 1e-3;
+    kernelSeconds += seconds;
+    totalMilliseconds += cuda.lastCallStats().totalMilliseconds;
+    state.SetIterationTime(seconds);
+  }
+  reportRates(state, counts, kernelSeconds, precision);
+  const gpu::CudaCallStats& stats = cuda.lastCallStats();
+  state.counters["bb/body"] = double(counts.bodyBody) / double(n);
+  state.counters["bc/body"] = double(counts.bodyCell) / double(n);
+  state.counters["groups"] = double(c.plan.numGroups());
+  state.counters["tasks"] = double(stats.numTasks);
+  state.counters["call_ms"] = totalMilliseconds / double(state.iterations());  // uploads + kernels + downloads
+  state.counters["MB_up"] = double(stats.bytesToDevice) * 1e-6;                // index lists + bodies + cells
+  state.counters["MB_packed"] = double(stats.packedListBytes) * 1e-6;          // float4 lists instead
+}
+
+std::string directName(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape) {
+  return std::string("direct/") + (precision == Precision::float32 ? "float" : "double") + "/N:" + std::to_string(n) +
+         "/" + shape.label();
+}
+
+void registerDirect(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape) {
+  benchmark::RegisterBenchmark(directName(precision, n, shape).c_str(),
+                               [=](benchmark::State& state) { runDirect(state, precision, n, shape); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.05);
+}
+
+void registerPlan(Precision precision, std::size_t n, double theta, std::uint32_t ncrit, std::uint32_t tile) {
+  char name[160];
+  std::snprintf(name, sizeof name, "plan/%s/Plummer/N:%zu/theta:%.2f/ncrit:%u/p%u",
+                precision == Precision::float32 ? "float" : "double", n, theta, ncrit, tile);
+  benchmark::RegisterBenchmark(name, [=](benchmark::State& state) { runPlan(state, precision, n, theta, ncrit, tile); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.05);
+}
+
+void registerAll() {
+  // Direct, float: every shape for N = 2^12 ... 2^20, the engine's own choice at 2^22 (9 s a call on an H100).
+  const auto floatShapes = CudaEngine::supportedDirectConfigs(Precision::float32);
+  for (int log2n = 12; log2n <= 20; log2n += 2) {
+    for (const auto& shape : floatShapes) {
+      if (log2n == 20 && shape.threadsPerBody != 1) continue;  // q > 1 is for small N
+      registerDirect(Precision::float32, std::size_t{1} << log2n, shape);
+    }
+  }
+  registerDirect(Precision::float32, std::size_t{1} << 22,
+                 engine(Precision::float32).directConfigFor(std::size_t{1} << 22));
+  // Direct, double: every shape at 2^16 and 2^18, the auto shape at 2^20.
+  for (int log2n = 16; log2n <= 18; log2n += 2) {
+    for (const auto& shape : CudaEngine::supportedDirectConfigs(Precision::float64)) {
+      registerDirect(Precision::float64, std::size_t{1} << log2n, shape);
+    }
+  }
+  CudaEngine& reference = engine(Precision::float64);
+  registerDirect(Precision::float64, std::size_t{1} << 20, reference.directConfigFor(std::size_t{1} << 20));
+  // Group x list on the Plummer 2^20 plans (and a 2^14 one, small enough for the smoke test).
+  registerPlan(Precision::float32, std::size_t{1} << 14, 0.5, 64, 64);
+  for (std::uint32_t ncrit = 16; ncrit <= 4096; ncrit *= 2) {
+    for (const std::uint32_t tile : CudaEngine::supportedPlanTileSizes(Precision::float32)) {
+      if (tile != 64 && ncrit != 64 && ncrit != 256 && ncrit != 1024) continue;
+      registerPlan(Precision::float32, std::size_t{1} << 20, 0.5, ncrit, tile);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gDevice = gpu::queryCudaDevice();
+  if (!gDevice.available) {
+    std::printf("no CUDA device: skipping (%s)\n", gDevice.description.c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  char text[256];
+  benchmark::AddCustomContext("gpu", gDevice.description);
+  std::snprintf(text, sizeof text, "%.4g interactions/s (%.0f instructions each)",
+                gpu::fp32FloorInteractionsPerSecond(gDevice), gpu::kDesignInstructionsPerInteraction);
+  benchmark::AddCustomContext("fp32_floor_design", text);
+  std::snprintf(text, sizeof text, "%.4g interactions/s (%.2f instructions each, SASS)",
+                gpu::fp32FloorInteractionsPerSecond(gDevice, gpu::kSassInstructionsPerInteraction),
+                gpu::kSassInstructionsPerInteraction);
+  benchmark::AddCustomContext("fp32_floor_sass", text);
+  std::snprintf(text, sizeof text, "%.4g interactions/s (%.1f FP64 instructions each)",
+                gpu::fp64FloorInteractionsPerSecond(gDevice), gpu::kSassFp64InstructionsPerInteraction);
+  benchmark::AddCustomContext("fp64_floor", text);
+  registerAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

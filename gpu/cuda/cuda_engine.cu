@@ -1,0 +1,632 @@
+// SPDX-License-Identifier: MIT
+// The CUDA engine: device buffers, uploads, task lists, launches and downloads around the kernels of
+// nbody_kernels.cuh. The CpuEngine (gpu/src/cpu_engine.cpp) is its twin and its test oracle.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_check.cuh"
+#include "device_memory.cuh"
+#include "kernel_variants.cuh"
+#include "matcha/core/errors.hpp"
+#include "matcha/gpu/cuda_engine.hpp"
+#include "matcha/gpu/detail/cuda_bridge.hpp"
+
+namespace matcha::gpu {
+
+// ---------------------------------------------------------------------------------------------------------------
+// Errors
+
+namespace detail {
+
+void throwCudaError(cudaError_t status, const char* expression, const char* file, int line) {
+  cudaGetLastError();  // reset a non-sticky error so that it does not resurface in the next check
+  char text[512];
+  std::snprintf(text, sizeof text, "CUDA error: %s failed at %s:%d: %s (%s)", expression, file, line,
+                cudaGetErrorString(status), cudaGetErrorName(status));
+  throw CudaError(text);
+}
+
+void checkLaunch(const char* kernelName, bool synchronize, const char* file, int line) {
+  const cudaError_t launchStatus = cudaGetLastError();
+  if (launchStatus != cudaSuccess) {
+    throwCudaError(launchStatus, (std::string("launch of ") + kernelName).c_str(), file, line);
+  }
+  if (synchronize) {
+    const cudaError_t runStatus = cudaDeviceSynchronize();
+    if (runStatus != cudaSuccess) throwCudaError(runStatus, (std::string("run of ") + kernelName).c_str(), file, line);
+  }
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------------------------
+// Configuration
+
+std::string CudaDirectConfig::label() const {
+  char text[64];
+  std::snprintf(text, sizeof text, "T%u/I%u/q%u/p%u", threadsPerBlock, bodiesPerThread, threadsPerBody, tileSize);
+  return text;
+}
+
+bool CudaDirectConfig::sameShape(const CudaDirectConfig& other) const {
+  return threadsPerBlock == other.threadsPerBlock && bodiesPerThread == other.bodiesPerThread &&
+         threadsPerBody == other.threadsPerBody && tileSize == other.tileSize;
+}
+
+namespace {
+
+using detail::DeviceBuffer;
+using detail::PinnedBuffer;
+
+template <class Real>
+std::vector<CudaDirectConfig> directConfigsOf() {
+  std::vector<CudaDirectConfig> configs;
+  for (const auto& variant : detail::directVariants<Real>()) {
+    CudaDirectConfig config;
+    config.threadsPerBlock = static_cast<std::uint32_t>(variant.threads);
+    config.bodiesPerThread = static_cast<std::uint32_t>(variant.bodiesPerThread);
+    config.threadsPerBody = static_cast<std::uint32_t>(variant.threadsPerBody);
+    config.tileSize = static_cast<std::uint32_t>(variant.tile);
+    config.numSplits = 0;
+    configs.push_back(config);
+  }
+  return configs;
+}
+
+template <class Real>
+std::vector<std::uint32_t> planTileSizesOf() {
+  std::vector<std::uint32_t> sizes;
+  for (const auto& variant : detail::planVariants<Real>()) sizes.push_back(static_cast<std::uint32_t>(variant.tile));
+  return sizes;
+}
+
+template <class Real>
+const detail::DirectVariant<Real>* findDirectVariant(const CudaDirectConfig& config) {
+  for (const auto& variant : detail::directVariants<Real>()) {
+    if (std::uint32_t(variant.threads) == config.threadsPerBlock &&
+        std::uint32_t(variant.bodiesPerThread) == config.bodiesPerThread &&
+        std::uint32_t(variant.threadsPerBody) == config.threadsPerBody &&
+        std::uint32_t(variant.tile) == config.tileSize) {
+      return &variant;
+    }
+  }
+  return nullptr;
+}
+
+template <class Real>
+const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile) {
+  for (const auto& variant : detail::planVariants<Real>()) {
+    if (std::uint32_t(variant.tile) == tile) return &variant;
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Splitting groups into warp tasks
+
+/// Cost model of one warp task per list entry, in issue slots: staging the entry (index, 4 loads, 3 subtractions in
+/// double, 4 conversions, one shared store) plus ~16 per pair interaction for each row the task's kind provides,
+/// used or not. Chooses, for a group of n bodies, the chunks that minimise the summed cost: one kind whose rows
+/// cover n, or several smaller chunks (each streams the whole list again).
+constexpr double kStageCost = 40.0;
+constexpr double kPairCost = 16.5;
+
+double taskCostPerEntry(int kind) { return kStageCost + kPairCost * detail::kPlanTaskKinds[kind].rows(); }
+
+/// best[n]: the first chunk's kind of the cheapest decomposition of n bodies (n <= kMaxDecomposed).
+constexpr std::uint32_t kMaxDecomposed = 256;
+
+struct ChunkTable {
+  std::array<int, kMaxDecomposed + 1> firstKind{};
+
+  explicit ChunkTable(int firstAllowedKind) {
+    std::array<double, kMaxDecomposed + 1> cost{};
+    cost[0] = 0.0;
+    for (std::uint32_t n = 1; n <= kMaxDecomposed; ++n) {
+      cost[n] = std::numeric_limits<double>::infinity();
+      for (int kind = firstAllowedKind; kind < detail::kNumPlanTaskKinds; ++kind) {
+        const auto rows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[kind].rows());
+        const double c = taskCostPerEntry(kind) + cost[n > rows ? n - rows : 0];
+        if (c < cost[n]) {
+          cost[n] = c;
+          firstKind[n] = kind;
+        }
+      }
+    }
+  }
+};
+
+template <class Real>
+int firstAllowedKind() {
+  return std::is_same_v<Real, double> ? 1 : 0;  // double: no 4-bodies-per-thread kind (registers)
+}
+
+template <class Real>
+const ChunkTable& chunkTable() {
+  static const ChunkTable table(firstAllowedKind<Real>());
+  return table;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------------
+// The engine
+
+struct CudaEngine::Impl {
+  /// Selects the device before any other member touches the runtime.
+  struct DeviceSelection {
+    explicit DeviceSelection(int device) {
+      int count = 0;
+      MATCHA_CUDA_CHECK(cudaGetDeviceCount(&count));
+      if (device < 0 || device >= count) {
+        char text[128];
+        std::snprintf(text, sizeof text, "CUDA error: device %d requested, but %d device(s) present", device, count);
+        throw CudaError(text);
+      }
+      MATCHA_CUDA_CHECK(cudaSetDevice(device));
+      cudaDeviceProp props{};
+      MATCHA_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+      name = props.name;
+      numSMs = props.multiProcessorCount;
+    }
+    std::string name;
+    int numSMs = 0;
+  };
+
+  Impl(Precision precision_, const CudaKernelConfig& config_)
+      : precision(precision_), config(config_), selection(config_.device) {
+    validate(config);
+  }
+
+  void validate(const CudaKernelConfig& candidate) const {
+    const bool isFloat = precision == Precision::float32;
+    const bool directOk = isFloat ? findDirectVariant<float>(candidate.direct) != nullptr
+                                  : findDirectVariant<double>(candidate.direct) != nullptr;
+    if (!candidate.autoDirect && !directOk) {
+      std::string list;
+      for (const auto& c : CudaEngine::supportedDirectConfigs(precision)) list.append(" ").append(c.label());
+      throw InputError("CUDA direct kernel shape " + candidate.direct.label() +
+                       " is not compiled in; available:" + list);
+    }
+    const bool planOk = isFloat ? findPlanVariant<float>(candidate.planTileSize) != nullptr
+                                : findPlanVariant<double>(candidate.planTileSize) != nullptr;
+    if (!planOk) {
+      std::string list;
+      for (auto tile : CudaEngine::supportedPlanTileSizes(precision)) list.append(" ").append(std::to_string(tile));
+      throw InputError("CUDA plan tile size " + std::to_string(candidate.planTileSize) +
+                       " is not compiled in; available:" + list);
+    }
+  }
+
+  int blocksPerSM(const void* kernel, int threads) {
+    auto found = occupancy.find(kernel);
+    if (found != occupancy.end()) return found->second;
+    int blocks = 0;
+    MATCHA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+    blocks = std::max(blocks, 1);
+    occupancy.emplace(kernel, blocks);
+    return blocks;
+  }
+
+  void selectDevice() { MATCHA_CUDA_CHECK(cudaSetDevice(config.device)); }
+
+  void uploadSources(const SourceView& sources) {
+    const std::size_t n = sources.count;
+    for (auto* buffer : {&sourceX, &sourceY, &sourceZ, &sourceMass}) buffer->reserve(n);
+    copyToDevice(sourceX.data(), sources.x, n);
+    copyToDevice(sourceY.data(), sources.y, n);
+    copyToDevice(sourceZ.data(), sources.z, n);
+    copyToDevice(sourceMass.data(), sources.mass, n);
+  }
+
+  template <class T>
+  void copyToDevice(T* device, const T* host, std::size_t count) {
+    if (count == 0) return;
+    MATCHA_CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice, stream.get()));
+    stats.bytesToDevice += count * sizeof(T);
+  }
+
+  template <class T>
+  void copyToHost(T* host, const T* device, std::size_t count) {
+    if (count == 0) return;
+    MATCHA_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, stream.get()));
+    stats.bytesFromDevice += count * sizeof(T);
+  }
+
+  void reserveOutputs(std::size_t n) {
+    for (auto* buffer : {&outX, &outY, &outZ, &outPot}) buffer->reserve(n);
+    if (config.poisonDeviceOutputs) {
+      for (auto* buffer : {&outX, &outY, &outZ, &outPot}) {
+        MATCHA_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0xff, n * sizeof(double), stream.get()));  // NaN
+      }
+    }
+  }
+
+  detail::DeviceForces deviceForces() { return {outX.data(), outY.data(), outZ.data(), outPot.data()}; }
+
+  void downloadRange(const ForceView& out, std::size_t first, std::size_t count) {
+    copyToHost(out.ax + first, outX.data() + first, count);
+    copyToHost(out.ay + first, outY.data() + first, count);
+    copyToHost(out.az + first, outZ.data() + first, count);
+    copyToHost(out.pot + first, outPot.data() + first, count);
+  }
+
+  void finishCall() {
+    stop.record(stream.get());
+    stream.synchronize();
+    stats.kernelMilliseconds = kernelsStop.millisecondsSince(kernelsStart);
+    stats.totalMilliseconds = stop.millisecondsSince(start);
+  }
+
+  std::uint32_t chooseSplits(std::uint32_t rowBlocks, std::uint32_t numTiles, int blocksPerSm) const {
+    // Blocks all carry the same work, so the grid runs best when it fills every SM (at least one full wave of
+    // resident blocks) and gives each SM the same number of blocks; splitting the j-range (kirin) multiplies the
+    // blocks without changing the work. Small cost per split: a partial-sum write and its combination.
+    const double numSMs = selection.numSMs;
+    const double capacity = numSMs * blocksPerSm;
+    double bestScore = -1.0;
+    std::uint32_t best = 1;
+    const std::uint32_t maxSplits = std::min<std::uint32_t>(std::max<std::uint32_t>(1, numTiles / 2), 65535u);
+    for (std::uint32_t wanted = 1; wanted <= std::min<std::uint32_t>(maxSplits, 256); ++wanted) {
+      const std::uint32_t tilesPerSplit = (numTiles + wanted - 1) / wanted;
+      const std::uint32_t splits = (numTiles + tilesPerSplit - 1) / tilesPerSplit;
+      if (splits != wanted) continue;
+      const double blocks = double(rowBlocks) * splits;
+      const double fill = std::min(1.0, blocks / capacity);
+      const double balance = blocks / (numSMs * std::ceil(blocks / numSMs));
+      const double evenSplits = double(numTiles) / (double(splits) * tilesPerSplit);
+      const double score = fill * balance * evenSplits * (1.0 - 0.002 * splits);
+      if (score > bestScore + 1e-9) {
+        bestScore = score;
+        best = splits;
+      }
+    }
+    return best;
+  }
+
+  template <class Real>
+  InteractionCounts evaluateDirectIn(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
+    const std::size_t n = sources.count;
+    const CudaDirectConfig shape = config.autoDirect ? directConfigForSize(n) : config.direct;
+    const detail::DirectVariant<Real>* variant = findDirectVariant<Real>(shape);
+    MATCHA_ASSERT(variant != nullptr, "direct shape " + shape.label() + " not compiled in");
+    const auto numBodies = static_cast<std::uint32_t>(n);
+    const std::uint32_t rowBlocks = (numBodies + variant->rows - 1) / variant->rows;
+    const std::uint32_t numTiles = (numBodies + variant->tile - 1) / variant->tile;
+    std::uint32_t splits = config.direct.numSplits != 0
+                               ? std::min(config.direct.numSplits, numTiles)
+                               : chooseSplits(rowBlocks, numTiles, blocksPerSM(variant->kernel, variant->threads));
+    const std::uint32_t tilesPerSplit = (numTiles + splits - 1) / splits;
+    splits = (numTiles + tilesPerSplit - 1) / tilesPerSplit;
+
+    start.record(stream.get());
+    uploadSources(sources);
+    reserveOutputs(n);
+    if (splits > 1) partial.reserve(std::size_t(splits) * n);
+
+    detail::DirectArgs<Real> args{};
+    args.sources = {sourceX.data(), sourceY.data(), sourceZ.data(), sourceMass.data()};
+    args.numBodies = numBodies;
+    args.tilesPerSplit = tilesPerSplit;
+    args.eps2 = static_cast<Real>(gravity.eps2());
+    args.G = gravity.G;
+    args.out = deviceForces();
+    args.partial = splits > 1 ? partial.data() : nullptr;
+
+    kernelsStart.record(stream.get());
+    variant->launch(dim3(rowBlocks, splits), stream.get(), args);
+    MATCHA_CUDA_CHECK_LAUNCH("directKernel", config.synchronizeAfterLaunch);
+    if (splits > 1) {
+      detail::launchCombineSplits(partial.data(), splits, numBodies, gravity.G, deviceForces(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("combineSplitsKernel", config.synchronizeAfterLaunch);
+    }
+    kernelsStop.record(stream.get());
+    downloadRange(out, 0, n);
+    finishCall();
+    stats.numTasks = std::uint64_t(rowBlocks) * splits;
+    stats.numSplits = splits;
+    stats.kernel =
+        std::string("direct ").append(shape.label()).append(" x").append(std::to_string(splits)).append(" splits");
+    const auto n64 = static_cast<std::uint64_t>(n);
+    return {n64 * n64, 0};
+  }
+
+  template <class Real>
+  InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
+                                   const GravityParams& gravity, const ForceView& out) {
+    const std::size_t numGroups = plan.numGroups();
+    const std::size_t numBodies = sources.count;
+    const std::size_t numCells = cells.size();
+    const detail::PlanVariant<Real>* variant = findPlanVariant<Real>(config.planTileSize);
+    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
+
+    // Per-group list offsets (expanded bodies), interaction counts and warp tasks, straight into pinned memory.
+    hostListBodyOffsets.reserve(numGroups + 1);
+    std::uint64_t bodyBody = 0, bodyCell = 0, packedEntries = 0;
+    std::uint32_t listBodies = 0;
+    std::uint64_t numTasks = 0;
+    bucketCounts.assign(kNumBuckets, 0);
+    const ChunkTable& table = chunkTable<Real>();
+    const int largestKind = firstAllowedKind<Real>();
+    const auto largestRows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[largestKind].rows());
+    const auto forEachTask = [&](std::size_t g, auto&& emit) {
+      std::uint32_t first = plan.groups[g].first;
+      std::uint32_t remaining = plan.groups[g].size();
+      while (remaining > kMaxDecomposed) {
+        emit(first, largestRows, largestKind);
+        first += largestRows;
+        remaining -= largestRows;
+      }
+      while (remaining > 0) {
+        const int kind = table.firstKind[remaining];
+        const std::uint32_t rows = std::min<std::uint32_t>(remaining, detail::kPlanTaskKinds[kind].rows());
+        emit(first, rows, kind);
+        first += rows;
+        remaining -= rows;
+      }
+    };
+    const auto bucketOf = [](double cost) {
+      if (cost < 1.0) return 0;
+      return std::min(kNumBuckets - 1, 1 + static_cast<int>(std::log2(cost)));
+    };
+    for (std::size_t g = 0; g < numGroups; ++g) {
+      const BodyRange group = plan.groups[g];
+      MATCHA_ASSERT(group.first <= group.last && group.last <= numBodies, "plan group outside the sources");
+      std::uint64_t groupListBodies = 0;
+      for (std::uint32_t r = plan.bodyListOffsets[g]; r < plan.bodyListOffsets[g + 1]; ++r) {
+        const BodyRange range = plan.bodyList[r];
+        MATCHA_ASSERT(range.first <= range.last && range.last <= numBodies, "plan body range outside the sources");
+        groupListBodies += range.size();
+      }
+      const std::uint64_t groupListCells = plan.numListCells(g);
+      MATCHA_ASSERT(std::uint64_t(listBodies) + groupListBodies <= std::numeric_limits<std::uint32_t>::max(),
+                    "plan batch too large for 32-bit list offsets");
+      hostListBodyOffsets[g] = listBodies;
+      listBodies += static_cast<std::uint32_t>(groupListBodies);
+      bodyBody += group.size() * groupListBodies;
+      bodyCell += group.size() * groupListCells;
+      packedEntries += groupListBodies + groupListCells;
+      const double entries = double(groupListBodies + groupListCells);
+      forEachTask(g, [&](std::uint32_t, std::uint32_t, int kind) {
+        ++bucketCounts[bucketOf(entries * taskCostPerEntry(kind))];
+        ++numTasks;
+      });
+    }
+    hostListBodyOffsets[numGroups] = listBodies;
+    MATCHA_ASSERT(numTasks <= std::numeric_limits<std::uint32_t>::max(), "too many warp tasks");
+
+    // Most expensive tasks first (longest-processing-time order, by powers of two of the cost): the warps that
+    // take the last tasks finish at about the same time.
+    hostTasks.reserve(std::max<std::uint64_t>(numTasks, 1));
+    std::array<std::uint64_t, kNumBuckets> next{};
+    std::uint64_t position = 0;
+    for (int b = kNumBuckets - 1; b >= 0; --b) {
+      next[b] = position;
+      position += bucketCounts[b];
+    }
+    for (std::size_t g = 0; g < numGroups; ++g) {
+      const double entries = double(plan.numListCells(g)) + double(hostListBodyOffsets[g + 1] - hostListBodyOffsets[g]);
+      forEachTask(g, [&](std::uint32_t first, std::uint32_t rows, int kind) {
+        hostTasks[next[bucketOf(entries * taskCostPerEntry(kind))]++] =
+            uint4{static_cast<unsigned>(g), first, rows, static_cast<unsigned>(kind)};
+      });
+    }
+
+    start.record(stream.get());
+    uploadSources(sources);
+    for (auto* buffer : {&cellX, &cellY, &cellZ, &cellMass}) buffer->reserve(std::max<std::size_t>(numCells, 1));
+    copyToDevice(cellX.data(), cells.x.data(), numCells);
+    copyToDevice(cellY.data(), cells.y.data(), numCells);
+    copyToDevice(cellZ.data(), cells.z.data(), numCells);
+    copyToDevice(cellMass.data(), cells.mass.data(), numCells);
+    groupCentres.reserve(3 * numGroups);
+    copyToDevice(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups);
+    bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
+    static_assert(sizeof(BodyRange) == sizeof(uint2), "BodyRange must match uint2 for the upload");
+    copyToDevice(bodyRanges.data(), reinterpret_cast<const uint2*>(plan.bodyList.data()), plan.bodyList.size());
+    bodyRangeOffsets.reserve(numGroups + 1);
+    copyToDevice(bodyRangeOffsets.data(), plan.bodyListOffsets.data(), numGroups + 1);
+    cellListOffsets.reserve(numGroups + 1);
+    copyToDevice(cellListOffsets.data(), plan.cellListOffsets.data(), numGroups + 1);
+    cellList.reserve(std::max<std::size_t>(plan.cellList.size(), 1));
+    copyToDevice(cellList.data(), plan.cellList.data(), plan.cellList.size());
+    listBodyOffsets.reserve(numGroups + 1);
+    copyToDevice(listBodyOffsets.data(), hostListBodyOffsets.data(), numGroups + 1);
+    tasks.reserve(std::max<std::uint64_t>(numTasks, 1));
+    copyToDevice(tasks.data(), hostTasks.data(), numTasks);
+    expandedBodies.reserve(std::max<std::uint32_t>(listBodies, 1));
+    taskCounter.reserve(1);
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(taskCounter.data(), 0, sizeof(std::uint32_t), stream.get()));
+    reserveOutputs(numBodies);
+
+    detail::PlanArgs<Real> args{};
+    args.sources = {sourceX.data(), sourceY.data(), sourceZ.data(), sourceMass.data()};
+    args.cells = {cellX.data(), cellY.data(), cellZ.data(), cellMass.data()};
+    args.tasks = tasks.data();
+    args.numTasks = static_cast<std::uint32_t>(numTasks);
+    args.taskCounter = taskCounter.data();
+    args.groupCentres = groupCentres.data();
+    args.listBodyOffsets = listBodyOffsets.data();
+    args.expandedBodies = expandedBodies.data();
+    args.cellListOffsets = cellListOffsets.data();
+    args.cellList = cellList.data();
+    args.eps2 = static_cast<Real>(gravity.eps2());
+    args.G = gravity.G;
+    args.out = deviceForces();
+
+    const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);
+    const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
+        1, std::min<std::uint64_t>(std::uint64_t(selection.numSMs) * blocksPerSM(variant->kernel, variant->threads),
+                                   (numTasks + warpsPerBlock - 1) / warpsPerBlock)));
+    kernelsStart.record(stream.get());
+    if (listBodies > 0) {
+      detail::launchExpandBodyRanges(bodyRanges.data(), bodyRangeOffsets.data(), listBodyOffsets.data(),
+                                     static_cast<std::uint32_t>(numGroups), expandedBodies.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("expandBodyRangesKernel", config.synchronizeAfterLaunch);
+    }
+    if (numTasks > 0) {
+      variant->launch(numBlocks, stream.get(), args);
+      MATCHA_CUDA_CHECK_LAUNCH("planKernel", config.synchronizeAfterLaunch);
+    }
+    kernelsStop.record(stream.get());
+
+    // Download only the plan's groups (other outputs stay untouched), merged into runs of consecutive bodies.
+    runs.clear();
+    for (const BodyRange& group : plan.groups) {
+      if (group.size() > 0) runs.push_back(group);
+    }
+    if (!std::is_sorted(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; })) {
+      std::sort(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; });
+    }
+    std::size_t k = 0;
+    while (k < runs.size()) {
+      const std::uint32_t first = runs[k].first;
+      std::uint32_t last = runs[k].last;
+      for (++k; k < runs.size() && runs[k].first <= last; ++k) last = std::max(last, runs[k].last);
+      downloadRange(out, first, last - first);
+    }
+    finishCall();
+    stats.numTasks = numTasks;
+    stats.numSplits = 0;
+    stats.packedListBytes = packedEntries * 16;
+    char text[128];
+    std::snprintf(text, sizeof text, "plan p%d (%llu warp tasks, %u blocks)", variant->tile,
+                  static_cast<unsigned long long>(numTasks), numBlocks);
+    stats.kernel = text;
+    return {bodyBody, bodyCell};
+  }
+
+  CudaDirectConfig directConfigForSize(std::size_t numBodies) const {
+    // The fastest shapes measured on an H100 (bench/RESULTS.md): 256 threads with 4 i-bodies each and 256-source
+    // tiles once N fills the GPU with them (within ~3% of T128/I4/p128 and T128/I2/p256, run to run); below, 2 bodies
+    // per thread shared by q threads (GPU Gems §31.4) plus the j-splits keep every SM busy.
+    CudaDirectConfig shape;
+    shape.numSplits = config.direct.numSplits;
+    if (precision == Precision::float64) {
+      shape.bodiesPerThread = 2;
+      return shape;
+    }
+    if (numBodies >= (std::size_t{1} << 17)) {
+      shape.threadsPerBlock = 256;
+      shape.bodiesPerThread = 4;
+      shape.tileSize = 256;
+    } else if (numBodies >= (std::size_t{1} << 13)) {
+      shape.bodiesPerThread = 2;
+      shape.threadsPerBody = 2;
+    } else {
+      shape.bodiesPerThread = 2;
+      shape.threadsPerBody = 4;
+    }
+    return shape;
+  }
+
+  static constexpr int kNumBuckets = 64;
+
+  Precision precision;
+  CudaKernelConfig config;
+  DeviceSelection selection;
+  detail::CudaStream stream;
+  detail::CudaEvent start, kernelsStart, kernelsStop, stop;
+  std::unordered_map<const void*, int> occupancy;
+  CudaCallStats stats;
+
+  DeviceBuffer<double> sourceX, sourceY, sourceZ, sourceMass;
+  DeviceBuffer<double> cellX, cellY, cellZ, cellMass;
+  DeviceBuffer<double> outX, outY, outZ, outPot;
+  DeviceBuffer<double4_16a> partial;
+  DeviceBuffer<double> groupCentres;
+  DeviceBuffer<uint2> bodyRanges;
+  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellListOffsets, cellList, listBodyOffsets, expandedBodies, taskCounter;
+  DeviceBuffer<uint4> tasks;
+  PinnedBuffer<std::uint32_t> hostListBodyOffsets;
+  PinnedBuffer<uint4> hostTasks;
+  std::vector<std::uint64_t> bucketCounts;
+  std::vector<BodyRange> runs;
+};
+
+CudaEngine::CudaEngine(Precision precision, const CudaKernelConfig& config)
+    : impl_(std::make_unique<Impl>(precision, config)) {}
+
+CudaEngine::~CudaEngine() = default;
+
+std::string CudaEngine::name() const {
+  return std::string(impl_->precision == Precision::float32 ? "cuda-float" : "cuda-double") + " (" +
+         impl_->selection.name + ")";
+}
+
+InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
+                                           const InteractionPlan& plan, const GravityParams& gravity,
+                                           const ForceView& out) {
+  MATCHA_ASSERT(plan.groupCentres.size() == 3 * plan.numGroups(), "plan has no centre for some group");
+  MATCHA_ASSERT(plan.cellListOffsets.size() == plan.numGroups() + 1, "plan cell offsets malformed");
+  MATCHA_ASSERT(plan.bodyListOffsets.size() == plan.numGroups() + 1, "plan body offsets malformed");
+  MATCHA_ASSERT(plan.cellListOffsets.back() == plan.cellList.size(), "plan cell list size differs from its offsets");
+  MATCHA_ASSERT(plan.bodyListOffsets.back() == plan.bodyList.size(), "plan body list size differs from its offsets");
+  MATCHA_ASSERT(out.count == sources.count, "output size differs from source count");
+  MATCHA_ASSERT(sources.count < (std::size_t{1} << 32), "too many bodies for 32-bit indices");
+  impl_->stats = CudaCallStats{};
+  if (plan.numGroups() == 0) return {};
+  impl_->selectDevice();
+  if (impl_->precision == Precision::float32) return impl_->evaluatePlanIn<float>(sources, cells, plan, gravity, out);
+  return impl_->evaluatePlanIn<double>(sources, cells, plan, gravity, out);
+}
+
+InteractionCounts CudaEngine::evaluateDirect(const SourceView& sources, const GravityParams& gravity,
+                                             const ForceView& out) {
+  MATCHA_ASSERT(out.count == sources.count, "direct summation output size differs from source count");
+  MATCHA_ASSERT(sources.count < (std::size_t{1} << 32), "too many bodies for 32-bit indices");
+  impl_->stats = CudaCallStats{};
+  if (sources.count == 0) return {};
+  impl_->selectDevice();
+  if (impl_->precision == Precision::float32) return impl_->evaluateDirectIn<float>(sources, gravity, out);
+  return impl_->evaluateDirectIn<double>(sources, gravity, out);
+}
+
+double CudaEngine::lastKernelMilliseconds() const { return impl_->stats.kernelMilliseconds; }
+
+const CudaCallStats& CudaEngine::lastCallStats() const { return impl_->stats; }
+
+Precision CudaEngine::precision() const { return impl_->precision; }
+
+const CudaKernelConfig& CudaEngine::config() const { return impl_->config; }
+
+void CudaEngine::setConfig(const CudaKernelConfig& config) {
+  if (config.device != impl_->config.device) throw InputError("CudaEngine::setConfig cannot change the device");
+  impl_->validate(config);
+  impl_->config = config;
+}
+
+CudaDirectConfig CudaEngine::directConfigFor(std::size_t numBodies) const {
+  return impl_->directConfigForSize(numBodies);
+}
+
+std::vector<CudaDirectConfig> CudaEngine::supportedDirectConfigs(Precision precision) {
+  return precision == Precision::float32 ? directConfigsOf<float>() : directConfigsOf<double>();
+}
+
+std::vector<std::uint32_t> CudaEngine::supportedPlanTileSizes(Precision precision) {
+  return precision == Precision::float32 ? planTileSizesOf<float>() : planTileSizesOf<double>();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The seam used by engine_factory.cpp
+
+namespace detail {
+
+bool cudaEngineCompiledIn() { return true; }
+
+std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision precision) {
+  return std::make_unique<CudaEngine>(precision);
+}
+
+}  // namespace detail
+
+}  // namespace matcha::gpu

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+// The explicitly instantiated kernel variants (STYLE.md habit 6), as tables the engine picks from at run time:
+// direct-kernel shapes (tile size p, i-bodies per thread, threads per body q) and group x list tile sizes, for float
+// and double. Defined at the bottom of direct_kernels.cu and plan_kernels.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "nbody_kernels.cuh"
+
+namespace matcha::gpu::detail {
+
+template <class Real>
+struct DirectVariant {
+  int threads;
+  int bodiesPerThread;
+  int threadsPerBody;
+  int tile;
+  int rows;            ///< i-bodies per block
+  const void* kernel;  ///< for the occupancy query
+  void (*launch)(dim3 grid, cudaStream_t stream, const DirectArgs<Real>& args);
+};
+
+template <class Real>
+std::span<const DirectVariant<Real>> directVariants();
+
+void launchCombineSplits(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies, double G,
+                         DeviceForces out, cudaStream_t stream);
+
+template <class Real>
+struct PlanVariant {
+  int tile;  ///< sources per warp tile
+  int threads;
+  const void* kernel;
+  void (*launch)(unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args);
+};
+
+template <class Real>
+std::span<const PlanVariant<Real>> planVariants();
+
+void launchExpandBodyRanges(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets,
+                            const std::uint32_t* listBodyOffsets, std::uint32_t numGroups, std::uint32_t* expanded,
+                            cudaStream_t stream);
+
+}  // namespace matcha::gpu::detail

@@ -1,0 +1,568 @@
+// SPDX-License-Identifier: MIT
+// The CUDA kernels of the near-field engine (DESIGN.md §3): the tiled all-pairs kernel for direct summation (GPU
+// Gems 3 ch. 31, with kirin's splitting of the j-range over several blocks when there are too few i-bodies to fill
+// the GPU), the group x list kernel that evaluates an InteractionPlan, and two helpers. Included only by the .cu
+// files that instantiate them; every pair goes through matcha/core/pair_interaction.hpp.
+//
+// Data layout and precision (the Chamomile scheme, seeds/hamada-iitaka-2007):
+//  - Bodies and cells live on the device as the host has them: structure-of-arrays doubles (x, y, z, mass). No
+//    float copy with a global origin is kept: a float position relative to a global origin has already lost the
+//    digits that matter for a close pair far from that origin. Instead every tile is converted while it is staged
+//    in shared memory: float(x_j - c) with the difference taken in double, c the centre of the i-bodies' group (plan)
+//    or box (direct). That is exactly the CPU twin's rounding, so GPU and CPU float engines agree to accumulation
+//    order, and a close pair keeps ~7 significant digits of its separation wherever the group sits in the box. The
+//    cost is 32 instead of 16 bytes per staged source and ~25 instructions per source (index, 4 loads, 3 double
+//    subtractions, 4 conversions, one shared store), spread over the i-bodies that share the tile (up to 128 in a
+//    plan's warp task, 512-1024 in the direct kernel's block). Uploading double positions once per call and
+//    converting per group costs the same PCIe bytes as a float4 copy plus a double correction per group, keeps one
+//    copy of the data, and gives the CPU twin's numbers. The direct kernel's blocks
+//    are 512-1024 consecutive bodies, so its float accuracy depends on the input order: E_max ~2e-5..7e-5 for
+//    bodies in space-filling-curve order (as the tree solver leaves them), ~1e-4..3e-4 for random order, set by close
+//    pairs far from their block's centre (median ~5e-8 either way; the CPU twin's 64-body blocks follow the same rule).
+//  - Each thread sums a tile's pairs in float registers and adds the tile sums into double accumulators (when its
+//    share of a tile is under 32 pairs, q >= 4, it first collects ~128 terms in a float "bag"): the float error is
+//    that of 32..256-term sums whatever the list length, and the double sum of the partial sums does not grow with it
+//    (Chamomile's per-J-BAG partial sums).
+//  - The inner loop uses accumulatePairInteractionUnchecked (no per-pair select) and the tile is evaluated again with
+//    the checked accumulatePairInteraction only for the threads whose tile held a zero-distance pair (their own
+//    body, a coincident body): once per i-body in direct summation, about one tile per group in a plan.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "matcha/core/pair_interaction.hpp"
+
+namespace matcha::gpu::detail {
+
+template <class Real>
+struct Packed4;
+template <>
+struct Packed4<float> {
+  using type = float4;
+};
+template <>
+struct Packed4<double> {
+  using type = double4_16a;
+};
+
+/// Positions and masses on the device, structure of arrays (index space of the host SourceView or CellMultipoles).
+struct DeviceSoA {
+  const double* x;
+  const double* y;
+  const double* z;
+  const double* mass;
+};
+
+/// Where kernels write: one double per body and component, index space of the sources.
+struct DeviceForces {
+  double* ax;
+  double* ay;
+  double* az;
+  double* pot;
+};
+
+/// A massless source far away pads partial tiles: it adds exactly zero (its mass is 0 and 1/r stays finite, even
+/// squared and cubed) and, unlike a pad at the origin, never looks like a zero-distance pair to the fast path.
+inline constexpr float kPadCoordinate = 1.0e12f;
+
+/// Terms per float partial sum before it is flushed into the double accumulator (Chamomile's bag; the CPU twin's
+/// tile is also 128 bodies). A thread whose tile share has at least kMinFlushTerms terms flushes after every tile
+/// (no bag: 16 fewer registers for 4 i-bodies, which buys occupancy); smaller shares (q >= 4) collect a bag of
+/// kBagTerms first, so that the conversions and double adds stay rare.
+inline constexpr int kBagTerms = 128;
+inline constexpr int kMinFlushTerms = 32;
+__host__ __device__ constexpr int flushInterval(int termsPerTile) {
+  return termsPerTile >= kMinFlushTerms ? 1 : (kBagTerms + termsPerTile - 1) / termsPerTile;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shared pieces
+
+/// Per-thread accumulators for kBodies i-bodies: float partial sums of the current tile, the current bag, and the
+/// wide total (DESIGN.md §3). For Real = double the tile sums go straight into the total.
+template <class Real, int kBodies>
+struct Accumulators {
+  double total[4][kBodies];
+  Real bag[4][kBodies];
+  Real tile[4][kBodies];
+
+  __device__ __forceinline__ void clearAll() {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int k = 0; k < kBodies; ++k) {
+        total[c][k] = 0.0;
+        bag[c][k] = Real(0);
+      }
+    }
+  }
+  __device__ __forceinline__ void clearTile() {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int k = 0; k < kBodies; ++k) tile[c][k] = Real(0);
+    }
+  }
+  __device__ __forceinline__ void addTileToBag() {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int k = 0; k < kBodies; ++k) bag[c][k] += tile[c][k];
+    }
+  }
+  __device__ __forceinline__ void flushBag() {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int k = 0; k < kBodies; ++k) {
+        total[c][k] += static_cast<double>(bag[c][k]);
+        bag[c][k] = Real(0);
+      }
+    }
+  }
+  /// Sums the totals over the `kLanes` consecutive lanes that share each body (kLanes a power of two <= 32).
+  template <int kLanes>
+  __device__ __forceinline__ void reduceOverLanes() {
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+#pragma unroll
+        for (int k = 0; k < kBodies; ++k) total[c][k] += __shfl_xor_sync(0xffffffffu, total[c][k], offset);
+      }
+    }
+  }
+};
+
+/// Evaluates `kEntries` sources of the shared-memory tile, every kStride-th one starting at `first`, against the
+/// thread's kBodies i-bodies: fast path first, checked path again if the tile held a zero-distance pair.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+__device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type* tile, int first,
+                                             const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                             const Real (&zi)[kBodies], Real eps2, Accumulators<Real, kBodies>& acc) {
+  acc.clearTile();
+  Real minSoftenedR2 = Real(3.0e38);
+#pragma unroll kUnroll
+  for (int j = 0; j < kEntries; ++j) {
+    const auto source = tile[first + j * kStride];
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) {
+      accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
+                                               acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k],
+                                               minSoftenedR2);
+    }
+  }
+  if (!(minSoftenedR2 > eps2)) {  // rare: a zero-distance pair (or NaN); redo this tile with the self-term rule
+    acc.clearTile();
+#pragma unroll 1
+    for (int j = 0; j < kEntries; ++j) {
+      const auto source = tile[first + j * kStride];
+#pragma unroll
+      for (int k = 0; k < kBodies; ++k) {
+        accumulatePairInteraction<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
+                                        acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
+      }
+    }
+  }
+}
+
+/// Adds the tile sums into the bag and flushes the bag every kFlushTiles tiles (Real = double: straight into the
+/// total).
+template <class Real, int kBodies, int kFlushTiles>
+__device__ __forceinline__ void accumulateTile(Accumulators<Real, kBodies>& acc, int& tilesInBag) {
+  if constexpr (std::is_same_v<Real, double> || kFlushTiles == 1) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int k = 0; k < kBodies; ++k) acc.total[c][k] += static_cast<double>(acc.tile[c][k]);
+    }
+  } else {
+    acc.addTileToBag();
+    if (++tilesInBag == kFlushTiles) {
+      acc.flushBag();
+      tilesInBag = 0;
+    }
+  }
+}
+
+/// One staged source: position relative to the centre (difference in double, then rounded) and mass.
+template <class Real>
+__device__ __forceinline__ typename Packed4<Real>::type makeRelativeSource(bool valid, double x, double y, double z,
+                                                                           double mass, double cx, double cy,
+                                                                           double cz) {
+  using Vec = typename Packed4<Real>::type;
+  if (!valid) return Vec{Real(kPadCoordinate), Real(kPadCoordinate), Real(kPadCoordinate), Real(0)};
+  return Vec{static_cast<Real>(x - cx), static_cast<Real>(y - cy), static_cast<Real>(z - cz), static_cast<Real>(mass)};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Direct summation: the tiled all-pairs kernel
+
+/// Compile-time shape of a direct-kernel variant (STYLE.md habit 6): kThreads per block, kBodiesPerThread i-bodies
+/// per thread (register blocking: one shared-memory load serves them all), kThreadsPerBody threads sharing each
+/// i-body's row (GPU Gems §31.4 q), kTile sources per shared-memory tile (p).
+template <int kThreads, int kBodiesPerThread, int kThreadsPerBody, int kTile>
+struct DirectShape {
+  static constexpr int threads = kThreads;
+  static constexpr int bodiesPerThread = kBodiesPerThread;
+  static constexpr int threadsPerBody = kThreadsPerBody;
+  static constexpr int tile = kTile;
+  static constexpr int rowsPerPass = kThreads / kThreadsPerBody;
+  static constexpr int rows = rowsPerPass * kBodiesPerThread;       ///< i-bodies per block
+  static constexpr int entriesPerThread = kTile / kThreadsPerBody;  ///< pairs per tile, thread and i-body
+  static constexpr int loadsPerThread = (kTile + kThreads - 1) / kThreads;
+  static constexpr int flushTiles = flushInterval(entriesPerThread);
+  static constexpr int unroll = kBodiesPerThread >= 8 ? 2 : (kBodiesPerThread >= 4 ? 4 : 8);
+  /// Resident blocks per SM the registers must allow (float): 4 i-bodies per thread, q = 1 and p <= 128 fit 96
+  /// registers (5 blocks of 128 threads, 5 warps per scheduler) without spilling; p = 256 spills there and ran 10%
+  /// slower on an H100, so it and the other shapes keep the compiler's choice.
+  static constexpr int minBlocksFloat =
+      (kBodiesPerThread == 4 && kThreads == 128 && kThreadsPerBody == 1 && kTile <= 128) ? 5 : 1;
+
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
+  static_assert(kThreadsPerBody >= 1 && kThreadsPerBody <= 32 && (kThreadsPerBody & (kThreadsPerBody - 1)) == 0,
+                "threads per body: a power of two within one warp");
+  static_assert(kTile % 32 == 0, "tile: whole warps of sources");
+  static_assert(kTile % kThreads == 0 || kThreads % kTile == 0, "tile and block must divide one another");
+  static_assert(kTile % kThreadsPerBody == 0, "each thread of a body takes the same number of tile entries");
+  static_assert(kBodiesPerThread >= 1 && kBodiesPerThread <= 8, "1..8 i-bodies per thread");
+};
+
+template <class Real>
+struct DirectArgs {
+  DeviceSoA sources;
+  std::uint32_t numBodies;
+  std::uint32_t tilesPerSplit;  ///< j-tiles per block along gridDim.y
+  Real eps2;
+  double G;
+  DeviceForces out;      ///< written (times G) when gridDim.y == 1
+  double4_16a* partial;  ///< [split * numBodies + i], sums without G, when gridDim.y > 1
+};
+
+/// Centre of the axis-aligned box around the block's i-bodies; every thread gets it. `lo`/`hi` hold the thread's
+/// own bounds on entry (+/-inf if it has no body).
+template <int kThreads>
+__device__ __forceinline__ void blockBoxCentre(double (&lo)[3], double (&hi)[3], double (*scratch)[6],
+                                               double (&centre)[3]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      lo[d] = fmin(lo[d], __shfl_xor_sync(0xffffffffu, lo[d], offset));
+      hi[d] = fmax(hi[d], __shfl_xor_sync(0xffffffffu, hi[d], offset));
+    }
+  }
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) {
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+      scratch[warp][d] = lo[d];
+      scratch[warp][3 + d] = hi[d];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int d = 0; d < 3; ++d) {
+    double l = scratch[0][d], h = scratch[0][3 + d];
+    for (int w = 1; w < kThreads / 32; ++w) {
+      l = fmin(l, scratch[w][d]);
+      h = fmax(h, scratch[w][3 + d]);
+    }
+    centre[d] = 0.5 * (l + h);
+  }
+}
+
+/// Block (blockIdx.x, blockIdx.y): i-bodies [blockIdx.x * rows, + rows) against j-tiles
+/// [blockIdx.y * tilesPerSplit, + tilesPerSplit). Writes G * sum to `out` (one split) or the sum to `partial`.
+template <class Real, class Shape>
+__global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? Shape::minBlocksFloat : 1)
+    directKernel(const DirectArgs<Real> args) {
+  using Vec = typename Packed4<Real>::type;
+  constexpr int kI = Shape::bodiesPerThread;
+  constexpr int kQ = Shape::threadsPerBody;
+  constexpr int kLoads = Shape::loadsPerThread;
+  __shared__ Vec tile[Shape::tile];
+  __shared__ double scratch[Shape::threads / 32][6];
+
+  const std::uint32_t numBodies = args.numBodies;
+  const std::uint32_t firstRow = blockIdx.x * Shape::rows;
+  const int slice = threadIdx.x % kQ;
+  const int rowInPass = threadIdx.x / kQ;
+
+  // The block's centre: middle of its i-bodies' bounding box, in double.
+  double xd[kI], yd[kI], zd[kI];
+  double lo[3] = {1e300, 1e300, 1e300}, hi[3] = {-1e300, -1e300, -1e300};
+#pragma unroll
+  for (int k = 0; k < kI; ++k) {
+    const std::uint32_t i = firstRow + rowInPass + k * Shape::rowsPerPass;
+    const bool valid = i < numBodies;
+    xd[k] = valid ? args.sources.x[i] : 0.0;
+    yd[k] = valid ? args.sources.y[i] : 0.0;
+    zd[k] = valid ? args.sources.z[i] : 0.0;
+    if (valid) {
+      lo[0] = fmin(lo[0], xd[k]);
+      lo[1] = fmin(lo[1], yd[k]);
+      lo[2] = fmin(lo[2], zd[k]);
+      hi[0] = fmax(hi[0], xd[k]);
+      hi[1] = fmax(hi[1], yd[k]);
+      hi[2] = fmax(hi[2], zd[k]);
+    }
+  }
+  double centre[3];
+  blockBoxCentre<Shape::threads>(lo, hi, scratch, centre);
+  Real xi[kI], yi[kI], zi[kI];
+#pragma unroll
+  for (int k = 0; k < kI; ++k) {
+    xi[k] = static_cast<Real>(xd[k] - centre[0]);
+    yi[k] = static_cast<Real>(yd[k] - centre[1]);
+    zi[k] = static_cast<Real>(zd[k] - centre[2]);
+  }
+
+  const std::uint32_t numTiles = (numBodies + Shape::tile - 1) / Shape::tile;
+  const std::uint32_t firstTile = blockIdx.y * args.tilesPerSplit;
+  const std::uint32_t lastTile = min(numTiles, firstTile + args.tilesPerSplit);
+
+  // Register prefetch of the next tile's sources, so their global loads overlap the current tile's arithmetic.
+  double px[kLoads], py[kLoads], pz[kLoads], pm[kLoads];
+  bool pvalid[kLoads];
+  const auto load = [&](std::uint32_t t) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int slot = threadIdx.x + l * Shape::threads;
+      const std::uint32_t j = t * Shape::tile + slot;
+      pvalid[l] = slot < Shape::tile && j < numBodies;
+      if (pvalid[l]) {
+        px[l] = args.sources.x[j];
+        py[l] = args.sources.y[j];
+        pz[l] = args.sources.z[j];
+        pm[l] = args.sources.mass[j];
+      }
+    }
+  };
+  const auto stage = [&]() {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int slot = threadIdx.x + l * Shape::threads;
+      if (slot < Shape::tile) {
+        tile[slot] = makeRelativeSource<Real>(pvalid[l], px[l], py[l], pz[l], pm[l], centre[0], centre[1], centre[2]);
+      }
+    }
+  };
+
+  Accumulators<Real, kI> acc;
+  acc.clearAll();
+  int tilesInBag = 0;
+  const Real eps2 = args.eps2;
+  if (firstTile < lastTile) load(firstTile);
+  for (std::uint32_t t = firstTile; t < lastTile; ++t) {
+    __syncthreads();  // everyone is done reading the previous tile
+    stage();
+    __syncthreads();
+    if (t + 1 < lastTile) load(t + 1);
+    evaluateTile<Real, kI, Shape::entriesPerThread, kQ, Shape::unroll>(tile, slice, xi, yi, zi, eps2, acc);
+    accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+  }
+  if constexpr (!std::is_same_v<Real, double> && Shape::flushTiles > 1) acc.flushBag();
+  acc.template reduceOverLanes<kQ>();
+
+  if (slice != 0) return;  // no barrier follows
+#pragma unroll
+  for (int k = 0; k < kI; ++k) {
+    const std::uint32_t i = firstRow + rowInPass + k * Shape::rowsPerPass;
+    if (i >= numBodies) continue;
+    if (gridDim.y == 1) {
+      args.out.ax[i] = args.G * acc.total[0][k];
+      args.out.ay[i] = args.G * acc.total[1][k];
+      args.out.az[i] = args.G * acc.total[2][k];
+      args.out.pot[i] = args.G * acc.total[3][k];
+    } else {
+      args.partial[std::size_t(blockIdx.y) * numBodies + i] =
+          double4_16a{acc.total[0][k], acc.total[1][k], acc.total[2][k], acc.total[3][k]};
+    }
+  }
+}
+
+/// out[i] = G * sum over splits of partial[s * numBodies + i], splits added in order (deterministic).
+__global__ void combineSplitsKernel(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies,
+                                    double G, DeviceForces out);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Group x list: evaluating an InteractionPlan
+
+/// Warp tasks. A group's bodies are cut into chunks; each chunk is one warp task of one of these kinds, chosen on
+/// the host so that small groups still fill the warp (q threads per body) and big groups are split.
+struct PlanTaskKind {
+  int threadsPerBody;  ///< q
+  int bodiesPerThread;
+  int rows() const { return 32 / threadsPerBody * bodiesPerThread; }
+};
+inline constexpr int kNumPlanTaskKinds = 8;
+/// rows: 128, 64, 32, 16, 8, 4, 2, 1.
+inline constexpr PlanTaskKind kPlanTaskKinds[kNumPlanTaskKinds] = {{1, 4}, {1, 2}, {1, 1},  {2, 1},
+                                                                   {4, 1}, {8, 1}, {16, 1}, {32, 1}};
+
+template <class Real>
+struct PlanArgs {
+  DeviceSoA sources;
+  DeviceSoA cells;
+  const uint4* tasks;  ///< {group, first i-body, number of i-bodies, kind}, most expensive first
+  std::uint32_t numTasks;
+  std::uint32_t* taskCounter;            ///< zero at launch; warps take tasks from it
+  const double* groupCentres;            ///< 3 per group
+  const std::uint32_t* listBodyOffsets;  ///< numGroups + 1: group g's j-bodies are expandedBodies[off[g], off[g+1])
+  const std::uint32_t* expandedBodies;   ///< body ranges of every list, expanded to body indices
+  const std::uint32_t* cellListOffsets;  ///< numGroups + 1, as in InteractionPlan
+  const std::uint32_t* cellList;
+  Real eps2;
+  double G;
+  DeviceForces out;
+};
+
+/// One warp task: rows i-bodies of group `task.x` starting at body `task.y`, against the group's whole list (its
+/// bodies first, then its cells), in tiles of kTile sources staged in this warp's slice of shared memory.
+template <class Real, int kTile, int kQ, int kI>
+__device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const uint4 task,
+                                            typename Packed4<Real>::type* tile, int lane) {
+  constexpr int kRowsPerPass = 32 / kQ;
+  constexpr int kLoads = kTile / 32;
+  constexpr int kEntries = kTile / kQ;
+  constexpr int kFlushTiles = flushInterval(kEntries);
+  constexpr int kUnroll = kI >= 4 ? 4 : 8;
+  const std::uint32_t group = task.x;
+  const std::uint32_t firstBody = task.y;
+  const std::uint32_t numRows = task.z;
+  const int slice = lane % kQ;
+  const int rowInPass = lane / kQ;
+
+  const double cx = args.groupCentres[3 * group + 0];
+  const double cy = args.groupCentres[3 * group + 1];
+  const double cz = args.groupCentres[3 * group + 2];
+  const std::uint32_t bodyBase = args.listBodyOffsets[group];
+  const std::uint32_t numListBodies = args.listBodyOffsets[group + 1] - bodyBase;
+  const std::uint32_t cellBase = args.cellListOffsets[group];
+  const std::uint32_t numEntries = numListBodies + (args.cellListOffsets[group + 1] - cellBase);
+
+  Real xi[kI], yi[kI], zi[kI];
+#pragma unroll
+  for (int k = 0; k < kI; ++k) {
+    const std::uint32_t row = rowInPass + k * kRowsPerPass;
+    const std::uint32_t i = firstBody + row;
+    const bool valid = row < numRows;
+    xi[k] = valid ? static_cast<Real>(args.sources.x[i] - cx) : Real(0);
+    yi[k] = valid ? static_cast<Real>(args.sources.y[i] - cy) : Real(0);
+    zi[k] = valid ? static_cast<Real>(args.sources.z[i] - cz) : Real(0);
+  }
+
+  double px[kLoads], py[kLoads], pz[kLoads], pm[kLoads];
+  bool pvalid[kLoads];
+  const auto load = [&](std::uint32_t t) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const std::uint32_t e = t * kTile + lane + 32 * l;
+      pvalid[l] = e < numEntries;
+      if (e < numListBodies) {
+        const std::uint32_t j = args.expandedBodies[bodyBase + e];
+        px[l] = args.sources.x[j];
+        py[l] = args.sources.y[j];
+        pz[l] = args.sources.z[j];
+        pm[l] = args.sources.mass[j];
+      } else if (e < numEntries) {
+        const std::uint32_t c = args.cellList[cellBase + (e - numListBodies)];
+        px[l] = args.cells.x[c];
+        py[l] = args.cells.y[c];
+        pz[l] = args.cells.z[c];
+        pm[l] = args.cells.mass[c];
+      }
+    }
+  };
+
+  Accumulators<Real, kI> acc;
+  acc.clearAll();
+  int tilesInBag = 0;
+  const std::uint32_t numTiles = (numEntries + kTile - 1) / kTile;
+  if (numTiles > 0) load(0);
+  for (std::uint32_t t = 0; t < numTiles; ++t) {
+    __syncwarp();  // the warp is done reading the previous tile (or the previous task's last one)
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      tile[lane + 32 * l] = makeRelativeSource<Real>(pvalid[l], px[l], py[l], pz[l], pm[l], cx, cy, cz);
+    }
+    __syncwarp();
+    if (t + 1 < numTiles) load(t + 1);
+    evaluateTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, acc);
+    accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+  }
+  if constexpr (!std::is_same_v<Real, double> && kFlushTiles > 1) acc.flushBag();
+  acc.template reduceOverLanes<kQ>();
+
+  if (slice == 0) {
+#pragma unroll
+    for (int k = 0; k < kI; ++k) {
+      const std::uint32_t row = rowInPass + k * kRowsPerPass;
+      if (row >= numRows) continue;
+      const std::uint32_t i = firstBody + row;
+      args.out.ax[i] = args.G * acc.total[0][k];
+      args.out.ay[i] = args.G * acc.total[1][k];
+      args.out.az[i] = args.G * acc.total[2][k];
+      args.out.pot[i] = args.G * acc.total[3][k];
+    }
+  }
+}
+
+/// Persistent kernel: each warp takes the next task (most expensive first, so the tail is short) until none is
+/// left. Warps are independent: no block-wide barrier, each warp has its own tile of shared memory. Only
+/// kinds below `kFirstKind` are skipped (double precision leaves out the 4-bodies-per-thread kind: registers).
+/// kMinBlocks: resident blocks per SM the register allocation must allow (occupancy: the inner loop's dependency
+/// chains need about 5 warps per scheduler to keep issuing every cycle).
+template <class Real, int kTile, int kWarps, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const PlanArgs<Real> args) {
+  static_assert(kTile % 32 == 0 && kTile >= 32, "warp tile: whole multiples of 32 sources");
+  using Vec = typename Packed4<Real>::type;
+  __shared__ Vec tiles[kWarps][kTile];
+  Vec* tile = tiles[threadIdx.x / 32];
+  const int lane = threadIdx.x % 32;
+  for (;;) {
+    std::uint32_t taskIndex = 0;
+    if (lane == 0) taskIndex = atomicAdd(args.taskCounter, 1u);
+    taskIndex = __shfl_sync(0xffffffffu, taskIndex, 0);
+    if (taskIndex >= args.numTasks) return;
+    const uint4 task = args.tasks[taskIndex];
+    switch (task.w) {
+      case 0:
+        if constexpr (std::is_same_v<Real, float>) runPlanTask<Real, kTile, 1, 4>(args, task, tile, lane);
+        break;
+      case 1:
+        runPlanTask<Real, kTile, 1, 2>(args, task, tile, lane);
+        break;
+      case 2:
+        runPlanTask<Real, kTile, 1, 1>(args, task, tile, lane);
+        break;
+      case 3:
+        runPlanTask<Real, kTile, 2, 1>(args, task, tile, lane);
+        break;
+      case 4:
+        runPlanTask<Real, kTile, 4, 1>(args, task, tile, lane);
+        break;
+      case 5:
+        runPlanTask<Real, kTile, 8, 1>(args, task, tile, lane);
+        break;
+      case 6:
+        runPlanTask<Real, kTile, 16, 1>(args, task, tile, lane);
+        break;
+      default:
+        runPlanTask<Real, kTile, 32, 1>(args, task, tile, lane);
+        break;
+    }
+  }
+}
+
+/// Expands every group's body ranges into body indices: expanded[listBodyOffsets[g] + k] = k-th j-body of group g.
+/// One warp per group (grid-stride).
+__global__ void expandBodyRangesKernel(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets,
+                                       const std::uint32_t* listBodyOffsets, std::uint32_t numGroups,
+                                       std::uint32_t* expanded);
+
+}  // namespace matcha::gpu::detail

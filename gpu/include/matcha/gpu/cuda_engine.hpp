@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+// The CUDA near-field engine (DESIGN.md §3): the CpuEngine's twin on the GPU. No CUDA type appears here (STYLE.md
+// habit 6); the implementation lives in gpu/cuda/*.cu behind a pimpl, and this header is only usable in a build with
+// CUDA (MATCHA_HAVE_CUDA). Plain C++ that merely wants "the GPU if there is one" goes through makeEngine() instead.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "matcha/core/near_field_engine.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+
+namespace matcha::gpu {
+
+/// Shape of the tiled all-pairs kernel (GPU Gems 3 ch. 31). Only the shapes compiled into the engine are accepted
+/// (CudaEngine::supportedDirectConfigs). The defaults are a good all-round shape; with CudaKernelConfig::autoDirect
+/// (the default) the engine picks the fastest shape measured on an H100 for each N instead (bench/RESULTS.md).
+struct CudaDirectConfig {
+  std::uint32_t threadsPerBlock = 128;
+  std::uint32_t bodiesPerThread = 4;  ///< i-bodies per thread (register blocking)
+  std::uint32_t threadsPerBody = 1;   ///< q: threads sharing one i-body's row (GPU Gems §31.4), power of two <= 8
+  std::uint32_t tileSize = 128;       ///< p: sources per shared-memory tile
+  /// Blocks the j-range is split over (kirin: fills the GPU when there are few i-bodies); 0 = chosen per call so
+  /// that the grid fills the GPU.
+  std::uint32_t numSplits = 0;
+
+  std::uint32_t bodiesPerBlock() const { return threadsPerBlock / threadsPerBody * bodiesPerThread; }
+  std::string label() const;  ///< "T128/I4/q1/p128"
+  bool sameShape(const CudaDirectConfig& other) const;
+};
+
+/// Engine settings.
+struct CudaKernelConfig {
+  /// Direct-summation shape; when `autoDirect` is set, evaluateDirect picks the shape by N instead (see
+  /// CudaEngine::directConfigFor) and only `direct.numSplits` is used.
+  CudaDirectConfig direct;
+  bool autoDirect = true;
+  std::uint32_t planTileSize = 64;      ///< sources per warp tile in the group x list kernel (32, 64 or 128)
+  int device = 0;                       ///< CUDA device ordinal
+  bool poisonDeviceOutputs = false;     ///< tests: fill device outputs with NaN before each call
+  bool synchronizeAfterLaunch = false;  ///< debug: wait for and check every kernel right after its launch
+};
+
+/// Bytes and timings of the last evaluatePlan/evaluateDirect call.
+struct CudaCallStats {
+  double kernelMilliseconds = 0.0;  ///< CUDA-event time from the first to the last kernel of the call
+  double totalMilliseconds = 0.0;   ///< CUDA-event time of the whole call: uploads, kernels, downloads
+  std::uint64_t bytesToDevice = 0;
+  std::uint64_t bytesFromDevice = 0;
+  /// Bytes the same plan would have needed as packed float4 lists (16 bytes per list entry per group), instead of
+  /// index ranges into device-resident bodies and cells (DESIGN.md §4); 0 for direct summation.
+  std::uint64_t packedListBytes = 0;
+  std::uint64_t numTasks = 0;   ///< warp tasks (plan) or thread blocks (direct)
+  std::uint32_t numSplits = 0;  ///< direct summation: blocks per i-block along j
+  std::string kernel;           ///< which variant ran, e.g. "direct T128/I4/q1/p128 x2 splits"
+};
+
+class CudaEngine final : public NearFieldEngine {
+ public:
+  /// float32: float pair arithmetic relative to each group's (block's) centre, per-tile partial sums added in
+  /// double (Chamomile). float64: all in double (the GPU direct-summation reference). Selects `config.device`,
+  /// creates a stream and events; allocates device memory lazily, growing it as calls need.
+  /// @throws CudaError when the device cannot be used; InputError for an unsupported configuration
+  explicit CudaEngine(Precision precision = Precision::float32, const CudaKernelConfig& config = {});
+  ~CudaEngine() override;
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+
+  /// "cuda-float (NVIDIA H100 80GB HBM3)".
+  std::string name() const override;
+
+  /// As NearFieldEngine::evaluatePlan. Uploads the sources, cells and plan (index lists), runs the group x list
+  /// kernel, downloads the outputs of the plan's groups only. Synchronous: returns when `out` is written.
+  InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
+                                 const GravityParams& gravity, const ForceView& out) override;
+
+  /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
+  InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
+                                   const ForceView& out) override;
+
+  /// CUDA-event time of the last call's kernels (for benchmarks).
+  double lastKernelMilliseconds() const;
+  const CudaCallStats& lastCallStats() const;
+
+  Precision precision() const;
+  const CudaKernelConfig& config() const;
+  /// @throws InputError for a shape or tile size that is not compiled in
+  void setConfig(const CudaKernelConfig& config);
+
+  /// The direct shape evaluateDirect uses for `numBodies` when CudaKernelConfig::autoDirect is set.
+  CudaDirectConfig directConfigFor(std::size_t numBodies) const;
+
+  /// Shapes compiled into the engine for `precision` (numSplits = 0).
+  static std::vector<CudaDirectConfig> supportedDirectConfigs(Precision precision);
+  static std::vector<std::uint32_t> supportedPlanTileSizes(Precision precision);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace matcha::gpu

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The GPU check, run on a machine with a CUDA device: configure (Release, the default CUDA architectures), build with
+# every core, run `ctest -L gpu`, run the CUDA benchmarks and dump the SASS of the hot kernels, teeing every log into
+# $OUT (default ./device-out) and printing short tables at the end.
+#
+#   scripts/device-check.sh [BUILD_DIR]           build here (needs the Debian packages of scripts/setup-debian.sh)
+#   scripts/device-check.sh bundle [BUILD_DIR]    on a build machine without a GPU: build BUILD_DIR (default
+#                                                 build-cuda) and copy what the check needs (test and bench
+#                                                 binaries, their ctest files, the shared libraries they use) into
+#                                                 build-device/, for a GPU machine that lacks the packages
+#   MATCHA_PREBUILT=1 scripts/device-check.sh     on the GPU machine: use that build-device/ instead of building
+#
+# Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), BENCH=0 to skip benchmarks,
+# SASS=0 to skip the disassembly.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if [ "${1:-}" = bundle ]; then
+  build=${2:-build-cuda}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
+  cmake --build "$build" -j "$(nproc)" --target test_cuda_engine bench_cuda matcha || exit 1
+  rm -rf build-device
+  mkdir -p build-device/tests/gpu build-device/bench build-device/apps build-device/lib-all
+  cp "$build/tests/gpu/test_cuda_engine" "$build/tests/gpu/test_cuda_engine[1]_include.cmake" \
+     "$build/tests/gpu/test_cuda_engine[1]_tests.cmake" build-device/tests/gpu/
+  cp "$build/bench/bench_cuda" build-device/bench/
+  cp "$build/apps/matcha" build-device/apps/
+  echo 'include("@BUILD@/tests/gpu/test_cuda_engine[1]_include.cmake")' >build-device/tests/gpu/CTestTestfile.cmake
+  grep -A1 bench_cuda_smoke "$build/bench/CTestTestfile.cmake" >build-device/bench/CTestTestfile.cmake
+  printf 'subdirs("tests/gpu")\nsubdirs("bench")\n' >build-device/CTestTestfile.cmake
+  # Absolute paths of this build become a placeholder that the GPU machine fills in.
+  sed -i "s|$root/$build|@BUILD@|g" build-device/tests/gpu/*.cmake build-device/bench/CTestTestfile.cmake
+  # Every shared library outside the C runtime; the GPU machine links only those it lacks.
+  ldd build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/apps/matcha |
+    awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
+    xargs -r cp -L -t build-device/lib-all/
+  du -sh build-device
+  exit 0
+fi
+
+OUT=${OUT:-$root/device-out}
+mkdir -p "$OUT"
+build=${1:-build-device}
+jobs=$(nproc)
+summary=()
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu \
+  --format=csv 2>&1 | tee "$OUT/check.log"
+
+if [ "${MATCHA_PREBUILT:-0}" = 1 ]; then
+  echo "== prebuilt $build (no configure/build here)"
+  sed -i "s|@BUILD@|$root/$build|g" "$build"/CTestTestfile.cmake "$build"/tests/gpu/*.cmake "$build"/bench/*.cmake
+  mkdir -p "$build/lib"
+  for lib in "$build"/lib-all/*; do  # link only the libraries this machine lacks
+    name=$(basename "$lib")
+    ldconfig -p | grep -q "/$name\$" || ln -sf "../lib-all/$name" "$build/lib/$name"
+  done
+  export LD_LIBRARY_PATH="$root/$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "libraries taken from the bundle: $(ls "$build/lib" | tr '\n' ' ')"
+else
+  echo "== configure + build ($jobs jobs)"
+  if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >"$OUT/configure.log" 2>&1; then
+    tail -n 20 "$OUT/configure.log"
+    echo "configure failed; on a machine without the Debian packages use the bundle mode (see the header)"
+    exit 1
+  fi
+  cmake --build "$build" -j "$jobs" >"$OUT/build.log" 2>&1 || { tail -n 40 "$OUT/build.log"; exit 1; }
+fi
+
+echo "== ctest -L gpu"
+(cd "$build" && ctest -L gpu -V --timeout 600) 2>&1 | tee "$OUT/ctest-gpu.log"
+ctest_status=${PIPESTATUS[0]}
+summary+=("ctest -L gpu: $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1)")
+grep -h "E_max" "$OUT/ctest-gpu.log" | sort -u | tee -a "$OUT/check.log"
+
+if [ "${SASS:-1}" = 1 ] && command -v cuobjdump >/dev/null; then
+  echo "== SASS of every kernel (sass.txt.gz) and resource usage"
+  cuobjdump -sass "$build/bench/bench_cuda" 2>&1 | gzip -9 >"$OUT/sass.txt.gz"
+  cuobjdump -res-usage "$build/bench/bench_cuda" 2>&1 | grep -E "Function|REG" >>"$OUT/check.log"
+fi
+
+# PROFILE=1: Nsight Compute on one launch of the hot kernels (issue efficiency, stall reasons, occupancy).
+if [ "${PROFILE:-0}" = 1 ]; then
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  echo "== profile ($ncu)"
+  sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
+            --section Occupancy --section LaunchStats --section InstructionStats --section MemoryWorkloadAnalysis"
+  for target in "planKernel plan/float/Plummer/N:1048576/theta:0.50/ncrit:256/p64/" \
+                "planKernel plan/float/Plummer/N:1048576/theta:0.50/ncrit:4096/p64/" \
+                "planKernel plan/float/Plummer/N:1048576/theta:0.50/ncrit:64/p64/" \
+                "directKernel direct/float/N:262144/T128/I4/q1/p128/"; do
+    set -- $target
+    echo "---- $2" >>"$OUT/profile.txt"
+    # shellcheck disable=SC2086
+    timeout 300 "$ncu" --kernel-name "regex:$1" --launch-skip 1 --launch-count 1 $sections \
+      --metrics smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active \
+      "$build/bench/bench_cuda" --benchmark_filter="$2" --benchmark_min_time=0.001 >>"$OUT/profile.txt" 2>&1
+  done
+  grep -E "^----|Duration|Issue Slots Busy|Issued Warp|No Eligible|Achieved Occupancy|Registers Per|inst_executed|issue_active" \
+    "$OUT/profile.txt"
+fi
+
+if [ "${BENCH:-1}" = 1 ]; then
+  echo "== benchmarks"
+  filter=${BENCH_FILTER:-.}
+  (nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 500 \
+    >"$OUT/clocks.csv" 2>&1 &
+   echo $! >"/tmp/matcha-smi.pid")
+  "$build/bench/bench_cuda" --benchmark_filter="$filter" --benchmark_out="$OUT/bench.json" \
+    --benchmark_out_format=json --benchmark_counters_tabular=true 2>&1 | tee "$OUT/bench.txt"
+  kill "$(cat /tmp/matcha-smi.pid)" 2>/dev/null
+  rm -f /tmp/matcha-smi.pid
+  summary+=("SM clock under load (MHz, min/median/max): $(awk -F', ' 'NR>1 && $2+0>1000 {print $2+0}' "$OUT/clocks.csv" |
+    sort -n | awk '{v[NR]=$1} END {if (NR) print v[1] "/" v[int((NR+1)/2)] "/" v[NR]; else print "n/a"}')")
+fi
+
+echo
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+if [ -f "$OUT/bench.json" ]; then
+  /usr/bin/env python3 - "$OUT/bench.json" <<'EOF'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+print(f"{'benchmark':58s} {'ms':>9s} {'inter/s':>10s} {'floor%':>7s} {'issue%':>7s}")
+for r in runs:
+    rate = r.get("interactions/s", 0)
+    floor = r.get("floor%", r.get("fp64floor%", 0))
+    print(f"{r['name'][:58]:58s} {r['real_time']:9.3f} {rate:10.3e} {floor:7.1f} {r.get('issue%', 0):7.1f}")
+EOF
+fi
+exit "$ctest_status"
