@@ -38,6 +38,8 @@ void IntegratorParams::validate() const {
 
 std::string toString(SolverKind kind) { return kind == SolverKind::tree ? "tree" : "direct"; }
 
+std::string toString(MultipoleOrder order) { return order == MultipoleOrder::monopole ? "mono" : "quad"; }
+
 std::string toString(EngineKind kind) {
   switch (kind) {
     case EngineKind::automatic:

@@ -24,17 +24,43 @@ namespace {
 // list length; the partial sums are added in double (DESIGN.md §3).
 constexpr std::size_t kTileSize = 128;
 
+/// A group's interaction list, relative to the group centre c, padded to whole tiles:
+///  - sources: list bodies, and the cells too when they are monopoles, as (x, y, z, mass) with x = Real(x_j - c),
+///    plus the rounding residuals Real((x_j - c) - x) for the close-pair re-evaluation (pair_interaction.hpp);
+///  - quadrupole cells: (x, y, z, mass) of the centre of mass and the six tensor components.
 template <class Real>
 struct PackedList {
-  std::vector<Real> x, y, z, mass;
+  std::vector<Real> x, y, z, mass, residualX, residualY, residualZ;
+  std::vector<Real> cellX, cellY, cellZ, cellMass, qxx, qyy, qzz, qxy, qxz, qyz;
+  std::size_t numSources = 0, numCells = 0;
 
-  void resize(std::size_t count) {
-    // Pad to whole tiles with zero-mass sources so the inner loop has no remainder.
-    const std::size_t padded = (count + kTileSize - 1) / kTileSize * kTileSize;
-    for (auto* array : {&x, &y, &z, &mass}) {
-      array->resize(padded);
-      std::fill(array->begin() + static_cast<std::ptrdiff_t>(count), array->end(), Real(0));
+  static std::size_t padded(std::size_t count) { return (count + kTileSize - 1) / kTileSize * kTileSize; }
+
+  // Pads with zero-mass sources at the centre: with residuals zero they are zero-distance pairs for a body at the
+  // centre, which the checked path skips, and add exactly nothing otherwise.
+  void resize(std::size_t sources, std::size_t quadrupoleCells) {
+    numSources = sources;
+    numCells = quadrupoleCells;
+    for (auto* array : {&x, &y, &z, &mass, &residualX, &residualY, &residualZ}) {
+      array->resize(padded(sources));
+      std::fill(array->begin() + static_cast<std::ptrdiff_t>(sources), array->end(), Real(0));
     }
+    for (auto* array : {&cellX, &cellY, &cellZ, &cellMass, &qxx, &qyy, &qzz, &qxy, &qxz, &qyz}) {
+      array->resize(padded(quadrupoleCells));
+      std::fill(array->begin() + static_cast<std::ptrdiff_t>(quadrupoleCells), array->end(), Real(0));
+    }
+    // Padding cells sit far away (a zero-mass quadrupole at zero distance would still divide by eps = 0).
+    std::fill(cellX.begin() + static_cast<std::ptrdiff_t>(quadrupoleCells), cellX.end(), Real(1.0e12));
+  }
+
+  void setSource(std::size_t k, double dx, double dy, double dz, double m) {
+    x[k] = static_cast<Real>(dx);
+    y[k] = static_cast<Real>(dy);
+    z[k] = static_cast<Real>(dz);
+    residualX[k] = static_cast<Real>(dx - static_cast<double>(x[k]));
+    residualY[k] = static_cast<Real>(dy - static_cast<double>(y[k]));
+    residualZ[k] = static_cast<Real>(dz - static_cast<double>(z[k]));
+    mass[k] = static_cast<Real>(m);
   }
 };
 
@@ -44,23 +70,34 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
   const double cx = plan.groupCentres[3 * group + 0];
   const double cy = plan.groupCentres[3 * group + 1];
   const double cz = plan.groupCentres[3 * group + 2];
-  const std::size_t numEntries = plan.numListBodies(group) + plan.numListCells(group);
-  list.resize(numEntries);
+  const std::size_t numBodies = plan.numListBodies(group);
+  const std::size_t numCells = plan.numListCells(group);
+  const bool quadrupole = cells.hasQuadrupole;
+  list.resize(numBodies + (quadrupole ? 0 : numCells), quadrupole ? numCells : 0);
   std::size_t k = 0;
   for (std::uint32_t r = plan.bodyListOffsets[group]; r < plan.bodyListOffsets[group + 1]; ++r) {
     for (std::uint32_t j = plan.bodyList[r].first; j < plan.bodyList[r].last; ++j, ++k) {
-      list.x[k] = static_cast<Real>(sources.x[j] - cx);
-      list.y[k] = static_cast<Real>(sources.y[j] - cy);
-      list.z[k] = static_cast<Real>(sources.z[j] - cz);
-      list.mass[k] = static_cast<Real>(sources.mass[j]);
+      list.setSource(k, sources.x[j] - cx, sources.y[j] - cy, sources.z[j] - cz, sources.mass[j]);
     }
   }
-  for (std::uint32_t c = plan.cellListOffsets[group]; c < plan.cellListOffsets[group + 1]; ++c, ++k) {
+  std::size_t q = 0;
+  for (std::uint32_t c = plan.cellListOffsets[group]; c < plan.cellListOffsets[group + 1]; ++c) {
     const std::uint32_t cell = plan.cellList[c];
-    list.x[k] = static_cast<Real>(cells.x[cell] - cx);
-    list.y[k] = static_cast<Real>(cells.y[cell] - cy);
-    list.z[k] = static_cast<Real>(cells.z[cell] - cz);
-    list.mass[k] = static_cast<Real>(cells.mass[cell]);
+    if (!quadrupole) {
+      list.setSource(k++, cells.x[cell] - cx, cells.y[cell] - cy, cells.z[cell] - cz, cells.mass[cell]);
+      continue;
+    }
+    list.cellX[q] = static_cast<Real>(cells.x[cell] - cx);
+    list.cellY[q] = static_cast<Real>(cells.y[cell] - cy);
+    list.cellZ[q] = static_cast<Real>(cells.z[cell] - cz);
+    list.cellMass[q] = static_cast<Real>(cells.mass[cell]);
+    list.qxx[q] = static_cast<Real>(cells.qxx[cell]);
+    list.qyy[q] = static_cast<Real>(cells.qyy[cell]);
+    list.qzz[q] = static_cast<Real>(cells.qzz[cell]);
+    list.qxy[q] = static_cast<Real>(cells.qxy[cell]);
+    list.qxz[q] = static_cast<Real>(cells.qxz[cell]);
+    list.qyz[q] = static_cast<Real>(cells.qyz[cell]);
+    ++q;
   }
 }
 
@@ -72,22 +109,52 @@ template <class Real>
   const double cy = plan.groupCentres[3 * group + 1];
   const double cz = plan.groupCentres[3 * group + 2];
   const Real eps2 = static_cast<Real>(gravity.eps2());
-  const std::size_t numPadded = list.mass.size();
+  const std::size_t numSourcesPadded = list.mass.size();
+  const std::size_t numCellsPadded = list.cellMass.size();
   const Real* __restrict jx = list.x.data();
   const Real* __restrict jy = list.y.data();
   const Real* __restrict jz = list.z.data();
   const Real* __restrict jm = list.mass.data();
   for (std::uint32_t i = plan.groups[group].first; i < plan.groups[group].last; ++i) {
-    const Real xi = static_cast<Real>(sources.x[i] - cx);
-    const Real yi = static_cast<Real>(sources.y[i] - cy);
-    const Real zi = static_cast<Real>(sources.z[i] - cz);
+    const double dxi = sources.x[i] - cx, dyi = sources.y[i] - cy, dzi = sources.z[i] - cz;
+    const Real xi = static_cast<Real>(dxi);
+    const Real yi = static_cast<Real>(dyi);
+    const Real zi = static_cast<Real>(dzi);
+    // Double needs no close-pair pass: its rounding is 1e-16 of the distance from the centre.
+    const Real closeR2 = std::is_same_v<Real, float> ? closeSeparation2(xi, yi, zi) : Real(0);
     double ax = 0.0, ay = 0.0, az = 0.0, pot = 0.0;
-    for (std::size_t tile = 0; tile < numPadded; tile += kTileSize) {
+    for (std::size_t tile = 0; tile < numSourcesPadded; tile += kTileSize) {
+      Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
+      Real minR2 = std::numeric_limits<Real>::max();
+#pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot) reduction(min : minR2)
+      for (std::size_t j = tile; j < tile + kTileSize; ++j) {
+        const Real dx = jx[j] - xi, dy = jy[j] - yi, dz = jz[j] - zi;
+        minR2 = std::min(minR2, dx * dx + dy * dy + dz * dz);
+        accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
+      }
+      if (minR2 < closeR2) {  // a close pair: evaluate the tile again with exact separations
+        const Real rxi = static_cast<Real>(dxi - static_cast<double>(xi));
+        const Real ryi = static_cast<Real>(dyi - static_cast<double>(yi));
+        const Real rzi = static_cast<Real>(dzi - static_cast<double>(zi));
+        tileAx = tileAy = tileAz = tilePot = 0;
+        for (std::size_t j = tile; j < tile + kTileSize; ++j) {
+          accumulatePairInteraction<Real>(
+              splitSeparation(jx[j], list.residualX[j], xi, rxi), splitSeparation(jy[j], list.residualY[j], yi, ryi),
+              splitSeparation(jz[j], list.residualZ[j], zi, rzi), jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
+        }
+      }
+      ax += tileAx;
+      ay += tileAy;
+      az += tileAz;
+      pot += tilePot;
+    }
+    for (std::size_t tile = 0; tile < numCellsPadded; tile += kTileSize) {
       Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
 #pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot)
-      for (std::size_t j = tile; j < tile + kTileSize; ++j) {
-        accumulatePairInteraction<Real>(jx[j] - xi, jy[j] - yi, jz[j] - zi, jm[j], eps2, tileAx, tileAy, tileAz,
-                                        tilePot);
+      for (std::size_t c = tile; c < tile + kTileSize; ++c) {
+        const Quadrupole<Real> q{list.qxx[c], list.qyy[c], list.qzz[c], list.qxy[c], list.qxz[c], list.qyz[c]};
+        accumulateQuadrupoleInteraction<Real>(list.cellX[c] - xi, list.cellY[c] - yi, list.cellZ[c] - zi,
+                                              list.cellMass[c], q, eps2, tileAx, tileAy, tileAz, tilePot);
       }
       ax += tileAx;
       ay += tileAy;

@@ -126,7 +126,7 @@ TEST_P(CpuEngineBothPrecisions, EvaluatesExactlyTheListedInteractions) {
   p.mass = {1.0, 2.0, 3.0, 4.0, 5.0};
   poison(p);
   CellMultipoles cells;
-  cells.resize(2);
+  cells.resize(2, false);
   cells.x = {10.0, -10.0};
   cells.y = {0.0, 3.0};
   cells.z = {1.0, 0.0};

@@ -352,7 +352,7 @@ TEST_F(CudaEngineTest, HandMadePlanWithAwkwardGroups) {
   p.y[1500] = p.y[1501];
   p.z[1500] = p.z[1501];
   CellMultipoles cells;
-  cells.resize(3);
+  cells.resize(3, false);
   cells.x = {5.0, -4.0, 0.5};
   cells.y = {0.0, 3.0, -6.0};
   cells.z = {1.0, 0.0, 2.0};

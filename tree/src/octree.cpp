@@ -110,38 +110,86 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
   }
 }
 
-void computeMultipoles(const SourceView& sources, double theta, Octree& tree) {
+namespace {
+
+// Adds the traceless quadrupole of mass m at offset d from the expansion centre: m (3 d d^T - |d|^2 I).
+void addPointQuadrupole(double m, double dx, double dy, double dz, double (&q)[6]) {
+  const double d2 = dx * dx + dy * dy + dz * dz;
+  q[0] += m * (3.0 * dx * dx - d2);
+  q[1] += m * (3.0 * dy * dy - d2);
+  q[2] += m * (3.0 * dz * dz - d2);
+  q[3] += m * 3.0 * dx * dy;
+  q[4] += m * 3.0 * dx * dz;
+  q[5] += m * 3.0 * dy * dz;
+}
+
+}  // namespace
+
+void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree) {
   MATCHA_ASSERT(theta > 0.0, "theta must be > 0");
   const std::size_t numCells = tree.numCells();
-  tree.multipoles.resize(numCells);
+  const bool withQuadrupole = order == MultipoleOrder::quadrupole;
+  tree.multipoles.resize(numCells, withQuadrupole);
   tree.openingRadius2.resize(numCells);
   CellMultipoles& m = tree.multipoles;
   for (int level = tree.numLevels() - 1; level >= 0; --level) {
     tbb::parallel_for(tree.levelOffsets[level], tree.levelOffsets[level + 1], [&](std::uint32_t cell) {
       double mass = 0.0, mx = 0.0, my = 0.0, mz = 0.0;
+      const BodyRange bodies = tree.bodies[cell];
+      const std::uint32_t firstChild = tree.firstChild[cell];
+      const std::uint32_t lastChild = firstChild + tree.numChildren[cell];
       if (tree.isLeaf(cell)) {
-        for (std::uint32_t i = tree.bodies[cell].first; i < tree.bodies[cell].last; ++i) {
+        for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
           mass += sources.mass[i];
           mx += sources.mass[i] * sources.x[i];
           my += sources.mass[i] * sources.y[i];
           mz += sources.mass[i] * sources.z[i];
         }
       } else {
-        const std::uint32_t first = tree.firstChild[cell];
-        for (std::uint32_t child = first; child < first + tree.numChildren[cell]; ++child) {
+        for (std::uint32_t child = firstChild; child < lastChild; ++child) {
           mass += m.mass[child];
           mx += m.mass[child] * m.x[child];
           my += m.mass[child] * m.y[child];
           mz += m.mass[child] * m.z[child];
         }
       }
+      // A cell of massless bodies (test particles) sits at its geometric centre and pulls with nothing.
+      const double* centre = &tree.centre[3 * cell];
       m.mass[cell] = mass;
-      m.x[cell] = mx / mass;
-      m.y[cell] = my / mass;
-      m.z[cell] = mz / mass;
-      const double dx = m.x[cell] - tree.centre[3 * cell + 0];
-      const double dy = m.y[cell] - tree.centre[3 * cell + 1];
-      const double dz = m.z[cell] - tree.centre[3 * cell + 2];
+      m.x[cell] = mass > 0.0 ? mx / mass : centre[0];
+      m.y[cell] = mass > 0.0 ? my / mass : centre[1];
+      m.z[cell] = mass > 0.0 ? mz / mass : centre[2];
+      if (withQuadrupole) {
+        // About the cell's own centre of mass: a leaf sums its bodies, a parent shifts its children's tensors
+        // (parallel-axis theorem: Q = sum_c Q_c + m_c (3 d_c d_c^T - |d_c|^2 I), d_c = com_c - com).
+        double q[6] = {0, 0, 0, 0, 0, 0};
+        if (tree.isLeaf(cell)) {
+          for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
+            addPointQuadrupole(sources.mass[i], sources.x[i] - m.x[cell], sources.y[i] - m.y[cell],
+                               sources.z[i] - m.z[cell], q);
+          }
+        } else {
+          for (std::uint32_t child = firstChild; child < lastChild; ++child) {
+            addPointQuadrupole(m.mass[child], m.x[child] - m.x[cell], m.y[child] - m.y[cell], m.z[child] - m.z[cell],
+                               q);
+            q[0] += m.qxx[child];
+            q[1] += m.qyy[child];
+            q[2] += m.qzz[child];
+            q[3] += m.qxy[child];
+            q[4] += m.qxz[child];
+            q[5] += m.qyz[child];
+          }
+        }
+        m.qxx[cell] = q[0];
+        m.qyy[cell] = q[1];
+        m.qzz[cell] = q[2];
+        m.qxy[cell] = q[3];
+        m.qxz[cell] = q[4];
+        m.qyz[cell] = q[5];
+      }
+      const double dx = m.x[cell] - centre[0];
+      const double dy = m.y[cell] - centre[1];
+      const double dz = m.z[cell] - centre[2];
       const double openingRadius = 2.0 * tree.halfSide[cell] / theta + std::sqrt(dx * dx + dy * dy + dz * dz);
       tree.openingRadius2[cell] = openingRadius * openingRadius;
     });

@@ -18,8 +18,8 @@ TreeSolver::TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, co
 
 std::string TreeSolver::describe() const {
   char text[160];
-  std::snprintf(text, sizeof text, "tree (theta %g, ncrit %u, nleaf %u) on ", params_.theta, params_.ncrit,
-                params_.nleaf);
+  std::snprintf(text, sizeof text, "tree (theta %g, ncrit %u, nleaf %u, %s) on ", params_.theta, params_.ncrit,
+                params_.nleaf, toString(params_.multipole).c_str());
   return text + engine_.name();
 }
 
@@ -31,7 +31,7 @@ void TreeSolver::buildTree(Particles& particles) {
   const std::vector<std::uint32_t> order = sortByKey(keys_);
   particles.permute(order);
   buildOctree(keys_, cube, params_.nleaf, tree_);
-  computeMultipoles(particles.sources(), params_.theta, tree_);
+  computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
 
   stats_ = TreeStats{};

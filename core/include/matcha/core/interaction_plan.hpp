@@ -16,15 +16,24 @@ struct BodyRange {
   std::uint32_t size() const { return last - first; }
 };
 
-/// Pseudo-bodies for tree cells: monopole at the centre of mass, indexed by cell id. Double precision on the host;
-/// engines convert to float relative to each group's centre.
+/// Pseudo-bodies for tree cells, indexed by cell id, in double precision on the host; engines convert them to float
+/// relative to each group's centre.
+///  - monopole: total mass at the centre of mass;
+///  - quadrupole (when hasQuadrupole): the traceless tensor about the centre of mass,
+///      Q_ab = sum_k m_k (3 d_a d_b - |d|^2 delta_ab),   d = x_k - com,
+///    stored as its six components (qzz = -qxx - qyy to rounding; keeping it saves the engines two instructions).
+/// With hasQuadrupole false the q arrays are empty and cells act as monopoles.
 struct CellMultipoles {
-  std::vector<double> x, y, z;  ///< centre of mass
-  std::vector<double> mass;     ///< total mass
+  std::vector<double> x, y, z;                       ///< centre of mass
+  std::vector<double> mass;                          ///< total mass
+  std::vector<double> qxx, qyy, qzz, qxy, qxz, qyz;  ///< traceless quadrupole about the centre of mass
+  bool hasQuadrupole = false;
 
   std::size_t size() const { return mass.size(); }
-  void resize(std::size_t count) {
+  void resize(std::size_t count, bool withQuadrupole) {
+    hasQuadrupole = withQuadrupole;
     for (auto* array : {&x, &y, &z, &mass}) array->resize(count);
+    for (auto* array : {&qxx, &qyy, &qzz, &qxy, &qxz, &qyz}) array->resize(withQuadrupole ? count : 0);
   }
 };
 

@@ -96,6 +96,71 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T 
   minSoftenedR2 = std::fmin(minSoftenedR2, softenedR2);  // one FMNMX; a ?: select costs a compare and a select
 }
 
+/// Float coordinates relative to a shared centre c (a group's or block's) round each position to ~6e-8 of its
+/// distance from c, so a pair much closer than that distance loses digits of its separation: with |x_i - c| = R and
+/// separation s, the float separation is off by up to ~1.2e-7 R / s relative. A pair is "close" when
+/// s^2 < closeSeparation2(x_i - c), i.e. s < R / kCloseSeparationRatio; the float engines evaluate the tiles that hold
+/// a close pair again with the separation taken from the split coordinates (value + rounding residual), which is
+/// exact to float rounding. This bounds the separation error of every pair at ~1e-5 relative in the worst case
+/// (~1e-6 typical), which keeps E_max of float direct summation at the Chamomile level (~1e-6) for bodies in any
+/// order, at the cost of re-evaluating about one tile per i-body (the one holding its own body, re-evaluated for the
+/// self term anyway).
+inline constexpr float kCloseSeparationRatio = 64.0f;
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closeSeparation2(T xi, T yi, T zi) {
+  return (xi * xi + yi * yi + zi * zi) * T(1.0 / (double(kCloseSeparationRatio) * double(kCloseSeparationRatio)));
+}
+
+/// The separation x_j - x_i from coordinates split as value + residual about the same centre (value = float(x - c),
+/// residual = float((x - c) - value), both differences in double): for a close pair the two values lie within a
+/// factor two of each other, so their difference is exact (Sterbenz) and the result is the true separation to float
+/// rounding.
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T splitSeparation(T valueJ, T residualJ, T valueI, T residualI) {
+  return (valueJ - valueI) + (residualJ - residualI);
+}
+
+/// Traceless quadrupole of a cell, about its centre of mass (CellMultipoles).
+template <class T>
+struct Quadrupole {
+  T xx, yy, zz, xy, xz, yz;
+};
+
+/// Adds the pull of a cell (mass M at the centre of mass, traceless quadrupole Q about it) on target i, to
+/// quadrupole order, with the softened distance throughout (as Bonsai and GADGET do):
+///   phi_i -= M / r + (d.Q.d) / (2 r^5),
+///   a_i   += M d / r^3 - Q d / r^5 + (5/2) (d.Q.d) d / r^7,      d = com - x_i,  r^2 = |d|^2 + eps^2.
+/// (The expansion of -sum_k m_k / |x_k - x_i| about the centre of mass; the dipole vanishes there.) The group walk
+/// never lets a cell that contains target i in front of it, so d is never zero here; no zero-distance rule applies.
+/// About 33 floating-point instructions against the monopole's 14.
+///
+/// @param dx,dy,dz  in: com - x_i
+/// @param mass      in: M
+/// @param q         in: Q
+/// @param eps2      in: squared softening length
+/// @param ax,ay,az,pot  in/out: accumulated
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulateQuadrupoleInteraction(T dx, T dy, T dz, T mass,
+                                                                           const Quadrupole<T>& q, T eps2, T& ax, T& ay,
+                                                                           T& az, T& pot) {
+  const T r2 = dx * dx + (dy * dy + (dz * dz + eps2));
+  const T invR = reciprocalSqrt(r2);
+  const T invR2 = invR * invR;
+  const T qdx = q.xx * dx + q.xy * dy + q.xz * dz;  // Q d
+  const T qdy = q.xy * dx + q.yy * dy + q.yz * dz;
+  const T qdz = q.xz * dx + q.yz * dy + q.zz * dz;
+  const T dqd = qdx * dx + qdy * dy + qdz * dz;  // d.Q.d
+  const T invR3 = invR * invR2;
+  const T invR5 = invR3 * invR2;
+  const T halfDqdInvR5 = T(0.5) * dqd * invR5;
+  // phi = -(M/r + dqd/(2 r^5)); the radial factor of a is M/r^3 + (5/2) dqd/r^7.
+  const T radial = mass * invR3 + T(5) * halfDqdInvR5 * invR2;
+  ax += radial * dx - invR5 * qdx;
+  ay += radial * dy - invR5 * qdy;
+  az += radial * dz - invR5 * qdz;
+  pot -= mass * invR + halfDqdInvR5;
+}
+
 /// Floating-point operations per monopole interaction in the two conventions the literature uses: 20 (GPU Gems 3
 /// ch. 31, acceleration only) and 38 (Chamomile / kirin, counting the reciprocal square root as several flops).
 inline constexpr double kFlopsPerInteractionGpuGems = 20.0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "matcha/core/interaction_plan.hpp"
+#include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 
@@ -27,7 +28,7 @@ struct Octree {
   std::vector<std::uint32_t> levelOffsets;
 
   // Filled by computeMultipoles.
-  CellMultipoles multipoles;           ///< mass and centre of mass per cell, in double
+  CellMultipoles multipoles;           ///< mass, centre of mass and (optionally) quadrupole per cell, in double
   std::vector<double> openingRadius2;  ///< squared opening radius r_open (see computeMultipoles)
 
   std::size_t numCells() const { return bodies.size(); }
@@ -42,12 +43,13 @@ struct Octree {
 void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, std::uint32_t nleaf, Octree& tree);
 
 /// Upward pass: each cell's mass and centre of mass in double (leaves sum their bodies, other cells their
-/// children), and its opening radius for the walk,
+/// children), with `order` quadrupole also its traceless quadrupole about the centre of mass (CellMultipoles), and
+/// its opening radius for the walk,
 ///     r_open = l / theta + |com - geometric centre|,     l = the cell's edge length,
 /// the Barnes-Hut size/distance criterion with the centre-of-mass offset correction (Barnes 1994; the same as
 /// GADGET's and Bonsai's "r_crit"). The offset term keeps a cell whose mass sits in one corner from being accepted
 /// by a group just beyond that corner, the case where the plain criterion gives unbounded errors (Salmon & Warren
 /// 1994). Parallel over each level.
-void computeMultipoles(const SourceView& sources, double theta, Octree& tree);
+void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree);
 
 }  // namespace matcha::tree
