@@ -1,11 +1,20 @@
 // SPDX-License-Identifier: MIT
-// `matcha compare`: tree forces against direct summation on the same bodies, with error percentiles, interaction
-// counts and tree statistics (STYLE.md habit 4).
+// `matcha compare`: tree forces against direct summation, for a sweep of tree configurations (--theta list x
+// --multipole orders) measured against ONE reference computation, on every body or on a random sample of them;
+// error percentiles, interaction counts and list lengths per configuration (STYLE.md habit 4).
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "matcha/core/errors.hpp"
@@ -19,10 +28,125 @@ namespace matcha::app {
 
 namespace {
 
-AccelerationSet accelerations(const Particles& p) { return {p.ax, p.ay, p.az}; }
+constexpr unsigned kCompareOptions = kBodies | kTree | kTreeSweep | kGravity | kEngine | kJson;
 
-nlohmann::json toJson(const ForceErrorStats& e) {
-  return {{"median", e.median}, {"p90", e.p90}, {"p99", e.p99}, {"max", e.max}, {"rms", e.rms}};
+/// compare's own options, beside the shared ones.
+struct CompareOptions {
+  std::string reference = "auto";  ///< --reference: auto, cpu-double or gpu-double
+  std::int64_t sample = 0;         ///< --sample: bodies the errors are measured on, 0 = all
+  std::uint64_t sampleSeed = 1;    ///< --sample-seed
+  std::string csvPath;             ///< --csv: one row per configuration
+};
+
+/// The bodies the errors are measured on (the targets). compare numbers the bodies 0..N-1 in input order, so an id is
+/// also an index into slotOfId however the tree solver reorders the bodies.
+struct Sample {
+  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+  std::size_t numTargets = 0;
+  std::vector<std::uint32_t> slotOfId;  ///< per id: the target's slot in [0, numTargets), or kNone
+
+  bool all() const { return numTargets == slotOfId.size(); }
+};
+
+/// Accelerations of the targets, by slot.
+struct TargetForces {
+  std::vector<double> ax, ay, az;
+  AccelerationSet view() const { return {ax, ay, az}; }
+};
+
+/// One tree configuration's results.
+struct Row {
+  TreeParams params;
+  ForceErrorStats error;
+  ForceReport report;
+  tree::TreeStats stats;
+  double seconds = 0.0;  ///< wall time of the (second) tree force call
+};
+
+Sample drawSample(std::size_t numBodies, std::size_t numTargets, std::uint64_t seed) {
+  Sample sample;
+  sample.numTargets = numTargets == 0 ? numBodies : numTargets;
+  sample.slotOfId.assign(numBodies, Sample::kNone);
+  if (sample.all()) {
+    std::iota(sample.slotOfId.begin(), sample.slotOfId.end(), 0u);
+    return sample;
+  }
+  std::vector<std::uint32_t> ids(numBodies), chosen;
+  std::iota(ids.begin(), ids.end(), 0u);
+  std::mt19937_64 random(seed);
+  std::sample(ids.begin(), ids.end(), std::back_inserter(chosen), numTargets, random);
+  for (std::size_t k = 0; k < chosen.size(); ++k) sample.slotOfId[chosen[k]] = static_cast<std::uint32_t>(k);
+  return sample;
+}
+
+TargetForces gatherTargets(const Particles& bodies, const Sample& sample) {
+  TargetForces forces;
+  for (auto* component : {&forces.ax, &forces.ay, &forces.az}) component->resize(sample.numTargets);
+  for (std::size_t i = 0; i < bodies.size(); ++i) {
+    const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
+    if (slot == Sample::kNone) continue;
+    forces.ax[slot] = bodies.ax[i];
+    forces.ay[slot] = bodies.ay[i];
+    forces.az[slot] = bodies.az[i];
+  }
+  return forces;
+}
+
+/// Direct summation onto the targets [first, last) only, as a group x list plan: groups are blocks of `blockSize`
+/// targets, each centred on its bounding box (the origin of the float engines' coordinates), and every group's list
+/// is the single range of all sources; no cells.
+InteractionPlan makeTargetPlan(const SourceView& sources, std::uint32_t first, std::uint32_t last,
+                               std::uint32_t blockSize) {
+  InteractionPlan plan;
+  const auto numSources = static_cast<std::uint32_t>(sources.count);
+  for (std::uint32_t begin = first; begin < last; begin += blockSize) {
+    const std::uint32_t end = std::min(last, begin + blockSize);
+    plan.groups.push_back({begin, end});
+    for (const double* coordinate : {sources.x, sources.y, sources.z}) {
+      const auto [lo, hi] = std::minmax_element(coordinate + begin, coordinate + end);
+      plan.groupCentres.push_back(0.5 * (*lo + *hi));
+    }
+    plan.cellListOffsets.push_back(0);
+    plan.bodyList.push_back({0, numSources});
+    plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(plan.bodyList.size()));
+  }
+  return plan;
+}
+
+/// The forces on the targets from all N bodies, by direct summation on `engine`. For every body that is plain
+/// evaluateDirect; for a sample it costs K x N instead of N^2, which is what makes N = 2^22 feasible.
+TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, const Sample& sample,
+                             const GravityParams& gravity) {
+  Particles copy = bodies;
+  if (sample.all()) {
+    engine.evaluateDirect(copy.sources(), gravity, copy.forces());
+    return gatherTargets(copy, sample);
+  }
+  // Targets first, kept in the bodies' order: after the tree's Morton sort that makes each block of targets as
+  // compact as the sample allows, and so the float engine's coordinates relative to the block centre as precise.
+  std::vector<std::uint32_t> order;
+  order.reserve(copy.size());
+  for (const bool targets : {true, false}) {
+    for (std::uint32_t i = 0; i < copy.size(); ++i) {
+      if ((sample.slotOfId[copy.id[i]] != Sample::kNone) == targets) order.push_back(i);
+    }
+  }
+  copy.permute(order);
+  constexpr std::uint32_t kBlockSize = 256;
+  // The CUDA engine expands every group's body ranges into 4-byte indices: at most 2^28 list entries per call keeps
+  // that at 1 GiB and within its 32-bit offsets.
+  constexpr std::uint64_t kMaxListEntries = std::uint64_t{1} << 28;
+  const std::uint64_t blocksPerCall = std::max<std::uint64_t>(1, kMaxListEntries / copy.size());
+  const auto numTargets = static_cast<std::uint32_t>(sample.numTargets);
+  const auto targetsPerCall =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(numTargets, blocksPerCall * kBlockSize));
+  for (std::uint32_t first = 0; first < numTargets;) {
+    const std::uint32_t last = first + std::min(targetsPerCall, numTargets - first);
+    const InteractionPlan plan = makeTargetPlan(copy.sources(), first, last, kBlockSize);
+    engine.evaluatePlan(copy.sources(), CellMultipoles{}, plan, gravity, copy.forces());
+    first = last;
+  }
+  return gatherTargets(copy, sample);
 }
 
 /// The double-precision direct-summation engine the errors are measured against: `cpu-double` (the CPU oracle),
@@ -45,117 +169,199 @@ std::unique_ptr<NearFieldEngine> makeReferenceEngine(const std::string& choice, 
   return std::make_unique<gpu::CpuEngine>(gpu::Precision::float64);
 }
 
-int compareSolvers(const Options& options, const std::string& referenceChoice) {
-  validateOptions(options, kBodies | kTree | kGravity);
+nlohmann::json toJson(const ForceErrorStats& e) {
+  return {{"median", e.median}, {"p90", e.p90}, {"p99", e.p99}, {"max", e.max}, {"rms", e.rms}};
+}
+
+double perBody(std::uint64_t count, std::size_t numBodies) { return double(count) / double(numBodies); }
+
+nlohmann::json toJson(const Row& row, std::size_t numBodies) {
+  const InteractionCounts& counts = row.report.counts;
+  return {{"multipole", toString(row.params.multipole)},
+          {"theta", row.params.theta},
+          {"ncrit", row.params.ncrit},
+          {"error", toJson(row.error)},
+          {"interactions_per_body",
+           {{"body_body", perBody(counts.bodyBody, numBodies)},
+            {"body_cell", perBody(counts.bodyCell, numBodies)},
+            {"total", perBody(counts.total(), numBodies)}}},
+          {"lists",
+           {{"mean_bodies", row.stats.meanListBodies},
+            {"max_bodies", row.stats.maxListBodies},
+            {"mean_cells", row.stats.meanListCells},
+            {"max_cells", row.stats.maxListCells}}},
+          {"seconds",
+           {{"tree_total", row.seconds},
+            {"tree_build", row.report.timings.treeSeconds},
+            {"tree_walk", row.report.timings.walkSeconds},
+            {"tree_engine", row.report.timings.engineSeconds}}}};
+}
+
+std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::size_t numTargets,
+                     const GravityParams& gravity, const std::string& referenceKind) {
+  std::ostringstream csv;
+  csv << "n,sample,multipole,theta,ncrit,nleaf,eps,reference,median,p90,p99,max,bb_per_body,bc_per_body,"
+         "interactions_per_body,mean_list_bodies,max_list_bodies,mean_list_cells,max_list_cells,tree_seconds\n";
+  csv.precision(9);
+  for (const Row& row : rows) {
+    const InteractionCounts& counts = row.report.counts;
+    csv << numBodies << ',' << numTargets << ',' << toString(row.params.multipole) << ',' << row.params.theta << ','
+        << row.params.ncrit << ',' << row.params.nleaf << ',' << gravity.eps << ',' << referenceKind << ','
+        << row.error.median << ',' << row.error.p90 << ',' << row.error.p99 << ',' << row.error.max << ','
+        << perBody(counts.bodyBody, numBodies) << ',' << perBody(counts.bodyCell, numBodies) << ','
+        << perBody(counts.total(), numBodies) << ',' << row.stats.meanListBodies << ',' << row.stats.maxListBodies
+        << ',' << row.stats.meanListCells << ',' << row.stats.maxListCells << ',' << row.seconds << '\n';
+  }
+  return csv.str();
+}
+
+void printTable(const std::vector<Row>& rows, const ForceErrorStats& directError, std::size_t numBodies) {
+  std::printf("relative force error |a - a_ref| / |a_ref|; interactions per body; list lengths per group\n");
+  std::printf("  %-9s %5s %5s  %10s %10s %10s %10s %10s %10s %10s %14s %14s %8s\n", "multipole", "theta", "ncrit",
+              "median", "90%", "99%", "max", "body-body", "body-cell", "total", "bodies mn/max", "cells mn/max",
+              "tree s");
+  for (const Row& row : rows) {
+    const InteractionCounts& counts = row.report.counts;
+    char bodies[32], cells[32];
+    std::snprintf(bodies, sizeof bodies, "%.0f/%llu", row.stats.meanListBodies,
+                  static_cast<unsigned long long>(row.stats.maxListBodies));
+    std::snprintf(cells, sizeof cells, "%.0f/%llu", row.stats.meanListCells,
+                  static_cast<unsigned long long>(row.stats.maxListCells));
+    std::printf("  %-9s %5g %5u  %10.3e %10.3e %10.3e %10.3e %10.0f %10.0f %10.0f %14s %14s %8.3f\n",
+                toString(row.params.multipole).c_str(), row.params.theta, row.params.ncrit, row.error.median,
+                row.error.p90, row.error.p99, row.error.max, perBody(counts.bodyBody, numBodies),
+                perBody(counts.bodyCell, numBodies), perBody(counts.total(), numBodies), bodies, cells, row.seconds);
+  }
+  std::printf("  %-22s %10.3e %10.3e %10.3e %10.3e %10.0f   (E_max, Chamomile)\n", "direct (same engine)",
+              directError.median, directError.p90, directError.p99, directError.max, double(numBodies));
+}
+
+int compareSolvers(const Options& options, const CompareOptions& compare) {
+  validateOptions(options, kCompareOptions);
+  const std::vector<TreeParams> sweep = treeSweep(options);
+  if (compare.sample < 0) throw InputError("--sample must be >= 0 (got " + std::to_string(compare.sample) + ")");
+  if (!compare.csvPath.empty()) {
+    const std::filesystem::path folder = std::filesystem::absolute(compare.csvPath).parent_path();
+    if (!std::filesystem::is_directory(folder)) {
+      throw InputError("--csv " + compare.csvPath + ": the folder " + folder.string() + " does not exist");
+    }
+  }
   std::ostream& info = options.json ? std::cerr : std::cout;
-  Particles tree = loadInitialConditions(options);
-  const double n = double(tree.size());
+  Particles bodies = loadInitialConditions(options);
+  const std::size_t n = bodies.size();
+  if (std::uint64_t(compare.sample) > n) {
+    throw InputError("--sample " + std::to_string(compare.sample) + " is more than the " + std::to_string(n) +
+                     " bodies");
+  }
+  std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // see Sample
+  const Sample sample = drawSample(n, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
   gpu::EngineChoice engine = gpu::makeEngine(options.engine);
   std::string referenceKind;  // made first, so that an unusable --reference fails before the long runs
-  const std::unique_ptr<NearFieldEngine> oraclePointer = makeReferenceEngine(referenceChoice, referenceKind);
-  NearFieldEngine& oracle = *oraclePointer;
-  info << "matcha compare: " << tree.size() << " bodies; engine: " << engine.reason << std::endl;
+  const std::unique_ptr<NearFieldEngine> oracle = makeReferenceEngine(compare.reference, referenceKind);
+  info << "matcha compare: " << n << " bodies, errors on "
+       << (sample.all() ? "all of them" : std::to_string(sample.numTargets) + " drawn at random") << ", "
+       << sweep.size() << " tree configuration(s); engine: " << engine.reason << std::endl;
 
-  tree::TreeSolver treeSolver(*engine.engine, options.tree, options.gravity);
-  treeSolver.computeForces(tree);  // warm-up: first-touch allocation and sorting happen here, not in the timing
+  std::vector<Row> rows;
+  std::vector<TargetForces> treeForces;
+  for (const TreeParams& params : sweep) {
+    tree::TreeSolver solver(*engine.engine, params, options.gravity);
+    // The untimed first call takes the first-touch allocations, and sorts `bodies` along the Morton curve (the same
+    // order for every configuration), which the direct sums below rely on for compact blocks.
+    solver.computeForces(bodies);
+    Row row;
+    row.params = params;
+    Stopwatch clock;
+    row.report = solver.computeForces(bodies);
+    row.seconds = clock.seconds();
+    row.stats = solver.lastStats();
+    treeForces.push_back(gatherTargets(bodies, sample));
+    rows.push_back(row);
+    info << solver.describe() << ": " << row.seconds << " s" << std::endl;
+  }
+
+  const std::string targets = sample.all() ? "all " + std::to_string(n) + " bodies"
+                                           : std::to_string(sample.numTargets) + " bodies drawn at random (seed " +
+                                                 std::to_string(compare.sampleSeed) + ") from all " +
+                                                 std::to_string(n) + " sources";
+  info << "direct summation on " << engine.engine->name() << " onto " << targets << "..." << std::endl;
   Stopwatch clock;
-  const ForceReport treeReport = treeSolver.computeForces(tree);
-  const double treeSeconds = clock.seconds();
-
-  // Same (now sorted) bodies for the direct sums.
-  Particles direct = tree;
-  info << "direct summation on " << engine.engine->name() << " (N^2 = " << n * n << " interactions)..." << std::endl;
-  clock.restart();
-  engine.engine->evaluateDirect(direct.sources(), options.gravity, direct.forces());
+  const TargetForces direct = directOnTargets(*engine.engine, bodies, sample, options.gravity);
   const double directSeconds = clock.seconds();
-
-  Particles reference = tree;
-  info << "reference (" << referenceKind << "): direct summation in double on " << oracle.name() << "..." << std::endl;
+  info << "reference (" << referenceKind << "): direct summation in double on " << oracle->name() << "..." << std::endl;
   clock.restart();
-  oracle.evaluateDirect(reference.sources(), options.gravity, reference.forces());
+  const TargetForces reference = directOnTargets(*oracle, bodies, sample, options.gravity);
   const double referenceSeconds = clock.seconds();
 
-  const ForceErrorStats treeError = summariseForceErrors(accelerations(tree), accelerations(reference));
-  const ForceErrorStats directError = summariseForceErrors(accelerations(direct), accelerations(reference));
-  const tree::TreeStats& stats = treeSolver.lastStats();
-  const double bodyBodyPerBody = double(treeReport.counts.bodyBody) / n;
-  const double bodyCellPerBody = double(treeReport.counts.bodyCell) / n;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    rows[k].error = summariseForceErrors(treeForces[k].view(), reference.view());
+  }
+  const ForceErrorStats directError = summariseForceErrors(direct.view(), reference.view());
+  const tree::TreeStats& stats = rows.back().stats;  // cells and groups depend on ncrit and nleaf alone
+  if (!compare.csvPath.empty()) {
+    writeTextFile(compare.csvPath, csvTable(rows, n, sample.numTargets, options.gravity, referenceKind));
+  }
 
   if (options.json) {
-    const nlohmann::json json = {
-        {"bodies", tree.size()},
-        {"theta", options.tree.theta},
-        {"ncrit", options.tree.ncrit},
-        {"nleaf", options.tree.nleaf},
-        {"eps", options.gravity.eps},
-        {"engine", engine.engine->name()},
-        {"reference", "direct summation, double precision, " + oracle.name()},
-        {"reference_kind", referenceKind},
-        {"multipole", "monopole"},
-        {"tree_error", toJson(treeError)},
-        {"direct_error", toJson(directError)},
-        {"e_max", treeError.max},
-        {"interactions_per_body", {{"body_body", bodyBodyPerBody}, {"body_cell", bodyCellPerBody}}},
-        {"tree",
-         {{"cells", stats.numCells},
-          {"leaves", stats.numLeaves},
-          {"depth", stats.depth},
-          {"groups", stats.numGroups},
-          {"mean_group_size", stats.meanGroupSize},
-          {"mean_list_bodies", stats.meanListBodies},
-          {"max_list_bodies", stats.maxListBodies},
-          {"mean_list_cells", stats.meanListCells},
-          {"max_list_cells", stats.maxListCells}}},
-        {"seconds",
-         {{"tree_total", treeSeconds},
-          {"tree_build", treeReport.timings.treeSeconds},
-          {"tree_walk", treeReport.timings.walkSeconds},
-          {"tree_engine", treeReport.timings.engineSeconds},
-          {"direct", directSeconds},
-          {"reference", referenceSeconds}}},
-        {"speedup_tree_vs_direct", directSeconds / treeSeconds}};
+    nlohmann::json json = {{"bodies", n},
+                           {"sample", sample.numTargets},
+                           {"sample_seed", compare.sampleSeed},
+                           {"ncrit", options.tree.ncrit},
+                           {"nleaf", options.tree.nleaf},
+                           {"eps", options.gravity.eps},
+                           {"engine", engine.engine->name()},
+                           {"reference", "direct summation, double precision, " + oracle->name() + ", onto " + targets},
+                           {"reference_kind", referenceKind},
+                           {"direct_error", toJson(directError)},
+                           {"tree",
+                            {{"cells", stats.numCells},
+                             {"leaves", stats.numLeaves},
+                             {"depth", stats.depth},
+                             {"groups", stats.numGroups},
+                             {"mean_group_size", stats.meanGroupSize},
+                             {"max_group_size", stats.maxGroupSize}}},
+                           {"seconds", {{"direct", directSeconds}, {"reference", referenceSeconds}}},
+                           {"rows", nlohmann::json::array()}};
+    for (const Row& row : rows) json["rows"].push_back(toJson(row, n));
     std::cout << json.dump(2) << std::endl;
     return 0;
   }
-  std::printf("\nN %zu  theta %g  ncrit %u  nleaf %u  eps %g  multipole: monopole\n", tree.size(), options.tree.theta,
-              options.tree.ncrit, options.tree.nleaf, options.gravity.eps);
-  std::printf("reference (%s): direct summation in double (%s)\n\n", referenceKind.c_str(), oracle.name().c_str());
-  std::printf("relative force error |a - a_ref| / |a_ref|\n");
-  std::printf("  %-22s %10s %10s %10s %10s\n", "", "median", "90%", "99%", "max");
-  std::printf("  %-22s %10.3e %10.3e %10.3e %10.3e\n", "tree", treeError.median, treeError.p90, treeError.p99,
-              treeError.max);
-  std::printf("  %-22s %10.3e %10.3e %10.3e %10.3e   (E_max, Chamomile)\n", "direct (same engine)", directError.median,
-              directError.p90, directError.p99, directError.max);
-  std::printf("\ninteractions per body: %.0f body-body + %.0f body-cell = %.0f (direct: %.0f)\n", bodyBodyPerBody,
-              bodyCellPerBody, bodyBodyPerBody + bodyCellPerBody, n);
-  std::printf("tree: %llu cells (%llu leaves), depth %d, %llu groups of %.1f bodies (max %llu)\n",
+  std::printf("\nN %zu  ncrit %u  nleaf %u  eps %g  engine %s\n", n, options.tree.ncrit, options.tree.nleaf,
+              options.gravity.eps, engine.engine->name().c_str());
+  std::printf("reference (%s): direct summation in double on %s, onto %s\n\n", referenceKind.c_str(),
+              oracle->name().c_str(), targets.c_str());
+  printTable(rows, directError, n);
+  std::printf("\ntree: %llu cells (%llu leaves), depth %d, %llu groups of %.1f bodies (max %llu)\n",
               static_cast<unsigned long long>(stats.numCells), static_cast<unsigned long long>(stats.numLeaves),
               stats.depth, static_cast<unsigned long long>(stats.numGroups), stats.meanGroupSize,
               static_cast<unsigned long long>(stats.maxGroupSize));
-  std::printf("lists per group: bodies mean %.0f max %llu; cells mean %.0f max %llu\n", stats.meanListBodies,
-              static_cast<unsigned long long>(stats.maxListBodies), stats.meanListCells,
-              static_cast<unsigned long long>(stats.maxListCells));
-  std::printf(
-      "\ntime: tree %.3f s (build %.3f, walk %.3f, engine %.3f); direct %.3f s (%.1fx the tree); "
-      "double reference %.3f s\n",
-      treeSeconds, treeReport.timings.treeSeconds, treeReport.timings.walkSeconds, treeReport.timings.engineSeconds,
-      directSeconds, directSeconds / treeSeconds, referenceSeconds);
+  std::printf("time: direct %.3f s, double reference %.3f s (onto %zu bodies); tree per row, the second of two calls\n",
+              directSeconds, referenceSeconds, sample.numTargets);
+  if (!compare.csvPath.empty()) std::printf("rows written to %s\n", compare.csvPath.c_str());
   return 0;
 }
 
 }  // namespace
 
 std::function<int()> addCompareCommand(CLI::App& parent, Options& options) {
-  CLI::App* command = parent.add_subcommand("compare", "tree forces vs direct summation on the same bodies");
-  addOptions(*command, options, kBodies | kTree | kGravity | kEngine | kJson);
-  auto referenceChoice = std::make_shared<std::string>("auto");
+  CLI::App* command =
+      parent.add_subcommand("compare", "tree forces vs direct summation: error percentiles per tree configuration");
+  addOptions(*command, options, kCompareOptions);
+  auto compare = std::make_shared<CompareOptions>();
   command
-      ->add_option("--reference", *referenceChoice,
+      ->add_option("--reference", compare->reference,
                    "direct summation in double the errors are measured against: auto (the GPU when there is one), "
                    "cpu-double or gpu-double")
       ->check(CLI::IsMember({"auto", "cpu-double", "gpu-double"}))
       ->capture_default_str();
-  return [&options, referenceChoice] { return compareSolvers(options, *referenceChoice); };
+  command
+      ->add_option("--sample", compare->sample,
+                   "measure the errors on this many bodies drawn at random, against a direct sum onto them alone "
+                   "(0: every body)")
+      ->capture_default_str();
+  command->add_option("--sample-seed", compare->sampleSeed, "random seed of --sample")->capture_default_str();
+  command->add_option("--csv", compare->csvPath, "write the rows, one per configuration, to this CSV file");
+  return [&options, compare] { return compareSolvers(options, *compare); };
 }
 
 }  // namespace matcha::app

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "matcha/core/errors.hpp"
@@ -12,6 +11,57 @@
 #include "matcha/io/snapshot.hpp"
 
 namespace matcha::app {
+
+namespace {
+
+std::string formatNumber(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+// A check that names the accepted words in its message: "--multipole: must be mono or quad (got 'hex')".
+CLI::Validator oneOf(const std::vector<std::string>& words) {
+  std::string list, set;
+  for (std::size_t k = 0; k < words.size(); ++k) {
+    list += (k == 0 ? "" : k + 1 == words.size() ? " or " : ", ") + words[k];
+    set += (k == 0 ? "{" : ",") + words[k];
+  }
+  return CLI::Validator(
+      [words, list](std::string& value) {
+        if (std::find(words.begin(), words.end(), value) != words.end()) return std::string();
+        return "must be " + list + " (got '" + value + "')";
+      },
+      set + "}");
+}
+
+// An enum option spelled as the words toString() gives: the message names them, and used_parameters.toml echoes the
+// word rather than the enum's number (which a CLI11 transformer would leave in the results).
+template <typename Enum>
+void addWordOption(CLI::App& command, const std::string& name, Enum& target, const std::vector<Enum>& values,
+                   const std::string& description) {
+  std::vector<std::string> words;
+  for (const Enum value : values) words.push_back(toString(value));
+  command
+      .add_option_function<std::string>(
+          name,
+          [&target, values](const std::string& word) {
+            for (const Enum value : values) {
+              if (toString(value) == word) target = value;
+            }
+          },
+          description)
+      ->check(oneOf(words))
+      ->default_str(toString(target));
+}
+
+std::string trim(const std::string& text) {
+  const std::size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+}  // namespace
 
 void addOptions(CLI::App& command, Options& options, unsigned sets) {
   // Later values win, so the command line (parsed after the config file's arguments) overrides the file.
@@ -25,10 +75,30 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->excludes(bodies);
   }
   if (sets & kTree) {
-    command.add_option("--theta", options.tree.theta, "opening angle, in (0, 1.5]")->capture_default_str();
+    const bool sweep = (sets & kTreeSweep) != 0;
+    if (sweep) {
+      options.thetaList = formatNumber(options.tree.theta);
+      options.multipoleChoice = toString(options.tree.multipole);
+      command
+          .add_option("--theta", options.thetaList, "opening angles, comma-separated (0.3,0.5,0.7), each in (0, 1.5]")
+          ->capture_default_str();
+    } else {
+      command.add_option("--theta", options.tree.theta, "opening angle, in (0, 1.5]")->capture_default_str();
+    }
     command.add_option("--ncrit", options.tree.ncrit, "most bodies per group (one interaction list each)")
         ->capture_default_str();
     command.add_option("--nleaf", options.tree.nleaf, "most bodies per leaf cell")->capture_default_str();
+    if (sweep) {
+      command
+          .add_option("--multipole", options.multipoleChoice,
+                      "cells as monopoles (mono), monopole + quadrupole (quad), or both (one row each)")
+          ->check(oneOf({"mono", "quad", "both"}))
+          ->capture_default_str();
+    } else {
+      addWordOption(command, "--multipole", options.tree.multipole,
+                    {MultipoleOrder::monopole, MultipoleOrder::quadrupole},
+                    "cells as monopoles (mono) or monopole + quadrupole (quad)");
+    }
   }
   if (sets & kGravity) {
     command.add_option("--eps", options.gravity.eps, "Plummer softening length, >= 0")->capture_default_str();
@@ -41,16 +111,11 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->capture_default_str();
   }
   if (sets & kSolver) {
-    command.add_option("--solver", options.solver, "force solver")
-        ->transform(CLI::CheckedTransformer(
-            std::map<std::string, SolverKind>{{"tree", SolverKind::tree}, {"direct", SolverKind::direct}}))
-        ->default_str("tree");
+    addWordOption(command, "--solver", options.solver, {SolverKind::tree, SolverKind::direct}, "force solver");
   }
   if (sets & kEngine) {
-    command.add_option("--engine", options.engine, "force engine: auto picks CUDA when a GPU is present")
-        ->transform(CLI::CheckedTransformer(std::map<std::string, EngineKind>{
-            {"auto", EngineKind::automatic}, {"cpu", EngineKind::cpu}, {"cuda", EngineKind::cuda}}))
-        ->default_str("auto");
+    addWordOption(command, "--engine", options.engine, {EngineKind::automatic, EngineKind::cpu, EngineKind::cuda},
+                  "force engine: auto picks CUDA when a GPU is present");
   }
   if (sets & kJson) command.add_flag("--json", options.json, "print the summary as JSON on stdout");
 }
@@ -59,9 +124,49 @@ void validateOptions(const Options& options, unsigned sets) {
   if ((sets & kBodies) && options.icFile.empty() && options.numBodies < 1) {
     throw InputError("-n/--bodies must be >= 1 (got " + std::to_string(options.numBodies) + ")");
   }
-  if (sets & kTree) options.tree.validate();
+  if ((sets & kTree) && (sets & kTreeSweep)) {
+    treeSweep(options);
+  } else if (sets & kTree) {
+    options.tree.validate();
+  }
   if (sets & kGravity) options.gravity.validate();
   if (sets & kIntegrator) options.integrator.validate();
+}
+
+std::vector<TreeParams> treeSweep(const Options& options) {
+  std::vector<MultipoleOrder> orders;
+  if (options.multipoleChoice != "quad") orders.push_back(MultipoleOrder::monopole);
+  if (options.multipoleChoice != "mono") orders.push_back(MultipoleOrder::quadrupole);
+  std::vector<double> thetas;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = options.thetaList.find(',', start);
+    const std::string entry = trim(options.thetaList.substr(start, comma == std::string::npos ? comma : comma - start));
+    std::size_t used = 0;
+    double theta = 0.0;
+    try {
+      theta = std::stod(entry, &used);
+    } catch (const std::exception&) {
+      used = 0;  // not a number, or out of double's range: reported below
+    }
+    if (entry.empty() || used != entry.size()) {
+      throw InputError("--theta: '" + entry + "' is not a number (give a list such as 0.3,0.5,0.7)");
+    }
+    thetas.push_back(theta);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  std::vector<TreeParams> sweep;
+  for (const MultipoleOrder order : orders) {
+    for (const double theta : thetas) {
+      TreeParams params = options.tree;
+      params.theta = theta;
+      params.multipole = order;
+      params.validate();
+      sweep.push_back(params);
+    }
+  }
+  return sweep;
 }
 
 std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command) {
@@ -83,13 +188,18 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
     if (option == nullptr || item.name == "config") {
       throw InputError("--config " + path + ": unknown key '" + item.name + "'");
     }
-    if (item.inputs.size() != 1) throw InputError("--config " + path + ": key '" + item.name + "' needs one value");
+    if (item.inputs.empty()) throw InputError("--config " + path + ": key '" + item.name + "' needs a value");
     if (option->get_expected_max() == 0) {  // a flag: true/false
+      if (item.inputs.size() != 1) throw InputError("--config " + path + ": key '" + item.name + "' needs one value");
       if (item.inputs[0] == "true" || item.inputs[0] == "1") arguments.push_back("--" + item.name);
       continue;
     }
+    // A list (`theta = 0.3, 0.5` or `[0.3, 0.5]`) becomes the comma-separated text of compare's --theta; an option
+    // that takes one value rejects it when the arguments are parsed.
+    std::string value = item.inputs[0];
+    for (std::size_t k = 1; k < item.inputs.size(); ++k) value += "," + item.inputs[k];
     arguments.push_back("--" + item.name);
-    arguments.push_back(item.inputs[0]);
+    arguments.push_back(value);
   }
   return arguments;
 }

@@ -24,17 +24,21 @@ struct Options {
   TreeParams tree;
   GravityParams gravity;
   IntegratorParams integrator;
+  // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
+  std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
+  std::string multipoleChoice;  ///< --multipole: mono, quad or both
 };
 
 /// Which option groups a subcommand takes.
 enum OptionSet : unsigned {
   kBodies = 1u << 0,      // -n, --seed, --ic
-  kTree = 1u << 1,        // --theta, --ncrit, --nleaf
+  kTree = 1u << 1,        // --theta, --ncrit, --nleaf, --multipole
   kGravity = 1u << 2,     // --eps
   kIntegrator = 1u << 3,  // --dt, --t-end, --output-interval
   kSolver = 1u << 4,      // --solver
   kEngine = 1u << 5,      // --engine
   kJson = 1u << 6,        // --json
+  kTreeSweep = 1u << 7,   // with kTree: --theta takes a comma-separated list, --multipole also `both` (compare)
 };
 
 /// Registers the options of `sets` on `command`, bound to `options`, plus --config FILE.
@@ -42,6 +46,10 @@ void addOptions(CLI::App& command, Options& options, unsigned sets);
 
 /// Validates every parameter that `command` takes; throws InputError with a one-line message.
 void validateOptions(const Options& options, unsigned sets);
+
+/// The tree configurations of a kTreeSweep command: every --multipole order (mono before quad) times every --theta in
+/// the order given, the other fields from options.tree. Throws InputError naming the first bad entry.
+std::vector<TreeParams> treeSweep(const Options& options);
 
 /// Reads a parameter file (TOML-style `key = value` lines, `#` comments, keys spelled as the long option names)
 /// and returns it as command-line arguments ("--key", "value", ...). Throws InputError on a missing or

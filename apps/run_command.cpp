@@ -18,6 +18,8 @@ namespace matcha::app {
 
 namespace {
 
+constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson;
+
 // One progress line at most per second (and at the last step); rewritten in place on a terminal.
 class ProgressLine {
  public:
@@ -38,7 +40,7 @@ class ProgressLine {
 };
 
 int runSimulation(const CLI::App& command, const Options& options) {
-  validateOptions(options, ~0u);
+  validateOptions(options, kRunOptions);
   const std::filesystem::path outDir = options.outPath;
   io::ensureWritableDirectory(outDir);
   // Human-readable lines go to stdout, or to stderr when stdout carries the JSON summary.
@@ -113,7 +115,7 @@ int runSimulation(const CLI::App& command, const Options& options) {
 
 std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   CLI::App* command = parent.add_subcommand("run", "run a simulation (default: 65,536-body Plummer sphere to t = 1)");
-  addOptions(*command, options, kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson);
+  addOptions(*command, options, kRunOptions);
   options.outPath = "matcha-out";
   command->add_option("--out", options.outPath, "output folder (created if missing)")->capture_default_str();
   return [command, &options] { return runSimulation(*command, options); };

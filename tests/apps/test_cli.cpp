@@ -7,9 +7,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
@@ -103,6 +106,9 @@ TEST_F(Cli, RejectsUnknownOptionsAndValues) {
   expectOneLineError("run --bogus 3", "bogus");
   expectOneLineError("run --solver fmm", "solver");
   expectOneLineError("run --engine opencl", "engine");
+  expectOneLineError("run --multipole hex", "multipole");
+  expectOneLineError("run --multipole both", "multipole");  // one order per run; `both` is for compare
+  expectOneLineError("compare --multipole quadrupole", "multipole");
   expectOneLineError("run -n abc", "bodies");
   expectOneLineError("frobnicate", "subcommand");
 }
@@ -168,7 +174,7 @@ TEST_F(Cli, TinyRunWritesSnapshotsLogParametersAndJsonSummary) {
 }
 
 TEST_F(Cli, CommandLineOverridesConfigAndUsedParametersReplay) {
-  writeText("params.toml", "# a comment\ntheta = 0.7\nncrit = 32\nbodies = 300\n");
+  writeText("params.toml", "# a comment\ntheta = 0.7\nncrit = 32\nbodies = 300\nmultipole = \"mono\"\n");
   const Result first = matcha(std::string("run --config params.toml --theta 0.4 --dt 0.03125 --t-end 0.0625 ") +
                               "--output-interval 0.0625 --engine cpu --out a --json");
   ASSERT_EQ(first.exitCode, 0) << first.err;
@@ -176,6 +182,8 @@ TEST_F(Cli, CommandLineOverridesConfigAndUsedParametersReplay) {
   EXPECT_NE(used.find("theta = 0.4"), std::string::npos) << used;
   EXPECT_NE(used.find("ncrit = 32"), std::string::npos) << used;
   EXPECT_NE(used.find("bodies = 300"), std::string::npos) << used;
+  EXPECT_NE(used.find("multipole = \"mono\""), std::string::npos) << used;
+  EXPECT_NE(used.find("solver = \"tree\""), std::string::npos) << "words, not enum numbers:\n" << used;
   EXPECT_NE(used.find("eps = "), std::string::npos) << "defaults are echoed too:\n" << used;
   // The echoed file is itself a parameter file that reproduces the run.
   fs::copy_file(dir_ / "a" / "used_parameters.toml", dir_ / "replay.toml");
@@ -195,10 +203,169 @@ TEST_F(Cli, IcFileFeedsRunAndCompare) {
   ASSERT_EQ(compare.exitCode, 0) << compare.err;
   const nlohmann::json report = nlohmann::json::parse(compare.out);
   EXPECT_EQ(report["bodies"], 1500);
-  EXPECT_LT(report["tree_error"]["p99"].get<double>(), 5e-3);
+  ASSERT_EQ(report["rows"].size(), 1u);
+  const nlohmann::json& row = report["rows"][0];
+  EXPECT_EQ(row["multipole"], "quad");  // the default order
+  EXPECT_LT(row["error"]["p99"].get<double>(), 5e-3);
   EXPECT_LT(report["direct_error"]["max"].get<double>(), 1e-4);
-  EXPECT_GT(report["interactions_per_body"]["body_body"].get<double>(), 0.0);
+  EXPECT_GT(row["interactions_per_body"]["body_body"].get<double>(), 0.0);
   EXPECT_GT(report["tree"]["groups"].get<double>(), 1.0);
+}
+
+// A CSV as rows of (column name -> text).
+std::vector<std::map<std::string, std::string>> readCsv(const fs::path& path) {
+  std::ifstream file(path);
+  std::string line;
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  const auto split = [](const std::string& text) {
+    std::vector<std::string> fields;
+    std::stringstream stream(text);
+    for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
+    return fields;
+  };
+  if (std::getline(file, line)) header = split(line);
+  while (std::getline(file, line)) {
+    const std::vector<std::string> fields = split(line);
+    EXPECT_EQ(fields.size(), header.size()) << line;
+    std::map<std::string, std::string> row;
+    for (std::size_t k = 0; k < std::min(fields.size(), header.size()); ++k) row[header[k]] = fields[k];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+double number(const std::map<std::string, std::string>& row, const std::string& column) {
+  const auto found = row.find(column);
+  if (found == row.end()) {
+    ADD_FAILURE() << "no column " << column;
+    return std::nan("");
+  }
+  return std::stod(found->second);
+}
+
+TEST_F(Cli, CompareSweepsThetaAndMultipoleIntoCsvRows) {
+  const Result result =
+      matcha("compare -n 2000 --engine cpu --reference cpu-double --theta 0.4,0.7 --multipole both --csv errors.csv");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_NE(result.out.find("direct (same engine)"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("reference (cpu-double)"), std::string::npos) << result.out;
+  for (const auto& entry : fs::directory_iterator(dir_)) {  // written atomically: no temporary left behind
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
+  }
+  const auto rows = readCsv(dir_ / "errors.csv");
+  ASSERT_EQ(rows.size(), 4u);
+  for (const char* column : {"n",
+                             "sample",
+                             "multipole",
+                             "theta",
+                             "ncrit",
+                             "nleaf",
+                             "eps",
+                             "reference",
+                             "median",
+                             "p90",
+                             "p99",
+                             "max",
+                             "bb_per_body",
+                             "bc_per_body",
+                             "interactions_per_body",
+                             "mean_list_bodies",
+                             "max_list_bodies",
+                             "mean_list_cells",
+                             "max_list_cells",
+                             "tree_seconds"}) {
+    EXPECT_EQ(rows[0].count(column), 1u) << column;
+  }
+  std::map<std::string, std::map<double, double>> p99;  // by multipole order, then theta
+  for (const auto& row : rows) {
+    EXPECT_EQ(number(row, "n"), 2000);
+    EXPECT_EQ(number(row, "sample"), 2000);  // every body
+    EXPECT_EQ(row.at("reference"), "cpu-double");
+    EXPECT_NEAR(number(row, "interactions_per_body"), number(row, "bb_per_body") + number(row, "bc_per_body"), 1e-6);
+    EXPECT_LE(number(row, "median"), number(row, "p99"));
+    EXPECT_LE(number(row, "p99"), number(row, "max"));
+    p99[row.at("multipole")][number(row, "theta")] = number(row, "p99");
+  }
+  ASSERT_EQ(p99["mono"].size(), 2u);
+  ASSERT_EQ(p99["quad"].size(), 2u);
+  for (const double theta : {0.4, 0.7}) {
+    SCOPED_TRACE("theta " + std::to_string(theta));
+    EXPECT_LT(p99["quad"][theta], p99["mono"][theta]);
+  }
+  EXPECT_LT(p99["quad"][0.4], p99["quad"][0.7]);
+}
+
+TEST_F(Cli, PlotErrorsScriptDrawsCompareCsv) {
+  // DESIGN.md §7: plot scripts run with Debian's python3, whose numpy and matplotlib another python may lack.
+  if (std::system("/usr/bin/python3 -c 'import numpy, matplotlib' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 with numpy and matplotlib is not installed (apt-get install python3-matplotlib)";
+  }
+  ASSERT_EQ(matcha("compare -n 1000 --engine cpu --reference cpu-double --theta 0.4,0.7 --multipole both "
+                   "--csv errors.csv")
+                .exitCode,
+            0);
+  const std::string script = "/usr/bin/python3 '" MATCHA_SOURCE_DIR "/scripts/plot_errors.py' ";
+  const std::string inDir = "cd '" + dir_.string() + "' && ";
+  ASSERT_EQ(std::system((inDir + script + "errors.csv -o errors.png >/dev/null 2>plot-err.txt").c_str()), 0)
+      << readFile(dir_ / "plot-err.txt");
+  ASSERT_TRUE(fs::exists(dir_ / "errors.png"));
+  EXPECT_GT(fs::file_size(dir_ / "errors.png"), 1000u);
+  EXPECT_EQ(readFile(dir_ / "errors.png").substr(1, 3), "PNG");
+
+  // Bad input: one line on stderr, non-zero exit.
+  writeText("garbage.csv", "this,is\nnot,it\n");
+  for (const char* input : {"missing.csv", "garbage.csv"}) {
+    SCOPED_TRACE(input);
+    const int status = std::system((inDir + script + input + " -o bad.png >/dev/null 2>plot-err.txt").c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+    const std::string err = readFile(dir_ / "plot-err.txt");
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find(input), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(dir_ / "bad.png"));
+  }
+}
+
+TEST_F(Cli, CompareSampleMeasuresErrorsOnRandomBodies) {
+  const std::string common = "compare -n 3000 --engine cpu --reference cpu-double --theta 0.5 --multipole both --json";
+  const Result full = matcha(common);
+  ASSERT_EQ(full.exitCode, 0) << full.err;
+  const Result sampled = matcha(common + " --sample 500 --sample-seed 7 --csv sampled.csv");
+  ASSERT_EQ(sampled.exitCode, 0) << sampled.err;
+  const nlohmann::json fullReport = nlohmann::json::parse(full.out);
+  const nlohmann::json sampledReport = nlohmann::json::parse(sampled.out);
+  EXPECT_EQ(fullReport["sample"], 3000);
+  EXPECT_EQ(sampledReport["sample"], 500);
+  EXPECT_NE(sampledReport["reference"].get<std::string>().find("500 bodies"), std::string::npos);
+  ASSERT_EQ(fullReport["rows"].size(), 2u);
+  ASSERT_EQ(sampledReport["rows"].size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const double fullP99 = fullReport["rows"][k]["error"]["p99"];
+    const double sampledP99 = sampledReport["rows"][k]["error"]["p99"];
+    SCOPED_TRACE(fullReport["rows"][k]["multipole"].get<std::string>());
+    EXPECT_LT(sampledP99, 2.0 * fullP99);
+    EXPECT_GT(sampledP99, 0.5 * fullP99);
+    // The tree itself does not depend on the sample.
+    EXPECT_EQ(sampledReport["rows"][k]["interactions_per_body"], fullReport["rows"][k]["interactions_per_body"]);
+  }
+  // The float direct sum onto the sample is measured too, and is far more accurate than the tree.
+  EXPECT_LT(sampledReport["direct_error"]["max"].get<double>(), 1e-4);
+  const auto rows = readCsv(dir_ / "sampled.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(number(rows[0], "sample"), 500);
+  EXPECT_EQ(number(rows[0], "n"), 3000);
+}
+
+TEST_F(Cli, CompareRejectsBadSweepsAndSamples) {
+  expectOneLineError("compare -n 100 --sample 101", "sample");
+  expectOneLineError("compare -n 100 --sample -1", "sample");
+  expectOneLineError("compare -n 100 --theta 0.3,abc", "abc");
+  expectOneLineError("compare -n 100 --theta 0.3,,0.5", "theta");
+  expectOneLineError("compare -n 100 --theta 0.3,1.7", "theta");
+  expectOneLineError("compare -n 100 --multipole hex", "multipole");
+  expectOneLineError("compare -n 100 --csv no-such-folder/errors.csv", "no-such-folder");
+  writeText("sweep.toml", "theta = \"0.3,x\"\n");
+  expectOneLineError("compare -n 100 --config sweep.toml", "theta");
 }
 
 TEST_F(Cli, DirectSolverRunConservesEnergy) {
