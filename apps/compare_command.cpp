@@ -92,27 +92,6 @@ TargetForces gatherTargets(const Particles& bodies, const Sample& sample) {
   return forces;
 }
 
-/// Direct summation onto the targets [first, last) only, as a group x list plan: groups are blocks of `blockSize`
-/// targets, each centred on its bounding box (the origin of the float engines' coordinates), and every group's list
-/// is the single range of all sources; no cells.
-InteractionPlan makeTargetPlan(const SourceView& sources, std::uint32_t first, std::uint32_t last,
-                               std::uint32_t blockSize) {
-  InteractionPlan plan;
-  const auto numSources = static_cast<std::uint32_t>(sources.count);
-  for (std::uint32_t begin = first; begin < last; begin += blockSize) {
-    const std::uint32_t end = std::min(last, begin + blockSize);
-    plan.groups.push_back({begin, end});
-    for (const double* coordinate : {sources.x, sources.y, sources.z}) {
-      const auto [lo, hi] = std::minmax_element(coordinate + begin, coordinate + end);
-      plan.groupCentres.push_back(0.5 * (*lo + *hi));
-    }
-    plan.cellListOffsets.push_back(0);
-    plan.bodyList.push_back({0, numSources});
-    plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(plan.bodyList.size()));
-  }
-  return plan;
-}
-
 /// The forces on the targets from all N bodies, by direct summation on `engine`. For every body that is plain
 /// evaluateDirect; for a sample it costs K x N instead of N^2, which is what makes N = 2^22 feasible.
 TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, const Sample& sample,
@@ -142,7 +121,7 @@ TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, c
       static_cast<std::uint32_t>(std::min<std::uint64_t>(numTargets, blocksPerCall * kBlockSize));
   for (std::uint32_t first = 0; first < numTargets;) {
     const std::uint32_t last = first + std::min(targetsPerCall, numTargets - first);
-    const InteractionPlan plan = makeTargetPlan(copy.sources(), first, last, kBlockSize);
+    const InteractionPlan plan = gpu::makeDirectPlan(copy.sources(), kBlockSize, BodyRange{first, last});
     engine.evaluatePlan(copy.sources(), CellMultipoles{}, plan, gravity, copy.forces());
     first = last;
   }

@@ -55,16 +55,17 @@ struct PlanCase {
   InteractionPlan plan;
 };
 
-PlanCase& planCase(std::size_t n, double theta, std::uint32_t ncrit) {
+PlanCase& planCase(std::size_t n, double theta, std::uint32_t ncrit, MultipoleOrder multipole) {
   static gpu::CpuEngine unused(Precision::float64);
-  static std::map<std::tuple<std::size_t, double, std::uint32_t>, std::unique_ptr<PlanCase>> cache;
-  auto& slot = cache[{n, theta, ncrit}];
+  static std::map<std::tuple<std::size_t, double, std::uint32_t, MultipoleOrder>, std::unique_ptr<PlanCase>> cache;
+  auto& slot = cache[{n, theta, ncrit, multipole}];
   if (!slot) {
     slot = std::make_unique<PlanCase>();
     slot->particles = plummer(n);
     TreeParams params;
     params.theta = theta;
     params.ncrit = ncrit;
+    params.multipole = multipole;
     slot->solver = std::make_unique<tree::TreeSolver>(unused, params, GravityParams{});
     slot->plan = slot->solver->buildPlanOnly(slot->particles);
   }
@@ -115,12 +116,12 @@ void runDirect(benchmark::State& state, Precision precision, std::size_t n, gpu:
 }
 
 void runPlan(benchmark::State& state, Precision precision, std::size_t n, double theta, std::uint32_t ncrit,
-             std::uint32_t tile) {
+             MultipoleOrder multipole, std::uint32_t tile) {
   CudaEngine& cuda = engine(precision);
   gpu::CudaKernelConfig config;
   config.planTileSize = tile;
   cuda.setConfig(config);
-  PlanCase& c = planCase(n, theta, ncrit);
+  PlanCase& c = planCase(n, theta, ncrit, multipole);
   const CellMultipoles& cells = c.solver->octree().multipoles;
   cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, c.particles.forces());  // warm-up
   InteractionCounts counts;
@@ -156,11 +157,16 @@ void registerDirect(Precision precision, std::size_t n, const gpu::CudaDirectCon
       ->MinTime(0.05);
 }
 
-void registerPlan(Precision precision, std::size_t n, double theta, std::uint32_t ncrit, std::uint32_t tile) {
+/// Monopole plans measure the kernel against the FP32 floor (issue 3's target is for monopole interactions);
+/// quadrupole plans, the default, cost ~2.3x per body-cell interaction and count one interaction per cell.
+void registerPlan(Precision precision, std::size_t n, double theta, std::uint32_t ncrit, MultipoleOrder multipole,
+                  std::uint32_t tile) {
   char name[160];
-  std::snprintf(name, sizeof name, "plan/%s/Plummer/N:%zu/theta:%.2f/ncrit:%u/p%u",
-                precision == Precision::float32 ? "float" : "double", n, theta, ncrit, tile);
-  benchmark::RegisterBenchmark(name, [=](benchmark::State& state) { runPlan(state, precision, n, theta, ncrit, tile); })
+  std::snprintf(name, sizeof name, "plan/%s/Plummer/N:%zu/theta:%.2f/ncrit:%u/%s/p%u",
+                precision == Precision::float32 ? "float" : "double", n, theta, ncrit, toString(multipole).c_str(),
+                tile);
+  benchmark::RegisterBenchmark(
+      name, [=](benchmark::State& state) { runPlan(state, precision, n, theta, ncrit, multipole, tile); })
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
       ->MinTime(0.05);
@@ -186,11 +192,13 @@ void registerAll() {
   CudaEngine& reference = engine(Precision::float64);
   registerDirect(Precision::float64, std::size_t{1} << 20, reference.directConfigFor(std::size_t{1} << 20));
   // Group x list on the Plummer 2^20 plans (and a 2^14 one, small enough for the smoke test).
-  registerPlan(Precision::float32, std::size_t{1} << 14, 0.5, 64, 64);
-  for (std::uint32_t ncrit = 16; ncrit <= 4096; ncrit *= 2) {
-    for (const std::uint32_t tile : CudaEngine::supportedPlanTileSizes(Precision::float32)) {
-      if (tile != 64 && ncrit != 64 && ncrit != 256 && ncrit != 1024) continue;
-      registerPlan(Precision::float32, std::size_t{1} << 20, 0.5, ncrit, tile);
+  registerPlan(Precision::float32, std::size_t{1} << 14, 0.5, 64, MultipoleOrder::quadrupole, 64);
+  for (const MultipoleOrder multipole : {MultipoleOrder::monopole, MultipoleOrder::quadrupole}) {
+    for (std::uint32_t ncrit = 16; ncrit <= 4096; ncrit *= 2) {
+      for (const std::uint32_t tile : CudaEngine::supportedPlanTileSizes(Precision::float32)) {
+        if (tile != 64 && ncrit != 64 && ncrit != 256 && ncrit != 1024) continue;
+        registerPlan(Precision::float32, std::size_t{1} << 20, 0.5, ncrit, multipole, tile);
+      }
     }
   }
 }

@@ -116,6 +116,28 @@ if [ "${BENCH:-1}" = 1 ]; then
     sort -n | awk '{v[NR]=$1} END {if (NR) print v[1] "/" v[int((NR+1)/2)] "/" v[NR]; else print "n/a"}')")
 fi
 
+# ACCURACY=1: the accuracy targets of bench/RESULTS.md (README "Accuracy"): tree error percentiles on a random
+# subsample of Plummer 2^22 and 2^20 against GPU double direct sums (CSV for scripts/plot_errors.py), and the energy
+# error of one N-body time unit at N = 2^16 split into time-step error (direct summation) and force error (tree).
+if [ "${ACCURACY:-0}" = 1 ]; then
+  echo "== accuracy targets"
+  matcha="$build/apps/matcha"
+  [ "${ACCURACY_SWEEP:-1}" = 1 ] && "$matcha" compare -n 4194304 --engine cuda --reference gpu-double --sample 20000 --theta 0.5 --multipole both \
+    --csv "$OUT/compare-n22.csv" 2>&1 | tee "$OUT/compare-n22.log"
+  [ "${ACCURACY_SWEEP:-1}" = 1 ] && "$matcha" compare -n 1048576 --engine cuda --reference gpu-double --sample 20000 --theta 0.3,0.4,0.5,0.6,0.7,0.8 \
+    --multipole both --csv "$OUT/compare-n20.csv" 2>&1 | tee "$OUT/compare-n20.log"
+  runs=${TMPDIR:-/tmp}/matcha-energy
+  # solver, multipole, dt: direct summation at dt and dt/2 shows the time-step error and its dt^2 scaling.
+  for run in "direct quad 0.00390625" "direct quad 0.001953125" "tree quad 0.00390625" "tree mono 0.00390625"; do
+    set -- $run
+    name="energy-$1-$2-dt$3"
+    "$matcha" run -n 65536 --eps 0.00390625 --dt "$3" --t-end 1 --output-interval 0.125 --engine cuda \
+      --solver "$1" --multipole "$2" --out "$runs/$name" --json >"$OUT/$name.json" 2>"$OUT/$name.log"
+    cp "$runs/$name/diagnostics.log" "$OUT/$name.diagnostics.log" 2>/dev/null
+    summary+=("$name: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("dE/E %.3e, %d steps, force %.1f s" % (d["relative_energy_error"], d["steps"], d["force_seconds"]))' "$OUT/$name.json" 2>&1 | head -c 300)")
+  done
+fi
+
 echo
 echo "== summary"
 printf '%s\n' "${summary[@]}"

@@ -84,7 +84,10 @@ std::vector<CudaDirectConfig> directConfigsOf() {
 template <class Real>
 std::vector<std::uint32_t> planTileSizesOf() {
   std::vector<std::uint32_t> sizes;
-  for (const auto& variant : detail::planVariants<Real>()) sizes.push_back(static_cast<std::uint32_t>(variant.tile));
+  for (const auto& variant : detail::planVariants<Real>()) {
+    const auto tile = static_cast<std::uint32_t>(variant.tile);
+    if (std::find(sizes.begin(), sizes.end(), tile) == sizes.end()) sizes.push_back(tile);
+  }
   return sizes;
 }
 
@@ -102,9 +105,11 @@ const detail::DirectVariant<Real>* findDirectVariant(const CudaDirectConfig& con
 }
 
 template <class Real>
-const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile) {
+const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile, bool quadrupole, bool accurate = false) {
   for (const auto& variant : detail::planVariants<Real>()) {
-    if (std::uint32_t(variant.tile) == tile) return &variant;
+    if (std::uint32_t(variant.tile) == tile && variant.quadrupole == quadrupole && variant.accurate == accurate) {
+      return &variant;
+    }
   }
   return nullptr;
 }
@@ -118,6 +123,8 @@ const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile) {
 /// cover n, or several smaller chunks (each streams the whole list again).
 constexpr double kStageCost = 40.0;
 constexpr double kPairCost = 16.5;
+/// A quadrupole cell costs about this many point-mass list entries (staging 10 values, ~35 instructions per pair).
+constexpr double kQuadrupoleEntryWeight = 2.2;
 
 double taskCostPerEntry(int kind) { return kStageCost + kPairCost * detail::kPlanTaskKinds[kind].rows(); }
 
@@ -196,8 +203,8 @@ struct CudaEngine::Impl {
       throw InputError("CUDA direct kernel shape " + candidate.direct.label() +
                        " is not compiled in; available:" + list);
     }
-    const bool planOk = isFloat ? findPlanVariant<float>(candidate.planTileSize) != nullptr
-                                : findPlanVariant<double>(candidate.planTileSize) != nullptr;
+    const bool planOk = isFloat ? findPlanVariant<float>(candidate.planTileSize, false) != nullptr
+                                : findPlanVariant<double>(candidate.planTileSize, false) != nullptr;
     if (!planOk) {
       std::string list;
       for (auto tile : CudaEngine::supportedPlanTileSizes(precision)) list.append(" ").append(std::to_string(tile));
@@ -317,6 +324,7 @@ struct CudaEngine::Impl {
     args.numBodies = numBodies;
     args.tilesPerSplit = tilesPerSplit;
     args.eps2 = static_cast<Real>(gravity.eps2());
+    args.eps2Double = gravity.eps2();
     args.G = gravity.G;
     args.out = deviceForces();
     args.partial = splits > 1 ? partial.data() : nullptr;
@@ -345,12 +353,16 @@ struct CudaEngine::Impl {
     const std::size_t numGroups = plan.numGroups();
     const std::size_t numBodies = sources.count;
     const std::size_t numCells = cells.size();
-    const detail::PlanVariant<Real>* variant = findPlanVariant<Real>(config.planTileSize);
+    const bool quadrupole = cells.hasQuadrupole;
+    // Accurate near pairs matter in float only; those plans (direct sums) have their own tile-64 kernels.
+    const bool accurate = plan.accurateNearPairs && std::is_same_v<Real, float>;
+    const detail::PlanVariant<Real>* variant =
+        findPlanVariant<Real>(accurate ? 64u : config.planTileSize, quadrupole, accurate);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
 
     // Per-group list offsets (expanded bodies), interaction counts and warp tasks, straight into pinned memory.
     hostListBodyOffsets.reserve(numGroups + 1);
-    std::uint64_t bodyBody = 0, bodyCell = 0, packedEntries = 0;
+    std::uint64_t bodyBody = 0, bodyCell = 0, packedBytes = 0;
     std::uint32_t listBodies = 0;
     std::uint64_t numTasks = 0;
     bucketCounts.assign(kNumBuckets, 0);
@@ -393,8 +405,9 @@ struct CudaEngine::Impl {
       listBodies += static_cast<std::uint32_t>(groupListBodies);
       bodyBody += group.size() * groupListBodies;
       bodyCell += group.size() * groupListCells;
-      packedEntries += groupListBodies + groupListCells;
-      const double entries = double(groupListBodies + groupListCells);
+      packedBytes += 16 * groupListBodies + (quadrupole ? 40 : 16) * groupListCells;  // float4, or 10 floats
+      const double entries =
+          double(groupListBodies) + double(groupListCells) * (quadrupole ? kQuadrupoleEntryWeight : 1.0);
       forEachTask(g, [&](std::uint32_t, std::uint32_t, int kind) {
         ++bucketCounts[bucketOf(entries * taskCostPerEntry(kind))];
         ++numTasks;
@@ -413,7 +426,8 @@ struct CudaEngine::Impl {
       position += bucketCounts[b];
     }
     for (std::size_t g = 0; g < numGroups; ++g) {
-      const double entries = double(plan.numListCells(g)) + double(hostListBodyOffsets[g + 1] - hostListBodyOffsets[g]);
+      const double entries = double(plan.numListCells(g)) * (quadrupole ? kQuadrupoleEntryWeight : 1.0) +
+                             double(hostListBodyOffsets[g + 1] - hostListBodyOffsets[g]);
       forEachTask(g, [&](std::uint32_t first, std::uint32_t rows, int kind) {
         hostTasks[next[bucketOf(entries * taskCostPerEntry(kind))]++] =
             uint4{static_cast<unsigned>(g), first, rows, static_cast<unsigned>(kind)};
@@ -427,6 +441,15 @@ struct CudaEngine::Impl {
     copyToDevice(cellY.data(), cells.y.data(), numCells);
     copyToDevice(cellZ.data(), cells.z.data(), numCells);
     copyToDevice(cellMass.data(), cells.mass.data(), numCells);
+    if (quadrupole) {
+      MATCHA_ASSERT(cells.qxx.size() == numCells && cells.qyz.size() == numCells, "cell quadrupoles malformed");
+      const std::array<const std::vector<double>*, 6> hostQ{&cells.qxx, &cells.qyy, &cells.qzz,
+                                                            &cells.qxy, &cells.qxz, &cells.qyz};
+      for (int c = 0; c < 6; ++c) {
+        cellQuadrupole[c].reserve(std::max<std::size_t>(numCells, 1));
+        copyToDevice(cellQuadrupole[c].data(), hostQ[c]->data(), numCells);
+      }
+    }
     groupCentres.reserve(3 * numGroups);
     copyToDevice(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups);
     bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
@@ -450,6 +473,10 @@ struct CudaEngine::Impl {
     detail::PlanArgs<Real> args{};
     args.sources = {sourceX.data(), sourceY.data(), sourceZ.data(), sourceMass.data()};
     args.cells = {cellX.data(), cellY.data(), cellZ.data(), cellMass.data()};
+    if (quadrupole) {
+      args.quadrupoles = {cellQuadrupole[0].data(), cellQuadrupole[1].data(), cellQuadrupole[2].data(),
+                          cellQuadrupole[3].data(), cellQuadrupole[4].data(), cellQuadrupole[5].data()};
+    }
     args.tasks = tasks.data();
     args.numTasks = static_cast<std::uint32_t>(numTasks);
     args.taskCounter = taskCounter.data();
@@ -459,6 +486,7 @@ struct CudaEngine::Impl {
     args.cellListOffsets = cellListOffsets.data();
     args.cellList = cellList.data();
     args.eps2 = static_cast<Real>(gravity.eps2());
+    args.eps2Double = gravity.eps2();
     args.G = gravity.G;
     args.out = deviceForces();
 
@@ -496,10 +524,10 @@ struct CudaEngine::Impl {
     finishCall();
     stats.numTasks = numTasks;
     stats.numSplits = 0;
-    stats.packedListBytes = packedEntries * 16;
+    stats.packedListBytes = packedBytes;
     char text[128];
-    std::snprintf(text, sizeof text, "plan p%d (%llu warp tasks, %u blocks)", variant->tile,
-                  static_cast<unsigned long long>(numTasks), numBlocks);
+    std::snprintf(text, sizeof text, "plan %s p%d (%llu warp tasks, %u blocks)", quadrupole ? "quad" : "mono",
+                  variant->tile, static_cast<unsigned long long>(numTasks), numBlocks);
     stats.kernel = text;
     return {bodyBody, bodyCell};
   }
@@ -540,6 +568,7 @@ struct CudaEngine::Impl {
 
   DeviceBuffer<double> sourceX, sourceY, sourceZ, sourceMass;
   DeviceBuffer<double> cellX, cellY, cellZ, cellMass;
+  std::array<DeviceBuffer<double>, 6> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz
   DeviceBuffer<double> outX, outY, outZ, outPot;
   DeviceBuffer<double4_16a> partial;
   DeviceBuffer<double> groupCentres;

@@ -32,7 +32,9 @@ void launchCombineSplits(const double4_16a* partial, std::uint32_t numSplits, st
 
 template <class Real>
 struct PlanVariant {
-  int tile;  ///< sources per warp tile
+  int tile;         ///< sources per warp tile
+  bool quadrupole;  ///< cells as quadrupoles (else as point masses)
+  bool accurate;    ///< for plans with accurateNearPairs (float)
   int threads;
   const void* kernel;
   void (*launch)(unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args);

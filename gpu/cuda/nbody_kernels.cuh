@@ -56,6 +56,16 @@ struct DeviceSoA {
   const double* mass;
 };
 
+/// Traceless quadrupoles of the cells, structure of arrays (CellMultipoles).
+struct DeviceQuadrupoles {
+  const double* xx;
+  const double* yy;
+  const double* zz;
+  const double* xy;
+  const double* xz;
+  const double* yz;
+};
+
 /// Where kernels write: one double per body and component, index space of the sources.
 struct DeviceForces {
   double* ax;
@@ -137,14 +147,33 @@ struct Accumulators {
   }
 };
 
+/// How a tile's near pairs are treated (InteractionPlan::accurateNearPairs).
+template <bool kAccurate>
+struct NearPairRule {
+  static constexpr bool accurate = kAccurate;  ///< float: close and strong pairs again in double (closePairThreshold)
+  double eps2Double;                           ///< eps^2 for the pairs evaluated in double
+};
+
 /// Evaluates `kEntries` sources of the shared-memory tile, every kStride-th one starting at `first`, against the
-/// thread's kBodies i-bodies: fast path first, checked path again if the tile held a zero-distance pair.
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+/// thread's kBodies i-bodies. The fast path (accumulatePairInteractionUnchecked) keeps the smallest r^2 + eps^2 with
+/// one FMNMX per pair: per body (kPerBodyMin; registers permitting) or over all the thread's bodies. A body whose
+/// tile held a zero-distance pair, or with `rule.accurate` in float a close or strong pair, gets this tile again:
+///  - accurate: the close, strong and zero-distance pairs in double, with separations and masses from
+///    `exactSource(slot, k, source, dx, dy, dz, mass)` (x_j - x_i and m_j in double for tile slot `slot` and the
+///    thread's k-th body), straight into its double total; the other pairs again in float;
+///  - otherwise: in the working precision with the self-term rule (accumulatePairInteraction).
+/// In practice that is the tile holding the body itself (the self term) and, rarely, one more.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kPerBodyMin, class Rule,
+          class ExactSource>
 __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type* tile, int first,
                                              const Real (&xi)[kBodies], const Real (&yi)[kBodies],
-                                             const Real (&zi)[kBodies], Real eps2, Accumulators<Real, kBodies>& acc) {
+                                             const Real (&zi)[kBodies], Real eps2, const Rule& rule,
+                                             Accumulators<Real, kBodies>& acc, const ExactSource& exactSource) {
+  constexpr int kMins = kPerBodyMin ? kBodies : 1;
   acc.clearTile();
-  Real minSoftenedR2 = Real(3.0e38);
+  Real minSoftenedR2[kMins];
+#pragma unroll
+  for (int k = 0; k < kMins; ++k) minSoftenedR2[k] = Real(3.0e38);
 #pragma unroll kUnroll
   for (int j = 0; j < kEntries; ++j) {
     const auto source = tile[first + j * kStride];
@@ -152,19 +181,86 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
     for (int k = 0; k < kBodies; ++k) {
       accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
                                                acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k],
-                                               minSoftenedR2);
+                                               minSoftenedR2[kPerBodyMin ? k : 0]);
     }
   }
-  if (!(minSoftenedR2 > eps2)) {  // rare: a zero-distance pair (or NaN); redo this tile with the self-term rule
-    acc.clearTile();
-#pragma unroll 1
-    for (int j = 0; j < kEntries; ++j) {
-      const auto source = tile[first + j * kStride];
+  // Double keeps 1e-16 of the distance from the centre: only the zero-distance rule matters there.
+  constexpr bool accurate = std::is_same_v<Real, float> && Rule::accurate;
+  const auto thresholdOf = [&](int k) { return accurate ? closePairThreshold(xi[k], yi[k], zi[k], eps2) : eps2; };
+  if constexpr (!kPerBodyMin) {
+    Real largestThreshold = thresholdOf(0);
 #pragma unroll
-      for (int k = 0; k < kBodies; ++k) {
+    for (int k = 1; k < kBodies; ++k) largestThreshold = fmax(largestThreshold, thresholdOf(k));
+    if (minSoftenedR2[0] > largestThreshold) return;  // the common case (NaN falls through)
+  }
+
+#pragma unroll
+  for (int k = 0; k < kBodies; ++k) {
+    Real minOfBody = minSoftenedR2[kPerBodyMin ? k : 0];
+    if constexpr (!kPerBodyMin) {  // rare: which of the thread's bodies had the near pair?
+      minOfBody = Real(3.0e38);
+#pragma unroll 1
+      for (int j = 0; j < kEntries; ++j) {
+        const auto source = tile[first + j * kStride];
+        const Real dx = source.x - xi[k], dy = source.y - yi[k], dz = source.z - zi[k];
+        minOfBody = fmin(minOfBody, dx * dx + (dy * dy + (dz * dz + eps2)));
+      }
+    }
+    if (minOfBody > thresholdOf(k)) continue;
+    acc.tile[0][k] = acc.tile[1][k] = acc.tile[2][k] = acc.tile[3][k] = Real(0);
+    if constexpr (accurate) {
+      // The near pairs in double, the others again in float (the same float values as the fast path gave).
+      const Real threshold = thresholdOf(k);
+      double ax = 0.0, ay = 0.0, az = 0.0, pot = 0.0;
+#pragma unroll 1
+      for (int j = 0; j < kEntries; ++j) {
+        const int slot = first + j * kStride;
+        const auto source = tile[slot];
+        const Real dx = source.x - xi[k], dy = source.y - yi[k], dz = source.z - zi[k];
+        if (dx * dx + (dy * dy + (dz * dz + eps2)) <= threshold) {
+          double exactDx, exactDy, exactDz, mass;
+          exactSource(slot, k, source, exactDx, exactDy, exactDz, mass);
+          accumulatePairInteraction<double>(exactDx, exactDy, exactDz, mass, rule.eps2Double, ax, ay, az, pot);
+        } else {
+          accumulatePairInteraction<Real>(dx, dy, dz, source.w, eps2, acc.tile[0][k], acc.tile[1][k], acc.tile[2][k],
+                                          acc.tile[3][k]);
+        }
+      }
+      acc.total[0][k] += ax;
+      acc.total[1][k] += ay;
+      acc.total[2][k] += az;
+      acc.total[3][k] += pot;
+    } else {
+#pragma unroll 1
+      for (int j = 0; j < kEntries; ++j) {
+        const auto source = tile[first + j * kStride];
         accumulatePairInteraction<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
                                         acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
       }
+    }
+  }
+}
+
+/// Evaluates the quadrupole cells of a shared-memory tile (three vectors per cell: centre of mass and mass, then
+/// (qxx, qyy, qzz, -), then (qxy, qxz, qyz, -)) against the thread's i-bodies. Cells pass the opening criterion, so
+/// none is close to an i-body and no pair needs a second look.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+__device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Real>::type* cellTile, int first,
+                                                       const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                                       const Real (&zi)[kBodies], Real eps2,
+                                                       Accumulators<Real, kBodies>& acc) {
+  acc.clearTile();
+#pragma unroll kUnroll
+  for (int j = 0; j < kEntries; ++j) {
+    const int slot = first + j * kStride;
+    const auto centre = cellTile[3 * slot];
+    const auto diagonal = cellTile[3 * slot + 1];
+    const auto offDiagonal = cellTile[3 * slot + 2];
+    const Quadrupole<Real> q{diagonal.x, diagonal.y, diagonal.z, offDiagonal.x, offDiagonal.y, offDiagonal.z};
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) {
+      accumulateQuadrupoleInteraction<Real>(centre.x - xi[k], centre.y - yi[k], centre.z - zi[k], centre.w, q, eps2,
+                                            acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
     }
   }
 }
@@ -237,42 +333,39 @@ struct DirectArgs {
   std::uint32_t numBodies;
   std::uint32_t tilesPerSplit;  ///< j-tiles per block along gridDim.y
   Real eps2;
+  double eps2Double;  ///< for the pairs evaluated again in double
   double G;
   DeviceForces out;      ///< written (times G) when gridDim.y == 1
   double4_16a* partial;  ///< [split * numBodies + i], sums without G, when gridDim.y > 1
 };
 
-/// Centre of the axis-aligned box around the block's i-bodies; every thread gets it. `lo`/`hi` hold the thread's
-/// own bounds on entry (+/-inf if it has no body).
+/// Mean position of the block's i-bodies; every thread gets it. `sum`/`count` hold the thread's own on entry.
+/// The mean, not the middle of the bounding box: for bodies in random order a block spans the whole system and its
+/// box centre is set by the outermost few bodies, several length units from the dense core, which would put the core
+/// bodies' float coordinates (and their close-pair test) at that distance; the mean stays near the core.
 template <int kThreads>
-__device__ __forceinline__ void blockBoxCentre(double (&lo)[3], double (&hi)[3], double (*scratch)[6],
-                                               double (&centre)[3]) {
+__device__ __forceinline__ void blockMeanPosition(double (&sum)[3], double count, double (*scratch)[4],
+                                                  double (&centre)[3]) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
 #pragma unroll
-    for (int d = 0; d < 3; ++d) {
-      lo[d] = fmin(lo[d], __shfl_xor_sync(0xffffffffu, lo[d], offset));
-      hi[d] = fmax(hi[d], __shfl_xor_sync(0xffffffffu, hi[d], offset));
-    }
+    for (int d = 0; d < 3; ++d) sum[d] += __shfl_xor_sync(0xffffffffu, sum[d], offset);
+    count += __shfl_xor_sync(0xffffffffu, count, offset);
   }
   const int warp = threadIdx.x / 32;
   if (threadIdx.x % 32 == 0) {
 #pragma unroll
-    for (int d = 0; d < 3; ++d) {
-      scratch[warp][d] = lo[d];
-      scratch[warp][3 + d] = hi[d];
-    }
+    for (int d = 0; d < 3; ++d) scratch[warp][d] = sum[d];
+    scratch[warp][3] = count;
   }
   __syncthreads();
+  double total[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int w = 0; w < kThreads / 32; ++w) {
 #pragma unroll
-  for (int d = 0; d < 3; ++d) {
-    double l = scratch[0][d], h = scratch[0][3 + d];
-    for (int w = 1; w < kThreads / 32; ++w) {
-      l = fmin(l, scratch[w][d]);
-      h = fmax(h, scratch[w][3 + d]);
-    }
-    centre[d] = 0.5 * (l + h);
+    for (int d = 0; d < 4; ++d) total[d] += scratch[w][d];
   }
+#pragma unroll
+  for (int d = 0; d < 3; ++d) centre[d] = total[3] > 0.0 ? total[d] / total[3] : 0.0;
 }
 
 /// Block (blockIdx.x, blockIdx.y): i-bodies [blockIdx.x * rows, + rows) against j-tiles
@@ -285,16 +378,16 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   constexpr int kQ = Shape::threadsPerBody;
   constexpr int kLoads = Shape::loadsPerThread;
   __shared__ Vec tile[Shape::tile];
-  __shared__ double scratch[Shape::threads / 32][6];
+  __shared__ double scratch[Shape::threads / 32][4];
 
   const std::uint32_t numBodies = args.numBodies;
   const std::uint32_t firstRow = blockIdx.x * Shape::rows;
   const int slice = threadIdx.x % kQ;
   const int rowInPass = threadIdx.x / kQ;
 
-  // The block's centre: middle of its i-bodies' bounding box, in double.
+  // The block's centre: the mean position of its i-bodies, in double.
   double xd[kI], yd[kI], zd[kI];
-  double lo[3] = {1e300, 1e300, 1e300}, hi[3] = {-1e300, -1e300, -1e300};
+  double sum[3] = {0.0, 0.0, 0.0}, count = 0.0;
 #pragma unroll
   for (int k = 0; k < kI; ++k) {
     const std::uint32_t i = firstRow + rowInPass + k * Shape::rowsPerPass;
@@ -302,17 +395,13 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
     xd[k] = valid ? args.sources.x[i] : 0.0;
     yd[k] = valid ? args.sources.y[i] : 0.0;
     zd[k] = valid ? args.sources.z[i] : 0.0;
-    if (valid) {
-      lo[0] = fmin(lo[0], xd[k]);
-      lo[1] = fmin(lo[1], yd[k]);
-      lo[2] = fmin(lo[2], zd[k]);
-      hi[0] = fmax(hi[0], xd[k]);
-      hi[1] = fmax(hi[1], yd[k]);
-      hi[2] = fmax(hi[2], zd[k]);
-    }
+    sum[0] += xd[k];
+    sum[1] += yd[k];
+    sum[2] += zd[k];
+    count += valid ? 1.0 : 0.0;
   }
   double centre[3];
-  blockBoxCentre<Shape::threads>(lo, hi, scratch, centre);
+  blockMeanPosition<Shape::threads>(sum, count, scratch, centre);
   Real xi[kI], yi[kI], zi[kI];
 #pragma unroll
   for (int k = 0; k < kI; ++k) {
@@ -356,13 +445,30 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   acc.clearAll();
   int tilesInBag = 0;
   const Real eps2 = args.eps2;
+  const NearPairRule<true> rule{args.eps2Double};  // direct summation: the Chamomile-level accuracy
   if (firstTile < lastTile) load(firstTile);
   for (std::uint32_t t = firstTile; t < lastTile; ++t) {
     __syncthreads();  // everyone is done reading the previous tile
     stage();
     __syncthreads();
     if (t + 1 < lastTile) load(t + 1);
-    evaluateTile<Real, kI, Shape::entriesPerThread, kQ, Shape::unroll>(tile, slice, xi, yi, zi, eps2, acc);
+    const auto exactSource = [&](int slot, int k, const Vec& source, double& dx, double& dy, double& dz, double& mass) {
+      const std::uint32_t j = t * Shape::tile + slot;
+      const std::uint32_t i = firstRow + rowInPass + k * Shape::rowsPerPass;
+      if (j < numBodies && i < numBodies) {
+        dx = args.sources.x[j] - args.sources.x[i];
+        dy = args.sources.y[j] - args.sources.y[i];
+        dz = args.sources.z[j] - args.sources.z[i];
+        mass = args.sources.mass[j];
+      } else {  // padding: far away and massless
+        dx = static_cast<double>(source.x - xi[k]);
+        dy = static_cast<double>(source.y - yi[k]);
+        dz = static_cast<double>(source.z - zi[k]);
+        mass = 0.0;
+      }
+    };
+    evaluateTile<Real, kI, Shape::entriesPerThread, kQ, Shape::unroll, true>(tile, slice, xi, yi, zi, eps2, rule, acc,
+                                                                             exactSource);
     accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
   }
   if constexpr (!std::is_same_v<Real, double> && Shape::flushTiles > 1) acc.flushBag();
@@ -408,7 +514,8 @@ template <class Real>
 struct PlanArgs {
   DeviceSoA sources;
   DeviceSoA cells;
-  const uint4* tasks;  ///< {group, first i-body, number of i-bodies, kind}, most expensive first
+  DeviceQuadrupoles quadrupoles;  ///< null pointers when the cells are monopoles (the kernel's kQuadrupole is false)
+  const uint4* tasks;             ///< {group, first i-body, number of i-bodies, kind}, most expensive first
   std::uint32_t numTasks;
   std::uint32_t* taskCounter;            ///< zero at launch; warps take tasks from it
   const double* groupCentres;            ///< 3 per group
@@ -417,15 +524,19 @@ struct PlanArgs {
   const std::uint32_t* cellListOffsets;  ///< numGroups + 1, as in InteractionPlan
   const std::uint32_t* cellList;
   Real eps2;
+  double eps2Double;  ///< for the pairs evaluated again in double
   double G;
   DeviceForces out;
 };
 
-/// One warp task: rows i-bodies of group `task.x` starting at body `task.y`, against the group's whole list (its
-/// bodies first, then its cells), in tiles of kTile sources staged in this warp's slice of shared memory.
-template <class Real, int kTile, int kQ, int kI>
+/// One warp task: rows i-bodies of group `task.x` starting at body `task.y`, against the group's whole list, in
+/// tiles of kTile sources staged in this warp's slice of shared memory: first its bodies (and its cells, when they
+/// are monopoles) as point masses, then, with kQuadrupole, its cells as quadrupoles.
+template <class Real, bool kQuadrupole, bool kAccurateNearPairs, int kTile, int kQ, int kI>
 __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const uint4 task,
-                                            typename Packed4<Real>::type* tile, int lane) {
+                                            typename Packed4<Real>::type* tile, typename Packed4<Real>::type* cellTile,
+                                            int lane) {
+  using Vec = typename Packed4<Real>::type;
   constexpr int kRowsPerPass = 32 / kQ;
   constexpr int kLoads = kTile / 32;
   constexpr int kEntries = kTile / kQ;
@@ -443,7 +554,9 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   const std::uint32_t bodyBase = args.listBodyOffsets[group];
   const std::uint32_t numListBodies = args.listBodyOffsets[group + 1] - bodyBase;
   const std::uint32_t cellBase = args.cellListOffsets[group];
-  const std::uint32_t numEntries = numListBodies + (args.cellListOffsets[group + 1] - cellBase);
+  const std::uint32_t numListCells = args.cellListOffsets[group + 1] - cellBase;
+  // Point-mass entries: the list bodies, then the cells when they are monopoles.
+  const std::uint32_t numPointEntries = numListBodies + (kQuadrupole ? 0 : numListCells);
 
   Real xi[kI], yi[kI], zi[kI];
 #pragma unroll
@@ -456,25 +569,27 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     zi[k] = valid ? static_cast<Real>(args.sources.z[i] - cz) : Real(0);
   }
 
+  // Where point-mass entry e lives: a body index, or a cell id (flag set).
+  const auto pointEntry = [&](std::uint32_t e, bool& isCell) -> std::uint32_t {
+    isCell = e >= numListBodies;
+    return isCell ? args.cellList[cellBase + (e - numListBodies)] : args.expandedBodies[bodyBase + e];
+  };
+
   double px[kLoads], py[kLoads], pz[kLoads], pm[kLoads];
   bool pvalid[kLoads];
   const auto load = [&](std::uint32_t t) {
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const std::uint32_t e = t * kTile + lane + 32 * l;
-      pvalid[l] = e < numEntries;
-      if (e < numListBodies) {
-        const std::uint32_t j = args.expandedBodies[bodyBase + e];
-        px[l] = args.sources.x[j];
-        py[l] = args.sources.y[j];
-        pz[l] = args.sources.z[j];
-        pm[l] = args.sources.mass[j];
-      } else if (e < numEntries) {
-        const std::uint32_t c = args.cellList[cellBase + (e - numListBodies)];
-        px[l] = args.cells.x[c];
-        py[l] = args.cells.y[c];
-        pz[l] = args.cells.z[c];
-        pm[l] = args.cells.mass[c];
+      pvalid[l] = e < numPointEntries;
+      if (pvalid[l]) {
+        bool isCell;
+        const std::uint32_t index = pointEntry(e, isCell);
+        const DeviceSoA& from = isCell ? args.cells : args.sources;
+        px[l] = from.x[index];
+        py[l] = from.y[index];
+        pz[l] = from.z[index];
+        pm[l] = from.mass[index];
       }
     }
   };
@@ -482,7 +597,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   Accumulators<Real, kI> acc;
   acc.clearAll();
   int tilesInBag = 0;
-  const std::uint32_t numTiles = (numEntries + kTile - 1) / kTile;
+  const NearPairRule<kAccurateNearPairs> rule{args.eps2Double};
+  const std::uint32_t numTiles = (numPointEntries + kTile - 1) / kTile;
   if (numTiles > 0) load(0);
   for (std::uint32_t t = 0; t < numTiles; ++t) {
     __syncwarp();  // the warp is done reading the previous tile (or the previous task's last one)
@@ -492,8 +608,57 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     }
     __syncwarp();
     if (t + 1 < numTiles) load(t + 1);
-    evaluateTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, acc);
+    const auto exactSource = [&](int slot, int k, const Vec& source, double& dx, double& dy, double& dz, double& mass) {
+      const std::uint32_t e = t * kTile + slot;
+      const std::uint32_t row = rowInPass + k * kRowsPerPass;
+      if (e < numPointEntries && row < numRows) {
+        bool isCell;
+        const std::uint32_t index = pointEntry(e, isCell);
+        const DeviceSoA& from = isCell ? args.cells : args.sources;
+        const std::uint32_t i = firstBody + row;
+        dx = from.x[index] - args.sources.x[i];
+        dy = from.y[index] - args.sources.y[i];
+        dz = from.z[index] - args.sources.z[i];
+        mass = from.mass[index];
+      } else {  // padding (far away and massless), or a row without a body
+        dx = static_cast<double>(source.x - xi[k]);
+        dy = static_cast<double>(source.y - yi[k]);
+        dz = static_cast<double>(source.z - zi[k]);
+        mass = 0.0;
+      }
+    };
+    evaluateTile<Real, kI, kEntries, kQ, kUnroll, false>(tile, slice, xi, yi, zi, args.eps2, rule, acc, exactSource);
     accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+  }
+
+  if constexpr (kQuadrupole) {
+    // Cells as quadrupoles: each lane stages kLoads cells per tile (centre of mass relative to the group centre).
+    const std::uint32_t numCellTiles = (numListCells + kTile - 1) / kTile;
+    for (std::uint32_t t = 0; t < numCellTiles; ++t) {
+      __syncwarp();
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const int slot = lane + 32 * l;
+        const std::uint32_t e = t * kTile + slot;
+        Vec centre{Real(kPadCoordinate), Real(kPadCoordinate), Real(kPadCoordinate), Real(0)};
+        Vec diagonal{Real(0), Real(0), Real(0), Real(0)}, offDiagonal{Real(0), Real(0), Real(0), Real(0)};
+        if (e < numListCells) {
+          const std::uint32_t c = args.cellList[cellBase + e];
+          centre = makeRelativeSource<Real>(true, args.cells.x[c], args.cells.y[c], args.cells.z[c], args.cells.mass[c],
+                                            cx, cy, cz);
+          const DeviceQuadrupoles& q = args.quadrupoles;
+          diagonal = Vec{static_cast<Real>(q.xx[c]), static_cast<Real>(q.yy[c]), static_cast<Real>(q.zz[c]), Real(0)};
+          offDiagonal =
+              Vec{static_cast<Real>(q.xy[c]), static_cast<Real>(q.xz[c]), static_cast<Real>(q.yz[c]), Real(0)};
+        }
+        cellTile[3 * slot] = centre;
+        cellTile[3 * slot + 1] = diagonal;
+        cellTile[3 * slot + 2] = offDiagonal;
+      }
+      __syncwarp();
+      evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
+      accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+    }
   }
   if constexpr (!std::is_same_v<Real, double> && kFlushTiles > 1) acc.flushBag();
   acc.template reduceOverLanes<kQ>();
@@ -513,16 +678,18 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
 }
 
 /// Persistent kernel: each warp takes the next task (most expensive first, so the tail is short) until none is
-/// left. Warps are independent: no block-wide barrier, each warp has its own tile of shared memory. Only
+/// left. Warps are independent: no block-wide barrier, each warp has its own tiles of shared memory. Only
 /// kinds below `kFirstKind` are skipped (double precision leaves out the 4-bodies-per-thread kind: registers).
 /// kMinBlocks: resident blocks per SM the register allocation must allow (occupancy: the inner loop's dependency
 /// chains need about 5 warps per scheduler to keep issuing every cycle).
-template <class Real, int kTile, int kWarps, int kMinBlocks>
+template <class Real, bool kQuadrupole, bool kAccurateNearPairs, int kTile, int kWarps, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const PlanArgs<Real> args) {
   static_assert(kTile % 32 == 0 && kTile >= 32, "warp tile: whole multiples of 32 sources");
   using Vec = typename Packed4<Real>::type;
   __shared__ Vec tiles[kWarps][kTile];
+  __shared__ Vec cellTiles[kWarps][kQuadrupole ? 3 * kTile : 1];
   Vec* tile = tiles[threadIdx.x / 32];
+  Vec* cellTile = cellTiles[threadIdx.x / 32];
   const int lane = threadIdx.x % 32;
   for (;;) {
     std::uint32_t taskIndex = 0;
@@ -532,28 +699,30 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
     const uint4 task = args.tasks[taskIndex];
     switch (task.w) {
       case 0:
-        if constexpr (std::is_same_v<Real, float>) runPlanTask<Real, kTile, 1, 4>(args, task, tile, lane);
+        if constexpr (std::is_same_v<Real, float>) {
+          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 1, 4>(args, task, tile, cellTile, lane);
+        }
         break;
       case 1:
-        runPlanTask<Real, kTile, 1, 2>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 1, 2>(args, task, tile, cellTile, lane);
         break;
       case 2:
-        runPlanTask<Real, kTile, 1, 1>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 1, 1>(args, task, tile, cellTile, lane);
         break;
       case 3:
-        runPlanTask<Real, kTile, 2, 1>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 2, 1>(args, task, tile, cellTile, lane);
         break;
       case 4:
-        runPlanTask<Real, kTile, 4, 1>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 4, 1>(args, task, tile, cellTile, lane);
         break;
       case 5:
-        runPlanTask<Real, kTile, 8, 1>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 8, 1>(args, task, tile, cellTile, lane);
         break;
       case 6:
-        runPlanTask<Real, kTile, 16, 1>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 16, 1>(args, task, tile, cellTile, lane);
         break;
       default:
-        runPlanTask<Real, kTile, 32, 1>(args, task, tile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 32, 1>(args, task, tile, cellTile, lane);
         break;
     }
   }

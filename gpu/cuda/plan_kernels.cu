@@ -38,15 +38,21 @@ constexpr int kPlanWarps = 4;
 
 // Float: 5 blocks of 4 warps per SM fit in 96 registers without spilling for tiles of 32 and 64 sources (measured
 // on an H100: 72% issue efficiency at 4 blocks, 128 registers). Double needs its 126 registers: 4 blocks.
-template <class Real>
-constexpr int kPlanMinBlocks = std::is_same_v<Real, float> ? 5 : 4;
+// Quadrupole cells need more registers per pair (the tensor and its products): 4 blocks (128 registers).
+template <class Real, bool kQuadrupole>
+constexpr int kPlanMinBlocks = std::is_same_v<Real, float> && !kQuadrupole ? 5 : 4;
 
-template <class Real, int kTile>
+template <class Real, bool kQuadrupole, int kTile, bool kAccurate = false>
 PlanVariant<Real> makePlanVariant() {
-  constexpr int kMinBlocks = kPlanMinBlocks<Real>;
-  return {kTile, kPlanWarps * 32, reinterpret_cast<const void*>(&planKernel<Real, kTile, kPlanWarps, kMinBlocks>),
+  constexpr int kMinBlocks = kPlanMinBlocks<Real, kQuadrupole>;
+  return {kTile,
+          kQuadrupole,
+          kAccurate,
+          kPlanWarps * 32,
+          reinterpret_cast<const void*>(&planKernel<Real, kQuadrupole, kAccurate, kTile, kPlanWarps, kMinBlocks>),
           [](unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args) {
-            planKernel<Real, kTile, kPlanWarps, kMinBlocks><<<numBlocks, kPlanWarps * 32, 0, stream>>>(args);
+            planKernel<Real, kQuadrupole, kAccurate, kTile, kPlanWarps, kMinBlocks>
+                <<<numBlocks, kPlanWarps * 32, 0, stream>>>(args);
           }};
 }
 
@@ -54,13 +60,16 @@ PlanVariant<Real> makePlanVariant() {
 
 template <>
 std::span<const PlanVariant<float>> planVariants<float>() {
-  static const std::array variants{makePlanVariant<float, 32>(), makePlanVariant<float, 64>()};
+  // Plans with accurateNearPairs (direct sums onto a subsample, as `matcha compare --sample` makes) use tile 64.
+  static const std::array variants{makePlanVariant<float, false, 32>(),       makePlanVariant<float, false, 64>(),
+                                   makePlanVariant<float, true, 32>(),        makePlanVariant<float, true, 64>(),
+                                   makePlanVariant<float, false, 64, true>(), makePlanVariant<float, true, 64, true>()};
   return variants;
 }
 
 template <>
 std::span<const PlanVariant<double>> planVariants<double>() {
-  static const std::array variants{makePlanVariant<double, 64>()};
+  static const std::array variants{makePlanVariant<double, false, 64>(), makePlanVariant<double, true, 64>()};
   return variants;
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -26,24 +27,28 @@ constexpr std::size_t kTileSize = 128;
 
 /// A group's interaction list, relative to the group centre c, padded to whole tiles:
 ///  - sources: list bodies, and the cells too when they are monopoles, as (x, y, z, mass) with x = Real(x_j - c),
-///    plus the rounding residuals Real((x_j - c) - x) for the close-pair re-evaluation (pair_interaction.hpp);
+///    and the same in double for the tiles evaluated again in double (pair_interaction.hpp: closePairThreshold);
 ///  - quadrupole cells: (x, y, z, mass) of the centre of mass and the six tensor components.
 template <class Real>
 struct PackedList {
-  std::vector<Real> x, y, z, mass, residualX, residualY, residualZ;
+  std::vector<Real> x, y, z, mass;
+  std::vector<double> exactX, exactY, exactZ, exactMass;
   std::vector<Real> cellX, cellY, cellZ, cellMass, qxx, qyy, qzz, qxy, qxz, qyz;
   std::size_t numSources = 0, numCells = 0;
 
   static std::size_t padded(std::size_t count) { return (count + kTileSize - 1) / kTileSize * kTileSize; }
 
-  // Pads with zero-mass sources at the centre: with residuals zero they are zero-distance pairs for a body at the
-  // centre, which the checked path skips, and add exactly nothing otherwise.
+  // Pads with zero-mass sources at the centre: they add exactly nothing (a zero-distance pair is skipped).
   void resize(std::size_t sources, std::size_t quadrupoleCells) {
     numSources = sources;
     numCells = quadrupoleCells;
-    for (auto* array : {&x, &y, &z, &mass, &residualX, &residualY, &residualZ}) {
+    for (auto* array : {&x, &y, &z, &mass}) {
       array->resize(padded(sources));
       std::fill(array->begin() + static_cast<std::ptrdiff_t>(sources), array->end(), Real(0));
+    }
+    for (auto* array : {&exactX, &exactY, &exactZ, &exactMass}) {
+      array->resize(padded(sources));
+      std::fill(array->begin() + static_cast<std::ptrdiff_t>(sources), array->end(), 0.0);
     }
     for (auto* array : {&cellX, &cellY, &cellZ, &cellMass, &qxx, &qyy, &qzz, &qxy, &qxz, &qyz}) {
       array->resize(padded(quadrupoleCells));
@@ -57,10 +62,11 @@ struct PackedList {
     x[k] = static_cast<Real>(dx);
     y[k] = static_cast<Real>(dy);
     z[k] = static_cast<Real>(dz);
-    residualX[k] = static_cast<Real>(dx - static_cast<double>(x[k]));
-    residualY[k] = static_cast<Real>(dy - static_cast<double>(y[k]));
-    residualZ[k] = static_cast<Real>(dz - static_cast<double>(z[k]));
     mass[k] = static_cast<Real>(m);
+    exactX[k] = dx;
+    exactY[k] = dy;
+    exactZ[k] = dz;
+    exactMass[k] = m;
   }
 };
 
@@ -120,27 +126,31 @@ template <class Real>
     const Real xi = static_cast<Real>(dxi);
     const Real yi = static_cast<Real>(dyi);
     const Real zi = static_cast<Real>(dzi);
-    // Double needs no close-pair pass: its rounding is 1e-16 of the distance from the centre.
-    const Real closeR2 = std::is_same_v<Real, float> ? closeSeparation2(xi, yi, zi) : Real(0);
     double ax = 0.0, ay = 0.0, az = 0.0, pot = 0.0;
+    // Double keeps 1e-16 of the distance from the centre and needs no second pass; the checked interaction of the
+    // first pass already applies the self-term rule.
+    const bool secondPass = std::is_same_v<Real, float> && plan.accurateNearPairs;
+    const Real threshold = secondPass ? closePairThreshold(xi, yi, zi, eps2) : Real(0);
     for (std::size_t tile = 0; tile < numSourcesPadded; tile += kTileSize) {
       Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
-      Real minR2 = std::numeric_limits<Real>::max();
-#pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot) reduction(min : minR2)
+      Real minSoftenedR2 = std::numeric_limits<Real>::max();
+#pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot) reduction(min : minSoftenedR2)
       for (std::size_t j = tile; j < tile + kTileSize; ++j) {
         const Real dx = jx[j] - xi, dy = jy[j] - yi, dz = jz[j] - zi;
-        minR2 = std::min(minR2, dx * dx + dy * dy + dz * dz);
+        minSoftenedR2 = std::min(minSoftenedR2, dx * dx + dy * dy + dz * dz + eps2);
         accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
       }
-      if (minR2 < closeR2) {  // a close pair: evaluate the tile again with exact separations
-        const Real rxi = static_cast<Real>(dxi - static_cast<double>(xi));
-        const Real ryi = static_cast<Real>(dyi - static_cast<double>(yi));
-        const Real rzi = static_cast<Real>(dzi - static_cast<double>(zi));
+      if (secondPass && minSoftenedR2 <= threshold) {
+        // A close or strong pair (the CUDA twin's rule): the near pairs in double, the others again in float.
         tileAx = tileAy = tileAz = tilePot = 0;
         for (std::size_t j = tile; j < tile + kTileSize; ++j) {
-          accumulatePairInteraction<Real>(
-              splitSeparation(jx[j], list.residualX[j], xi, rxi), splitSeparation(jy[j], list.residualY[j], yi, ryi),
-              splitSeparation(jz[j], list.residualZ[j], zi, rzi), jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
+          const Real dx = jx[j] - xi, dy = jy[j] - yi, dz = jz[j] - zi;
+          if (dx * dx + dy * dy + dz * dz + eps2 <= threshold) {
+            accumulatePairInteraction<double>(list.exactX[j] - dxi, list.exactY[j] - dyi, list.exactZ[j] - dzi,
+                                              list.exactMass[j], gravity.eps2(), ax, ay, az, pot);
+          } else {
+            accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
+          }
         }
       }
       ax += tileAx;
@@ -244,24 +254,32 @@ InteractionCounts CpuEngine::evaluateDirect(const SourceView& sources, const Gra
 }
 
 InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize) {
+  MATCHA_ASSERT(sources.count <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
+  return makeDirectPlan(sources, blockSize, BodyRange{0, static_cast<std::uint32_t>(sources.count)});
+}
+
+InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize, BodyRange targets) {
   MATCHA_ASSERT(blockSize >= 1, "block size must be >= 1");
   MATCHA_ASSERT(sources.count <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
+  MATCHA_ASSERT(targets.first <= targets.last && targets.last <= sources.count, "direct-sum targets out of range");
   const auto numBodies = static_cast<std::uint32_t>(sources.count);
   InteractionPlan plan;
-  const std::uint32_t numGroups = (numBodies + blockSize - 1) / blockSize;
+  const std::uint32_t numGroups = (targets.size() + blockSize - 1) / blockSize;
   plan.groups.reserve(numGroups);
   plan.groupCentres.reserve(3 * std::size_t{numGroups});
-  for (std::uint32_t first = 0; first < numBodies; first += blockSize) {
-    const std::uint32_t last = std::min(numBodies, first + blockSize);
+  for (std::uint32_t first = targets.first; first < targets.last; first += blockSize) {
+    const std::uint32_t last = std::min(targets.last, first + blockSize);
     plan.groups.push_back({first, last});
+    // The mean position, as the CUDA direct kernel's blocks use: in random order a block's bounding box is set by
+    // its outermost bodies, and its centre can sit several length units from the core bodies it holds.
     for (const double* coordinate : {sources.x, sources.y, sources.z}) {
-      const auto [lo, hi] = std::minmax_element(coordinate + first, coordinate + last);
-      plan.groupCentres.push_back(0.5 * (*lo + *hi));
+      plan.groupCentres.push_back(std::accumulate(coordinate + first, coordinate + last, 0.0) / double(last - first));
     }
     plan.cellListOffsets.push_back(0);
     plan.bodyList.push_back({0, numBodies});
     plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(plan.bodyList.size()));
   }
+  plan.accurateNearPairs = true;
   return plan;
 }
 

@@ -50,6 +50,11 @@ struct InteractionPlan {
   std::vector<std::uint32_t> cellList;
   std::vector<std::uint32_t> bodyListOffsets{0};
   std::vector<BodyRange> bodyList;
+  /// Float engines evaluate a tile again in double for a body with a close or strong pair in it
+  /// (pair_interaction.hpp: closePairThreshold) when this is set: direct summation sets it, for float forces at the
+  /// Chamomile level (E_max ~1e-6). Tree plans leave it off: their multipole error (1e-4) dwarfs the 1e-6 it would
+  /// buy, and the self tile is then redone in float, which costs far less.
+  bool accurateNearPairs = false;
 
   std::size_t numGroups() const { return groups.size(); }
 

@@ -96,28 +96,31 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T 
   minSoftenedR2 = std::fmin(minSoftenedR2, softenedR2);  // one FMNMX; a ?: select costs a compare and a select
 }
 
-/// Float coordinates relative to a shared centre c (a group's or block's) round each position to ~6e-8 of its
-/// distance from c, so a pair much closer than that distance loses digits of its separation: with |x_i - c| = R and
-/// separation s, the float separation is off by up to ~1.2e-7 R / s relative. A pair is "close" when
-/// s^2 < closeSeparation2(x_i - c), i.e. s < R / kCloseSeparationRatio; the float engines evaluate the tiles that hold
-/// a close pair again with the separation taken from the split coordinates (value + rounding residual), which is
-/// exact to float rounding. This bounds the separation error of every pair at ~1e-5 relative in the worst case
-/// (~1e-6 typical), which keeps E_max of float direct summation at the Chamomile level (~1e-6) for bodies in any
-/// order, at the cost of re-evaluating about one tile per i-body (the one holding its own body, re-evaluated for the
-/// self term anyway).
-inline constexpr float kCloseSeparationRatio = 64.0f;
+/// Which pairs the float engines evaluate a second time, in double.
+///
+/// Float is good to ~1e-7 per pair, and a direct sum of float pairs in per-tile partial sums stays near 1e-7 of the
+/// sum of the pair magnitudes. Two kinds of pair break that, and both are rare:
+///  - close to the centre's rounding: float coordinates relative to a shared centre c (a group's or a block's) round
+///    each position to ~6e-8 of its distance R from c, so the separation of a pair much closer than R loses
+///    digits (relative error ~1.2e-7 R / s);
+///  - strong: a pair within a couple of softening lengths pulls with up to ~m/eps^2, which can exceed the body's
+///    total acceleration many times over (bodies near the centre of a system, where the rest cancels), so its own
+///    ~2e-7 float error becomes a large fraction of a_i (measured: 3.8e-6 for one body of a 2^15 Plummer sphere with
+///    eps = 1/256, with exact separations and per-pair double sums).
+/// A tile whose smallest softened squared distance s^2 = r^2 + eps^2 for body i falls at or below
+///     closePairThreshold = max(9 eps^2, eps^2 + |x_i - c|^2 / kCloseSeparationRatio^2)
+/// (s < 3 eps, or r < R / 64) is evaluated again for body i: the pairs below the threshold in double, from
+/// separations taken in double, the others again in float. The self pair (r = 0) always qualifies, so this costs
+/// about one extra tile per body, which the self-term rule needed anyway.
+inline constexpr double kCloseSeparationRatio = 64.0;
+inline constexpr double kStrongPairSoftenings = 3.0;
 template <class T>
-MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closeSeparation2(T xi, T yi, T zi) {
-  return (xi * xi + yi * yi + zi * zi) * T(1.0 / (double(kCloseSeparationRatio) * double(kCloseSeparationRatio)));
-}
-
-/// The separation x_j - x_i from coordinates split as value + residual about the same centre (value = float(x - c),
-/// residual = float((x - c) - value), both differences in double): for a close pair the two values lie within a
-/// factor two of each other, so their difference is exact (Sterbenz) and the result is the true separation to float
-/// rounding.
-template <class T>
-MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T splitSeparation(T valueJ, T residualJ, T valueI, T residualI) {
-  return (valueJ - valueI) + (residualJ - residualI);
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closePairThreshold(T xi, T yi, T zi, T eps2) {
+  constexpr T kInvRatio2 = T(1.0 / (kCloseSeparationRatio * kCloseSeparationRatio));
+  constexpr T kStrong2 = T(kStrongPairSoftenings * kStrongPairSoftenings);
+  const T closeToCentre = eps2 + (xi * xi + yi * yi + zi * zi) * kInvRatio2;
+  const T strong = kStrong2 * eps2;
+  return closeToCentre > strong ? closeToCentre : strong;
 }
 
 /// Traceless quadrupole of a cell, about its centre of mass (CellMultipoles).

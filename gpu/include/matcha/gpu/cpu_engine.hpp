@@ -34,8 +34,12 @@ class CpuEngine final : public NearFieldEngine {
 };
 
 /// Builds the plan that makes direct summation a group x list evaluation: groups of `blockSize` consecutive bodies,
-/// each group's centre the centre of its bounding box, and one list holding every body. Shared by the engines.
+/// each group's centre the mean position of its bodies, and one list holding every body. Shared by the engines.
 /// Allocates the plan; reads positions only.
+/// Sets accurateNearPairs (direct summation is the float accuracy reference).
 InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize);
+/// The same onto the targets [targets.first, targets.last) only (every source still in every list): direct sums for
+/// a subsample of bodies placed first.
+InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize, BodyRange targets);
 
 }  // namespace matcha::gpu
