@@ -234,6 +234,33 @@ struct CudaEngine::Impl {
     copyToDevice(sourceMass.data(), sources.mass, n);
   }
 
+  /// Bodies and cells (with their quadrupoles) to the device.
+  void uploadSourcesAndCells(const SourceView& sources, const CellMultipoles& cells) {
+    uploadSources(sources);
+    const std::size_t numCells = cells.size();
+    for (auto* buffer : {&cellX, &cellY, &cellZ, &cellMass}) buffer->reserve(std::max<std::size_t>(numCells, 1));
+    copyToDevice(cellX.data(), cells.x.data(), numCells);
+    copyToDevice(cellY.data(), cells.y.data(), numCells);
+    copyToDevice(cellZ.data(), cells.z.data(), numCells);
+    copyToDevice(cellMass.data(), cells.mass.data(), numCells);
+    if (cells.hasQuadrupole) {
+      MATCHA_ASSERT(cells.qxx.size() == numCells && cells.qyz.size() == numCells, "cell quadrupoles malformed");
+      const std::array<const std::vector<double>*, 6> hostQ{&cells.qxx, &cells.qyy, &cells.qzz,
+                                                            &cells.qxy, &cells.qxz, &cells.qyz};
+      for (int c = 0; c < 6; ++c) {
+        cellQuadrupole[c].reserve(std::max<std::size_t>(numCells, 1));
+        copyToDevice(cellQuadrupole[c].data(), hostQ[c]->data(), numCells);
+      }
+    }
+  }
+
+  /// Whether beginForceCall already put these very arrays on the device.
+  bool isResident(const SourceView& sources, const CellMultipoles& cells) const {
+    return resident.valid && resident.sourceX == sources.x && resident.numSources == sources.count &&
+           resident.cellMass == cells.mass.data() && resident.numCells == cells.size() &&
+           resident.hasQuadrupole == cells.hasQuadrupole;
+  }
+
   template <class T>
   void copyToDevice(T* device, const T* host, std::size_t count) {
     if (count == 0) return;
@@ -314,6 +341,7 @@ struct CudaEngine::Impl {
     const std::uint32_t tilesPerSplit = (numTiles + splits - 1) / splits;
     splits = (numTiles + tilesPerSplit - 1) / tilesPerSplit;
 
+    resident = {};  // the direct sum reuses the source buffers
     start.record(stream.get());
     uploadSources(sources);
     reserveOutputs(n);
@@ -435,21 +463,7 @@ struct CudaEngine::Impl {
     }
 
     start.record(stream.get());
-    uploadSources(sources);
-    for (auto* buffer : {&cellX, &cellY, &cellZ, &cellMass}) buffer->reserve(std::max<std::size_t>(numCells, 1));
-    copyToDevice(cellX.data(), cells.x.data(), numCells);
-    copyToDevice(cellY.data(), cells.y.data(), numCells);
-    copyToDevice(cellZ.data(), cells.z.data(), numCells);
-    copyToDevice(cellMass.data(), cells.mass.data(), numCells);
-    if (quadrupole) {
-      MATCHA_ASSERT(cells.qxx.size() == numCells && cells.qyz.size() == numCells, "cell quadrupoles malformed");
-      const std::array<const std::vector<double>*, 6> hostQ{&cells.qxx, &cells.qyy, &cells.qzz,
-                                                            &cells.qxy, &cells.qxz, &cells.qyz};
-      for (int c = 0; c < 6; ++c) {
-        cellQuadrupole[c].reserve(std::max<std::size_t>(numCells, 1));
-        copyToDevice(cellQuadrupole[c].data(), hostQ[c]->data(), numCells);
-      }
-    }
+    if (!isResident(sources, cells)) uploadSourcesAndCells(sources, cells);
     groupCentres.reserve(3 * numGroups);
     copyToDevice(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups);
     bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
@@ -567,6 +581,16 @@ struct CudaEngine::Impl {
   CudaCallStats stats;
 
   DeviceBuffer<double> sourceX, sourceY, sourceZ, sourceMass;
+  /// What beginForceCall uploaded (identified by the host arrays), valid until endForceCall.
+  struct Resident {
+    bool valid = false;
+    const double* sourceX = nullptr;
+    std::size_t numSources = 0;
+    const double* cellMass = nullptr;
+    std::size_t numCells = 0;
+    bool hasQuadrupole = false;
+  } resident;
+
   DeviceBuffer<double> cellX, cellY, cellZ, cellMass;
   std::array<DeviceBuffer<double>, 6> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz
   DeviceBuffer<double> outX, outY, outZ, outPot;
@@ -590,6 +614,18 @@ std::string CudaEngine::name() const {
   return std::string(impl_->precision == Precision::float32 ? "cuda-float" : "cuda-double") + " (" +
          impl_->selection.name + ")";
 }
+
+void CudaEngine::beginForceCall(const SourceView& sources, const CellMultipoles& cells) {
+  impl_->resident = {};
+  if (sources.count == 0) return;
+  impl_->selectDevice();
+  impl_->stats = CudaCallStats{};
+  impl_->uploadSourcesAndCells(sources, cells);
+  impl_->resident = {true, sources.x, sources.count, cells.mass.data(), cells.size(), cells.hasQuadrupole};
+  // The copies run on the engine's stream, ahead of the plans' kernels; nothing to wait for here.
+}
+
+void CudaEngine::endForceCall() { impl_->resident = {}; }
 
 InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
                                            const InteractionPlan& plan, const GravityParams& gravity,

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/tree/tree_solver.hpp"
 
+#include <tbb/task_group.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -47,8 +49,8 @@ void TreeSolver::buildTree(Particles& particles) {
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   buildTree(particles);
-  planBuilder_.build(tree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plan_);
-  return plan_;
+  planBuilders_[0].build(tree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plans_[0]);
+  return plans_[0];
 }
 
 ForceReport TreeSolver::computeForces(Particles& particles) {
@@ -59,32 +61,57 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
 
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   std::uint64_t sumListBodies = 0, sumListCells = 0;
-  // Batch size adapts to the list lengths seen so far, keeping each plan near maxBatchEntries entries.
+  const ForceCallScope forceCall(engine_, particles.sources(), tree_.multipoles);  // bodies and cells stay put
+
+  // Two plans in flight: while the engine evaluates batch k, the CPU cores walk the tree for batch k + 1
+  // (DESIGN.md §4: time per step ~ max(walk, engine) rather than their sum). The batch size adapts to the list
+  // lengths seen so far, keeping each plan near maxBatchEntries entries.
   std::uint32_t groupsPerBatch = std::max<std::uint32_t>(1, std::min<std::uint32_t>(numGroups, 4096));
-  for (std::uint32_t first = 0; first < numGroups;) {
-    const std::uint32_t last = std::min(numGroups, first + groupsPerBatch);
-    Stopwatch walkClock;
-    planBuilder_.build(tree_, groups_, first, last, plan_);
-    report.timings.walkSeconds += walkClock.seconds();
-
+  const auto nextBatchSize = [&](const InteractionPlan& plan) {
+    const std::uint64_t entries = plan.cellList.size() + plan.bodyList.size();
+    const double entriesPerGroup = std::max(1.0, double(entries) / double(std::max<std::size_t>(plan.numGroups(), 1)));
+    return static_cast<std::uint32_t>(
+        std::clamp(double(params_.maxBatchEntries) / entriesPerGroup, 1.0, double(numGroups)));
+  };
+  int current = 0;
+  std::uint32_t first = 0;
+  std::uint32_t last = std::min(numGroups, first + groupsPerBatch);
+  Stopwatch walkClock;
+  planBuilders_[current].build(tree_, groups_, first, last, plans_[current]);
+  report.timings.walkSeconds += walkClock.seconds();
+  while (first < numGroups) {
+    const InteractionPlan& plan = plans_[current];
+    const std::uint32_t nextFirst = last;
+    const std::uint32_t nextLast = std::min(numGroups, nextFirst + nextBatchSize(plan));
+    tbb::task_group walkAhead;
+    if (nextFirst < numGroups) {
+      walkAhead.run([&, next = 1 - current] {
+        Stopwatch clock;
+        planBuilders_[next].build(tree_, groups_, nextFirst, nextLast, plans_[next]);
+        report.timings.walkSeconds += clock.seconds();  // only this task writes it until wait()
+      });
+    }
     Stopwatch engineClock;
-    report.counts += engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, particles.forces());
+    try {
+      report.counts += engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan, gravity_, particles.forces());
+    } catch (...) {
+      walkAhead.wait();  // the walk reads the tree; it must finish before the exception unwinds anything
+      throw;
+    }
     report.timings.engineSeconds += engineClock.seconds();
-
-    for (std::size_t g = 0; g < plan_.numGroups(); ++g) {
-      const std::uint64_t listBodies = plan_.numListBodies(g);
-      const std::uint64_t listCells = plan_.numListCells(g);
+    for (std::size_t g = 0; g < plan.numGroups(); ++g) {
+      const std::uint64_t listBodies = plan.numListBodies(g);
+      const std::uint64_t listCells = plan.numListCells(g);
       sumListBodies += listBodies;
       sumListCells += listCells;
       stats_.maxListBodies = std::max(stats_.maxListBodies, listBodies);
       stats_.maxListCells = std::max(stats_.maxListCells, listCells);
     }
     ++stats_.numBatches;
-    const std::uint64_t entries = plan_.cellList.size() + plan_.bodyList.size();
-    const double entriesPerGroup = std::max(1.0, double(entries) / double(last - first));
-    groupsPerBatch = static_cast<std::uint32_t>(
-        std::clamp(double(params_.maxBatchEntries) / entriesPerGroup, 1.0, double(numGroups)));
-    first = last;
+    walkAhead.wait();
+    current = 1 - current;
+    first = nextFirst;
+    last = nextLast;
   }
   stats_.meanListBodies = double(sumListBodies) / double(numGroups);
   stats_.meanListCells = double(sumListCells) / double(numGroups);

@@ -73,6 +73,10 @@ class CudaEngine final : public NearFieldEngine {
 
   /// As NearFieldEngine::evaluatePlan. Uploads the sources, cells and plan (index lists), runs the group x list
   /// kernel, downloads the outputs of the plan's groups only. Synchronous: returns when `out` is written.
+  /// Uploads the bodies and cells once for the plans that follow (the tree solver's batches).
+  void beginForceCall(const SourceView& sources, const CellMultipoles& cells) override;
+  void endForceCall() override;
+
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override;
 

@@ -37,7 +37,9 @@ class TreeSolver final : public ForceSolver {
   TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity);
 
   /// Sorts the bodies along the Morton curve (permuting every array of `particles`), builds the tree and the
-  /// groups, and evaluates the groups' lists in batches of at most about TreeParams::maxBatchEntries list entries.
+  /// groups, and evaluates the groups' lists in batches of at most about TreeParams::maxBatchEntries list entries,
+  /// walking the next batch while the engine evaluates the current one (ForceReport's walk and engine times then
+  /// overlap; their sum can exceed the total).
   /// Overwrites acc and pot of every body.
   ForceReport computeForces(Particles& particles) override;
   std::string describe() const override;
@@ -60,8 +62,8 @@ class TreeSolver final : public ForceSolver {
   std::vector<std::uint64_t> keys_;
   Octree tree_;
   Groups groups_;
-  PlanBuilder planBuilder_;
-  InteractionPlan plan_;
+  PlanBuilder planBuilders_[2];  ///< double-buffered: batch k + 1 is walked while the engine evaluates batch k
+  InteractionPlan plans_[2];
   TreeStats stats_;
 };
 
