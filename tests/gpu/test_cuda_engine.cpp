@@ -443,9 +443,18 @@ TEST_F(CudaEngineTest, TreeSolverOnCudaMatchesCpu) {
   TreeParams params;
   params.ncrit = 128;
   params.maxBatchEntries = 5000;  // several batches, so buffers are reused and regrown
-  tree::TreeSolver(gpu, params, GravityParams{}).computeForces(onGpu);
-  tree::TreeSolver(cpu, params, GravityParams{}).computeForces(onCpu);
+  tree::TreeSolver gpuSolver(gpu, params, GravityParams{});
+  tree::TreeSolver cpuSolver(cpu, params, GravityParams{});
+  gpuSolver.computeForces(onGpu);
+  cpuSolver.computeForces(onCpu);
   expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "tree solver");
+  // A second call on moved bodies: the bodies uploaded once per call (beginForceCall) must be the new ones.
+  for (Particles* p : {&onGpu, &onCpu}) {
+    for (std::size_t i = 0; i < p->size(); ++i) p->x[i] += 0.01 * p->vy[i] + 1e-3;
+  }
+  gpuSolver.computeForces(onGpu);
+  cpuSolver.computeForces(onCpu);
+  expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "tree solver, second call");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
