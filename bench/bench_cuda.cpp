@@ -19,6 +19,7 @@
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/ic/plummer.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
 namespace {
@@ -36,7 +37,12 @@ const Particles& plummer(std::size_t n) {
     ic::PlummerParams params;
     params.numBodies = n;
     params.seed = 12345;
-    found = cache.emplace(n, ic::makePlummer(params)).first;
+    // In Morton order, as the tree solver and `matcha run --solver direct` hand bodies to the direct sum.
+    Particles bodies = ic::makePlummer(params);
+    std::vector<std::uint64_t> keys;
+    tree::computeMortonKeys(bodies.sources(), tree::computeBoundingCube(bodies.sources()), keys);
+    bodies.permute(tree::sortByKey(keys));
+    found = cache.emplace(n, std::move(bodies)).first;
   }
   return found->second;
 }

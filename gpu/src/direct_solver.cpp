@@ -5,13 +5,15 @@
 
 namespace matcha::gpu {
 
-DirectSolver::DirectSolver(NearFieldEngine& engine, const GravityParams& gravity) : engine_(engine), gravity_(gravity) {
+DirectSolver::DirectSolver(NearFieldEngine& engine, const GravityParams& gravity, BodyOrdering ordering)
+    : engine_(engine), gravity_(gravity), ordering_(std::move(ordering)) {
   gravity_.validate();
 }
 
 ForceReport DirectSolver::computeForces(Particles& particles) {
   Stopwatch clock;
   ForceReport report;
+  if (ordering_) ordering_(particles);
   report.counts = engine_.evaluateDirect(particles.sources(), gravity_, particles.forces());
   report.timings.engineSeconds = clock.seconds();
   report.timings.totalSeconds = report.timings.engineSeconds;

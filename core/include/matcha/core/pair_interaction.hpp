@@ -109,10 +109,12 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T 
 ///    eps = 1/256, with exact separations and per-pair double sums).
 /// A tile whose smallest softened squared distance s^2 = r^2 + eps^2 for body i falls at or below
 ///     closePairThreshold = max(9 eps^2, eps^2 + |x_i - c|^2 / kCloseSeparationRatio^2)
-/// (s < 3 eps, or r < R / 64) is evaluated again for body i: the pairs below the threshold in double, from
-/// separations taken in double, the others again in float. The self pair (r = 0) always qualifies, so this costs
-/// about one extra tile per body, which the self-term rule needed anyway.
-inline constexpr double kCloseSeparationRatio = 64.0;
+/// (s < 3 eps, or r < R / 16) is evaluated again for body i: the pairs below the threshold in double, from
+/// separations taken in double, the others again in float. The pairs left in float then have separations good to
+/// ~2e-6 relative at worst. The self pair (r = 0) always qualifies, so in space-filling-curve order (compact blocks,
+/// small R) this costs about one extra tile per body, which the self-term rule needed anyway; in random order R is
+/// the distance from the system's centre and many more tiles qualify (correct, but slower: sort first).
+inline constexpr double kCloseSeparationRatio = 16.0;
 inline constexpr double kStrongPairSoftenings = 3.0;
 template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closePairThreshold(T xi, T yi, T zi, T eps2) {
