@@ -244,10 +244,10 @@ struct CudaEngine::Impl {
     copyToDevice(cellZ.data(), cells.z.data(), numCells);
     copyToDevice(cellMass.data(), cells.mass.data(), numCells);
     if (cells.hasQuadrupole) {
-      MATCHA_ASSERT(cells.qxx.size() == numCells && cells.qyz.size() == numCells, "cell quadrupoles malformed");
-      const std::array<const std::vector<double>*, 6> hostQ{&cells.qxx, &cells.qyy, &cells.qzz,
-                                                            &cells.qxy, &cells.qxz, &cells.qyz};
-      for (int c = 0; c < 6; ++c) {
+      const std::array<const std::vector<double>*, 7> hostQ{&cells.qxx, &cells.qyy, &cells.qzz,  &cells.qxy,
+                                                            &cells.qxz, &cells.qyz, &cells.trace};
+      for (int c = 0; c < 7; ++c) {
+        MATCHA_ASSERT(hostQ[c]->size() == numCells, "cell quadrupoles malformed");
         cellQuadrupole[c].reserve(std::max<std::size_t>(numCells, 1));
         copyToDevice(cellQuadrupole[c].data(), hostQ[c]->data(), numCells);
       }
@@ -489,7 +489,8 @@ struct CudaEngine::Impl {
     args.cells = {cellX.data(), cellY.data(), cellZ.data(), cellMass.data()};
     if (quadrupole) {
       args.quadrupoles = {cellQuadrupole[0].data(), cellQuadrupole[1].data(), cellQuadrupole[2].data(),
-                          cellQuadrupole[3].data(), cellQuadrupole[4].data(), cellQuadrupole[5].data()};
+                          cellQuadrupole[3].data(), cellQuadrupole[4].data(), cellQuadrupole[5].data(),
+                          cellQuadrupole[6].data()};
     }
     args.tasks = tasks.data();
     args.numTasks = static_cast<std::uint32_t>(numTasks);
@@ -592,7 +593,7 @@ struct CudaEngine::Impl {
   } resident;
 
   DeviceBuffer<double> cellX, cellY, cellZ, cellMass;
-  std::array<DeviceBuffer<double>, 6> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz
+  std::array<DeviceBuffer<double>, 7> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz, trace
   DeviceBuffer<double> outX, outY, outZ, outPot;
   DeviceBuffer<double4_16a> partial;
   DeviceBuffer<double> groupCentres;

@@ -64,6 +64,7 @@ struct DeviceQuadrupoles {
   const double* xy;
   const double* xz;
   const double* yz;
+  const double* trace;
 };
 
 /// Where kernels write: one double per body and component, index space of the sources.
@@ -242,7 +243,7 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
 }
 
 /// Evaluates the quadrupole cells of a shared-memory tile (three vectors per cell: centre of mass and mass, then
-/// (qxx, qyy, qzz, -), then (qxy, qxz, qyz, -)) against the thread's i-bodies. Cells pass the opening criterion, so
+/// (qxx, qyy, qzz, trace), then (qxy, qxz, qyz, -)) against the thread's i-bodies. Cells pass the opening criterion, so
 /// none is close to an i-body and no pair needs a second look.
 template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
 __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Real>::type* cellTile, int first,
@@ -256,7 +257,8 @@ __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Re
     const auto centre = cellTile[3 * slot];
     const auto diagonal = cellTile[3 * slot + 1];
     const auto offDiagonal = cellTile[3 * slot + 2];
-    const Quadrupole<Real> q{diagonal.x, diagonal.y, diagonal.z, offDiagonal.x, offDiagonal.y, offDiagonal.z};
+    const Quadrupole<Real> q{diagonal.x,    diagonal.y,    diagonal.z, offDiagonal.x,
+                             offDiagonal.y, offDiagonal.z, diagonal.w};
 #pragma unroll
     for (int k = 0; k < kBodies; ++k) {
       accumulateQuadrupoleInteraction<Real>(centre.x - xi[k], centre.y - yi[k], centre.z - zi[k], centre.w, q, eps2,
@@ -647,7 +649,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
           centre = makeRelativeSource<Real>(true, args.cells.x[c], args.cells.y[c], args.cells.z[c], args.cells.mass[c],
                                             cx, cy, cz);
           const DeviceQuadrupoles& q = args.quadrupoles;
-          diagonal = Vec{static_cast<Real>(q.xx[c]), static_cast<Real>(q.yy[c]), static_cast<Real>(q.zz[c]), Real(0)};
+          diagonal = Vec{static_cast<Real>(q.xx[c]), static_cast<Real>(q.yy[c]), static_cast<Real>(q.zz[c]),
+                         static_cast<Real>(q.trace[c])};
           offDiagonal =
               Vec{static_cast<Real>(q.xy[c]), static_cast<Real>(q.xz[c]), static_cast<Real>(q.yz[c]), Real(0)};
         }

@@ -33,7 +33,7 @@ template <class Real>
 struct PackedList {
   std::vector<Real> x, y, z, mass;
   std::vector<double> exactX, exactY, exactZ, exactMass;
-  std::vector<Real> cellX, cellY, cellZ, cellMass, qxx, qyy, qzz, qxy, qxz, qyz;
+  std::vector<Real> cellX, cellY, cellZ, cellMass, qxx, qyy, qzz, qxy, qxz, qyz, trace;
   std::size_t numSources = 0, numCells = 0;
 
   static std::size_t padded(std::size_t count) { return (count + kTileSize - 1) / kTileSize * kTileSize; }
@@ -50,7 +50,7 @@ struct PackedList {
       array->resize(padded(sources));
       std::fill(array->begin() + static_cast<std::ptrdiff_t>(sources), array->end(), 0.0);
     }
-    for (auto* array : {&cellX, &cellY, &cellZ, &cellMass, &qxx, &qyy, &qzz, &qxy, &qxz, &qyz}) {
+    for (auto* array : {&cellX, &cellY, &cellZ, &cellMass, &qxx, &qyy, &qzz, &qxy, &qxz, &qyz, &trace}) {
       array->resize(padded(quadrupoleCells));
       std::fill(array->begin() + static_cast<std::ptrdiff_t>(quadrupoleCells), array->end(), Real(0));
     }
@@ -103,6 +103,7 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
     list.qxy[q] = static_cast<Real>(cells.qxy[cell]);
     list.qxz[q] = static_cast<Real>(cells.qxz[cell]);
     list.qyz[q] = static_cast<Real>(cells.qyz[cell]);
+    list.trace[q] = static_cast<Real>(cells.trace[cell]);
     ++q;
   }
 }
@@ -162,7 +163,8 @@ template <class Real>
       Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
 #pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot)
       for (std::size_t c = tile; c < tile + kTileSize; ++c) {
-        const Quadrupole<Real> q{list.qxx[c], list.qyy[c], list.qzz[c], list.qxy[c], list.qxz[c], list.qyz[c]};
+        const Quadrupole<Real> q{list.qxx[c], list.qyy[c], list.qzz[c],  list.qxy[c],
+                                 list.qxz[c], list.qyz[c], list.trace[c]};
         accumulateQuadrupoleInteraction<Real>(list.cellX[c] - xi, list.cellY[c] - yi, list.cellZ[c] - zi,
                                               list.cellMass[c], q, eps2, tileAx, tileAy, tileAz, tilePot);
       }

@@ -64,7 +64,7 @@ TEST(PairInteraction, QuadrupoleApproximatesItsPointMassesToThirdOrder) {
     com[2] += cluster.mass[k] * cluster.z[k];
   }
   for (double& c : com) c /= mass;
-  Quadrupole<double> q{0, 0, 0, 0, 0, 0};
+  Quadrupole<double> q{0, 0, 0, 0, 0, 0, 0};
   for (std::size_t k = 0; k < cluster.size(); ++k) {
     const double d[3] = {cluster.x[k] - com[0], cluster.y[k] - com[1], cluster.z[k] - com[2]};
     const double d2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
@@ -75,6 +75,7 @@ TEST(PairInteraction, QuadrupoleApproximatesItsPointMassesToThirdOrder) {
     q.xy += m * 3 * d[0] * d[1];
     q.xz += m * 3 * d[0] * d[2];
     q.yz += m * 3 * d[1] * d[2];
+    q.trace += m * d2;
   }
   // Errors summed over eight directions, so that no direction where a term happens to vanish decides the test.
   const double eps2 = 1e-6;

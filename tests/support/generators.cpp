@@ -82,6 +82,14 @@ Particles plummer(std::size_t n, std::uint64_t seed) {
   return ic::makePlummer(params);
 }
 
+Particles untruncatedPlummer(std::size_t n, std::uint64_t seed) {
+  ic::PlummerParams params;
+  params.numBodies = n;
+  params.seed = seed;
+  params.massCut = 1.0;
+  return ic::makePlummer(params);
+}
+
 Particles uniformCube(std::size_t n, std::uint64_t seed, double halfSide) {
   if (n == 0) throw InputError("uniform cube needs at least one body");
   if (!(std::isfinite(halfSide) && halfSide > 0.0)) {
@@ -132,6 +140,47 @@ Particles clumpInHalo(std::size_t n, std::uint64_t seed) {
     const double clumpMass = static_cast<double>(numClump) * bodyMass;
     place(scaledPlummer(numClump, splitMix64(seed ^ 0x5bd1e9955bd1e995ULL), clumpMass, kClumpScaleRadius, kClumpCentre),
           numHalo);
+  }
+  return particles;
+}
+
+std::size_t numCornerClumpBodies(std::size_t n) { return n / 2; }
+
+Particles cornerClump(std::size_t n, std::uint64_t seed) {
+  if (n == 0) throw InputError("corner clump needs at least one body");
+  const std::size_t numClump = numCornerClumpBodies(n);
+  const std::size_t numCube = n - numClump;
+  Particles particles = uniformCube(n, seed);  // masses, ids and the cube bodies [0, numCube)
+  // The ball by rejection from its bounding cube, from a stream of its own.
+  std::mt19937_64 engine(splitMix64(seed ^ 0x2545f4914f6cdd1dULL));
+  for (std::size_t i = numCube; i < n; ++i) {
+    double d[3];
+    do {
+      for (double& c : d) c = 2.0 * uniformOpen(engine) - 1.0;
+    } while (d[0] * d[0] + d[1] * d[1] + d[2] * d[2] >= 1.0);
+    particles.x[i] = kCornerClumpCentre[0] + kCornerClumpRadius * d[0];
+    particles.y[i] = kCornerClumpCentre[1] + kCornerClumpRadius * d[1];
+    particles.z[i] = kCornerClumpCentre[2] + kCornerClumpRadius * d[2];
+  }
+  return particles;
+}
+
+double sliceThickness(std::size_t n) {
+  if (n < 3) throw InputError("sliced cube needs at least three bodies");
+  return 2.0 * kSliceExpectedBodies / static_cast<double>(n - 2);
+}
+
+Particles slicedCube(std::size_t n, std::uint64_t seed) {
+  const double thickness = sliceThickness(n);  // throws for n < 3
+  Particles particles = uniformCube(n, seed);  // in [-1, 1)^3; masses and ids
+  for (std::size_t i = 2; i < n; ++i) {
+    particles.x[i] += thickness - 1.0;  // [t - 2, t)
+    particles.y[i] += 1.5;              // [0.5, 2.5)
+    particles.z[i] += 1.5;
+  }
+  for (std::size_t k = 0; k < 2; ++k) {
+    const double sign = k == 0 ? -1.0 : 1.0;
+    particles.x[k] = particles.y[k] = particles.z[k] = sign * kSliceAnchor;
   }
   return particles;
 }

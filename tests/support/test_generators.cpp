@@ -399,4 +399,100 @@ TEST(ClumpInHalo, ClumpIsDenseAndHaloIsWide) {
   EXPECT_NEAR(haloRadii[haloRadii.size() / 2], 1.3035 * testing_::kHaloScaleRadius, 0.1);
 }
 
+// ---------------------------------------------------------------------------------------------- untruncated Plummer
+
+TEST(UntruncatedPlummer, IsPlummerWithoutTheCut) {
+  // The same draws as makePlummer with massCut = 1. The default cut (0.999) drops the outermost 0.1% of the mass, so
+  // without it some body lies beyond the cut radius (22.8) except with probability 0.999^20000 ~ 2e-9; the
+  // outermost of N lies near a sqrt(1.5 N) ~ 100 for N = 20000.
+  const std::uint64_t seed = testing_::freshSeed();
+  MATCHA_TRACE_SEED(seed);
+  const std::size_t n = 20000;
+  const Particles p = testing_::untruncatedPlummer(n, seed);
+  expectBasicLayout(p, n);
+  matcha::ic::PlummerParams params;
+  params.numBodies = n;
+  params.seed = seed;
+  params.massCut = 1.0;
+  expectIdentical(p, matcha::ic::makePlummer(params));
+  double largest = 0.0;
+  for (std::size_t i = 0; i < n; ++i) largest = std::max(largest, radius(p, i));
+  EXPECT_GT(largest, matcha::ic::plummerCutRadius(0.999));
+  EXPECT_THROW(testing_::untruncatedPlummer(0, seed), InputError);
+}
+
+// --------------------------------------------------------------------------------------------------- corner clump
+
+TEST(CornerClump, HalfTheBodiesInABallInTheCorner) {
+  const std::uint64_t seed = testing_::freshSeed();
+  MATCHA_TRACE_SEED(seed);
+  for (std::size_t n : {1u, 2u, 3u, 1001u}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    expectBasicLayout(testing_::cornerClump(n, seed), n);
+  }
+  EXPECT_EQ(testing_::numCornerClumpBodies(1001), 500u);
+  const std::size_t n = 10000;
+  const Particles p = testing_::cornerClump(n, seed);
+  const auto& c = testing_::kCornerClumpCentre;
+  const std::size_t firstBall = n - testing_::numCornerClumpBodies(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(p.vx[i], 0.0);
+    if (i < firstBall) {
+      for (double coordinate : {p.x[i], p.y[i], p.z[i]}) {
+        EXPECT_GT(coordinate, -1.0);
+        EXPECT_LT(coordinate, 1.0);
+      }
+    } else {
+      EXPECT_LT(radius(p, i, c[0], c[1], c[2]), testing_::kCornerClumpRadius) << "body " << i;
+      // Inside the octant [0, 1]^3, clear of its corner at the origin.
+      EXPECT_GT(std::min({p.x[i], p.y[i], p.z[i]}), 0.0) << "body " << i;
+    }
+  }
+  // The ball's bodies are uniform in it: a fraction (1/2)^3 of them within half its radius (sd 0.0047 for 5000).
+  std::size_t inner = 0;
+  for (std::size_t i = firstBall; i < n; ++i) {
+    inner += radius(p, i, c[0], c[1], c[2]) < 0.5 * testing_::kCornerClumpRadius ? 1 : 0;
+  }
+  EXPECT_NEAR(static_cast<double>(inner) / static_cast<double>(n - firstBall), 0.125, 0.03);
+  expectIdentical(p, testing_::cornerClump(n, seed));
+  EXPECT_THROW(testing_::cornerClump(0, seed), InputError);
+}
+
+// ---------------------------------------------------------------------------------------------------- sliced cube
+
+TEST(SlicedCube, ThinSliceAcrossTheOriginAndTwoAnchors) {
+  const std::uint64_t seed = testing_::freshSeed();
+  MATCHA_TRACE_SEED(seed);
+  for (std::size_t n : {3u, 4u, 1001u}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    expectBasicLayout(testing_::slicedCube(n, seed), n);
+  }
+  EXPECT_THROW(testing_::slicedCube(2, seed), InputError);
+  EXPECT_THROW(testing_::sliceThickness(2), InputError);
+  const std::size_t n = 1 << 16;
+  const Particles p = testing_::slicedCube(n, seed);
+  const double t = testing_::sliceThickness(n);
+  EXPECT_DOUBLE_EQ(t, 80.0 / static_cast<double>(n - 2));
+  for (std::size_t k = 0; k < 2; ++k) {
+    const double anchor = k == 0 ? -testing_::kSliceAnchor : testing_::kSliceAnchor;
+    EXPECT_EQ(p.x[k], anchor);
+    EXPECT_EQ(p.y[k], anchor);
+    EXPECT_EQ(p.z[k], anchor);
+  }
+  std::size_t inSlice = 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    EXPECT_GE(p.x[i], t - 2.0);
+    EXPECT_LT(p.x[i], t);
+    EXPECT_GE(p.y[i], 0.5);
+    EXPECT_LT(p.y[i], 2.5);
+    EXPECT_GE(p.z[i], 0.5);
+    EXPECT_LT(p.z[i], 2.5);
+    inSlice += p.x[i] >= 0.0 ? 1 : 0;
+  }
+  // Binomial(n - 2, t / 2): mean 40, sd 6.3; [15, 70] is 4 sd either side.
+  EXPECT_GE(inSlice, 15u);
+  EXPECT_LE(inSlice, 70u);
+  expectIdentical(p, testing_::slicedCube(n, seed));
+}
+
 }  // namespace

@@ -4,26 +4,202 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "matcha/core/errors.hpp"
 
 namespace matcha::tree {
 
+namespace {
+
+constexpr std::uint32_t kNoCell = std::numeric_limits<std::uint32_t>::max();
+
+// A candidate group: a contiguous range of sorted bodies and the cube they were found in. The cube is a tree cell
+// (`cell` its id) or, below a leaf, a virtual octant of it (`cell` = kNoCell); bodies in Morton order fill each
+// octant of a cube as a contiguous sub-range, so virtual octants split a range into contiguous pieces too.
+struct Candidate {
+  BodyRange range;
+  std::uint32_t cell = kNoCell;
+  double centre[3] = {0, 0, 0};
+  double halfSide = 0.0;
+  int level = 0;
+  // An ancestor cell whose cube holds this candidate's cube widened by twice the reach of the extent rule's probes
+  // (so every probe of this candidate and of the pieces it may be split into): probes descend from here, not from
+  // the root.
+  std::uint32_t probeRoot = 0;
+};
+
+// The tight box of a range of bodies, with the body that sets each face (the face's probe is placed beside it).
+struct TightBox {
+  double lo[3], hi[3];
+  std::uint32_t loBody[3], hiBody[3];
+
+  double extent() const { return std::max({hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]}); }
+};
+
+TightBox computeTightBox(const SourceView& sources, BodyRange range) {
+  const double* coordinates[3] = {sources.x, sources.y, sources.z};
+  TightBox box;
+  for (int d = 0; d < 3; ++d) {
+    const auto [lo, hi] = std::minmax_element(coordinates[d] + range.first, coordinates[d] + range.last);
+    box.lo[d] = *lo;
+    box.hi[d] = *hi;
+    box.loBody[d] = static_cast<std::uint32_t>(lo - coordinates[d]);
+    box.hiBody[d] = static_cast<std::uint32_t>(hi - coordinates[d]);
+  }
+  return box;
+}
+
+// The octant digit of `point` in a cube centred on `centre`: bit d set when the point is on the upper side along
+// dimension d (the Morton digit, x lowest).
+std::uint32_t octantDigit(const double* point, const double* centre) {
+  return (point[0] >= centre[0] ? 1u : 0u) | (point[1] >= centre[1] ? 2u : 0u) | (point[2] >= centre[2] ? 4u : 0u);
+}
+
+// The group scale at `point`: the edge of the cube that would hold a group there by count alone, i.e. of the
+// largest cell around the point with at most `ncrit` bodies (or the leaf around it, or the empty octant it falls
+// in: half the edge of the cell that lacks that child); +inf outside the root. Returns whether that edge is below
+// `limit`, descending from `start` (a cell that holds the point, or the root) only as far as needed: once a cell's
+// children are smaller than `limit` the answer is known.
+bool isGroupScaleBelow(const Octree& tree, const double* point, std::uint32_t start, double limit,
+                       std::uint32_t ncrit) {
+  for (int d = 0; d < 3; ++d) {
+    if (!(std::abs(point[d] - tree.centre[3 * start + d]) <= tree.halfSide[start])) return false;  // outside the root
+  }
+  std::uint32_t cell = start;
+  while (tree.bodies[cell].size() > ncrit && !tree.isLeaf(cell)) {
+    if (tree.halfSide[cell] < limit) return true;  // what the point lies in is at most this small
+    const double* centre = &tree.centre[3 * cell];
+    const std::uint32_t digit = octantDigit(point, centre);
+    const std::uint32_t firstChild = tree.firstChild[cell];
+    std::uint32_t next = kNoCell;
+    if (tree.numChildren[cell] == 8) {
+      next = firstChild + digit;  // children are stored in digit order
+    } else {
+      for (std::uint32_t child = firstChild; child < firstChild + tree.numChildren[cell]; ++child) {
+        if (octantDigit(&tree.centre[3 * child], centre) == digit) {
+          next = child;
+          break;
+        }
+      }
+    }
+    if (next == kNoCell) return false;  // an empty octant, of edge halfSide >= limit
+    cell = next;
+  }
+  return 2.0 * tree.halfSide[cell] < limit;
+}
+
+// The extent rule (groups.hpp): the box's largest edge is at most kMaxExtentOverGroupScale times the group scale at
+// each face's probe.
+bool passesExtentRule(const Octree& tree, const SourceView& sources, const TightBox& box, std::uint32_t probeRoot,
+                      std::uint32_t ncrit) {
+  const double extent = box.extent();
+  if (extent <= 0.0) return true;
+  const double limit = extent / kMaxExtentOverGroupScale;
+  // Outside the face by a fraction of the box (E / 8): close enough to land in the material the face lies against.
+  const double offset = 0.5 * limit;
+  const double* coordinates[3] = {sources.x, sources.y, sources.z};
+  for (int d = 0; d < 3; ++d) {
+    for (int side = 0; side < 2; ++side) {
+      const std::uint32_t body = side == 0 ? box.loBody[d] : box.hiBody[d];
+      double probe[3] = {coordinates[0][body], coordinates[1][body], coordinates[2][body]};
+      probe[d] = side == 0 ? box.lo[d] - offset : box.hi[d] + offset;
+      if (isGroupScaleBelow(tree, probe, probeRoot, limit, ncrit)) return false;
+    }
+  }
+  return true;
+}
+
+// Appends the sub-candidates of `parent` to `out`: its tree children for an inner cell, else its non-empty virtual
+// octants (the bodies of the range, in order, cut where their octant digit changes).
+void splitCandidate(const Octree& tree, const SourceView& sources, const Candidate& parent,
+                    std::vector<Candidate>& out) {
+  if (parent.cell != kNoCell && !tree.isLeaf(parent.cell)) {
+    const std::uint32_t firstChild = tree.firstChild[parent.cell];
+    for (std::uint32_t child = firstChild; child < firstChild + tree.numChildren[parent.cell]; ++child) {
+      Candidate c;
+      c.range = tree.bodies[child];
+      c.cell = child;
+      for (int d = 0; d < 3; ++d) c.centre[d] = tree.centre[3 * child + d];
+      c.halfSide = tree.halfSide[child];
+      c.level = tree.level[child];
+      c.probeRoot = parent.probeRoot;
+      out.push_back(c);
+    }
+    return;
+  }
+  const double half = 0.5 * parent.halfSide;
+  std::uint32_t first = parent.range.first;
+  while (first < parent.range.last) {
+    const double point[3] = {sources.x[first], sources.y[first], sources.z[first]};
+    const std::uint32_t digit = octantDigit(point, parent.centre);
+    std::uint32_t last = first + 1;
+    while (last < parent.range.last) {
+      const double next[3] = {sources.x[last], sources.y[last], sources.z[last]};
+      if (octantDigit(next, parent.centre) != digit) break;
+      ++last;
+    }
+    Candidate c;
+    c.range = {first, last};
+    for (int d = 0; d < 3; ++d) c.centre[d] = parent.centre[d] + ((digit >> d) & 1u ? half : -half);
+    c.halfSide = half;
+    c.level = parent.level + 1;
+    c.probeRoot = parent.probeRoot;
+    out.push_back(c);
+    first = last;
+  }
+}
+
+void appendGroup(BodyRange range, const TightBox& box, Groups& groups) {
+  groups.ranges.push_back(range);
+  for (int d = 0; d < 3; ++d) {
+    groups.centre.push_back(0.5 * (box.lo[d] + box.hi[d]));
+    groups.halfExtent.push_back(0.5 * (box.hi[d] - box.lo[d]));
+  }
+}
+
+}  // namespace
+
 void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups) {
   MATCHA_ASSERT(ncrit >= 1, "ncrit must be >= 1");
-  groups.ranges.clear();
-  // Depth-first, children in order, so groups come out in body order. The descent stops at the first cell small
-  // enough, so it visits only the cells above the groups: cheap next to the walk.
+  // 1. Candidates by count: depth-first, children in order, so candidates come out in body order. The descent stops
+  //    at the first cell small enough, so it visits only the cells above the groups: cheap next to the walk.
+  std::vector<Candidate> candidates;
   std::vector<std::uint32_t> stack{0};
+  std::vector<std::uint32_t> ancestors;  // ancestors[l]: the cell of level l on the path to the current cell
+  const auto cellCandidate = [&](std::uint32_t cell, BodyRange range, bool isCell) {
+    Candidate c;
+    c.range = range;
+    c.cell = isCell ? cell : kNoCell;
+    for (int d = 0; d < 3; ++d) c.centre[d] = tree.centre[3 * cell + d];
+    c.halfSide = tree.halfSide[cell];
+    c.level = tree.level[cell];
+    // Probes lie at most E / (2 kMaxExtentOverGroupScale) <= halfSide / kMaxExtentOverGroupScale outside the cell
+    // (E <= its edge); twice that leaves room for rounding.
+    const double reach = c.halfSide * (1.0 + 2.0 / kMaxExtentOverGroupScale);
+    for (int l = c.level - 1; l > 0 && c.probeRoot == 0; --l) {
+      const std::uint32_t ancestor = ancestors[l];
+      bool holds = true;
+      for (int d = 0; d < 3; ++d) {
+        holds = holds && std::abs(c.centre[d] - tree.centre[3 * ancestor + d]) + reach <= tree.halfSide[ancestor];
+      }
+      if (holds) c.probeRoot = ancestor;
+    }
+    return c;
+  };
   while (!stack.empty()) {
     const std::uint32_t cell = stack.back();
     stack.pop_back();
+    ancestors.resize(tree.level[cell]);  // preorder: the last cells seen on the levels above are this cell's ancestors
+    ancestors.push_back(cell);
     const BodyRange range = tree.bodies[cell];
     if (range.size() <= ncrit) {
-      groups.ranges.push_back(range);
+      candidates.push_back(cellCandidate(cell, range, true));
     } else if (tree.isLeaf(cell)) {
+      // A leaf with more than ncrit bodies: consecutive chunks, each a candidate in the leaf's cube.
       for (std::uint32_t first = range.first; first < range.last; first += ncrit) {
-        groups.ranges.push_back({first, std::min(range.last, first + ncrit)});
+        candidates.push_back(cellCandidate(cell, {first, std::min(range.last, first + ncrit)}, false));
       }
     } else {
       const std::uint32_t firstChild = tree.firstChild[cell];
@@ -31,18 +207,48 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
     }
   }
 
-  const std::size_t numGroups = groups.ranges.size();
-  groups.centre.resize(3 * numGroups);
-  groups.halfExtent.resize(3 * numGroups);
-  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
-    const BodyRange range = groups.ranges[g];
-    const double* coordinates[3] = {sources.x, sources.y, sources.z};
-    for (int d = 0; d < 3; ++d) {
-      const auto [lo, hi] = std::minmax_element(coordinates[d] + range.first, coordinates[d] + range.last);
-      groups.centre[3 * g + d] = 0.5 * (*lo + *hi);
-      groups.halfExtent[3 * g + d] = 0.5 * (*hi - *lo);
-    }
+  // 2. Tight boxes and the extent rule, in parallel over candidates. One body, or the deepest level, cannot split.
+  const auto isFinal = [&](const Candidate& c, const TightBox& box) {
+    return c.range.size() == 1 || c.level >= kMaxLevel || passesExtentRule(tree, sources, box, c.probeRoot, ncrit);
+  };
+  std::vector<TightBox> boxes(candidates.size());
+  std::vector<std::uint8_t> isGroup(candidates.size());
+  tbb::parallel_for(std::size_t{0}, candidates.size(), [&](std::size_t k) {
+    boxes[k] = computeTightBox(sources, candidates[k].range);
+    isGroup[k] = isFinal(candidates[k], boxes[k]) ? 1 : 0;
   });
+
+  // 3. Groups in body order. A candidate that fails the rule is split (tree children, else virtual octants) and the
+  //    pieces are tested in turn, depth-first. Serial: few candidates fail.
+  groups.ranges.clear();
+  groups.centre.clear();
+  groups.halfExtent.clear();
+  groups.numExtentSplits = 0;
+  std::vector<Candidate> pending;  // pieces still to test, the next one last
+  std::vector<Candidate> children;
+  const auto split = [&](const Candidate& c) {
+    ++groups.numExtentSplits;
+    children.clear();
+    splitCandidate(tree, sources, c, children);
+    pending.insert(pending.end(), children.rbegin(), children.rend());
+  };
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    if (isGroup[k]) {
+      appendGroup(candidates[k].range, boxes[k], groups);
+      continue;
+    }
+    split(candidates[k]);
+    while (!pending.empty()) {
+      const Candidate piece = pending.back();
+      pending.pop_back();
+      const TightBox box = computeTightBox(sources, piece.range);
+      if (isFinal(piece, box)) {
+        appendGroup(piece.range, box, groups);
+      } else {
+        split(piece);
+      }
+    }
+  }
 }
 
 }  // namespace matcha::tree

@@ -112,9 +112,11 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
 
 namespace {
 
-// Adds the traceless quadrupole of mass m at offset d from the expansion centre: m (3 d d^T - |d|^2 I).
-void addPointQuadrupole(double m, double dx, double dy, double dz, double (&q)[6]) {
+// Adds the traceless quadrupole of mass m at offset d from the expansion centre, m (3 d d^T - |d|^2 I), and its
+// second-moment trace m |d|^2 (q[6]).
+void addPointQuadrupole(double m, double dx, double dy, double dz, double (&q)[7]) {
   const double d2 = dx * dx + dy * dy + dz * dz;
+  q[6] += m * d2;
   q[0] += m * (3.0 * dx * dx - d2);
   q[1] += m * (3.0 * dy * dy - d2);
   q[2] += m * (3.0 * dz * dz - d2);
@@ -162,7 +164,7 @@ void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder o
       if (withQuadrupole) {
         // About the cell's own centre of mass: a leaf sums its bodies, a parent shifts its children's tensors
         // (parallel-axis theorem: Q = sum_c Q_c + m_c (3 d_c d_c^T - |d_c|^2 I), d_c = com_c - com).
-        double q[6] = {0, 0, 0, 0, 0, 0};
+        double q[7] = {0, 0, 0, 0, 0, 0, 0};
         if (tree.isLeaf(cell)) {
           for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
             addPointQuadrupole(sources.mass[i], sources.x[i] - m.x[cell], sources.y[i] - m.y[cell],
@@ -178,6 +180,7 @@ void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder o
             q[3] += m.qxy[child];
             q[4] += m.qxz[child];
             q[5] += m.qyz[child];
+            q[6] += m.trace[child];
           }
         }
         m.qxx[cell] = q[0];
@@ -186,6 +189,7 @@ void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder o
         m.qxy[cell] = q[3];
         m.qxz[cell] = q[4];
         m.qyz[cell] = q[5];
+        m.trace[cell] = q[6];
       }
       const double dx = m.x[cell] - centre[0];
       const double dy = m.y[cell] - centre[1];

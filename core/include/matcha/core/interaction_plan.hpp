@@ -21,19 +21,22 @@ struct BodyRange {
 ///  - monopole: total mass at the centre of mass;
 ///  - quadrupole (when hasQuadrupole): the traceless tensor about the centre of mass,
 ///      Q_ab = sum_k m_k (3 d_a d_b - |d|^2 delta_ab),   d = x_k - com,
-///    stored as its six components (qzz = -qxx - qyy to rounding; keeping it saves the engines two instructions).
+///    stored as its six components (qzz = -qxx - qyy to rounding; keeping it saves the engines two instructions),
+///    and the trace of the second moment, trace = sum_k m_k |d|^2, which the traceless tensor drops but the Plummer-
+///    softened potential needs (pair_interaction.hpp: accumulateQuadrupoleInteraction).
 /// With hasQuadrupole false the q arrays are empty and cells act as monopoles.
 struct CellMultipoles {
   std::vector<double> x, y, z;                       ///< centre of mass
   std::vector<double> mass;                          ///< total mass
   std::vector<double> qxx, qyy, qzz, qxy, qxz, qyz;  ///< traceless quadrupole about the centre of mass
+  std::vector<double> trace;                         ///< sum of m |x - com|^2 over the cell's bodies
   bool hasQuadrupole = false;
 
   std::size_t size() const { return mass.size(); }
   void resize(std::size_t count, bool withQuadrupole) {
     hasQuadrupole = withQuadrupole;
     for (auto* array : {&x, &y, &z, &mass}) array->resize(count);
-    for (auto* array : {&qxx, &qyy, &qzz, &qxy, &qxz, &qyz}) array->resize(withQuadrupole ? count : 0);
+    for (auto* array : {&qxx, &qyy, &qzz, &qxy, &qxz, &qyz, &trace}) array->resize(withQuadrupole ? count : 0);
   }
 };
 

@@ -31,6 +31,12 @@ std::string seedTrace(std::uint64_t seed);
 /// @throws InputError for n == 0
 Particles plummer(std::size_t n, std::uint64_t seed);
 
+/// Plummer sphere without a radius cut: ic::makePlummer with massCut = 1. A few bodies land at tens to thousands of
+/// scale radii (the outermost of N lies near a sqrt(1.5 N) ~ 190 length units for N = 2^16, and beyond 10^4 with
+/// probability ~1.5 N (a / 10^4)^2), so the root cell is hundreds of times the core.
+/// @throws InputError for n == 0
+Particles untruncatedPlummer(std::size_t n, std::uint64_t seed);
+
 /// n bodies uniform in the cube [-halfSide, halfSide)^3, masses 1/n, zero velocities, ids 0..n-1, accelerations and
 /// potentials zero. Same seed, same bodies (raw std::mt19937_64 draws, no implementation-defined distributions).
 /// @throws InputError for n == 0, or halfSide not finite and > 0
@@ -52,5 +58,40 @@ std::size_t numClumpBodies(std::size_t n);
 /// potentials (no bulk motion). Every body has mass 1/n; ids 0..n-1; accelerations and potentials zero.
 /// @throws InputError for n == 0
 Particles clumpInHalo(std::size_t n, std::uint64_t seed);
+
+/// Layout of cornerClump.
+inline constexpr double kCornerClumpRadius = 0.01;                               ///< radius of the uniform ball
+inline constexpr std::array<double, 3> kCornerClumpCentre{0.015, 0.015, 0.015};  ///< its centre
+
+/// Number of clump bodies in cornerClump(n, ...): floor(n / 2).
+std::size_t numCornerClumpBodies(std::size_t n);
+
+/// A massive clump in the corner of a cell, the case the centre-of-mass offset term of the opening criterion is for
+/// (Salmon & Warren 1994): bodies [0, n - numCornerClumpBodies(n)) uniform in [-1, 1)^3 (as uniformCube), the other
+/// half of the bodies (and of the mass) uniform in a ball of radius 0.01 centred on (0.015, 0.015, 0.015), i.e. 0.005
+/// inside the corner at the origin of the octant [0, 1]^3. For n >~ 1000 the root cube is [-1, 1]^3 to ~2/n, so that
+/// corner is the root's centre: the top-level octant holds ~56% of the mass with its centre of mass ~0.86 of its
+/// half-diagonal away from its geometric centre, and the bodies just across the corner see it from ~0.01. Masses 1/n,
+/// ids 0..n-1, zero velocities, accelerations and potentials zero.
+/// @throws InputError for n == 0
+Particles cornerClump(std::size_t n, std::uint64_t seed);
+
+/// Layout of slicedCube.
+inline constexpr double kSliceAnchor = 1000.0;        ///< the two anchor bodies sit at +-(1000, 1000, 1000)
+inline constexpr double kSliceExpectedBodies = 40.0;  ///< expected number of bodies in the slice
+
+/// Thickness of the slice of slicedCube(n, ...): 2 * 40 / (n - 2), so that ~40 bodies lie in it.
+double sliceThickness(std::size_t n);
+
+/// The input where groups chosen by body count alone get a huge list: a dense block whose face lies just across a
+/// boundary of the root's octants, so that a thin slice of it sits in a big, otherwise nearly empty cell with a far
+/// outlier. Bodies 0 and 1 are anchors at -(1000, 1000, 1000) and +(1000, 1000, 1000); they fix the root cube to
+/// [-1000, 1000]^3 (with its relative margin), whose octants meet at the origin. Bodies [2, n) are uniform in
+/// [t - 2, t) x [0.5, 2.5)^2 with t = sliceThickness(n): ~40 of them (binomial) lie in the slice x in [0, t), in the
+/// octant [0, 1000]^3 together with the anchor at +1000: a cell of ~41 bodies whose tight box is ~1000 wide and
+/// lies flat against the block's dense face (the rest of the block, resolved by cells ~10^4 times smaller, is just
+/// across x = 0). Masses 1/n, ids 0..n-1, zero velocities.
+/// @throws InputError for n < 3
+Particles slicedCube(std::size_t n, std::uint64_t seed);
 
 }  // namespace matcha::testing
