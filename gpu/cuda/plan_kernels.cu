@@ -37,7 +37,7 @@ namespace {
 constexpr int kPlanWarps = 4;
 
 // Float, monopole cells: 5 blocks of 4 warps per SM, 96 registers (measured on an H100: 72% issue efficiency at 4
-// blocks and 128 registers, 77% at 5); ptxas spills 12-16 bytes, in the rare near-pair path. Double needs its 126
+// blocks and 128 registers, 77% at 5); ptxas reports 12-16 bytes of spill stores (static count). Double needs its 126
 // registers: 4 blocks. Quadrupole cells need more registers per pair (the tensor and its products): at 96 registers
 // ptxas spilled 124-304 bytes, at 128 (4 blocks) none.
 template <class Real, bool kQuadrupole>
