@@ -548,9 +548,11 @@ struct CudaEngine::Impl {
   }
 
   CudaDirectConfig directConfigForSize(std::size_t numBodies) const {
-    // The fastest shapes measured on an H100 (bench/RESULTS.md): 256 threads with 4 i-bodies each and 256-source
-    // tiles once N fills the GPU with them (within ~3% of T128/I4/p128 and T128/I2/p256, run to run); below, 2 bodies
-    // per thread shared by q threads (GPU Gems §31.4) plus the j-splits keep every SM busy.
+    // Measured on an H100 (bench/RESULTS.md): once N fills the GPU, 128 threads with 2 i-bodies each and 256-source
+    // tiles, 256-body blocks: with the near-pair pass it is 3-4% faster than T256/I4/p256 (1024-body blocks), and
+    // its smaller blocks put each body's float origin nearer (E_max 1.6e-6..3.7e-6 in Morton order against
+    // 2.0e-6..5.5e-6); below 2^17, 2 bodies per thread shared by q threads (GPU Gems §31.4) plus the j-splits keep
+    // every SM busy.
     CudaDirectConfig shape;
     shape.numSplits = config.direct.numSplits;
     if (precision == Precision::float64) {
@@ -558,8 +560,8 @@ struct CudaEngine::Impl {
       return shape;
     }
     if (numBodies >= (std::size_t{1} << 17)) {
-      shape.threadsPerBlock = 256;
-      shape.bodiesPerThread = 4;
+      shape.threadsPerBlock = 128;
+      shape.bodiesPerThread = 2;
       shape.tileSize = 256;
     } else if (numBodies >= (std::size_t{1} << 13)) {
       shape.bodiesPerThread = 2;
