@@ -27,26 +27,27 @@ constexpr std::size_t kTileSize = 128;
 
 /// A group's interaction list, relative to the group centre c, padded to whole tiles:
 ///  - sources: list bodies, and the cells too when they are monopoles, as (x, y, z, mass) with x = Real(x_j - c),
-///    and the same in double for the tiles evaluated again in double (pair_interaction.hpp: closePairThreshold);
+///    and, for plans with accurateNearPairs only, the same in double for the tiles evaluated again in double
+///    (pair_interaction.hpp: closePairThreshold);
 ///  - quadrupole cells: (x, y, z, mass) of the centre of mass and the six tensor components.
 template <class Real>
 struct PackedList {
   std::vector<Real> x, y, z, mass;
   std::vector<double> exactX, exactY, exactZ, exactMass;
   std::vector<Real> cellX, cellY, cellZ, cellMass, qxx, qyy, qzz, qxy, qxz, qyz, trace;
-  std::size_t numSources = 0, numCells = 0;
+  bool keepExact = false;  ///< fill exactX..exactMass (tree plans never read them)
 
   static std::size_t padded(std::size_t count) { return (count + kTileSize - 1) / kTileSize * kTileSize; }
 
   // Pads with zero-mass sources at the centre: they add exactly nothing (a zero-distance pair is skipped).
-  void resize(std::size_t sources, std::size_t quadrupoleCells) {
-    numSources = sources;
-    numCells = quadrupoleCells;
+  void resize(std::size_t sources, std::size_t quadrupoleCells, bool withExact) {
+    keepExact = withExact;
     for (auto* array : {&x, &y, &z, &mass}) {
       array->resize(padded(sources));
       std::fill(array->begin() + static_cast<std::ptrdiff_t>(sources), array->end(), Real(0));
     }
     for (auto* array : {&exactX, &exactY, &exactZ, &exactMass}) {
+      if (!withExact) continue;  // keep their capacity; nothing reads them
       array->resize(padded(sources));
       std::fill(array->begin() + static_cast<std::ptrdiff_t>(sources), array->end(), 0.0);
     }
@@ -63,6 +64,7 @@ struct PackedList {
     y[k] = static_cast<Real>(dy);
     z[k] = static_cast<Real>(dz);
     mass[k] = static_cast<Real>(m);
+    if (!keepExact) return;
     exactX[k] = dx;
     exactY[k] = dy;
     exactZ[k] = dz;
@@ -79,7 +81,8 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
   const std::size_t numBodies = plan.numListBodies(group);
   const std::size_t numCells = plan.numListCells(group);
   const bool quadrupole = cells.hasQuadrupole;
-  list.resize(numBodies + (quadrupole ? 0 : numCells), quadrupole ? numCells : 0);
+  list.resize(numBodies + (quadrupole ? 0 : numCells), quadrupole ? numCells : 0,
+              std::is_same_v<Real, float> && plan.accurateNearPairs);
   std::size_t k = 0;
   for (std::uint32_t r = plan.bodyListOffsets[group]; r < plan.bodyListOffsets[group + 1]; ++r) {
     for (std::uint32_t j = plan.bodyList[r].first; j < plan.bodyList[r].last; ++j, ++k) {
