@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
@@ -27,6 +30,44 @@ TEST(MortonKey, InterleavesXLowest) {
   EXPECT_EQ(mortonKey(1, 1, 1), 7u);
   EXPECT_EQ(mortonKey(2, 0, 0), 8u);
   EXPECT_EQ(mortonKey(0x1fffff, 0x1fffff, 0x1fffff), (std::uint64_t{1} << 63) - 1);
+}
+
+// The Hilbert key's defining properties, checked on every cell of levels 1..4, each cell represented by a point at a
+// random offset inside it: the top 3L bits of the key name the level-L cell (a permutation of 0 .. 8^L - 1, whatever
+// the offset), and cells consecutive in key order share a face, which is what keeps a run of consecutive bodies
+// compact.
+TEST(HilbertKey, PrefixesNameCellsAndConsecutiveCellsShareAFace) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 random(seed);
+  EXPECT_EQ(hilbertKey(0, 0, 0), 0u);
+  for (int level = 1; level <= 4; ++level) {
+    SCOPED_TRACE("level " + std::to_string(level));
+    const std::uint32_t cellsPerSide = 1u << level;
+    const int shift = kMaxLevel - level;
+    std::vector<std::array<std::uint32_t, 3>> cellOfPrefix(std::size_t{1} << (3 * level), {~0u, ~0u, ~0u});
+    for (std::uint32_t i = 0; i < cellsPerSide; ++i) {
+      for (std::uint32_t j = 0; j < cellsPerSide; ++j) {
+        for (std::uint32_t k = 0; k < cellsPerSide; ++k) {
+          const std::uint32_t insideCell = (1u << shift) - 1;
+          const std::uint64_t key =
+              hilbertKey((i << shift) | (random() & insideCell), (j << shift) | (random() & insideCell),
+                         (k << shift) | (random() & insideCell));
+          const std::uint64_t prefix = key >> (3 * shift);
+          ASSERT_LT(prefix, cellOfPrefix.size());
+          ASSERT_EQ(cellOfPrefix[prefix][0], ~0u) << "two cells share the prefix " << prefix;
+          cellOfPrefix[prefix] = {i, j, k};
+        }
+      }
+    }
+    for (std::size_t prefix = 1; prefix < cellOfPrefix.size(); ++prefix) {
+      int faceSteps = 0;
+      for (int d = 0; d < 3; ++d) {
+        faceSteps += std::abs(int(cellOfPrefix[prefix][d]) - int(cellOfPrefix[prefix - 1][d]));
+      }
+      ASSERT_EQ(faceSteps, 1) << "cells " << prefix - 1 << " and " << prefix << " along the curve are not neighbours";
+    }
+  }
 }
 
 Particles cubeCorners() {

@@ -35,6 +35,24 @@ std::uint64_t spreadBits(std::uint64_t v) {
   return v;
 }
 
+// Integer cell coordinates of every source at level kMaxLevel, passed to keyOf; the key of body i goes to keys[i].
+template <typename KeyOf>
+void computeKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys, KeyOf keyOf) {
+  keys.resize(sources.count);
+  constexpr double kCells = double(1u << kMaxLevel);
+  const double scale = kCells / cube.side;
+  const auto toInteger = [&](double coordinate, double lo) {
+    const double scaled = std::floor((coordinate - lo) * scale);
+    return static_cast<std::uint32_t>(std::clamp(scaled, 0.0, kCells - 1.0));
+  };
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sources.count), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i != r.end(); ++i) {
+      keys[i] = keyOf(toInteger(sources.x[i], cube.lo[0]), toInteger(sources.y[i], cube.lo[1]),
+                      toInteger(sources.z[i], cube.lo[2]));
+    }
+  });
+}
+
 }  // namespace
 
 Cube computeBoundingCube(const SourceView& sources) {
@@ -78,19 +96,39 @@ std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
 }
 
 void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys) {
-  keys.resize(sources.count);
-  constexpr double kCells = double(1u << kMaxLevel);
-  const double scale = kCells / cube.side;
-  const auto toInteger = [&](double coordinate, double lo) {
-    const double scaled = std::floor((coordinate - lo) * scale);
-    return static_cast<std::uint32_t>(std::clamp(scaled, 0.0, kCells - 1.0));
-  };
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sources.count), [&](const tbb::blocked_range<std::size_t>& r) {
-    for (std::size_t i = r.begin(); i != r.end(); ++i) {
-      keys[i] = mortonKey(toInteger(sources.x[i], cube.lo[0]), toInteger(sources.y[i], cube.lo[1]),
-                          toInteger(sources.z[i], cube.lo[2]));
+  computeKeys(sources, cube, keys, mortonKey);
+}
+
+std::uint64_t hilbertKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
+  // Skilling's AxesToTranspose for 3 axes of kMaxLevel bits: undo the excess work level by level (invert or swap the
+  // low bits), then Gray-encode. The result is the key's bits in "transposed" form, axis 0 holding the most
+  // significant bit of every triple.
+  std::uint32_t axis[3] = {ix, iy, iz};
+  constexpr std::uint32_t kTopBit = 1u << (kMaxLevel - 1);
+  for (std::uint32_t bit = kTopBit; bit > 1; bit >>= 1) {
+    const std::uint32_t lowBits = bit - 1;
+    for (int d = 0; d < 3; ++d) {
+      if (axis[d] & bit) {
+        axis[0] ^= lowBits;
+      } else {
+        const std::uint32_t swapped = (axis[0] ^ axis[d]) & lowBits;
+        axis[0] ^= swapped;
+        axis[d] ^= swapped;
+      }
     }
-  });
+  }
+  axis[1] ^= axis[0];
+  axis[2] ^= axis[1];
+  std::uint32_t flips = 0;
+  for (std::uint32_t bit = kTopBit; bit > 1; bit >>= 1) {
+    if (axis[2] & bit) flips ^= bit - 1;
+  }
+  for (std::uint32_t& a : axis) a ^= flips;
+  return mortonKey(axis[2], axis[1], axis[0]);
+}
+
+void computeHilbertKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys) {
+  computeKeys(sources, cube, keys, hilbertKey);
 }
 
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Bounding cube, Morton (Z-order) keys and the parallel key sort that puts bodies in space-filling-curve order.
+// Bounding cube, Morton (Z-order) and Hilbert keys, and the parallel key sort that puts bodies in space-filling-curve
+// order.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,14 @@ std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz);
 
 /// Morton keys of all sources in `cube`. out: keys[i] for body i (resized). Parallel; allocates only `keys`.
 void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys);
+
+/// The 63-bit Hilbert key of the cell (ix, iy, iz) at level kMaxLevel (Skilling's transpose algorithm, AIP Conf.
+/// Proc. 707, 2004). Like a Morton key, its top 3k bits name the level-k octree cell; unlike one, cells consecutive in
+/// key order share a face at every level, so a run of consecutive bodies never jumps across the box.
+std::uint64_t hilbertKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz);
+
+/// Hilbert keys of all sources in `cube`; otherwise as computeMortonKeys.
+void computeHilbertKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys);
 
 /// Sorts `keys` ascending (ties by body index, so the order is deterministic) and returns the permutation that was
 /// applied: sorted[k] = keys_before[order[k]]. Parallel sort (TBB).
