@@ -267,12 +267,15 @@ namespace matcha::app {
 
 std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine& engine) {
   if (options.solver == SolverKind::direct) {
-    // Bodies in Morton order before each direct sum: compact blocks give the float engines their accuracy and speed.
-    auto mortonOrder = [keys = std::vector<std::uint64_t>()](Particles& particles) mutable {
-      tree::computeMortonKeys(particles.sources(), tree::computeBoundingCube(particles.sources()), keys);
+    // Bodies in Hilbert order before each direct sum: compact blocks give the float engines their accuracy and speed.
+    // Hilbert rather than the tree's Morton order because a Morton run can jump across the box, and a block joining
+    // two distant pieces puts its float origin far from both (CPU float E_max at 2^17 in 256-body blocks, one
+    // seed: 1.4e-6 in Morton order, 1.1e-6 in Hilbert order).
+    auto hilbertOrder = [keys = std::vector<std::uint64_t>()](Particles& particles) mutable {
+      tree::computeHilbertKeys(particles.sources(), tree::computeBoundingCube(particles.sources()), keys);
       particles.permute(tree::sortByKey(keys));
     };
-    return std::make_unique<gpu::DirectSolver>(engine, options.gravity, std::move(mortonOrder));
+    return std::make_unique<gpu::DirectSolver>(engine, options.gravity, std::move(hilbertOrder));
   }
   return std::make_unique<tree::TreeSolver>(engine, options.tree, options.gravity);
 }

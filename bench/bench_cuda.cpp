@@ -37,10 +37,10 @@ const Particles& plummer(std::size_t n) {
     ic::PlummerParams params;
     params.numBodies = n;
     params.seed = 12345;
-    // In Morton order, as the tree solver and `matcha run --solver direct` hand bodies to the direct sum.
+    // In Hilbert order, as `matcha run --solver direct` hands bodies to the direct sum.
     Particles bodies = ic::makePlummer(params);
     std::vector<std::uint64_t> keys;
-    tree::computeMortonKeys(bodies.sources(), tree::computeBoundingCube(bodies.sources()), keys);
+    tree::computeHilbertKeys(bodies.sources(), tree::computeBoundingCube(bodies.sources()), keys);
     bodies.permute(tree::sortByKey(keys));
     found = cache.emplace(n, std::move(bodies)).first;
   }

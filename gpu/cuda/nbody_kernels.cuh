@@ -15,17 +15,18 @@
 //    subtractions, 4 conversions, one shared store), spread over the i-bodies that share the tile (up to 128 in a
 //    plan's warp task, 512-1024 in the direct kernel's block). Uploading double positions once per call and
 //    converting per group costs the same PCIe bytes as a float4 copy plus a double correction per group, keeps one
-//    copy of the data, and gives the CPU twin's numbers. The direct kernel's blocks
-//    are 512-1024 consecutive bodies, so its float accuracy depends on the input order: E_max ~2e-5..7e-5 for
-//    bodies in space-filling-curve order (as the tree solver leaves them), ~1e-4..3e-4 for random order, set by close
-//    pairs far from their block's centre (median ~5e-8 either way; the CPU twin's 64-body blocks follow the same rule).
+//    copy of the data, and gives the CPU twin's numbers. The direct kernel's blocks are 128-1024 consecutive bodies
+//    (the shape's rows), so its float accuracy depends on how compact they are: the direct solver puts bodies in
+//    Hilbert order first (blocks that never jump across the box), and direct plans evaluate close and strong pairs
+//    again in double (pair_interaction.hpp: closePairThreshold).
 //  - Each thread sums a tile's pairs in float registers and adds the tile sums into double accumulators (when its
 //    share of a tile is under 32 pairs, q >= 4, it first collects ~128 terms in a float "bag"): the float error is
 //    that of 32..256-term sums whatever the list length, and the double sum of the partial sums does not grow with it
 //    (Chamomile's per-J-BAG partial sums).
-//  - The inner loop uses accumulatePairInteractionUnchecked (no per-pair select) and the tile is evaluated again with
-//    the checked accumulatePairInteraction only for the threads whose tile held a zero-distance pair (their own
-//    body, a coincident body): once per i-body in direct summation, about one tile per group in a plan.
+//  - The inner loop uses accumulatePairInteractionUnchecked (no per-pair select) and the tile is evaluated again,
+//    with the checked accumulatePairInteraction, only for a thread whose tile held a zero-distance pair (its own
+//    body, a coincident body) or, in direct plans, a close or strong pair: a few tiles per i-body in direct
+//    summation, about one tile per group in a plan (evaluateTile).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,6 +85,8 @@ inline constexpr float kPadCoordinate = 1.0e12f;
 /// (no bag: 16 fewer registers for 4 i-bodies, which buys occupancy); smaller shares (q >= 4) collect a bag of
 /// kBagTerms first, so that the conversions and double adds stay rare.
 inline constexpr int kBagTerms = 128;
+/// Longest float partial sum of the direct kernel (DirectShape::subTiles).
+inline constexpr int kDirectPartialSumTerms = 64;
 inline constexpr int kMinFlushTerms = 32;
 __host__ __device__ constexpr int flushInterval(int termsPerTile) {
   return termsPerTile >= kMinFlushTerms ? 1 : (kBagTerms + termsPerTile - 1) / termsPerTile;
@@ -312,7 +315,15 @@ struct DirectShape {
   static constexpr int rows = rowsPerPass * kBodiesPerThread;       ///< i-bodies per block
   static constexpr int entriesPerThread = kTile / kThreadsPerBody;  ///< pairs per tile, thread and i-body
   static constexpr int loadsPerThread = (kTile + kThreads - 1) / kThreads;
-  static constexpr int flushTiles = flushInterval(entriesPerThread);
+  /// A thread's share of a tile is summed in float partial sums of at most kDirectPartialSumTerms pairs, each added
+  /// into the double total. In Hilbert order the tiles next to a body hold its neighbours, whose large terms pull the
+  /// same way, and the rounding of a long float sum of them grows as its length^1.5. E_max at N = 2^17 on an H100
+  /// (auto shape, p = 256): 2.9e-6 with 256-term sums (one seed), 1.2e-6..2.4e-6 with 128 (four seeds),
+  /// 0.75e-6..1.8e-6 with 64 (six seeds), which costs 3.5% at N = 2^20.
+  static constexpr int subTiles =
+      entriesPerThread > kDirectPartialSumTerms ? entriesPerThread / kDirectPartialSumTerms : 1;
+  static constexpr int entriesPerSubTile = entriesPerThread / subTiles;
+  static constexpr int flushTiles = flushInterval(entriesPerSubTile);
   static constexpr int unroll = kBodiesPerThread >= 8 ? 2 : (kBodiesPerThread >= 4 ? 4 : 8);
   /// Resident blocks per SM the registers must allow (float): 4 i-bodies per thread, q = 1 and p <= 128 fit 96
   /// registers (5 blocks of 128 threads, 5 warps per scheduler) without spilling; p = 256 spills there and ran 10%
@@ -327,6 +338,7 @@ struct DirectShape {
   static_assert(kTile % kThreads == 0 || kThreads % kTile == 0, "tile and block must divide one another");
   static_assert(kTile % kThreadsPerBody == 0, "each thread of a body takes the same number of tile entries");
   static_assert(kBodiesPerThread >= 1 && kBodiesPerThread <= 8, "1..8 i-bodies per thread");
+  static_assert(entriesPerThread % subTiles == 0, "a tile share splits into equal partial sums");
 };
 
 template <class Real>
@@ -469,9 +481,12 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
         mass = 0.0;
       }
     };
-    evaluateTile<Real, kI, Shape::entriesPerThread, kQ, Shape::unroll, true>(tile, slice, xi, yi, zi, eps2, rule, acc,
-                                                                             exactSource);
-    accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+#pragma unroll
+    for (int part = 0; part < Shape::subTiles; ++part) {
+      evaluateTile<Real, kI, Shape::entriesPerSubTile, kQ, Shape::unroll, true>(
+          tile, slice + part * Shape::entriesPerSubTile * kQ, xi, yi, zi, eps2, rule, acc, exactSource);
+      accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+    }
   }
   if constexpr (!std::is_same_v<Real, double> && Shape::flushTiles > 1) acc.flushBag();
   acc.template reduceOverLanes<kQ>();

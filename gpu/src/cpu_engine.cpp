@@ -145,7 +145,9 @@ template <class Real>
         accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
       }
       if (secondPass && minSoftenedR2 <= threshold) {
-        // A close or strong pair (the CUDA twin's rule): the near pairs in double, the others again in float.
+        // A close or strong pair (the CUDA twin's rule): the near pairs in double, the others again in float but
+        // summed in double: this tile holds the body's largest terms, and 128-term float sums of them were too long
+        // (the CUDA twin sums at most 64 terms in float instead).
         tileAx = tileAy = tileAz = tilePot = 0;
         for (std::size_t j = tile; j < tile + kTileSize; ++j) {
           const Real dx = jx[j] - xi, dy = jy[j] - yi, dz = jz[j] - zi;
@@ -153,7 +155,12 @@ template <class Real>
             accumulatePairInteraction<double>(list.exactX[j] - dxi, list.exactY[j] - dyi, list.exactZ[j] - dzi,
                                               list.exactMass[j], gravity.eps2(), ax, ay, az, pot);
           } else {
-            accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, tileAx, tileAy, tileAz, tilePot);
+            Real pairAx = 0, pairAy = 0, pairAz = 0, pairPot = 0;
+            accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, pairAx, pairAy, pairAz, pairPot);
+            ax += pairAx;
+            ay += pairAy;
+            az += pairAz;
+            pot += pairPot;
           }
         }
       }

@@ -108,14 +108,18 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T 
 ///    ~2e-7 float error becomes a large fraction of a_i (measured: 3.8e-6 for one body of a 2^15 Plummer sphere with
 ///    eps = 1/256, with exact separations and per-pair double sums).
 /// A tile whose smallest softened squared distance s^2 = r^2 + eps^2 for body i falls at or below
-///     closePairThreshold = max(9 eps^2, eps^2 + |x_i - c|^2 / kCloseSeparationRatio^2)
-/// (s < 3 eps, or r < R / 16) is evaluated again for body i: the pairs below the threshold in double, from
+///     closePairThreshold = max(25 eps^2, eps^2 + |x_i - c|^2 / kCloseSeparationRatio^2)
+/// (s < 5 eps, or r < R / 16) is evaluated again for body i: the pairs below the threshold in double, from
 /// separations taken in double, the others again in float. The pairs left in float then have separations good to
 /// ~2e-6 relative at worst. The self pair (r = 0) always qualifies, so in space-filling-curve order (compact blocks,
-/// small R) this costs about one extra tile per body, which the self-term rule needed anyway; in random order R is
-/// the distance from the system's centre and many more tiles qualify (correct, but slower: sort first).
+/// small R) this costs a few extra tiles per body, one of which the self-term rule needed anyway; in random order R
+/// is the distance from the system's centre and many more tiles qualify (correct, but slower: sort first).
+/// Why 5 eps: float direct summation of a Plummer sphere of 2^17 bodies (eps 1/256, 256-body blocks in Hilbert order,
+/// CPU engine, one seed) had E_max 2.0e-6 with 3 eps, 1.7e-6 when the CPU engine also summed the redone tile's float
+/// pairs in double (which it keeps: its partial sums are 128 terms long), 1.1e-6 with 5 eps and 1.0e-6 with 8 eps:
+/// past 5 eps the pairs that remain in float no longer set the maximum.
 inline constexpr double kCloseSeparationRatio = 16.0;
-inline constexpr double kStrongPairSoftenings = 3.0;
+inline constexpr double kStrongPairSoftenings = 5.0;
 template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closePairThreshold(T xi, T yi, T zi, T eps2) {
   constexpr T kInvRatio2 = T(1.0 / (kCloseSeparationRatio * kCloseSeparationRatio));

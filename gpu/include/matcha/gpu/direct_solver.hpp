@@ -15,7 +15,7 @@ class DirectSolver final : public ForceSolver {
   /// Puts bodies in a spatially coherent order (permuting every array), so that each block of consecutive bodies the
   /// engines use as a float origin is compact: the float engines' accuracy and speed depend on it (E_max ~1e-6 and
   /// few pairs evaluated again in double in space-filling-curve order; random order costs both). gpu/ has no sort
-  /// of its own (keys and sort belong to tree/, DESIGN.md §2): apps/ passes tree's Morton sort.
+  /// of its own (keys and sort belong to tree/, DESIGN.md §2): apps/ passes tree's Hilbert sort.
   using BodyOrdering = std::function<void(Particles&)>;
 
   /// `engine` must outlive the solver. Without `ordering` the bodies keep their order.
