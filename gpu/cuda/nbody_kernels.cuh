@@ -319,7 +319,7 @@ struct DirectShape {
   /// into the double total. In Hilbert order the tiles next to a body hold its neighbours, whose large terms pull the
   /// same way, and the rounding of a long float sum of them grows as its length^1.5. E_max at N = 2^17 on an H100
   /// (auto shape, p = 256): 2.9e-6 with 256-term sums (one seed), 1.2e-6..2.4e-6 with 128 (four seeds),
-  /// 0.75e-6..1.8e-6 with 64 (six seeds), which costs 3.5% at N = 2^20.
+  /// 0.75e-6..1.8e-6 with 64 (seven of eight seeds; one gave 5.3e-6), which costs 3.5% at N = 2^20.
   static constexpr int subTiles =
       entriesPerThread > kDirectPartialSumTerms ? entriesPerThread / kDirectPartialSumTerms : 1;
   static constexpr int entriesPerSubTile = entriesPerThread / subTiles;
