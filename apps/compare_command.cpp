@@ -158,6 +158,7 @@ nlohmann::json toJson(const Row& row, std::size_t numBodies) {
   const InteractionCounts& counts = row.report.counts;
   return {{"multipole", toString(row.params.multipole)},
           {"theta", row.params.theta},
+          {"alpha", row.params.alpha},
           {"ncrit", row.params.ncrit},
           {"error", toJson(row.error)},
           {"interactions_per_body",
@@ -179,17 +180,18 @@ nlohmann::json toJson(const Row& row, std::size_t numBodies) {
 std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::size_t numTargets,
                      const GravityParams& gravity, const std::string& referenceKind) {
   std::ostringstream csv;
-  csv << "n,sample,multipole,theta,ncrit,nleaf,eps,reference,median,p90,p99,max,bb_per_body,bc_per_body,"
+  csv << "n,sample,multipole,theta,alpha,ncrit,nleaf,eps,reference,median,p90,p99,max,bb_per_body,bc_per_body,"
          "interactions_per_body,mean_list_bodies,max_list_bodies,mean_list_cells,max_list_cells,tree_seconds\n";
   csv.precision(9);
   for (const Row& row : rows) {
     const InteractionCounts& counts = row.report.counts;
     csv << numBodies << ',' << numTargets << ',' << toString(row.params.multipole) << ',' << row.params.theta << ','
-        << row.params.ncrit << ',' << row.params.nleaf << ',' << gravity.eps << ',' << referenceKind << ','
-        << row.error.median << ',' << row.error.p90 << ',' << row.error.p99 << ',' << row.error.max << ','
-        << perBody(counts.bodyBody, numBodies) << ',' << perBody(counts.bodyCell, numBodies) << ','
-        << perBody(counts.total(), numBodies) << ',' << row.stats.meanListBodies << ',' << row.stats.maxListBodies
-        << ',' << row.stats.meanListCells << ',' << row.stats.maxListCells << ',' << row.seconds << '\n';
+        << row.params.alpha << ',' << row.params.ncrit << ',' << row.params.nleaf << ',' << gravity.eps << ','
+        << referenceKind << ',' << row.error.median << ',' << row.error.p90 << ',' << row.error.p99 << ','
+        << row.error.max << ',' << perBody(counts.bodyBody, numBodies) << ',' << perBody(counts.bodyCell, numBodies)
+        << ',' << perBody(counts.total(), numBodies) << ',' << row.stats.meanListBodies << ','
+        << row.stats.maxListBodies << ',' << row.stats.meanListCells << ',' << row.stats.maxListCells << ','
+        << row.seconds << '\n';
   }
   return csv.str();
 }
@@ -287,6 +289,7 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
                            {"sample_seed", compare.sampleSeed},
                            {"ncrit", options.tree.ncrit},
                            {"nleaf", options.tree.nleaf},
+                           {"alpha", options.tree.alpha},
                            {"eps", options.gravity.eps},
                            {"engine", engine.engine->name()},
                            {"reference", "direct summation, double precision, " + oracle->name() + ", onto " + targets},
@@ -305,8 +308,9 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
     std::cout << json.dump(2) << std::endl;
     return 0;
   }
-  std::printf("\nN %zu  ncrit %u  nleaf %u  eps %g  engine %s\n", n, options.tree.ncrit, options.tree.nleaf,
-              options.gravity.eps, engine.engine->name().c_str());
+  std::printf("\nN %zu  ncrit %u  nleaf %u  alpha %g%s  eps %g  engine %s\n", n, options.tree.ncrit, options.tree.nleaf,
+              options.tree.alpha, options.tree.alpha > 0.0 ? "" : " (theta alone)", options.gravity.eps,
+              engine.engine->name().c_str());
   std::printf("reference (%s): direct summation in double on %s, onto %s\n\n", referenceKind.c_str(),
               oracle->name().c_str(), targets.c_str());
   printTable(rows, directError, n);

@@ -88,6 +88,11 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     command.add_option("--ncrit", options.tree.ncrit, "most bodies per group (one interaction list each)")
         ->capture_default_str();
     command.add_option("--nleaf", options.tree.nleaf, "most bodies per leaf cell")->capture_default_str();
+    command
+        .add_option("--alpha", options.tree.alpha,
+                    "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
+                    "|a_old|; 0 = theta alone")
+        ->capture_default_str();
     if (sweep) {
       command
           .add_option("--multipole", options.multipoleChoice,

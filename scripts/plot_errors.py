@@ -63,7 +63,7 @@ def read_rows(path):
 def describe(rows):
     """'N 20000, sample 500, cpu-double' from the fields every row shares; empty when they differ."""
     parts = []
-    for name, label in (("n", "N"), ("sample", "sample"), ("ncrit", "ncrit"), ("reference", "")):
+    for name, label in (("n", "N"), ("sample", "sample"), ("ncrit", "ncrit"), ("alpha", "alpha"), ("reference", "")):
         values = {row.get(name) for row in rows}
         if len(values) == 1 and None not in values:
             parts.append(f"{label} {values.pop()}".strip())

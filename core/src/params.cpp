@@ -21,6 +21,8 @@ void GravityParams::validate() const {
 void TreeParams::validate() const {
   requireFinite(theta, "theta");
   if (!(theta > 0.0 && theta <= 1.5)) throw InputError("theta must be in (0, 1.5] (got " + std::to_string(theta) + ")");
+  requireFinite(alpha, "alpha");
+  if (alpha < 0.0) throw InputError("alpha must be >= 0 (got " + std::to_string(alpha) + ")");
   if (ncrit < 1) throw InputError("ncrit must be >= 1");
   if (nleaf < 1) throw InputError("nleaf must be >= 1");
   if (maxBatchEntries < 1) throw InputError("maxBatchEntries must be >= 1");

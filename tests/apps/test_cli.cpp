@@ -88,6 +88,8 @@ TEST_F(Cli, RejectsOutOfRangeNumbers) {
   expectOneLineError("compare --theta -0.5", "theta");
   expectOneLineError("run --ncrit 0", "ncrit");
   expectOneLineError("run --nleaf 0", "nleaf");
+  expectOneLineError("run --alpha -0.001", "alpha");
+  expectOneLineError("compare --alpha -1", "alpha");
   expectOneLineError("run --eps -0.01", "eps");
   expectOneLineError("run --dt 0", "dt");
   expectOneLineError("run --dt -0.1", "dt");
@@ -98,6 +100,7 @@ TEST_F(Cli, RejectsOutOfRangeNumbers) {
 TEST_F(Cli, RejectsNonFiniteNumbers) {
   expectOneLineError("run --theta nan", "theta");
   expectOneLineError("run --eps inf", "eps");
+  expectOneLineError("run --alpha nan", "alpha");
   expectOneLineError("run --dt nan", "dt");
   expectOneLineError("run --t-end inf", "t-end");
 }
@@ -259,6 +262,7 @@ TEST_F(Cli, CompareSweepsThetaAndMultipoleIntoCsvRows) {
                              "sample",
                              "multipole",
                              "theta",
+                             "alpha",
                              "ncrit",
                              "nleaf",
                              "eps",

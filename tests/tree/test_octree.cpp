@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -326,6 +327,51 @@ TEST_P(CellQuadrupoles, EqualTheSumOverTheCellsBodies) {
   RecordProperty("worstDifferenceOverTolerance", text);
 }
 
+// b_max, the radius the relative opening test scales by (walk.hpp), must hold every body of its cell: a radius too
+// small would let the test accept a cell whose far bodies it has not accounted for. A leaf's is exact; a parent's is
+// the smaller of two upper bounds, so it lies between the exact radius and the cube's corner distance.
+class CellRadius : public ::testing::TestWithParam<int> {};
+
+TEST_P(CellRadius, HoldsEveryBodyOfTheCell) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  SCOPED_TRACE(kInputs[GetParam()].name);
+  Particles p = kInputs[GetParam()].make(6000, seed);
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  TreeSolver solver(engine, TreeParams{}, GravityParams{});
+  solver.buildPlanOnly(p);
+  const Octree& tree = solver.octree();
+  ASSERT_EQ(tree.bmax.size(), tree.numCells());
+  for (std::uint32_t c = 0; c < tree.numCells(); ++c) {
+    const double com[3] = {tree.multipoles.x[c], tree.multipoles.y[c], tree.multipoles.z[c]};
+    double farthest = 0.0;
+    for (std::uint32_t i = tree.bodies[c].first; i < tree.bodies[c].last; ++i) {
+      farthest = std::max(farthest, std::hypot(p.x[i] - com[0], p.y[i] - com[1], p.z[i] - com[2]));
+    }
+    const double corner = std::hypot(std::abs(com[0] - tree.centre[3 * c]) + tree.halfSide[c],
+                                     std::abs(com[1] - tree.centre[3 * c + 1]) + tree.halfSide[c],
+                                     std::abs(com[2] - tree.centre[3 * c + 2]) + tree.halfSide[c]);
+    const double roundoff = 1e-12 * (std::abs(com[0]) + std::abs(com[1]) + std::abs(com[2]) + farthest);
+    ASSERT_GE(tree.bmax[c] + roundoff, farthest) << "cell " << c << ", " << tree.bodies[c].size() << " bodies";
+    ASSERT_LE(tree.bmax[c], std::sqrt(3.0) * tree.halfSide[c] +
+                                std::hypot(com[0] - tree.centre[3 * c], com[1] - tree.centre[3 * c + 1],
+                                           com[2] - tree.centre[3 * c + 2]) +
+                                roundoff)
+        << "cell " << c;
+    ASSERT_LE(farthest, corner + roundoff) << "cell " << c << ": a body outside its cube";
+    if (tree.isLeaf(c)) {
+      ASSERT_NEAR(tree.bmax[c], farthest, roundoff) << "leaf " << c;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Inputs, CellRadius, ::testing::Range(0, kNumInputs),
+                         [](const ::testing::TestParamInfo<int>& paramInfo) {
+                           std::string name = kInputs[paramInfo.param].name;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 TEST(MonopoleCells, StoreNoQuadrupole) {
   Particles p = testing::plummer(500, 3);
   TreeParams params;
@@ -361,6 +407,11 @@ TEST(TreeSolver, RejectsBadParameters) {
   EXPECT_THROW(make(0.5, 0, 16), InputError);
   EXPECT_THROW(make(0.5, 64, 0), InputError);
   EXPECT_NO_THROW(make(1.5, 1, 1));
+  for (const double alpha : {-1e-3, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    TreeParams params;
+    params.alpha = alpha;
+    EXPECT_THROW(TreeSolver(engine, params, GravityParams{}), InputError) << "alpha " << alpha;
+  }
   GravityParams badEps;
   badEps.eps = -1.0;
   EXPECT_THROW(TreeSolver(engine, TreeParams{}, badEps), InputError);

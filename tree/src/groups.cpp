@@ -2,9 +2,11 @@
 #include "matcha/tree/groups.hpp"
 
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "matcha/core/errors.hpp"
@@ -223,6 +225,7 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
   groups.ranges.clear();
   groups.centre.clear();
   groups.halfExtent.clear();
+  groups.relativeTolerance.clear();
   groups.numExtentSplits = 0;
   std::vector<Candidate> pending;  // pieces still to test, the next one last
   std::vector<Candidate> children;
@@ -249,6 +252,33 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
       }
     }
   }
+  groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
+}
+
+bool setRelativeTolerances(const Particles& previous, double alpha, double G, Groups& groups) {
+  MATCHA_ASSERT(previous.size() == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
+  groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
+  if (alpha <= 0.0 || groups.size() == 0) return false;
+  const auto accel = [&](std::size_t i) {
+    return std::sqrt(previous.ax[i] * previous.ax[i] + previous.ay[i] * previous.ay[i] +
+                     previous.az[i] * previous.az[i]);
+  };
+  const double sumAccel = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, previous.size()), 0.0,
+      [&](const tbb::blocked_range<std::size_t>& block, double sum) {
+        for (std::size_t i = block.begin(); i < block.end(); ++i) sum += accel(i);
+        return sum;
+      },
+      std::plus<>());
+  if (!(sumAccel > 0.0) || !std::isfinite(sumAccel)) return false;
+  const double floor = kRelativeFloorOfMeanAccel * sumAccel / double(previous.size());
+  tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
+    double minAccel = std::numeric_limits<double>::infinity();
+    for (std::uint32_t i = groups.ranges[g].first; i < groups.ranges[g].last; ++i)
+      minAccel = std::min(minAccel, accel(i));
+    groups.relativeTolerance[g] = alpha * std::max(minAccel, floor) / G;
+  });
+  return true;
 }
 
 }  // namespace matcha::tree

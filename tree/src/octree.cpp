@@ -133,6 +133,7 @@ void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder o
   const bool withQuadrupole = order == MultipoleOrder::quadrupole;
   tree.multipoles.resize(numCells, withQuadrupole);
   tree.openingRadius2.resize(numCells);
+  tree.bmax.resize(numCells);
   CellMultipoles& m = tree.multipoles;
   for (int level = tree.numLevels() - 1; level >= 0; --level) {
     tbb::parallel_for(tree.levelOffsets[level], tree.levelOffsets[level + 1], [&](std::uint32_t cell) {
@@ -194,8 +195,27 @@ void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder o
       const double dx = m.x[cell] - centre[0];
       const double dy = m.y[cell] - centre[1];
       const double dz = m.z[cell] - centre[2];
-      const double openingRadius = 2.0 * tree.halfSide[cell] / theta + std::sqrt(dx * dx + dy * dy + dz * dz);
+      const double comOffset = std::sqrt(dx * dx + dy * dy + dz * dz);
+      const double openingRadius = 2.0 * tree.halfSide[cell] / theta + comOffset;
       tree.openingRadius2[cell] = openingRadius * openingRadius;
+      double bmax2 = 0.0, bmax = 0.0;
+      if (tree.isLeaf(cell)) {
+        for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
+          const double bx = sources.x[i] - m.x[cell], by = sources.y[i] - m.y[cell], bz = sources.z[i] - m.z[cell];
+          bmax2 = std::max(bmax2, bx * bx + by * by + bz * bz);
+        }
+        bmax = std::sqrt(bmax2);
+      } else {
+        // The corner bound: the cube's centre is comOffset away and its corners sqrt(3) halfSide beyond that.
+        bmax = comOffset + std::sqrt(3.0) * tree.halfSide[cell];
+        double fromChildren = 0.0;
+        for (std::uint32_t child = firstChild; child < lastChild; ++child) {
+          const double cx = m.x[child] - m.x[cell], cy = m.y[child] - m.y[cell], cz = m.z[child] - m.z[cell];
+          fromChildren = std::max(fromChildren, tree.bmax[child] + std::sqrt(cx * cx + cy * cy + cz * cz));
+        }
+        bmax = std::min(bmax, fromChildren);
+      }
+      tree.bmax[cell] = bmax;
     });
   }
 }

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "matcha/core/errors.hpp"
 
@@ -33,7 +35,16 @@ bool acceptCell(const Octree& tree, std::uint32_t cell, const Groups& groups, st
   const bool holdsGroupBodies = cellBodies.first < groupBodies.last && groupBodies.first < cellBodies.last;
   if (holdsGroupBodies) return false;
   const double com[3] = {tree.multipoles.x[cell], tree.multipoles.y[cell], tree.multipoles.z[cell]};
-  return distanceToBox2(com, &groups.centre[3 * group], &groups.halfExtent[3 * group]) > tree.openingRadius2[cell];
+  const double d2 = distanceToBox2(com, &groups.centre[3 * group], &groups.halfExtent[3 * group]);
+  if (!(d2 > tree.openingRadius2[cell])) return false;
+  const double tolerance = groups.relativeTolerance[group];
+  if (tolerance == std::numeric_limits<double>::infinity()) return true;
+  // M b^p / d^(p+2) <= tolerance, multiplied out: the truncation term of a quadrupole cell falls as (b/d)^3, of a
+  // monopole cell as (b/d)^2, times M / d^2.
+  const double b = tree.bmax[cell];
+  const double b2 = b * b;
+  if (tree.multipoles.hasQuadrupole) return tree.multipoles.mass[cell] * b2 * b <= tolerance * d2 * d2 * std::sqrt(d2);
+  return tree.multipoles.mass[cell] * b2 <= tolerance * d2 * d2;
 }
 
 void PlanBuilder::build(const Octree& tree, const Groups& groups, std::uint32_t firstGroup, std::uint32_t lastGroup,

@@ -16,6 +16,9 @@ struct Groups {
   std::vector<double> centre;      ///< centre of each group's bounding box, 3 per group
   std::vector<double> halfExtent;  ///< half the box's extent along each axis, 3 per group (0 for a single body)
   std::size_t numExtentSplits = 0;  ///< candidates split by the extent rule (diagnostics; rare in ordinary inputs)
+  /// Per group, the relative opening test's bound on a cell's truncation term M b^p / d^(p+2) (acceptCell):
+  /// alpha |a|_min / G. +inf where the test is off; makeGroups leaves it off, setRelativeTolerances sets it.
+  std::vector<double> relativeTolerance;
 
   std::size_t size() const { return ranges.size(); }
 };
@@ -58,5 +61,18 @@ inline constexpr double kMaxExtentOverGroupScale = 4.0;
 /// Overwrites `groups` (reusing its capacity). Parallel over candidates for the boxes and the rule; splitting, rare,
 /// is serial.
 void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups);
+
+/// A body whose force nearly cancels (the centre of a symmetric input, a Plummer sphere's centre) has |a| near 0;
+/// the relative test would then open every cell for its group and make its list run to N. So |a|_min is floored at
+/// this fraction of the mean |a| of all bodies. At 1/100 the floor costs a group at most (100)^(3/5) ~ 16 times the
+/// list it would get at the mean |a| (d ~ (M b^3 / |a|)^(1/5), list ~ 1/theta_eff^3), and leaves alone every body of
+/// a Plummer sphere outside r ~ 0.01 (all but a few in 10^5).
+inline constexpr double kRelativeFloorOfMeanAccel = 0.01;
+
+/// Sets groups.relativeTolerance to alpha |a|_min / G per group (the relative opening test, TreeParams::alpha),
+/// where |a|_min is the smallest |a| over the group's bodies in `previous` (accelerations from an earlier force call,
+/// in the current body order), floored as above. Returns false, leaving the test off, when alpha is 0 or every
+/// acceleration in `previous` is zero (fresh initial conditions: no estimate yet). Parallel over groups.
+bool setRelativeTolerances(const Particles& previous, double alpha, double G, Groups& groups);
 
 }  // namespace matcha::tree

@@ -30,6 +30,7 @@ struct Octree {
   // Filled by computeMultipoles.
   CellMultipoles multipoles;           ///< mass, centre of mass and (optionally) quadrupole per cell, in double
   std::vector<double> openingRadius2;  ///< squared opening radius r_open (see computeMultipoles)
+  std::vector<double> bmax;            ///< radius of a sphere around the centre of mass holding all the cell's bodies
 
   std::size_t numCells() const { return bodies.size(); }
   bool isLeaf(std::uint32_t cell) const { return numChildren[cell] == 0; }
@@ -49,7 +50,9 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
 /// the Barnes-Hut size/distance criterion with the centre-of-mass offset correction (Barnes 1994; the same as
 /// GADGET's and Bonsai's "r_crit"). The offset term keeps a cell whose mass sits in one corner from being accepted
 /// by a group just beyond that corner, the case where the plain criterion gives unbounded errors (Salmon & Warren
-/// 1994). Parallel over each level.
+/// 1994). Also each cell's b_max, for the relative opening test: exact for a leaf, for a parent the smaller of its
+/// children's bound (b_max,c + |com_c - com|) and the distance to the cube's farthest corner. Parallel over each
+/// level.
 void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree);
 
 }  // namespace matcha::tree

@@ -28,7 +28,11 @@ struct TreeStats {
   std::uint64_t maxListBodies = 0;
   double meanListCells = 0.0;  ///< j-cells per group list, mean over groups
   std::uint64_t maxListCells = 0;
-  std::uint64_t numBatches = 0;  ///< plans handed to the engine
+  std::uint64_t numBatches = 0;  ///< plans handed to the engine (in the final pass)
+  /// The call evaluated the groups twice: first with theta alone, to get the accelerations the relative opening
+  /// test (TreeParams::alpha) scales by, because the bodies came without any. Counts and timings cover both passes;
+  /// list lengths describe the second.
+  bool estimatePass = false;
 };
 
 class TreeSolver final : public ForceSolver {
@@ -40,7 +44,9 @@ class TreeSolver final : public ForceSolver {
   /// groups, and evaluates the groups' lists in batches of at most about TreeParams::maxBatchEntries list entries,
   /// walking the next batch while the engine evaluates the current one (ForceReport's walk and engine times then
   /// overlap; their sum can exceed the total).
-  /// Overwrites acc and pot of every body.
+  /// Overwrites acc and pot of every body. With TreeParams::alpha > 0 the accelerations the bodies bring (the last
+  /// call's, permuted with them) scale the relative opening test; bodies whose accelerations are all zero are
+  /// evaluated twice, with theta alone and then with the test (TreeStats::estimatePass).
   ForceReport computeForces(Particles& particles) override;
   std::string describe() const override;
 
@@ -49,11 +55,14 @@ class TreeSolver final : public ForceSolver {
   const Groups& groups() const { return groups_; }
 
   /// Builds the tree and groups for `particles` (sorting them) without evaluating forces, and returns the plan of
-  /// all groups in one batch. For tests and tools that inspect plans.
+  /// all groups in one batch, with the relative test scaled by the accelerations `particles` holds. For tests and
+  /// tools that inspect plans.
   const InteractionPlan& buildPlanOnly(Particles& particles);
 
  private:
   void buildTree(Particles& particles);
+  /// Walks and evaluates every group, batch by batch; adds its counts and walk/engine times to `report`.
+  void evaluateGroups(Particles& particles, ForceReport& report);
 
   NearFieldEngine& engine_;
   TreeParams params_;

@@ -16,7 +16,10 @@ double distanceToBox2(const double* point, const double* boxCentre, const double
 
 /// The opening criterion (MAC): a cell may stand in for its bodies in a group's list when the group's box lies
 /// outside the sphere of radius r_open (computeMultipoles) around the cell's centre of mass, and the cell holds
-/// none of the group's bodies (a cell containing the group is always opened, whatever theta).
+/// none of the group's bodies (a cell containing the group is always opened, whatever theta). Where the group has a
+/// relative tolerance (setRelativeTolerances), the cell must also pass the relative test: its leading truncated term
+/// M b_max^p / d^(p+2) at the box's nearest point (p = 2 monopole, 3 quadrupole) within that tolerance. The test only
+/// ever opens more cells than theta alone, so a poor acceleration estimate costs time, never accuracy.
 bool acceptCell(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group);
 
 /// Walks the tree for groups [firstGroup, lastGroup) and writes their lists into `plan` (cleared first): accepted
