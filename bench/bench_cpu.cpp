@@ -60,6 +60,34 @@ void BM_TreeCpu(benchmark::State& state) {
   state.counters["engine%"] = 100.0 * engineSeconds / total;
 }
 
+// The CPU side of a GPU force call, which dominates it at large N: sort, tree, groups and the walk of every group into
+// one plan (TreeSolver::buildPlanOnly), with theta alone and with the relative opening test. Args: N, alpha * 1e4.
+void BM_TreeBuildAndWalk(benchmark::State& state) {
+  Particles p = plummer(state.range(0));
+  TreeParams params;
+  params.alpha = double(state.range(1)) * 1e-4;
+  {
+    // Accelerations for the relative test to scale by; a cheap tree is close enough for an estimate.
+    gpu::CpuEngine engine(gpu::Precision::float32);
+    TreeParams rough;
+    rough.theta = 0.8;
+    rough.alpha = 0.0;
+    rough.multipole = MultipoleOrder::monopole;
+    tree::TreeSolver(engine, rough, GravityParams{}).computeForces(p);
+  }
+  gpu::CpuEngine unused(gpu::Precision::float32);
+  tree::TreeSolver solver(unused, params, GravityParams{});
+  std::uint64_t entries = 0;
+  for (auto _ : state) {
+    const InteractionPlan& plan = solver.buildPlanOnly(p);
+    entries = plan.cellList.size() + plan.bodyList.size();
+    benchmark::DoNotOptimize(plan.cellList.data());
+  }
+  state.counters["bodies/s"] =
+      benchmark::Counter(double(state.range(0)) * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["entries/group"] = double(entries) / double(solver.groups().size());
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_DirectCpu, float, matcha::gpu::Precision::float32)
@@ -77,6 +105,11 @@ BENCHMARK_CAPTURE(BM_DirectCpu, double, matcha::gpu::Precision::float64)
 BENCHMARK(BM_TreeCpu)
     ->ArgNames({"N", "theta100", "ncrit"})
     ->ArgsProduct({{1 << 14, 1 << 16, 1 << 18}, {30, 50, 70}, {16, 64, 256}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_TreeBuildAndWalk)
+    ->ArgNames({"N", "alpha1e4"})
+    ->ArgsProduct({{1 << 16, 1 << 20}, {0, 10}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -11,7 +11,8 @@
 #                                                 build-device/, for a GPU machine that lacks the packages
 #   MATCHA_PREBUILT=1 scripts/device-check.sh     on the GPU machine: use that build-device/ instead of building
 #
-# Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), BENCH=0 to skip benchmarks,
+# Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
+# default the tree build and walk), BENCH=0 to skip benchmarks,
 # SASS=0 to skip the disassembly.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +21,12 @@ root=$PWD
 if [ "${1:-}" = bundle ]; then
   build=${2:-build-cuda}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-  cmake --build "$build" -j "$(nproc)" --target test_cuda_engine bench_cuda matcha || exit 1
+  cmake --build "$build" -j "$(nproc)" --target test_cuda_engine bench_cuda bench_cpu matcha || exit 1
   rm -rf build-device
   mkdir -p build-device/tests/gpu build-device/bench build-device/apps build-device/lib-all
   cp "$build/tests/gpu/test_cuda_engine" "$build/tests/gpu/test_cuda_engine[1]_include.cmake" \
      "$build/tests/gpu/test_cuda_engine[1]_tests.cmake" build-device/tests/gpu/
-  cp "$build/bench/bench_cuda" build-device/bench/
+  cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
   cp "$build/apps/matcha" build-device/apps/
   echo 'include("@BUILD@/tests/gpu/test_cuda_engine[1]_include.cmake")' >build-device/tests/gpu/CTestTestfile.cmake
   grep -A1 bench_cuda_smoke "$build/bench/CTestTestfile.cmake" >build-device/bench/CTestTestfile.cmake
@@ -33,7 +34,8 @@ if [ "${1:-}" = bundle ]; then
   # Absolute paths of this build become a placeholder that the GPU machine fills in.
   sed -i "s|$root/$build|@BUILD@|g" build-device/tests/gpu/*.cmake build-device/bench/CTestTestfile.cmake
   # Every shared library outside the C runtime; the GPU machine links only those it lacks.
-  ldd build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/apps/matcha |
+  ldd build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/bench/bench_cpu \
+    build-device/apps/matcha |
     awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
     xargs -r cp -L -t build-device/lib-all/
   du -sh build-device
@@ -112,6 +114,9 @@ if [ "${BENCH:-1}" = 1 ]; then
     --benchmark_out_format=json --benchmark_counters_tabular=true 2>&1 | tee "$OUT/bench.txt"
   kill "$(cat /tmp/matcha-smi.pid)" 2>/dev/null
   rm -f /tmp/matcha-smi.pid
+  # The CPU side of a GPU force call (sort, tree, groups, walk), on this machine's cores.
+  "$build/bench/bench_cpu" --benchmark_filter="${CPU_BENCH_FILTER:-BM_TreeBuildAndWalk}" --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true 2>&1 | tee "$OUT/bench-cpu.txt"
   summary+=("SM clock under load (MHz, min/median/max): $(awk -F', ' 'NR>1 && $2+0>1000 {print $2+0}' "$OUT/clocks.csv" |
     sort -n | awk '{v[NR]=$1} END {if (NR) print v[1] "/" v[int((NR+1)/2)] "/" v[NR]; else print "n/a"}')")
 fi

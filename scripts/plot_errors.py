@@ -74,7 +74,14 @@ def plot(files, output):
     figure, (by_theta, by_cost) = plt.subplots(1, 2, figsize=(11, 4.5), constrained_layout=True)
     for index, (path, rows) in enumerate(files):
         marker = MARKERS[index % len(MARKERS)]
-        suffix = f" ({os.path.basename(path)})" if len(files) > 1 else ""
+        alphas = {row.get("alpha") for row in rows}
+        if len(files) == 1:
+            suffix = ""
+        elif len(alphas) == 1 and None not in alphas:  # files that differ by the relative opening test
+            alpha = alphas.pop()
+            suffix = " (theta alone)" if float(alpha) == 0 else f" (alpha {alpha})"
+        else:
+            suffix = f" ({os.path.basename(path)})"
         for order in COLOURS:
             selected = sorted((row for row in rows if row["multipole"] == order), key=lambda row: row["theta"])
             if not selected:
