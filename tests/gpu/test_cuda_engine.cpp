@@ -17,6 +17,7 @@
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/testing/float_sums.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
@@ -51,6 +52,7 @@ struct Comparison {
   double accelerationMax = 0.0;
   double accelerationMedian = 0.0;
   double potentialMax = 0.0;
+  std::size_t worstBody = 0;  ///< the body of accelerationMax
   std::size_t firstUnwritten = std::numeric_limits<std::size_t>::max();
 };
 
@@ -76,7 +78,9 @@ Comparison compare(const Particles& test, const Particles& reference, std::size_
         std::max(result.potentialMax, reference.pot[i] != 0 ? potError / std::abs(reference.pot[i]) : potError);
   }
   if (!errors.empty()) {
-    result.accelerationMax = *std::max_element(errors.begin(), errors.end());
+    const auto worst = std::max_element(errors.begin(), errors.end());
+    result.accelerationMax = *worst;
+    result.worstBody = first + std::size_t(worst - errors.begin());  // exact when every output was written
     result.accelerationMedian = percentile(errors, 0.5);
   }
   return result;
@@ -176,6 +180,9 @@ TEST_F(CudaEngineTest, DirectEmaxOnPlummer131072) {
                                (sorted ? "curve order" : "random order");
       std::printf("E_max %s, Plummer N = 131072: %.3e (median %.3e, potential max %.3e)\n", what.c_str(),
                   c.accelerationMax, c.accelerationMedian, c.potentialMax);
+      if (isFloat) {
+        std::printf("  worst %s\n", testing::describeCancellation(p, reference, c.worstBody, GravityParams{}).c_str());
+      }
       RecordProperty((isFloat ? "e_max_float" : "e_max_double") + std::string(sorted ? "_sorted" : "_random"),
                      std::to_string(c.accelerationMax));
       const double tolerance = isFloat ? (sorted ? kChamomileEmaxCurveOrder : kChamomileEmaxRandomOrder) : kDoubleMax;
