@@ -346,6 +346,7 @@ struct CudaEngine::Impl {
     uploadSources(sources);
     reserveOutputs(n);
     if (splits > 1) partial.reserve(std::size_t(splits) * n);
+    tileBoxes.reserve(6 * std::size_t(numTiles));
 
     detail::DirectArgs<Real> args{};
     args.sources = {sourceX.data(), sourceY.data(), sourceZ.data(), sourceMass.data()};
@@ -356,8 +357,11 @@ struct CudaEngine::Impl {
     args.G = gravity.G;
     args.out = deviceForces();
     args.partial = splits > 1 ? partial.data() : nullptr;
+    args.tileBoxes = tileBoxes.data();
 
     kernelsStart.record(stream.get());
+    detail::launchTileBoxes(args.sources, numBodies, variant->tile, tileBoxes.data(), stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("tileBoxesKernel", config.synchronizeAfterLaunch);
     variant->launch(dim3(rowBlocks, splits), stream.get(), args);
     MATCHA_CUDA_CHECK_LAUNCH("directKernel", config.synchronizeAfterLaunch);
     if (splits > 1) {
@@ -598,6 +602,7 @@ struct CudaEngine::Impl {
   std::array<DeviceBuffer<double>, 7> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz, trace
   DeviceBuffer<double> outX, outY, outZ, outPot;
   DeviceBuffer<double4_16a> partial;
+  DeviceBuffer<double> tileBoxes;  ///< 6 per j-tile of the direct kernel
   DeviceBuffer<double> groupCentres;
   DeviceBuffer<uint2> bodyRanges;
   DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellListOffsets, cellList, listBodyOffsets, expandedBodies, taskCounter;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Instantiations of the direct (all-pairs) kernel: the shapes the engine and the benchmarks can choose from.
+#include <algorithm>
 #include <array>
 
 #include "kernel_variants.cuh"
@@ -22,6 +23,49 @@ __global__ void combineSplitsKernel(const double4_16a* partial, std::uint32_t nu
   out.ay[i] = G * sum[1];
   out.az[i] = G * sum[2];
   out.pot[i] = G * sum[3];
+}
+
+__global__ void tileBoxesKernel(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes) {
+  const std::uint32_t lane = threadIdx.x % 32;
+  const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
+  const std::uint32_t numTiles = (numBodies + tile - 1) / tile;
+  for (std::uint32_t t = (blockIdx.x * blockDim.x + threadIdx.x) / 32; t < numTiles; t += numWarps) {
+    double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+    const std::uint32_t end = min(numBodies, (t + 1) * tile);
+    for (std::uint32_t j = t * tile + lane; j < end; j += 32) {
+      const double position[3] = {sources.x[j], sources.y[j], sources.z[j]};
+#pragma unroll
+      for (int d = 0; d < 3; ++d) {
+        lo[d] = fmin(lo[d], position[d]);
+        hi[d] = fmax(hi[d], position[d]);
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int d = 0; d < 3; ++d) {
+        lo[d] = fmin(lo[d], __shfl_xor_sync(0xffffffffu, lo[d], offset));
+        hi[d] = fmax(hi[d], __shfl_xor_sync(0xffffffffu, hi[d], offset));
+      }
+    }
+    if (lane < 6) {
+      const double value = lane == 0   ? lo[0]
+                           : lane == 1 ? lo[1]
+                           : lane == 2 ? lo[2]
+                           : lane == 3 ? hi[0]
+                           : lane == 4 ? hi[1]
+                                       : hi[2];
+      boxes[6 * std::size_t(t) + lane] = value;
+    }
+  }
+}
+
+void launchTileBoxes(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes,
+                     cudaStream_t stream) {
+  constexpr unsigned kThreads = 256;
+  const std::uint32_t numTiles = (numBodies + tile - 1) / tile;
+  const unsigned numBlocks = std::max(1u, std::min(65535u, (numTiles + kThreads / 32 - 1) / (kThreads / 32)));
+  tileBoxesKernel<<<numBlocks, kThreads, 0, stream>>>(sources, numBodies, tile, boxes);
 }
 
 void launchCombineSplits(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies, double G,

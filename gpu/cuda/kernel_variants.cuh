@@ -27,6 +27,9 @@ struct DirectVariant {
 template <class Real>
 std::span<const DirectVariant<Real>> directVariants();
 
+void launchTileBoxes(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes,
+                     cudaStream_t stream);
+
 void launchCombineSplits(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies, double G,
                          DeviceForces out, cudaStream_t stream);
 

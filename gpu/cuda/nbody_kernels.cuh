@@ -158,6 +158,17 @@ struct NearPairRule {
   double eps2Double;                           ///< eps^2 for the pairs evaluated in double
 };
 
+/// The r^2 + eps^2 at or below which a pair of body (xi, yi, zi) needs the second look of evaluateTile. Double keeps
+/// 1e-16 of the distance from the centre: only the zero-distance rule matters there.
+template <class Real, class Rule>
+__device__ __forceinline__ Real nearPairThreshold(Real xi, Real yi, Real zi, Real eps2) {
+  if constexpr (std::is_same_v<Real, float> && Rule::accurate) {
+    return closePairThreshold(xi, yi, zi, eps2);
+  } else {
+    return eps2;
+  }
+}
+
 /// Evaluates `kEntries` sources of the shared-memory tile, every kStride-th one starting at `first`, against the
 /// thread's kBodies i-bodies. The fast path (accumulatePairInteractionUnchecked) keeps the smallest r^2 + eps^2 with
 /// one FMNMX per pair: per body (kPerBodyMin; registers permitting) or over all the thread's bodies. A body whose
@@ -183,14 +194,15 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
     const auto source = tile[first + j * kStride];
 #pragma unroll
     for (int k = 0; k < kBodies; ++k) {
-      accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
-                                               acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k],
-                                               minSoftenedR2[kPerBodyMin ? k : 0]);
+      Real& minimum = minSoftenedR2[kPerBodyMin ? k : 0];
+      // one FMNMX: a ?: select costs a compare and a select
+      minimum = fmin(minimum, accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k],
+                                                                       source.z - zi[k], source.w, eps2, acc.tile[0][k],
+                                                                       acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]));
     }
   }
-  // Double keeps 1e-16 of the distance from the centre: only the zero-distance rule matters there.
   constexpr bool accurate = std::is_same_v<Real, float> && Rule::accurate;
-  const auto thresholdOf = [&](int k) { return accurate ? closePairThreshold(xi[k], yi[k], zi[k], eps2) : eps2; };
+  const auto thresholdOf = [&](int k) { return nearPairThreshold<Real, Rule>(xi[k], yi[k], zi[k], eps2); };
   if constexpr (!kPerBodyMin) {
     Real largestThreshold = thresholdOf(0);
 #pragma unroll
@@ -244,6 +256,43 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
     }
   }
 }
+
+/// A tile for which the caller has shown that no pair is at zero distance, close or strong for any of the thread's
+/// bodies (softenedR2LowerBound for the direct kernel, the warp's near-source vote for plans): the fast path alone.
+/// It leaves out the FMNMX per pair that evaluateTile needs to find such pairs, one of the ~15 instructions an
+/// interaction issues, and gives the same sums as evaluateTile would (that tile would not be evaluated again).
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+__device__ __forceinline__ void evaluateFarTile(const typename Packed4<Real>::type* tile, int first,
+                                                const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                                const Real (&zi)[kBodies], Real eps2,
+                                                Accumulators<Real, kBodies>& acc) {
+  acc.clearTile();
+#pragma unroll kUnroll
+  for (int j = 0; j < kEntries; ++j) {
+    const auto source = tile[first + j * kStride];
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) {
+      accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
+                                               acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
+    }
+  }
+}
+
+/// A lower bound of r^2 + eps^2, as accumulatePairInteractionUnchecked rounds it, for body (xi, yi, zi) and every
+/// staged source whose coordinates lie in box = {min x, min y, min z, max x, max y, max z} (the same centre; the box
+/// rounded outwards). Rounding is monotone: a source with x_j >= min x has fl(x_j - x_i) >= fl(min x - x_i), so each
+/// |dx| is at least the gap computed here, and the fused sum of squares of larger terms is not smaller. The caller
+/// still leaves a relative margin (kFarTileMargin) in case the compiler contracts the two sums differently.
+template <class Real>
+__device__ __forceinline__ Real softenedR2LowerBound(const Real* box, Real xi, Real yi, Real zi, Real eps2) {
+  const Real gx = fmax(fmax(box[0] - xi, xi - box[3]), Real(0));
+  const Real gy = fmax(fmax(box[1] - yi, yi - box[4]), Real(0));
+  const Real gz = fmax(fmax(box[2] - zi, zi - box[5]), Real(0));
+  return gx * gx + (gy * gy + (gz * gz + eps2));
+}
+/// A tile is far for a body when its lower bound times this still exceeds the body's near-pair threshold.
+template <class Real>
+inline constexpr Real kFarTileMargin = Real(1.0 - 1.0e-5);
 
 /// Evaluates the quadrupole cells of a shared-memory tile (three vectors per cell: centre of mass and mass, then
 /// (qxx, qyy, qzz, trace), then (qxy, qxz, qyz, -)) against the thread's i-bodies. Cells pass the opening criterion, so
@@ -299,6 +348,17 @@ __device__ __forceinline__ typename Packed4<Real>::type makeRelativeSource(bool 
   return Vec{static_cast<Real>(x - cx), static_cast<Real>(y - cy), static_cast<Real>(z - cz), static_cast<Real>(mass)};
 }
 
+/// A box coordinate relative to the centre in the working precision, rounded down (minima) or up (maxima), so that
+/// the rounded box still holds every source staged by makeRelativeSource.
+template <class Real>
+__device__ __forceinline__ Real roundOutwards(double relative, bool up) {
+  if constexpr (std::is_same_v<Real, float>) {
+    return up ? __double2float_ru(relative) : __double2float_rd(relative);
+  } else {
+    return relative;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Direct summation: the tiled all-pairs kernel
 
@@ -325,11 +385,17 @@ struct DirectShape {
   static constexpr int entriesPerSubTile = entriesPerThread / subTiles;
   static constexpr int flushTiles = flushInterval(entriesPerSubTile);
   static constexpr int unroll = kBodiesPerThread >= 8 ? 2 : (kBodiesPerThread >= 4 ? 4 : 8);
-  /// Resident blocks per SM the registers must allow (float): 4 i-bodies per thread, q = 1 and p <= 128 fit 96
-  /// registers (5 blocks of 128 threads, 5 warps per scheduler) without spilling; p = 256 spills there and ran 10%
-  /// slower on an H100, so it and the other shapes keep the compiler's choice.
-  static constexpr int minBlocksFloat =
-      (kBodiesPerThread == 4 && kThreads == 128 && kThreadsPerBody == 1 && kTile <= 128) ? 5 : 1;
+  /// Resident blocks per SM the registers must allow (float), for the shapes where a bound beats the compiler's own
+  /// choice: the largest that ptxas fits without spilling (96 registers for 128-thread blocks of 2 i-bodies per
+  /// thread, 128 for 4 i-bodies). T128/I2/p256 at 96 registers ran 1.2% faster than at 117; T128/I4/p256 at 128
+  /// registers 2.5% slower than at 167 (H100, N = 2^20), so it keeps the compiler's choice.
+  static constexpr int minBlocksFloat = [] {
+    if (kThreadsPerBody != 1) return 1;
+    if (kThreads == 128 && kBodiesPerThread == 2 && kTile == 256) return 5;
+    if (kThreads == 128 && kBodiesPerThread == 4 && kTile <= 128) return 4;
+    if (kThreads == 256 && kBodiesPerThread == 4 && kTile == 256) return 2;
+    return 1;
+  }();
 
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
   static_assert(kThreadsPerBody >= 1 && kThreadsPerBody <= 32 && (kThreadsPerBody & (kThreadsPerBody - 1)) == 0,
@@ -349,8 +415,9 @@ struct DirectArgs {
   Real eps2;
   double eps2Double;  ///< for the pairs evaluated again in double
   double G;
-  DeviceForces out;      ///< written (times G) when gridDim.y == 1
-  double4_16a* partial;  ///< [split * numBodies + i], sums without G, when gridDim.y > 1
+  DeviceForces out;         ///< written (times G) when gridDim.y == 1
+  double4_16a* partial;     ///< [split * numBodies + i], sums without G, when gridDim.y > 1
+  const double* tileBoxes;  ///< 6 per j-tile: min x, y, z, max x, y, z of its bodies (tileBoxesKernel)
 };
 
 /// Mean position of the block's i-bodies; every thread gets it. `sum`/`count` hold the thread's own on entry.
@@ -393,6 +460,7 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   constexpr int kLoads = Shape::loadsPerThread;
   __shared__ Vec tile[Shape::tile];
   __shared__ double scratch[Shape::threads / 32][4];
+  __shared__ Real tileBox[6];  ///< the staged tile's bounding box, relative to the centre, rounded outwards
 
   const std::uint32_t numBodies = args.numBodies;
   const std::uint32_t firstRow = blockIdx.x * Shape::rows;
@@ -428,10 +496,16 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   const std::uint32_t firstTile = blockIdx.y * args.tilesPerSplit;
   const std::uint32_t lastTile = min(numTiles, firstTile + args.tilesPerSplit);
 
+  // Threads 0-5 stage one coordinate of the tile's bounding box each: minima rounded down, maxima up.
+  const int boxSlot = threadIdx.x < 6 ? threadIdx.x : 0;
+  const double boxCentre = boxSlot % 3 == 0 ? centre[0] : (boxSlot % 3 == 1 ? centre[1] : centre[2]);
+  double boxBound = 0.0;
+
   // Register prefetch of the next tile's sources, so their global loads overlap the current tile's arithmetic.
   double px[kLoads], py[kLoads], pz[kLoads], pm[kLoads];
   bool pvalid[kLoads];
   const auto load = [&](std::uint32_t t) {
+    if (threadIdx.x < 6) boxBound = args.tileBoxes[6 * std::size_t(t) + boxSlot];
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const int slot = threadIdx.x + l * Shape::threads;
@@ -453,6 +527,7 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
         tile[slot] = makeRelativeSource<Real>(pvalid[l], px[l], py[l], pz[l], pm[l], centre[0], centre[1], centre[2]);
       }
     }
+    if (threadIdx.x < 6) tileBox[boxSlot] = roundOutwards<Real>(boxBound - boxCentre, boxSlot >= 3);
   };
 
   Accumulators<Real, kI> acc;
@@ -481,11 +556,27 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
         mass = 0.0;
       }
     };
+    // Most tiles lie well away from every body of the warp: they need no search for near pairs.
+    bool far = true;
 #pragma unroll
-    for (int part = 0; part < Shape::subTiles; ++part) {
-      evaluateTile<Real, kI, Shape::entriesPerSubTile, kQ, Shape::unroll, true>(
-          tile, slice + part * Shape::entriesPerSubTile * kQ, xi, yi, zi, eps2, rule, acc, exactSource);
-      accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+    for (int k = 0; k < kI; ++k) {
+      far = far && softenedR2LowerBound<Real>(tileBox, xi[k], yi[k], zi[k], eps2) * kFarTileMargin<Real> >
+                       nearPairThreshold<Real, decltype(rule)>(xi[k], yi[k], zi[k], eps2);
+    }
+    if (__all_sync(0xffffffffu, far)) {
+#pragma unroll
+      for (int part = 0; part < Shape::subTiles; ++part) {
+        evaluateFarTile<Real, kI, Shape::entriesPerSubTile, kQ, Shape::unroll>(
+            tile, slice + part * Shape::entriesPerSubTile * kQ, xi, yi, zi, eps2, acc);
+        accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+      }
+    } else {
+#pragma unroll
+      for (int part = 0; part < Shape::subTiles; ++part) {
+        evaluateTile<Real, kI, Shape::entriesPerSubTile, kQ, Shape::unroll, true>(
+            tile, slice + part * Shape::entriesPerSubTile * kQ, xi, yi, zi, eps2, rule, acc, exactSource);
+        accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+      }
     }
   }
   if constexpr (!std::is_same_v<Real, double> && Shape::flushTiles > 1) acc.flushBag();
@@ -507,6 +598,10 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
     }
   }
 }
+
+/// boxes[6 t ..] = {min x, min y, min z, max x, max y, max z} of bodies [t * tile, (t + 1) * tile) (one warp per
+/// tile, grid-stride): the direct kernel's far-tile test.
+__global__ void tileBoxesKernel(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes);
 
 /// out[i] = G * sum over splits of partial[s * numBodies + i], splits added in order (deterministic).
 __global__ void combineSplitsKernel(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies,
@@ -586,6 +681,31 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     zi[k] = valid ? static_cast<Real>(args.sources.z[i] - cz) : Real(0);
   }
 
+  // Near sources: those within nearRadius of the group centre, where R is the task's largest |x_i - c|. Only they
+  // can be at zero distance from one of its bodies (or, in accurate plans, closer than a body's closePairThreshold,
+  // whose largest value is eps^2 + max(24 eps^2, R^2 / 16^2)); the 1e-4 covers the rounding of the distances. A
+  // tile with none is evaluated without the near-pair search (evaluateFarTile): in a tree plan that is every tile
+  // but the one or two that hold the group's own bodies. Worth its ~10 instructions per lane and tile only where a
+  // lane's share of a tile is long.
+  constexpr bool kFarTiles = kEntries * kI >= 16;
+  Real nearRadius2 = Real(0);
+  if constexpr (kFarTiles) {
+    Real radius2 = Real(0);
+#pragma unroll
+    for (int k = 0; k < kI; ++k) radius2 = fmax(radius2, xi[k] * xi[k] + yi[k] * yi[k] + zi[k] * zi[k]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      radius2 = fmax(radius2, __shfl_xor_sync(0xffffffffu, radius2, offset));
+    }
+    const Real radius = sqrt(radius2);
+    constexpr Real kCloseRatio = Real(1.0 / kCloseSeparationRatio);
+    const Real reach = kAccurateNearPairs && std::is_same_v<Real, float>
+                           ? sqrt(fmax(Real(kStrongPairSoftenings * kStrongPairSoftenings - 1) * args.eps2,
+                                       radius2 * (kCloseRatio * kCloseRatio)))
+                           : Real(0);
+    nearRadius2 = (radius + reach) * (radius + reach) * Real(1.0001) + Real(1.0e-30);
+  }
+
   // Where point-mass entry e lives: a body index, or a cell id (flag set).
   const auto pointEntry = [&](std::uint32_t e, bool& isCell) -> std::uint32_t {
     isCell = e >= numListBodies;
@@ -619,10 +739,16 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   if (numTiles > 0) load(0);
   for (std::uint32_t t = 0; t < numTiles; ++t) {
     __syncwarp();  // the warp is done reading the previous tile (or the previous task's last one)
+    bool nearSource = false;
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
-      tile[lane + 32 * l] = makeRelativeSource<Real>(pvalid[l], px[l], py[l], pz[l], pm[l], cx, cy, cz);
+      const Vec source = makeRelativeSource<Real>(pvalid[l], px[l], py[l], pz[l], pm[l], cx, cy, cz);
+      tile[lane + 32 * l] = source;
+      if constexpr (kFarTiles) {
+        nearSource = nearSource || source.x * source.x + source.y * source.y + source.z * source.z <= nearRadius2;
+      }
     }
+    const bool nearTile = !kFarTiles || __any_sync(0xffffffffu, nearSource);
     __syncwarp();
     if (t + 1 < numTiles) load(t + 1);
     const auto exactSource = [&](int slot, int k, const Vec& source, double& dx, double& dy, double& dz, double& mass) {
@@ -644,7 +770,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
         mass = 0.0;
       }
     };
-    evaluateTile<Real, kI, kEntries, kQ, kUnroll, false>(tile, slice, xi, yi, zi, args.eps2, rule, acc, exactSource);
+    if (nearTile) {
+      evaluateTile<Real, kI, kEntries, kQ, kUnroll, false>(tile, slice, xi, yi, zi, args.eps2, rule, acc, exactSource);
+    } else {
+      evaluateFarTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, acc);
+    }
     accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
   }
 

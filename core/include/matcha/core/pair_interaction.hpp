@@ -68,23 +68,25 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteraction(T dx, T dy,
 }
 
 /// The same pull as accumulatePairInteraction, in the fewest instructions, for batches of pairs that the caller
-/// checks afterwards (the CUDA kernels' inner loop, DESIGN.md §4). eps^2 is folded into the sum of squares (three
-/// fused multiply-adds) and there is no zero-separation select; instead `minSoftenedR2` is lowered to this pair's
-/// r^2 + eps^2. After a batch the caller tests `minSoftenedR2 > eps2`:
+/// checks (the CUDA kernels' inner loop, DESIGN.md §4). eps^2 is folded into the sum of squares (three fused
+/// multiply-adds) and there is no zero-separation select. Returns the pair's r^2 + eps^2, so that a caller that cannot
+/// rule out near pairs beforehand can keep the batch's minimum (one FMNMX per pair) and test `minimum > eps2`
+/// afterwards:
 ///  - true: every pair of the batch had r^2 > 0, so no pair needed the self-term rule and the batch's sums equal
 ///    accumulatePairInteraction's up to rounding;
 ///  - false: some pair was at zero separation (or so close that r^2 + eps^2 rounded to eps^2); the caller discards
 ///    the batch's partial sums (which may hold inf or NaN when eps = 0) and evaluates the batch again with
 ///    accumulatePairInteraction.
-/// A zero-distance pair gives exactly r^2 + eps^2 == eps2, so the test never misses one. Padding sources (mass 0)
-/// must sit far away (not at zero separation), or they trigger needless re-evaluations.
+/// A zero-distance pair gives exactly r^2 + eps^2 == eps2, so the test never misses one. A caller that has bounded
+/// r^2 + eps^2 from below for the whole batch (the CUDA kernels' far tiles) skips the minimum. Padding sources
+/// (mass 0) must sit far away (not at zero separation), or they trigger needless re-evaluations.
 ///
 /// @param dx,dy,dz,massJ,eps2  in: as for accumulatePairInteraction
 /// @param ax,ay,az,pot         in/out: accumulated
-/// @param minSoftenedR2        in/out: min(minSoftenedR2, r^2 + eps^2)
+/// @return r^2 + eps^2 as computed here: fma(dx, dx, fma(dy, dy, fma(dz, dz, eps2)))
 template <class T>
-MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T dx, T dy, T dz, T massJ, T eps2, T& ax,
-                                                                              T& ay, T& az, T& pot, T& minSoftenedR2) {
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulatePairInteractionUnchecked(T dx, T dy, T dz, T massJ, T eps2, T& ax,
+                                                                           T& ay, T& az, T& pot) {
   const T softenedR2 = dx * dx + (dy * dy + (dz * dz + eps2));  // nvcc contracts this into three FMAs
   const T invR = reciprocalSqrt(softenedR2);
   const T massInvR = massJ * invR;
@@ -93,7 +95,7 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteractionUnchecked(T 
   ay += massInvR3 * dy;
   az += massInvR3 * dz;
   pot -= massInvR;
-  minSoftenedR2 = std::fmin(minSoftenedR2, softenedR2);  // one FMNMX; a ?: select costs a compare and a select
+  return softenedR2;
 }
 
 /// Which pairs the float engines evaluate a second time, in double.
