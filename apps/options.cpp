@@ -123,6 +123,24 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                   "force engine: auto picks CUDA when a GPU is present");
   }
   if (sets & kJson) command.add_flag("--json", options.json, "print the summary as JSON on stdout");
+  if (sets & kDiagnostics) {
+    addWordOption(command, "--diagnostic-potential", options.diagnosticPotential,
+                  {DiagnosticPotential::automatic, DiagnosticPotential::solver, DiagnosticPotential::direct},
+                  "potentials of the energy diagnostics: the solver's, a direct sum at each output, or auto (direct "
+                  "for tree runs where it is cheap)");
+  }
+}
+
+std::string toString(DiagnosticPotential choice) {
+  switch (choice) {
+    case DiagnosticPotential::automatic:
+      return "auto";
+    case DiagnosticPotential::solver:
+      return "solver";
+    case DiagnosticPotential::direct:
+      return "direct";
+  }
+  return "?";
 }
 
 void validateOptions(const Options& options, unsigned sets) {

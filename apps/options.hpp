@@ -13,6 +13,14 @@
 
 namespace matcha::app {
 
+/// Where the potentials behind `matcha run`'s energy diagnostics come from (--diagnostic-potential).
+enum class DiagnosticPotential {
+  automatic,  ///< direct when the run uses the tree and a direct sum is cheap (directPotentialsAreCheap), else solver
+  solver,     ///< the force call's own potentials (the tree's carry its force error into W)
+  direct,     ///< a direct sum on the run's engine at every output
+};
+std::string toString(DiagnosticPotential choice);
+
 struct Options {
   std::int64_t numBodies = 65536;  ///< -n/--bodies: Plummer bodies when no --ic is given
   std::uint64_t seed = 1;          ///< --seed
@@ -24,6 +32,7 @@ struct Options {
   TreeParams tree;
   GravityParams gravity;
   IntegratorParams integrator;
+  DiagnosticPotential diagnosticPotential = DiagnosticPotential::automatic;  ///< --diagnostic-potential (run)
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both
@@ -31,14 +40,15 @@ struct Options {
 
 /// Which option groups a subcommand takes.
 enum OptionSet : unsigned {
-  kBodies = 1u << 0,      // -n, --seed, --ic
-  kTree = 1u << 1,        // --theta, --ncrit, --nleaf, --multipole
-  kGravity = 1u << 2,     // --eps
-  kIntegrator = 1u << 3,  // --dt, --t-end, --output-interval
-  kSolver = 1u << 4,      // --solver
-  kEngine = 1u << 5,      // --engine
-  kJson = 1u << 6,        // --json
-  kTreeSweep = 1u << 7,   // with kTree: --theta takes a comma-separated list, --multipole also `both` (compare)
+  kBodies = 1u << 0,       // -n, --seed, --ic
+  kTree = 1u << 1,         // --theta, --ncrit, --nleaf, --multipole
+  kGravity = 1u << 2,      // --eps
+  kIntegrator = 1u << 3,   // --dt, --t-end, --output-interval
+  kSolver = 1u << 4,       // --solver
+  kEngine = 1u << 5,       // --engine
+  kJson = 1u << 6,         // --json
+  kTreeSweep = 1u << 7,    // with kTree: --theta takes a comma-separated list, --multipole also `both` (compare)
+  kDiagnostics = 1u << 8,  // --diagnostic-potential
 };
 
 /// Registers the options of `sets` on `command`, bound to `options`, plus --config FILE.

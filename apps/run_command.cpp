@@ -5,11 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "commands.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/snapshot.hpp"
@@ -18,7 +21,52 @@ namespace matcha::app {
 
 namespace {
 
-constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson;
+constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics;
+
+/// --diagnostic-potential auto takes direct sums at outputs up to these sizes: on an H100 a float direct sum of 2^21
+/// bodies takes ~2.4 s (1.85e12 pairs/s), about two tree force calls at that size; on 2 CPU cores one of 2^13 bodies
+/// takes ~0.1 s, while 2^16 would take ~6 s, 15 tree force calls (bench/RESULTS.md).
+constexpr std::size_t kAutoDirectPotentialsMaxBodiesGpu = std::size_t{1} << 21;
+constexpr std::size_t kAutoDirectPotentialsMaxBodiesCpu = std::size_t{1} << 13;
+
+/// Whether the diagnostics take their potentials from a direct sum at each output rather than from the solver.
+/// A direct-summation run's own potentials are already direct.
+bool directOutputPotentials(const Options& options, std::size_t numBodies, bool onGpu) {
+  if (options.solver != SolverKind::tree) return false;
+  switch (options.diagnosticPotential) {
+    case DiagnosticPotential::direct:
+      return true;
+    case DiagnosticPotential::solver:
+      return false;
+    case DiagnosticPotential::automatic:
+      break;
+  }
+  return numBodies <= (onGpu ? kAutoDirectPotentialsMaxBodiesGpu : kAutoDirectPotentialsMaxBodiesCpu);
+}
+
+/// Overwrites the potentials with a direct sum on the run's engine, in the order the solver left the bodies (the
+/// tree's space-filling curve, compact blocks for the float engines); the accelerations go to scratch arrays, so the
+/// trajectory does not change. Keeps the seconds spent.
+class DirectPotentials {
+ public:
+  DirectPotentials(NearFieldEngine& engine, const GravityParams& gravity) : engine_(engine), gravity_(gravity) {}
+
+  void operator()(Particles& p) {
+    const Stopwatch clock;
+    ax_.resize(p.size());
+    ay_.resize(p.size());
+    az_.resize(p.size());
+    engine_.evaluateDirect(p.sources(), gravity_, {ax_.data(), ay_.data(), az_.data(), p.pot.data(), p.size()});
+    seconds_ += clock.seconds();
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  NearFieldEngine& engine_;
+  GravityParams gravity_;
+  std::vector<double> ax_, ay_, az_;
+  double seconds_ = 0.0;
+};
 
 // One progress line at most per second (and at the last step); rewritten in place on a terminal.
 class ProgressLine {
@@ -49,15 +97,22 @@ int runSimulation(const CLI::App& command, const Options& options) {
   Particles particles = loadInitialConditions(options);
   gpu::EngineChoice engine = gpu::makeEngine(options.engine);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
+  const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
+  const std::string potentialSource =
+      directPotentials
+          ? "direct summation at each output"
+          : (options.solver == SolverKind::tree ? "the tree's (its force error enters W)" : "the solver's");
   info << "matcha run: " << particles.size() << " bodies from "
        << (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile)
-       << "\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\noutput: " << outDir.string()
+       << "\nsolver: " << solver->describe() << "\nengine: " << engine.reason
+       << "\nenergy diagnostics: potentials from " << potentialSource << "\noutput: " << outDir.string()
        << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json)\n";
 
   writeTextFile((outDir / "used_parameters.toml").string(), usedParameters(command));
   std::ofstream log(outDir / "diagnostics.log", std::ios::trunc);
   if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
-  log << "# " << solver->describe() << "\n" << integrator::diagnosticsHeader() << "\n";
+  log << "# " << solver->describe() << "; potentials from " << potentialSource << "\n"
+      << integrator::diagnosticsHeader() << "\n";
   info << integrator::diagnosticsHeader() << "\n";
 
   io::SnapshotMetadata metadata;
@@ -76,6 +131,8 @@ int runSimulation(const CLI::App& command, const Options& options) {
     io::writeSnapshot(outDir / name, state, metadata);
   };
   callbacks.onProgress = [&](const integrator::ProgressInfo& step) { progress.update(step); };
+  DirectPotentials outputPotentials(*engine.engine, options.gravity);
+  if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
 
   const integrator::RunSummary summary = integrator::runLeapfrog(particles, *solver, options.integrator, callbacks);
   const double interactionsPerSecond =
@@ -90,6 +147,8 @@ int runSimulation(const CLI::App& command, const Options& options) {
       {"initial_energy", summary.initialEnergy},
       {"final_energy", summary.finalEnergy},
       {"relative_energy_error", summary.relativeEnergyError},
+      {"diagnostic_potential", directPotentials ? "direct" : "solver"},
+      {"diagnostic_seconds", outputPotentials.seconds()},
       {"wall_seconds", summary.wallSeconds},
       {"force_seconds", summary.forceSeconds},
       {"interactions", {{"body_body", summary.interactions.bodyBody}, {"body_cell", summary.interactions.bodyCell}}},
@@ -101,10 +160,10 @@ int runSimulation(const CLI::App& command, const Options& options) {
     std::cout << json.dump(2) << std::endl;
   } else {
     std::printf(
-        "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s); %.3e interactions/s "
-        "(%.0f body-body + %.0f body-cell per body per step)\n",
+        "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s, diagnostic potentials %.2f s); "
+        "%.3e interactions/s (%.0f body-body + %.0f body-cell per body per step)\n",
         summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
-        summary.wallSeconds, summary.forceSeconds, interactionsPerSecond,
+        summary.wallSeconds, summary.forceSeconds, outputPotentials.seconds(), interactionsPerSecond,
         double(summary.interactions.bodyBody) / double(particles.size()) / double(summary.steps + 1),
         double(summary.interactions.bodyCell) / double(particles.size()) / double(summary.steps + 1));
   }

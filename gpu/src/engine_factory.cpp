@@ -40,11 +40,11 @@ EngineChoice makeEngine(EngineKind kind) {
       throw InputError("--engine cuda: this build has no CUDA engine (" + device.description + ")");
     }
     if (!device.available) throw InputError("--engine cuda: no usable CUDA device (" + device.description + ")");
-    return {detail::makeCudaEngineImpl(Precision::float32), "CUDA engine on " + device.description};
+    return {detail::makeCudaEngineImpl(Precision::float32), "CUDA engine on " + device.description, true};
   }
   if (detail::cudaEngineCompiledIn() && device.available) {
     try {
-      return {detail::makeCudaEngineImpl(Precision::float32), "CUDA engine on " + device.description + " (auto)"};
+      return {detail::makeCudaEngineImpl(Precision::float32), "CUDA engine on " + device.description + " (auto)", true};
     } catch (const CudaError& error) {
       return {std::make_unique<CpuEngine>(Precision::float32),
               std::string("CPU engine (auto: the CUDA engine failed to start: ") + error.what() + ")"};

@@ -79,13 +79,19 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     summary.interactions += report.counts;
   };
 
+  const auto measureOutput = [&](double time) {
+    if (callbacks.outputPotentials) callbacks.outputPotentials(p);
+    return measureDiagnostics(p, time);
+  };
+
   account(leapfrog.initialize(p));
-  summary.initial = measureDiagnostics(p, 0.0);
+  summary.initial = measureOutput(0.0);
   summary.final = summary.initial;
   std::uint64_t outputIndex = 0;
   if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
   ++outputIndex;
 
+  double latestEnergy = summary.initial.total;  ///< for the progress report
   OutputSchedule schedule(params.outputInterval, params.dt);
   for (std::uint64_t step = 1; step <= numSteps; ++step) {
     account(leapfrog.step(p));
@@ -93,24 +99,26 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     // Evaluated for every step so the schedule advances even when the final step forces an output anyway.
     const bool scheduled = schedule.isDueAndAdvance(step);
     const bool isOutput = scheduled || step == numSteps;
-    if (isOutput || callbacks.onProgress) {
-      const Diagnostics now = measureDiagnostics(p, leapfrog.time());
+    const bool measureEveryStep = callbacks.onProgress && !callbacks.outputPotentials;
+    if (isOutput || measureEveryStep) {
+      const Diagnostics now = isOutput ? measureOutput(leapfrog.time()) : measureDiagnostics(p, leapfrog.time());
+      latestEnergy = now.total;
       if (isOutput) {
         summary.final = now;
         if (callbacks.onOutput) callbacks.onOutput(p, now, outputIndex);
         ++outputIndex;
       }
-      if (callbacks.onProgress) {
-        ProgressInfo info;
-        info.step = step;
-        info.totalSteps = numSteps;
-        info.time = leapfrog.time();
-        info.tEnd = params.tEnd;
-        info.elapsedSeconds = wall.seconds();
-        info.etaSeconds = info.elapsedSeconds / static_cast<double>(step) * static_cast<double>(numSteps - step);
-        info.relativeEnergyError = relativeEnergyError(now.total, summary.initial.total);
-        callbacks.onProgress(info);
-      }
+    }
+    if (callbacks.onProgress) {
+      ProgressInfo info;
+      info.step = step;
+      info.totalSteps = numSteps;
+      info.time = leapfrog.time();
+      info.tEnd = params.tEnd;
+      info.elapsedSeconds = wall.seconds();
+      info.etaSeconds = info.elapsedSeconds / static_cast<double>(step) * static_cast<double>(numSteps - step);
+      info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
+      callbacks.onProgress(info);
     }
   }
 

@@ -372,6 +372,42 @@ TEST_F(Cli, CompareRejectsBadSweepsAndSamples) {
   expectOneLineError("compare -n 100 --config sweep.toml", "theta");
 }
 
+TEST_F(Cli, DiagnosticPotentialsComeFromADirectSumWhenAskedOrCheap) {
+  // With direct potentials a tree run measures the energy a direct-summation run of the same bodies measures (both
+  // float engines; to their rounding); with the tree's own potentials it carries the tree's potential error.
+  const std::string args =
+      "run -n 2000 --dt 0.015625 --t-end 0.015625 --output-interval 0.015625 --engine cpu "
+      "--theta 0.9 --json";
+  const Result direct = matcha(args + " --solver direct --out d");
+  const Result treeWithDirect = matcha(args + " --diagnostic-potential direct --out t1");
+  const Result treeOwn = matcha(args + " --diagnostic-potential solver --out t2");
+  const Result treeAuto = matcha(args + " --out t3");
+  for (const Result* result : {&direct, &treeWithDirect, &treeOwn, &treeAuto}) {
+    ASSERT_EQ(result->exitCode, 0) << result->err;
+  }
+  const auto summary = [](const Result& result) { return nlohmann::json::parse(result.out); };
+  EXPECT_EQ(summary(direct)["diagnostic_potential"], "solver");  // already direct
+  EXPECT_EQ(summary(treeWithDirect)["diagnostic_potential"], "direct");
+  EXPECT_EQ(summary(treeOwn)["diagnostic_potential"], "solver");
+  EXPECT_EQ(summary(treeAuto)["diagnostic_potential"], "direct") << "2000 bodies are cheap on the CPU";
+  EXPECT_GT(summary(treeWithDirect)["diagnostic_seconds"].get<double>(), 0.0);
+
+  const double exact = summary(direct)["initial_energy"].get<double>();
+  const auto relativeTo = [exact](const Result& result) {
+    return std::abs(nlohmann::json::parse(result.out)["initial_energy"].get<double>() - exact) / std::abs(exact);
+  };
+  EXPECT_LT(relativeTo(treeWithDirect), 1e-6);
+  EXPECT_EQ(summary(treeAuto)["initial_energy"], summary(treeWithDirect)["initial_energy"]);
+  EXPECT_GT(relativeTo(treeOwn), 10 * relativeTo(treeWithDirect));
+  EXPECT_NE(readFile(dir_ / "t1" / "diagnostics.log").find("potentials from direct summation"), std::string::npos);
+
+  // Past the CPU's cheap size, auto keeps the tree's potentials (a zero-length run: one force call).
+  const Result large = matcha("run -n 8193 --t-end 0 --engine cpu --json --out big");
+  ASSERT_EQ(large.exitCode, 0) << large.err;
+  EXPECT_EQ(summary(large)["diagnostic_potential"], "solver");
+  expectOneLineError("run -n 100 --diagnostic-potential exact", "--diagnostic-potential");
+}
+
 TEST_F(Cli, DirectSolverRunConservesEnergy) {
   // Softening 0.05 keeps 256 bodies collisionless over these 4 steps of 1/64: leapfrog then errs ~ (dt/t_dyn)^2.
   const Result result = matcha(std::string(kTinyRun) + " --eps 0.05 --solver direct --engine cpu --out d --json");

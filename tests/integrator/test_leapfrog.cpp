@@ -496,6 +496,62 @@ TEST(RunLeapfrog, ProgressAfterEveryStep) {
   EXPECT_EQ(run.progress.back().relativeEnergyError, run.summary.relativeEnergyError);
 }
 
+TEST(RunLeapfrog, OutputPotentialsReplaceTheSolversAtOutputsOnly) {
+  // The hook writes a potential the solver never gives (-(1 + number of calls so far) per body), so every diagnostic
+  // shows which potentials it used; the trajectory must be the one without the hook, bit for bit.
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 8.0;
+  params.tEnd = 1.0;
+  params.outputInterval = 0.25;
+
+  Particles plain = TwoBody{}.make();
+  KeplerSolver plainSolver;
+  const mi::RunSummary reference = mi::runLeapfrog(plain, plainSolver, params, {});
+
+  Particles p = TwoBody{}.make();
+  KeplerSolver solver;
+  int hookCalls = 0;
+  std::vector<double> outputPotentialEnergies;
+  std::vector<double> progressErrors;
+  mi::RunCallbacks callbacks;
+  callbacks.outputPotentials = [&hookCalls](Particles& bodies) {
+    ++hookCalls;
+    for (double& pot : bodies.pot) pot = -double(hookCalls);
+  };
+  callbacks.onOutput = [&](const Particles& bodies, const mi::Diagnostics& d, std::uint64_t) {
+    EXPECT_EQ(bodies.pot[0], -double(hookCalls)) << "the snapshot carries the hook's potentials";
+    outputPotentialEnergies.push_back(d.potential);
+  };
+  callbacks.onProgress = [&progressErrors](const mi::ProgressInfo& info) {
+    progressErrors.push_back(info.relativeEnergyError);
+  };
+  const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
+
+  EXPECT_EQ(hookCalls, 5);  // t = 0, 0.25, 0.5, 0.75, 1
+  const double totalMass = p.mass[0] + p.mass[1];
+  ASSERT_EQ(outputPotentialEnergies.size(), 5u);
+  for (std::size_t k = 0; k < outputPotentialEnergies.size(); ++k) {
+    EXPECT_DOUBLE_EQ(outputPotentialEnergies[k], -0.5 * totalMass * double(k + 1));
+  }
+  EXPECT_DOUBLE_EQ(summary.initial.potential, -0.5 * totalMass);
+  EXPECT_DOUBLE_EQ(summary.final.potential, -2.5 * totalMass);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(p.x[i], plain.x[i]);
+    EXPECT_EQ(p.y[i], plain.y[i]);
+    EXPECT_EQ(p.vx[i], plain.vx[i]);
+    EXPECT_EQ(p.vy[i], plain.vy[i]);
+    EXPECT_EQ(p.ax[i], plain.ax[i]);
+  }
+  EXPECT_EQ(summary.initial.kinetic, reference.initial.kinetic);
+  EXPECT_EQ(summary.final.kinetic, reference.final.kinetic);
+  // Progress reports the latest output's error: unchanged between outputs (steps 1, 3, 5, 7 repeat the previous).
+  ASSERT_EQ(progressErrors.size(), 8u);
+  EXPECT_EQ(progressErrors[0], 0.0);
+  EXPECT_EQ(progressErrors[2], progressErrors[1]);
+  EXPECT_NE(progressErrors[3], progressErrors[2]);
+  EXPECT_EQ(progressErrors[7], summary.relativeEnergyError);
+}
+
 TEST(RunLeapfrog, AcceptsEndTimesThatAreMultiplesUpToRounding) {
   // 0.3 / 0.1 = 2.9999999999999996 in double: three steps, not an error.
   const RecordedRun run = recordRun(0.1, 0.3, 0.1);

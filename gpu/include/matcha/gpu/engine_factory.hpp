@@ -64,6 +64,7 @@ bool cudaEngineBuilt();
 struct EngineChoice {
   std::unique_ptr<NearFieldEngine> engine;
   std::string reason;  ///< one line saying what was chosen and why, for the run log
+  bool onGpu = false;  ///< the CUDA engine (for cost rules: a direct sum there is ~1000x cheaper than on the CPU)
 };
 
 /// `cpu`: the float CPU engine. `cuda`: the CUDA engine, or InputError when none can be used. `automatic`: CUDA when

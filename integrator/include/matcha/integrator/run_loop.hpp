@@ -21,7 +21,7 @@ struct ProgressInfo {
   double tEnd = 0.0;                 ///< simulation end time
   double elapsedSeconds = 0.0;       ///< wall time since the run started (first force call included)
   double etaSeconds = 0.0;           ///< elapsed / step * (totalSteps - step)
-  double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now (see relativeEnergyError)
+  double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now, or at the latest output (RunCallbacks::outputPotentials)
 };
 
 struct RunCallbacks {
@@ -30,6 +30,12 @@ struct RunCallbacks {
   std::function<void(const Particles&, const Diagnostics&, std::uint64_t outputIndex)> onOutput;
   /// Called after every step; the caller throttles printing.
   std::function<void(const ProgressInfo&)> onProgress;
+  /// Optional: called before the diagnostics of every output (t = 0 and the end included) to overwrite p.pot with
+  /// potentials more accurate than the solver's, e.g. a direct sum while the run uses a tree (whose potential error
+  /// dominates the measured |dE/E| at small dt). It must change nothing but pot: not the order, positions,
+  /// velocities or accelerations (the next kick uses them). With it set, onProgress reports the latest output's
+  /// energy error rather than one measured every step, which would mix the two kinds of potential.
+  std::function<void(Particles&)> outputPotentials;
 };
 
 struct RunSummary {
@@ -47,8 +53,8 @@ struct RunSummary {
 /// Runs KDK leapfrog from t = 0 to params.tEnd with step params.dt: one initial force call, then round(tEnd / dt)
 /// steps. Output k (k = 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from
 /// k so that no drift accumulates); outputs that would fall on the same step are merged, and the final step is
-/// always an output. Diagnostics are measured at every output and, when onProgress is set, after every step (one
-/// O(N) pass).
+/// always an output. Diagnostics are measured at every output (after callbacks.outputPotentials, when set) and, when
+/// onProgress is set without outputPotentials, after every step (one O(N) pass).
 ///
 /// @param p          in/out: the initial state, advanced to tEnd; may be reordered by the solver (ids survive)
 /// @param solver     in: gravity
