@@ -169,6 +169,47 @@ __device__ __forceinline__ Real nearPairThreshold(Real xi, Real yi, Real zi, Rea
   }
 }
 
+/// The fast path over a tile's share: clears acc.tile and sums `kEntries` sources, every kStride-th one from
+/// `first`, against the thread's bodies with accumulatePairInteractionUnchecked. With kMins = 1 or kBodies it also
+/// keeps the smallest r^2 + eps^2 over the thread's bodies or per body (one FMNMX per pair; a ?: select would cost a
+/// compare and a select), for evaluateTile's near-pair search; with kMins = 0 it keeps nothing else.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, int kMins>
+__device__ __forceinline__ void sumTilePairs(const typename Packed4<Real>::type* tile, int first,
+                                             const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                             const Real (&zi)[kBodies], Real eps2, Accumulators<Real, kBodies>& acc,
+                                             Real (&minSoftenedR2)[kMins > 0 ? kMins : 1]) {
+  acc.clearTile();
+#pragma unroll
+  for (int k = 0; k < kMins; ++k) minSoftenedR2[k] = Real(3.0e38);
+#pragma unroll kUnroll
+  for (int j = 0; j < kEntries; ++j) {
+    const auto source = tile[first + j * kStride];
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) {
+      const Real softenedR2 =
+          accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
+                                                   acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
+      if constexpr (kMins > 0) {
+        Real& minimum = minSoftenedR2[kMins == 1 ? 0 : k];
+        minimum = fmin(minimum, softenedR2);
+      }
+    }
+  }
+}
+
+/// A tile for which the caller has shown that no pair is at zero distance, close or strong for any of the thread's
+/// bodies (softenedR2LowerBound for the direct kernel, the warp's near-source vote for plans): the fast path alone.
+/// It leaves out the FMNMX per pair that evaluateTile needs to find such pairs, one of the ~15 instructions an
+/// interaction issues, and gives the same sums as evaluateTile would (that tile would not be evaluated again).
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+__device__ __forceinline__ void evaluateFarTile(const typename Packed4<Real>::type* tile, int first,
+                                                const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                                const Real (&zi)[kBodies], Real eps2,
+                                                Accumulators<Real, kBodies>& acc) {
+  Real noMinimum[1];
+  sumTilePairs<Real, kBodies, kEntries, kStride, kUnroll, 0>(tile, first, xi, yi, zi, eps2, acc, noMinimum);
+}
+
 /// Evaluates `kEntries` sources of the shared-memory tile, every kStride-th one starting at `first`, against the
 /// thread's kBodies i-bodies. The fast path (accumulatePairInteractionUnchecked) keeps the smallest r^2 + eps^2 with
 /// one FMNMX per pair: per body (kPerBodyMin; registers permitting) or over all the thread's bodies. A body whose
@@ -185,22 +226,8 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
                                              const Real (&zi)[kBodies], Real eps2, const Rule& rule,
                                              Accumulators<Real, kBodies>& acc, const ExactSource& exactSource) {
   constexpr int kMins = kPerBodyMin ? kBodies : 1;
-  acc.clearTile();
   Real minSoftenedR2[kMins];
-#pragma unroll
-  for (int k = 0; k < kMins; ++k) minSoftenedR2[k] = Real(3.0e38);
-#pragma unroll kUnroll
-  for (int j = 0; j < kEntries; ++j) {
-    const auto source = tile[first + j * kStride];
-#pragma unroll
-    for (int k = 0; k < kBodies; ++k) {
-      Real& minimum = minSoftenedR2[kPerBodyMin ? k : 0];
-      // one FMNMX: a ?: select costs a compare and a select
-      minimum = fmin(minimum, accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k],
-                                                                       source.z - zi[k], source.w, eps2, acc.tile[0][k],
-                                                                       acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]));
-    }
-  }
+  sumTilePairs<Real, kBodies, kEntries, kStride, kUnroll, kMins>(tile, first, xi, yi, zi, eps2, acc, minSoftenedR2);
   constexpr bool accurate = std::is_same_v<Real, float> && Rule::accurate;
   const auto thresholdOf = [&](int k) { return nearPairThreshold<Real, Rule>(xi[k], yi[k], zi[k], eps2); };
   if constexpr (!kPerBodyMin) {
@@ -253,27 +280,6 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
         accumulatePairInteraction<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
                                         acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
       }
-    }
-  }
-}
-
-/// A tile for which the caller has shown that no pair is at zero distance, close or strong for any of the thread's
-/// bodies (softenedR2LowerBound for the direct kernel, the warp's near-source vote for plans): the fast path alone.
-/// It leaves out the FMNMX per pair that evaluateTile needs to find such pairs, one of the ~15 instructions an
-/// interaction issues, and gives the same sums as evaluateTile would (that tile would not be evaluated again).
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
-__device__ __forceinline__ void evaluateFarTile(const typename Packed4<Real>::type* tile, int first,
-                                                const Real (&xi)[kBodies], const Real (&yi)[kBodies],
-                                                const Real (&zi)[kBodies], Real eps2,
-                                                Accumulators<Real, kBodies>& acc) {
-  acc.clearTile();
-#pragma unroll kUnroll
-  for (int j = 0; j < kEntries; ++j) {
-    const auto source = tile[first + j * kStride];
-#pragma unroll
-    for (int k = 0; k < kBodies; ++k) {
-      accumulatePairInteractionUnchecked<Real>(source.x - xi[k], source.y - yi[k], source.z - zi[k], source.w, eps2,
-                                               acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
     }
   }
 }
