@@ -347,6 +347,12 @@ struct CudaEngine::Impl {
     reserveOutputs(n);
     if (splits > 1) partial.reserve(std::size_t(splits) * n);
     tileBoxes.reserve(6 * std::size_t(numTiles));
+    constexpr bool kIsFloat = std::is_same_v<Real, float>;
+    if constexpr (kIsFloat) {
+      if (splits > 1) partialMagnitude.reserve(std::size_t(splits) * n);
+      cancelledBodies.reserve(n + 1);
+      MATCHA_CUDA_CHECK(cudaMemsetAsync(cancelledBodies.data(), 0, sizeof(std::uint32_t), stream.get()));
+    }
 
     detail::DirectArgs<Real> args{};
     args.sources = {sourceX.data(), sourceY.data(), sourceZ.data(), sourceMass.data()};
@@ -358,6 +364,8 @@ struct CudaEngine::Impl {
     args.out = deviceForces();
     args.partial = splits > 1 ? partial.data() : nullptr;
     args.tileBoxes = tileBoxes.data();
+    args.partialMagnitude = kIsFloat && splits > 1 ? partialMagnitude.data() : nullptr;
+    args.cancelledBodies = kIsFloat ? cancelledBodies.data() : nullptr;
 
     kernelsStart.record(stream.get());
     detail::launchTileBoxes(args.sources, numBodies, variant->tile, tileBoxes.data(), stream.get());
@@ -365,12 +373,22 @@ struct CudaEngine::Impl {
     variant->launch(dim3(rowBlocks, splits), stream.get(), args);
     MATCHA_CUDA_CHECK_LAUNCH("directKernel", config.synchronizeAfterLaunch);
     if (splits > 1) {
-      detail::launchCombineSplits(partial.data(), splits, numBodies, gravity.G, deviceForces(), stream.get());
+      detail::launchCombineSplits(partial.data(), args.partialMagnitude, splits, numBodies, gravity.G, deviceForces(),
+                                  args.cancelledBodies, stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("combineSplitsKernel", config.synchronizeAfterLaunch);
+    }
+    if constexpr (kIsFloat) {
+      detail::launchSumCancelledBodiesInDouble(args.sources, numBodies, cancelledBodies.data(), gravity.eps2(),
+                                               gravity.G, deviceForces(), selection.numSMs, stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("sumCancelledBodiesInDoubleKernel", config.synchronizeAfterLaunch);
     }
     kernelsStop.record(stream.get());
     downloadRange(out, 0, n);
+    hostCancelledCount.reserve(1);
+    hostCancelledCount.data()[0] = 0;
+    if constexpr (kIsFloat) copyToHost(hostCancelledCount.data(), cancelledBodies.data(), 1);
     finishCall();
+    stats.bodiesSummedInDouble = hostCancelledCount.data()[0];
     stats.numTasks = std::uint64_t(rowBlocks) * splits;
     stats.numSplits = splits;
     stats.kernel =
@@ -602,7 +620,10 @@ struct CudaEngine::Impl {
   std::array<DeviceBuffer<double>, 7> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz, trace
   DeviceBuffer<double> outX, outY, outZ, outPot;
   DeviceBuffer<double4_16a> partial;
-  DeviceBuffer<double> tileBoxes;  ///< 6 per j-tile of the direct kernel
+  DeviceBuffer<double> tileBoxes;               ///< 6 per j-tile of the direct kernel
+  DeviceBuffer<float> partialMagnitude;         ///< float direct sums: DirectArgs::partialMagnitude
+  DeviceBuffer<std::uint32_t> cancelledBodies;  ///< float direct sums: count, then bodies (appendToBodyList)
+  PinnedBuffer<std::uint32_t> hostCancelledCount;
   DeviceBuffer<double> groupCentres;
   DeviceBuffer<uint2> bodyRanges;
   DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellListOffsets, cellList, listBodyOffsets, expandedBodies, taskCounter;

@@ -7,22 +7,66 @@
 
 namespace matcha::gpu::detail {
 
-__global__ void combineSplitsKernel(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies,
-                                    double G, DeviceForces out) {
+__global__ void combineSplitsKernel(const double4_16a* partial, const float* partialMagnitude, std::uint32_t numSplits,
+                                    std::uint32_t numBodies, double G, DeviceForces out,
+                                    std::uint32_t* cancelledBodies) {
   const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= numBodies) return;
   double sum[4] = {0.0, 0.0, 0.0, 0.0};
+  double magnitude = 0.0;
   for (std::uint32_t s = 0; s < numSplits; ++s) {
     const double4_16a p = partial[std::size_t(s) * numBodies + i];
     sum[0] += p.x;
     sum[1] += p.y;
     sum[2] += p.z;
     sum[3] += p.w;
+    if (partialMagnitude != nullptr) magnitude += partialMagnitude[std::size_t(s) * numBodies + i];
   }
   out.ax[i] = G * sum[0];
   out.ay[i] = G * sum[1];
   out.az[i] = G * sum[2];
   out.pot[i] = G * sum[3];
+  if (partialMagnitude != nullptr && floatSumCancelled(sum[0], sum[1], sum[2], magnitude)) {
+    appendToBodyList(cancelledBodies, i);
+  }
+}
+
+__global__ void __launch_bounds__(kCancelledSumThreads)
+    sumCancelledBodiesInDoubleKernel(DeviceSoA sources, std::uint32_t numBodies, const std::uint32_t* cancelledBodies,
+                                     double eps2, double G, DeviceForces out) {
+  __shared__ double warpSums[kCancelledSumThreads / 32][4];
+  const std::uint32_t count = cancelledBodies[0];
+  for (std::uint32_t entry = blockIdx.x; entry < count; entry += gridDim.x) {
+    const std::uint32_t i = cancelledBodies[1 + entry];
+    const double xi = sources.x[i], yi = sources.y[i], zi = sources.z[i];
+    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    for (std::uint32_t j = threadIdx.x; j < numBodies; j += blockDim.x) {
+      accumulatePairInteraction<double>(sources.x[j] - xi, sources.y[j] - yi, sources.z[j] - zi, sources.mass[j], eps2,
+                                        sum[0], sum[1], sum[2], sum[3]);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sum[c] += __shfl_xor_sync(0xffffffffu, sum[c], offset);
+    }
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) warpSums[threadIdx.x / 32][c] = sum[c];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double total[4] = {0.0, 0.0, 0.0, 0.0};
+      for (int w = 0; w < kCancelledSumThreads / 32; ++w) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) total[c] += warpSums[w][c];
+      }
+      out.ax[i] = G * total[0];
+      out.ay[i] = G * total[1];
+      out.az[i] = G * total[2];
+      out.pot[i] = G * total[3];
+    }
+    __syncthreads();  // warpSums is reused by the next entry
+  }
 }
 
 __global__ void tileBoxesKernel(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes) {
@@ -68,11 +112,20 @@ void launchTileBoxes(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t t
   tileBoxesKernel<<<numBlocks, kThreads, 0, stream>>>(sources, numBodies, tile, boxes);
 }
 
-void launchCombineSplits(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies, double G,
-                         DeviceForces out, cudaStream_t stream) {
+void launchCombineSplits(const double4_16a* partial, const float* partialMagnitude, std::uint32_t numSplits,
+                         std::uint32_t numBodies, double G, DeviceForces out, std::uint32_t* cancelledBodies,
+                         cudaStream_t stream) {
   constexpr unsigned kThreads = 256;
-  combineSplitsKernel<<<(numBodies + kThreads - 1) / kThreads, kThreads, 0, stream>>>(partial, numSplits, numBodies, G,
-                                                                                      out);
+  combineSplitsKernel<<<(numBodies + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      partial, partialMagnitude, numSplits, numBodies, G, out, cancelledBodies);
+}
+
+void launchSumCancelledBodiesInDouble(DeviceSoA sources, std::uint32_t numBodies, const std::uint32_t* cancelledBodies,
+                                      double eps2, double G, DeviceForces out, int numSMs, cudaStream_t stream) {
+  // The count lives on the device: blocks without a listed body return at once.
+  const unsigned numBlocks = std::max(1, 2 * numSMs);
+  sumCancelledBodiesInDoubleKernel<<<numBlocks, kCancelledSumThreads, 0, stream>>>(sources, numBodies, cancelledBodies,
+                                                                                   eps2, G, out);
 }
 
 namespace {

@@ -30,8 +30,12 @@ std::span<const DirectVariant<Real>> directVariants();
 void launchTileBoxes(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes,
                      cudaStream_t stream);
 
-void launchCombineSplits(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies, double G,
-                         DeviceForces out, cudaStream_t stream);
+void launchCombineSplits(const double4_16a* partial, const float* partialMagnitude, std::uint32_t numSplits,
+                         std::uint32_t numBodies, double G, DeviceForces out, std::uint32_t* cancelledBodies,
+                         cudaStream_t stream);
+
+void launchSumCancelledBodiesInDouble(DeviceSoA sources, std::uint32_t numBodies, const std::uint32_t* cancelledBodies,
+                                      double eps2, double G, DeviceForces out, int numSMs, cudaStream_t stream);
 
 template <class Real>
 struct PlanVariant {

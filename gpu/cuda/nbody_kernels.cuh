@@ -27,6 +27,9 @@
 //    with the checked accumulatePairInteraction, only for a thread whose tile held a zero-distance pair (its own
 //    body, a coincident body) or, in direct plans, a close or strong pair: a few tiles per i-body in direct
 //    summation, about one tile per group in a plan (evaluateTile).
+//  - Direct summation also adds up what each body's float partial sums summed; a body whose sums cancelled (its |a|
+//    a small fraction of that, pair_interaction.hpp: floatSumCancelled) is summed again, whole, in double by
+//    sumCancelledBodiesInDoubleKernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -102,6 +105,9 @@ struct Accumulators {
   double total[4][kBodies];
   Real bag[4][kBodies];
   Real tile[4][kBodies];
+  /// What the float partial sums added into `total` summed, |x| + |y| + |z| of each (pair_interaction.hpp:
+  /// floatSumCancelled); kept by the callers that pass kTrackMagnitude, dead code for the others.
+  Real floatMagnitude[kBodies];
 
   __device__ __forceinline__ void clearAll() {
 #pragma unroll
@@ -112,6 +118,13 @@ struct Accumulators {
         bag[c][k] = Real(0);
       }
     }
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) floatMagnitude[k] = Real(0);
+  }
+  /// floatMagnitude += |x| + |y| + |z| of the partial sums `sums` (tile or bag), about to be added into `total`.
+  __device__ __forceinline__ void addMagnitudeOf(const Real (&sums)[4][kBodies]) {
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) floatMagnitude[k] += fabs(sums[0][k]) + fabs(sums[1][k]) + fabs(sums[2][k]);
   }
   __device__ __forceinline__ void clearTile() {
 #pragma unroll
@@ -127,7 +140,9 @@ struct Accumulators {
       for (int k = 0; k < kBodies; ++k) bag[c][k] += tile[c][k];
     }
   }
+  template <bool kTrackMagnitude = false>
   __device__ __forceinline__ void flushBag() {
+    if constexpr (kTrackMagnitude) addMagnitudeOf(bag);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
 #pragma unroll
@@ -326,10 +341,13 @@ __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Re
 }
 
 /// Adds the tile sums into the bag and flushes the bag every kFlushTiles tiles (Real = double: straight into the
-/// total).
-template <class Real, int kBodies, int kFlushTiles>
+/// total). kTrackMagnitude (float): also adds what each float partial sum going into the total summed into
+/// acc.floatMagnitude.
+template <class Real, int kBodies, int kFlushTiles, bool kTrackMagnitude = false>
 __device__ __forceinline__ void accumulateTile(Accumulators<Real, kBodies>& acc, int& tilesInBag) {
+  constexpr bool kTrack = kTrackMagnitude && std::is_same_v<Real, float>;
   if constexpr (std::is_same_v<Real, double> || kFlushTiles == 1) {
+    if constexpr (kTrack) acc.addMagnitudeOf(acc.tile);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
 #pragma unroll
@@ -338,7 +356,7 @@ __device__ __forceinline__ void accumulateTile(Accumulators<Real, kBodies>& acc,
   } else {
     acc.addTileToBag();
     if (++tilesInBag == kFlushTiles) {
-      acc.flushBag();
+      acc.template flushBag<kTrack>();
       tilesInBag = 0;
     }
   }
@@ -384,8 +402,9 @@ struct DirectShape {
   /// A thread's share of a tile is summed in float partial sums of at most kDirectPartialSumTerms pairs, each added
   /// into the double total. In Hilbert order the tiles next to a body hold its neighbours, whose large terms pull the
   /// same way, and the rounding of a long float sum of them grows as its length^1.5. E_max at N = 2^17 on an H100
-  /// (auto shape, p = 256): 2.9e-6 with 256-term sums (one seed), 1.2e-6..2.4e-6 with 128 (four seeds),
-  /// 0.75e-6..1.8e-6 with 64 (seven of eight seeds; one gave 5.3e-6), which costs 3.5% at N = 2^20.
+  /// (auto shape, p = 256), before the cancellation rule (floatSumCancelled): 2.9e-6 with 256-term sums (one seed),
+  /// 1.2e-6..2.4e-6 with 128 (four seeds), 0.75e-6..1.8e-6 with 64 (seven of eight seeds; one gave 5.3e-6), which
+  /// costs 3.5% at N = 2^20.
   static constexpr int subTiles =
       entriesPerThread > kDirectPartialSumTerms ? entriesPerThread / kDirectPartialSumTerms : 1;
   static constexpr int entriesPerSubTile = entriesPerThread / subTiles;
@@ -424,7 +443,17 @@ struct DirectArgs {
   DeviceForces out;         ///< written (times G) when gridDim.y == 1
   double4_16a* partial;     ///< [split * numBodies + i], sums without G, when gridDim.y > 1
   const double* tileBoxes;  ///< 6 per j-tile: min x, y, z, max x, y, z of its bodies (tileBoxesKernel)
+  /// float only (null for double): what body i's float partial sums summed, [split * numBodies + i] when
+  /// gridDim.y > 1, and the bodies whose float sums cancelled (floatSumCancelled) when gridDim.y == 1, as a
+  /// CancelledBodies list.
+  float* partialMagnitude;
+  std::uint32_t* cancelledBodies;
 };
+
+/// A list of body indices on the device: list[0] counts them, list[1 ..] holds them (capacity numBodies + 1).
+__device__ __forceinline__ void appendToBodyList(std::uint32_t* list, std::uint32_t i) {
+  list[1 + atomicAdd(list, 1u)] = i;
+}
 
 /// Mean position of the block's i-bodies; every thread gets it. `sum`/`count` hold the thread's own on entry.
 /// The mean, not the middle of the bounding box: for bodies in random order a block spans the whole system and its
@@ -574,19 +603,27 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
       for (int part = 0; part < Shape::subTiles; ++part) {
         evaluateFarTile<Real, kI, Shape::entriesPerSubTile, kQ, Shape::unroll>(
             tile, slice + part * Shape::entriesPerSubTile * kQ, xi, yi, zi, eps2, acc);
-        accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+        accumulateTile<Real, kI, Shape::flushTiles, true>(acc, tilesInBag);
       }
     } else {
 #pragma unroll
       for (int part = 0; part < Shape::subTiles; ++part) {
         evaluateTile<Real, kI, Shape::entriesPerSubTile, kQ, Shape::unroll, true>(
             tile, slice + part * Shape::entriesPerSubTile * kQ, xi, yi, zi, eps2, rule, acc, exactSource);
-        accumulateTile<Real, kI, Shape::flushTiles>(acc, tilesInBag);
+        accumulateTile<Real, kI, Shape::flushTiles, true>(acc, tilesInBag);
       }
     }
   }
-  if constexpr (!std::is_same_v<Real, double> && Shape::flushTiles > 1) acc.flushBag();
+  constexpr bool kIsFloat = std::is_same_v<Real, float>;
+  if constexpr (kIsFloat && Shape::flushTiles > 1) acc.template flushBag<true>();
   acc.template reduceOverLanes<kQ>();
+  if constexpr (kIsFloat) {
+#pragma unroll
+    for (int offset = kQ / 2; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int k = 0; k < kI; ++k) acc.floatMagnitude[k] += __shfl_xor_sync(0xffffffffu, acc.floatMagnitude[k], offset);
+    }
+  }
 
   if (slice != 0) return;  // no barrier follows
 #pragma unroll
@@ -598,9 +635,13 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
       args.out.ay[i] = args.G * acc.total[1][k];
       args.out.az[i] = args.G * acc.total[2][k];
       args.out.pot[i] = args.G * acc.total[3][k];
+      if (kIsFloat && floatSumCancelled(acc.total[0][k], acc.total[1][k], acc.total[2][k], acc.floatMagnitude[k])) {
+        appendToBodyList(args.cancelledBodies, i);
+      }
     } else {
       args.partial[std::size_t(blockIdx.y) * numBodies + i] =
           double4_16a{acc.total[0][k], acc.total[1][k], acc.total[2][k], acc.total[3][k]};
+      if constexpr (kIsFloat) args.partialMagnitude[std::size_t(blockIdx.y) * numBodies + i] = acc.floatMagnitude[k];
     }
   }
 }
@@ -609,9 +650,19 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
 /// tile, grid-stride): the direct kernel's far-tile test.
 __global__ void tileBoxesKernel(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes);
 
-/// out[i] = G * sum over splits of partial[s * numBodies + i], splits added in order (deterministic).
-__global__ void combineSplitsKernel(const double4_16a* partial, std::uint32_t numSplits, std::uint32_t numBodies,
-                                    double G, DeviceForces out);
+/// out[i] = G * sum over splits of partial[s * numBodies + i], splits added in order (deterministic). With
+/// `partialMagnitude` (float sums), also appends the bodies whose float sums cancelled to `cancelledBodies`.
+__global__ void combineSplitsKernel(const double4_16a* partial, const float* partialMagnitude, std::uint32_t numSplits,
+                                    std::uint32_t numBodies, double G, DeviceForces out,
+                                    std::uint32_t* cancelledBodies);
+
+/// Overwrites out[i] with G times the direct sum over every source in double, for each body i of the list
+/// `cancelledBodies` (appendToBodyList): the second, double evaluation of floatSumCancelled. One block per listed
+/// body (grid-stride); its threads split the sources.
+inline constexpr int kCancelledSumThreads = 1024;  ///< short per-thread chains: the sum is latency-bound
+__global__ void __launch_bounds__(kCancelledSumThreads)
+    sumCancelledBodiesInDoubleKernel(DeviceSoA sources, std::uint32_t numBodies, const std::uint32_t* cancelledBodies,
+                                     double eps2, double G, DeviceForces out);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Group x list: evaluating an InteractionPlan

@@ -27,7 +27,7 @@ constexpr std::size_t kTileSize = 128;
 
 /// A group's interaction list, relative to the group centre c, padded to whole tiles:
 ///  - sources: list bodies, and the cells too when they are monopoles, as (x, y, z, mass) with x = Real(x_j - c),
-///    and, for plans with accurateNearPairs only, the same in double for the tiles evaluated again in double
+///    and, for plans with accurateNearPairs only, the same in double for the tiles and bodies evaluated again in double
 ///    (pair_interaction.hpp: closePairThreshold);
 ///  - quadrupole cells: (x, y, z, mass) of the centre of mass and the six tensor components.
 template <class Real>
@@ -135,6 +135,7 @@ template <class Real>
     // first pass already applies the self-term rule.
     const bool secondPass = std::is_same_v<Real, float> && plan.accurateNearPairs;
     const Real threshold = secondPass ? closePairThreshold(xi, yi, zi, eps2) : Real(0);
+    double floatMagnitude = 0.0;  // what the float sums summed (pair_interaction.hpp: floatSumCancelled)
     for (std::size_t tile = 0; tile < numSourcesPadded; tile += kTileSize) {
       Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
       Real minSoftenedR2 = std::numeric_limits<Real>::max();
@@ -157,6 +158,7 @@ template <class Real>
           } else {
             Real pairAx = 0, pairAy = 0, pairAz = 0, pairPot = 0;
             accumulatePairInteraction<Real>(dx, dy, dz, jm[j], eps2, pairAx, pairAy, pairAz, pairPot);
+            floatMagnitude += std::fabs(pairAx) + std::fabs(pairAy) + std::fabs(pairAz);
             ax += pairAx;
             ay += pairAy;
             az += pairAz;
@@ -164,10 +166,19 @@ template <class Real>
           }
         }
       }
+      floatMagnitude += std::fabs(tileAx) + std::fabs(tileAy) + std::fabs(tileAz);
       ax += tileAx;
       ay += tileAy;
       az += tileAz;
       pot += tilePot;
+    }
+    if (secondPass && floatSumCancelled(ax, ay, az, floatMagnitude)) {
+      // The float sums cancelled (the CUDA twin's rule): the whole list again in double.
+      ax = ay = az = pot = 0.0;
+      for (std::size_t j = 0; j < numSourcesPadded; ++j) {
+        accumulatePairInteraction<double>(list.exactX[j] - dxi, list.exactY[j] - dyi, list.exactZ[j] - dzi,
+                                          list.exactMass[j], gravity.eps2(), ax, ay, az, pot);
+      }
     }
     for (std::size_t tile = 0; tile < numCellsPadded; tile += kTileSize) {
       Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;

@@ -251,12 +251,13 @@ TEST_P(CpuEngineBothPrecisions, DirectWritesEveryOutput) {
 }
 
 // Float direct summation at the Chamomile level: the close and strong pairs are evaluated again in double
-// (pair_interaction.hpp: closePairThreshold), in any body order. The target, E_max <= 2e-6 at N = 2^17, is
-// checked on the GPU (CudaEngineTest.DirectEmaxOnPlummer131072) and was measured for this engine in bench/RESULTS.md;
-// here N = 16384 keeps the test short, and its bodies are 8x heavier, so a strong pair weighs 8x more against a_i:
-// measured 0.61e-6..0.87e-6 in three seeds and 4.4e-6 in one (seed 3984802214369302179, a CI run), in random order.
-// A maximum over the bodies has a heavy tail over seeds, so the bound sits above it; a lost tile or a float partial
-// sum that grew with N would still break it by orders of magnitude.
+// (pair_interaction.hpp: closePairThreshold) and bodies whose float sums cancelled are summed again in double
+// (floatSumCancelled), in any body order. The target, E_max <= 2e-6 at N = 2^17, is checked on the GPU
+// (CudaEngineTest.DirectEmaxOnPlummer131072); here N = 16384 keeps the test short, and its bodies are 8x heavier, so
+// a strong pair weighs 8x more against a_i. Measured in random order: 0.59e-6..1.5e-6 in five seeds, among them seed
+// 3984802214369302179 (a CI run), which gave 4.4e-6 before the cancellation rule. A maximum over the bodies has a
+// heavy tail over seeds, so the bound leaves a margin; a lost tile or a float partial sum that grew with N would still
+// break it by orders of magnitude.
 TEST(CpuEngineFloat, DirectEmaxNearTheChamomileLevel) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -277,7 +278,30 @@ TEST(CpuEngineFloat, DirectEmaxNearTheChamomileLevel) {
   }
   std::printf("E_max CPU float direct vs CPU double, Plummer N = 16384 (random order): %.3e\n  worst %s\n", emax,
               testing::describeCancellation(bodies, reference, worst, GravityParams{}).c_str());
-  EXPECT_LT(emax, 1e-5);
+  EXPECT_LT(emax, 5e-6);
+}
+
+// Body 0 of balancedPulls feels ~1/1000 of what its pulls sum to: float partial sums would leave it a relative error
+// of ~5e-6 (measured with the rule switched off: 5.0e-6..7.5e-6 in three seeds). The engine sums it again in double
+// (floatSumCancelled), so it matches the oracle to double rounding times the cancellation; the oracle itself matches
+// the residual body's pull.
+TEST(CpuEngineFloat, DirectSumsACancelledBodyAgainInDouble) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const Particles bodies = testing::balancedPulls(4098, seed);
+  Particles reference = bodies, single = bodies;
+  const GravityParams gravity;
+  CpuEngine(Precision::float64).evaluateDirect(reference.sources(), gravity, reference.forces());
+  CpuEngine(Precision::float32).evaluateDirect(single.sources(), gravity, single.forces());
+  const double d = testing::kBalancedPullsResidualDistance;
+  const double residualPull = gravity.G * bodies.mass.back() * d / std::pow(d * d + gravity.eps2(), 1.5);
+  EXPECT_NEAR(reference.ax[0], residualPull, 1e-10 * residualPull);
+  const double error =
+      std::hypot(single.ax[0] - reference.ax[0], single.ay[0] - reference.ay[0], single.az[0] - reference.az[0]) /
+      std::hypot(reference.ax[0], reference.ay[0], reference.az[0]);
+  std::printf("CPU float, body 0 of balanced pulls: relative error %.3e\n  %s\n", error,
+              testing::describeCancellation(bodies, reference, 0, gravity).c_str());
+  EXPECT_LT(error, 1e-9);
 }
 
 TEST(DirectSolver, RejectsNegativeSoftening) {

@@ -185,4 +185,18 @@ Particles slicedCube(std::size_t n, std::uint64_t seed) {
   return particles;
 }
 
+Particles balancedPulls(std::size_t n, std::uint64_t seed) {
+  if (n < 4 || n % 2 != 0) throw InputError("balanced pulls need an even number of bodies, at least 4");
+  Particles particles = uniformCube(n, seed);  // masses, ids; the first of each mirrored pair
+  particles.x[0] = particles.y[0] = particles.z[0] = 0.0;
+  for (std::size_t i = 2; i + 1 < n; i += 2) {
+    particles.x[i] = -particles.x[i - 1];
+    particles.y[i] = -particles.y[i - 1];
+    particles.z[i] = -particles.z[i - 1];
+  }
+  particles.x[n - 1] = kBalancedPullsResidualDistance;
+  particles.y[n - 1] = particles.z[n - 1] = 0.0;
+  return particles;
+}
+
 }  // namespace matcha::testing

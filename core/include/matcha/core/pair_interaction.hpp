@@ -131,6 +131,25 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closePairThreshold(T xi, T yi, T zi, T e
   return closeToCentre > strong ? closeToCentre : strong;
 }
 
+/// Which bodies the float engines sum a second time, whole, in double: those whose float sum cancelled.
+///
+/// A float partial sum errs by ~1e-8..1e-7 of what it sums, so a body's float error is set by the sum of the
+/// magnitudes of its float partial sums, M = sum over partial sums of |s_x| + |s_y| + |s_z|, not by its acceleration.
+/// Where the pulls cancel (near the centre of a system, or between two clumps) |a_i| is many times smaller than M and
+/// the relative error grows by that ratio: the one Plummer seed of eight whose float E_max missed the 2e-6 target
+/// (5.3e-6, N = 2^17) had a body whose terms summed to 500 times its |a|. A body with
+///     (|a_x| + |a_y| + |a_z|) * kCancellationRatio < M
+/// is summed again in double over every source. M is a lower bound of the sum of the pair magnitudes (the pairs of a
+/// partial sum cancel too, more so in random order), so the bodies left in float cancel by less than ~32-100 and keep
+/// ~1e-8 of that ratio. Measured on Plummer spheres of 2^17 bodies (H100, six seeds): 13-35 bodies qualified in
+/// Hilbert order and 0-2 in random order, and E_max fell to 3.1e-7..5.6e-7. Each costs one sum over every source in
+/// double, ~1/1000 of the whole float sum per 1000 bodies.
+/// The near pairs that closePairThreshold already sends to double do not count in M.
+inline constexpr double kCancellationRatio = 32.0;
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE bool floatSumCancelled(double ax, double ay, double az, double floatMagnitude) {
+  return (std::fabs(ax) + std::fabs(ay) + std::fabs(az)) * kCancellationRatio < floatMagnitude;
+}
+
 /// Traceless quadrupole of a cell, about its centre of mass, and the trace of its second moment (CellMultipoles).
 template <class T>
 struct Quadrupole {

@@ -54,7 +54,10 @@ struct CudaCallStats {
   std::uint64_t packedListBytes = 0;
   std::uint64_t numTasks = 0;   ///< warp tasks (plan) or thread blocks (direct)
   std::uint32_t numSplits = 0;  ///< direct summation: blocks per i-block along j
-  std::string kernel;           ///< which variant ran, e.g. "direct T128/I4/q1/p128 x2 splits"
+  /// Float direct summation: bodies whose float sums cancelled and were summed again in double (pair_interaction.hpp:
+  /// floatSumCancelled).
+  std::uint32_t bodiesSummedInDouble = 0;
+  std::string kernel;  ///< which variant ran, e.g. "direct T128/I4/q1/p128 x2 splits"
 };
 
 class CudaEngine final : public NearFieldEngine {

@@ -94,4 +94,15 @@ double sliceThickness(std::size_t n);
 /// @throws InputError for n < 3
 Particles slicedCube(std::size_t n, std::uint64_t seed);
 
+/// Where the residual body of balancedPulls sits: (kBalancedPullsResidualDistance, 0, 0).
+inline constexpr double kBalancedPullsResidualDistance = 0.3;
+
+/// The input where float direct summation loses digits to cancellation (pair_interaction.hpp: floatSumCancelled):
+/// body 0 at the origin, bodies [1, n - 1) in pairs mirrored through the origin (uniform in [-1, 1)^3, the second of a
+/// pair at exactly minus the first), whose pulls on body 0 cancel exactly, and body n - 1 at (0.3, 0, 0), the only
+/// net pull on body 0. For n ~ 4000 the pulls on body 0 sum in magnitude to ~1000 times that net pull. Masses 1/n,
+/// ids 0..n-1, zero velocities.
+/// @throws InputError for n < 4 or odd n (body 0, the mirrored pairs and the residual body make an even n)
+Particles balancedPulls(std::size_t n, std::uint64_t seed);
+
 }  // namespace matcha::testing
