@@ -100,7 +100,7 @@ int runSimulation(const CLI::App& command, const Options& options) {
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const std::string potentialSource =
       directPotentials
-          ? "direct summation at each output"
+          ? "direct summation at each output (the solver computes accelerations only)"
           : (options.solver == SolverKind::tree ? "the tree's (its force error enters W)" : "the solver's");
   info << "matcha run: " << particles.size() << " bodies from "
        << (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile)

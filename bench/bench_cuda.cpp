@@ -97,7 +97,15 @@ void reportRates(benchmark::State& state, const InteractionCounts& counts, doubl
   }
 }
 
-void runDirect(benchmark::State& state, Precision precision, std::size_t n, gpu::CudaDirectConfig shape) {
+/// The forces a benchmark asks for: with the potential, or accelerations only (ForceView::pot null).
+ForceView forcesOf(Particles& p, bool potential) {
+  ForceView view = p.forces();
+  if (!potential) view.pot = nullptr;
+  return view;
+}
+
+void runDirect(benchmark::State& state, Precision precision, std::size_t n, gpu::CudaDirectConfig shape,
+               bool potential) {
   CudaEngine& cuda = engine(precision);
   gpu::CudaKernelConfig config;
   config.autoDirect = false;
@@ -106,12 +114,12 @@ void runDirect(benchmark::State& state, Precision precision, std::size_t n, gpu:
   Particles p = plummer(n);
   {
     Particles warm = plummer(1024);  // loads this variant's module outside the timing
-    cuda.evaluateDirect(warm.sources(), GravityParams{}, warm.forces());
+    cuda.evaluateDirect(warm.sources(), GravityParams{}, forcesOf(warm, potential));
   }
   InteractionCounts counts;
   double kernelSeconds = 0.0;
   for (auto _ : state) {
-    counts = cuda.evaluateDirect(p.sources(), GravityParams{}, p.forces());
+    counts = cuda.evaluateDirect(p.sources(), GravityParams{}, forcesOf(p, potential));
     const double seconds = cuda.lastKernelMilliseconds() * 1e-3;
     kernelSeconds += seconds;
     state.SetIterationTime(seconds);
@@ -122,18 +130,18 @@ void runDirect(benchmark::State& state, Precision precision, std::size_t n, gpu:
 }
 
 void runPlan(benchmark::State& state, Precision precision, std::size_t n, double theta, std::uint32_t ncrit,
-             MultipoleOrder multipole, std::uint32_t tile) {
+             MultipoleOrder multipole, std::uint32_t tile, bool potential) {
   CudaEngine& cuda = engine(precision);
   gpu::CudaKernelConfig config;
   config.planTileSize = tile;
   cuda.setConfig(config);
   PlanCase& c = planCase(n, theta, ncrit, multipole);
   const CellMultipoles& cells = c.solver->octree().multipoles;
-  cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, c.particles.forces());  // warm-up
+  cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, forcesOf(c.particles, potential));
   InteractionCounts counts;
   double kernelSeconds = 0.0, totalMilliseconds = 0.0;
   for (auto _ : state) {
-    counts = cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, c.particles.forces());
+    counts = cuda.evaluatePlan(c.particles.sources(), cells, c.plan, GravityParams{}, forcesOf(c.particles, potential));
     const double seconds = cuda.lastKernelMilliseconds() * 1e-3;
     kernelSeconds += seconds;
     totalMilliseconds += cuda.lastCallStats().totalMilliseconds;
@@ -150,14 +158,16 @@ void runPlan(benchmark::State& state, Precision precision, std::size_t n, double
   state.counters["MB_packed"] = double(stats.packedListBytes) * 1e-6;          // float4 lists instead
 }
 
-std::string directName(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape) {
+/// Accelerations-only benchmarks end in /acc (what a leapfrog step needs, and what GPU Gems and the CUDA SDK sample
+/// compute).
+std::string directName(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape, bool potential) {
   return std::string("direct/") + (precision == Precision::float32 ? "float" : "double") + "/N:" + std::to_string(n) +
-         "/" + shape.label();
+         "/" + shape.label() + (potential ? "" : "/acc");
 }
 
-void registerDirect(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape) {
-  benchmark::RegisterBenchmark(directName(precision, n, shape).c_str(),
-                               [=](benchmark::State& state) { runDirect(state, precision, n, shape); })
+void registerDirect(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape, bool potential = true) {
+  benchmark::RegisterBenchmark(directName(precision, n, shape, potential).c_str(),
+                               [=](benchmark::State& state) { runDirect(state, precision, n, shape, potential); })
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
       ->MinTime(0.05);
@@ -166,13 +176,13 @@ void registerDirect(Precision precision, std::size_t n, const gpu::CudaDirectCon
 /// Monopole plans measure the kernel against the FP32 floor (issue 3's target is for monopole interactions);
 /// quadrupole plans, the default, cost ~2.3x per body-cell interaction and count one interaction per cell.
 void registerPlan(Precision precision, std::size_t n, double theta, std::uint32_t ncrit, MultipoleOrder multipole,
-                  std::uint32_t tile) {
+                  std::uint32_t tile, bool potential = true) {
   char name[160];
-  std::snprintf(name, sizeof name, "plan/%s/Plummer/N:%zu/theta:%.2f/ncrit:%u/%s/p%u",
+  std::snprintf(name, sizeof name, "plan/%s/Plummer/N:%zu/theta:%.2f/ncrit:%u/%s/p%u%s",
                 precision == Precision::float32 ? "float" : "double", n, theta, ncrit, toString(multipole).c_str(),
-                tile);
+                tile, potential ? "" : "/acc");
   benchmark::RegisterBenchmark(
-      name, [=](benchmark::State& state) { runPlan(state, precision, n, theta, ncrit, multipole, tile); })
+      name, [=](benchmark::State& state) { runPlan(state, precision, n, theta, ncrit, multipole, tile, potential); })
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
       ->MinTime(0.05);
@@ -184,11 +194,14 @@ void registerAll() {
   for (int log2n = 12; log2n <= 20; log2n += 2) {
     for (const auto& shape : floatShapes) {
       if (log2n == 20 && shape.threadsPerBody != 1) continue;  // q > 1 is for small N
-      registerDirect(Precision::float32, std::size_t{1} << log2n, shape);
+      for (const bool potential : {true, false})
+        registerDirect(Precision::float32, std::size_t{1} << log2n, shape, potential);
     }
   }
-  registerDirect(Precision::float32, std::size_t{1} << 22,
-                 engine(Precision::float32).directConfigFor(std::size_t{1} << 22));
+  for (const bool potential : {true, false}) {
+    registerDirect(Precision::float32, std::size_t{1} << 22,
+                   engine(Precision::float32).directConfigFor(std::size_t{1} << 22), potential);
+  }
   // Direct, double: every shape at 2^16 and 2^18, the auto shape at 2^20.
   for (int log2n = 16; log2n <= 18; log2n += 2) {
     for (const auto& shape : CudaEngine::supportedDirectConfigs(Precision::float64)) {
@@ -204,6 +217,7 @@ void registerAll() {
       for (const std::uint32_t tile : CudaEngine::supportedPlanTileSizes(Precision::float32)) {
         if (tile != 64 && ncrit != 64 && ncrit != 256 && ncrit != 1024) continue;
         registerPlan(Precision::float32, std::size_t{1} << 20, 0.5, ncrit, multipole, tile);
+        if (tile == 64) registerPlan(Precision::float32, std::size_t{1} << 20, 0.5, ncrit, multipole, tile, false);
       }
     }
   }

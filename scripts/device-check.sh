@@ -38,6 +38,9 @@ if [ "${1:-}" = bundle ]; then
     build-device/apps/matcha |
     awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
     xargs -r cp -L -t build-device/lib-all/
+  # Each binary carries every kernel variant as SASS and PTX (~20 MB, a quarter of that gzipped): the device tool
+  # carries at most 64 MiB.
+  gzip -9 build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/apps/matcha
   du -sh build-device
   exit 0
 fi
@@ -53,6 +56,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,po
 
 if [ "${MATCHA_PREBUILT:-0}" = 1 ]; then
   echo "== prebuilt $build (no configure/build here)"
+  find "$build" -name '*.gz' -exec gunzip -f {} +
   sed -i "s|@BUILD@|$root/$build|g" "$build"/CTestTestfile.cmake "$build"/tests/gpu/*.cmake "$build"/bench/*.cmake
   mkdir -p "$build/lib"
   for lib in "$build"/lib-all/*; do  # link only the libraries this machine lacks

@@ -70,6 +70,7 @@ template <class Real>
 std::vector<CudaDirectConfig> directConfigsOf() {
   std::vector<CudaDirectConfig> configs;
   for (const auto& variant : detail::directVariants<Real>()) {
+    if (!variant.potential) continue;  // every shape is also compiled without the potential
     CudaDirectConfig config;
     config.threadsPerBlock = static_cast<std::uint32_t>(variant.threads);
     config.bodiesPerThread = static_cast<std::uint32_t>(variant.bodiesPerThread);
@@ -91,10 +92,11 @@ std::vector<std::uint32_t> planTileSizesOf() {
   return sizes;
 }
 
+/// The compiled kernel of this shape; `potential` false: the one that leaves the potential out.
 template <class Real>
-const detail::DirectVariant<Real>* findDirectVariant(const CudaDirectConfig& config) {
+const detail::DirectVariant<Real>* findDirectVariant(const CudaDirectConfig& config, bool potential = true) {
   for (const auto& variant : detail::directVariants<Real>()) {
-    if (std::uint32_t(variant.threads) == config.threadsPerBlock &&
+    if (variant.potential == potential && std::uint32_t(variant.threads) == config.threadsPerBlock &&
         std::uint32_t(variant.bodiesPerThread) == config.bodiesPerThread &&
         std::uint32_t(variant.threadsPerBody) == config.threadsPerBody &&
         std::uint32_t(variant.tile) == config.tileSize) {
@@ -105,9 +107,11 @@ const detail::DirectVariant<Real>* findDirectVariant(const CudaDirectConfig& con
 }
 
 template <class Real>
-const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile, bool quadrupole, bool accurate = false) {
+const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile, bool quadrupole, bool accurate = false,
+                                                 bool potential = true) {
   for (const auto& variant : detail::planVariants<Real>()) {
-    if (std::uint32_t(variant.tile) == tile && variant.quadrupole == quadrupole && variant.accurate == accurate) {
+    if (std::uint32_t(variant.tile) == tile && variant.quadrupole == quadrupole && variant.accurate == accurate &&
+        variant.potential == potential) {
       return &variant;
     }
   }
@@ -284,13 +288,16 @@ struct CudaEngine::Impl {
     }
   }
 
-  detail::DeviceForces deviceForces() { return {outX.data(), outY.data(), outZ.data(), outPot.data()}; }
+  /// The device outputs; without a potential (ForceView::pot null) pot is null, and the kernels leave it out.
+  detail::DeviceForces deviceForces(const ForceView& out) {
+    return {outX.data(), outY.data(), outZ.data(), out.pot != nullptr ? outPot.data() : nullptr};
+  }
 
   void downloadRange(const ForceView& out, std::size_t first, std::size_t count) {
     copyToHost(out.ax + first, outX.data() + first, count);
     copyToHost(out.ay + first, outY.data() + first, count);
     copyToHost(out.az + first, outZ.data() + first, count);
-    copyToHost(out.pot + first, outPot.data() + first, count);
+    if (out.pot != nullptr) copyToHost(out.pot + first, outPot.data() + first, count);
   }
 
   void finishCall() {
@@ -330,7 +337,7 @@ struct CudaEngine::Impl {
   InteractionCounts evaluateDirectIn(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
     const std::size_t n = sources.count;
     const CudaDirectConfig shape = config.autoDirect ? directConfigForSize(n) : config.direct;
-    const detail::DirectVariant<Real>* variant = findDirectVariant<Real>(shape);
+    const detail::DirectVariant<Real>* variant = findDirectVariant<Real>(shape, out.pot != nullptr);
     MATCHA_ASSERT(variant != nullptr, "direct shape " + shape.label() + " not compiled in");
     const auto numBodies = static_cast<std::uint32_t>(n);
     const std::uint32_t rowBlocks = (numBodies + variant->rows - 1) / variant->rows;
@@ -361,7 +368,7 @@ struct CudaEngine::Impl {
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
     args.G = gravity.G;
-    args.out = deviceForces();
+    args.out = deviceForces(out);
     args.partial = splits > 1 ? partial.data() : nullptr;
     args.tileBoxes = tileBoxes.data();
     args.partialMagnitude = kIsFloat && splits > 1 ? partialMagnitude.data() : nullptr;
@@ -373,13 +380,13 @@ struct CudaEngine::Impl {
     variant->launch(dim3(rowBlocks, splits), stream.get(), args);
     MATCHA_CUDA_CHECK_LAUNCH("directKernel", config.synchronizeAfterLaunch);
     if (splits > 1) {
-      detail::launchCombineSplits(partial.data(), args.partialMagnitude, splits, numBodies, gravity.G, deviceForces(),
+      detail::launchCombineSplits(partial.data(), args.partialMagnitude, splits, numBodies, gravity.G, args.out,
                                   args.cancelledBodies, stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("combineSplitsKernel", config.synchronizeAfterLaunch);
     }
     if constexpr (kIsFloat) {
       detail::launchSumCancelledBodiesInDouble(args.sources, numBodies, cancelledBodies.data(), gravity.eps2(),
-                                               gravity.G, deviceForces(), selection.numSMs, stream.get());
+                                               gravity.G, args.out, selection.numSMs, stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("sumCancelledBodiesInDoubleKernel", config.synchronizeAfterLaunch);
     }
     kernelsStop.record(stream.get());
@@ -393,6 +400,7 @@ struct CudaEngine::Impl {
     stats.numSplits = splits;
     stats.kernel =
         std::string("direct ").append(shape.label()).append(" x").append(std::to_string(splits)).append(" splits");
+    if (!variant->potential) stats.kernel.append(", accelerations only");
     const auto n64 = static_cast<std::uint64_t>(n);
     return {n64 * n64, 0};
   }
@@ -407,7 +415,7 @@ struct CudaEngine::Impl {
     // Accurate near pairs matter in float only; those plans (direct sums) have their own tile-64 kernels.
     const bool accurate = plan.accurateNearPairs && std::is_same_v<Real, float>;
     const detail::PlanVariant<Real>* variant =
-        findPlanVariant<Real>(accurate ? 64u : config.planTileSize, quadrupole, accurate);
+        findPlanVariant<Real>(accurate ? 64u : config.planTileSize, quadrupole, accurate, out.pot != nullptr);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
 
     // Per-group list offsets (expanded bodies), interaction counts and warp tasks, straight into pinned memory.
@@ -525,7 +533,7 @@ struct CudaEngine::Impl {
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
     args.G = gravity.G;
-    args.out = deviceForces();
+    args.out = deviceForces(out);
 
     const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);
     const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
@@ -563,8 +571,9 @@ struct CudaEngine::Impl {
     stats.numSplits = 0;
     stats.packedListBytes = packedBytes;
     char text[128];
-    std::snprintf(text, sizeof text, "plan %s p%d (%llu warp tasks, %u blocks)", quadrupole ? "quad" : "mono",
-                  variant->tile, static_cast<unsigned long long>(numTasks), numBlocks);
+    std::snprintf(text, sizeof text, "plan %s p%d (%llu warp tasks, %u blocks)%s", quadrupole ? "quad" : "mono",
+                  variant->tile, static_cast<unsigned long long>(numTasks), numBlocks,
+                  variant->potential ? "" : ", accelerations only");
     stats.kernel = text;
     return {bodyBody, bodyCell};
   }

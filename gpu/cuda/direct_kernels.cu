@@ -2,6 +2,8 @@
 // Instantiations of the direct (all-pairs) kernel: the shapes the engine and the benchmarks can choose from.
 #include <algorithm>
 #include <array>
+#include <initializer_list>
+#include <vector>
 
 #include "kernel_variants.cuh"
 
@@ -25,7 +27,7 @@ __global__ void combineSplitsKernel(const double4_16a* partial, const float* par
   out.ax[i] = G * sum[0];
   out.ay[i] = G * sum[1];
   out.az[i] = G * sum[2];
-  out.pot[i] = G * sum[3];
+  if (out.pot != nullptr) out.pot[i] = G * sum[3];
   if (partialMagnitude != nullptr && floatSumCancelled(sum[0], sum[1], sum[2], magnitude)) {
     appendToBodyList(cancelledBodies, i);
   }
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kCancelledSumThreads)
       out.ax[i] = G * total[0];
       out.ay[i] = G * total[1];
       out.az[i] = G * total[2];
-      out.pot[i] = G * total[3];
+      if (out.pot != nullptr) out.pot[i] = G * total[3];
     }
     __syncthreads();  // warpSums is reused by the next entry
   }
@@ -130,7 +132,7 @@ void launchSumCancelledBodiesInDouble(DeviceSoA sources, std::uint32_t numBodies
 
 namespace {
 
-template <class Real, int kThreads, int kBodiesPerThread, int kThreadsPerBody, int kTile>
+template <class Real, int kThreads, int kBodiesPerThread, int kThreadsPerBody, int kTile, bool kPotential>
 DirectVariant<Real> makeDirectVariant() {
   using Shape = DirectShape<kThreads, kBodiesPerThread, kThreadsPerBody, kTile>;
   return {kThreads,
@@ -138,10 +140,25 @@ DirectVariant<Real> makeDirectVariant() {
           kThreadsPerBody,
           kTile,
           Shape::rows,
-          reinterpret_cast<const void*>(&directKernel<Real, Shape>),
+          kPotential,
+          reinterpret_cast<const void*>(&directKernel<Real, Shape, kPotential>),
           [](dim3 grid, cudaStream_t stream, const DirectArgs<Real>& args) {
-            directKernel<Real, Shape><<<grid, kThreads, 0, stream>>>(args);
+            directKernel<Real, Shape, kPotential><<<grid, kThreads, 0, stream>>>(args);
           }};
+}
+
+/// A shape with and without the potential.
+template <class Real, int kThreads, int kBodiesPerThread, int kThreadsPerBody, int kTile>
+std::array<DirectVariant<Real>, 2> makeDirectVariants() {
+  return {makeDirectVariant<Real, kThreads, kBodiesPerThread, kThreadsPerBody, kTile, true>(),
+          makeDirectVariant<Real, kThreads, kBodiesPerThread, kThreadsPerBody, kTile, false>()};
+}
+
+template <class Real>
+std::vector<DirectVariant<Real>> join(std::initializer_list<std::array<DirectVariant<Real>, 2>> shapes) {
+  std::vector<DirectVariant<Real>> variants;
+  for (const auto& pair : shapes) variants.insert(variants.end(), pair.begin(), pair.end());
+  return variants;
 }
 
 }  // namespace
@@ -149,31 +166,31 @@ DirectVariant<Real> makeDirectVariant() {
 template <>
 std::span<const DirectVariant<float>> directVariants<float>() {
   // p in {64, 128, 256} x i-bodies per thread in {1, 2, 4, 8} at q = 1 (large N), and q in {2, 4, 8} for small N.
-  static const std::array variants{
-      makeDirectVariant<float, 128, 1, 1, 64>(),  makeDirectVariant<float, 128, 2, 1, 64>(),
-      makeDirectVariant<float, 128, 4, 1, 64>(),  makeDirectVariant<float, 128, 8, 1, 64>(),
-      makeDirectVariant<float, 128, 1, 1, 128>(), makeDirectVariant<float, 128, 2, 1, 128>(),
-      makeDirectVariant<float, 128, 4, 1, 128>(), makeDirectVariant<float, 128, 8, 1, 128>(),
-      makeDirectVariant<float, 128, 1, 1, 256>(), makeDirectVariant<float, 128, 2, 1, 256>(),
-      makeDirectVariant<float, 128, 4, 1, 256>(), makeDirectVariant<float, 128, 8, 1, 256>(),
-      makeDirectVariant<float, 256, 2, 1, 256>(), makeDirectVariant<float, 256, 4, 1, 256>(),
-      makeDirectVariant<float, 128, 1, 2, 128>(), makeDirectVariant<float, 128, 2, 2, 128>(),
-      makeDirectVariant<float, 128, 4, 2, 128>(), makeDirectVariant<float, 128, 1, 4, 128>(),
-      makeDirectVariant<float, 128, 2, 4, 128>(), makeDirectVariant<float, 128, 4, 4, 128>(),
-      makeDirectVariant<float, 128, 1, 8, 128>(), makeDirectVariant<float, 128, 2, 8, 128>(),
-      makeDirectVariant<float, 128, 4, 8, 128>(),
-  };
+  static const std::vector variants = join<float>({
+      makeDirectVariants<float, 128, 1, 1, 64>(),  makeDirectVariants<float, 128, 2, 1, 64>(),
+      makeDirectVariants<float, 128, 4, 1, 64>(),  makeDirectVariants<float, 128, 8, 1, 64>(),
+      makeDirectVariants<float, 128, 1, 1, 128>(), makeDirectVariants<float, 128, 2, 1, 128>(),
+      makeDirectVariants<float, 128, 4, 1, 128>(), makeDirectVariants<float, 128, 8, 1, 128>(),
+      makeDirectVariants<float, 128, 1, 1, 256>(), makeDirectVariants<float, 128, 2, 1, 256>(),
+      makeDirectVariants<float, 128, 4, 1, 256>(), makeDirectVariants<float, 128, 8, 1, 256>(),
+      makeDirectVariants<float, 256, 2, 1, 256>(), makeDirectVariants<float, 256, 4, 1, 256>(),
+      makeDirectVariants<float, 128, 1, 2, 128>(), makeDirectVariants<float, 128, 2, 2, 128>(),
+      makeDirectVariants<float, 128, 4, 2, 128>(), makeDirectVariants<float, 128, 1, 4, 128>(),
+      makeDirectVariants<float, 128, 2, 4, 128>(), makeDirectVariants<float, 128, 4, 4, 128>(),
+      makeDirectVariants<float, 128, 1, 8, 128>(), makeDirectVariants<float, 128, 2, 8, 128>(),
+      makeDirectVariants<float, 128, 4, 8, 128>(),
+  });
   return variants;
 }
 
 template <>
 std::span<const DirectVariant<double>> directVariants<double>() {
-  static const std::array variants{
-      makeDirectVariant<double, 128, 1, 1, 128>(),
-      makeDirectVariant<double, 128, 2, 1, 128>(),
-      makeDirectVariant<double, 128, 4, 1, 128>(),
-      makeDirectVariant<double, 128, 2, 1, 64>(),
-  };
+  static const std::vector variants = join<double>({
+      makeDirectVariants<double, 128, 1, 1, 128>(),
+      makeDirectVariants<double, 128, 2, 1, 128>(),
+      makeDirectVariants<double, 128, 4, 1, 128>(),
+      makeDirectVariants<double, 128, 2, 1, 64>(),
+  });
   return variants;
 }
 

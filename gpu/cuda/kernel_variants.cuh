@@ -20,6 +20,7 @@ struct DirectVariant {
   int threadsPerBody;
   int tile;
   int rows;            ///< i-bodies per block
+  bool potential;      ///< writes out.pot (false: accelerations only)
   const void* kernel;  ///< for the occupancy query
   void (*launch)(dim3 grid, cudaStream_t stream, const DirectArgs<Real>& args);
 };
@@ -42,6 +43,7 @@ struct PlanVariant {
   int tile;         ///< sources per warp tile
   bool quadrupole;  ///< cells as quadrupoles (else as point masses)
   bool accurate;    ///< for plans with accurateNearPairs (float)
+  bool potential;   ///< writes out.pot (false: accelerations only)
   int threads;
   const void* kernel;
   void (*launch)(unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args);

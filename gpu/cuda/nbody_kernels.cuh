@@ -486,7 +486,8 @@ __device__ __forceinline__ void blockMeanPosition(double (&sum)[3], double count
 
 /// Block (blockIdx.x, blockIdx.y): i-bodies [blockIdx.x * rows, + rows) against j-tiles
 /// [blockIdx.y * tilesPerSplit, + tilesPerSplit). Writes G * sum to `out` (one split) or the sum to `partial`.
-template <class Real, class Shape>
+/// kPotential = false: accelerations only; out.pot is not written, and the compiler drops the potential's sums.
+template <class Real, class Shape, bool kPotential>
 __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? Shape::minBlocksFloat : 1)
     directKernel(const DirectArgs<Real> args) {
   using Vec = typename Packed4<Real>::type;
@@ -634,13 +635,13 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
       args.out.ax[i] = args.G * acc.total[0][k];
       args.out.ay[i] = args.G * acc.total[1][k];
       args.out.az[i] = args.G * acc.total[2][k];
-      args.out.pot[i] = args.G * acc.total[3][k];
+      if constexpr (kPotential) args.out.pot[i] = args.G * acc.total[3][k];
       if (kIsFloat && floatSumCancelled(acc.total[0][k], acc.total[1][k], acc.total[2][k], acc.floatMagnitude[k])) {
         appendToBodyList(args.cancelledBodies, i);
       }
     } else {
       args.partial[std::size_t(blockIdx.y) * numBodies + i] =
-          double4_16a{acc.total[0][k], acc.total[1][k], acc.total[2][k], acc.total[3][k]};
+          double4_16a{acc.total[0][k], acc.total[1][k], acc.total[2][k], kPotential ? acc.total[3][k] : 0.0};
       if constexpr (kIsFloat) args.partialMagnitude[std::size_t(blockIdx.y) * numBodies + i] = acc.floatMagnitude[k];
     }
   }
@@ -701,7 +702,7 @@ struct PlanArgs {
 /// One warp task: rows i-bodies of group `task.x` starting at body `task.y`, against the group's whole list, in
 /// tiles of kTile sources staged in this warp's slice of shared memory: first its bodies (and its cells, when they
 /// are monopoles) as point masses, then, with kQuadrupole, its cells as quadrupoles.
-template <class Real, bool kQuadrupole, bool kAccurateNearPairs, int kTile, int kQ, int kI>
+template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kQ, int kI>
 __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const uint4 task,
                                             typename Packed4<Real>::type* tile, typename Packed4<Real>::type* cellTile,
                                             int lane) {
@@ -877,7 +878,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       args.out.ax[i] = args.G * acc.total[0][k];
       args.out.ay[i] = args.G * acc.total[1][k];
       args.out.az[i] = args.G * acc.total[2][k];
-      args.out.pot[i] = args.G * acc.total[3][k];
+      if constexpr (kPotential) args.out.pot[i] = args.G * acc.total[3][k];
     }
   }
 }
@@ -887,7 +888,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
 /// kinds below `kFirstKind` are skipped (double precision leaves out the 4-bodies-per-thread kind: registers).
 /// kMinBlocks: resident blocks per SM the register allocation must allow (occupancy: the inner loop's dependency
 /// chains need about 5 warps per scheduler to keep issuing every cycle).
-template <class Real, bool kQuadrupole, bool kAccurateNearPairs, int kTile, int kWarps, int kMinBlocks>
+/// kPotential = false: accelerations only (out.pot is not written).
+template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kWarps, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const PlanArgs<Real> args) {
   static_assert(kTile % 32 == 0 && kTile >= 32, "warp tile: whole multiples of 32 sources");
   using Vec = typename Packed4<Real>::type;
@@ -905,29 +907,29 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
     switch (task.w) {
       case 0:
         if constexpr (std::is_same_v<Real, float>) {
-          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 1, 4>(args, task, tile, cellTile, lane);
+          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 4>(args, task, tile, cellTile, lane);
         }
         break;
       case 1:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 1, 2>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 2>(args, task, tile, cellTile, lane);
         break;
       case 2:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 1, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 1>(args, task, tile, cellTile, lane);
         break;
       case 3:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 2, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 2, 1>(args, task, tile, cellTile, lane);
         break;
       case 4:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 4, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 4, 1>(args, task, tile, cellTile, lane);
         break;
       case 5:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 8, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 8, 1>(args, task, tile, cellTile, lane);
         break;
       case 6:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 16, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 16, 1>(args, task, tile, cellTile, lane);
         break;
       default:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kTile, 32, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 32, 1>(args, task, tile, cellTile, lane);
         break;
     }
   }

@@ -2,7 +2,9 @@
 // Instantiations of the group x list kernel and the list-expansion helper.
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <type_traits>
+#include <vector>
 
 #include "kernel_variants.cuh"
 
@@ -43,18 +45,34 @@ constexpr int kPlanWarps = 4;
 template <class Real, bool kQuadrupole>
 constexpr int kPlanMinBlocks = std::is_same_v<Real, float> && !kQuadrupole ? 5 : 4;
 
-template <class Real, bool kQuadrupole, int kTile, bool kAccurate = false>
+template <class Real, bool kQuadrupole, int kTile, bool kAccurate, bool kPotential>
 PlanVariant<Real> makePlanVariant() {
   constexpr int kMinBlocks = kPlanMinBlocks<Real, kQuadrupole>;
   return {kTile,
           kQuadrupole,
           kAccurate,
+          kPotential,
           kPlanWarps * 32,
-          reinterpret_cast<const void*>(&planKernel<Real, kQuadrupole, kAccurate, kTile, kPlanWarps, kMinBlocks>),
+          reinterpret_cast<const void*>(
+              &planKernel<Real, kQuadrupole, kAccurate, kPotential, kTile, kPlanWarps, kMinBlocks>),
           [](unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args) {
-            planKernel<Real, kQuadrupole, kAccurate, kTile, kPlanWarps, kMinBlocks>
+            planKernel<Real, kQuadrupole, kAccurate, kPotential, kTile, kPlanWarps, kMinBlocks>
                 <<<numBlocks, kPlanWarps * 32, 0, stream>>>(args);
           }};
+}
+
+/// A plan kernel with and without the potential.
+template <class Real, bool kQuadrupole, int kTile, bool kAccurate = false>
+std::array<PlanVariant<Real>, 2> makePlanVariants() {
+  return {makePlanVariant<Real, kQuadrupole, kTile, kAccurate, true>(),
+          makePlanVariant<Real, kQuadrupole, kTile, kAccurate, false>()};
+}
+
+template <class Real>
+std::vector<PlanVariant<Real>> join(std::initializer_list<std::array<PlanVariant<Real>, 2>> kernels) {
+  std::vector<PlanVariant<Real>> variants;
+  for (const auto& pair : kernels) variants.insert(variants.end(), pair.begin(), pair.end());
+  return variants;
 }
 
 }  // namespace
@@ -62,15 +80,21 @@ PlanVariant<Real> makePlanVariant() {
 template <>
 std::span<const PlanVariant<float>> planVariants<float>() {
   // Plans with accurateNearPairs (direct sums onto a subsample, as `matcha compare --sample` makes) use tile 64.
-  static const std::array variants{makePlanVariant<float, false, 32>(),       makePlanVariant<float, false, 64>(),
-                                   makePlanVariant<float, true, 32>(),        makePlanVariant<float, true, 64>(),
-                                   makePlanVariant<float, false, 64, true>(), makePlanVariant<float, true, 64, true>()};
+  static const std::vector variants = join<float>({
+      makePlanVariants<float, false, 32>(),
+      makePlanVariants<float, false, 64>(),
+      makePlanVariants<float, true, 32>(),
+      makePlanVariants<float, true, 64>(),
+      makePlanVariants<float, false, 64, true>(),
+      makePlanVariants<float, true, 64, true>(),
+  });
   return variants;
 }
 
 template <>
 std::span<const PlanVariant<double>> planVariants<double>() {
-  static const std::array variants{makePlanVariant<double, false, 64>(), makePlanVariant<double, true, 64>()};
+  static const std::vector variants =
+      join<double>({makePlanVariants<double, false, 64>(), makePlanVariants<double, true, 64>()});
   return variants;
 }
 

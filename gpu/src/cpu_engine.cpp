@@ -197,7 +197,7 @@ template <class Real>
     out.ax[i] = gravity.G * ax;
     out.ay[i] = gravity.G * ay;
     out.az[i] = gravity.G * az;
-    out.pot[i] = gravity.G * pot;
+    if (out.pot != nullptr) out.pot[i] = gravity.G * pot;
   }
 }
 

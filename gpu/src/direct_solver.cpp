@@ -14,7 +14,8 @@ ForceReport DirectSolver::computeForces(Particles& particles) {
   Stopwatch clock;
   ForceReport report;
   if (ordering_) ordering_(particles);
-  report.counts = engine_.evaluateDirect(particles.sources(), gravity_, particles.forces());
+  report.counts = engine_.evaluateDirect(particles.sources(), gravity_, forcesToWrite(particles));
+  clearUnwantedPotentials(particles);
   report.timings.engineSeconds = clock.seconds();
   report.timings.totalSeconds = report.timings.engineSeconds;
   return report;

@@ -64,6 +64,21 @@ class OutputSchedule {
   double nextK_ = 1.0;
 };
 
+/// Sets ForceSolver::potentialsWanted for a run and restores it on every path out.
+class PotentialsWantedScope {
+ public:
+  PotentialsWantedScope(ForceSolver& solver, bool wanted) : solver_(solver), before_(solver.potentialsWanted()) {
+    solver_.setPotentialsWanted(wanted);
+  }
+  ~PotentialsWantedScope() { solver_.setPotentialsWanted(before_); }
+  PotentialsWantedScope(const PotentialsWantedScope&) = delete;
+  PotentialsWantedScope& operator=(const PotentialsWantedScope&) = delete;
+
+ private:
+  ForceSolver& solver_;
+  bool before_;
+};
+
 }  // namespace
 
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
@@ -73,6 +88,8 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
 
   const Stopwatch wall;
   RunSummary summary;
+  // With potentials from outputPotentials, no diagnostic reads the solver's: it computes accelerations only.
+  const PotentialsWantedScope potentials(solver, !callbacks.outputPotentials);
   LeapfrogKDK leapfrog(solver, params.dt);
   auto account = [&summary](const ForceReport& report) {
     summary.forceSeconds += report.timings.totalSeconds;

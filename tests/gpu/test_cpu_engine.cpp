@@ -250,6 +250,28 @@ TEST_P(CpuEngineBothPrecisions, DirectWritesEveryOutput) {
   }
 }
 
+// A solver asked for accelerations only (ForceSolver::setPotentialsWanted) hands the engine no potential array, sets
+// pot to NaN, and gives the very same accelerations; asked again, it computes potentials again.
+TEST_P(CpuEngineBothPrecisions, AccelerationsOnlyLeaveThePotentialOut) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  CpuEngine engine(GetParam());
+  DirectSolver solver(engine, GravityParams{});
+  Particles withPotentials = testing::plummer(1000, seed);
+  Particles accelerationsOnly = withPotentials;
+  solver.computeForces(withPotentials);
+  solver.setPotentialsWanted(false);
+  solver.computeForces(accelerationsOnly);
+  EXPECT_EQ(accelerationsOnly.ax, withPotentials.ax);
+  EXPECT_EQ(accelerationsOnly.ay, withPotentials.ay);
+  EXPECT_EQ(accelerationsOnly.az, withPotentials.az);
+  EXPECT_TRUE(
+      std::all_of(accelerationsOnly.pot.begin(), accelerationsOnly.pot.end(), [](double v) { return std::isnan(v); }));
+  solver.setPotentialsWanted(true);
+  solver.computeForces(accelerationsOnly);
+  EXPECT_EQ(accelerationsOnly.pot, withPotentials.pot);
+}
+
 // Float direct summation at the Chamomile level: the close and strong pairs are evaluated again in double
 // (pair_interaction.hpp: closePairThreshold) and bodies whose float sums cancelled are summed again in double
 // (floatSumCancelled), in any body order. The target, E_max <= 2e-6 at N = 2^17, is checked on the GPU

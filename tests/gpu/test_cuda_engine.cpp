@@ -224,7 +224,7 @@ TEST_F(CudaEngineTest, DirectSumsACancelledBodyAgainInDouble) {
 }
 
 // Every compiled shape, with the j-range unsplit, split automatically and split unevenly, on N = 1531 (a prime:
-// no tile or block divides it).
+// no tile or block divides it), with the potential and without.
 TEST_F(CudaEngineTest, EveryDirectShapeAndSplitAgrees) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -246,6 +246,15 @@ TEST_F(CudaEngineTest, EveryDirectShapeAndSplitAgrees) {
         const bool isFloat = precision == Precision::float32;
         expectClose(compare(p, reference), isFloat ? kFloatMaxUnsorted : kDoubleMax,
                     isFloat ? kFloatMedian : kDoubleMax, engine.lastCallStats().kernel);
+        // The same shape without the potential: the same accelerations, bit for bit.
+        Particles accelerationsOnly = p;
+        poison(accelerationsOnly);
+        ForceView view = accelerationsOnly.forces();
+        view.pot = nullptr;
+        engine.evaluateDirect(accelerationsOnly.sources(), GravityParams{}, view);
+        EXPECT_EQ(accelerationsOnly.ax, p.ax) << engine.lastCallStats().kernel;
+        EXPECT_EQ(accelerationsOnly.ay, p.ay) << engine.lastCallStats().kernel;
+        EXPECT_EQ(accelerationsOnly.az, p.az) << engine.lastCallStats().kernel;
       }
     }
   }
@@ -494,6 +503,52 @@ TEST_F(CudaEngineTest, EmptyPlanAndEmptySourcesDoNothing) {
 }
 
 // The solver path: a TreeSolver on the CUDA engine gives the same forces as on the CPU double engine.
+// Accelerations only (ForceView::pot null, ForceSolver::setPotentialsWanted): the kernels without the potential give
+// the same accelerations bit for bit, for direct summation (unsplit and split) and for tree plans (monopole and
+// quadrupole cells), and the solver leaves pot NaN.
+TEST_F(CudaEngineTest, AccelerationsOnlyGiveTheSameAccelerations) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const auto expectSameAccelerations = [](const Particles& test, const Particles& reference, const std::string& what) {
+    EXPECT_EQ(test.id, reference.id) << what;
+    EXPECT_EQ(test.ax, reference.ax) << what;
+    EXPECT_EQ(test.ay, reference.ay) << what;
+    EXPECT_EQ(test.az, reference.az) << what;
+  };
+  CudaEngine engine(Precision::float32, testConfig());
+  const Particles bodies = curveOrdered(testing::plummer(20001, seed));
+  for (const std::uint32_t splits : {1u, 3u}) {
+    CudaKernelConfig config = testConfig();
+    config.direct.numSplits = splits;
+    engine.setConfig(config);
+    Particles withPotentials = bodies, accelerationsOnly = bodies;
+    poison(withPotentials);
+    poison(accelerationsOnly);
+    engine.evaluateDirect(withPotentials.sources(), GravityParams{}, withPotentials.forces());
+    ForceView view = accelerationsOnly.forces();
+    view.pot = nullptr;
+    engine.evaluateDirect(accelerationsOnly.sources(), GravityParams{}, view);
+    const std::string what = engine.lastCallStats().kernel;
+    EXPECT_NE(what.find("accelerations only"), std::string::npos) << what;
+    expectSameAccelerations(accelerationsOnly, withPotentials, what);
+  }
+  engine.setConfig(testConfig());
+  for (const MultipoleOrder order : {MultipoleOrder::monopole, MultipoleOrder::quadrupole}) {
+    TreeParams params;
+    params.multipole = order;
+    tree::TreeSolver solver(engine, params, GravityParams{});
+    Particles withPotentials = bodies, accelerationsOnly = bodies;
+    solver.computeForces(withPotentials);
+    solver.setPotentialsWanted(false);
+    solver.computeForces(accelerationsOnly);
+    const std::string what = engine.lastCallStats().kernel;
+    EXPECT_NE(what.find("accelerations only"), std::string::npos) << what;
+    expectSameAccelerations(accelerationsOnly, withPotentials, what);
+    EXPECT_TRUE(std::all_of(accelerationsOnly.pot.begin(), accelerationsOnly.pot.end(),
+                            [](double v) { return std::isnan(v); }));
+  }
+}
+
 TEST_F(CudaEngineTest, TreeSolverOnCudaMatchesCpu) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));

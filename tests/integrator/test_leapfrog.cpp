@@ -64,6 +64,7 @@ class KeplerSolver : public matcha::ForceSolver {
       p.pot[i] = -p.mass[j] * invR;
     }
     ++calls_;
+    if (potentialsWanted()) ++callsWithPotentials_;
     ForceReport report;
     report.counts.bodyBody = 2;
     // A fixed, fake duration so that the run summary's sum can be checked without timing anything.
@@ -73,10 +74,12 @@ class KeplerSolver : public matcha::ForceSolver {
 
   std::string describe() const override { return "exact two-body test solver"; }
   int calls() const { return calls_; }
+  int callsWithPotentials() const { return callsWithPotentials_; }
 
  private:
   bool reverseOrder_;
   int calls_ = 0;
+  int callsWithPotentials_ = 0;
 };
 
 /// Bodies of masses m1 (id 0) and m2 (id 1) at pericentre of a Kepler orbit with semi-major axis 1 and eccentricity
@@ -528,6 +531,12 @@ TEST(RunLeapfrog, OutputPotentialsReplaceTheSolversAtOutputsOnly) {
   const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
 
   EXPECT_EQ(hookCalls, 5);  // t = 0, 0.25, 0.5, 0.75, 1
+  // No diagnostic reads the solver's potentials, so it was asked for accelerations only, and is asked for
+  // potentials again after the run; without the hook every call computes them.
+  EXPECT_EQ(solver.calls(), 9);
+  EXPECT_EQ(solver.callsWithPotentials(), 0);
+  EXPECT_TRUE(solver.potentialsWanted());
+  EXPECT_EQ(plainSolver.callsWithPotentials(), plainSolver.calls());
   const double totalMass = p.mass[0] + p.mass[1];
   ASSERT_EQ(outputPotentialEnergies.size(), 5u);
   for (std::size_t k = 0; k < outputPotentialEnergies.size(); ++k) {

@@ -69,6 +69,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
   }
   evaluateGroups(particles, report);
+  clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   return report;
 }
@@ -109,7 +110,8 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
     }
     Stopwatch engineClock;
     try {
-      report.counts += engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan, gravity_, particles.forces());
+      report.counts +=
+          engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan, gravity_, forcesToWrite(particles));
     } catch (...) {
       walkAhead.wait();  // the walk reads the tree; it must finish before the exception unwinds anything
       throw;

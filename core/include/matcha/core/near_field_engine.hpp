@@ -20,7 +20,8 @@ class NearFieldEngine {
 
   /// Evaluates every group of `plan`: for each i-body of each group, overwrites out.{ax,ay,az,pot}[i] with the sum
   /// over its group's list (bodies from `sources`, cells from `cells`), times G. Bodies outside the plan's groups
-  /// are untouched. Does not reorder anything.
+  /// are untouched. Does not reorder anything. With out.pot null the engine computes accelerations only, which the
+  /// CUDA kernels do faster (one instruction fewer of the ~14 per monopole pair); the accelerations are the same.
   /// @return the interactions evaluated
   virtual InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
                                          const InteractionPlan& plan, const GravityParams& gravity,
@@ -33,7 +34,7 @@ class NearFieldEngine {
   virtual void endForceCall() {}
 
   /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i (zero-distance pairs are
-  /// skipped), times G. `out.count` must equal `sources.count`.
+  /// skipped), times G. `out.count` must equal `sources.count`. out.pot may be null, as for evaluatePlan.
   virtual InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                            const ForceView& out) = 0;
 };

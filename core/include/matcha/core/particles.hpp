@@ -23,7 +23,7 @@ struct ForceView {
   double* ax = nullptr;
   double* ay = nullptr;
   double* az = nullptr;
-  double* pot = nullptr;
+  double* pot = nullptr;  ///< null: accelerations only (ForceSolver::setPotentialsWanted)
   std::size_t count = 0;
 };
 

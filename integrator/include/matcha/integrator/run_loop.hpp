@@ -34,7 +34,8 @@ struct RunCallbacks {
   /// potentials more accurate than the solver's, e.g. a direct sum while the run uses a tree (whose potential error
   /// dominates the measured |dE/E| at small dt). It must change nothing but pot: not the order, positions,
   /// velocities or accelerations (the next kick uses them). With it set, onProgress reports the latest output's
-  /// energy error rather than one measured every step, which would mix the two kinds of potential.
+  /// energy error rather than one measured every step, which would mix the two kinds of potential. The solver is
+  /// then asked for accelerations only (ForceSolver::setPotentialsWanted) for the whole run.
   std::function<void(Particles&)> outputPotentials;
 };
 
