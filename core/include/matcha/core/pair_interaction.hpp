@@ -141,7 +141,7 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closePairThreshold(T xi, T yi, T zi, T e
 ///     (|a_x| + |a_y| + |a_z|) * kCancellationRatio < M
 /// is summed again in double over every source. M is a lower bound of the sum of the pair magnitudes (the pairs of a
 /// partial sum cancel too, more so in random order), so the bodies left in float cancel by less than ~32-100 and keep
-/// ~1e-8 of that ratio. Measured on Plummer spheres of 2^17 bodies (H100, six seeds): 13-35 bodies qualified in
+/// ~1e-8 of that ratio. Measured on Plummer spheres of 2^17 bodies (H100, eight seeds): 13-35 bodies qualified in
 /// Hilbert order and 0-2 in random order, and E_max fell to 3.1e-7..5.6e-7. Each costs one sum over every source in
 /// double, ~1/1000 of the whole float sum per 1000 bodies.
 /// The near pairs that closePairThreshold already sends to double do not count in M.
