@@ -2,8 +2,6 @@
 // Instantiations of the direct (all-pairs) kernel: the shapes the engine and the benchmarks can choose from.
 #include <algorithm>
 #include <array>
-#include <initializer_list>
-#include <vector>
 
 #include "kernel_variants.cuh"
 
@@ -154,19 +152,12 @@ std::array<DirectVariant<Real>, 2> makeDirectVariants() {
           makeDirectVariant<Real, kThreads, kBodiesPerThread, kThreadsPerBody, kTile, false>()};
 }
 
-template <class Real>
-std::vector<DirectVariant<Real>> join(std::initializer_list<std::array<DirectVariant<Real>, 2>> shapes) {
-  std::vector<DirectVariant<Real>> variants;
-  for (const auto& pair : shapes) variants.insert(variants.end(), pair.begin(), pair.end());
-  return variants;
-}
-
 }  // namespace
 
 template <>
 std::span<const DirectVariant<float>> directVariants<float>() {
   // p in {64, 128, 256} x i-bodies per thread in {1, 2, 4, 8} at q = 1 (large N), and q in {2, 4, 8} for small N.
-  static const std::vector variants = join<float>({
+  static const std::vector variants = joinVariantPairs<DirectVariant<float>>({
       makeDirectVariants<float, 128, 1, 1, 64>(),  makeDirectVariants<float, 128, 2, 1, 64>(),
       makeDirectVariants<float, 128, 4, 1, 64>(),  makeDirectVariants<float, 128, 8, 1, 64>(),
       makeDirectVariants<float, 128, 1, 1, 128>(), makeDirectVariants<float, 128, 2, 1, 128>(),
@@ -185,7 +176,7 @@ std::span<const DirectVariant<float>> directVariants<float>() {
 
 template <>
 std::span<const DirectVariant<double>> directVariants<double>() {
-  static const std::vector variants = join<double>({
+  static const std::vector variants = joinVariantPairs<DirectVariant<double>>({
       makeDirectVariants<double, 128, 1, 1, 128>(),
       makeDirectVariants<double, 128, 2, 1, 128>(),
       makeDirectVariants<double, 128, 4, 1, 128>(),

@@ -6,8 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
+#include <vector>
 
 #include "nbody_kernels.cuh"
 
@@ -27,6 +30,14 @@ struct DirectVariant {
 
 template <class Real>
 std::span<const DirectVariant<Real>> directVariants();
+
+/// The variants of the tables below come in pairs (with and without the potential); this lays them out in one list.
+template <class Variant>
+std::vector<Variant> joinVariantPairs(std::initializer_list<std::array<Variant, 2>> pairs) {
+  std::vector<Variant> variants;
+  for (const auto& pair : pairs) variants.insert(variants.end(), pair.begin(), pair.end());
+  return variants;
+}
 
 void launchTileBoxes(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes,
                      cudaStream_t stream);

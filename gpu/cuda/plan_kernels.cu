@@ -2,9 +2,7 @@
 // Instantiations of the group x list kernel and the list-expansion helper.
 #include <algorithm>
 #include <array>
-#include <initializer_list>
 #include <type_traits>
-#include <vector>
 
 #include "kernel_variants.cuh"
 
@@ -68,19 +66,12 @@ std::array<PlanVariant<Real>, 2> makePlanVariants() {
           makePlanVariant<Real, kQuadrupole, kTile, kAccurate, false>()};
 }
 
-template <class Real>
-std::vector<PlanVariant<Real>> join(std::initializer_list<std::array<PlanVariant<Real>, 2>> kernels) {
-  std::vector<PlanVariant<Real>> variants;
-  for (const auto& pair : kernels) variants.insert(variants.end(), pair.begin(), pair.end());
-  return variants;
-}
-
 }  // namespace
 
 template <>
 std::span<const PlanVariant<float>> planVariants<float>() {
   // Plans with accurateNearPairs (direct sums onto a subsample, as `matcha compare --sample` makes) use tile 64.
-  static const std::vector variants = join<float>({
+  static const std::vector variants = joinVariantPairs<PlanVariant<float>>({
       makePlanVariants<float, false, 32>(),
       makePlanVariants<float, false, 64>(),
       makePlanVariants<float, true, 32>(),
@@ -93,8 +84,8 @@ std::span<const PlanVariant<float>> planVariants<float>() {
 
 template <>
 std::span<const PlanVariant<double>> planVariants<double>() {
-  static const std::vector variants =
-      join<double>({makePlanVariants<double, false, 64>(), makePlanVariants<double, true, 64>()});
+  static const std::vector variants = joinVariantPairs<PlanVariant<double>>(
+      {makePlanVariants<double, false, 64>(), makePlanVariants<double, true, 64>()});
   return variants;
 }
 
