@@ -144,7 +144,9 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T closePairThreshold(T xi, T yi, T zi, T e
 /// ~1e-8 of that ratio. Measured on Plummer spheres of 2^17 bodies (H100, eight seeds): 13-35 bodies qualified in
 /// Hilbert order and 0-2 in random order, and E_max fell to 3.1e-7..5.6e-7. Each costs one sum over every source in
 /// double, ~1/1000 of the whole float sum per 1000 bodies.
-/// The near pairs that closePairThreshold already sends to double do not count in M.
+/// The near pairs that closePairThreshold already sends to double do not count in M. A partial sum is what one
+/// accumulator summed in sequence: a CUDA thread's tile or bag, a CPU SIMD lane's share of a tile (not the tile's
+/// total, which can cancel between lanes while each lane's rounding stays).
 inline constexpr double kCancellationRatio = 32.0;
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE bool floatSumCancelled(double ax, double ay, double az, double floatMagnitude) {
   return (std::fabs(ax) + std::fabs(ay) + std::fabs(az)) * kCancellationRatio < floatMagnitude;
