@@ -161,8 +161,9 @@ void runPlan(benchmark::State& state, Precision precision, std::size_t n, double
 /// Accelerations-only benchmarks end in /acc (what a leapfrog step needs, and what GPU Gems and the CUDA SDK sample
 /// compute).
 std::string directName(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape, bool potential) {
+  const std::string splits = shape.numSplits != 0 ? "/s:" + std::to_string(shape.numSplits) : "";
   return std::string("direct/") + (precision == Precision::float32 ? "float" : "double") + "/N:" + std::to_string(n) +
-         "/" + shape.label() + (potential ? "" : "/acc");
+         "/" + shape.label() + splits + (potential ? "" : "/acc");
 }
 
 void registerDirect(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape, bool potential = true) {
@@ -197,6 +198,12 @@ void registerAll() {
       for (const bool potential : {true, false})
         registerDirect(Precision::float32, std::size_t{1} << log2n, shape, potential);
     }
+  }
+  // The engine's shape at 2^14 with the j-range split by hand (s:), against its own choice of splits.
+  for (const std::uint32_t splits : {4u, 8u, 16u, 32u}) {
+    gpu::CudaDirectConfig shape = engine(Precision::float32).directConfigFor(std::size_t{1} << 14);
+    shape.numSplits = splits;
+    registerDirect(Precision::float32, std::size_t{1} << 14, shape);
   }
   for (const bool potential : {true, false}) {
     registerDirect(Precision::float32, std::size_t{1} << 22,

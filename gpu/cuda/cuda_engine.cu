@@ -417,6 +417,9 @@ struct CudaEngine::Impl {
     const detail::PlanVariant<Real>* variant =
         findPlanVariant<Real>(accurate ? 64u : config.planTileSize, quadrupole, accurate, out.pot != nullptr);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
+    // The plan kernel flags cell entries with the top bit of a 32-bit index.
+    MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
+                  "more than 2^31 bodies or cells in one plan");
 
     // Per-group list offsets (expanded bodies), interaction counts and warp tasks, straight into pinned memory.
     hostListBodyOffsets.reserve(numGroups + 1);
@@ -583,7 +586,8 @@ struct CudaEngine::Impl {
     // tiles, 256-body blocks: with the near-pair pass it is 3-4% faster than T256/I4/p256 (1024-body blocks), and
     // its smaller blocks put each body's float origin nearer (E_max 1.6e-6..3.7e-6 in Morton order against
     // 2.0e-6..5.5e-6); below 2^17, 2 bodies per thread shared by q threads (GPU Gems §31.4) plus the j-splits keep
-    // every SM busy.
+    // every SM busy: q = 2 from 2^15 (at 2^16: 65.7% of the floor, q = 4 61.9%), q = 4 below (at 2^14: 50.8%, q = 2
+    // 47.3%; with the launches overlapped, dependent_launch.cuh, two runs each, H100).
     CudaDirectConfig shape;
     shape.numSplits = config.direct.numSplits;
     if (precision == Precision::float64) {
@@ -594,7 +598,7 @@ struct CudaEngine::Impl {
       shape.threadsPerBlock = 128;
       shape.bodiesPerThread = 2;
       shape.tileSize = 256;
-    } else if (numBodies >= (std::size_t{1} << 13)) {
+    } else if (numBodies >= (std::size_t{1} << 15)) {
       shape.bodiesPerThread = 2;
       shape.threadsPerBody = 2;
     } else {

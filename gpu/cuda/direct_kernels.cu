@@ -10,6 +10,8 @@ namespace matcha::gpu::detail {
 __global__ void combineSplitsKernel(const double4_16a* partial, const float* partialMagnitude, std::uint32_t numSplits,
                                     std::uint32_t numBodies, double G, DeviceForces out,
                                     std::uint32_t* cancelledBodies) {
+  allowDependentLaunch();
+  waitForPreviousKernel();  // directKernel's partial sums
   const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= numBodies) return;
   double sum[4] = {0.0, 0.0, 0.0, 0.0};
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(kCancelledSumThreads)
     sumCancelledBodiesInDoubleKernel(DeviceSoA sources, std::uint32_t numBodies, const std::uint32_t* cancelledBodies,
                                      double eps2, double G, DeviceForces out) {
   __shared__ double warpSums[kCancelledSumThreads / 32][4];
+  waitForPreviousKernel();  // the list, and the outputs this overwrites
   const std::uint32_t count = cancelledBodies[0];
   for (std::uint32_t entry = blockIdx.x; entry < count; entry += gridDim.x) {
     const std::uint32_t i = cancelledBodies[1 + entry];
@@ -70,6 +73,7 @@ __global__ void __launch_bounds__(kCancelledSumThreads)
 }
 
 __global__ void tileBoxesKernel(DeviceSoA sources, std::uint32_t numBodies, std::uint32_t tile, double* boxes) {
+  allowDependentLaunch();
   const std::uint32_t lane = threadIdx.x % 32;
   const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
   const std::uint32_t numTiles = (numBodies + tile - 1) / tile;
@@ -116,16 +120,16 @@ void launchCombineSplits(const double4_16a* partial, const float* partialMagnitu
                          std::uint32_t numBodies, double G, DeviceForces out, std::uint32_t* cancelledBodies,
                          cudaStream_t stream) {
   constexpr unsigned kThreads = 256;
-  combineSplitsKernel<<<(numBodies + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      partial, partialMagnitude, numSplits, numBodies, G, out, cancelledBodies);
+  launchDependent("combineSplitsKernel", combineSplitsKernel, (numBodies + kThreads - 1) / kThreads, kThreads, stream,
+                  partial, partialMagnitude, numSplits, numBodies, G, out, cancelledBodies);
 }
 
 void launchSumCancelledBodiesInDouble(DeviceSoA sources, std::uint32_t numBodies, const std::uint32_t* cancelledBodies,
                                       double eps2, double G, DeviceForces out, int numSMs, cudaStream_t stream) {
   // The count lives on the device: blocks without a listed body return at once.
   const unsigned numBlocks = std::max(1, 2 * numSMs);
-  sumCancelledBodiesInDoubleKernel<<<numBlocks, kCancelledSumThreads, 0, stream>>>(sources, numBodies, cancelledBodies,
-                                                                                   eps2, G, out);
+  launchDependent("sumCancelledBodiesInDoubleKernel", sumCancelledBodiesInDoubleKernel, numBlocks, kCancelledSumThreads,
+                  stream, sources, numBodies, cancelledBodies, eps2, G, out);
 }
 
 namespace {
@@ -141,7 +145,7 @@ DirectVariant<Real> makeDirectVariant() {
           kPotential,
           reinterpret_cast<const void*>(&directKernel<Real, Shape, kPotential>),
           [](dim3 grid, cudaStream_t stream, const DirectArgs<Real>& args) {
-            directKernel<Real, Shape, kPotential><<<grid, kThreads, 0, stream>>>(args);
+            launchDependent("directKernel", directKernel<Real, Shape, kPotential>, grid, kThreads, stream, args);
           }};
 }
 

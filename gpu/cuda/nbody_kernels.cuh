@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "dependent_launch.cuh"
 #include "matcha/core/pair_interaction.hpp"
 
 namespace matcha::gpu::detail {
@@ -497,6 +498,7 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   __shared__ Vec tile[Shape::tile];
   __shared__ double scratch[Shape::threads / 32][4];
   __shared__ Real tileBox[6];  ///< the staged tile's bounding box, relative to the centre, rounded outwards
+  allowDependentLaunch();
 
   const std::uint32_t numBodies = args.numBodies;
   const std::uint32_t firstRow = blockIdx.x * Shape::rows;
@@ -527,6 +529,7 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
     yi[k] = static_cast<Real>(yd[k] - centre[1]);
     zi[k] = static_cast<Real>(zd[k] - centre[2]);
   }
+  waitForPreviousKernel();  // tileBoxesKernel
 
   const std::uint32_t numTiles = (numBodies + Shape::tile - 1) / Shape::tile;
   const std::uint32_t firstTile = blockIdx.y * args.tilesPerSplit;
@@ -573,6 +576,8 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   const NearPairRule<true> rule{args.eps2Double};  // direct summation: the Chamomile-level accuracy
   if (firstTile < lastTile) load(firstTile);
   for (std::uint32_t t = firstTile; t < lastTile; ++t) {
+    // Two barriers per tile: a second tile buffer (one barrier) measured no faster with T128/I2 and 3% slower with
+    // T256/I4 (a spill), H100.
     __syncthreads();  // everyone is done reading the previous tile
     stage();
     __syncthreads();
@@ -676,7 +681,8 @@ struct PlanTaskKind {
   int rows() const { return 32 / threadsPerBody * bodiesPerThread; }
 };
 inline constexpr int kNumPlanTaskKinds = 8;
-/// rows: 128, 64, 32, 16, 8, 4, 2, 1.
+/// rows: 128, 64, 32, 16, 8, 4, 2, 1. Keeping 2 bodies per thread in the tasks of 2..32 rows (q doubled: two
+/// independent chains per thread, one shared load per two pairs) ran 2-15% slower on the Plummer 2^20 plans (H100).
 inline constexpr PlanTaskKind kPlanTaskKinds[kNumPlanTaskKinds] = {{1, 4}, {1, 2}, {1, 1},  {2, 1},
                                                                    {4, 1}, {8, 1}, {16, 1}, {32, 1}};
 
@@ -770,17 +776,31 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     return isCell ? args.cellList[cellBase + (e - numListBodies)] : args.expandedBodies[bodyBase + e];
   };
 
+  // Two-stage register prefetch: while the warp evaluates tile t, the sources of tile t + 1 are in flight, from
+  // indices loaded one tile earlier still, and the indices of tile t + 2. Loading an index and then its source
+  // back to back would stall the warp on the index at every tile (the list is a gather).
   double px[kLoads], py[kLoads], pz[kLoads], pm[kLoads];
   bool pvalid[kLoads];
-  const auto load = [&](std::uint32_t t) {
+  // The index, with kCellFlag set for a cell (bodies and cells number fewer than 2^31).
+  constexpr std::uint32_t kCellFlag = 0x80000000u;
+  std::uint32_t nextEntries[kLoads];
+  const auto loadIndices = [&](std::uint32_t t) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const std::uint32_t e = t * kTile + lane + 32 * l;
+      bool isCell = false;
+      const std::uint32_t index = e < numPointEntries ? pointEntry(e, isCell) : 0u;
+      nextEntries[l] = isCell ? index | kCellFlag : index;
+    }
+  };
+  const auto loadSources = [&](std::uint32_t t) {
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const std::uint32_t e = t * kTile + lane + 32 * l;
       pvalid[l] = e < numPointEntries;
       if (pvalid[l]) {
-        bool isCell;
-        const std::uint32_t index = pointEntry(e, isCell);
-        const DeviceSoA& from = isCell ? args.cells : args.sources;
+        const DeviceSoA& from = (nextEntries[l] & kCellFlag) != 0 ? args.cells : args.sources;
+        const std::uint32_t index = nextEntries[l] & ~kCellFlag;
         px[l] = from.x[index];
         py[l] = from.y[index];
         pz[l] = from.z[index];
@@ -794,7 +814,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   int tilesInBag = 0;
   const NearPairRule<kAccurateNearPairs> rule{args.eps2Double};
   const std::uint32_t numTiles = (numPointEntries + kTile - 1) / kTile;
-  if (numTiles > 0) load(0);
+  if (numTiles > 0) {
+    loadIndices(0);
+    loadSources(0);
+  }
+  if (numTiles > 1) loadIndices(1);
   for (std::uint32_t t = 0; t < numTiles; ++t) {
     __syncwarp();  // the warp is done reading the previous tile (or the previous task's last one)
     bool nearSource = false;
@@ -808,7 +832,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     }
     const bool nearTile = !kFarTiles || __any_sync(0xffffffffu, nearSource);
     __syncwarp();
-    if (t + 1 < numTiles) load(t + 1);
+    if (t + 1 < numTiles) loadSources(t + 1);
+    if (t + 2 < numTiles) loadIndices(t + 2);
     const auto exactSource = [&](int slot, int k, const Vec& source, double& dx, double& dy, double& dz, double& mass) {
       const std::uint32_t e = t * kTile + slot;
       const std::uint32_t row = rowInPass + k * kRowsPerPass;
@@ -838,7 +863,17 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
 
   if constexpr (kQuadrupole) {
     // Cells as quadrupoles: each lane stages kLoads cells per tile (centre of mass relative to the group centre).
+    // The cell ids of the next tile are loaded a tile ahead (the cells' own eleven values are not: registers).
     const std::uint32_t numCellTiles = (numListCells + kTile - 1) / kTile;
+    std::uint32_t cellIds[kLoads];
+    const auto loadCellIds = [&](std::uint32_t t) {
+#pragma unroll
+      for (int l = 0; l < kLoads; ++l) {
+        const std::uint32_t e = t * kTile + lane + 32 * l;
+        cellIds[l] = e < numListCells ? args.cellList[cellBase + e] : 0u;
+      }
+    };
+    if (numCellTiles > 0) loadCellIds(0);
     for (std::uint32_t t = 0; t < numCellTiles; ++t) {
       __syncwarp();
 #pragma unroll
@@ -848,7 +883,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
         Vec centre{Real(kPadCoordinate), Real(kPadCoordinate), Real(kPadCoordinate), Real(0)};
         Vec diagonal{Real(0), Real(0), Real(0), Real(0)}, offDiagonal{Real(0), Real(0), Real(0), Real(0)};
         if (e < numListCells) {
-          const std::uint32_t c = args.cellList[cellBase + e];
+          const std::uint32_t c = cellIds[l];
           centre = makeRelativeSource<Real>(true, args.cells.x[c], args.cells.y[c], args.cells.z[c], args.cells.mass[c],
                                             cx, cy, cz);
           const DeviceQuadrupoles& q = args.quadrupoles;
@@ -861,6 +896,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
         cellTile[3 * slot + 1] = diagonal;
         cellTile[3 * slot + 2] = offDiagonal;
       }
+      if (t + 1 < numCellTiles) loadCellIds(t + 1);
       __syncwarp();
       evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
       accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
