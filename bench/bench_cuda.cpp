@@ -4,8 +4,9 @@
 // the group x list kernel on real plans (Plummer, theta 0.5, ncrit 16 ... 4096). Time is the engine's CUDA-event
 // kernel time (manual time); interactions/s is a rate counter over it; floor% and issue% compare it with the floor
 // for DESIGN.md's 13 instructions per interaction and for the count in the kernel's SASS. Names carry every
-// parameter. No CUDA header here: timing comes through CudaEngine::lastKernelMilliseconds. Without a GPU the
-// binary says so and exits 0 (it is also a ctest smoke run). Run by scripts/bench.sh.
+// parameter. The bare loop (bare_direct_loop.hpp) gives the ceiling the issue rate allows. No CUDA header here: timing
+// comes through CudaEngine::lastKernelMilliseconds. Without a GPU the binary says so and exits 0 (it is also a ctest
+// smoke run). Run by scripts/bench.sh.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/bare_direct_loop.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
@@ -158,6 +160,36 @@ void runPlan(benchmark::State& state, Precision precision, std::size_t n, double
   state.counters["MB_packed"] = double(stats.packedListBytes) * 1e-6;          // float4 lists instead
 }
 
+/// The bare GPU Gems loop (bare_direct_loop.hpp) on the same bodies: what this GPU's issue rate allows a float
+/// interaction, the ceiling the direct kernel is measured against (its accuracy work costs the difference).
+void runBareLoop(benchmark::State& state, std::size_t n, gpu::BareLoopShape shape, bool potential) {
+  static gpu::BareDirectLoop loop;
+  Particles p = plummer(n);
+  {
+    Particles warm = plummer(1024);  // loads the variant's module outside the timing
+    loop.evaluate(shape, warm.sources(), GravityParams{}, forcesOf(warm, potential));
+  }
+  gpu::BareLoopStats stats;
+  double kernelSeconds = 0.0;
+  for (auto _ : state) {
+    stats = loop.evaluate(shape, p.sources(), GravityParams{}, forcesOf(p, potential));
+    const double seconds = stats.kernelMilliseconds * 1e-3;
+    kernelSeconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  reportRates(state, InteractionCounts{stats.interactions, 0}, kernelSeconds, Precision::float32);
+  state.counters["splits"] = stats.numSplits;
+}
+
+void registerBareLoop(std::size_t n, const gpu::BareLoopShape& shape, bool potential) {
+  const std::string name =
+      "bare/float/N:" + std::to_string(n) + "/" + shape.label() + (potential ? std::string() : std::string("/acc"));
+  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) { runBareLoop(state, n, shape, potential); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.05);
+}
+
 /// Accelerations-only benchmarks end in /acc (what a leapfrog step needs, and what GPU Gems and the CUDA SDK sample
 /// compute).
 std::string directName(Precision precision, std::size_t n, const gpu::CudaDirectConfig& shape, bool potential) {
@@ -208,6 +240,10 @@ void registerAll() {
   for (const bool potential : {true, false}) {
     registerDirect(Precision::float32, std::size_t{1} << 22,
                    engine(Precision::float32).directConfigFor(std::size_t{1} << 22), potential);
+  }
+  // The bare loop's ceiling at 2^20, every compiled shape.
+  for (const auto& shape : gpu::BareDirectLoop::supportedShapes()) {
+    for (const bool potential : {true, false}) registerBareLoop(std::size_t{1} << 20, shape, potential);
   }
   // Direct, double: every shape at 2^16 and 2^18, the auto shape at 2^20.
   for (int log2n = 16; log2n <= 18; log2n += 2) {

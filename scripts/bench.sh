@@ -16,7 +16,8 @@ out=${OUT:-$build/bench-out}
 mkdir -p "$out"
 
 # The standard set: every direct shape for N = 2^12 ... 2^20 and the default at 2^22, double direct, the group x list
-# kernel on the Plummer 2^20 plans for ncrit 16 ... 4096 (bench/bench_cuda.cpp registers exactly these).
+# kernel on the Plummer 2^20 plans for ncrit 16 ... 4096, and the bare loop's ceiling at 2^20
+# (bench/bench_cuda.cpp registers exactly these).
 cuda_filter=${CUDA_FILTER:-.}
 cpu_filter=${CPU_FILTER:-BM_DirectCpu/float/N:16384/|BM_TreeCpu/N:65536/theta100:50/}
 

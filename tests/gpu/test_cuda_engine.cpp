@@ -15,6 +15,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
+#include "matcha/gpu/bare_direct_loop.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
@@ -336,6 +337,45 @@ TEST_F(CudaEngineTest, FarTileTestKeepsTheZeroDistanceRulesAtLargeN) {
     p.z[to] = p.z[from];
   }
   expectDirectSumsMatchOracle(p, {0.0, 1.0 / 256.0});
+}
+
+// The bare loop, the benchmarks' ceiling (bare_direct_loop.hpp): every shape, with and without the potential, on N
+// that fills no block or tile. Its float sums run over all of a split's terms with no double partial sums, so the
+// bound is looser than the engine's, but a lost tile, split or row still fails it.
+TEST_F(CudaEngineTest, BareLoopMatchesDoubleOracle) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const Particles bodies = curveOrdered(testing::plummer(3001, seed));
+  const Particles reference = oracleDirect(bodies, GravityParams{});
+  BareDirectLoop loop;
+  for (const BareLoopShape& shape : BareDirectLoop::supportedShapes()) {
+    for (const bool potential : {true, false}) {
+      Particles p = bodies;
+      poison(p);
+      ForceView out = p.forces();
+      if (!potential) {
+        out.pot = nullptr;
+        p.pot = reference.pot;  // not written: compare() checks accelerations only
+      }
+      const BareLoopStats stats = loop.evaluate(shape, p.sources(), GravityParams{}, out);
+      EXPECT_EQ(stats.interactions, std::uint64_t(p.size()) * p.size());
+      EXPECT_GT(stats.kernelMilliseconds, 0.0);
+      EXPECT_GE(stats.numSplits, 1u);
+      expectClose(compare(p, reference), kFloatMax, 1e-5, shape.label() + (potential ? "" : ", accelerations only"));
+    }
+  }
+}
+
+TEST_F(CudaEngineTest, BareLoopRefusesWhatItCannotDo) {
+  Particles p = testing::plummer(64, 1);
+  BareDirectLoop loop;
+  GravityParams unsoftened;
+  unsoftened.eps = 0.0;  // the self pair would be 0/0
+  EXPECT_THROW(loop.evaluate(BareDirectLoop::supportedShapes().front(), p.sources(), unsoftened, p.forces()),
+               InputError);
+  BareLoopShape notCompiled;
+  notCompiled.bodiesPerThread = 3;
+  EXPECT_THROW(loop.evaluate(notCompiled, p.sources(), GravityParams{}, p.forces()), InputError);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
