@@ -12,13 +12,11 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/bare_direct_loop.hpp"
+#include "nbody_kernels.cuh"
 
 namespace matcha::gpu {
 namespace detail {
 namespace {
-
-/// A massless source this far away adds exactly nothing (nbody_kernels.cuh: kPadCoordinate).
-constexpr float kBarePadCoordinate = 1.0e12f;
 
 /// Block (x, y): i-bodies [x * kThreads * kBodies, + kThreads * kBodies) against tiles [y * tilesPerSplit, + tiles).
 /// `sums` (4 floats per body, zeroed by the caller) receives each split's float sums by atomic adds.
@@ -197,7 +195,7 @@ BareLoopStats BareDirectLoop::evaluate(const BareLoopShape& shape, const SourceV
     impl_->hostPositions[i] =
         i < n ? make_float4(static_cast<float>(sources.x[i] - centre[0]), static_cast<float>(sources.y[i] - centre[1]),
                             static_cast<float>(sources.z[i] - centre[2]), static_cast<float>(sources.mass[i]))
-              : make_float4(detail::kBarePadCoordinate, detail::kBarePadCoordinate, detail::kBarePadCoordinate, 0.0f);
+              : make_float4(detail::kPadCoordinate, detail::kPadCoordinate, detail::kPadCoordinate, 0.0f);
   }
   impl_->positions.reserve(padded);
   impl_->sums.reserve(4 * padded);
