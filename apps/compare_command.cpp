@@ -172,9 +172,9 @@ nlohmann::json toJson(const Row& row, std::size_t numBodies) {
             {"max_cells", row.stats.maxListCells}}},
           {"seconds",
            {{"tree_total", row.seconds},
-            {"tree_build", row.report.timings.treeSeconds},
-            {"tree_walk", row.report.timings.walkSeconds},
-            {"tree_engine", row.report.timings.engineSeconds}}}};
+            {"tree_build", row.report.timings.treeSeconds()},
+            {"tree_walk", row.report.timings[Phase::walk]},
+            {"tree_engine", row.report.timings.engineSeconds()}}}};
 }
 
 std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::size_t numTargets,

@@ -49,9 +49,9 @@ void BM_TreeCpu(benchmark::State& state) {
   double treeSeconds = 0, walkSeconds = 0, engineSeconds = 0;
   for (auto _ : state) {
     report = solver.computeForces(p);
-    treeSeconds += report.timings.treeSeconds;
-    walkSeconds += report.timings.walkSeconds;
-    engineSeconds += report.timings.engineSeconds;
+    treeSeconds += report.timings.treeSeconds();
+    walkSeconds += report.timings[Phase::walk];
+    engineSeconds += report.timings.engineSeconds();
   }
   reportRates(state, report.counts);
   const double total = treeSeconds + walkSeconds + engineSeconds;

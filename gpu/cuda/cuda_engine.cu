@@ -304,6 +304,8 @@ struct CudaEngine::Impl {
     stop.record(stream.get());
     stream.synchronize();
     stats.kernelMilliseconds = kernelsStop.millisecondsSince(kernelsStart);
+    stats.uploadMilliseconds = kernelsStart.millisecondsSince(start);
+    stats.downloadMilliseconds = stop.millisecondsSince(kernelsStop);
     stats.totalMilliseconds = stop.millisecondsSince(start);
   }
 
@@ -695,6 +697,11 @@ InteractionCounts CudaEngine::evaluateDirect(const SourceView& sources, const Gr
   impl_->selectDevice();
   if (impl_->precision == Precision::float32) return impl_->evaluateDirectIn<float>(sources, gravity, out);
   return impl_->evaluateDirectIn<double>(sources, gravity, out);
+}
+
+EngineTimings CudaEngine::lastTimings() const {
+  const CudaCallStats& stats = impl_->stats;
+  return {1e-3 * stats.uploadMilliseconds, 1e-3 * stats.kernelMilliseconds, 1e-3 * stats.downloadMilliseconds};
 }
 
 double CudaEngine::lastKernelMilliseconds() const { return impl_->stats.kernelMilliseconds; }

@@ -16,6 +16,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/core/stopwatch.hpp"
 
 namespace matcha::gpu {
 
@@ -290,8 +291,12 @@ std::string CpuEngine::name() const {
 InteractionCounts CpuEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
                                           const InteractionPlan& plan, const GravityParams& gravity,
                                           const ForceView& out) {
-  if (precision_ == Precision::float32) return evaluatePlanIn<float>(sources, cells, plan, gravity, out);
-  return evaluatePlanIn<double>(sources, cells, plan, gravity, out);
+  const Stopwatch clock;
+  const InteractionCounts counts = precision_ == Precision::float32
+                                       ? evaluatePlanIn<float>(sources, cells, plan, gravity, out)
+                                       : evaluatePlanIn<double>(sources, cells, plan, gravity, out);
+  timings_ = EngineTimings{0.0, clock.seconds(), 0.0};
+  return counts;
 }
 
 InteractionCounts CpuEngine::evaluateDirect(const SourceView& sources, const GravityParams& gravity,

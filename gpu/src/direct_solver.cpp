@@ -16,8 +16,11 @@ ForceReport DirectSolver::computeForces(Particles& particles) {
   if (ordering_) ordering_(particles);
   report.counts = engine_.evaluateDirect(particles.sources(), gravity_, forcesToWrite(particles));
   clearUnwantedPotentials(particles);
-  report.timings.engineSeconds = clock.seconds();
-  report.timings.totalSeconds = report.timings.engineSeconds;
+  const EngineTimings engine = engine_.lastTimings();
+  report.timings[Phase::upload] = engine.uploadSeconds;
+  report.timings[Phase::kernels] = engine.kernelSeconds;
+  report.timings[Phase::download] = engine.downloadSeconds;
+  report.timings.totalSeconds = clock.seconds();
   return report;
 }
 

@@ -60,7 +60,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   Stopwatch total;
   ForceReport report;
   buildTree(particles);
-  report.timings.treeSeconds = total.seconds();
+  report.timings[Phase::octree] = total.seconds();
   if (params_.alpha > 0.0 && !setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)) {
     // No accelerations to scale the relative test by (fresh initial conditions): get them with theta alone first,
     // as GADGET does on its first step.
@@ -95,7 +95,7 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
   std::uint32_t last = std::min(numGroups, first + groupsPerBatch);
   Stopwatch walkClock;
   planBuilders_[current].build(tree_, groups_, first, last, plans_[current]);
-  report.timings.walkSeconds += walkClock.seconds();
+  report.timings[Phase::walk] += walkClock.seconds();
   while (first < numGroups) {
     const InteractionPlan& plan = plans_[current];
     const std::uint32_t nextFirst = last;
@@ -105,7 +105,7 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
       walkAhead.run([&, next = 1 - current] {
         Stopwatch clock;
         planBuilders_[next].build(tree_, groups_, nextFirst, nextLast, plans_[next]);
-        report.timings.walkSeconds += clock.seconds();  // only this task writes it until wait()
+        report.timings[Phase::walk] += clock.seconds();  // only this task writes it until wait()
       });
     }
     Stopwatch engineClock;
@@ -116,7 +116,7 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
       walkAhead.wait();  // the walk reads the tree; it must finish before the exception unwinds anything
       throw;
     }
-    report.timings.engineSeconds += engineClock.seconds();
+    report.timings[Phase::kernels] += engineClock.seconds();
     for (std::size_t g = 0; g < plan.numGroups(); ++g) {
       const std::uint64_t listBodies = plan.numListBodies(g);
       const std::uint64_t listCells = plan.numListCells(g);

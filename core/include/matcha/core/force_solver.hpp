@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -11,17 +13,53 @@
 
 namespace matcha {
 
-/// Wall-clock seconds spent in each stage of one force call. Stages that overlap are timed separately.
+/// The phases of a force call (DESIGN.md §4), in the order a call runs them. `matcha run --timings`, summary.json and
+/// `matcha compare --json` report each one.
+enum class Phase : int {
+  estimate,  ///< first call only: the cheap pass that gives the relative opening test its |a| (TreeStats::estimatePass)
+  keys,      ///< bounding cube and space-filling-curve keys
+  sort,      ///< key sort and the bodies' new order
+  octree,    ///< cells from the sorted keys
+  multipoles,  ///< upward pass on the host: masses, centres of mass, sizes (and quadrupoles where the host needs them)
+  groups,      ///< groups and their boxes
+  walk,        ///< tree walks: the interaction lists
+  refit,       ///< cells and groups refitted to the moved bodies (a step that reuses the tree and its lists)
+  upload,      ///< bodies, cells and lists to the device
+  kernels,     ///< near-field evaluation: GPU kernel time (CUDA events), or the CPU engine's evaluation
+  download,    ///< accelerations and potentials back to the host
+  repair,      ///< groups whose lists failed the opening test at this step, walked and evaluated again
+  count
+};
+inline constexpr int kNumPhases = static_cast<int>(Phase::count);
+
+/// "estimate", "keys", ..., the spelling of the reports.
+const char* phaseName(Phase phase);
+
+/// Wall-clock seconds of a force call by phase. Phases that run at the same time (the next batch's walk beside the
+/// current batch's kernels; a rebuild on the CPU cores beside the GPU's steps) are each timed on their own, so their
+/// sum can exceed totalSeconds. A rebuild that ran in the background over earlier calls is reported by the call
+/// that put it to use.
 struct ForceTimings {
-  double treeSeconds = 0.0;    ///< keys, sort, octree build, multipoles, groups
-  double walkSeconds = 0.0;    ///< tree walks and plan building
-  double engineSeconds = 0.0;  ///< near-field evaluation
-  double totalSeconds = 0.0;   ///< whole call
+  std::array<double, kNumPhases> seconds{};
+  double totalSeconds = 0.0;  ///< the whole call, wall clock
+  /// Wall time the call waited on a rebuild still running on the CPU cores (the GPU idle meanwhile).
+  double rebuildWaitSeconds = 0.0;
+
+  double& operator[](Phase phase) { return seconds[static_cast<int>(phase)]; }
+  double operator[](Phase phase) const { return seconds[static_cast<int>(phase)]; }
+  /// keys + sort + octree + multipoles + groups: the tree build.
+  double treeSeconds() const;
+  /// upload + kernels + download: the engine's part.
+  double engineSeconds() const;
+  ForceTimings& operator+=(const ForceTimings& other);
 };
 
 struct ForceReport {
   InteractionCounts counts;
   ForceTimings timings;
+  bool rebuilt = false;                 ///< this call put a new tree (and all new lists) to use
+  std::uint64_t numGroupsWalked = 0;    ///< groups whose lists were walked for this call
+  std::uint64_t numGroupsRepaired = 0;  ///< groups whose lists failed the opening test at this call (Phase::repair)
 };
 
 class ForceSolver {

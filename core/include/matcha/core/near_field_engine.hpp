@@ -11,6 +11,13 @@
 
 namespace matcha {
 
+/// Where an engine's last evaluate call spent its time. The CPU engine reports its whole evaluation as kernels.
+struct EngineTimings {
+  double uploadSeconds = 0.0;    ///< bodies, cells and lists to the device
+  double kernelSeconds = 0.0;    ///< the kernels (CUDA events), or the CPU evaluation
+  double downloadSeconds = 0.0;  ///< outputs back to the host
+};
+
 class NearFieldEngine {
  public:
   virtual ~NearFieldEngine() = default;
@@ -32,6 +39,9 @@ class NearFieldEngine {
   /// copies them to a device may do so once instead of once per plan. The default does nothing.
   virtual void beginForceCall(const SourceView& /*sources*/, const CellMultipoles& /*cells*/) {}
   virtual void endForceCall() {}
+
+  /// Phases of the last evaluatePlan or evaluateDirect call.
+  virtual EngineTimings lastTimings() const = 0;
 
   /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i (zero-distance pairs are
   /// skipped), times G. `out.count` must equal `sources.count`. out.pot may be null, as for evaluatePlan.

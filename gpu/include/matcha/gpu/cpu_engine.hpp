@@ -27,10 +27,14 @@ class CpuEngine final : public NearFieldEngine {
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                    const ForceView& out) override;
 
+  /// The whole evaluation as kernels: there is nothing to copy.
+  EngineTimings lastTimings() const override { return timings_; }
+
   Precision precision() const { return precision_; }
 
  private:
   Precision precision_;
+  EngineTimings timings_;
 };
 
 /// Builds the plan that makes direct summation a group x list evaluation: groups of `blockSize` consecutive bodies,

@@ -45,8 +45,10 @@ struct CudaKernelConfig {
 
 /// Bytes and timings of the last evaluatePlan/evaluateDirect call.
 struct CudaCallStats {
-  double kernelMilliseconds = 0.0;  ///< CUDA-event time from the first to the last kernel of the call
-  double totalMilliseconds = 0.0;   ///< CUDA-event time of the whole call: uploads, kernels, downloads
+  double kernelMilliseconds = 0.0;    ///< CUDA-event time from the first to the last kernel of the call
+  double totalMilliseconds = 0.0;     ///< CUDA-event time of the whole call: uploads, kernels, downloads
+  double uploadMilliseconds = 0.0;    ///< from the call's start to its first kernel (the copies to the device)
+  double downloadMilliseconds = 0.0;  ///< from its last kernel to its end (the copies back)
   std::uint64_t bytesToDevice = 0;
   std::uint64_t bytesFromDevice = 0;
   /// Bytes the same plan would have needed as packed float4 lists (16 bytes per list entry per group), instead of
@@ -86,6 +88,9 @@ class CudaEngine final : public NearFieldEngine {
   /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                    const ForceView& out) override;
+
+  /// The last call's upload, kernel and download times, from its CUDA events.
+  EngineTimings lastTimings() const override;
 
   /// CUDA-event time of the last call's kernels (for benchmarks).
   double lastKernelMilliseconds() const;

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/core/force_solver.hpp"
+
+namespace matcha {
+
+const char* phaseName(Phase phase) {
+  switch (phase) {
+    case Phase::estimate:
+      return "estimate";
+    case Phase::keys:
+      return "keys";
+    case Phase::sort:
+      return "sort";
+    case Phase::octree:
+      return "octree";
+    case Phase::multipoles:
+      return "multipoles";
+    case Phase::groups:
+      return "groups";
+    case Phase::walk:
+      return "walk";
+    case Phase::refit:
+      return "refit";
+    case Phase::upload:
+      return "upload";
+    case Phase::kernels:
+      return "kernels";
+    case Phase::download:
+      return "download";
+    case Phase::repair:
+      return "repair";
+    case Phase::count:
+      break;
+  }
+  return "unknown";
+}
+
+double ForceTimings::treeSeconds() const {
+  return (*this)[Phase::keys] + (*this)[Phase::sort] + (*this)[Phase::octree] + (*this)[Phase::multipoles] +
+         (*this)[Phase::groups];
+}
+
+double ForceTimings::engineSeconds() const {
+  return (*this)[Phase::upload] + (*this)[Phase::kernels] + (*this)[Phase::download];
+}
+
+ForceTimings& ForceTimings::operator+=(const ForceTimings& other) {
+  for (int p = 0; p < kNumPhases; ++p) seconds[p] += other.seconds[p];
+  totalSeconds += other.totalSeconds;
+  rebuildWaitSeconds += other.rebuildWaitSeconds;
+  return *this;
+}
+
+}  // namespace matcha
