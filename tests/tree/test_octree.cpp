@@ -19,6 +19,7 @@
 #include "matcha/testing/generators.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
+#include "matcha/tree/walk.hpp"
 
 namespace matcha::tree {
 namespace {
@@ -31,6 +32,47 @@ TEST(MortonKey, InterleavesXLowest) {
   EXPECT_EQ(mortonKey(1, 1, 1), 7u);
   EXPECT_EQ(mortonKey(2, 0, 0), 8u);
   EXPECT_EQ(mortonKey(0x1fffff, 0x1fffff, 0x1fffff), (std::uint64_t{1} << 63) - 1);
+}
+
+// The radix sort gives exactly what std::sort on (key, index) gives: random keys, a clump that shares most leading
+// bits (sorted by the deeper, parallel digits), many equal keys (ties by index), keys already in order, keys nearly in
+// order (the previous step's order), and the tiny cases. The same sorter is reused, as the solver reuses it.
+TEST(KeySorter, EqualsStdSortOnKeyThenIndex) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 random(seed);
+  const std::size_t n = 300000;
+  std::vector<std::pair<const char*, std::vector<std::uint64_t>>> cases;
+  std::vector<std::uint64_t> keys(n);
+  for (auto& key : keys) key = random() >> 1;
+  cases.emplace_back("random", keys);
+  for (auto& key : keys) key = (std::uint64_t{0x5a5a} << 47) | (random() >> 40);  // one clump: 47 shared bits
+  cases.emplace_back("clump", keys);
+  for (auto& key : keys) key = random() % 97;
+  cases.emplace_back("ties", keys);
+  std::sort(keys.begin(), keys.end());
+  cases.emplace_back("sorted", keys);
+  for (std::size_t i = 0; i + 1 < n; i += 1 + random() % 7) std::swap(keys[i], keys[i + 1]);
+  cases.emplace_back("nearly sorted", keys);
+  cases.emplace_back("empty", std::vector<std::uint64_t>{});
+  cases.emplace_back("one", std::vector<std::uint64_t>{42});
+  cases.emplace_back("two equal", std::vector<std::uint64_t>{7, 7});
+  KeySorter sorter;
+  std::vector<std::uint64_t> sorted;
+  std::vector<std::uint32_t> order;
+  for (const auto& [name, input] : cases) {
+    SCOPED_TRACE(name);
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> reference(input.size());
+    for (std::size_t i = 0; i < input.size(); ++i) reference[i] = {input[i], static_cast<std::uint32_t>(i)};
+    std::sort(reference.begin(), reference.end());
+    sorter.sort(input, sorted, order);
+    ASSERT_EQ(sorted.size(), input.size());
+    ASSERT_EQ(order.size(), input.size());
+    for (std::size_t i = 0; i < input.size(); ++i) {
+      ASSERT_EQ(sorted[i], reference[i].first) << "at " << i;
+      ASSERT_EQ(order[i], reference[i].second) << "at " << i;
+    }
+  }
 }
 
 // The Hilbert key's defining properties, checked on every cell of levels 1..4, each cell represented by a point at a
@@ -190,7 +232,8 @@ void expectTreeInvariants(const TreeSolver& solver, const Particles& p, const In
   EXPECT_EQ(next, n);
 
   // Plan: each group's list accounts for every body exactly once, either as a body or inside one accepted cell,
-  // so its masses add up to the total mass; accepted cells never hold the group's own bodies.
+  // so its masses add up to the total mass; accepted cells never hold the group's own bodies, and pass the group's
+  // opening test.
   ASSERT_EQ(plan.numGroups(), solver.groups().size());
   for (std::size_t g = 0; g < plan.numGroups(); ++g) {
     std::vector<BodyRange> covered;
@@ -199,6 +242,9 @@ void expectTreeInvariants(const TreeSolver& solver, const Particles& p, const In
     for (std::uint32_t k = plan.cellListOffsets[g]; k < plan.cellListOffsets[g + 1]; ++k) {
       const BodyRange cellBodies = tree.bodies[plan.cellList[k]];
       EXPECT_FALSE(cellBodies.first < plan.groups[g].last && plan.groups[g].first < cellBodies.last);
+      // The walk's float test accepts only cells the double criterion accepts.
+      ASSERT_TRUE(acceptCell(tree, plan.cellList[k], solver.groups(), g))
+          << "group " << g << ", cell " << plan.cellList[k];
       covered.push_back(cellBodies);
     }
     std::sort(covered.begin(), covered.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; });

@@ -23,6 +23,10 @@ constexpr std::uint32_t kNoCell = std::numeric_limits<std::uint32_t>::max();
 struct Candidate {
   BodyRange range;
   std::uint32_t cell = kNoCell;
+  /// A pack of consecutive sibling cells (children firstMember .. firstMember + numMembers - 1 of the cell whose cube
+  /// this is); 0 members for a single cell or a piece of one.
+  std::uint32_t firstMember = 0;
+  std::uint32_t numMembers = 0;
   double centre[3] = {0, 0, 0};
   double halfSide = 0.0;
   int level = 0;
@@ -117,9 +121,11 @@ bool passesExtentRule(const Octree& tree, const SourceView& sources, const Tight
 // octants (the bodies of the range, in order, cut where their octant digit changes).
 void splitCandidate(const Octree& tree, const SourceView& sources, const Candidate& parent,
                     std::vector<Candidate>& out) {
-  if (parent.cell != kNoCell && !tree.isLeaf(parent.cell)) {
-    const std::uint32_t firstChild = tree.firstChild[parent.cell];
-    for (std::uint32_t child = firstChild; child < firstChild + tree.numChildren[parent.cell]; ++child) {
+  const bool isPack = parent.numMembers > 0;
+  if (isPack || (parent.cell != kNoCell && !tree.isLeaf(parent.cell))) {
+    const std::uint32_t firstChild = isPack ? parent.firstMember : tree.firstChild[parent.cell];
+    const std::uint32_t lastChild = firstChild + (isPack ? parent.numMembers : tree.numChildren[parent.cell]);
+    for (std::uint32_t child = firstChild; child < lastChild; ++child) {
       Candidate c;
       c.range = tree.bodies[child];
       c.cell = child;
@@ -165,10 +171,10 @@ void appendGroup(BodyRange range, const TightBox& box, Groups& groups) {
 
 void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups) {
   MATCHA_ASSERT(ncrit >= 1, "ncrit must be >= 1");
-  // 1. Candidates by count: depth-first, children in order, so candidates come out in body order. The descent stops
-  //    at the first cell small enough, so it visits only the cells above the groups: cheap next to the walk.
+  // 1. Candidates by count, in body order: depth-first from the root, a cell with at most ncrit bodies is a candidate;
+  //    a larger cell's children are visited in order, consecutive small ones packed together (packCandidate) and large
+  //    ones descended into. The descent stops at the first cell small enough: cheap next to the walk.
   std::vector<Candidate> candidates;
-  std::vector<std::uint32_t> stack{0};
   std::vector<std::uint32_t> ancestors;  // ancestors[l]: the cell of level l on the path to the current cell
   const auto cellCandidate = [&](std::uint32_t cell, BodyRange range, bool isCell) {
     Candidate c;
@@ -190,10 +196,17 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
     }
     return c;
   };
-  while (!stack.empty()) {
-    const std::uint32_t cell = stack.back();
-    stack.pop_back();
-    ancestors.resize(tree.level[cell]);  // preorder: the last cells seen on the levels above are this cell's ancestors
+  // A pack of siblings lies in its parent's cube, which serves as its cube for the extent rule (a failing pack is
+  // split into its members, each then tested as a cell).
+  const auto packCandidate = [&](std::uint32_t parent, std::uint32_t firstMember, std::uint32_t lastMember) {
+    if (lastMember - firstMember == 1) return cellCandidate(firstMember, tree.bodies[firstMember], true);
+    Candidate c = cellCandidate(parent, {tree.bodies[firstMember].first, tree.bodies[lastMember - 1].last}, false);
+    c.firstMember = firstMember;
+    c.numMembers = lastMember - firstMember;
+    return c;
+  };
+  const auto visit = [&](auto& self, std::uint32_t cell) -> void {
+    ancestors.resize(tree.level[cell]);
     ancestors.push_back(cell);
     const BodyRange range = tree.bodies[cell];
     if (range.size() <= ncrit) {
@@ -204,10 +217,48 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
         candidates.push_back(cellCandidate(cell, {first, std::min(range.last, first + ncrit)}, false));
       }
     } else {
+      // Consecutive small children are packed greedily (optimal for the number of packs of contiguous runs), but a
+      // pack must be a block of octants with no other child between them: the box around octants {1, 2} of a cube
+      // also covers octants 0 and 3, and if either holds bodies (a dense core beside two sparse corners) the pack's
+      // box would lie over them and its list would take in everything there. A pack that fails gives back its last
+      // members until it passes (a single cell always does).
       const std::uint32_t firstChild = tree.firstChild[cell];
-      for (std::uint32_t child = firstChild + tree.numChildren[cell]; child-- > firstChild;) stack.push_back(child);
+      const std::uint32_t lastChild = firstChild + tree.numChildren[cell];
+      std::uint32_t digits[8];
+      for (std::uint32_t child = firstChild; child < lastChild; ++child) {
+        digits[child - firstChild] = octantDigit(&tree.centre[3 * child], &tree.centre[3 * cell]);
+      }
+      const auto isBlock = [&](std::uint32_t first, std::uint32_t last) {
+        std::uint32_t any = 0, all = 7;  // bits set in some member, bits set in every member
+        for (std::uint32_t child = first; child < last; ++child) {
+          any |= digits[child - firstChild];
+          all &= digits[child - firstChild];
+        }
+        const std::uint32_t sharedAxes = ~(any ^ all) & 7u;  // axes on which every member lies on the same side
+        for (std::uint32_t child = firstChild; child < lastChild; ++child) {
+          const bool member = child >= first && child < last;
+          if (!member && (digits[child - firstChild] & sharedAxes) == (all & sharedAxes)) return false;
+        }
+        return true;
+      };
+      std::uint32_t child = firstChild;
+      while (child < lastChild) {
+        if (tree.bodies[child].size() > ncrit) {
+          self(self, child);
+          ancestors.resize(tree.level[cell] + 1);  // the descent replaced the deeper entries
+          ++child;
+          continue;
+        }
+        std::uint32_t last = child + 1;
+        std::uint32_t bodies = tree.bodies[child].size();
+        while (last < lastChild && bodies + tree.bodies[last].size() <= ncrit) bodies += tree.bodies[last++].size();
+        while (last - child > 1 && !isBlock(child, last)) --last;
+        candidates.push_back(packCandidate(cell, child, last));
+        child = last;
+      }
     }
-  }
+  };
+  visit(visit, 0);
 
   // 2. Tight boxes and the extent rule, in parallel over candidates. One body, or the deepest level, cannot split.
   const auto isFinal = [&](const Candidate& c, const TightBox& box) {
@@ -227,6 +278,7 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
   groups.halfExtent.clear();
   groups.relativeTolerance.clear();
   groups.numExtentSplits = 0;
+  groups.numCandidates = candidates.size();
   std::vector<Candidate> pending;  // pieces still to test, the next one last
   std::vector<Candidate> children;
   const auto split = [&](const Candidate& c) {

@@ -4,12 +4,13 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
-#include <tbb/parallel_sort.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <utility>
 
 #include "matcha/core/errors.hpp"
 
@@ -131,24 +132,122 @@ void computeHilbertKeys(const SourceView& sources, const Cube& cube, std::vector
   computeKeys(sources, cube, keys, hilbertKey);
 }
 
-std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {
-  MATCHA_ASSERT(keys.size() <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
-  struct KeyIndex {
-    std::uint64_t key;
-    std::uint32_t index;
+namespace {
+
+// 8-bit digits: 256 buckets keep each chunk's write cursors in L1 however large the range. A range above
+// kParallelRange bodies (the first digits, or a dense clump whose bodies share many leading bits) is counted and
+// scattered by several chunks in parallel, and its buckets are then sorted in parallel; smaller ranges go serially,
+// the parallelism being across them; buckets of at most kSmallBucket bodies, which sit in L2, finish with std::sort.
+constexpr int kDigitBits = 8;
+constexpr std::size_t kNumBuckets = std::size_t{1} << kDigitBits;
+constexpr std::size_t kSmallBucket = 2048;
+constexpr std::size_t kParallelRange = std::size_t{1} << 16;
+constexpr std::size_t kMaxChunks = 64;
+
+using Buckets = std::array<std::size_t, kNumBuckets + 1>;
+
+}  // namespace
+
+void KeySorter::sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift) {
+  if (count <= kSmallBucket || shift <= 0) {
+    std::sort(data, data + count, [](const KeyIndex& a, const KeyIndex& b) {
+      return a.key < b.key || (a.key == b.key && a.index < b.index);
+    });
+    return;
+  }
+  const int low = std::max(0, shift - kDigitBits);
+  const std::uint64_t mask = (std::uint64_t{1} << (shift - low)) - 1;
+  const auto digit = [&](const KeyIndex& pair) { return static_cast<std::size_t>((pair.key >> low) & mask); };
+  Buckets start{};
+  if (count <= kParallelRange) {
+    for (std::size_t i = 0; i < count; ++i) ++start[digit(data[i]) + 1];
+    for (std::size_t b = 0; b < kNumBuckets; ++b) start[b + 1] += start[b];
+    std::array<std::size_t, kNumBuckets> next;
+    std::copy(start.begin(), start.end() - 1, next.begin());
+    for (std::size_t i = 0; i < count; ++i) temp[next[digit(data[i])]++] = data[i];  // stable
+  } else {
+    // Each chunk counts its bodies per bucket, then scatters them into its own slice of every bucket: stable, so
+    // nearly sorted input stays nearly sorted within a bucket.
+    const std::size_t numChunks = std::min<std::size_t>(kMaxChunks, count / (kParallelRange / 4));
+    const std::size_t chunkSize = (count + numChunks - 1) / numChunks;
+    std::vector<Buckets> cursor(numChunks);
+    tbb::parallel_for(std::size_t{0}, numChunks, [&](std::size_t c) {
+      Buckets& histogram = cursor[c];
+      histogram.fill(0);
+      const std::size_t end = std::min(count, (c + 1) * chunkSize);
+      for (std::size_t i = c * chunkSize; i < end; ++i) ++histogram[digit(data[i])];
+    });
+    std::size_t position = 0;
+    for (std::size_t b = 0; b < kNumBuckets; ++b) {
+      start[b] = position;
+      for (std::size_t c = 0; c < numChunks; ++c) {
+        const std::size_t n = cursor[c][b];
+        cursor[c][b] = position;
+        position += n;
+      }
+    }
+    start[kNumBuckets] = count;
+    tbb::parallel_for(std::size_t{0}, numChunks, [&](std::size_t c) {
+      Buckets& next = cursor[c];
+      const std::size_t end = std::min(count, (c + 1) * chunkSize);
+      for (std::size_t i = c * chunkSize; i < end; ++i) temp[next[digit(data[i])]++] = data[i];
+    });
+  }
+  // The buckets now lie in temp; sorting each with data as its scratch leaves the result in temp, so copy back.
+  const auto finishBucket = [&](std::size_t b) {
+    const std::size_t first = start[b], n = start[b + 1] - first;
+    if (n > 1) sortRange(temp + first, data + first, n, low);
+    std::copy(temp + first, temp + first + n, data + first);
   };
-  std::vector<KeyIndex> pairs(keys.size());
-  tbb::parallel_for(std::size_t{0}, keys.size(), [&](std::size_t i) {
-    pairs[i] = {keys[i], static_cast<std::uint32_t>(i)};
+  if (count <= kParallelRange) {
+    for (std::size_t b = 0; b < kNumBuckets; ++b) finishBucket(b);
+  } else {
+    tbb::parallel_for(std::size_t{0}, kNumBuckets, finishBucket);
+  }
+}
+
+void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint64_t>& sorted,
+                     std::vector<std::uint32_t>& order) {
+  MATCHA_ASSERT(keys.size() <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
+  const std::size_t n = keys.size();
+  sorted.resize(n);
+  order.resize(n);
+  pairs_.resize(n);
+  scratch_.resize(n);
+  // One pass: the pairs, whether the keys are already in order, and the bits all keys share (which need no pass).
+  struct Scan {
+    std::uint64_t lowest = ~0ull, highest = 0;
+    bool inOrder = true;
+  };
+  const Scan scan = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n), Scan{},
+      [&](const tbb::blocked_range<std::size_t>& r, Scan acc) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          acc.lowest = std::min(acc.lowest, keys[i]);
+          acc.highest = std::max(acc.highest, keys[i]);
+          acc.inOrder = acc.inOrder && (i == 0 || keys[i - 1] <= keys[i]);
+          pairs_[i] = {keys[i], static_cast<std::uint32_t>(i)};
+        }
+        return acc;
+      },
+      [](Scan a, const Scan& b) {
+        return Scan{std::min(a.lowest, b.lowest), std::max(a.highest, b.highest), a.inOrder && b.inOrder};
+      });
+  if (!scan.inOrder) sortRange(pairs_.data(), scratch_.data(), n, 64 - __builtin_clzll(scan.lowest ^ scan.highest));
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t i = r.begin(); i != r.end(); ++i) {
+      sorted[i] = pairs_[i].key;
+      order[i] = pairs_[i].index;
+    }
   });
-  tbb::parallel_sort(pairs.begin(), pairs.end(), [](const KeyIndex& a, const KeyIndex& b) {
-    return a.key < b.key || (a.key == b.key && a.index < b.index);
-  });
-  std::vector<std::uint32_t> order(keys.size());
-  tbb::parallel_for(std::size_t{0}, keys.size(), [&](std::size_t i) {
-    keys[i] = pairs[i].key;
-    order[i] = pairs[i].index;
-  });
+}
+
+std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {
+  KeySorter sorter;
+  std::vector<std::uint64_t> sorted;
+  std::vector<std::uint32_t> order;
+  sorter.sort(keys, sorted, order);
+  keys.swap(sorted);
   return order;
 }
 

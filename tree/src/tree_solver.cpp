@@ -32,11 +32,12 @@ void TreeSolver::buildTree(Particles& particles) {
   if (particles.size() >= (std::size_t{1} << 32)) throw InputError("at most 2^32 - 1 bodies are supported");
   const Cube cube = computeBoundingCube(particles.sources());
   computeMortonKeys(particles.sources(), cube, keys_);
-  const std::vector<std::uint32_t> order = sortByKey(keys_);
-  particles.permute(order);
-  buildOctree(keys_, cube, params_.nleaf, tree_);
+  sorter_.sort(keys_, sortedKeys_, order_);
+  particles.permute(order_);
+  buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
   computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+  buildWalkTree(tree_, walkTree_);
 
   stats_ = TreeStats{};
   stats_.numBodies = particles.size();
@@ -52,7 +53,7 @@ void TreeSolver::buildTree(Particles& particles) {
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   buildTree(particles);
   setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
-  planBuilders_[0].build(tree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plans_[0]);
+  planBuilders_[0].build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plans_[0]);
   return plans_[0];
 }
 
@@ -94,7 +95,7 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
   std::uint32_t first = 0;
   std::uint32_t last = std::min(numGroups, first + groupsPerBatch);
   Stopwatch walkClock;
-  planBuilders_[current].build(tree_, groups_, first, last, plans_[current]);
+  planBuilders_[current].build(walkTree_, groups_, first, last, plans_[current]);
   report.timings[Phase::walk] += walkClock.seconds();
   while (first < numGroups) {
     const InteractionPlan& plan = plans_[current];
@@ -104,7 +105,7 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
     if (nextFirst < numGroups) {
       walkAhead.run([&, next = 1 - current] {
         Stopwatch clock;
-        planBuilders_[next].build(tree_, groups_, nextFirst, nextLast, plans_[next]);
+        planBuilders_[next].build(walkTree_, groups_, nextFirst, nextLast, plans_[next]);
         report.timings[Phase::walk] += clock.seconds();  // only this task writes it until wait()
       });
     }

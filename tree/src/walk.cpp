@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/tree/walk.hpp"
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -47,12 +51,148 @@ bool acceptCell(const Octree& tree, std::uint32_t cell, const Groups& groups, st
   return tree.multipoles.mass[cell] * b2 <= tolerance * d2 * d2;
 }
 
-void PlanBuilder::build(const Octree& tree, const Groups& groups, std::uint32_t firstGroup, std::uint32_t lastGroup,
-                        InteractionPlan& plan) {
+namespace {
+
+/// The float nearest above `value` (a float that is >= value).
+float roundUp(double value) {
+  float f = static_cast<float>(value);
+  if (double(f) < value) f = std::nextafter(f, std::numeric_limits<float>::infinity());
+  return f;
+}
+
+/// The float nearest below `value`.
+float roundDown(double value) {
+  float f = static_cast<float>(value);
+  if (double(f) > value) f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+  return f;
+}
+
+// Relative error bounds of the float test: the stored squared radii are raised by kRadiusFactor, the computed squared
+// distance (three products and two sums) errs by a few units of 2^-24, far below it.
+constexpr double kRadiusFactor = 1.0 + 0x1p-20;
+// Coordinates in scaled units lie within the root's cube, |v| <= 1 (up to rounding), where a float's spacing is at
+// most 2^-23: each rounded coordinate is off by at most half of that, and the distance computed from two of them and
+// a rounded-up half extent by at most a few spacings. kSlackSpacings of them cover it with room to spare.
+constexpr double kSlackSpacings = 8.0;
+
+}  // namespace
+
+void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
+  MATCHA_ASSERT(tree.multipoles.size() == tree.numCells() && tree.bmax.size() == tree.numCells(),
+                "buildWalkTree needs computeMultipoles first");
+  const std::size_t numCells = tree.numCells();
+  walkTree.lengthScale = tree.halfSide[0] > 0.0 ? tree.halfSide[0] : 1.0;
+  walkTree.massScale = tree.multipoles.mass[0] > 0.0 ? tree.multipoles.mass[0] : 1.0;
+  for (int d = 0; d < 3; ++d) walkTree.origin[d] = tree.centre[d];
+  walkTree.slack = static_cast<float>(kSlackSpacings * 0x1p-23);
+  walkTree.truncationPower = tree.multipoles.hasQuadrupole ? 3 : 2;
+
+  // Block 0 holds the root; the children of the k-th cell that has children are block k + 1, in cell order.
+  std::vector<std::uint32_t>& blockOf = walkTree.blockOfCell;
+  blockOf.resize(numCells);
+  std::uint32_t numBlocks = 1;
+  for (std::size_t c = 0; c < numCells; ++c) blockOf[c] = tree.isLeaf(c) ? WalkTree::kLeaf : numBlocks++;
+  walkTree.blocks.resize(numBlocks);
+
+  const double invLength = 1.0 / walkTree.lengthScale;
+  const double invMass = 1.0 / walkTree.massScale;
+  const double slack = walkTree.slack;
+  const int power = walkTree.truncationPower;
+  const auto clearBlock = [](WalkTree::Block& block) {
+    for (int k = 0; k < WalkTree::kLanes; ++k) {
+      block.x[k] = block.y[k] = block.z[k] = 0.0f;
+      block.openingRadius2[k] = std::numeric_limits<float>::infinity();
+      block.first[k] = block.last[k] = 0;
+      block.next[k] = block.cell[k] = WalkTree::kEmpty;
+      block.truncation[k] = 0.0f;
+    }
+    block.laneMask = block.leafMask = 0;
+  };
+  const auto setLane = [&](WalkTree::Block& block, int k, std::uint32_t cell) {
+    block.x[k] = static_cast<float>((tree.multipoles.x[cell] - walkTree.origin[0]) * invLength);
+    block.y[k] = static_cast<float>((tree.multipoles.y[cell] - walkTree.origin[1]) * invLength);
+    block.z[k] = static_cast<float>((tree.multipoles.z[cell] - walkTree.origin[2]) * invLength);
+    const double radius = std::sqrt(tree.openingRadius2[cell]) * invLength + slack;
+    block.openingRadius2[k] = roundUp(radius * radius * kRadiusFactor);
+    block.first[k] = tree.bodies[cell].first;
+    block.last[k] = tree.bodies[cell].last;
+    block.next[k] = blockOf[cell];
+    block.cell[k] = cell;
+    const double b = tree.bmax[cell] * invLength;
+    block.truncation[k] = roundUp(tree.multipoles.mass[cell] * invMass * std::pow(b, power) * kRadiusFactor);
+    block.laneMask |= 1u << k;
+    if (tree.isLeaf(cell)) block.leafMask |= 1u << k;
+  };
+  clearBlock(walkTree.blocks[0]);
+  setLane(walkTree.blocks[0], 0, 0);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numCells), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t c = r.begin(); c != r.end(); ++c) {
+      if (tree.isLeaf(c)) continue;
+      WalkTree::Block& block = walkTree.blocks[blockOf[c]];
+      clearBlock(block);
+      for (int k = 0; k < tree.numChildren[c]; ++k) setLane(block, k, tree.firstChild[c] + k);
+    }
+  });
+}
+
+namespace {
+
+/// The lanes of `block` that the group accepts by the theta test: outside the opening sphere and holding none of the
+/// group's bodies (empty lanes never pass: their radius is infinite). SSE2, the x86-64 baseline: two 4-wide halves.
+[[gnu::always_inline]] inline unsigned thetaAcceptedLanes(const WalkTree::Block& block, const float (&centre)[3],
+                                                          const float (&half)[3], std::uint32_t groupFirst,
+                                                          std::uint32_t groupLast) {
+#if defined(__SSE2__)
+  const __m128 signBit = _mm_set1_ps(-0.0f);
+  const __m128 zero = _mm_setzero_ps();
+  const __m128i first = _mm_set1_epi32(static_cast<int>(groupFirst));  // bodies < 2^31: signed compares suffice
+  const __m128i last = _mm_set1_epi32(static_cast<int>(groupLast));
+  unsigned mask = 0;
+  for (int h = 0; h < WalkTree::kLanes; h += 4) {
+    const auto gap = [&](const float* coordinate, int d) {
+      const __m128 offset = _mm_andnot_ps(signBit, _mm_sub_ps(_mm_load_ps(coordinate + h), _mm_set1_ps(centre[d])));
+      return _mm_max_ps(_mm_sub_ps(offset, _mm_set1_ps(half[d])), zero);
+    };
+    const __m128 dx = gap(block.x, 0), dy = gap(block.y, 1), dz = gap(block.z, 2);
+    const __m128 distance2 = _mm_add_ps(_mm_add_ps(_mm_mul_ps(dx, dx), _mm_mul_ps(dy, dy)), _mm_mul_ps(dz, dz));
+    const __m128 outside = _mm_cmpgt_ps(distance2, _mm_load_ps(block.openingRadius2 + h));
+    const __m128i holdsGroup =
+        _mm_and_si128(_mm_cmplt_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(block.first + h)), last),
+                      _mm_cmplt_epi32(first, _mm_load_si128(reinterpret_cast<const __m128i*>(block.last + h))));
+    mask |= static_cast<unsigned>(_mm_movemask_ps(_mm_andnot_ps(_mm_castsi128_ps(holdsGroup), outside))) << h;
+  }
+  return mask;
+#else
+  unsigned mask = 0;
+  for (int k = 0; k < WalkTree::kLanes; ++k) {
+    const float dx = std::max(std::fabs(block.x[k] - centre[0]) - half[0], 0.0f);
+    const float dy = std::max(std::fabs(block.y[k] - centre[1]) - half[1], 0.0f);
+    const float dz = std::max(std::fabs(block.z[k] - centre[2]) - half[2], 0.0f);
+    const float distance2 = dx * dx + dy * dy + dz * dz;
+    const bool holdsGroup = block.first[k] < groupLast && groupFirst < block.last[k];
+    mask |= unsigned(distance2 > block.openingRadius2[k] && !holdsGroup) << k;
+  }
+  return mask;
+#endif
+}
+
+}  // namespace
+
+void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::uint32_t firstGroup,
+                        std::uint32_t lastGroup, InteractionPlan& plan) {
   MATCHA_ASSERT(firstGroup <= lastGroup && lastGroup <= groups.size(), "group batch out of range");
+  MATCHA_ASSERT(!walkTree.blocks.empty(), "walk of an empty tree");
+  MATCHA_ASSERT(groups.size() == 0 || groups.ranges.back().last < (std::uint32_t{1} << 31),
+                "the walk supports at most 2^31 - 1 bodies");
   const std::uint32_t numGroups = lastGroup - firstGroup;
   const std::uint32_t numFragments = (numGroups + kGroupsPerFragment - 1) / kGroupsPerFragment;
   if (fragments_.size() < numFragments) fragments_.resize(numFragments);
+  const double invLength = 1.0 / walkTree.lengthScale;
+  const float slack = walkTree.slack;
+  const int power = walkTree.truncationPower;
+  // The relative test's tolerance in the walk tree's scaled units: M b^p / d^(p+2) <= tol becomes
+  // M' b'^p / d'^(p+2) <= tol L^2 / M_total.
+  const double toleranceScale = walkTree.lengthScale * walkTree.lengthScale / walkTree.massScale;
 
   tbb::parallel_for(std::uint32_t{0}, numFragments, [&](std::uint32_t f) {
     Fragment& fragment = fragments_[f];
@@ -60,29 +200,59 @@ void PlanBuilder::build(const Octree& tree, const Groups& groups, std::uint32_t 
     fragment.bodyRanges.clear();
     fragment.numCells.clear();
     fragment.numBodyRanges.clear();
-    // Depth-first with children pushed in reverse, so leaves come in body order and ranges arrive sorted. The depth
-    // is at most kMaxLevel and each level leaves at most 7 siblings waiting.
-    std::array<std::uint32_t, 8 * (kMaxLevel + 2)> stack;
     const std::uint32_t groupEnd = std::min(lastGroup, firstGroup + (f + 1) * kGroupsPerFragment);
     for (std::uint32_t group = firstGroup + f * kGroupsPerFragment; group < groupEnd; ++group) {
       const std::size_t cellsBefore = fragment.cells.size();
       const std::size_t rangesBefore = fragment.bodyRanges.size();
-      std::size_t top = 0;
+      const BodyRange groupBodies = groups.ranges[group];
+      float centre[3], half[3];
+      for (int d = 0; d < 3; ++d) {
+        centre[d] = static_cast<float>((groups.centre[3 * group + d] - walkTree.origin[d]) * invLength);
+        half[d] = roundUp(groups.halfExtent[3 * group + d] * invLength);
+      }
+      const double tolerance =
+          groups.relativeTolerance.empty() ? std::numeric_limits<double>::infinity() : groups.relativeTolerance[group];
+      const bool relativeTest = tolerance != std::numeric_limits<double>::infinity();
+      const float scaledTolerance = relativeTest ? roundDown(tolerance * toleranceScale * (1.0 - 0x1p-18)) : 0.0f;
+      // Depth-first over blocks. Accepted lanes go straight to the cell list and opened leaves straight to the body
+      // list (merged with the range before when they continue it: sibling leaves do); lanes with children go on the
+      // stack. At most 7 siblings wait per level, so the stack holds at most 8 (kMaxLevel + 1) blocks.
+      std::uint32_t stack[WalkTree::kLanes * (kMaxLevel + 2)];
+      int top = 0;
       stack[top++] = 0;
+      std::vector<std::uint32_t>& cells = fragment.cells;
+      std::vector<BodyRange>& ranges = fragment.bodyRanges;
       while (top > 0) {
-        const std::uint32_t cell = stack[--top];
-        if (acceptCell(tree, cell, groups, group)) {
-          fragment.cells.push_back(cell);
-        } else if (tree.isLeaf(cell)) {
-          const BodyRange range = tree.bodies[cell];
-          if (fragment.bodyRanges.size() > rangesBefore && fragment.bodyRanges.back().last == range.first) {
-            fragment.bodyRanges.back().last = range.last;
-          } else {
-            fragment.bodyRanges.push_back(range);
+        const WalkTree::Block& block = walkTree.blocks[stack[--top]];
+        unsigned accepted = thetaAcceptedLanes(block, centre, half, groupBodies.first, groupBodies.last);
+        if (relativeTest && accepted != 0) {
+          for (int k = 0; k < WalkTree::kLanes; ++k) {
+            if (!(accepted >> k & 1u)) continue;
+            // The distance, recomputed for this lane only, lowered by its possible rounding error.
+            const float dx = std::max(std::fabs(block.x[k] - centre[0]) - half[0], 0.0f);
+            const float dy = std::max(std::fabs(block.y[k] - centre[1]) - half[1], 0.0f);
+            const float dz = std::max(std::fabs(block.z[k] - centre[2]) - half[2], 0.0f);
+            const float distance = std::sqrt(dx * dx + dy * dy + dz * dz) * (1.0f - 0x1p-20f) - slack;
+            float bound = scaledTolerance;
+            for (int e = 0; e < power + 2; ++e) bound *= distance;
+            if (!(distance > 0.0f && block.truncation[k] <= bound)) accepted &= ~(1u << k);
           }
-        } else {
-          const std::uint32_t firstChild = tree.firstChild[cell];
-          for (std::uint32_t child = firstChild + tree.numChildren[cell]; child-- > firstChild;) stack[top++] = child;
+        }
+        for (unsigned lanes = accepted; lanes != 0; lanes &= lanes - 1)
+          cells.push_back(block.cell[__builtin_ctz(lanes)]);
+        const unsigned opened = block.laneMask & ~accepted;
+        for (unsigned lanes = opened & ~block.leafMask; lanes != 0;) {
+          const int k = 31 - __builtin_clz(lanes);  // last lane first, so that the first pops first
+          stack[top++] = block.next[k];
+          lanes &= ~(1u << k);
+        }
+        for (unsigned lanes = opened & block.leafMask; lanes != 0; lanes &= lanes - 1) {
+          const int k = __builtin_ctz(lanes);
+          if (ranges.size() > rangesBefore && ranges.back().last == block.first[k]) {
+            ranges.back().last = block.last[k];  // sibling leaves continue each other
+          } else {
+            ranges.push_back({block.first[k], block.last[k]});
+          }
         }
       }
       fragment.numCells.push_back(static_cast<std::uint32_t>(fragment.cells.size() - cellsBefore));
@@ -97,11 +267,12 @@ void PlanBuilder::build(const Octree& tree, const Groups& groups, std::uint32_t 
                            groups.centre.begin() + 3 * std::size_t{lastGroup});
   plan.cellListOffsets.reserve(numGroups + 1);
   plan.bodyListOffsets.reserve(numGroups + 1);
-  std::vector<std::size_t> cellStart(numFragments), rangeStart(numFragments);
+  cellStart_.resize(numFragments);
+  rangeStart_.resize(numFragments);
   std::size_t numCellEntries = 0, numRangeEntries = 0;
   for (std::uint32_t f = 0; f < numFragments; ++f) {
-    cellStart[f] = numCellEntries;
-    rangeStart[f] = numRangeEntries;
+    cellStart_[f] = numCellEntries;
+    rangeStart_[f] = numRangeEntries;
     for (std::size_t k = 0; k < fragments_[f].numCells.size(); ++k) {
       numCellEntries += fragments_[f].numCells[k];
       numRangeEntries += fragments_[f].numBodyRanges[k];
@@ -114,8 +285,8 @@ void PlanBuilder::build(const Octree& tree, const Groups& groups, std::uint32_t 
   plan.cellList.resize(numCellEntries);
   plan.bodyList.resize(numRangeEntries);
   tbb::parallel_for(std::uint32_t{0}, numFragments, [&](std::uint32_t f) {
-    std::copy(fragments_[f].cells.begin(), fragments_[f].cells.end(), plan.cellList.begin() + cellStart[f]);
-    std::copy(fragments_[f].bodyRanges.begin(), fragments_[f].bodyRanges.end(), plan.bodyList.begin() + rangeStart[f]);
+    std::copy(fragments_[f].cells.begin(), fragments_[f].cells.end(), plan.cellList.begin() + cellStart_[f]);
+    std::copy(fragments_[f].bodyRanges.begin(), fragments_[f].bodyRanges.end(), plan.bodyList.begin() + rangeStart_[f]);
   });
 }
 

@@ -15,6 +15,7 @@ struct Groups {
   std::vector<BodyRange> ranges;   ///< bodies of each group: contiguous, disjoint, in sorted order, covering all bodies
   std::vector<double> centre;      ///< centre of each group's bounding box, 3 per group
   std::vector<double> halfExtent;  ///< half the box's extent along each axis, 3 per group (0 for a single body)
+  std::size_t numCandidates = 0;   ///< groups by count and packing alone, before the extent rule (diagnostics)
   std::size_t numExtentSplits = 0;  ///< candidates split by the extent rule (diagnostics; rare in ordinary inputs)
   /// Per group, the relative opening test's bound on a cell's truncation term M b^p / d^(p+2) (acceptCell):
   /// alpha |a|_min / G. +inf where the test is off; makeGroups leaves it off, setRelativeTolerances sets it.
@@ -26,11 +27,16 @@ struct Groups {
 /// Largest ratio of a group's tight-box extent to the group scale just outside the box (the extent rule).
 inline constexpr double kMaxExtentOverGroupScale = 4.0;
 
-/// Groups are the largest cells holding at most `ncrit` bodies (Barnes 1990's modified tree) whose bodies' tight box
-/// is not much larger than the groups beside it (the extent rule below). A leaf with more than `ncrit` bodies
-/// (nleaf > ncrit, or a deepest-level leaf) is cut into consecutive chunks of at most `ncrit`, each a candidate like
-/// a cell. Each group's tight bounding box is computed from its bodies; the walk tests the opening criterion
-/// against it.
+/// Groups are runs of consecutive bodies in the tree's order that fill the kernel's warp tasks: the largest cells
+/// holding at most `ncrit` bodies (Barnes 1990's modified tree), with consecutive small siblings packed together up to
+/// `ncrit` bodies (a cell of 200 bodies with eight children of 25 gives groups of 50, 50, 50 and 50, not eight of
+/// 25), as long as the group's tight box is not much larger than the groups beside it (the extent rule below). A pack
+/// lies inside its parent's cube, so its box stays compact. A leaf with more than `ncrit` bodies (nleaf > ncrit, or a
+/// deepest-level leaf) is cut into consecutive chunks of at most `ncrit`, each a candidate like a cell. Each group's
+/// tight bounding box is computed from its bodies; the walk tests the opening criterion against it.
+/// Why pack: on a Plummer sphere the largest cells under ncrit = 64 hold 19 bodies on average, which leaves the
+/// kernel's 32- to 128-row warp tasks half empty and multiplies the walks (one per group); packed, the groups hold
+/// about twice as many (bench/RESULTS.md).
 ///
 /// The extent rule. A group's list holds every cell near its box that the opening criterion opens, down to the
 /// leaves there: material lying against a box face of extent E opens ~(E / s)^2 cells or leaves of edge s per
@@ -46,8 +52,8 @@ inline constexpr double kMaxExtentOverGroupScale = 4.0;
 /// leaf there if it holds more, or the empty octant the point falls in), at a probe E / 8 outside the face, beside
 /// the body that sets the face. Cells are split while they hold more than ncrit bodies, so dense material within
 /// ~E / 8 of the probe shows as a small group scale there. A candidate that fails is split into its child cells
-/// (below a leaf: the octants of its cube, which cut the Morton-ordered range into contiguous pieces) and each piece
-/// is tested again, down to single bodies or the deepest level.
+/// (below a leaf: the octants of its cube, which cut the Morton-ordered range into contiguous pieces; a pack: its
+/// member cells) and each piece is tested again, down to single bodies or the deepest level.
 /// Why 4: beside an ordinary group lie groups of its own size or one level smaller (E / r ~ 1 for half of them; at
 /// most 2 for 99% at ncrit 64, at most 4 for 99% at ncrit 256; measured on Plummer spheres, untruncated ones,
 /// clump-in-halo, corner-clump and uniform-cube inputs of 2^16 bodies). E / r > 4 needs group cells at least three

@@ -38,7 +38,7 @@ struct Octree {
   int numLevels() const { return static_cast<int>(levelOffsets.size()) - 1; }
 };
 
-/// Builds the octree over `sortedKeys` (ascending Morton keys of the bodies, as sortByKey leaves them) in `cube`.
+/// Builds the octree over `sortedKeys` (ascending Morton keys of the bodies, as KeySorter leaves them) in `cube`.
 /// A cell is split while it holds more than `nleaf` bodies, down to kMaxLevel; a leaf at kMaxLevel may hold more
 /// (coincident or nearly coincident bodies). Overwrites `tree` (reusing its capacity). Parallel over each level.
 void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, std::uint32_t nleaf, Octree& tree);

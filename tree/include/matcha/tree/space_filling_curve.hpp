@@ -39,8 +39,32 @@ std::uint64_t hilbertKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz);
 /// Hilbert keys of all sources in `cube`; otherwise as computeMortonKeys.
 void computeHilbertKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys);
 
+/// Sorts keys ascending, ties by body index (so the order is deterministic), keeping its buffers from call to call:
+/// once sizes settle a sort allocates only its per-range bucket cursors. A most-significant-digit radix sort on 8-bit
+/// digits below the bits all keys share: a range is split into buckets, large buckets (a dense clump shares many
+/// leading bits) are split again, and buckets of a few thousand bodies are finished with std::sort while they sit in
+/// cache. Keys already in order (a body order kept from the previous step) are detected in the first pass and cost
+/// nothing more.
+class KeySorter {
+ public:
+  /// @param keys    in: one key per body, in body order
+  /// @param sorted  out: the keys in ascending order (resized)
+  /// @param order   out: the permutation, sorted[k] = keys[order[k]] (resized)
+  void sort(std::span<const std::uint64_t> keys, std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order);
+
+ private:
+  struct KeyIndex {
+    std::uint64_t key;
+    std::uint32_t index;
+  };
+  /// Sorts data[0, count) by the key bits below bit `shift` (those above are equal), ties by index, with temp[0,
+  /// count) as scratch.
+  static void sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift);
+  std::vector<KeyIndex> pairs_, scratch_;
+};
+
 /// Sorts `keys` ascending (ties by body index, so the order is deterministic) and returns the permutation that was
-/// applied: sorted[k] = keys_before[order[k]]. Parallel sort (TBB).
+/// applied: sorted[k] = keys_before[order[k]]. Parallel (KeySorter); allocates.
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys);
 
 }  // namespace matcha::tree

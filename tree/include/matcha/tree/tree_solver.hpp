@@ -11,6 +11,7 @@
 #include "matcha/core/params.hpp"
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/walk.hpp"
 
 namespace matcha::tree {
@@ -68,8 +69,11 @@ class TreeSolver final : public ForceSolver {
   TreeParams params_;
   GravityParams gravity_;
   // Reused across calls so a step allocates nothing once sizes settle.
-  std::vector<std::uint64_t> keys_;
+  std::vector<std::uint64_t> keys_, sortedKeys_;
+  std::vector<std::uint32_t> order_;
+  KeySorter sorter_;
   Octree tree_;
+  WalkTree walkTree_;
   Groups groups_;
   PlanBuilder planBuilders_[2];  ///< double-buffered: batch k + 1 is walked while the engine evaluates batch k
   InteractionPlan plans_[2];
