@@ -23,6 +23,7 @@
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/tree/tree_solver.hpp"
+#include "timings.hpp"
 
 namespace matcha::app {
 
@@ -174,7 +175,8 @@ nlohmann::json toJson(const Row& row, std::size_t numBodies) {
            {{"tree_total", row.seconds},
             {"tree_build", row.report.timings.treeSeconds()},
             {"tree_walk", row.report.timings[Phase::walk]},
-            {"tree_engine", row.report.timings.engineSeconds()}}}};
+            {"tree_engine", row.report.timings.engineSeconds()}}},
+          {"phases", phasesJson(row.report.timings)}};
 }
 
 std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::size_t numTargets,

@@ -129,6 +129,11 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                   "potentials of the energy diagnostics: the solver's, a direct sum at each output, or auto (direct "
                   "for tree runs where it is cheap)");
   }
+  if (sets & kTimings) {
+    command.add_flag(
+        "--timings", options.timings,
+        "print where the time goes: a line per output and, at the end, a table of the force call's phases");
+  }
 }
 
 std::string toString(DiagnosticPotential choice) {

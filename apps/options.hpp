@@ -33,6 +33,7 @@ struct Options {
   GravityParams gravity;
   IntegratorParams integrator;
   DiagnosticPotential diagnosticPotential = DiagnosticPotential::automatic;  ///< --diagnostic-potential (run)
+  bool timings = false;  ///< --timings (run): a timings line per output and a table of the phases at the end
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both
@@ -49,6 +50,7 @@ enum OptionSet : unsigned {
   kJson = 1u << 6,         // --json
   kTreeSweep = 1u << 7,    // with kTree: --theta takes a comma-separated list, --multipole also `both` (compare)
   kDiagnostics = 1u << 8,  // --diagnostic-potential
+  kTimings = 1u << 9,      // --timings
 };
 
 /// Registers the options of `sets` on `command`, bound to `options`, plus --config FILE.

@@ -16,12 +16,14 @@
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "timings.hpp"
 
 namespace matcha::app {
 
 namespace {
 
-constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics;
+constexpr unsigned kRunOptions =
+    kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics | kTimings;
 
 /// --diagnostic-potential auto takes direct sums at outputs up to these sizes: on an H100 a float direct sum of 2^21
 /// bodies takes ~2.4 s (1.85e12 pairs/s), about two tree force calls at that size; on 2 CPU cores one of 2^13 bodies
@@ -131,6 +133,14 @@ int runSimulation(const CLI::App& command, const Options& options) {
     io::writeSnapshot(outDir / name, state, metadata);
   };
   callbacks.onProgress = [&](const integrator::ProgressInfo& step) { progress.update(step); };
+  if (options.timings) {
+    // After the output's diagnostics line, on the terminal and as a comment in the log.
+    callbacks.onTimings = [&](const integrator::OutputTimings& timings) {
+      const std::string line = formatOutputTimings(timings);
+      log << line << std::endl;
+      info << line << std::endl;
+    };
+  }
   DirectPotentials outputPotentials(*engine.engine, options.gravity);
   if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
 
@@ -153,6 +163,7 @@ int runSimulation(const CLI::App& command, const Options& options) {
       {"force_seconds", summary.forceSeconds},
       {"interactions", {{"body_body", summary.interactions.bodyBody}, {"body_cell", summary.interactions.bodyCell}}},
       {"interactions_per_second", interactionsPerSecond},
+      {"timings", timingsJson(summary, engine.onGpu)},
       {"output_dir", outDir.string()}};
   writeTextFile((outDir / "summary.json").string(), json.dump(2) + "\n");
   log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
@@ -167,6 +178,7 @@ int runSimulation(const CLI::App& command, const Options& options) {
         double(summary.interactions.bodyBody) / double(particles.size()) / double(summary.steps + 1),
         double(summary.interactions.bodyCell) / double(particles.size()) / double(summary.steps + 1));
   }
+  if (options.timings) info << formatTimingsTable(summary, engine.onGpu) << std::flush;
   return 0;
 }
 

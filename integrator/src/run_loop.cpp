@@ -79,6 +79,24 @@ class PotentialsWantedScope {
   bool before_;
 };
 
+/// The force call's part of an OutputTimings.
+void addForceCall(OutputTimings& timings, const ForceReport& report) {
+  timings.force += report.timings;
+  timings.rebuilds += report.rebuilt ? 1 : 0;
+  timings.groupsWalked += report.numGroupsWalked;
+  timings.groupsRepaired += report.numGroupsRepaired;
+}
+
+/// Adds the steps of one output interval to the run's totals.
+void addInterval(RunSummary& summary, const OutputTimings& interval) {
+  summary.stepForceTimings += interval.force;
+  summary.stepWallSeconds += interval.stepWallSeconds;
+  summary.integrationSeconds += interval.integrationSeconds;
+  summary.rebuilds += interval.rebuilds;
+  summary.groupsWalked += interval.groupsWalked;
+  summary.groupsRepaired += interval.groupsRepaired;
+}
+
 }  // namespace
 
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
@@ -101,29 +119,55 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     return measureDiagnostics(p, time);
   };
 
-  account(leapfrog.initialize(p));
+  // The run since the previous output; output 0 reports the initial force call, which the step totals leave out.
+  OutputTimings interval;
+  const ForceReport initialReport = leapfrog.initialize(p);
+  account(initialReport);
+  summary.initialForceTimings = initialReport.timings;
+  addForceCall(interval, initialReport);
+  Stopwatch outputClock;
   summary.initial = measureOutput(0.0);
   summary.final = summary.initial;
   std::uint64_t outputIndex = 0;
   if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
+  interval.outputSeconds = outputClock.seconds();
+  summary.outputSeconds += interval.outputSeconds;
+  if (callbacks.onTimings) callbacks.onTimings(interval);
   ++outputIndex;
+  interval = OutputTimings{};
+  interval.outputIndex = outputIndex;
 
   double latestEnergy = summary.initial.total;  ///< for the progress report
   OutputSchedule schedule(params.outputInterval, params.dt);
   for (std::uint64_t step = 1; step <= numSteps; ++step) {
-    account(leapfrog.step(p));
+    const StepReport stepReport = leapfrog.step(p);
+    account(stepReport.force);
+    addForceCall(interval, stepReport.force);
+    ++interval.steps;
+    interval.stepWallSeconds += stepReport.wallSeconds;
+    interval.integrationSeconds += stepReport.integrationSeconds;
 
     // Evaluated for every step so the schedule advances even when the final step forces an output anyway.
     const bool scheduled = schedule.isDueAndAdvance(step);
     const bool isOutput = scheduled || step == numSteps;
     const bool measureEveryStep = callbacks.onProgress && !callbacks.outputPotentials;
     if (isOutput || measureEveryStep) {
+      outputClock.restart();
       const Diagnostics now = isOutput ? measureOutput(leapfrog.time()) : measureDiagnostics(p, leapfrog.time());
       latestEnergy = now.total;
       if (isOutput) {
         summary.final = now;
         if (callbacks.onOutput) callbacks.onOutput(p, now, outputIndex);
+      }
+      const double seconds = outputClock.seconds();
+      interval.outputSeconds += seconds;
+      summary.outputSeconds += seconds;
+      if (isOutput) {
+        addInterval(summary, interval);
+        if (callbacks.onTimings) callbacks.onTimings(interval);
         ++outputIndex;
+        interval = OutputTimings{};
+        interval.outputIndex = outputIndex;
       }
     }
     if (callbacks.onProgress) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "matcha/core/force_solver.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
 
@@ -77,6 +78,31 @@ class Cli : public ::testing::Test {
 };
 
 constexpr const char* kTinyRun = "run -n 256 --dt 0.015625 --t-end 0.0625 --output-interval 0.03125";
+
+/// Every phase name of core's Phase, in order (the reports must list each, whatever the phases are).
+std::vector<std::string> phaseNames() {
+  std::vector<std::string> names;
+  for (int k = 0; k < matcha::kNumPhases; ++k) names.emplace_back(matcha::phaseName(static_cast<matcha::Phase>(k)));
+  return names;
+}
+
+/// `object` has a non-negative number for every phase name and nothing else.
+void expectPhaseObject(const nlohmann::json& object, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_TRUE(object.is_object()) << object;
+  EXPECT_EQ(object.size(), static_cast<std::size_t>(matcha::kNumPhases)) << object;
+  for (const std::string& name : phaseNames()) {
+    ASSERT_TRUE(object.contains(name) && object[name].is_number()) << name << " in " << object;
+    EXPECT_GE(object[name].get<double>(), 0.0) << name;
+  }
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> result;
+  std::stringstream stream(text);
+  for (std::string line; std::getline(stream, line);) result.push_back(line);
+  return result;
+}
 
 TEST_F(Cli, RejectsOutOfRangeNumbers) {
   expectOneLineError("run -n 0", "bodies");
@@ -174,6 +200,134 @@ TEST_F(Cli, TinyRunWritesSnapshotsLogParametersAndJsonSummary) {
   EXPECT_EQ(last.particles.size(), 256u);
   const std::string log = readFile(dir_ / "run1" / "diagnostics.log");
   EXPECT_GE(std::count(log.begin(), log.end(), '\n'), 5);
+  EXPECT_EQ(nlohmann::json::parse(readFile(dir_ / "run1" / "summary.json")), summary);
+
+  // Where the time went, written whether or not --timings is given (and then nothing new is printed).
+  EXPECT_EQ(result.err.find("timings"), std::string::npos) << result.err;
+  EXPECT_EQ(log.find("timings"), std::string::npos) << log;
+  ASSERT_TRUE(summary.contains("timings")) << summary;
+  const nlohmann::json& timings = summary["timings"];
+  EXPECT_EQ(timings["steps"], summary["steps"]);
+  expectPhaseObject(timings["initial_call"], "initial_call");
+  expectPhaseObject(timings["steps_total"], "steps_total");
+  expectPhaseObject(timings["steps_mean_ms"], "steps_mean_ms");
+  for (const std::string& name : phaseNames()) {
+    EXPECT_NEAR(timings["steps_mean_ms"][name].get<double>(), timings["steps_total"][name].get<double>() * 1e3 / 4,
+                1e-9)
+        << name;
+  }
+  EXPECT_GT(timings["initial_call"]["kernels"].get<double>(), 0.0) << "the CPU engine evaluates every call";
+  EXPECT_GT(timings["steps_total"]["kernels"].get<double>(), 0.0);
+  const double stepMean = timings["step_seconds_mean"];
+  const double forceMean = timings["force_call_seconds_mean"];
+  EXPECT_GT(forceMean, 0.0);
+  EXPECT_LE(forceMean, stepMean) << "the force call is part of the step";
+  EXPECT_NEAR(stepMean * 4, timings["step_wall_seconds"].get<double>(), 1e-12);
+  EXPECT_LE(stepMean * 4, summary["wall_seconds"].get<double>());
+  EXPECT_GT(timings["gpu_busy_fraction"].get<double>(), 0.0);
+  EXPECT_LE(timings["gpu_busy_fraction"].get<double>(), 1.0);
+  EXPECT_EQ(timings["engine_on_gpu"], false);
+  EXPECT_GE(timings["integration_seconds"].get<double>(), 0.0);
+  EXPECT_GT(timings["output_seconds"].get<double>(), 0.0) << "three snapshots were written";
+  EXPECT_GT(timings["initial_call_seconds"].get<double>(), 0.0);
+  EXPECT_GE(timings["rebuild_wait_seconds"].get<double>(), 0.0);
+  EXPECT_LE(timings["rebuilds"].get<double>(), 4);
+  EXPECT_GE(timings["groups_walked_per_step"].get<double>(), 0.0);
+  EXPECT_GE(timings["groups_repaired"].get<double>(), 0.0);
+}
+
+TEST_F(Cli, TimingsPrintALinePerOutputAndAPhaseTable) {
+  // With --json the human-readable lines go to stderr, and the JSON says which phases took time.
+  const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out t --timings --json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  const nlohmann::json timings = nlohmann::json::parse(result.out)["timings"];
+  // After each output's diagnostics line, one timings line: the first force call at t = 0, then 2 steps per output.
+  const std::vector<std::string> err = lines(result.err);
+  std::vector<std::size_t> timingLines;
+  for (std::size_t k = 0; k < err.size(); ++k) {
+    if (err[k].rfind("# timings", 0) == 0) timingLines.push_back(k);
+  }
+  ASSERT_EQ(timingLines.size(), 3u) << result.err;
+  EXPECT_EQ(err[timingLines[0]].rfind("# timings of the first force call: ", 0), 0u) << err[timingLines[0]];
+  for (std::size_t k = 0; k < timingLines.size(); ++k) {
+    const std::string& line = err[timingLines[k]];
+    ASSERT_GT(timingLines[k], 0u);
+    EXPECT_EQ(err[timingLines[k] - 1].rfind("   +", 0), 0u) << "follows a diagnostics row: " << err[timingLines[k] - 1];
+    // The phases that took time are listed, the others left out.
+    const nlohmann::json& phases = k == 0 ? timings["initial_call"] : timings["steps_total"];
+    for (const std::string& name : phaseNames()) {
+      const bool listed =
+          line.find(" " + name + " ") != std::string::npos || line.find("(" + name + " ") != std::string::npos;
+      if (phases[name].get<double>() == 0.0) {
+        EXPECT_FALSE(listed) << name << " took no time: " << line;
+      } else if (k == 0) {
+        EXPECT_TRUE(listed) << name << " took time: " << line;
+      }
+    }
+    EXPECT_NE(line.find(" kernels "), std::string::npos) << line;
+    if (k == 0) continue;
+    EXPECT_EQ(line.rfind("# timings since last output: 2 steps, ", 0), 0u) << line;
+    EXPECT_NE(line.find(" ms/step (force "), std::string::npos) << line;
+    EXPECT_NE(line.find("; integration "), std::string::npos) << line;
+    EXPECT_NE(line.find("; output "), std::string::npos) << line;
+  }
+  const std::string log = readFile(dir_ / "t" / "diagnostics.log");
+  EXPECT_NE(log.find("# timings since last output: 2 steps"), std::string::npos) << "a comment in the log too";
+  const std::vector<std::string>& out = err;
+
+  // The table: a row per phase and the four totals, each with total seconds, ms per step and % of the step.
+  std::map<std::string, std::vector<double>> rows;
+  for (const std::string& line : out) {
+    std::vector<std::string> names = phaseNames();
+    names.insert(names.end(), {"rebuild wait", "integration", "output", "step (wall)", "force call (wall)"});
+    for (const std::string& name : names) {
+      if (line.rfind("  " + name + " ", 0) != 0) continue;
+      std::stringstream numbers(line.substr(2 + name.size()));
+      std::vector<double> values;
+      for (double value; numbers >> value;) values.push_back(value);
+      rows[name] = values;
+    }
+  }
+  for (const std::string& name : phaseNames()) {
+    ASSERT_EQ(rows[name].size(), 3u) << "row " << name << " in\n" << result.err;
+    EXPECT_GE(rows[name][0], 0.0) << name;
+  }
+  for (const char* name : {"integration", "output", "step (wall)", "force call (wall)"}) {
+    ASSERT_EQ(rows[name].size(), 3u) << "row " << name << " in\n" << result.err;
+  }
+  EXPECT_NEAR(rows["step (wall)"][2], 100.0, 0.05);
+  EXPECT_NEAR(rows["step (wall)"][1], rows["step (wall)"][0] * 1e3 / 4, 1e-3);
+  EXPECT_LE(rows["force call (wall)"][2], 100.0);
+  EXPECT_GT(rows["kernels"][0], 0.0);
+  EXPECT_NE(result.err.find("GPU busy fraction: "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("(CPU engine: the evaluation)"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("rebuilds: "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("groups walked per step: "), std::string::npos) << result.err;
+  EXPECT_NE(readFile(dir_ / "t" / "used_parameters.toml").find("timings = true"), std::string::npos);
+
+  // A flag like the others: off by default (and echoed so), on from a parameter file.
+  const Result plain = matcha(std::string(kTinyRun) + " --engine cpu --out p");
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("timings"), std::string::npos) << plain.out;
+  EXPECT_NE(readFile(dir_ / "p" / "used_parameters.toml").find("timings = false"), std::string::npos);
+  writeText("timings.toml", "timings = true\n");
+  const Result fromFile = matcha(std::string(kTinyRun) + " --engine cpu --out f --config timings.toml");
+  ASSERT_EQ(fromFile.exitCode, 0) << fromFile.err;
+  EXPECT_NE(fromFile.out.find("# timings since last output: 2 steps"), std::string::npos) << fromFile.out;
+  EXPECT_NE(fromFile.out.find("  force call (wall) "), std::string::npos) << fromFile.out;
+}
+
+TEST_F(Cli, TimingsOfARunWithoutSteps) {
+  const Result result = matcha("run -n 64 --t-end 0 --engine cpu --out z --json --timings");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  const nlohmann::json timings = nlohmann::json::parse(result.out)["timings"];
+  EXPECT_EQ(timings["steps"], 0);
+  EXPECT_TRUE(timings["step_seconds_mean"].is_null()) << "no mean of nothing (and no NaN in JSON)";
+  EXPECT_TRUE(timings["steps_mean_ms"].is_null());
+  expectPhaseObject(timings["initial_call"], "initial_call");
+  expectPhaseObject(timings["steps_total"], "steps_total");
+  EXPECT_NE(result.err.find("# timings of the first force call: "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("timings: no steps taken"), std::string::npos) << result.err;
 }
 
 TEST_F(Cli, CommandLineOverridesConfigAndUsedParametersReplay) {
@@ -213,6 +367,10 @@ TEST_F(Cli, IcFileFeedsRunAndCompare) {
   EXPECT_LT(report["direct_error"]["max"].get<double>(), 1e-4);
   EXPECT_GT(row["interactions_per_body"]["body_body"].get<double>(), 0.0);
   EXPECT_GT(report["tree"]["groups"].get<double>(), 1.0);
+  // The tree force call's phases, beside the coarser timing keys they refine.
+  expectPhaseObject(row["phases"], "compare row phases");
+  EXPECT_EQ(row["phases"]["walk"], row["seconds"]["tree_walk"]);
+  EXPECT_GT(row["phases"]["kernels"].get<double>(), 0.0);
 }
 
 // A CSV as rows of (column name -> text).

@@ -168,6 +168,40 @@ TEST(KickDrift, UpdateEveryBodyElementwise) {
   }
 }
 
+TEST(KickDrift, ThreadedUpdateIsElementwiseExactOnManyBodies) {
+  // 10,007 bodies are several TBB blocks: each body must still get exactly v + a dt and x + v dt, with no body left
+  // out or done twice at a block edge, and the arrays kick and drift only read must stay as they were.
+  const std::uint64_t seed = matcha::testing::freshSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  std::mt19937_64 engine(seed);
+  auto draw = [&engine] { return static_cast<double>(engine() >> 11) * 0x1.0p-53 - 0.5; };
+  const std::size_t n = 10007;
+  Particles p(n);
+  for (auto* array : {&p.x, &p.y, &p.z, &p.vx, &p.vy, &p.vz, &p.ax, &p.ay, &p.az}) {
+    for (double& value : *array) value = draw();
+  }
+  const Particles before = p;
+  const double kickDt = 0.3, driftDt = -0.7;
+  mi::kick(p, kickDt);
+  mi::drift(p, driftDt);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double vx = before.vx[i] + before.ax[i] * kickDt;
+    const double vy = before.vy[i] + before.ay[i] * kickDt;
+    const double vz = before.vz[i] + before.az[i] * kickDt;
+    ASSERT_EQ(p.vx[i], vx) << "body " << i;
+    ASSERT_EQ(p.vy[i], vy) << "body " << i;
+    ASSERT_EQ(p.vz[i], vz) << "body " << i;
+    ASSERT_EQ(p.x[i], before.x[i] + vx * driftDt) << "body " << i;
+    ASSERT_EQ(p.y[i], before.y[i] + vy * driftDt) << "body " << i;
+    ASSERT_EQ(p.z[i], before.z[i] + vz * driftDt) << "body " << i;
+  }
+  EXPECT_EQ(p.ax, before.ax);
+  EXPECT_EQ(p.ay, before.ay);
+  EXPECT_EQ(p.az, before.az);
+  EXPECT_EQ(p.mass, before.mass);
+  EXPECT_EQ(p.id, before.id);
+}
+
 // ------------------------------------------------------------------------------------------ (a) circular orbit
 
 TEST(LeapfrogKepler, CircularOrbitClosesWithSecondOrderError) {
@@ -561,6 +595,137 @@ TEST(RunLeapfrog, OutputPotentialsReplaceTheSolversAtOutputsOnly) {
   EXPECT_EQ(progressErrors[7], summary.relativeEnergyError);
 }
 
+/// The two-body force with made-up phase timings, all exact in binary, so the run's sums can be checked exactly
+/// without timing anything. The initial call runs the estimate pass and builds a tree; every even-numbered step
+/// rebuilds.
+class ScriptedTimingsSolver : public KeplerSolver {
+ public:
+  ForceReport computeForces(Particles& p) override {
+    ForceReport report = KeplerSolver::computeForces(p);
+    const bool initial = calls() == 1;
+    report.timings = initial ? initialTimings() : stepTimings();
+    report.rebuilt = initial || calls() % 2 == 1;  // call k + 1 is step k: steps 2, 4, ...
+    report.numGroupsWalked = report.rebuilt ? 8 : 2;
+    report.numGroupsRepaired = initial ? 0 : 1;
+    return report;
+  }
+
+  static matcha::ForceTimings initialTimings() {
+    matcha::ForceTimings t;
+    t[matcha::Phase::estimate] = 1.0;
+    t[matcha::Phase::keys] = 0.25;
+    t[matcha::Phase::kernels] = 0.5;
+    t.totalSeconds = 2.0;
+    return t;
+  }
+  static matcha::ForceTimings stepTimings() {
+    matcha::ForceTimings t;
+    t[matcha::Phase::keys] = 0.125;
+    t[matcha::Phase::walk] = 0.25;
+    t[matcha::Phase::kernels] = 0.5;
+    t[matcha::Phase::repair] = 0.0625;
+    t.totalSeconds = 1.0;
+    t.rebuildWaitSeconds = 0.03125;
+    return t;
+  }
+};
+
+/// Every phase, the total and the rebuild wait of `timings`, each as `times` calls of `one`.
+void expectTimesCalls(const matcha::ForceTimings& timings, const matcha::ForceTimings& one, double times) {
+  for (int k = 0; k < matcha::kNumPhases; ++k) {
+    const auto phase = static_cast<matcha::Phase>(k);
+    EXPECT_EQ(timings[phase], times * one[phase]) << matcha::phaseName(phase);
+  }
+  EXPECT_EQ(timings.totalSeconds, times * one.totalSeconds);
+  EXPECT_EQ(timings.rebuildWaitSeconds, times * one.rebuildWaitSeconds);
+}
+
+TEST(RunLeapfrog, SumsTheForceCallsTimingsWithTheInitialCallApart) {
+  Particles p = TwoBody{}.make();
+  ScriptedTimingsSolver solver;
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 8.0;
+  params.tEnd = 1.0;
+  params.outputInterval = 0.25;  // outputs after steps 2, 4, 6 and 8
+  std::vector<mi::OutputTimings> intervals;
+  std::vector<std::uint64_t> outputsSeen;
+  mi::RunCallbacks callbacks;
+  callbacks.onOutput = [&outputsSeen](const Particles&, const mi::Diagnostics&, std::uint64_t index) {
+    outputsSeen.push_back(index);
+  };
+  callbacks.onTimings = [&](const mi::OutputTimings& timings) {
+    ASSERT_FALSE(outputsSeen.empty());
+    EXPECT_EQ(timings.outputIndex, outputsSeen.back()) << "called right after its output";
+    intervals.push_back(timings);
+  };
+  callbacks.onProgress = [](const mi::ProgressInfo&) {};  // diagnostics after every step: timed as output work
+  const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
+
+  const matcha::ForceTimings initial = ScriptedTimingsSolver::initialTimings();
+  const matcha::ForceTimings step = ScriptedTimingsSolver::stepTimings();
+  expectTimesCalls(summary.initialForceTimings, initial, 1.0);
+  expectTimesCalls(summary.stepForceTimings, step, 8.0);
+  EXPECT_EQ(summary.forceSeconds, 2.0 + 8 * 1.0);  // every call, the initial one included
+  EXPECT_EQ(summary.rebuilds, 4u) << "steps 2, 4, 6, 8; the initial call's tree is not a step's rebuild";
+  EXPECT_EQ(summary.groupsWalked, 4u * 8 + 4u * 2);
+  EXPECT_EQ(summary.groupsRepaired, 8u);
+  EXPECT_GE(summary.integrationSeconds, 0.0);
+  EXPECT_GE(summary.stepWallSeconds, summary.integrationSeconds);
+  EXPECT_GE(summary.outputSeconds, 0.0);
+  EXPECT_LE(summary.stepWallSeconds + summary.outputSeconds, summary.wallSeconds);
+
+  // One report per output; output 0 is the initial call, the others two steps each, and they add up to the totals.
+  ASSERT_EQ(intervals.size(), 5u);
+  EXPECT_EQ(intervals[0].steps, 0u);
+  expectTimesCalls(intervals[0].force, initial, 1.0);
+  EXPECT_EQ(intervals[0].rebuilds, 1u);
+  EXPECT_EQ(intervals[0].groupsWalked, 8u);
+  EXPECT_EQ(intervals[0].stepWallSeconds, 0.0);
+  EXPECT_EQ(intervals[0].integrationSeconds, 0.0);
+  double stepWall = 0.0, integration = 0.0, output = intervals[0].outputSeconds;
+  for (std::size_t k = 1; k < intervals.size(); ++k) {
+    SCOPED_TRACE("output " + std::to_string(k));
+    const mi::OutputTimings& interval = intervals[k];
+    EXPECT_EQ(interval.outputIndex, k);
+    EXPECT_EQ(interval.steps, 2u);
+    expectTimesCalls(interval.force, step, 2.0);
+    EXPECT_EQ(interval.rebuilds, 1u);
+    EXPECT_EQ(interval.groupsWalked, 10u);
+    EXPECT_EQ(interval.groupsRepaired, 2u);
+    EXPECT_GE(interval.integrationSeconds, 0.0);
+    EXPECT_GE(interval.stepWallSeconds, interval.integrationSeconds);
+    EXPECT_GE(interval.outputSeconds, 0.0);
+    stepWall += interval.stepWallSeconds;
+    integration += interval.integrationSeconds;
+    output += interval.outputSeconds;
+  }
+  EXPECT_DOUBLE_EQ(summary.stepWallSeconds, stepWall);
+  EXPECT_DOUBLE_EQ(summary.integrationSeconds, integration);
+  EXPECT_DOUBLE_EQ(summary.outputSeconds, output);
+}
+
+TEST(RunLeapfrog, ZeroLengthRunReportsTheInitialCallOnly) {
+  Particles p = TwoBody{}.make();
+  ScriptedTimingsSolver solver;
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 8.0;
+  params.tEnd = 0.0;
+  int reports = 0;
+  mi::RunCallbacks callbacks;
+  callbacks.onTimings = [&reports](const mi::OutputTimings& timings) {
+    ++reports;
+    EXPECT_EQ(timings.steps, 0u);
+    EXPECT_EQ(timings.force.totalSeconds, 2.0);
+  };
+  const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
+  EXPECT_EQ(reports, 1);
+  expectTimesCalls(summary.stepForceTimings, ScriptedTimingsSolver::stepTimings(), 0.0);
+  EXPECT_EQ(summary.initialForceTimings.totalSeconds, 2.0);
+  EXPECT_EQ(summary.rebuilds, 0u);
+  EXPECT_EQ(summary.stepWallSeconds, 0.0);
+  EXPECT_EQ(summary.integrationSeconds, 0.0);
+}
+
 TEST(RunLeapfrog, AcceptsEndTimesThatAreMultiplesUpToRounding) {
   // 0.3 / 0.1 = 2.9999999999999996 in double: three steps, not an error.
   const RecordedRun run = recordRun(0.1, 0.3, 0.1);
@@ -619,8 +784,12 @@ TEST(LeapfrogKDK, RejectsBadStepAndStepBeforeInitialize) {
   Particles p = TwoBody{}.make();
   EXPECT_THROW(leapfrog.step(p), matcha::InvariantError);
   leapfrog.initialize(p);
-  EXPECT_NO_THROW(leapfrog.step(p));
+  mi::StepReport report;
+  EXPECT_NO_THROW(report = leapfrog.step(p));
   EXPECT_EQ(leapfrog.stepsTaken(), 1u);
+  EXPECT_EQ(report.force.timings.totalSeconds, 0.5);  // the solver's report, passed on
+  EXPECT_GE(report.integrationSeconds, 0.0);
+  EXPECT_GE(report.wallSeconds, report.integrationSeconds);
   EXPECT_EQ(leapfrog.time(), 0.01);
 }
 

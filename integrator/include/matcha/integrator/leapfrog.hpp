@@ -10,15 +10,23 @@
 
 namespace matcha::integrator {
 
-/// Kick: v += a dt for every body, with a from the last force call.
+/// Kick: v += a dt for every body, with a from the last force call. Threaded with TBB over blocks of bodies; each body
+/// is updated on its own, so the result is bit-identical to a serial loop whatever the threads.
 /// @param p   in/out: velocities updated in place; positions and accelerations read
-/// @param dt  in: time interval (any sign; no checks); does not allocate or reorder
+/// @param dt  in: time interval (any sign; no checks); does not reorder, allocates no per-body storage
 void kick(Particles& p, double dt);
 
-/// Drift: x += v dt for every body.
+/// Drift: x += v dt for every body. Threaded and elementwise as kick().
 /// @param p   in/out: positions updated in place; velocities read
-/// @param dt  in: time interval (any sign; no checks); does not allocate or reorder
+/// @param dt  in: time interval (any sign; no checks); does not reorder, allocates no per-body storage
 void drift(Particles& p, double dt);
+
+/// What one step cost, beside its force call's own report.
+struct StepReport {
+  ForceReport force;                ///< the solver's report for the step's force call
+  double integrationSeconds = 0.0;  ///< wall time of the two kicks and the drift
+  double wallSeconds = 0.0;         ///< wall time of the whole step: kick, drift, force call, kick
+};
 
 /// Second-order symplectic KDK leapfrog with a fixed step. One force call per step; velocities and positions are
 /// synchronised (both at time()) between steps, so diagnostics and outputs can be taken there.
@@ -41,9 +49,9 @@ class LeapfrogKDK {
 
   /// One step: kick dt/2, drift dt, forces, kick dt/2; advances time() by dt. May reorder p (through the solver).
   /// @param p  in/out: the state at time(), advanced to time() + dt
-  /// @return the solver's report for the step's force call
+  /// @return the solver's report for the step's force call and the step's wall times
   /// @throws InvariantError when initialize() was not called first
-  ForceReport step(Particles& p);
+  StepReport step(Particles& p);
 
   double time() const { return static_cast<double>(stepsTaken_) * dt_; }
   std::uint64_t stepsTaken() const { return stepsTaken_; }

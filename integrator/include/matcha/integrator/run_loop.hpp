@@ -24,6 +24,23 @@ struct ProgressInfo {
   double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now, or at the latest output (RunCallbacks::outputPotentials)
 };
 
+/// Where the wall time went from one output to the next, handed to RunCallbacks::onTimings right after each
+/// onOutput so that the caller can print a line per output. Output 0 has no steps behind it: it reports the initial
+/// force call instead. Summed over outputs 1, 2, ..., the step fields give RunSummary's step totals.
+struct OutputTimings {
+  std::uint64_t outputIndex = 0;    ///< the output these timings end at (onOutput's outputIndex)
+  std::uint64_t steps = 0;          ///< steps since the previous output; 0 at output 0
+  ForceTimings force;               ///< those steps' force calls, summed; at output 0 the initial force call
+  double stepWallSeconds = 0.0;     ///< wall time of those steps: kicks, drift and force call (0 at output 0)
+  double integrationSeconds = 0.0;  ///< their kicks and drifts
+  /// This output's outputPotentials, diagnostics and onOutput, plus the diagnostics measured after each step since
+  /// the previous output (onProgress without outputPotentials). onTimings itself is not timed.
+  double outputSeconds = 0.0;
+  std::uint64_t rebuilds = 0;        ///< force calls among them that put a new tree to use (ForceReport::rebuilt)
+  std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked, summed over them
+  std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired, summed over them
+};
+
 struct RunCallbacks {
   /// Called at t = 0 (after the first force call), at every output time and at the end (once, also when the end is
   /// an output time). outputIndex counts the calls: 0, 1, 2, ... The particles may be in any order (use ids).
@@ -37,12 +54,24 @@ struct RunCallbacks {
   /// energy error rather than one measured every step, which would mix the two kinds of potential. The solver is
   /// then asked for accelerations only (ForceSolver::setPotentialsWanted) for the whole run.
   std::function<void(Particles&)> outputPotentials;
+  /// Optional: called after onOutput at every output (t = 0 and the end included) with the cost of the run since
+  /// the previous output; what `matcha run --timings` prints as its line per output.
+  std::function<void(const OutputTimings&)> onTimings;
 };
 
+/// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).
 struct RunSummary {
   std::uint64_t steps = 0;           ///< steps taken
   double wallSeconds = 0.0;          ///< whole run, callbacks included
   double forceSeconds = 0.0;         ///< sum of the solver's reported timings.totalSeconds over all force calls
+  ForceTimings initialForceTimings;  ///< the initial force call (the one that may run Phase::estimate)
+  ForceTimings stepForceTimings;     ///< the steps' force calls, summed (the initial call not included)
+  double stepWallSeconds = 0.0;      ///< wall time of the steps (kick, drift, force call, kick), outputs excluded
+  double integrationSeconds = 0.0;   ///< the kicks and drifts of all steps
+  double outputSeconds = 0.0;        ///< every OutputTimings::outputSeconds, output 0 included
+  std::uint64_t rebuilds = 0;        ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
+  std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked over the steps' force calls
+  std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired over the steps' force calls
   double initialEnergy = 0.0;        ///< E at t = 0
   double finalEnergy = 0.0;          ///< E at tEnd
   double relativeEnergyError = 0.0;  ///< |E_final - E_0| / |E_0| (see relativeEnergyError)
@@ -55,7 +84,8 @@ struct RunSummary {
 /// steps. Output k (k = 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from
 /// k so that no drift accumulates); outputs that would fall on the same step are merged, and the final step is
 /// always an output. Diagnostics are measured at every output (after callbacks.outputPotentials, when set) and, when
-/// onProgress is set without outputPotentials, after every step (one O(N) pass).
+/// onProgress is set without outputPotentials, after every step (one O(N) pass). Every step and output is timed
+/// (RunSummary, RunCallbacks::onTimings): a few clock reads per step.
 ///
 /// @param p          in/out: the initial state, advanced to tEnd; may be reordered by the solver (ids survive)
 /// @param solver     in: gravity

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+#include "timings.hpp"
+
+#include <cstdio>
+
+namespace matcha::app {
+
+namespace {
+
+Phase phaseAt(int k) { return static_cast<Phase>(k); }
+
+/// The fraction of the steps' wall time the engine evaluated: GPU kernel time on the CUDA engine (the GPU is idle
+/// the rest of the time), the CPU engine's evaluation otherwise. 0 without steps.
+double busyFraction(const integrator::RunSummary& summary) {
+  return summary.stepWallSeconds > 0.0 ? summary.stepForceTimings[Phase::kernels] / summary.stepWallSeconds : 0.0;
+}
+
+/// x per step, or null (not NaN, which JSON cannot hold) for a run without steps.
+nlohmann::json perStep(double total, std::uint64_t steps) {
+  if (steps == 0) return nullptr;
+  return total / static_cast<double>(steps);
+}
+
+/// printf onto the end of `text`, whatever the length.
+void appendf(std::string& text, const char* format, auto... values) {
+  const int length = std::snprintf(nullptr, 0, format, values...);
+  if (length <= 0) return;
+  const std::size_t end = text.size();
+  text.resize(end + static_cast<std::size_t>(length) + 1);
+  std::snprintf(text.data() + end, static_cast<std::size_t>(length) + 1, format, values...);
+  text.resize(end + static_cast<std::size_t>(length));
+}
+
+}  // namespace
+
+nlohmann::json phasesJson(const ForceTimings& timings, double scale) {
+  nlohmann::json phases = nlohmann::json::object();
+  for (int k = 0; k < kNumPhases; ++k) phases[phaseName(phaseAt(k))] = timings[phaseAt(k)] * scale;
+  return phases;
+}
+
+std::string formatOutputTimings(const integrator::OutputTimings& timings) {
+  // Milliseconds per step; at output 0 (no steps) milliseconds of the one initial call.
+  const double msPer = 1e3 / static_cast<double>(timings.steps > 0 ? timings.steps : 1);
+  std::string phases;
+  for (int k = 0; k < kNumPhases; ++k) {
+    const double seconds = timings.force[phaseAt(k)];
+    if (seconds == 0.0) continue;  // a phase this solver does not have, or that did not run
+    appendf(phases, "%s%s %.3g", phases.empty() ? "" : " ", phaseName(phaseAt(k)), seconds * msPer);
+  }
+  std::string line;
+  if (timings.steps == 0) {
+    appendf(line, "# timings of the first force call: %.3g ms%s%s%s; output %.3g ms",
+            timings.force.totalSeconds * msPer, phases.empty() ? "" : " (", phases.c_str(), phases.empty() ? "" : ")",
+            timings.outputSeconds * 1e3);
+  } else {
+    appendf(line,
+            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g)",
+            static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
+            timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
+            timings.integrationSeconds * msPer, timings.outputSeconds * msPer);
+  }
+  return line;
+}
+
+std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu) {
+  std::string table;
+  const ForceTimings& initial = summary.initialForceTimings;
+  appendf(table, "timings: first force call %.3f s (", initial.totalSeconds);
+  bool first = true;
+  for (int k = 0; k < kNumPhases; ++k) {
+    if (initial[phaseAt(k)] == 0.0) continue;
+    appendf(table, first ? "%s %.3f" : ", %s %.3f", phaseName(phaseAt(k)), initial[phaseAt(k)]);
+    first = false;
+  }
+  table += "), not in the table\n";
+  if (summary.steps == 0) return table + "timings: no steps taken\n";
+
+  const double steps = static_cast<double>(summary.steps);
+  const double stepWall = summary.stepWallSeconds;
+  appendf(table, "timings of the %llu steps (phases that overlap are each timed whole: they can add up to more)\n",
+          static_cast<unsigned long long>(summary.steps));
+  appendf(table, "  %-18s %12s %10s %11s\n", "", "total s", "ms/step", "% of step");
+  const auto row = [&](const char* name, double seconds) {
+    appendf(table, "  %-18s %12.6f %10.3f %11.1f\n", name, seconds, seconds * 1e3 / steps,
+            stepWall > 0.0 ? 100.0 * seconds / stepWall : 0.0);
+  };
+  const ForceTimings& force = summary.stepForceTimings;
+  for (int k = 0; k < kNumPhases; ++k) row(phaseName(phaseAt(k)), force[phaseAt(k)]);
+  row("rebuild wait", force.rebuildWaitSeconds);
+  row("integration", summary.integrationSeconds);
+  row("output", summary.outputSeconds);
+  row("step (wall)", stepWall);
+  row("force call (wall)", force.totalSeconds);
+  appendf(table, "GPU busy fraction: %.3f = kernels / step wall time%s\n", busyFraction(summary),
+          onGpu ? "" : " (CPU engine: the evaluation)");
+  appendf(table, "rebuilds: %llu of %llu steps; groups walked per step: %.1f; groups repaired: %llu\n",
+          static_cast<unsigned long long>(summary.rebuilds), static_cast<unsigned long long>(summary.steps),
+          static_cast<double>(summary.groupsWalked) / steps, static_cast<unsigned long long>(summary.groupsRepaired));
+  return table;
+}
+
+nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
+  const std::uint64_t steps = summary.steps;
+  nlohmann::json meanMs = nullptr;
+  if (steps > 0) meanMs = phasesJson(summary.stepForceTimings, 1e3 / static_cast<double>(steps));
+  return {{"steps", steps},
+          {"step_seconds_mean", perStep(summary.stepWallSeconds, steps)},
+          {"force_call_seconds_mean", perStep(summary.stepForceTimings.totalSeconds, steps)},
+          {"gpu_busy_fraction", steps > 0 ? nlohmann::json(busyFraction(summary)) : nlohmann::json(nullptr)},
+          {"engine_on_gpu", onGpu},
+          {"step_wall_seconds", summary.stepWallSeconds},
+          {"integration_seconds", summary.integrationSeconds},
+          {"output_seconds", summary.outputSeconds},
+          {"initial_call_seconds", summary.initialForceTimings.totalSeconds},
+          {"initial_call", phasesJson(summary.initialForceTimings)},
+          {"steps_total", phasesJson(summary.stepForceTimings)},
+          {"steps_mean_ms", meanMs},
+          {"rebuild_wait_seconds", summary.stepForceTimings.rebuildWaitSeconds},
+          {"rebuilds", summary.rebuilds},
+          {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
+          {"groups_repaired", summary.groupsRepaired}};
+}
+
+}  // namespace matcha::app
