@@ -13,7 +13,9 @@
 #
 # Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
 # default the tree build and walk), BENCH=0 to skip benchmarks,
-# SASS=0 to skip the disassembly, CTEST=0 to skip the tests, PROFILE=1 (PROFILE_TARGETS) for Nsight Compute.
+# SASS=0 to skip the disassembly, CTEST=0 to skip the tests, PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
+# STEPS=1 (STEP_SIZES) for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
+# targets.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -126,6 +128,24 @@ if [ "${BENCH:-1}" = 1 ]; then
     --benchmark_report_aggregates_only=true 2>&1 | tee "$OUT/bench-cpu.txt"
   summary+=("SM clock under load (MHz, min/median/max): $(awk -F', ' 'NR>1 && $2+0>1000 {print $2+0}' "$OUT/clocks.csv" |
     sort -n | awk '{v[NR]=$1} END {if (NR) print v[1] "/" v[int((NR+1)/2)] "/" v[NR]; else print "n/a"}')")
+fi
+
+# STEPS=1: what users wait for, end to end (the Speed issue): one force call of `matcha compare` (phases, error
+# percentiles against GPU double direct sums on a random subsample) and ten steps of `matcha run --timings` (the phase
+# table, the steady-state step) at each of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7.
+if [ "${STEPS:-0}" = 1 ]; then
+  echo "== whole force calls and steps"
+  matcha="$build/apps/matcha"
+  for n in ${STEP_SIZES:-1048576 4194304}; do
+    "$matcha" compare -n "$n" --seed 7 --engine cuda --reference gpu-double --sample 4096 --json \
+      >"$OUT/compare-n$n.json" 2>"$OUT/compare-n$n.log"
+    summary+=("compare N=$n: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; print("p99 %.3g, tree call %.3f s: %s" % (r["error"]["p99"], r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/compare-n$n.json" 2>&1 | head -c 400)")
+    "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end 0.078125 --output-interval 0.078125 \
+      --diagnostic-potential solver --timings --json --out "${TMPDIR:-/tmp}/matcha-steps-$n" \
+      >"$OUT/run-n$n.json" 2>"$OUT/run-n$n.log"
+    tail -n 30 "$OUT/run-n$n.log"
+    summary+=("run N=$n: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %s" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"]))' "$OUT/run-n$n.json" 2>&1 | head -c 300)")
+  done
 fi
 
 # ACCURACY=1: the accuracy targets of bench/RESULTS.md (README "Accuracy"): tree error percentiles on a random

@@ -27,17 +27,27 @@ std::string TreeSolver::describe() const {
   return text + engine_.name();
 }
 
-void TreeSolver::buildTree(Particles& particles) {
+void TreeSolver::buildTree(Particles& particles, ForceTimings& timings) {
   if (particles.empty()) throw InputError("no bodies to compute forces for");
-  if (particles.size() >= (std::size_t{1} << 32)) throw InputError("at most 2^32 - 1 bodies are supported");
+  if (particles.size() >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
+  Stopwatch clock;
+  const auto phaseDone = [&](Phase phase) {
+    timings[phase] += clock.seconds();
+    clock.restart();
+  };
   const Cube cube = computeBoundingCube(particles.sources());
   computeMortonKeys(particles.sources(), cube, keys_);
+  phaseDone(Phase::keys);
   sorter_.sort(keys_, sortedKeys_, order_);
   particles.permute(order_);
+  phaseDone(Phase::sort);
   buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
+  phaseDone(Phase::octree);
   computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
+  phaseDone(Phase::multipoles);
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
   buildWalkTree(tree_, walkTree_);
+  phaseDone(Phase::groups);
 
   stats_ = TreeStats{};
   stats_.numBodies = particles.size();
@@ -51,7 +61,8 @@ void TreeSolver::buildTree(Particles& particles) {
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
-  buildTree(particles);
+  ForceTimings unused;
+  buildTree(particles, unused);
   setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
   planBuilders_[0].build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plans_[0]);
   return plans_[0];
@@ -60,12 +71,17 @@ const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
 ForceReport TreeSolver::computeForces(Particles& particles) {
   Stopwatch total;
   ForceReport report;
-  buildTree(particles);
-  report.timings[Phase::octree] = total.seconds();
+  buildTree(particles, report.timings);
+  report.rebuilt = true;
+  report.numGroupsWalked = groups_.size();
   if (params_.alpha > 0.0 && !setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)) {
     // No accelerations to scale the relative test by (fresh initial conditions): get them with theta alone first,
     // as GADGET does on its first step.
-    evaluateGroups(particles, report);
+    const Stopwatch estimate;
+    ForceReport estimateReport;
+    evaluateGroups(particles, estimateReport);
+    report.counts += estimateReport.counts;
+    report.timings[Phase::estimate] = estimate.seconds();
     stats_.estimatePass = true;
     setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
   }
@@ -109,7 +125,6 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
         report.timings[Phase::walk] += clock.seconds();  // only this task writes it until wait()
       });
     }
-    Stopwatch engineClock;
     try {
       report.counts +=
           engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan, gravity_, forcesToWrite(particles));
@@ -117,7 +132,10 @@ void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
       walkAhead.wait();  // the walk reads the tree; it must finish before the exception unwinds anything
       throw;
     }
-    report.timings[Phase::kernels] += engineClock.seconds();
+    const EngineTimings engine = engine_.lastTimings();
+    report.timings[Phase::upload] += engine.uploadSeconds;
+    report.timings[Phase::kernels] += engine.kernelSeconds;
+    report.timings[Phase::download] += engine.downloadSeconds;
     for (std::size_t g = 0; g < plan.numGroups(); ++g) {
       const std::uint64_t listBodies = plan.numListBodies(g);
       const std::uint64_t listCells = plan.numListCells(g);

@@ -61,7 +61,8 @@ class TreeSolver final : public ForceSolver {
   const InteractionPlan& buildPlanOnly(Particles& particles);
 
  private:
-  void buildTree(Particles& particles);
+  /// Sorts the bodies, builds the octree, multipoles, groups and the walk tree; adds each phase's time to `timings`.
+  void buildTree(Particles& particles, ForceTimings& timings);
   /// Walks and evaluates every group, batch by batch; adds its counts and walk/engine times to `report`.
   void evaluateGroups(Particles& particles, ForceReport& report);
 
