@@ -26,6 +26,7 @@ void TreeParams::validate() const {
   if (ncrit < 1) throw InputError("ncrit must be >= 1");
   if (nleaf < 1) throw InputError("nleaf must be >= 1");
   if (maxBatchEntries < 1) throw InputError("maxBatchEntries must be >= 1");
+  if (reuse > 64) throw InputError("reuse must be 0 (chosen from measured costs), 1 (off) or a step count up to 64");
 }
 
 void IntegratorParams::validate() const {

@@ -11,10 +11,13 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <type_traits>
 #include <vector>
 
+#include "matcha/core/cell_refit.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/stopwatch.hpp"
 
@@ -75,26 +78,51 @@ struct PackedList {
   }
 };
 
+/// One group's work: its bodies, the centre its float coordinates are taken from, and its list.
+struct GroupWork {
+  BodyRange targets;
+  double centre[3];
+  std::span<const std::uint32_t> cells;
+  std::span<const BodyRange> ranges;
+  bool accurateNearPairs = false;
+
+  std::uint64_t numListBodies() const {
+    std::uint64_t count = 0;
+    for (const BodyRange& range : ranges) count += range.size();
+    return count;
+  }
+};
+
+GroupWork groupWork(const InteractionPlan& plan, std::size_t group) {
+  GroupWork work;
+  work.targets = plan.groups[group];
+  for (int d = 0; d < 3; ++d) work.centre[d] = plan.groupCentres[3 * group + d];
+  work.cells = {plan.cellList.data() + plan.cellListOffsets[group], plan.numListCells(group)};
+  work.ranges = {plan.bodyList.data() + plan.bodyListOffsets[group],
+                 std::size_t{plan.bodyListOffsets[group + 1] - plan.bodyListOffsets[group]}};
+  work.accurateNearPairs = plan.accurateNearPairs;
+  return work;
+}
+
 template <class Real>
-void packGroupList(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
-                   std::size_t group, PackedList<Real>& list) {
-  const double cx = plan.groupCentres[3 * group + 0];
-  const double cy = plan.groupCentres[3 * group + 1];
-  const double cz = plan.groupCentres[3 * group + 2];
-  const std::size_t numBodies = plan.numListBodies(group);
-  const std::size_t numCells = plan.numListCells(group);
+void packGroupList(const SourceView& sources, const CellMultipoles& cells, const GroupWork& work,
+                   PackedList<Real>& list) {
+  const double cx = work.centre[0];
+  const double cy = work.centre[1];
+  const double cz = work.centre[2];
+  const std::size_t numBodies = work.numListBodies();
+  const std::size_t numCells = work.cells.size();
   const bool quadrupole = cells.hasQuadrupole;
   list.resize(numBodies + (quadrupole ? 0 : numCells), quadrupole ? numCells : 0,
-              std::is_same_v<Real, float> && plan.accurateNearPairs);
+              std::is_same_v<Real, float> && work.accurateNearPairs);
   std::size_t k = 0;
-  for (std::uint32_t r = plan.bodyListOffsets[group]; r < plan.bodyListOffsets[group + 1]; ++r) {
-    for (std::uint32_t j = plan.bodyList[r].first; j < plan.bodyList[r].last; ++j, ++k) {
+  for (const BodyRange& range : work.ranges) {
+    for (std::uint32_t j = range.first; j < range.last; ++j, ++k) {
       list.setSource(k, sources.x[j] - cx, sources.y[j] - cy, sources.z[j] - cz, sources.mass[j]);
     }
   }
   std::size_t q = 0;
-  for (std::uint32_t c = plan.cellListOffsets[group]; c < plan.cellListOffsets[group + 1]; ++c) {
-    const std::uint32_t cell = plan.cellList[c];
+  for (const std::uint32_t cell : work.cells) {
     if (!quadrupole) {
       list.setSource(k++, cells.x[cell] - cx, cells.y[cell] - cy, cells.z[cell] - cz, cells.mass[cell]);
       continue;
@@ -115,12 +143,12 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
 }
 
 template <class Real>
-[[gnu::always_inline]] inline void evaluateGroup(const SourceView& sources, const InteractionPlan& plan,
-                                                 std::size_t group, const PackedList<Real>& list,
-                                                 const GravityParams& gravity, const ForceView& out) {
-  const double cx = plan.groupCentres[3 * group + 0];
-  const double cy = plan.groupCentres[3 * group + 1];
-  const double cz = plan.groupCentres[3 * group + 2];
+[[gnu::always_inline]] inline void evaluateGroup(const SourceView& sources, const GroupWork& work,
+                                                 const PackedList<Real>& list, const GravityParams& gravity,
+                                                 const ForceView& out) {
+  const double cx = work.centre[0];
+  const double cy = work.centre[1];
+  const double cz = work.centre[2];
   const Real eps2 = static_cast<Real>(gravity.eps2());
   const std::size_t numSourcesPadded = list.mass.size();
   const std::size_t numCellsPadded = list.cellMass.size();
@@ -128,7 +156,7 @@ template <class Real>
   const Real* __restrict jy = list.y.data();
   const Real* __restrict jz = list.z.data();
   const Real* __restrict jm = list.mass.data();
-  for (std::uint32_t i = plan.groups[group].first; i < plan.groups[group].last; ++i) {
+  for (std::uint32_t i = work.targets.first; i < work.targets.last; ++i) {
     const double dxi = sources.x[i] - cx, dyi = sources.y[i] - cy, dzi = sources.z[i] - cz;
     const Real xi = static_cast<Real>(dxi);
     const Real yi = static_cast<Real>(dyi);
@@ -136,7 +164,7 @@ template <class Real>
     double ax = 0.0, ay = 0.0, az = 0.0, pot = 0.0;
     // Double keeps 1e-16 of the distance from the centre and needs no second pass; the checked interaction of the
     // first pass already applies the self-term rule.
-    const bool secondPass = std::is_same_v<Real, float> && plan.accurateNearPairs;
+    const bool secondPass = std::is_same_v<Real, float> && work.accurateNearPairs;
     const Real threshold = secondPass ? closePairThreshold(xi, yi, zi, eps2) : Real(0);
     double floatMagnitude = 0.0;  // what the float sums summed (pair_interaction.hpp: floatSumCancelled)
     for (std::size_t tile = 0; tile < numSourcesPadded; tile += kTileSize) {
@@ -231,26 +259,30 @@ template <class Real>
 // the build stays portable (no -march=native) yet uses 8- or 16-wide FMA lanes where the machine has them.
 #define MATCHA_SIMD_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
 
-MATCHA_SIMD_CLONES void evaluateGroupFloat(const SourceView& sources, const InteractionPlan& plan, std::size_t group,
+MATCHA_SIMD_CLONES void evaluateGroupFloat(const SourceView& sources, const GroupWork& work,
                                            const PackedList<float>& list, const GravityParams& gravity,
                                            const ForceView& out) {
-  evaluateGroup<float>(sources, plan, group, list, gravity, out);
+  evaluateGroup<float>(sources, work, list, gravity, out);
 }
 
-MATCHA_SIMD_CLONES void evaluateGroupDouble(const SourceView& sources, const InteractionPlan& plan, std::size_t group,
+MATCHA_SIMD_CLONES void evaluateGroupDouble(const SourceView& sources, const GroupWork& work,
                                             const PackedList<double>& list, const GravityParams& gravity,
                                             const ForceView& out) {
-  evaluateGroup<double>(sources, plan, group, list, gravity, out);
+  evaluateGroup<double>(sources, work, list, gravity, out);
 }
 
+/// Packs and evaluates one group; returns its interactions.
 template <class Real>
-void evaluateGroupDispatch(const SourceView& sources, const InteractionPlan& plan, std::size_t group,
-                           const PackedList<Real>& list, const GravityParams& gravity, const ForceView& out) {
+InteractionCounts evaluateGroupWork(const SourceView& sources, const CellMultipoles& cells, const GroupWork& work,
+                                    PackedList<Real>& list, const GravityParams& gravity, const ForceView& out) {
+  packGroupList(sources, cells, work, list);
   if constexpr (std::is_same_v<Real, float>) {
-    evaluateGroupFloat(sources, plan, group, list, gravity, out);
+    evaluateGroupFloat(sources, work, list, gravity, out);
   } else {
-    evaluateGroupDouble(sources, plan, group, list, gravity, out);
+    evaluateGroupDouble(sources, work, list, gravity, out);
   }
+  const std::uint64_t numTargets = work.targets.size();
+  return {numTargets * work.numListBodies(), numTargets * work.cells.size()};
 }
 
 template <class Real>
@@ -269,11 +301,7 @@ InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles
                       PackedList<Real>& list = lists.local();
                       InteractionCounts& local = counts.local();
                       for (std::size_t group = r.begin(); group != r.end(); ++group) {
-                        packGroupList(sources, cells, plan, group, list);
-                        evaluateGroupDispatch(sources, plan, group, list, gravity, out);
-                        const std::uint64_t numTargets = plan.groups[group].size();
-                        local.bodyBody += numTargets * plan.numListBodies(group);
-                        local.bodyCell += numTargets * plan.numListCells(group);
+                        local += evaluateGroupWork(sources, cells, groupWork(plan, group), list, gravity, out);
                       }
                     });
   return counts.combine([](InteractionCounts a, const InteractionCounts& b) { return a += b; });
@@ -281,7 +309,286 @@ InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles
 
 }  // namespace
 
-CpuEngine::CpuEngine(Precision precision) : precision_(precision) {}
+// ---------------------------------------------------------------------------------------------------------------
+// Resident lists
+
+namespace {
+
+/// Each group's resident list in two growing arrays; a replaced list leaves its old entries behind until the
+/// garbage outweighs the live entries and the arena is compacted.
+class ListArena {
+ public:
+  void reset(std::size_t numGroups) {
+    cells_.clear();
+    ranges_.clear();
+    spans_.assign(numGroups, Span{});
+    liveCells_ = liveRanges_ = 0;
+  }
+
+  void set(const InteractionPlan& plan) {
+    MATCHA_ASSERT(plan.groupIds.size() == plan.numGroups(), "setLists needs a group id per list");
+    for (std::size_t k = 0; k < plan.numGroups(); ++k) {
+      const std::uint32_t group = plan.groupIds[k];
+      MATCHA_ASSERT(group < spans_.size(), "setLists: group id outside the tree");
+      Span& span = spans_[group];
+      liveCells_ -= span.cellEnd - span.cellBegin;
+      liveRanges_ -= span.rangeEnd - span.rangeBegin;
+      span.cellBegin = cells_.size();
+      cells_.insert(cells_.end(), plan.cellList.begin() + plan.cellListOffsets[k],
+                    plan.cellList.begin() + plan.cellListOffsets[k + 1]);
+      span.cellEnd = cells_.size();
+      span.rangeBegin = ranges_.size();
+      ranges_.insert(ranges_.end(), plan.bodyList.begin() + plan.bodyListOffsets[k],
+                     plan.bodyList.begin() + plan.bodyListOffsets[k + 1]);
+      span.rangeEnd = ranges_.size();
+      span.set = true;
+      liveCells_ += span.cellEnd - span.cellBegin;
+      liveRanges_ += span.rangeEnd - span.rangeBegin;
+    }
+    if (cells_.size() + ranges_.size() > 2 * (liveCells_ + liveRanges_) + (std::size_t{1} << 20)) compact();
+  }
+
+  bool has(std::uint32_t group) const { return spans_[group].set; }
+  std::span<const std::uint32_t> cells(std::uint32_t group) const {
+    return {cells_.data() + spans_[group].cellBegin, spans_[group].cellEnd - spans_[group].cellBegin};
+  }
+  std::span<const BodyRange> ranges(std::uint32_t group) const {
+    return {ranges_.data() + spans_[group].rangeBegin, spans_[group].rangeEnd - spans_[group].rangeBegin};
+  }
+
+ private:
+  struct Span {
+    std::uint64_t cellBegin = 0, cellEnd = 0, rangeBegin = 0, rangeEnd = 0;
+    bool set = false;
+  };
+
+  void compact() {
+    std::vector<std::uint32_t> cells;
+    std::vector<BodyRange> ranges;
+    cells.reserve(liveCells_);
+    ranges.reserve(liveRanges_);
+    for (Span& span : spans_) {
+      const std::uint64_t cellBegin = cells.size(), rangeBegin = ranges.size();
+      cells.insert(cells.end(), cells_.begin() + span.cellBegin, cells_.begin() + span.cellEnd);
+      ranges.insert(ranges.end(), ranges_.begin() + span.rangeBegin, ranges_.begin() + span.rangeEnd);
+      span.cellBegin = cellBegin;
+      span.cellEnd = cells.size();
+      span.rangeBegin = rangeBegin;
+      span.rangeEnd = ranges.size();
+    }
+    cells_.swap(cells);
+    ranges_.swap(ranges);
+  }
+
+  std::vector<std::uint32_t> cells_;
+  std::vector<BodyRange> ranges_;
+  std::vector<Span> spans_;
+  std::uint64_t liveCells_ = 0, liveRanges_ = 0;
+};
+
+/// Whether `cell` may stand in for its bodies in `group`'s list at the refitted positions: it holds none of the
+/// group's bodies and passes the opening criterion against the group's box.
+bool passesCheck(const TreeTopology& topology, const CellMultipoles& cells, std::span<const double> openingRadius,
+                 std::span<const double> bmax, const double* boxCentre, const double* boxHalf, std::uint32_t group,
+                 std::uint32_t cell) {
+  const BodyRange cellBodies = topology.cellBodies[cell];
+  const BodyRange groupBodies = topology.groups[group];
+  if (cellBodies.first < groupBodies.last && groupBodies.first < cellBodies.last) return false;
+  const double distance2 = distanceToBox2(cells.x[cell], cells.y[cell], cells.z[cell], boxCentre[0], boxCentre[1],
+                                          boxCentre[2], boxHalf[0], boxHalf[1], boxHalf[2]);
+  return passesOpeningCriterion(distance2, openingRadius[cell], cells.mass[cell], bmax[cell],
+                                topology.relativeTolerance[group], cells.hasQuadrupole);
+}
+
+}  // namespace
+
+struct CpuEngine::Resident {
+  TreeTopology topology;
+  ListArena lists;
+  std::vector<double> mass;             ///< tree order
+  std::vector<double> x, y, z;          ///< tree order, when the caller's order differs
+  std::vector<double> ax, ay, az, pot;  ///< outputs in tree order, when the caller's order differs
+  CellMultipoles cells;                 ///< refitted each launch
+  std::vector<double> halfExtent, bmax, openingRadius;
+  std::vector<double> boxCentre, boxHalf;  ///< 3 per group
+  std::vector<std::uint32_t> allGroups;
+  ResidentResult result;
+  bool hasTree = false;
+};
+
+CpuEngine::CpuEngine(Precision precision) : precision_(precision), resident_(std::make_unique<Resident>()) {}
+
+CpuEngine::~CpuEngine() = default;
+
+void CpuEngine::setTree(const TreeTopology& topology, const SourceView& bodies) {
+  Resident& r = *resident_;
+  const std::size_t n = topology.numBodies();
+  MATCHA_ASSERT(bodies.count == n, "setTree: the tree and the bodies differ in number");
+  MATCHA_ASSERT(topology.order.empty() || topology.order.size() == n, "setTree: order has the wrong length");
+  MATCHA_ASSERT(topology.relativeTolerance.size() == topology.numGroups(), "setTree: a tolerance per group needed");
+  r.topology = topology;
+  r.mass.resize(n);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n), [&](const tbb::blocked_range<std::size_t>& range) {
+    for (std::size_t i = range.begin(); i != range.end(); ++i)
+      r.mass[i] = bodies.mass[topology.order.empty() ? i : topology.order[i]];
+  });
+  r.lists.reset(topology.numGroups());
+  r.cells.resize(topology.numCells(), topology.multipole == MultipoleOrder::quadrupole);
+  for (auto* array : {&r.halfExtent, &r.bmax, &r.openingRadius}) array->resize(topology.numCells());
+  r.boxCentre.resize(3 * topology.numGroups());
+  r.boxHalf.resize(3 * topology.numGroups());
+  r.allGroups.resize(topology.numGroups());
+  std::iota(r.allGroups.begin(), r.allGroups.end(), 0u);
+  r.hasTree = true;
+}
+
+void CpuEngine::setLists(const InteractionPlan& plan) {
+  MATCHA_ASSERT(resident_->hasTree, "setLists before setTree");
+  resident_->lists.set(plan);
+}
+
+void CpuEngine::dropLists() {
+  MATCHA_ASSERT(resident_->hasTree, "dropLists before setTree");
+  resident_->lists.reset(resident_->topology.numGroups());
+}
+
+void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                               std::span<const std::uint32_t> groups) {
+  Resident& r = *resident_;
+  MATCHA_ASSERT(r.hasTree, "launchResident before setTree");
+  const Stopwatch clock;
+  const TreeTopology& topology = r.topology;
+  const std::size_t n = topology.numBodies();
+  MATCHA_ASSERT(bodies.count == n && out.count == n, "launchResident: the tree and the bodies differ in number");
+  const bool gathered = !topology.order.empty();
+
+  // Positions in tree order.
+  SourceView sources{bodies.x, bodies.y, bodies.z, r.mass.data(), n};
+  ForceView forces = out;
+  if (gathered) {
+    for (auto* array : {&r.x, &r.y, &r.z, &r.ax, &r.ay, &r.az, &r.pot}) array->resize(n);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n), [&](const tbb::blocked_range<std::size_t>& range) {
+      for (std::size_t i = range.begin(); i != range.end(); ++i) {
+        const std::uint32_t j = topology.order[i];
+        r.x[i] = bodies.x[j];
+        r.y[i] = bodies.y[j];
+        r.z[i] = bodies.z[j];
+      }
+    });
+    sources = {r.x.data(), r.y.data(), r.z.data(), r.mass.data(), n};
+    forces = {r.ax.data(), r.ay.data(), r.az.data(), out.pot != nullptr ? r.pot.data() : nullptr, n};
+  }
+
+  // Refit, level by level from the deepest.
+  RefitCells refit;
+  refit.bodies = topology.cellBodies.data();
+  refit.firstChild = topology.firstChild.data();
+  refit.numChildren = topology.numChildren.data();
+  refit.centre = topology.cellCentre.data();
+  refit.halfSide = topology.cellHalfSide.data();
+  refit.mass = r.cells.mass.data();
+  refit.x = r.cells.x.data();
+  refit.y = r.cells.y.data();
+  refit.z = r.cells.z.data();
+  if (r.cells.hasQuadrupole) {
+    double* q[7] = {r.cells.qxx.data(), r.cells.qyy.data(), r.cells.qzz.data(),  r.cells.qxy.data(),
+                    r.cells.qxz.data(), r.cells.qyz.data(), r.cells.trace.data()};
+    for (int k = 0; k < 7; ++k) refit.quadrupole[k] = q[k];
+  }
+  refit.halfExtent = r.halfExtent.data();
+  refit.bmax = r.bmax.data();
+  refit.openingRadius = r.openingRadius.data();
+  const RefitBodies refitBodies{sources.x, sources.y, sources.z, sources.mass, nullptr};
+  for (int level = topology.numLevels() - 1; level >= 0; --level) {
+    tbb::parallel_for(
+        tbb::blocked_range<std::uint32_t>(topology.levelOffsets[level], topology.levelOffsets[level + 1], 64),
+        [&](const tbb::blocked_range<std::uint32_t>& range) {
+          for (std::uint32_t cell = range.begin(); cell != range.end(); ++cell) {
+            refitCell(refitBodies, refit, cell, topology.theta);
+          }
+        });
+  }
+
+  // Group boxes, then each group's list evaluated and checked.
+  const std::span<const std::uint32_t> evaluated =
+      groups.empty() ? std::span<const std::uint32_t>(r.allGroups) : groups;
+  tbb::combinable<InteractionCounts> counts;
+  tbb::combinable<std::vector<std::uint32_t>> failed;
+  const auto run = [&]<class Real>(Real) {
+    tbb::enumerable_thread_specific<PackedList<Real>> packed;
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, evaluated.size(), 1), [&](const tbb::blocked_range<std::size_t>& range) {
+          PackedList<Real>& list = packed.local();
+          for (std::size_t k = range.begin(); k != range.end(); ++k) {
+            const std::uint32_t group = evaluated[k];
+            MATCHA_ASSERT(group < topology.numGroups() && r.lists.has(group), "launchResident: a group without a list");
+            const BodyRange targets = topology.groups[group];
+            double lo[3], hi[3];
+            for (int d = 0; d < 3; ++d) {
+              lo[d] = std::numeric_limits<double>::infinity();
+              hi[d] = -lo[d];
+            }
+            for (std::uint32_t i = targets.first; i < targets.last; ++i) {
+              const double p[3] = {sources.x[i], sources.y[i], sources.z[i]};
+              for (int d = 0; d < 3; ++d) {
+                lo[d] = std::min(lo[d], p[d]);
+                hi[d] = std::max(hi[d], p[d]);
+              }
+            }
+            double* centre = &r.boxCentre[3 * group];
+            double* half = &r.boxHalf[3 * group];
+            GroupWork work;
+            work.targets = targets;
+            for (int d = 0; d < 3; ++d) {
+              centre[d] = 0.5 * (lo[d] + hi[d]);
+              half[d] = 0.5 * (hi[d] - lo[d]);
+              work.centre[d] = centre[d];
+            }
+            work.cells = r.lists.cells(group);
+            work.ranges = r.lists.ranges(group);
+            counts.local() += evaluateGroupWork(sources, r.cells, work, list, gravity, forces);
+            for (const std::uint32_t cell : work.cells) {
+              if (!passesCheck(topology, r.cells, r.openingRadius, r.bmax, centre, half, group, cell)) {
+                failed.local().push_back(group);
+                break;
+              }
+            }
+          }
+        });
+  };
+  if (precision_ == Precision::float32) {
+    run(float{});
+  } else {
+    run(double{});
+  }
+
+  if (gathered) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, evaluated.size()),
+                      [&](const tbb::blocked_range<std::size_t>& range) {
+                        for (std::size_t k = range.begin(); k != range.end(); ++k) {
+                          const BodyRange targets = topology.groups[evaluated[k]];
+                          for (std::uint32_t i = targets.first; i < targets.last; ++i) {
+                            const std::uint32_t j = topology.order[i];
+                            out.ax[j] = r.ax[i];
+                            out.ay[j] = r.ay[i];
+                            out.az[j] = r.az[i];
+                            if (out.pot != nullptr) out.pot[j] = r.pot[i];
+                          }
+                        }
+                      });
+  }
+
+  r.result = ResidentResult{};
+  r.result.counts = counts.combine([](InteractionCounts a, const InteractionCounts& b) { return a += b; });
+  failed.combine_each([&](const std::vector<std::uint32_t>& list) {
+    r.result.failedGroups.insert(r.result.failedGroups.end(), list.begin(), list.end());
+  });
+  std::sort(r.result.failedGroups.begin(), r.result.failedGroups.end());
+  r.result.timings = EngineTimings{0.0, clock.seconds(), 0.0};
+  timings_ = r.result.timings;
+}
+
+ResidentResult CpuEngine::finishResident() { return std::move(resident_->result); }
 
 std::string CpuEngine::name() const {
   return std::string(precision_ == Precision::float32 ? "cpu-float" : "cpu-double") + " (" +

@@ -307,6 +307,23 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
   groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
 }
 
+void setGroupBoxesOfBalls(const SourceView& sources, const float* radius, Groups& groups) {
+  tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
+    const BodyRange range = groups.ranges[g];
+    const double* coordinates[3] = {sources.x, sources.y, sources.z};
+    for (int d = 0; d < 3; ++d) {
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      for (std::uint32_t i = range.first; i < range.last; ++i) {
+        lo = std::min(lo, coordinates[d][i] - double(radius[i]));
+        hi = std::max(hi, coordinates[d][i] + double(radius[i]));
+      }
+      groups.centre[3 * g + d] = 0.5 * (lo + hi);
+      // Rounded up by a relative 2^-50 so that the ball's extreme points stay inside after the subtraction.
+      groups.halfExtent[3 * g + d] = 0.5 * (hi - lo) * (1.0 + 0x1p-50) + 0x1p-60 * std::abs(hi);
+    }
+  });
+}
+
 bool setRelativeTolerances(const Particles& previous, double alpha, double G, Groups& groups) {
   MATCHA_ASSERT(previous.size() == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
   groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/tree/octree.hpp"
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "matcha/core/cell_refit.hpp"
 #include "matcha/core/errors.hpp"
 
 namespace matcha::tree {
@@ -110,113 +112,44 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
   }
 }
 
-namespace {
-
-// Adds the traceless quadrupole of mass m at offset d from the expansion centre, m (3 d d^T - |d|^2 I), and its
-// second-moment trace m |d|^2 (q[6]).
-void addPointQuadrupole(double m, double dx, double dy, double dz, double (&q)[7]) {
-  const double d2 = dx * dx + dy * dy + dz * dz;
-  q[6] += m * d2;
-  q[0] += m * (3.0 * dx * dx - d2);
-  q[1] += m * (3.0 * dy * dy - d2);
-  q[2] += m * (3.0 * dz * dz - d2);
-  q[3] += m * 3.0 * dx * dy;
-  q[4] += m * 3.0 * dx * dz;
-  q[5] += m * 3.0 * dy * dz;
-}
-
-}  // namespace
-
-void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree) {
+void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree,
+                       const float* radius) {
   MATCHA_ASSERT(theta > 0.0, "theta must be > 0");
   const std::size_t numCells = tree.numCells();
   const bool withQuadrupole = order == MultipoleOrder::quadrupole;
-  tree.multipoles.resize(numCells, withQuadrupole);
-  tree.openingRadius2.resize(numCells);
-  tree.bmax.resize(numCells);
   CellMultipoles& m = tree.multipoles;
+  m.resize(numCells, withQuadrupole);
+  tree.openingRadius.resize(numCells);
+  tree.bmax.resize(numCells);
+  tree.halfExtent.resize(numCells);
+  tree.comSpread.resize(radius != nullptr ? numCells : 0);
+
+  const RefitBodies bodies{sources.x, sources.y, sources.z, sources.mass, radius};
+  RefitCells cells;
+  cells.bodies = tree.bodies.data();
+  cells.firstChild = tree.firstChild.data();
+  cells.numChildren = tree.numChildren.data();
+  cells.centre = tree.centre.data();
+  cells.halfSide = tree.halfSide.data();
+  cells.mass = m.mass.data();
+  cells.x = m.x.data();
+  cells.y = m.y.data();
+  cells.z = m.z.data();
+  if (withQuadrupole) {
+    double* q[7] = {m.qxx.data(), m.qyy.data(), m.qzz.data(), m.qxy.data(), m.qxz.data(), m.qyz.data(), m.trace.data()};
+    for (int k = 0; k < 7; ++k) cells.quadrupole[k] = q[k];
+  }
+  cells.halfExtent = tree.halfExtent.data();
+  cells.bmax = tree.bmax.data();
+  cells.openingRadius = tree.openingRadius.data();
+  cells.comSpread = radius != nullptr ? tree.comSpread.data() : nullptr;
   for (int level = tree.numLevels() - 1; level >= 0; --level) {
-    tbb::parallel_for(tree.levelOffsets[level], tree.levelOffsets[level + 1], [&](std::uint32_t cell) {
-      double mass = 0.0, mx = 0.0, my = 0.0, mz = 0.0;
-      const BodyRange bodies = tree.bodies[cell];
-      const std::uint32_t firstChild = tree.firstChild[cell];
-      const std::uint32_t lastChild = firstChild + tree.numChildren[cell];
-      if (tree.isLeaf(cell)) {
-        for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
-          mass += sources.mass[i];
-          mx += sources.mass[i] * sources.x[i];
-          my += sources.mass[i] * sources.y[i];
-          mz += sources.mass[i] * sources.z[i];
-        }
-      } else {
-        for (std::uint32_t child = firstChild; child < lastChild; ++child) {
-          mass += m.mass[child];
-          mx += m.mass[child] * m.x[child];
-          my += m.mass[child] * m.y[child];
-          mz += m.mass[child] * m.z[child];
-        }
-      }
-      // A cell of massless bodies (test particles) sits at its geometric centre and pulls with nothing.
-      const double* centre = &tree.centre[3 * cell];
-      m.mass[cell] = mass;
-      m.x[cell] = mass > 0.0 ? mx / mass : centre[0];
-      m.y[cell] = mass > 0.0 ? my / mass : centre[1];
-      m.z[cell] = mass > 0.0 ? mz / mass : centre[2];
-      if (withQuadrupole) {
-        // About the cell's own centre of mass: a leaf sums its bodies, a parent shifts its children's tensors
-        // (parallel-axis theorem: Q = sum_c Q_c + m_c (3 d_c d_c^T - |d_c|^2 I), d_c = com_c - com).
-        double q[7] = {0, 0, 0, 0, 0, 0, 0};
-        if (tree.isLeaf(cell)) {
-          for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
-            addPointQuadrupole(sources.mass[i], sources.x[i] - m.x[cell], sources.y[i] - m.y[cell],
-                               sources.z[i] - m.z[cell], q);
-          }
-        } else {
-          for (std::uint32_t child = firstChild; child < lastChild; ++child) {
-            addPointQuadrupole(m.mass[child], m.x[child] - m.x[cell], m.y[child] - m.y[cell], m.z[child] - m.z[cell],
-                               q);
-            q[0] += m.qxx[child];
-            q[1] += m.qyy[child];
-            q[2] += m.qzz[child];
-            q[3] += m.qxy[child];
-            q[4] += m.qxz[child];
-            q[5] += m.qyz[child];
-            q[6] += m.trace[child];
-          }
-        }
-        m.qxx[cell] = q[0];
-        m.qyy[cell] = q[1];
-        m.qzz[cell] = q[2];
-        m.qxy[cell] = q[3];
-        m.qxz[cell] = q[4];
-        m.qyz[cell] = q[5];
-        m.trace[cell] = q[6];
-      }
-      const double dx = m.x[cell] - centre[0];
-      const double dy = m.y[cell] - centre[1];
-      const double dz = m.z[cell] - centre[2];
-      const double comOffset = std::sqrt(dx * dx + dy * dy + dz * dz);
-      const double openingRadius = 2.0 * tree.halfSide[cell] / theta + comOffset;
-      tree.openingRadius2[cell] = openingRadius * openingRadius;
-      double bmax2 = 0.0, bmax = 0.0;
-      if (tree.isLeaf(cell)) {
-        for (std::uint32_t i = bodies.first; i < bodies.last; ++i) {
-          const double bx = sources.x[i] - m.x[cell], by = sources.y[i] - m.y[cell], bz = sources.z[i] - m.z[cell];
-          bmax2 = std::max(bmax2, bx * bx + by * by + bz * bz);
-        }
-        bmax = std::sqrt(bmax2);
-      } else {
-        // The corner bound: the cube's centre is comOffset away and its corners sqrt(3) halfSide beyond that.
-        bmax = comOffset + std::sqrt(3.0) * tree.halfSide[cell];
-        double fromChildren = 0.0;
-        for (std::uint32_t child = firstChild; child < lastChild; ++child) {
-          const double cx = m.x[child] - m.x[cell], cy = m.y[child] - m.y[cell], cz = m.z[child] - m.z[cell];
-          fromChildren = std::max(fromChildren, tree.bmax[child] + std::sqrt(cx * cx + cy * cy + cz * cz));
-        }
-        bmax = std::min(bmax, fromChildren);
-      }
-      tree.bmax[cell] = bmax;
-    });
+    tbb::parallel_for(tbb::blocked_range<std::uint32_t>(tree.levelOffsets[level], tree.levelOffsets[level + 1], 64),
+                      [&](const tbb::blocked_range<std::uint32_t>& r) {
+                        for (std::uint32_t cell = r.begin(); cell != r.end(); ++cell) {
+                          refitCell(bodies, cells, cell, theta);
+                        }
+                      });
   }
 }
 

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/tree/tree_solver.hpp"
 
-#include <tbb/task_group.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
+#include <limits>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
@@ -12,22 +17,138 @@
 
 namespace matcha::tree {
 
+namespace {
+
+/// Ids compared at this many positions to notice that the caller reordered or replaced its bodies between calls.
+constexpr std::size_t kIdSamples = 64;
+
+/// The acceleration of a body may change by this fraction of itself over a tree's calls before its ball (below) is
+/// too small: room for close encounters, which change it fastest.
+constexpr double kAccelerationChange = 1.0;
+
+/// A repair of more than this fraction of the groups says the prediction no longer holds: the next call builds anew.
+constexpr double kRepairRebuildFraction = 0.01;
+
+/// With TreeParams::reuse 0, until a predicted build has been measured, each extra call on a tree is taken to add this
+/// fraction to the interactions of an exact build (Plummer 2^20-2^22, theta 0.5, dt 1/128: 0.2-0.4).
+constexpr double kPriorGrowthPerStep = 0.3;
+constexpr std::uint32_t kMaxAutoReuse = 8;
+
+}  // namespace
+
+/// The positions of the last calls, in the caller's order, and the predicted positions and their balls.
+struct TreeSolver::Motion {
+  std::vector<double> previousX, previousY, previousZ;  ///< positions at the call before this one
+  std::vector<double> earlierX, earlierY, earlierZ;     ///< positions at the call before that
+  int numKnown = 0;                                     ///< how many of the two are known (0, 1 or 2)
+  std::vector<double> predictedX, predictedY, predictedZ;
+  std::vector<float> radius;
+
+  void reset() { numKnown = 0; }
+
+  /// Remembers the positions of `p` as the latest call's.
+  void record(const Particles& p) {
+    previousX.swap(earlierX);
+    previousY.swap(earlierY);
+    previousZ.swap(earlierZ);
+    const std::size_t n = p.size();
+    for (auto* array : {&previousX, &previousY, &previousZ}) array->resize(n);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
+      std::copy(p.x.begin() + r.begin(), p.x.begin() + r.end(), previousX.begin() + r.begin());
+      std::copy(p.y.begin() + r.begin(), p.y.begin() + r.end(), previousY.begin() + r.begin());
+      std::copy(p.z.begin() + r.begin(), p.z.begin() + r.end(), previousZ.begin() + r.begin());
+    });
+    numKnown = std::min(numKnown + 1, 2);
+  }
+
+  /// Puts the remembered positions into the order the bodies were just given (new[i] = old[order[i]]).
+  void permute(std::span<const std::uint32_t> order, std::vector<double>& scratch) {
+    for (auto* array : {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ}) {
+      if (array->size() != order.size()) continue;
+      scratch.resize(order.size());
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = (*array)[order[i]];
+                        });
+      array->swap(scratch);
+    }
+  }
+
+  /// The positions over calls 0 .. steps - 1 from now (call 0 being `p` as it is), extrapolated from the last three
+  /// calls' positions: with displacement d1 = x - x_previous and second difference d2 = d1 - (x_previous - x_earlier),
+  /// call k is at x + k d1 + k (k + 1) / 2 d2, exact for a leapfrog step under constant acceleration. Each body's
+  /// path over the calls becomes a ball: the midpoint of the first and last positions, with a radius that holds
+  /// the path (half the chord plus the parabola's sag, |d2| (k_max)^2 / 8) and the prediction's error should the
+  /// acceleration change by kAccelerationChange of itself (|d2| k_max (k_max + 1) / 2 times that).
+  void predict(const Particles& p, std::uint32_t steps) {
+    const std::size_t n = p.size();
+    for (auto* array : {&predictedX, &predictedY, &predictedZ}) array->resize(n);
+    radius.resize(n);
+    const double last = double(steps - 1);
+    const double chordFactor = last * (last + 1.0) / 2.0;
+    const double room = last * last / 8.0 + kAccelerationChange * last * (last + 1.0) / 2.0;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+        const double x[3] = {p.x[i], p.y[i], p.z[i]};
+        const double previous[3] = {previousX[i], previousY[i], previousZ[i]};
+        const double earlier[3] = {earlierX[i], earlierY[i], earlierZ[i]};
+        double end[3], chord2 = 0.0, sag2 = 0.0;
+        for (int d = 0; d < 3; ++d) {
+          const double displacement = x[d] - previous[d];
+          const double secondDifference = displacement - (previous[d] - earlier[d]);
+          end[d] = x[d] + last * displacement + chordFactor * secondDifference;
+          chord2 += (end[d] - x[d]) * (end[d] - x[d]);
+          sag2 += secondDifference * secondDifference;
+        }
+        predictedX[i] = 0.5 * (x[0] + end[0]);
+        predictedY[i] = 0.5 * (x[1] + end[1]);
+        predictedZ[i] = 0.5 * (x[2] + end[2]);
+        const double ball = 0.5 * std::sqrt(chord2) + room * std::sqrt(sag2);
+        // Rounded up, with a relative margin for the rounding of the midpoint and the float.
+        radius[i] = std::nextafter(static_cast<float>(ball * (1.0 + 1e-6)), std::numeric_limits<float>::infinity());
+      }
+    });
+  }
+};
+
 TreeSolver::TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity)
-    : engine_(engine), params_(treeParams), gravity_(gravity) {
+    : engine_(engine), params_(treeParams), gravity_(gravity), motion_(std::make_unique<Motion>()) {
   params_.validate();
   gravity_.validate();
 }
 
+TreeSolver::~TreeSolver() = default;
+
 std::string TreeSolver::describe() const {
   char alpha[32] = "";
   if (params_.alpha > 0.0) std::snprintf(alpha, sizeof alpha, ", alpha %g", params_.alpha);
-  char text[192];
-  std::snprintf(text, sizeof text, "tree (theta %g%s, ncrit %u, nleaf %u, %s) on ", params_.theta, alpha, params_.ncrit,
-                params_.nleaf, toString(params_.multipole).c_str());
+  char reuse[48] = ", reuse auto";
+  if (params_.reuse == 1) std::snprintf(reuse, sizeof reuse, ", reuse off");
+  if (params_.reuse > 1) std::snprintf(reuse, sizeof reuse, ", reuse %u steps", params_.reuse);
+  char text[224];
+  std::snprintf(text, sizeof text, "tree (theta %g%s, ncrit %u, nleaf %u, %s%s) on ", params_.theta, alpha,
+                params_.ncrit, params_.nleaf, toString(params_.multipole).c_str(), reuse);
   return text + engine_.name();
 }
 
-void TreeSolver::buildTree(Particles& particles, ForceTimings& timings) {
+void TreeSolver::reset() {
+  hasTree_ = false;
+  motion_->reset();
+  idSample_.clear();
+}
+
+bool TreeSolver::sameBodies(const Particles& particles) const {
+  if (idSample_.size() != std::min(kIdSamples, particles.size()) || topology_.numBodies() != particles.size()) {
+    return false;
+  }
+  for (std::size_t k = 0; k < idSample_.size(); ++k) {
+    if (particles.id[k * particles.size() / idSample_.size()] != idSample_[k]) return false;
+  }
+  return true;
+}
+
+void TreeSolver::buildTree(Particles& particles, const SourceView& positions, const float* radius,
+                           ForceTimings& timings) {
   if (particles.empty()) throw InputError("no bodies to compute forces for");
   if (particles.size() >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
   Stopwatch clock;
@@ -35,19 +156,55 @@ void TreeSolver::buildTree(Particles& particles, ForceTimings& timings) {
     timings[phase] += clock.seconds();
     clock.restart();
   };
-  const Cube cube = computeBoundingCube(particles.sources());
-  computeMortonKeys(particles.sources(), cube, keys_);
+  const Cube cube = computeBoundingCube(positions);
+  computeMortonKeys(positions, cube, keys_);
   phaseDone(Phase::keys);
   sorter_.sort(keys_, sortedKeys_, order_);
-  particles.permute(order_);
+  permuter_.permute(particles, order_);
+  std::vector<double>& scratch = permuteScratch_;
+  motion_->permute(order_, scratch);
+  const bool predicted = radius != nullptr;
+  SourceView sorted = particles.sources();
+  if (predicted) {
+    // The predicted positions and balls go along: the tree is built over them.
+    Motion& m = *motion_;
+    for (auto* array : {&m.predictedX, &m.predictedY, &m.predictedZ}) {
+      scratch.resize(order_.size());
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order_.size(), 8192),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = (*array)[order_[i]];
+                        });
+      array->swap(scratch);
+    }
+    std::vector<float> radii(order_.size());
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order_.size(), 8192),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) radii[i] = m.radius[order_[i]];
+                      });
+    m.radius.swap(radii);
+    sorted = {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), particles.mass.data(), particles.size()};
+    radius = m.radius.data();
+  }
   phaseDone(Phase::sort);
   buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
   phaseDone(Phase::octree);
-  computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
+  computeMultipoles(sorted, params_.theta, params_.multipole, tree_, radius);
   phaseDone(Phase::multipoles);
-  makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
-  buildWalkTree(tree_, walkTree_);
+  makeGroups(tree_, sorted, params_.ncrit, groups_);
+  if (predicted) setGroupBoxesOfBalls(sorted, radius, groups_);
   phaseDone(Phase::groups);
+
+  // What the engine keeps: the topology over the (now sorted) bodies.
+  topology_.cellBodies = tree_.bodies;
+  topology_.firstChild = tree_.firstChild;
+  topology_.numChildren = tree_.numChildren;
+  topology_.levelOffsets = tree_.levelOffsets;
+  topology_.cellCentre = tree_.centre;
+  topology_.cellHalfSide = tree_.halfSide;
+  topology_.groups = groups_.ranges;
+  topology_.theta = params_.theta;
+  topology_.multipole = params_.multipole;
+  topology_.order.clear();
 
   stats_ = TreeStats{};
   stats_.numBodies = particles.size();
@@ -58,100 +215,219 @@ void TreeSolver::buildTree(Particles& particles, ForceTimings& timings) {
   stats_.meanGroupSize = double(particles.size()) / double(groups_.size());
   for (const BodyRange& range : groups_.ranges)
     stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, range.size());
+  stats_.predicted = predicted;
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
+  reset();
   ForceTimings unused;
-  buildTree(particles, unused);
+  buildTree(particles, particles.sources(), nullptr, unused);
   setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
-  planBuilders_[0].build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plans_[0]);
-  return plans_[0];
+  buildWalkTree(tree_, walkTree_);
+  planBuilder_.build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plan_);
+  return plan_;
 }
 
-ForceReport TreeSolver::computeForces(Particles& particles) {
-  Stopwatch total;
-  ForceReport report;
-  buildTree(particles, report.timings);
-  report.rebuilt = true;
-  report.numGroupsWalked = groups_.size();
-  if (params_.alpha > 0.0 && !setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)) {
-    // No accelerations to scale the relative test by (fresh initial conditions): get them with theta alone first,
-    // as GADGET does on its first step.
-    const Stopwatch estimate;
-    ForceReport estimateReport;
-    evaluateGroups(particles, estimateReport);
-    report.counts += estimateReport.counts;
-    report.timings[Phase::estimate] = estimate.seconds();
-    stats_.estimatePass = true;
-    setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
+std::uint32_t TreeSolver::chooseReuseSteps() const {
+  if (params_.reuse != 0) return params_.reuse;
+  // A tree serving K calls costs B / K of a build per call and makes each call's evaluation E (1 + g (K - 1))
+  // (wider balls, longer lists): the mean cost per call B / K + E (1 + g (K - 1)) is least at K = sqrt(B / (E g)).
+  // B is the last build's CPU time, E an exact build's evaluation, g measured from the interactions per call of
+  // the last predicted build against an exact one (kPriorGrowthPerStep until there is one).
+  if (!(exactEvaluationSeconds_ > 0.0) || !(buildSeconds_ > 0.0)) return 1;
+  double growth = kPriorGrowthPerStep;
+  if (predictedSteps_ > 1 && exactInteractions_ > 0.0) {
+    growth = std::max(0.02, (predictedInteractions_ / exactInteractions_ - 1.0) / double(predictedSteps_ - 1));
   }
-  evaluateGroups(particles, report);
-  clearUnwantedPotentials(particles);
-  report.timings.totalSeconds = total.seconds();
-  return report;
+  const double best = std::sqrt(buildSeconds_ / (exactEvaluationSeconds_ * growth));
+  return static_cast<std::uint32_t>(std::clamp(std::round(best), 1.0, double(kMaxAutoReuse)));
 }
 
-void TreeSolver::evaluateGroups(Particles& particles, ForceReport& report) {
+bool TreeSolver::walkAllGroups(const Particles& particles, const ForceView& out, ForceReport& report) {
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
+  Stopwatch clock;
+  // Batches only when the lists would not fit: the first walk says how many entries a group takes.
+  std::uint32_t batch = numGroups;
+  std::uint32_t first = 0;
   std::uint64_t sumListBodies = 0, sumListCells = 0;
   stats_.maxListBodies = stats_.maxListCells = 0;
   stats_.numBatches = 0;
-  const ForceCallScope forceCall(engine_, particles.sources(), tree_.multipoles);  // bodies and cells stay put
-  // Two plans in flight: while the engine evaluates batch k, the CPU cores walk the tree for batch k + 1
-  // (DESIGN.md §4: time per step ~ max(walk, engine) rather than their sum). The batch size adapts to the list
-  // lengths seen so far, keeping each plan near maxBatchEntries entries.
-  std::uint32_t groupsPerBatch = std::max<std::uint32_t>(1, std::min<std::uint32_t>(numGroups, 4096));
-  const auto nextBatchSize = [&](const InteractionPlan& plan) {
-    const std::uint64_t entries = plan.cellList.size() + plan.bodyList.size();
-    const double entriesPerGroup = std::max(1.0, double(entries) / double(std::max<std::size_t>(plan.numGroups(), 1)));
-    return static_cast<std::uint32_t>(
-        std::clamp(double(params_.maxBatchEntries) / entriesPerGroup, 1.0, double(numGroups)));
-  };
-  int current = 0;
-  std::uint32_t first = 0;
-  std::uint32_t last = std::min(numGroups, first + groupsPerBatch);
-  Stopwatch walkClock;
-  planBuilders_[current].build(walkTree_, groups_, first, last, plans_[current]);
-  report.timings[Phase::walk] += walkClock.seconds();
+  bool evaluated = false;
   while (first < numGroups) {
-    const InteractionPlan& plan = plans_[current];
-    const std::uint32_t nextFirst = last;
-    const std::uint32_t nextLast = std::min(numGroups, nextFirst + nextBatchSize(plan));
-    tbb::task_group walkAhead;
-    if (nextFirst < numGroups) {
-      walkAhead.run([&, next = 1 - current] {
-        Stopwatch clock;
-        planBuilders_[next].build(walkTree_, groups_, nextFirst, nextLast, plans_[next]);
-        report.timings[Phase::walk] += clock.seconds();  // only this task writes it until wait()
-      });
+    const std::uint32_t last = std::min(numGroups, first + batch);
+    clock.restart();
+    planBuilder_.build(walkTree_, groups_, first, last, plan_);
+    report.timings[Phase::walk] += clock.seconds();
+    const std::uint64_t entries = plan_.cellList.size() + plan_.bodyList.size();
+    if (entries > params_.maxBatchEntries && last - first > 1) {
+      batch = std::max<std::uint32_t>(
+          1, static_cast<std::uint32_t>(double(last - first) * double(params_.maxBatchEntries) / double(entries)));
+      continue;  // walk this part again, in batches of about maxBatchEntries entries
     }
-    try {
-      report.counts +=
-          engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan, gravity_, forcesToWrite(particles));
-    } catch (...) {
-      walkAhead.wait();  // the walk reads the tree; it must finish before the exception unwinds anything
-      throw;
-    }
-    const EngineTimings engine = engine_.lastTimings();
-    report.timings[Phase::upload] += engine.uploadSeconds;
-    report.timings[Phase::kernels] += engine.kernelSeconds;
-    report.timings[Phase::download] += engine.downloadSeconds;
-    for (std::size_t g = 0; g < plan.numGroups(); ++g) {
-      const std::uint64_t listBodies = plan.numListBodies(g);
-      const std::uint64_t listCells = plan.numListCells(g);
+    for (std::size_t g = 0; g < plan_.numGroups(); ++g) {
+      const std::uint64_t listBodies = plan_.numListBodies(g);
+      const std::uint64_t listCells = plan_.numListCells(g);
       sumListBodies += listBodies;
       sumListCells += listCells;
       stats_.maxListBodies = std::max(stats_.maxListBodies, listBodies);
       stats_.maxListCells = std::max(stats_.maxListCells, listCells);
     }
     ++stats_.numBatches;
-    walkAhead.wait();
-    current = 1 - current;
-    first = nextFirst;
-    last = nextLast;
+    clock.restart();
+    if (batch < numGroups) engine_.dropLists();
+    engine_.setLists(plan_);
+    report.timings[Phase::upload] += clock.seconds();
+    if (batch < numGroups) {
+      // Batches: each is evaluated at once and dropped; nothing can be reused.
+      evaluated = true;
+      engine_.launchResident(particles.sources(), gravity_, out, plan_.groupIds);
+      addResult(engine_.finishResident(), report);
+    }
+    first = last;
   }
   stats_.meanListBodies = double(sumListBodies) / double(numGroups);
   stats_.meanListCells = double(sumListCells) / double(numGroups);
+  report.numGroupsWalked += numGroups;
+  return evaluated;
+}
+
+void TreeSolver::addResult(const ResidentResult& result, ForceReport& report) {
+  report.counts += result.counts;
+  report.timings[Phase::upload] += result.timings.uploadSeconds;
+  report.timings[Phase::kernels] += result.timings.kernelSeconds;
+  report.timings[Phase::download] += result.timings.downloadSeconds;
+}
+
+bool TreeSolver::build(Particles& particles, std::uint32_t steps, ForceReport& report) {
+  const Stopwatch clock;
+  const bool predict = steps > 1 && motion_->numKnown == 2;
+  if (!predict) steps = 1;
+  if (predict) motion_->predict(particles, steps);
+  const Motion& m = *motion_;
+  const SourceView positions = predict ? SourceView{m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(),
+                                                    particles.mass.data(), particles.size()}
+                                       : particles.sources();
+  buildTree(particles, positions, predict ? m.radius.data() : nullptr, report.timings);
+  report.rebuilt = true;
+  hasTree_ = true;
+  stats_.reuseSteps = steps;
+  double estimateSeconds = 0.0;
+
+  if (params_.alpha > 0.0 && !setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)) {
+    // No accelerations to scale the relative test by (fresh initial conditions): get them first from a cheap pass,
+    // monopole cells at kEstimateTheta, as GADGET does its first step with a plain opening criterion.
+    const Stopwatch estimate;
+    ForceReport pass;
+    computeMultipoles(particles.sources(), kEstimateTheta, MultipoleOrder::monopole, tree_);
+    topology_.theta = kEstimateTheta;
+    topology_.multipole = MultipoleOrder::monopole;
+    topology_.relativeTolerance.assign(groups_.size(), std::numeric_limits<double>::infinity());
+    groups_.relativeTolerance = topology_.relativeTolerance;
+    buildWalkTree(tree_, walkTree_);
+    engine_.setTree(topology_, particles.sources());
+    ForceView accelerations = particles.forces();
+    accelerations.pot = nullptr;
+    if (!walkAllGroups(particles, accelerations, pass)) {
+      engine_.launchResident(particles.sources(), gravity_, accelerations, {});
+      addResult(engine_.finishResident(), pass);
+    }
+    report.counts += pass.counts;
+    report.numGroupsWalked += pass.numGroupsWalked;
+    estimateSeconds = estimate.seconds();
+    report.timings[Phase::estimate] += estimateSeconds;
+    computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
+    topology_.theta = params_.theta;
+    topology_.multipole = params_.multipole;
+    setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
+    stats_.estimatePass = true;
+  }
+  topology_.relativeTolerance = groups_.relativeTolerance;
+  const Stopwatch walkTreeClock;
+  buildWalkTree(tree_, walkTree_);
+  report.timings[Phase::groups] += walkTreeClock.seconds();
+  engine_.setTree(topology_, particles.sources());
+  const bool evaluated = walkAllGroups(particles, forcesToWrite(particles), report);
+  lastValidCall_ = call_ + steps - 1;
+  buildSeconds_ = clock.seconds() - estimateSeconds;
+  return evaluated;
+}
+
+void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed, ForceReport& report) {
+  const Stopwatch clock;
+  // The current tree refitted to the exact positions: every cell's centre of mass, size and opening radius as the
+  // engine found them, and the failed groups' boxes, then a walk of those groups alone.
+  exactTree_.bodies = tree_.bodies;
+  exactTree_.firstChild = tree_.firstChild;
+  exactTree_.numChildren = tree_.numChildren;
+  exactTree_.level = tree_.level;
+  exactTree_.centre = tree_.centre;
+  exactTree_.halfSide = tree_.halfSide;
+  exactTree_.levelOffsets = tree_.levelOffsets;
+  computeMultipoles(particles.sources(), params_.theta, params_.multipole, exactTree_);
+  exactGroups_ = groups_;
+  for (const std::uint32_t g : failed) {
+    const BodyRange range = groups_.ranges[g];
+    const double* coordinates[3] = {particles.x.data(), particles.y.data(), particles.z.data()};
+    for (int d = 0; d < 3; ++d) {
+      const auto [lo, hi] = std::minmax_element(coordinates[d] + range.first, coordinates[d] + range.last);
+      exactGroups_.centre[3 * g + d] = 0.5 * (*lo + *hi);
+      exactGroups_.halfExtent[3 * g + d] = 0.5 * (*hi - *lo);
+    }
+  }
+  buildWalkTree(exactTree_, exactWalkTree_);
+  planBuilder_.build(exactWalkTree_, exactGroups_, failed, plan_);
+  engine_.setLists(plan_);
+  engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), failed);
+  const ResidentResult result = engine_.finishResident();
+  MATCHA_ASSERT(result.failedGroups.empty(), "a list walked at the bodies' current positions failed the check");
+  report.counts += result.counts;
+  report.numGroupsRepaired += failed.size();
+  report.numGroupsWalked += failed.size();
+  stats_.numRepaired += failed.size();
+  if (double(failed.size()) > kRepairRebuildFraction * double(groups_.size())) lastValidCall_ = call_;
+  report.timings[Phase::repair] += clock.seconds();
+}
+
+ForceReport TreeSolver::computeForces(Particles& particles) {
+  const Stopwatch total;
+  ForceReport report;
+  if (!sameBodies(particles)) reset();
+  ++call_;
+  bool evaluated = false;
+  const bool building = !hasTree_ || call_ > lastValidCall_;
+  if (building) {
+    evaluated = build(particles, chooseReuseSteps(), report);
+  } else {
+    ++stats_.callsOnTree;
+    stats_.estimatePass = false;
+    stats_.numRepaired = 0;
+  }
+  if (building) stats_.callsOnTree = 1;
+  if (!evaluated) {
+    // The bodies may have been sorted: take the views after the build.
+    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {});
+    ResidentResult result = engine_.finishResident();
+    addResult(result, report);
+    if (building) {
+      const double seconds =
+          result.timings.uploadSeconds + result.timings.kernelSeconds + result.timings.downloadSeconds;
+      if (stats_.reuseSteps == 1) {
+        exactEvaluationSeconds_ = seconds;
+        exactInteractions_ = double(result.counts.total());
+      } else {
+        predictedInteractions_ = double(result.counts.total());
+        predictedSteps_ = stats_.reuseSteps;
+      }
+    }
+    if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);
+  }
+  if (params_.reuse != 1) motion_->record(particles);
+  idSample_.resize(std::min(kIdSamples, particles.size()));
+  for (std::size_t k = 0; k < idSample_.size(); ++k)
+    idSample_[k] = particles.id[k * particles.size() / idSample_.size()];
+  clearUnwantedPotentials(particles);
+  report.timings.totalSeconds = total.seconds();
+  return report;
 }
 
 }  // namespace matcha::tree

@@ -12,8 +12,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/opening_criterion.hpp"
 
 namespace matcha::tree {
 
@@ -25,12 +27,8 @@ constexpr std::uint32_t kGroupsPerFragment = 4;
 }  // namespace
 
 double distanceToBox2(const double* point, const double* boxCentre, const double* boxHalfExtent) {
-  double distance2 = 0.0;
-  for (int d = 0; d < 3; ++d) {
-    const double outside = std::max(0.0, std::abs(point[d] - boxCentre[d]) - boxHalfExtent[d]);
-    distance2 += outside * outside;
-  }
-  return distance2;
+  return matcha::distanceToBox2(point[0], point[1], point[2], boxCentre[0], boxCentre[1], boxCentre[2],
+                                boxHalfExtent[0], boxHalfExtent[1], boxHalfExtent[2]);
 }
 
 bool acceptCell(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group) {
@@ -40,15 +38,15 @@ bool acceptCell(const Octree& tree, std::uint32_t cell, const Groups& groups, st
   if (holdsGroupBodies) return false;
   const double com[3] = {tree.multipoles.x[cell], tree.multipoles.y[cell], tree.multipoles.z[cell]};
   const double d2 = distanceToBox2(com, &groups.centre[3 * group], &groups.halfExtent[3 * group]);
-  if (!(d2 > tree.openingRadius2[cell])) return false;
-  const double tolerance = groups.relativeTolerance[group];
-  if (tolerance == std::numeric_limits<double>::infinity()) return true;
-  // M b^p / d^(p+2) <= tolerance, multiplied out: the truncation term of a quadrupole cell falls as (b/d)^3, of a
-  // monopole cell as (b/d)^2, times M / d^2.
-  const double b = tree.bmax[cell];
-  const double b2 = b * b;
-  if (tree.multipoles.hasQuadrupole) return tree.multipoles.mass[cell] * b2 * b <= tolerance * d2 * d2 * std::sqrt(d2);
-  return tree.multipoles.mass[cell] * b2 <= tolerance * d2 * d2;
+  const double tolerance =
+      groups.relativeTolerance.empty() ? std::numeric_limits<double>::infinity() : groups.relativeTolerance[group];
+  // For a tree of balls (comSpread), the true centre of mass may lie comSpread nearer and its bodies comSpread
+  // farther out: the relative test takes both (the opening radius already holds 2 comSpread).
+  const double spread = tree.comSpread.empty() ? 0.0 : tree.comSpread[cell];
+  const double distance = std::max(0.0, std::sqrt(d2) - spread);
+  return d2 > tree.openingRadius[cell] * tree.openingRadius[cell] &&
+         passesOpeningCriterion(distance * distance, 0.0, tree.multipoles.mass[cell], tree.bmax[cell] + spread,
+                                tolerance, tree.multipoles.hasQuadrupole);
 }
 
 namespace {
@@ -105,6 +103,7 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
       block.first[k] = block.last[k] = 0;
       block.next[k] = block.cell[k] = WalkTree::kEmpty;
       block.truncation[k] = 0.0f;
+      block.comSpread[k] = 0.0f;
     }
     block.laneMask = block.leafMask = 0;
   };
@@ -112,14 +111,16 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
     block.x[k] = static_cast<float>((tree.multipoles.x[cell] - walkTree.origin[0]) * invLength);
     block.y[k] = static_cast<float>((tree.multipoles.y[cell] - walkTree.origin[1]) * invLength);
     block.z[k] = static_cast<float>((tree.multipoles.z[cell] - walkTree.origin[2]) * invLength);
-    const double radius = std::sqrt(tree.openingRadius2[cell]) * invLength + slack;
+    const double radius = tree.openingRadius[cell] * invLength + slack;
     block.openingRadius2[k] = roundUp(radius * radius * kRadiusFactor);
     block.first[k] = tree.bodies[cell].first;
     block.last[k] = tree.bodies[cell].last;
     block.next[k] = blockOf[cell];
     block.cell[k] = cell;
-    const double b = tree.bmax[cell] * invLength;
+    const double spread = tree.comSpread.empty() ? 0.0 : tree.comSpread[cell] * invLength;
+    const double b = tree.bmax[cell] * invLength + spread;
     block.truncation[k] = roundUp(tree.multipoles.mass[cell] * invMass * std::pow(b, power) * kRadiusFactor);
+    block.comSpread[k] = roundUp(spread);
     block.laneMask |= 1u << k;
     if (tree.isLeaf(cell)) block.leafMask |= 1u << k;
   };
@@ -181,10 +182,17 @@ namespace {
 void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::uint32_t firstGroup,
                         std::uint32_t lastGroup, InteractionPlan& plan) {
   MATCHA_ASSERT(firstGroup <= lastGroup && lastGroup <= groups.size(), "group batch out of range");
+  ids_.resize(lastGroup - firstGroup);
+  std::iota(ids_.begin(), ids_.end(), firstGroup);
+  build(walkTree, groups, ids_, plan);
+}
+
+void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::span<const std::uint32_t> groupIds,
+                        InteractionPlan& plan) {
   MATCHA_ASSERT(!walkTree.blocks.empty(), "walk of an empty tree");
   MATCHA_ASSERT(groups.size() == 0 || groups.ranges.back().last < (std::uint32_t{1} << 31),
                 "the walk supports at most 2^31 - 1 bodies");
-  const std::uint32_t numGroups = lastGroup - firstGroup;
+  const auto numGroups = static_cast<std::uint32_t>(groupIds.size());
   const std::uint32_t numFragments = (numGroups + kGroupsPerFragment - 1) / kGroupsPerFragment;
   if (fragments_.size() < numFragments) fragments_.resize(numFragments);
   const double invLength = 1.0 / walkTree.lengthScale;
@@ -200,8 +208,10 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::uin
     fragment.bodyRanges.clear();
     fragment.numCells.clear();
     fragment.numBodyRanges.clear();
-    const std::uint32_t groupEnd = std::min(lastGroup, firstGroup + (f + 1) * kGroupsPerFragment);
-    for (std::uint32_t group = firstGroup + f * kGroupsPerFragment; group < groupEnd; ++group) {
+    const std::uint32_t end = std::min(numGroups, (f + 1) * kGroupsPerFragment);
+    for (std::uint32_t k = f * kGroupsPerFragment; k < end; ++k) {
+      const std::uint32_t group = groupIds[k];
+      MATCHA_ASSERT(group < groups.size(), "walk of a group outside the tree");
       const std::size_t cellsBefore = fragment.cells.size();
       const std::size_t rangesBefore = fragment.bodyRanges.size();
       const BodyRange groupBodies = groups.ranges[group];
@@ -232,7 +242,8 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::uin
             const float dx = std::max(std::fabs(block.x[k] - centre[0]) - half[0], 0.0f);
             const float dy = std::max(std::fabs(block.y[k] - centre[1]) - half[1], 0.0f);
             const float dz = std::max(std::fabs(block.z[k] - centre[2]) - half[2], 0.0f);
-            const float distance = std::sqrt(dx * dx + dy * dy + dz * dz) * (1.0f - 0x1p-20f) - slack;
+            const float distance =
+                std::sqrt(dx * dx + dy * dy + dz * dz) * (1.0f - 0x1p-20f) - slack - block.comSpread[k];
             float bound = scaledTolerance;
             for (int e = 0; e < power + 2; ++e) bound *= distance;
             if (!(distance > 0.0f && block.truncation[k] <= bound)) accepted &= ~(1u << k);
@@ -262,9 +273,13 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::uin
 
   // Concatenate the fragments in group order.
   plan.clear();
-  plan.groups.assign(groups.ranges.begin() + firstGroup, groups.ranges.begin() + lastGroup);
-  plan.groupCentres.assign(groups.centre.begin() + 3 * std::size_t{firstGroup},
-                           groups.centre.begin() + 3 * std::size_t{lastGroup});
+  plan.groupIds.assign(groupIds.begin(), groupIds.end());
+  plan.groups.resize(numGroups);
+  plan.groupCentres.resize(3 * std::size_t{numGroups});
+  for (std::uint32_t k = 0; k < numGroups; ++k) {
+    plan.groups[k] = groups.ranges[groupIds[k]];
+    for (int d = 0; d < 3; ++d) plan.groupCentres[3 * k + d] = groups.centre[3 * std::size_t{groupIds[k]} + d];
+  }
   plan.cellListOffsets.reserve(numGroups + 1);
   plan.bodyListOffsets.reserve(numGroups + 1);
   cellStart_.resize(numFragments);

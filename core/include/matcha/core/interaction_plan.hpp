@@ -48,6 +48,8 @@ struct CellMultipoles {
 /// the engines use for that group.
 struct InteractionPlan {
   std::vector<BodyRange> groups;
+  /// The tree's ids of the plan's groups, for NearFieldEngine::setLists; empty otherwise.
+  std::vector<std::uint32_t> groupIds;
   std::vector<double> groupCentres;
   std::vector<std::uint32_t> cellListOffsets{0};
   std::vector<std::uint32_t> cellList;
@@ -64,6 +66,7 @@ struct InteractionPlan {
   /// Empties the plan but keeps its capacity, so batches reuse memory.
   void clear() {
     groups.clear();
+    groupIds.clear();
     groupCentres.clear();
     cellListOffsets.assign(1, 0);
     cellList.clear();

@@ -3,11 +3,14 @@
 // that tree/ can hand plans to an engine without knowing which one (DESIGN.md §2).
 #pragma once
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "matcha/core/interaction_plan.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
+#include "matcha/core/tree_topology.hpp"
 
 namespace matcha {
 
@@ -16,6 +19,16 @@ struct EngineTimings {
   double uploadSeconds = 0.0;    ///< bodies, cells and lists to the device
   double kernelSeconds = 0.0;    ///< the kernels (CUDA events), or the CPU evaluation
   double downloadSeconds = 0.0;  ///< outputs back to the host
+};
+
+/// What an evaluation of resident lists found (NearFieldEngine::finishResident).
+struct ResidentResult {
+  InteractionCounts counts;
+  EngineTimings timings;  ///< refit included in kernels
+  /// Groups whose list held a cell that failed the opening criterion at these positions (ascending). Their forces
+  /// were computed, but from a list that no longer meets the criterion: the solver walks them again and evaluates
+  /// them once more.
+  std::vector<std::uint32_t> failedGroups;
 };
 
 class NearFieldEngine {
@@ -42,6 +55,33 @@ class NearFieldEngine {
 
   /// Phases of the last evaluatePlan or evaluateDirect call.
   virtual EngineTimings lastTimings() const = 0;
+
+  // Resident lists: the tree solver's reuse of a tree over several steps (DESIGN.md §4). The engine keeps the tree
+  // and each group's list; every evaluation refits the cells to the bodies' current positions (masses, centres of
+  // mass, quadrupoles, sizes, group boxes), evaluates the lists, and checks that every accepted cell still passes
+  // the opening criterion (core/opening_criterion.hpp) for its group at these positions.
+
+  /// A new tree: keeps `topology` and the bodies' masses (`bodies` in the caller's order; positions are ignored) and
+  /// forgets every list.
+  virtual void setTree(const TreeTopology& topology, const SourceView& bodies) = 0;
+
+  /// Replaces the lists of the groups plan.groupIds[k] (ids into TreeTopology::groups) with the plan's k-th list;
+  /// body ranges are in tree order. plan.groups and plan.groupCentres are ignored (the refit sets them). The plan
+  /// may be discarded or reused once the call returns. Allowed between launchResident and finishResident: it then
+  /// applies from the next launch.
+  virtual void setLists(const InteractionPlan& plan) = 0;
+
+  /// Forgets every list, keeping the tree (lists evaluated in batches, when all of them would not fit).
+  virtual void dropLists() = 0;
+
+  /// Starts evaluating the resident lists of `groups` (all groups when empty) at the positions of `bodies` (the
+  /// caller's order, as in setTree), writing out[i] for every body i of those groups; may return before the work is
+  /// done. Until finishResident returns, the caller must leave `bodies` and `out` alone.
+  virtual void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                              std::span<const std::uint32_t> groups) = 0;
+
+  /// Waits for the evaluation launched last and reports it.
+  virtual ResidentResult finishResident() = 0;
 
   /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i (zero-distance pairs are
   /// skipped), times G. `out.count` must equal `sources.count`. out.pot may be null, as for evaluatePlan.

@@ -37,9 +37,14 @@ struct TreeParams {
   /// the p99 error of a Plummer sphere (2^20, theta 0.5, quad) from 5.1e-4 to 3.0e-4 for 2.5% more interactions: the
   /// theta test accepts massive cells (the core, seen from the halo) as readily as light ones (bench/RESULTS.md).
   double alpha = 1e-3;
-  /// Upper bound on list entries (bodies + cells) per batch of groups handed to the engine at once; bounds memory
-  /// for large N and lets the walk of one batch overlap the force work of the previous one.
-  std::uint64_t maxBatchEntries = std::uint64_t{1} << 25;
+  /// Calls one tree and its interaction lists serve (DESIGN.md §4): 1 builds a tree for every force call; K > 1 builds
+  /// each tree for the positions predicted over the next K calls, every cell accepted with room for the predicted
+  /// motion, and the engine refits it to each call's positions in between; 0 (the default) chooses K from measured
+  /// costs (tree/tree_solver.hpp). Lists are checked against the opening criterion at every call whatever K is.
+  std::uint32_t reuse = 0;
+  /// Upper bound on the list entries (cells + body ranges) the engine keeps at once. Beyond it (N ~ 2^26 and up) the
+  /// lists are walked and evaluated in batches of about this many entries, and rebuilt every call.
+  std::uint64_t maxBatchEntries = std::uint64_t{1} << 30;
 
   /// Throws InputError when a value is out of range.
   void validate() const;

@@ -3,6 +3,7 @@
 // In double precision it is the test oracle; in float it is the fast CPU fallback.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "matcha/core/near_field_engine.hpp"
@@ -16,6 +17,9 @@ class CpuEngine final : public NearFieldEngine {
   /// float32: coordinates relative to each group's centre in float, per-tile partial sums in float added into
   /// double accumulators (the Chamomile scheme). float64: everything in double; this is the oracle.
   explicit CpuEngine(Precision precision = Precision::float32);
+  ~CpuEngine() override;
+  CpuEngine(const CpuEngine&) = delete;
+  CpuEngine& operator=(const CpuEngine&) = delete;
 
   std::string name() const override;
 
@@ -30,11 +34,24 @@ class CpuEngine final : public NearFieldEngine {
   /// The whole evaluation as kernels: there is nothing to copy.
   EngineTimings lastTimings() const override { return timings_; }
 
+  /// Resident lists (NearFieldEngine), the CUDA engine's twin: the refit runs level by level over the cells with
+  /// core/cell_refit.hpp's refitCell, the groups in parallel, and every accepted cell of an evaluated list is checked
+  /// with core/opening_criterion.hpp. launchResident does all the work; finishResident only reports it.
+  void setTree(const TreeTopology& topology, const SourceView& bodies) override;
+  void setLists(const InteractionPlan& plan) override;
+  void dropLists() override;
+  void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                      std::span<const std::uint32_t> groups) override;
+  ResidentResult finishResident() override;
+
   Precision precision() const { return precision_; }
 
  private:
+  struct Resident;
+
   Precision precision_;
   EngineTimings timings_;
+  std::unique_ptr<Resident> resident_;
 };
 
 /// Builds the plan that makes direct summation a group x list evaluation: groups of `blockSize` consecutive bodies,

@@ -68,6 +68,11 @@ inline constexpr double kMaxExtentOverGroupScale = 4.0;
 /// is serial.
 void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups);
 
+/// Sets every group's box to the box of its bodies taken as balls of radius[i] around their positions (a tree built
+/// for predicted positions: tree/tree_solver.hpp), so that the walk's opening test holds wherever in its ball each
+/// body is. Parallel over groups.
+void setGroupBoxesOfBalls(const SourceView& sources, const float* radius, Groups& groups);
+
 /// A body whose force nearly cancels (the centre of a symmetric input, a Plummer sphere's centre) has |a| near 0;
 /// the relative test would then open every cell for its group and make its list run to N. So |a|_min is floored at
 /// this fraction of the mean |a| of all bodies. At 1/100 the floor costs a group at most (100)^(3/5) ~ 16 times the

@@ -27,10 +27,14 @@ struct Octree {
   /// Cells of level L are ids [levelOffsets[L], levelOffsets[L+1]).
   std::vector<std::uint32_t> levelOffsets;
 
-  // Filled by computeMultipoles.
-  CellMultipoles multipoles;           ///< mass, centre of mass and (optionally) quadrupole per cell, in double
-  std::vector<double> openingRadius2;  ///< squared opening radius r_open (see computeMultipoles)
-  std::vector<double> bmax;            ///< radius of a sphere around the centre of mass holding all the cell's bodies
+  // Filled by computeMultipoles (core/cell_refit.hpp: refitCell).
+  CellMultipoles multipoles;          ///< mass, centre of mass and (optionally) quadrupole per cell, in double
+  std::vector<double> openingRadius;  ///< r_open (core/opening_criterion.hpp), plus twice comSpread
+  std::vector<double> bmax;           ///< radius of a sphere around the centre of mass holding all the cell's bodies
+  std::vector<double> halfExtent;     ///< half edge of the smallest cube about `centre` holding them (>= halfSide)
+  /// Trees built for positions a few steps ahead (bodies given as balls): how far the true centre of mass can lie
+  /// from multipoles' (computeMultipoles); empty for a tree of exact positions.
+  std::vector<double> comSpread;
 
   std::size_t numCells() const { return bodies.size(); }
   bool isLeaf(std::uint32_t cell) const { return numChildren[cell] == 0; }
@@ -43,16 +47,16 @@ struct Octree {
 /// (coincident or nearly coincident bodies). Overwrites `tree` (reusing its capacity). Parallel over each level.
 void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, std::uint32_t nleaf, Octree& tree);
 
-/// Upward pass: each cell's mass and centre of mass in double (leaves sum their bodies, other cells their
-/// children), with `order` quadrupole also its traceless quadrupole about the centre of mass (CellMultipoles), and
-/// its opening radius for the walk,
-///     r_open = l / theta + |com - geometric centre|,     l = the cell's edge length,
-/// the Barnes-Hut size/distance criterion with the centre-of-mass offset correction (Barnes 1994; the same as
-/// GADGET's and Bonsai's "r_crit"). The offset term keeps a cell whose mass sits in one corner from being accepted
-/// by a group just beyond that corner, the case where the plain criterion gives unbounded errors (Salmon & Warren
-/// 1994). Also each cell's b_max, for the relative opening test: exact for a leaf, for a parent the smaller of its
-/// children's bound (b_max,c + |com_c - com|) and the distance to the cube's farthest corner. Parallel over each
+/// Upward pass (core/cell_refit.hpp: refitCell): each cell's mass and centre of mass in double (leaves sum their
+/// bodies, other cells their children), with `order` quadrupole also its traceless quadrupole about the centre of mass
+/// (CellMultipoles), its half extent h, its b_max (the radius about the centre of mass that holds its bodies), and its
+/// opening radius for the walk, r_open = 2 h / theta + |com - geometric centre|: the Barnes-Hut size/distance
+/// criterion with the centre-of-mass offset correction (Barnes 1994; GADGET's and Bonsai's r_crit), which keeps a cell
+/// whose mass sits in one corner from being accepted by a group just beyond that corner (Salmon & Warren 1994).
+/// With `radius` (one per body, in the sorted order) each body is a ball of that radius: every bound then holds for
+/// any positions within the balls, and tree.comSpread says how far the centre of mass can move. Parallel over each
 /// level.
-void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree);
+void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree,
+                       const float* radius = nullptr);
 
 }  // namespace matcha::tree

@@ -63,6 +63,19 @@ class KeySorter {
   std::vector<KeyIndex> pairs_, scratch_;
 };
 
+/// Puts every array of a Particles into a new order, in parallel, swapping each array with one scratch array, so that
+/// once sizes settle nothing is allocated or freed (Particles::permute allocates a scratch array per call and runs on
+/// one core: 170 ms for 2^22 bodies on the H200's host, against ~10 ms here).
+class BodyPermuter {
+ public:
+  /// new[i] = old[order[i]] for every array of `particles`; `order` must be a permutation of [0, size).
+  void permute(Particles& particles, std::span<const std::uint32_t> order);
+
+ private:
+  std::vector<double> scratch_;
+  std::vector<std::uint64_t> idScratch_;
+};
+
 /// Sorts `keys` ascending (ties by body index, so the order is deterministic) and returns the permutation that was
 /// applied: sorted[k] = keys_before[order[k]]. Parallel (KeySorter); allocates.
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys);

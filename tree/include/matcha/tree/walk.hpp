@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "matcha/core/interaction_plan.hpp"
@@ -43,10 +44,12 @@ struct WalkTree {
     std::uint32_t first[kLanes], last[kLanes];  ///< the cell's bodies (0, 0 for an empty lane)
     std::uint32_t next[kLanes];                 ///< the block of the cell's children, or kLeaf, or kEmpty
     std::uint32_t cell[kLanes];                 ///< the cell's id
-    /// M b^p in scaled units, rounded up (the relative test's truncation term without its 1 / d^(p+2))
+    /// M (b_max + comSpread)^p in scaled units, rounded up (the relative test's truncation term without its
+    /// 1 / d^(p+2))
     float truncation[kLanes];
-    std::uint32_t laneMask;  ///< bit k: lane k holds a cell
-    std::uint32_t leafMask;  ///< bit k: lane k holds a leaf
+    float comSpread[kLanes];  ///< Octree::comSpread in scaled units, rounded up (0 for exact positions)
+    std::uint32_t laneMask;   ///< bit k: lane k holds a cell
+    std::uint32_t leafMask;   ///< bit k: lane k holds a leaf
   };
 
   std::vector<Block> blocks;               ///< blocks[0] holds the root alone, in lane 0
@@ -70,6 +73,9 @@ class PlanBuilder {
  public:
   void build(const WalkTree& walkTree, const Groups& groups, std::uint32_t firstGroup, std::uint32_t lastGroup,
              InteractionPlan& plan);
+  /// The same for the groups `groupIds` (any order), which the plan lists in that order; plan.groupIds = groupIds.
+  void build(const WalkTree& walkTree, const Groups& groups, std::span<const std::uint32_t> groupIds,
+             InteractionPlan& plan);
 
  private:
   struct Fragment {
@@ -80,6 +86,7 @@ class PlanBuilder {
   };
   std::vector<Fragment> fragments_;
   std::vector<std::size_t> cellStart_, rangeStart_;
+  std::vector<std::uint32_t> ids_;
 };
 
 }  // namespace matcha::tree
