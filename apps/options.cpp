@@ -89,6 +89,13 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->capture_default_str();
     command.add_option("--nleaf", options.tree.nleaf, "most bodies per leaf cell")->capture_default_str();
     command
+        .add_option("--reuse", options.tree.reuse,
+                    "steps a tree and its interaction lists serve, built for the predicted positions of those steps: "
+                    "auto (0, chosen from measured costs), off (1, a new tree every force call) or a number up to 64")
+        ->transform(CLI::Transformer({{"auto", "0"}, {"off", "1"}}))
+        ->check(CLI::Range(0, 64))
+        ->capture_default_str();
+    command
         .add_option("--alpha", options.tree.alpha,
                     "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
                     "|a_old|; 0 = theta alone")

@@ -131,8 +131,9 @@ if [ "${BENCH:-1}" = 1 ]; then
 fi
 
 # STEPS=1: what users wait for, end to end (the Speed issue): one force call of `matcha compare` (phases, error
-# percentiles against GPU double direct sums on a random subsample) and ten steps of `matcha run --timings` (the phase
-# table, the steady-state step) at each of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7.
+# percentiles against GPU double direct sums on a random subsample) and 20 steps (STEP_T_END / dt) of `matcha run
+# --timings` (the phase table, the steady-state step) for each --reuse of STEP_REUSE (default: off and auto) at each
+# of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7.
 if [ "${STEPS:-0}" = 1 ]; then
   echo "== whole force calls and steps"
   matcha="$build/apps/matcha"
@@ -140,11 +141,13 @@ if [ "${STEPS:-0}" = 1 ]; then
     "$matcha" compare -n "$n" --seed 7 --engine cuda --reference gpu-double --sample 4096 --json \
       >"$OUT/compare-n$n.json" 2>"$OUT/compare-n$n.log"
     summary+=("compare N=$n: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; print("p99 %.3g, tree call %.3f s: %s" % (r["error"]["p99"], r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/compare-n$n.json" 2>&1 | head -c 400)")
-    "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end 0.078125 --output-interval 0.078125 \
-      --diagnostic-potential solver --timings --json --out "${TMPDIR:-/tmp}/matcha-steps-$n" \
-      >"$OUT/run-n$n.json" 2>"$OUT/run-n$n.log"
-    tail -n 30 "$OUT/run-n$n.log"
-    summary+=("run N=$n: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %s" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"]))' "$OUT/run-n$n.json" 2>&1 | head -c 300)")
+    for reuse in ${STEP_REUSE:-off auto}; do
+      "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end "${STEP_T_END:-0.15625}" \
+        --output-interval 1 --reuse "$reuse" --diagnostic-potential solver --timings --json \
+        --out "${TMPDIR:-/tmp}/matcha-steps-$n-$reuse" >"$OUT/run-n$n-reuse$reuse.json" 2>"$OUT/run-n$n-reuse$reuse.log"
+      tail -n 24 "$OUT/run-n$n-reuse$reuse.log"
+      summary+=("run N=$n reuse $reuse: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-reuse$reuse.json" 2>&1 | head -c 300)")
+    done
   done
 fi
 

@@ -18,6 +18,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
+#include "resident_kernels.cuh"
 
 namespace matcha::gpu {
 
@@ -165,6 +166,32 @@ const ChunkTable& chunkTable() {
   static const ChunkTable table(firstAllowedKind<Real>());
   return table;
 }
+
+/// Calls emit(firstBody, rows, kind) for each warp task of a group: the cheapest cut of its bodies into task kinds
+/// (ChunkTable), the largest kind repeated for groups beyond kMaxDecomposed bodies.
+template <class Real, class Emit>
+void forEachWarpTask(BodyRange group, Emit&& emit) {
+  const ChunkTable& table = chunkTable<Real>();
+  const int largestKind = firstAllowedKind<Real>();
+  const auto largestRows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[largestKind].rows());
+  std::uint32_t first = group.first;
+  std::uint32_t remaining = group.size();
+  while (remaining > kMaxDecomposed) {
+    emit(first, largestRows, largestKind);
+    first += largestRows;
+    remaining -= largestRows;
+  }
+  while (remaining > 0) {
+    const int kind = table.firstKind[remaining];
+    const std::uint32_t rows = std::min<std::uint32_t>(remaining, detail::kPlanTaskKinds[kind].rows());
+    emit(first, rows, kind);
+    first += rows;
+    remaining -= rows;
+  }
+}
+
+/// Page-locked registration of a caller's host array is unsafe (the caller may free it while it is registered), so
+/// copies from caller memory go through the driver's staging (pageable copies).
 
 }  // namespace
 
@@ -423,31 +450,14 @@ struct CudaEngine::Impl {
     MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
                   "more than 2^31 bodies or cells in one plan");
 
-    // Per-group list offsets (expanded bodies), interaction counts and warp tasks, straight into pinned memory.
-    hostListBodyOffsets.reserve(numGroups + 1);
+    // Per-group list descriptors (expanded bodies, cells), interaction counts and warp tasks, straight into pinned
+    // memory.
+    hostGroupLists.reserve(numGroups);
     std::uint64_t bodyBody = 0, bodyCell = 0, packedBytes = 0;
     std::uint32_t listBodies = 0;
     std::uint64_t numTasks = 0;
     bucketCounts.assign(kNumBuckets, 0);
-    const ChunkTable& table = chunkTable<Real>();
-    const int largestKind = firstAllowedKind<Real>();
-    const auto largestRows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[largestKind].rows());
-    const auto forEachTask = [&](std::size_t g, auto&& emit) {
-      std::uint32_t first = plan.groups[g].first;
-      std::uint32_t remaining = plan.groups[g].size();
-      while (remaining > kMaxDecomposed) {
-        emit(first, largestRows, largestKind);
-        first += largestRows;
-        remaining -= largestRows;
-      }
-      while (remaining > 0) {
-        const int kind = table.firstKind[remaining];
-        const std::uint32_t rows = std::min<std::uint32_t>(remaining, detail::kPlanTaskKinds[kind].rows());
-        emit(first, rows, kind);
-        first += rows;
-        remaining -= rows;
-      }
-    };
+    const auto forEachTask = [&](std::size_t g, auto&& emit) { forEachWarpTask<Real>(plan.groups[g], emit); };
     const auto bucketOf = [](double cost) {
       if (cost < 1.0) return 0;
       return std::min(kNumBuckets - 1, 1 + static_cast<int>(std::log2(cost)));
@@ -464,7 +474,8 @@ struct CudaEngine::Impl {
       const std::uint64_t groupListCells = plan.numListCells(g);
       MATCHA_ASSERT(std::uint64_t(listBodies) + groupListBodies <= std::numeric_limits<std::uint32_t>::max(),
                     "plan batch too large for 32-bit list offsets");
-      hostListBodyOffsets[g] = listBodies;
+      hostGroupLists[g] = uint4{listBodies, static_cast<std::uint32_t>(groupListBodies), plan.cellListOffsets[g],
+                                static_cast<std::uint32_t>(groupListCells)};
       listBodies += static_cast<std::uint32_t>(groupListBodies);
       bodyBody += group.size() * groupListBodies;
       bodyCell += group.size() * groupListCells;
@@ -476,7 +487,6 @@ struct CudaEngine::Impl {
         ++numTasks;
       });
     }
-    hostListBodyOffsets[numGroups] = listBodies;
     MATCHA_ASSERT(numTasks <= std::numeric_limits<std::uint32_t>::max(), "too many warp tasks");
 
     // Most expensive tasks first (longest-processing-time order, by powers of two of the cost): the warps that
@@ -489,8 +499,8 @@ struct CudaEngine::Impl {
       position += bucketCounts[b];
     }
     for (std::size_t g = 0; g < numGroups; ++g) {
-      const double entries = double(plan.numListCells(g)) * (quadrupole ? kQuadrupoleEntryWeight : 1.0) +
-                             double(hostListBodyOffsets[g + 1] - hostListBodyOffsets[g]);
+      const double entries =
+          double(plan.numListCells(g)) * (quadrupole ? kQuadrupoleEntryWeight : 1.0) + double(hostGroupLists[g].y);
       forEachTask(g, [&](std::uint32_t first, std::uint32_t rows, int kind) {
         hostTasks[next[bucketOf(entries * taskCostPerEntry(kind))]++] =
             uint4{static_cast<unsigned>(g), first, rows, static_cast<unsigned>(kind)};
@@ -506,12 +516,10 @@ struct CudaEngine::Impl {
     copyToDevice(bodyRanges.data(), reinterpret_cast<const uint2*>(plan.bodyList.data()), plan.bodyList.size());
     bodyRangeOffsets.reserve(numGroups + 1);
     copyToDevice(bodyRangeOffsets.data(), plan.bodyListOffsets.data(), numGroups + 1);
-    cellListOffsets.reserve(numGroups + 1);
-    copyToDevice(cellListOffsets.data(), plan.cellListOffsets.data(), numGroups + 1);
     cellList.reserve(std::max<std::size_t>(plan.cellList.size(), 1));
     copyToDevice(cellList.data(), plan.cellList.data(), plan.cellList.size());
-    listBodyOffsets.reserve(numGroups + 1);
-    copyToDevice(listBodyOffsets.data(), hostListBodyOffsets.data(), numGroups + 1);
+    groupLists.reserve(numGroups);
+    copyToDevice(groupLists.data(), hostGroupLists.data(), numGroups);
     tasks.reserve(std::max<std::uint64_t>(numTasks, 1));
     copyToDevice(tasks.data(), hostTasks.data(), numTasks);
     expandedBodies.reserve(std::max<std::uint32_t>(listBodies, 1));
@@ -531,9 +539,8 @@ struct CudaEngine::Impl {
     args.numTasks = static_cast<std::uint32_t>(numTasks);
     args.taskCounter = taskCounter.data();
     args.groupCentres = groupCentres.data();
-    args.listBodyOffsets = listBodyOffsets.data();
+    args.groupLists = groupLists.data();
     args.expandedBodies = expandedBodies.data();
-    args.cellListOffsets = cellListOffsets.data();
     args.cellList = cellList.data();
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
@@ -546,7 +553,7 @@ struct CudaEngine::Impl {
                                    (numTasks + warpsPerBlock - 1) / warpsPerBlock)));
     kernelsStart.record(stream.get());
     if (listBodies > 0) {
-      detail::launchExpandBodyRanges(bodyRanges.data(), bodyRangeOffsets.data(), listBodyOffsets.data(),
+      detail::launchExpandBodyRanges(bodyRanges.data(), bodyRangeOffsets.data(), groupLists.data(),
                                      static_cast<std::uint32_t>(numGroups), expandedBodies.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("expandBodyRangesKernel", config.synchronizeAfterLaunch);
     }
@@ -610,6 +617,462 @@ struct CudaEngine::Impl {
     return shape;
   }
 
+  // -------------------------------------------------------------------------------------------------------------
+  // Resident lists
+
+  /// The tree, masses, lists and tasks kept between launches, and the buffers of one launch. Separate from the
+  /// buffers of evaluatePlan and evaluateDirect, which may run in between (direct potentials at a run's outputs).
+  struct ResidentTree {
+    bool hasTree = false;
+    std::vector<std::uint32_t> levelOffsets;
+    std::vector<BodyRange> groups;  ///< host copy, for the downloads of a subset
+    bool gathered = false;          ///< the caller's order differs from the tree's
+    bool quadrupole = true;
+    double theta = 0.5;
+    std::uint32_t numBodies = 0, numCells = 0, numGroups = 0;
+    DeviceBuffer<uint2> cellBodies, groupBodies;
+    DeviceBuffer<std::uint32_t> firstChild, order;
+    DeviceBuffer<std::uint8_t> numChildren;
+    DeviceBuffer<double> cellCentre, cellHalfSide, tolerance;
+    DeviceBuffer<double> x, y, z, mass, callerX, callerY, callerZ;
+    DeviceBuffer<double> cellX, cellY, cellZ, cellMass, halfExtent, bmax, openingRadius;
+    std::array<DeviceBuffer<double>, 7> quadrupole7;
+    DeviceBuffer<double> groupCentre, groupHalf;
+    DeviceBuffer<double> outX, outY, outZ, outPot, callerOutX, callerOutY, callerOutZ, callerOutPot;
+    // Lists: cells and expanded bodies in two arenas, a descriptor per group; replaced lists leave garbage behind
+    // until the next tree.
+    DeviceBuffer<std::uint32_t> cellArena, bodyArena;
+    std::uint64_t cellTop = 0, bodyTop = 0;
+    DeviceBuffer<uint4> groupLists;
+    DeviceBuffer<uint2> stagingRanges;
+    DeviceBuffer<std::uint32_t> stagingRangeOffsets, stagingCellOffsets, stagingIds, counts, bodyOffsets;
+    DeviceBuffer<char> scratch;
+    PinnedBuffer<std::uint32_t> hostCounts;
+    // Warp tasks: fixed by the groups' sizes, ordered by cost whenever lists change.
+    DeviceBuffer<uint4> tasks, sortedTasks, subsetTasks;
+    DeviceBuffer<std::uint32_t> taskKeys, sortedKeys, subsetGroups, taskCounter;
+    std::uint32_t numTasks = 0;
+    bool tasksSorted = false;
+    std::vector<uint4> hostSubsetTasks;
+    // The check's results.
+    DeviceBuffer<std::uint32_t> failedFlags, failedList, failedCount;
+    PinnedBuffer<std::uint32_t> hostFailed;
+    // The launch in flight.
+    bool launched = false;
+    ForceView out;
+    std::vector<std::uint32_t> subset;
+    PinnedBuffer<double> hostOut;  ///< a subset's outputs in tree order when the caller's order differs
+    InteractionCounts counts64;
+    std::vector<std::uint64_t> listBodies, listCells;  ///< per group, for the interaction counts
+    detail::CudaEvent start, kernelsStart, kernelsStop, stop;
+  } res;
+
+  template <class T>
+  void uploadVector(DeviceBuffer<T>& buffer, const std::vector<T>& values) {
+    buffer.reserve(std::max<std::size_t>(values.size(), 1));
+    copyToDevice(buffer.data(), values.data(), values.size());
+  }
+
+  void setTree(const TreeTopology& topology, const SourceView& bodies) {
+    static_assert(sizeof(BodyRange) == sizeof(uint2), "BodyRange must match uint2 for the upload");
+    ResidentTree& r = res;
+    const std::size_t n = topology.numBodies();
+    MATCHA_ASSERT(bodies.count == n, "setTree: the tree and the bodies differ in number");
+    MATCHA_ASSERT(n < (std::size_t{1} << 31) && topology.numCells() < (std::size_t{1} << 31),
+                  "more than 2^31 bodies or cells");
+    MATCHA_ASSERT(topology.relativeTolerance.size() == topology.numGroups(), "setTree: a tolerance per group needed");
+    stats = CudaCallStats{};
+    r.numBodies = static_cast<std::uint32_t>(n);
+    r.numCells = static_cast<std::uint32_t>(topology.numCells());
+    r.numGroups = static_cast<std::uint32_t>(topology.numGroups());
+    r.levelOffsets = topology.levelOffsets;
+    r.groups = topology.groups;
+    r.gathered = !topology.order.empty();
+    r.quadrupole = topology.multipole == MultipoleOrder::quadrupole;
+    r.theta = topology.theta;
+    r.cellBodies.reserve(r.numCells);
+    copyToDevice(r.cellBodies.data(), reinterpret_cast<const uint2*>(topology.cellBodies.data()), r.numCells);
+    r.groupBodies.reserve(r.numGroups);
+    copyToDevice(r.groupBodies.data(), reinterpret_cast<const uint2*>(topology.groups.data()), r.numGroups);
+    uploadVector(r.firstChild, topology.firstChild);
+    uploadVector(r.numChildren, topology.numChildren);
+    uploadVector(r.cellCentre, topology.cellCentre);
+    uploadVector(r.cellHalfSide, topology.cellHalfSide);
+    uploadVector(r.tolerance, topology.relativeTolerance);
+    if (r.gathered) uploadVector(r.order, topology.order);
+    // Masses in the tree's order.
+    for (auto* buffer : {&r.x, &r.y, &r.z, &r.mass, &r.outX, &r.outY, &r.outZ, &r.outPot}) buffer->reserve(n);
+    if (r.gathered) {
+      for (auto* buffer :
+           {&r.callerX, &r.callerY, &r.callerZ, &r.callerOutX, &r.callerOutY, &r.callerOutZ, &r.callerOutPot}) {
+        buffer->reserve(n);
+      }
+      // The masses through the position gather: x carries them, y and z land in scratch the first launch overwrites.
+      copyToDevice(r.callerX.data(), bodies.mass, n);
+      detail::launchGatherPositions(r.callerX.data(), r.callerX.data(), r.callerX.data(), r.order.data(), r.numBodies,
+                                    r.mass.data(), r.y.data(), r.z.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
+    } else {
+      copyToDevice(r.mass.data(), bodies.mass, n);
+    }
+    for (auto* buffer : {&r.cellX, &r.cellY, &r.cellZ, &r.cellMass, &r.halfExtent, &r.bmax, &r.openingRadius}) {
+      buffer->reserve(r.numCells);
+    }
+    for (auto& buffer : r.quadrupole7) buffer.reserve(r.quadrupole ? r.numCells : 1);
+    for (auto* buffer : {&r.groupCentre, &r.groupHalf}) buffer->reserve(3 * std::size_t{r.numGroups});
+    r.groupLists.reserve(r.numGroups);
+    // Lists start empty: a group without one has no cells and no bodies.
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.groupLists.data(), 0, r.numGroups * sizeof(uint4), stream.get()));
+    r.cellTop = r.bodyTop = 0;
+    r.failedFlags.reserve(r.numGroups);
+    r.failedList.reserve(r.numGroups);
+    r.failedCount.reserve(1);
+    r.hostFailed.reserve(std::size_t{r.numGroups} + 1);
+    r.listBodies.assign(r.numGroups, 0);
+    r.listCells.assign(r.numGroups, 0);
+    // The warp tasks depend on the groups' sizes alone.
+    std::vector<uint4> treeTasks;
+    for (std::uint32_t g = 0; g < r.numGroups; ++g) {
+      const auto emit = [&](std::uint32_t first, std::uint32_t rows, int kind) {
+        treeTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
+      };
+      if (precision == Precision::float32) {
+        forEachWarpTask<float>(topology.groups[g], emit);
+      } else {
+        forEachWarpTask<double>(topology.groups[g], emit);
+      }
+    }
+    r.numTasks = static_cast<std::uint32_t>(treeTasks.size());
+    uploadVector(r.tasks, treeTasks);
+    r.sortedTasks.reserve(std::max<std::uint32_t>(r.numTasks, 1));
+    r.taskKeys.reserve(std::max<std::uint32_t>(r.numTasks, 1));
+    r.sortedKeys.reserve(std::max<std::uint32_t>(r.numTasks, 1));
+    r.tasksSorted = false;
+    r.taskCounter.reserve(1);
+    r.hasTree = true;
+    stream.synchronize();  // treeTasks goes out of scope
+  }
+
+  void dropLists() {
+    MATCHA_ASSERT(res.hasTree, "dropLists before setTree");
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(res.groupLists.data(), 0, res.numGroups * sizeof(uint4), stream.get()));
+    res.cellTop = res.bodyTop = 0;
+    std::fill(res.listBodies.begin(), res.listBodies.end(), 0);
+    std::fill(res.listCells.begin(), res.listCells.end(), 0);
+    res.tasksSorted = false;
+  }
+
+  /// Grows an arena to hold `needed` entries, keeping its first `used`.
+  void growArena(DeviceBuffer<std::uint32_t>& arena, std::uint64_t used, std::uint64_t needed) {
+    if (needed <= arena.capacity()) return;
+    MATCHA_ASSERT(needed < (std::uint64_t{1} << 32), "resident lists exceed 2^32 entries");
+    DeviceBuffer<std::uint32_t> bigger;
+    bigger.reserve(needed + needed / 4);
+    if (used > 0) {
+      MATCHA_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), arena.data(), used * sizeof(std::uint32_t),
+                                        cudaMemcpyDeviceToDevice, stream.get()));
+    }
+    stream.synchronize();
+    arena = std::move(bigger);
+  }
+
+  void setLists(const InteractionPlan& plan) {
+    ResidentTree& r = res;
+    MATCHA_ASSERT(r.hasTree, "setLists before setTree");
+    MATCHA_ASSERT(plan.groupIds.size() == plan.numGroups(), "setLists needs a group id per list");
+    const auto numLists = static_cast<std::uint32_t>(plan.numGroups());
+    if (numLists == 0) return;
+    // Cells straight into the arena; ranges, offsets and ids to staging; then, on the device, the bodies per list,
+    // their scan, and the expansion into the body arena with the descriptors.
+    growArena(r.cellArena, r.cellTop, r.cellTop + plan.cellList.size() + 1);
+    copyToDevice(r.cellArena.data() + r.cellTop, plan.cellList.data(), plan.cellList.size());
+    r.stagingRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
+    copyToDevice(r.stagingRanges.data(), reinterpret_cast<const uint2*>(plan.bodyList.data()), plan.bodyList.size());
+    uploadVector(r.stagingRangeOffsets, plan.bodyListOffsets);
+    uploadVector(r.stagingCellOffsets, plan.cellListOffsets);
+    uploadVector(r.stagingIds, plan.groupIds);
+    r.counts.reserve(numLists + 1);
+    r.bodyOffsets.reserve(numLists + 1);
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.counts.data() + numLists, 0, sizeof(std::uint32_t), stream.get()));
+    detail::launchCountListBodies(r.stagingRanges.data(), r.stagingRangeOffsets.data(), numLists, r.counts.data(),
+                                  stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("countListBodiesKernel", config.synchronizeAfterLaunch);
+    const std::size_t scanBytes = detail::exclusiveScanScratchBytes(numLists + 1);
+    r.scratch.reserve(std::max<std::size_t>(scanBytes, 1));
+    detail::exclusiveScan(r.scratch.data(), scanBytes, r.counts.data(), r.bodyOffsets.data(), numLists + 1,
+                          stream.get());
+    // The lists' j-bodies, for the interaction counts and the arena's size.
+    r.hostCounts.reserve(numLists + 1);
+    copyToHost(r.hostCounts.data(), r.counts.data(), numLists);
+    copyToHost(r.hostCounts.data() + numLists, r.bodyOffsets.data() + numLists, 1);
+    stream.synchronize();
+    const std::uint64_t total = r.hostCounts.data()[numLists];
+    growArena(r.bodyArena, r.bodyTop, r.bodyTop + total + 1);
+    detail::InstallArgs args{};
+    args.numLists = numLists;
+    args.groupIds = r.stagingIds.data();
+    args.ranges = r.stagingRanges.data();
+    args.rangeOffsets = r.stagingRangeOffsets.data();
+    args.cellOffsets = r.stagingCellOffsets.data();
+    args.counts = r.counts.data();
+    args.bodyOffsets = r.bodyOffsets.data();
+    args.bodyTop = static_cast<std::uint32_t>(r.bodyTop);
+    args.cellTop = static_cast<std::uint32_t>(r.cellTop);
+    args.bodyArena = r.bodyArena.data();
+    args.groupLists = r.groupLists.data();
+    detail::launchInstallLists(args, stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("installListsKernel", config.synchronizeAfterLaunch);
+    r.cellTop += plan.cellList.size();
+    r.bodyTop += total;
+    for (std::uint32_t k = 0; k < numLists; ++k) {
+      const std::uint32_t g = plan.groupIds[k];
+      MATCHA_ASSERT(g < r.numGroups, "setLists: group id outside the tree");
+      r.listCells[g] = plan.cellListOffsets[k + 1] - plan.cellListOffsets[k];
+      r.listBodies[g] = r.hostCounts.data()[k];
+    }
+    r.tasksSorted = false;
+  }
+
+  template <class Real>
+  void launchResidentIn(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                        std::span<const std::uint32_t> groups) {
+    ResidentTree& r = res;
+    const std::uint32_t n = r.numBodies;
+    const bool all = groups.empty();
+    stats = CudaCallStats{};
+    r.start.record(stream.get());
+    // Positions, in the tree's order.
+    if (r.gathered) {
+      copyToDevice(r.callerX.data(), bodies.x, n);
+      copyToDevice(r.callerY.data(), bodies.y, n);
+      copyToDevice(r.callerZ.data(), bodies.z, n);
+    } else {
+      copyToDevice(r.x.data(), bodies.x, n);
+      copyToDevice(r.y.data(), bodies.y, n);
+      copyToDevice(r.z.data(), bodies.z, n);
+    }
+    // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
+    std::uint32_t numTasks = r.numTasks;
+    const uint4* taskList = r.sortedTasks.data();
+    if (!all) {
+      r.hostSubsetTasks.clear();
+      for (const std::uint32_t g : groups) {
+        MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
+        forEachWarpTask<Real>(r.groups[g], [&](std::uint32_t first, std::uint32_t rows, int kind) {
+          r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
+        });
+      }
+      numTasks = static_cast<std::uint32_t>(r.hostSubsetTasks.size());
+      uploadVector(r.subsetTasks, r.hostSubsetTasks);
+      r.subsetGroups.reserve(groups.size());
+      copyToDevice(r.subsetGroups.data(), groups.data(), groups.size());
+      taskList = r.subsetTasks.data();
+    }
+    r.kernelsStart.record(stream.get());
+    if (r.gathered) {
+      detail::launchGatherPositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.order.data(), n, r.x.data(),
+                                    r.y.data(), r.z.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
+    }
+    if (all && !r.tasksSorted) {
+      detail::TaskCostModel model{};
+      model.cellWeight = r.quadrupole ? kQuadrupoleEntryWeight : 1.0;
+      for (int kind = 0; kind < detail::kNumPlanTaskKinds; ++kind) model.costPerEntry[kind] = taskCostPerEntry(kind);
+      detail::launchTaskKeys(r.tasks.data(), r.numTasks, r.groupLists.data(), model, r.taskKeys.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("taskKeysKernel", config.synchronizeAfterLaunch);
+      const std::size_t sortBytes = detail::sortTasksScratchBytes(r.numTasks);
+      r.scratch.reserve(std::max<std::size_t>(sortBytes, 1));
+      detail::sortTasks(r.scratch.data(), sortBytes, r.taskKeys.data(), r.sortedKeys.data(), r.tasks.data(),
+                        r.sortedTasks.data(), r.numTasks, stream.get());
+      r.tasksSorted = true;
+    }
+    // Refit, deepest level first.
+    const RefitBodies refitBodies{r.x.data(), r.y.data(), r.z.data(), r.mass.data(), nullptr};
+    RefitCells refit;
+    refit.bodies = nullptr;
+    refit.firstChild = r.firstChild.data();
+    refit.numChildren = r.numChildren.data();
+    refit.centre = r.cellCentre.data();
+    refit.halfSide = r.cellHalfSide.data();
+    refit.mass = r.cellMass.data();
+    refit.x = r.cellX.data();
+    refit.y = r.cellY.data();
+    refit.z = r.cellZ.data();
+    if (r.quadrupole) {
+      for (int k = 0; k < 7; ++k) refit.quadrupole[k] = r.quadrupole7[k].data();
+    }
+    refit.halfExtent = r.halfExtent.data();
+    refit.bmax = r.bmax.data();
+    refit.openingRadius = r.openingRadius.data();
+    refit.bodies = reinterpret_cast<const BodyRange*>(r.cellBodies.data());
+    for (int level = static_cast<int>(r.levelOffsets.size()) - 2; level >= 0; --level) {
+      detail::launchRefitLevel(refitBodies, refit, r.levelOffsets[level], r.levelOffsets[level + 1], r.theta,
+                               stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("refitLevelKernel", config.synchronizeAfterLaunch);
+    }
+    detail::launchGroupBoxes(r.x.data(), r.y.data(), r.z.data(), r.groupBodies.data(), r.numGroups,
+                             r.groupCentre.data(), r.groupHalf.data(), stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("groupBoxesKernel", config.synchronizeAfterLaunch);
+    // The check.
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.failedFlags.data(), 0, r.numGroups * sizeof(std::uint32_t), stream.get()));
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.failedCount.data(), 0, sizeof(std::uint32_t), stream.get()));
+    detail::CheckArgs check{};
+    check.groups = all ? nullptr : r.subsetGroups.data();
+    check.numGroups = all ? r.numGroups : static_cast<std::uint32_t>(groups.size());
+    check.groupLists = r.groupLists.data();
+    check.cellList = r.cellArena.data();
+    check.cellBodies = r.cellBodies.data();
+    check.groupBodies = r.groupBodies.data();
+    check.cellX = r.cellX.data();
+    check.cellY = r.cellY.data();
+    check.cellZ = r.cellZ.data();
+    check.cellMass = r.cellMass.data();
+    check.openingRadius = r.openingRadius.data();
+    check.bmax = r.bmax.data();
+    check.groupCentres = r.groupCentre.data();
+    check.groupHalves = r.groupHalf.data();
+    check.tolerance = r.tolerance.data();
+    check.failedFlags = r.failedFlags.data();
+    check.failedList = r.failedList.data();
+    check.failedCount = r.failedCount.data();
+    detail::launchCheckLists(check, r.quadrupole, stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("checkListsKernel", config.synchronizeAfterLaunch);
+    // The group x list kernel.
+    const detail::PlanVariant<Real>* variant =
+        findPlanVariant<Real>(config.planTileSize, r.quadrupole, false, out.pot != nullptr);
+    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
+    if (config.poisonDeviceOutputs) {
+      for (auto* buffer : {&r.outX, &r.outY, &r.outZ, &r.outPot}) {
+        MATCHA_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0xff, n * sizeof(double), stream.get()));
+      }
+    }
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.taskCounter.data(), 0, sizeof(std::uint32_t), stream.get()));
+    detail::PlanArgs<Real> args{};
+    args.sources = {r.x.data(), r.y.data(), r.z.data(), r.mass.data()};
+    args.cells = {r.cellX.data(), r.cellY.data(), r.cellZ.data(), r.cellMass.data()};
+    if (r.quadrupole) {
+      args.quadrupoles = {r.quadrupole7[0].data(), r.quadrupole7[1].data(), r.quadrupole7[2].data(),
+                          r.quadrupole7[3].data(), r.quadrupole7[4].data(), r.quadrupole7[5].data(),
+                          r.quadrupole7[6].data()};
+    }
+    args.tasks = taskList;
+    args.numTasks = numTasks;
+    args.taskCounter = r.taskCounter.data();
+    args.groupCentres = r.groupCentre.data();
+    args.groupLists = r.groupLists.data();
+    args.expandedBodies = r.bodyArena.data();
+    args.cellList = r.cellArena.data();
+    args.eps2 = static_cast<Real>(gravity.eps2());
+    args.eps2Double = gravity.eps2();
+    args.G = gravity.G;
+    args.out = {r.outX.data(), r.outY.data(), r.outZ.data(), out.pot != nullptr ? r.outPot.data() : nullptr};
+    const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);
+    const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
+        1, std::min<std::uint64_t>(std::uint64_t(selection.numSMs) * blocksPerSM(variant->kernel, variant->threads),
+                                   (numTasks + warpsPerBlock - 1) / warpsPerBlock)));
+    if (numTasks > 0) {
+      variant->launch(numBlocks, stream.get(), args);
+      MATCHA_CUDA_CHECK_LAUNCH("planKernel", config.synchronizeAfterLaunch);
+    }
+    // Outputs back: all of them (scattered into the caller's order on the device), or a few groups'.
+    if (all && r.gathered) {
+      const detail::DeviceForces callerOut{r.callerOutX.data(), r.callerOutY.data(), r.callerOutZ.data(),
+                                           out.pot != nullptr ? r.callerOutPot.data() : nullptr};
+      detail::launchScatterForces(args.out, r.order.data(), n, callerOut, stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("scatterForcesKernel", config.synchronizeAfterLaunch);
+    }
+    r.kernelsStop.record(stream.get());
+    if (all) {
+      const double* from[4] = {
+          r.gathered ? r.callerOutX.data() : r.outX.data(), r.gathered ? r.callerOutY.data() : r.outY.data(),
+          r.gathered ? r.callerOutZ.data() : r.outZ.data(), r.gathered ? r.callerOutPot.data() : r.outPot.data()};
+      copyToHost(out.ax, from[0], n);
+      copyToHost(out.ay, from[1], n);
+      copyToHost(out.az, from[2], n);
+      if (out.pot != nullptr) copyToHost(out.pot, from[3], n);
+    } else if (!r.gathered) {
+      for (const std::uint32_t g : groups) {
+        const BodyRange range = r.groups[g];
+        copyToHost(out.ax + range.first, r.outX.data() + range.first, range.size());
+        copyToHost(out.ay + range.first, r.outY.data() + range.first, range.size());
+        copyToHost(out.az + range.first, r.outZ.data() + range.first, range.size());
+        if (out.pot != nullptr) copyToHost(out.pot + range.first, r.outPot.data() + range.first, range.size());
+      }
+    } else {
+      r.hostOut.reserve(4 * std::size_t{n});
+      for (const std::uint32_t g : groups) {
+        const BodyRange range = r.groups[g];
+        for (int c = 0; c < 4; ++c) {
+          if (c == 3 && out.pot == nullptr) continue;
+          const double* from = (c == 0 ? r.outX : c == 1 ? r.outY : c == 2 ? r.outZ : r.outPot).data();
+          copyToHost(r.hostOut.data() + static_cast<std::size_t>(c) * n + range.first, from + range.first,
+                     range.size());
+        }
+      }
+    }
+    copyToHost(r.hostFailed.data(), r.failedCount.data(), 1);
+    copyToHost(r.hostFailed.data() + 1, r.failedList.data(), r.numGroups);
+    r.stop.record(stream.get());
+    r.launched = true;
+    r.out = out;
+    r.subset.assign(groups.begin(), groups.end());
+    // Interactions, from the list lengths kept at setLists.
+    r.counts64 = {};
+    const auto addGroup = [&](std::uint32_t g) {
+      const std::uint64_t targets = r.groups[g].size();
+      r.counts64.bodyBody += targets * r.listBodies[g];
+      r.counts64.bodyCell += targets * r.listCells[g];
+    };
+    if (all) {
+      for (std::uint32_t g = 0; g < r.numGroups; ++g) addGroup(g);
+    } else {
+      for (const std::uint32_t g : groups) addGroup(g);
+    }
+    stats.numTasks = numTasks;
+    char text[128];
+    std::snprintf(text, sizeof text, "resident plan %s p%d (%u warp tasks, %u blocks)%s",
+                  r.quadrupole ? "quad" : "mono", variant->tile, numTasks, numBlocks,
+                  variant->potential ? "" : ", accelerations only");
+    stats.kernel = text;
+  }
+
+  ResidentResult finishResident() {
+    ResidentTree& r = res;
+    MATCHA_ASSERT(r.launched, "finishResident without a launch");
+    r.launched = false;
+    r.stop.synchronize();
+    if (!r.subset.empty() && r.gathered) {
+      const std::uint32_t n = r.numBodies;
+      // The host's order for a few groups; the CUDA engine owns no thread pool, and these are few bodies.
+      std::vector<std::uint32_t> order(n);
+      // The order is kept on the device only; fetch what the subset needs.
+      for (const std::uint32_t g : r.subset) {
+        const BodyRange range = r.groups[g];
+        MATCHA_CUDA_CHECK(cudaMemcpy(order.data() + range.first, r.order.data() + range.first,
+                                     range.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));
+        for (std::uint32_t i = range.first; i < range.last; ++i) {
+          const std::uint32_t j = order[i];
+          r.out.ax[j] = r.hostOut.data()[i];
+          r.out.ay[j] = r.hostOut.data()[std::size_t{n} + i];
+          r.out.az[j] = r.hostOut.data()[2 * std::size_t{n} + i];
+          if (r.out.pot != nullptr) r.out.pot[j] = r.hostOut.data()[3 * std::size_t{n} + i];
+        }
+      }
+    }
+    ResidentResult result;
+    result.counts = r.counts64;
+    const std::uint32_t numFailed = r.hostFailed.data()[0];
+    result.failedGroups.assign(r.hostFailed.data() + 1, r.hostFailed.data() + 1 + numFailed);
+    std::sort(result.failedGroups.begin(), result.failedGroups.end());
+    stats.kernelMilliseconds = r.kernelsStop.millisecondsSince(r.kernelsStart);
+    stats.uploadMilliseconds = r.kernelsStart.millisecondsSince(r.start);
+    stats.downloadMilliseconds = r.stop.millisecondsSince(r.kernelsStop);
+    stats.totalMilliseconds = r.stop.millisecondsSince(r.start);
+    result.timings = {1e-3 * stats.uploadMilliseconds, 1e-3 * stats.kernelMilliseconds,
+                      1e-3 * stats.downloadMilliseconds};
+    return result;
+  }
+
   static constexpr int kNumBuckets = 64;
 
   Precision precision;
@@ -641,9 +1104,9 @@ struct CudaEngine::Impl {
   PinnedBuffer<std::uint32_t> hostCancelledCount;
   DeviceBuffer<double> groupCentres;
   DeviceBuffer<uint2> bodyRanges;
-  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellListOffsets, cellList, listBodyOffsets, expandedBodies, taskCounter;
-  DeviceBuffer<uint4> tasks;
-  PinnedBuffer<std::uint32_t> hostListBodyOffsets;
+  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellList, expandedBodies, taskCounter;
+  DeviceBuffer<uint4> tasks, groupLists;
+  PinnedBuffer<uint4> hostGroupLists;
   PinnedBuffer<uint4> hostTasks;
   std::vector<std::uint64_t> bucketCounts;
   std::vector<BodyRange> runs;
@@ -686,6 +1149,40 @@ InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const Cell
   impl_->selectDevice();
   if (impl_->precision == Precision::float32) return impl_->evaluatePlanIn<float>(sources, cells, plan, gravity, out);
   return impl_->evaluatePlanIn<double>(sources, cells, plan, gravity, out);
+}
+
+void CudaEngine::setTree(const TreeTopology& topology, const SourceView& bodies) {
+  impl_->selectDevice();
+  impl_->setTree(topology, bodies);
+}
+
+void CudaEngine::setLists(const InteractionPlan& plan) {
+  impl_->selectDevice();
+  impl_->setLists(plan);
+}
+
+void CudaEngine::dropLists() {
+  impl_->selectDevice();
+  impl_->dropLists();
+}
+
+void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                                std::span<const std::uint32_t> groups) {
+  MATCHA_ASSERT(impl_->res.hasTree, "launchResident before setTree");
+  MATCHA_ASSERT(!impl_->res.launched, "launchResident while a launch is in flight");
+  MATCHA_ASSERT(bodies.count == impl_->res.numBodies && out.count == bodies.count,
+                "launchResident: the tree and the bodies differ in number");
+  impl_->selectDevice();
+  if (impl_->precision == Precision::float32) {
+    impl_->launchResidentIn<float>(bodies, gravity, out, groups);
+  } else {
+    impl_->launchResidentIn<double>(bodies, gravity, out, groups);
+  }
+}
+
+ResidentResult CudaEngine::finishResident() {
+  impl_->selectDevice();
+  return impl_->finishResident();
 }
 
 InteractionCounts CudaEngine::evaluateDirect(const SourceView& sources, const GravityParams& gravity,

@@ -116,6 +116,7 @@ class CudaEvent {
     if (event_ != nullptr) cudaEventDestroy(event_);
   }
   void record(cudaStream_t stream) { MATCHA_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+  void synchronize() const { MATCHA_CUDA_CHECK(cudaEventSynchronize(event_)); }
   cudaEvent_t get() const { return event_; }
 
   /// Milliseconds from `start` to this event; both must have completed.

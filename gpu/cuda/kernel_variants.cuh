@@ -63,8 +63,9 @@ struct PlanVariant {
 template <class Real>
 std::span<const PlanVariant<Real>> planVariants();
 
-void launchExpandBodyRanges(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets,
-                            const std::uint32_t* listBodyOffsets, std::uint32_t numGroups, std::uint32_t* expanded,
-                            cudaStream_t stream);
+/// expanded[groupLists[g].x + k] = the k-th j-body of group g (its ranges bodyRanges[bodyRangeOffsets[g] ..
+/// bodyRangeOffsets[g + 1]) laid end to end), for g < numGroups.
+void launchExpandBodyRanges(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets, const uint4* groupLists,
+                            std::uint32_t numGroups, std::uint32_t* expanded, cudaStream_t stream);
 
 }  // namespace matcha::gpu::detail

@@ -693,11 +693,12 @@ struct PlanArgs {
   DeviceQuadrupoles quadrupoles;  ///< null pointers when the cells are monopoles (the kernel's kQuadrupole is false)
   const uint4* tasks;             ///< {group, first i-body, number of i-bodies, kind}, most expensive first
   std::uint32_t numTasks;
-  std::uint32_t* taskCounter;            ///< zero at launch; warps take tasks from it
-  const double* groupCentres;            ///< 3 per group
-  const std::uint32_t* listBodyOffsets;  ///< numGroups + 1: group g's j-bodies are expandedBodies[off[g], off[g+1])
-  const std::uint32_t* expandedBodies;   ///< body ranges of every list, expanded to body indices
-  const std::uint32_t* cellListOffsets;  ///< numGroups + 1, as in InteractionPlan
+  std::uint32_t* taskCounter;  ///< zero at launch; warps take tasks from it
+  const double* groupCentres;  ///< 3 per group
+  /// Per group, where its list lies: {first j-body in expandedBodies, number of j-bodies, first cell in cellList,
+  /// number of cells}.
+  const uint4* groupLists;
+  const std::uint32_t* expandedBodies;  ///< body ranges of every list, expanded to body indices
   const std::uint32_t* cellList;
   Real eps2;
   double eps2Double;  ///< for the pairs evaluated again in double
@@ -727,10 +728,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   const double cx = args.groupCentres[3 * group + 0];
   const double cy = args.groupCentres[3 * group + 1];
   const double cz = args.groupCentres[3 * group + 2];
-  const std::uint32_t bodyBase = args.listBodyOffsets[group];
-  const std::uint32_t numListBodies = args.listBodyOffsets[group + 1] - bodyBase;
-  const std::uint32_t cellBase = args.cellListOffsets[group];
-  const std::uint32_t numListCells = args.cellListOffsets[group + 1] - cellBase;
+  const uint4 list = args.groupLists[group];
+  const std::uint32_t bodyBase = list.x;
+  const std::uint32_t numListBodies = list.y;
+  const std::uint32_t cellBase = list.z;
+  const std::uint32_t numListCells = list.w;
   // Point-mass entries: the list bodies, then the cells when they are monopoles.
   const std::uint32_t numPointEntries = numListBodies + (kQuadrupole ? 0 : numListCells);
 
@@ -971,10 +973,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
   }
 }
 
-/// Expands every group's body ranges into body indices: expanded[listBodyOffsets[g] + k] = k-th j-body of group g.
+/// Expands every group's body ranges into body indices: expanded[groupLists[g].x + k] = k-th j-body of group g.
 /// One warp per group (grid-stride).
 __global__ void expandBodyRangesKernel(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets,
-                                       const std::uint32_t* listBodyOffsets, std::uint32_t numGroups,
-                                       std::uint32_t* expanded);
+                                       const uint4* groupLists, std::uint32_t numGroups, std::uint32_t* expanded);
 
 }  // namespace matcha::gpu::detail

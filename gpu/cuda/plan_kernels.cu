@@ -9,12 +9,11 @@
 namespace matcha::gpu::detail {
 
 __global__ void expandBodyRangesKernel(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets,
-                                       const std::uint32_t* listBodyOffsets, std::uint32_t numGroups,
-                                       std::uint32_t* expanded) {
+                                       const uint4* groupLists, std::uint32_t numGroups, std::uint32_t* expanded) {
   const std::uint32_t lane = threadIdx.x % 32;
   const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
   for (std::uint32_t group = (blockIdx.x * blockDim.x + threadIdx.x) / 32; group < numGroups; group += numWarps) {
-    std::uint32_t position = listBodyOffsets[group];
+    std::uint32_t position = groupLists[group].x;
     for (std::uint32_t r = bodyRangeOffsets[group]; r < bodyRangeOffsets[group + 1]; ++r) {
       const uint2 range = bodyRanges[r];
       for (std::uint32_t j = range.x + lane; j < range.y; j += 32) expanded[position + (j - range.x)] = j;
@@ -23,12 +22,11 @@ __global__ void expandBodyRangesKernel(const uint2* bodyRanges, const std::uint3
   }
 }
 
-void launchExpandBodyRanges(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets,
-                            const std::uint32_t* listBodyOffsets, std::uint32_t numGroups, std::uint32_t* expanded,
-                            cudaStream_t stream) {
+void launchExpandBodyRanges(const uint2* bodyRanges, const std::uint32_t* bodyRangeOffsets, const uint4* groupLists,
+                            std::uint32_t numGroups, std::uint32_t* expanded, cudaStream_t stream) {
   constexpr unsigned kThreads = 256;
   const unsigned numBlocks = std::max(1u, std::min(65535u, (numGroups + kThreads / 32 - 1) / (kThreads / 32)));
-  expandBodyRangesKernel<<<numBlocks, kThreads, 0, stream>>>(bodyRanges, bodyRangeOffsets, listBodyOffsets, numGroups,
+  expandBodyRangesKernel<<<numBlocks, kThreads, 0, stream>>>(bodyRanges, bodyRangeOffsets, groupLists, numGroups,
                                                              expanded);
 }
 

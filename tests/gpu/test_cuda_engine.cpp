@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -620,6 +621,116 @@ TEST_F(CudaEngineTest, TreeSolverOnCudaMatchesCpu) {
   gpuSolver.computeForces(onGpu);
   cpuSolver.computeForces(onCpu);
   expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "tree solver, second call");
+}
+
+// Resident lists on the GPU against the CPU twin (double), with the bodies in an order of the caller's that differs
+// from the tree's (TreeTopology::order): the bodies moved a little (every list still passes) and a few moved far
+// (their groups' lists fail): the same forces to float accuracy, written for every body, and the same failed groups;
+// then those groups alone again (a repair's subset launch).
+TEST_F(CudaEngineTest, ResidentListsMatchTheCpuTwinInTheCallersOrder) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  Particles sorted = testing::plummer(20000, seed);
+  CpuEngine cpu(Precision::float64);
+  tree::TreeSolver solver(cpu, TreeParams{}, gravity);
+  cpu.evaluateDirect(sorted.sources(), gravity, sorted.forces());  // accelerations for the relative test
+  const InteractionPlan plan = solver.buildPlanOnly(sorted);        // sorts `sorted` into the tree's order
+  TreeTopology topology = solver.topology();
+  topology.relativeTolerance = solver.groups().relativeTolerance;
+  ASSERT_EQ(topology.numBodies(), sorted.size());
+  InteractionPlan lists = plan;
+  lists.groupIds.resize(plan.numGroups());
+  for (std::uint32_t g = 0; g < plan.numGroups(); ++g) lists.groupIds[g] = g;
+  // The caller's order: a random permutation of the tree's.
+  std::vector<std::uint32_t> order(sorted.size());
+  for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::mt19937_64 random(seed);
+  std::shuffle(order.begin(), order.end(), random);
+  Particles caller(sorted.size());
+  for (std::size_t k = 0; k < sorted.size(); ++k) {
+    const std::size_t j = order[k];
+    caller.x[j] = sorted.x[k] + 1e-5 * sorted.vx[k];
+    caller.y[j] = sorted.y[k] + 1e-5 * sorted.vy[k];
+    caller.z[j] = sorted.z[k] + 1e-5 * sorted.vz[k];
+    caller.mass[j] = sorted.mass[k];
+    caller.id[j] = sorted.id[k];
+  }
+  for (std::size_t j = 0; j < 20; ++j) caller.x[j] += 0.3;  // these bodies' groups no longer meet the criterion
+  topology.order = order;
+  CudaEngine gpu(Precision::float32, testConfig());
+  Particles onGpu = caller, onCpu = caller;
+  for (NearFieldEngine* engine : {static_cast<NearFieldEngine*>(&gpu), static_cast<NearFieldEngine*>(&cpu)}) {
+    engine->setTree(topology, caller.sources());
+    engine->setLists(lists);
+  }
+  poison(onGpu);
+  gpu.launchResident(onGpu.sources(), gravity, onGpu.forces(), {});
+  const ResidentResult gpuResult = gpu.finishResident();
+  cpu.launchResident(onCpu.sources(), gravity, onCpu.forces(), {});
+  const ResidentResult cpuResult = cpu.finishResident();
+  expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "resident lists");
+  EXPECT_EQ(gpuResult.failedGroups, cpuResult.failedGroups);
+  EXPECT_FALSE(gpuResult.failedGroups.empty()) << "the far-moved bodies should have failed their groups";
+  EXPECT_LT(gpuResult.failedGroups.size(), 100u);
+  EXPECT_EQ(gpuResult.counts.total(), cpuResult.counts.total());
+  // The failed groups alone: only their bodies are written.
+  Particles subsetGpu = caller, subsetCpu = caller;
+  poison(subsetGpu);
+  poison(subsetCpu);
+  gpu.launchResident(subsetGpu.sources(), gravity, subsetGpu.forces(), gpuResult.failedGroups);
+  const ResidentResult gpuSubset = gpu.finishResident();
+  cpu.launchResident(subsetCpu.sources(), gravity, subsetCpu.forces(), gpuResult.failedGroups);
+  cpu.finishResident();
+  EXPECT_EQ(gpuSubset.failedGroups, gpuResult.failedGroups);
+  std::size_t written = 0;
+  for (std::size_t j = 0; j < caller.size(); ++j) {
+    ASSERT_EQ(std::isnan(subsetGpu.ax[j]), std::isnan(subsetCpu.ax[j])) << "body " << j;
+    if (std::isnan(subsetGpu.ax[j])) continue;
+    ++written;
+    EXPECT_NEAR(subsetGpu.ax[j], onCpu.ax[j], 1e-5 * (std::abs(onCpu.ax[j]) + 1.0));
+  }
+  EXPECT_GT(written, 0u);
+}
+
+// Twenty steps of a Plummer sphere with reuse (trees built for predicted positions, refitted on the device in
+// between) on the GPU, with the CPU twin fed the same positions at every step: the same trees and lists (the same
+// builds at the same calls), so the forces agree to float accuracy and so do the repairs.
+TEST_F(CudaEngineTest, ReuseOnTheGpuMatchesTheCpuStepByStep) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  Particles p = testing::plummer(30000, seed);
+  CudaEngine gpu(Precision::float32, testConfig());
+  CpuEngine cpu(Precision::float32);
+  TreeParams params;
+  params.reuse = 4;
+  tree::TreeSolver gpuSolver(gpu, params, gravity);
+  tree::TreeSolver cpuSolver(cpu, params, gravity);
+  Particles twin = p;
+  gpuSolver.computeForces(p);
+  cpuSolver.computeForces(twin);
+  std::uint64_t reused = 0;
+  const double dt = 1.0 / 128.0;
+  for (int step = 1; step <= 20; ++step) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.vx[i] += p.ax[i] * dt;
+      p.vy[i] += p.ay[i] * dt;
+      p.vz[i] += p.az[i] * dt;
+      p.x[i] += p.vx[i] * dt;
+      p.y[i] += p.vy[i] * dt;
+      p.z[i] += p.vz[i] * dt;
+    }
+    twin = p;  // the same positions and accelerations; the device outputs are poisoned (testConfig)
+    const ForceReport gpuReport = gpuSolver.computeForces(p);
+    const ForceReport cpuReport = cpuSolver.computeForces(twin);
+    ASSERT_EQ(p.id, twin.id) << "step " << step;
+    reused += gpuReport.rebuilt ? 0 : 1;
+    EXPECT_EQ(gpuReport.rebuilt, cpuReport.rebuilt) << "step " << step;
+    EXPECT_EQ(gpuReport.numGroupsRepaired, cpuReport.numGroupsRepaired) << "step " << step;
+    expectClose(compare(p, twin), kFloatMax, kFloatMedian, ("step " + std::to_string(step)).c_str());
+  }
+  EXPECT_GT(reused, 10u) << "the trees were not reused";
 }
 
 // The relative opening test lives in the walk, so the GPU evaluates its plans like any other; this checks the whole

@@ -285,8 +285,8 @@ TEST(Reuse, ListsThatFailAreWalkedAgainAndTheNextCallRebuilds) {
   EXPECT_TRUE(solver.computeForces(p).rebuilt) << "after a large repair the next call builds anew";
 }
 
-INSTANTIATE_TEST_SUITE_P(Inputs, Reuse, ::testing::Range(0, 2), [](const ::testing::TestParamInfo<int>& info) {
-  return std::string(kCases[info.param].name);
+INSTANTIATE_TEST_SUITE_P(Inputs, Reuse, ::testing::Range(0, 2), [](const ::testing::TestParamInfo<int>& paramInfo) {
+  return std::string(kCases[paramInfo.param].name);
 });
 
 }  // namespace

@@ -209,8 +209,8 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
     fragment.numCells.clear();
     fragment.numBodyRanges.clear();
     const std::uint32_t end = std::min(numGroups, (f + 1) * kGroupsPerFragment);
-    for (std::uint32_t k = f * kGroupsPerFragment; k < end; ++k) {
-      const std::uint32_t group = groupIds[k];
+    for (std::uint32_t slot = f * kGroupsPerFragment; slot < end; ++slot) {
+      const std::uint32_t group = groupIds[slot];
       MATCHA_ASSERT(group < groups.size(), "walk of a group outside the tree");
       const std::size_t cellsBefore = fragment.cells.size();
       const std::size_t rangesBefore = fragment.bodyRanges.size();

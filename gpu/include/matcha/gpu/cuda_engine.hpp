@@ -85,6 +85,17 @@ class CudaEngine final : public NearFieldEngine {
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override;
 
+  /// Resident lists (NearFieldEngine): the topology, masses and lists stay on the device; each launch uploads the
+  /// positions, gathers them into the tree's order, refits every cell level by level (core/cell_refit.hpp), boxes
+  /// the groups, checks every list entry against the opening criterion (core/opening_criterion.hpp) and runs the
+  /// group x list kernel over warp tasks in longest-first order. launchResident returns once the work is queued.
+  void setTree(const TreeTopology& topology, const SourceView& bodies) override;
+  void setLists(const InteractionPlan& plan) override;
+  void dropLists() override;
+  void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                      std::span<const std::uint32_t> groups) override;
+  ResidentResult finishResident() override;
+
   /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                    const ForceView& out) override;

@@ -75,6 +75,8 @@ class TreeSolver final : public ForceSolver {
   /// The last build's tree and groups (for trees built for predicted positions: their geometry).
   const Octree& octree() const { return tree_; }
   const Groups& groups() const { return groups_; }
+  /// What the last build handed to the engine (NearFieldEngine::setTree).
+  const TreeTopology& topology() const { return topology_; }
 
   /// Builds the tree and groups for `particles` as they are (sorting them) without evaluating forces, and returns the
   /// lists of all groups in one plan, with the relative test scaled by the accelerations `particles` holds. For tests

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: MIT
+// The kernels around resident lists (NearFieldEngine::setTree/setLists/launchResident): the bodies between the
+// caller's order and the tree's, the refit of every cell (core/cell_refit.hpp: refitCell, the CPU engine's twin), the
+// groups' boxes, the check of every list entry against the opening criterion (core/opening_criterion.hpp), the
+// installation of new lists in the arena, and the cost keys that order the warp tasks.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include "cuda_check.cuh"
+#include "matcha/core/cell_refit.hpp"
+#include "matcha/core/opening_criterion.hpp"
+#include "resident_kernels.cuh"
+
+namespace matcha::gpu::detail {
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+unsigned blocksFor(std::size_t count, unsigned perBlock = kThreads) {
+  return static_cast<unsigned>(
+      std::max<std::size_t>(1, std::min<std::size_t>((count + perBlock - 1) / perBlock, 1u << 20)));
+}
+
+__global__ void gatherPositionsKernel(const double* x, const double* y, const double* z, const std::uint32_t* order,
+                                      std::uint32_t n, double* treeX, double* treeY, double* treeZ) {
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const std::uint32_t j = order[i];
+    treeX[i] = x[j];
+    treeY[i] = y[j];
+    treeZ[i] = z[j];
+  }
+}
+
+__global__ void scatterForcesKernel(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out) {
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const std::uint32_t j = order[i];
+    out.ax[j] = tree.ax[i];
+    out.ay[j] = tree.ay[i];
+    out.az[j] = tree.az[i];
+    if (out.pot != nullptr) out.pot[j] = tree.pot[i];
+  }
+}
+
+__global__ void refitLevelKernel(RefitBodies bodies, RefitCells cells, std::uint32_t firstCell, std::uint32_t lastCell,
+                                 double theta) {
+  for (std::uint32_t cell = firstCell + blockIdx.x * blockDim.x + threadIdx.x; cell < lastCell;
+       cell += gridDim.x * blockDim.x) {
+    refitCell(bodies, cells, cell, theta);
+  }
+}
+
+/// One warp per group: the tight box of its bodies, as centre and half extents (the CPU engine's formula).
+__global__ void groupBoxesKernel(const double* x, const double* y, const double* z, const uint2* groups,
+                                 std::uint32_t numGroups, double* centres, double* halves) {
+  const unsigned lane = threadIdx.x % 32;
+  const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
+  for (std::uint32_t g = (blockIdx.x * blockDim.x + threadIdx.x) / 32; g < numGroups; g += numWarps) {
+    const uint2 range = groups[g];
+    double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (std::uint32_t i = range.x + lane; i < range.y; i += 32) {
+      const double p[3] = {x[i], y[i], z[i]};
+      for (int d = 0; d < 3; ++d) {
+        lo[d] = fmin(lo[d], p[d]);
+        hi[d] = fmax(hi[d], p[d]);
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      for (int d = 0; d < 3; ++d) {
+        lo[d] = fmin(lo[d], __shfl_xor_sync(0xffffffffu, lo[d], offset));
+        hi[d] = fmax(hi[d], __shfl_xor_sync(0xffffffffu, hi[d], offset));
+      }
+    }
+    if (lane == 0) {
+      for (int d = 0; d < 3; ++d) {
+        centres[3 * g + d] = 0.5 * (lo[d] + hi[d]);
+        halves[3 * g + d] = 0.5 * (hi[d] - lo[d]);
+      }
+    }
+  }
+}
+
+/// One warp per group of `groups` (all groups when null): every cell of its list must hold none of its bodies and
+/// pass the opening criterion against its box; a group with one that does not is flagged and listed once.
+template <bool kQuadrupole>
+__global__ void checkListsKernel(CheckArgs args) {
+  const unsigned lane = threadIdx.x % 32;
+  const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
+  for (std::uint32_t k = (blockIdx.x * blockDim.x + threadIdx.x) / 32; k < args.numGroups; k += numWarps) {
+    const std::uint32_t g = args.groups != nullptr ? args.groups[k] : k;
+    const uint4 list = args.groupLists[g];
+    const uint2 range = args.groupBodies[g];
+    const double* centre = args.groupCentres + 3 * g;
+    const double* half = args.groupHalves + 3 * g;
+    const double tolerance = args.tolerance[g];
+    bool fails = false;
+    for (std::uint32_t e = lane; e < list.w && !fails; e += 32) {
+      const std::uint32_t c = args.cellList[list.z + e];
+      const uint2 cellBodies = args.cellBodies[c];
+      const bool holdsGroup = cellBodies.x < range.y && range.x < cellBodies.y;
+      const double distance2 = distanceToBox2(args.cellX[c], args.cellY[c], args.cellZ[c], centre[0], centre[1],
+                                              centre[2], half[0], half[1], half[2]);
+      fails = holdsGroup || !passesOpeningCriterion(distance2, args.openingRadius[c], args.cellMass[c], args.bmax[c],
+                                                    tolerance, kQuadrupole);
+    }
+    if (__any_sync(0xffffffffu, fails) && lane == 0) {
+      if (atomicExch(args.failedFlags + g, 1u) == 0u) args.failedList[atomicAdd(args.failedCount, 1u)] = g;
+    }
+  }
+}
+
+/// One warp per group of a new plan: the number of j-bodies its ranges hold.
+__global__ void countListBodiesKernel(const uint2* ranges, const std::uint32_t* rangeOffsets, std::uint32_t numLists,
+                                      std::uint32_t* counts) {
+  const unsigned lane = threadIdx.x % 32;
+  const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
+  for (std::uint32_t k = (blockIdx.x * blockDim.x + threadIdx.x) / 32; k < numLists; k += numWarps) {
+    std::uint32_t count = 0;
+    for (std::uint32_t r = rangeOffsets[k] + lane; r < rangeOffsets[k + 1]; r += 32) count += ranges[r].y - ranges[r].x;
+    for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffffu, count, offset);
+    if (lane == 0) counts[k] = count;
+  }
+}
+
+/// One warp per group of a new plan: its ranges expanded into the body arena at bodyTop + bodyOffsets[k], and its
+/// descriptor pointing there and at its cells (already copied to cellTop + cellOffsets[k]).
+__global__ void installListsKernel(InstallArgs args) {
+  const unsigned lane = threadIdx.x % 32;
+  const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
+  for (std::uint32_t k = (blockIdx.x * blockDim.x + threadIdx.x) / 32; k < args.numLists; k += numWarps) {
+    std::uint32_t position = args.bodyTop + args.bodyOffsets[k];
+    for (std::uint32_t r = args.rangeOffsets[k]; r < args.rangeOffsets[k + 1]; ++r) {
+      const uint2 range = args.ranges[r];
+      for (std::uint32_t j = range.x + lane; j < range.y; j += 32) args.bodyArena[position + (j - range.x)] = j;
+      position += range.y - range.x;
+    }
+    if (lane == 0) {
+      args.groupLists[args.groupIds[k]] =
+          uint4{args.bodyTop + args.bodyOffsets[k], args.counts[k], args.cellTop + args.cellOffsets[k],
+                args.cellOffsets[k + 1] - args.cellOffsets[k]};
+    }
+  }
+}
+
+/// The longest-processing-time order of the warp tasks: key = 63 - the bucket of log2(cost), so that an ascending
+/// sort puts the most expensive first.
+__global__ void taskKeysKernel(const uint4* tasks, std::uint32_t numTasks, const uint4* groupLists, TaskCostModel model,
+                               std::uint32_t* keys) {
+  for (std::uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < numTasks; t += gridDim.x * blockDim.x) {
+    const uint4 task = tasks[t];
+    const uint4 list = groupLists[task.x];
+    const double entries = double(list.y) + double(list.w) * model.cellWeight;
+    const double cost = entries * model.costPerEntry[task.w];
+    const int bucket = cost < 1.0 ? 0 : min(63, 1 + static_cast<int>(log2(cost)));
+    keys[t] = static_cast<std::uint32_t>(63 - bucket);
+  }
+}
+
+}  // namespace
+
+void launchGatherPositions(const double* x, const double* y, const double* z, const std::uint32_t* order,
+                           std::uint32_t n, double* treeX, double* treeY, double* treeZ, cudaStream_t stream) {
+  gatherPositionsKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, y, z, order, n, treeX, treeY, treeZ);
+}
+
+void launchScatterForces(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out,
+                         cudaStream_t stream) {
+  scatterForcesKernel<<<blocksFor(n), kThreads, 0, stream>>>(tree, order, n, out);
+}
+
+void launchRefitLevel(const RefitBodies& bodies, const RefitCells& cells, std::uint32_t firstCell,
+                      std::uint32_t lastCell, double theta, cudaStream_t stream) {
+  if (lastCell <= firstCell) return;
+  refitLevelKernel<<<blocksFor(lastCell - firstCell, 128), 128, 0, stream>>>(bodies, cells, firstCell, lastCell, theta);
+}
+
+void launchGroupBoxes(const double* x, const double* y, const double* z, const uint2* groups, std::uint32_t numGroups,
+                      double* centres, double* halves, cudaStream_t stream) {
+  groupBoxesKernel<<<blocksFor(std::size_t{numGroups} * 32), kThreads, 0, stream>>>(x, y, z, groups, numGroups, centres,
+                                                                                    halves);
+}
+
+void launchCheckLists(const CheckArgs& args, bool quadrupole, cudaStream_t stream) {
+  if (args.numGroups == 0) return;
+  const unsigned blocks = blocksFor(std::size_t{args.numGroups} * 32);
+  if (quadrupole) {
+    checkListsKernel<true><<<blocks, kThreads, 0, stream>>>(args);
+  } else {
+    checkListsKernel<false><<<blocks, kThreads, 0, stream>>>(args);
+  }
+}
+
+void launchCountListBodies(const uint2* ranges, const std::uint32_t* rangeOffsets, std::uint32_t numLists,
+                           std::uint32_t* counts, cudaStream_t stream) {
+  countListBodiesKernel<<<blocksFor(std::size_t{numLists} * 32), kThreads, 0, stream>>>(ranges, rangeOffsets, numLists,
+                                                                                        counts);
+}
+
+void launchInstallLists(const InstallArgs& args, cudaStream_t stream) {
+  installListsKernel<<<blocksFor(std::size_t{args.numLists} * 32), kThreads, 0, stream>>>(args);
+}
+
+void launchTaskKeys(const uint4* tasks, std::uint32_t numTasks, const uint4* groupLists, const TaskCostModel& model,
+                    std::uint32_t* keys, cudaStream_t stream) {
+  taskKeysKernel<<<blocksFor(numTasks), kThreads, 0, stream>>>(tasks, numTasks, groupLists, model, keys);
+}
+
+std::size_t exclusiveScanScratchBytes(std::uint32_t count) {
+  std::size_t bytes = 0;
+  MATCHA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const std::uint32_t*>(nullptr),
+                                                  static_cast<std::uint32_t*>(nullptr), static_cast<int>(count)));
+  return bytes;
+}
+
+void exclusiveScan(void* scratch, std::size_t scratchBytes, const std::uint32_t* in, std::uint32_t* out,
+                   std::uint32_t count, cudaStream_t stream) {
+  MATCHA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, scratchBytes, in, out, static_cast<int>(count), stream));
+}
+
+std::size_t sortTasksScratchBytes(std::uint32_t count) {
+  std::size_t bytes = 0;
+  MATCHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const std::uint32_t*>(nullptr), static_cast<std::uint32_t*>(nullptr),
+      static_cast<const uint4*>(nullptr), static_cast<uint4*>(nullptr), static_cast<int>(count), 0, 6));
+  return bytes;
+}
+
+void sortTasks(void* scratch, std::size_t scratchBytes, const std::uint32_t* keysIn, std::uint32_t* keysOut,
+               const uint4* tasksIn, uint4* tasksOut, std::uint32_t count, cudaStream_t stream) {
+  // Keys < 64: six bits.
+  MATCHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, scratchBytes, keysIn, keysOut, tasksIn, tasksOut,
+                                                    static_cast<int>(count), 0, 6, stream));
+}
+
+}  // namespace matcha::gpu::detail

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// Launchers of the kernels around resident lists (resident_kernels.cu). Included only by .cu files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "matcha/core/cell_refit.hpp"
+#include "nbody_kernels.cuh"
+
+namespace matcha::gpu::detail {
+
+/// What checkListsKernel reads: the lists, the refitted cells and the groups' boxes and tolerances.
+struct CheckArgs {
+  const std::uint32_t* groups;  ///< the groups to check (numGroups of them), or null for groups 0 .. numGroups - 1
+  std::uint32_t numGroups;
+  const uint4* groupLists;  ///< per group {first j-body, j-bodies, first cell, cells} (PlanArgs::groupLists)
+  const std::uint32_t* cellList;
+  const uint2* cellBodies;   ///< per cell, its bodies
+  const uint2* groupBodies;  ///< per group, its bodies
+  const double* cellX;
+  const double* cellY;
+  const double* cellZ;
+  const double* cellMass;
+  const double* openingRadius;
+  const double* bmax;
+  const double* groupCentres;  ///< 3 per group
+  const double* groupHalves;   ///< 3 per group
+  const double* tolerance;     ///< per group; +inf: theta alone
+  std::uint32_t* failedFlags;  ///< per group, zero before
+  std::uint32_t* failedList;
+  std::uint32_t* failedCount;  ///< zero before
+};
+
+/// What installListsKernel reads and writes.
+struct InstallArgs {
+  std::uint32_t numLists;
+  const std::uint32_t* groupIds;      ///< per list: the group it belongs to
+  const uint2* ranges;                ///< body ranges of every list
+  const std::uint32_t* rangeOffsets;  ///< numLists + 1
+  const std::uint32_t* cellOffsets;   ///< numLists + 1, into the cells copied at cellTop
+  const std::uint32_t* counts;        ///< j-bodies per list
+  const std::uint32_t* bodyOffsets;   ///< exclusive scan of counts
+  std::uint32_t bodyTop;
+  std::uint32_t cellTop;
+  std::uint32_t* bodyArena;
+  uint4* groupLists;
+};
+
+/// The cost model that orders warp tasks (cuda_engine.cu): cost = (j-bodies + cells x cellWeight) x costPerEntry[kind].
+struct TaskCostModel {
+  double cellWeight;
+  double costPerEntry[8];
+};
+
+void launchGatherPositions(const double* x, const double* y, const double* z, const std::uint32_t* order,
+                           std::uint32_t n, double* treeX, double* treeY, double* treeZ, cudaStream_t stream);
+void launchScatterForces(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out,
+                         cudaStream_t stream);
+void launchRefitLevel(const RefitBodies& bodies, const RefitCells& cells, std::uint32_t firstCell,
+                      std::uint32_t lastCell, double theta, cudaStream_t stream);
+void launchGroupBoxes(const double* x, const double* y, const double* z, const uint2* groups, std::uint32_t numGroups,
+                      double* centres, double* halves, cudaStream_t stream);
+void launchCheckLists(const CheckArgs& args, bool quadrupole, cudaStream_t stream);
+void launchCountListBodies(const uint2* ranges, const std::uint32_t* rangeOffsets, std::uint32_t numLists,
+                           std::uint32_t* counts, cudaStream_t stream);
+void launchInstallLists(const InstallArgs& args, cudaStream_t stream);
+void launchTaskKeys(const uint4* tasks, std::uint32_t numTasks, const uint4* groupLists, const TaskCostModel& model,
+                    std::uint32_t* keys, cudaStream_t stream);
+
+std::size_t exclusiveScanScratchBytes(std::uint32_t count);
+void exclusiveScan(void* scratch, std::size_t scratchBytes, const std::uint32_t* in, std::uint32_t* out,
+                   std::uint32_t count, cudaStream_t stream);
+std::size_t sortTasksScratchBytes(std::uint32_t count);
+void sortTasks(void* scratch, std::size_t scratchBytes, const std::uint32_t* keysIn, std::uint32_t* keysOut,
+               const uint4* tasksIn, uint4* tasksOut, std::uint32_t count, cudaStream_t stream);
+
+}  // namespace matcha::gpu::detail
