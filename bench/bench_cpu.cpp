@@ -3,11 +3,19 @@
 // speed-up over direct is a ratio measured in one run. Rates are counters (interactions/s); names carry N, theta
 // and ncrit. Run by scripts/bench.sh; a tiny-size smoke run is a ctest.
 #include <benchmark/benchmark.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include <array>
+#include <thread>
 
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/ic/plummer.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
+#include "matcha/tree/walk.hpp"
 
 namespace {
 
@@ -88,7 +96,118 @@ void BM_TreeBuildAndWalk(benchmark::State& state) {
   state.counters["entries/group"] = double(entries) / double(solver.groups().size());
 }
 
+// The CPU side of a tree build, phase by phase, on 1, 2, 4, ... threads (tbb::global_control): how each phase scales
+// from one core to all of them (the Speed issue). Plummer N, theta 0.5, quadrupole cells, ncrit 64, nleaf 8, the
+// relative test scaled by accelerations from a cheap tree. Counters: milliseconds per phase (keys, sort = the key
+// sort and the bodies' permutation, octree, multipoles, groups = groups and the walk tree, walk = every group's
+// list). The bodies are perturbed a little before each build, as one step moves them. Args: N, threads.
+void BM_TreePhases(benchmark::State& state) {
+  const auto numThreads = static_cast<std::size_t>(state.range(1));
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, numThreads);
+  Particles p = plummer(state.range(0));
+  {
+    gpu::CpuEngine engine(gpu::Precision::float32);
+    TreeParams rough;
+    rough.theta = 0.8;
+    rough.alpha = 0.0;
+    rough.multipole = MultipoleOrder::monopole;
+    tree::TreeSolver(engine, rough, GravityParams{}).computeForces(p);
+  }
+  const TreeParams params;
+  tree::KeySorter sorter;
+  tree::BodyPermuter permuter;
+  std::vector<std::uint64_t> keys, sorted;
+  std::vector<std::uint32_t> order;
+  tree::Octree octree;
+  tree::Groups groups;
+  tree::WalkTree walkTree;
+  tree::PlanBuilder builder;
+  InteractionPlan plan;
+  std::array<double, 6> seconds{};
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.x[i] += p.vx[i] / 128.0;
+      p.y[i] += p.vy[i] / 128.0;
+      p.z[i] += p.vz[i] / 128.0;
+    }
+    state.ResumeTiming();
+    Stopwatch clock;
+    const auto lap = [&](int phase) {
+      seconds[phase] += clock.seconds();
+      clock.restart();
+    };
+    const tree::Cube cube = tree::computeBoundingCube(p.sources());
+    tree::computeMortonKeys(p.sources(), cube, keys);
+    lap(0);
+    sorter.sort(keys, sorted, order);
+    permuter.permute(p, order);
+    lap(1);
+    tree::buildOctree(sorted, cube, params.nleaf, octree);
+    lap(2);
+    tree::computeMultipoles(p.sources(), params.theta, params.multipole, octree);
+    lap(3);
+    tree::makeGroups(octree, p.sources(), params.ncrit, groups);
+    tree::setRelativeTolerances(p, params.alpha, GravityParams{}.G, groups);
+    tree::buildWalkTree(octree, walkTree);
+    lap(4);
+    builder.build(walkTree, groups, 0, static_cast<std::uint32_t>(groups.size()), plan);
+    lap(5);
+  }
+  const char* names[6] = {"keys_ms", "sort_ms", "octree_ms", "multipoles_ms", "groups_ms", "walk_ms"};
+  for (int phase = 0; phase < 6; ++phase)
+    state.counters[names[phase]] = 1e3 * seconds[phase] / double(state.iterations());
+  state.counters["entries/group"] = double(plan.cellList.size() + plan.bodyList.size()) / double(groups.size());
+  state.counters["bodies/group"] = double(p.size()) / double(groups.size());
+}
+
+// What the host's cores deliver together: each of 64 x threads independent chunks runs eight dependent chains of
+// multiply-adds in registers (no memory traffic), so the rate over threads says how many cores really run in
+// parallel (a virtual machine's cores may be shared). Counter: multiply-adds per second. Args: threads.
+void BM_ParallelArithmetic(benchmark::State& state) {
+  const auto numThreads = static_cast<std::size_t>(state.range(0));
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, numThreads);
+  constexpr int kSteps = 1 << 20;
+  const std::size_t numChunks = 64 * numThreads;
+  std::vector<double> sinks(numChunks);
+  for (auto _ : state) {
+    tbb::parallel_for(std::size_t{0}, numChunks, [&](std::size_t chunk) {
+      double a[8];
+      for (int k = 0; k < 8; ++k) a[k] = 1.0 + 1e-9 * double(chunk + k);
+      for (int step = 0; step < kSteps; ++step) {
+        for (double& value : a) value = value * 0.999999999 + 1e-9;
+      }
+      double sum = 0.0;
+      for (const double value : a) sum += value;
+      sinks[chunk] = sum;
+    });
+    benchmark::DoNotOptimize(sinks.data());
+  }
+  state.counters["fma/s"] =
+      benchmark::Counter(double(numChunks) * 8.0 * kSteps * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+/// 1, 2, 4, ... up to this machine's cores.
+void threadCounts(benchmark::internal::Benchmark* benchmark) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  for (const int n : {1 << 18, 1 << 20, 1 << 22}) {
+    for (int t = 1; t < cores; t *= 2) benchmark->Args({n, t});
+    benchmark->Args({n, cores});
+  }
+}
+
 }  // namespace
+
+BENCHMARK(BM_TreePhases)->ArgNames({"N", "threads"})->Apply(threadCounts)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ParallelArithmetic)
+    ->ArgName("threads")
+    ->Apply([](benchmark::internal::Benchmark* benchmark) {
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      for (int t = 1; t < cores; t *= 2) benchmark->Arg(t);
+      benchmark->Arg(cores);
+    })
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_DirectCpu, float, matcha::gpu::Precision::float32)
     ->ArgName("N")

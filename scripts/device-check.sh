@@ -135,6 +135,9 @@ fi
 # --timings` (the phase table, the steady-state step) for each --reuse of STEP_REUSE (default: off and auto) at each
 # of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7.
 if [ "${STEPS:-0}" = 1 ]; then
+  echo "== how the CPU phases scale from 1 to all cores"
+  "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|BM_TreePhases/N:(1048576|4194304)/}" \
+    --benchmark_min_time=0.3 --benchmark_counters_tabular=true 2>&1 | tee "$OUT/cpu-scaling.txt"
   echo "== whole force calls and steps"
   matcha="$build/apps/matcha"
   for n in ${STEP_SIZES:-1048576 4194304}; do

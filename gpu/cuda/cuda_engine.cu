@@ -18,6 +18,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
+#include "matcha/gpu/detail/host_copy.hpp"
 #include "resident_kernels.cuh"
 
 namespace matcha::gpu {
@@ -662,6 +663,13 @@ struct CudaEngine::Impl {
     ForceView out;
     std::vector<std::uint32_t> subset;
     PinnedBuffer<double> hostOut;  ///< a subset's outputs in tree order when the caller's order differs
+    // Page-locked staging: the caller's arrays are copied in (or out) on all cores and moved by DMA at full PCIe
+    // speed; a pageable copy runs at a fifth of it and blocks the host until the device is done.
+    PinnedBuffer<double> hostPositions;  ///< 3 n
+    PinnedBuffer<double> hostForces;     ///< 4 n, all outputs in the caller's order
+    std::array<PinnedBuffer<char>, 2> listStaging;
+    std::array<detail::CudaEvent, 2> listStagingFree;
+    int nextListStaging = 0;
     InteractionCounts counts64;
     std::vector<std::uint64_t> listBodies, listCells;  ///< per group, for the interaction counts
     detail::CudaEvent start, kernelsStart, kernelsStop, stop;
@@ -671,6 +679,26 @@ struct CudaEngine::Impl {
   void uploadVector(DeviceBuffer<T>& buffer, const std::vector<T>& values) {
     buffer.reserve(std::max<std::size_t>(values.size(), 1));
     copyToDevice(buffer.data(), values.data(), values.size());
+  }
+
+  /// Copies `bytes` from host memory to the device through the two page-locked staging buffers in turns: the host
+  /// fills one (on all cores) while the DMA of the other runs. Returns when the last piece is queued.
+  void uploadStaged(void* device, const void* host, std::size_t bytes) {
+    constexpr std::size_t kPiece = std::size_t{64} << 20;
+    auto* to = static_cast<char*>(device);
+    const auto* from = static_cast<const char*>(host);
+    for (std::size_t done = 0; done < bytes; done += kPiece) {
+      const int b = res.nextListStaging;
+      res.nextListStaging ^= 1;
+      const std::size_t size = std::min(kPiece, bytes - done);
+      res.listStagingFree[b].synchronize();  // its last DMA is done (a never-recorded event counts as done)
+      res.listStaging[b].reserve(kPiece);
+      detail::parallelCopy(res.listStaging[b].data(), from + done, size);
+      MATCHA_CUDA_CHECK(
+          cudaMemcpyAsync(to + done, res.listStaging[b].data(), size, cudaMemcpyHostToDevice, stream.get()));
+      res.listStagingFree[b].record(stream.get());
+      stats.bytesToDevice += size;
+    }
   }
 
   void setTree(const TreeTopology& topology, const SourceView& bodies) {
@@ -782,31 +810,32 @@ struct CudaEngine::Impl {
     MATCHA_ASSERT(plan.groupIds.size() == plan.numGroups(), "setLists needs a group id per list");
     const auto numLists = static_cast<std::uint32_t>(plan.numGroups());
     if (numLists == 0) return;
-    // Cells straight into the arena; ranges, offsets and ids to staging; then, on the device, the bodies per list,
-    // their scan, and the expansion into the body arena with the descriptors.
+    // Cells straight into the arena; ranges, offsets, ids and the lists' places in the body arena to staging; then, on
+    // the device, the expansion of the ranges into the body arena and the descriptors.
+    MATCHA_ASSERT(r.cellTop + plan.cellList.size() < (std::uint64_t{1} << 32), "resident lists exceed 2^32 cells");
     growArena(r.cellArena, r.cellTop, r.cellTop + plan.cellList.size() + 1);
-    copyToDevice(r.cellArena.data() + r.cellTop, plan.cellList.data(), plan.cellList.size());
+    uploadStaged(r.cellArena.data() + r.cellTop, plan.cellList.data(), plan.cellList.size() * sizeof(std::uint32_t));
     r.stagingRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
-    copyToDevice(r.stagingRanges.data(), reinterpret_cast<const uint2*>(plan.bodyList.data()), plan.bodyList.size());
+    uploadStaged(r.stagingRanges.data(), plan.bodyList.data(), plan.bodyList.size() * sizeof(BodyRange));
     uploadVector(r.stagingRangeOffsets, plan.bodyListOffsets);
     uploadVector(r.stagingCellOffsets, plan.cellListOffsets);
     uploadVector(r.stagingIds, plan.groupIds);
-    r.counts.reserve(numLists + 1);
-    r.bodyOffsets.reserve(numLists + 1);
-    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.counts.data() + numLists, 0, sizeof(std::uint32_t), stream.get()));
-    detail::launchCountListBodies(r.stagingRanges.data(), r.stagingRangeOffsets.data(), numLists, r.counts.data(),
-                                  stream.get());
-    MATCHA_CUDA_CHECK_LAUNCH("countListBodiesKernel", config.synchronizeAfterLaunch);
-    const std::size_t scanBytes = detail::exclusiveScanScratchBytes(numLists + 1);
-    r.scratch.reserve(std::max<std::size_t>(scanBytes, 1));
-    detail::exclusiveScan(r.scratch.data(), scanBytes, r.counts.data(), r.bodyOffsets.data(), numLists + 1,
-                          stream.get());
-    // The lists' j-bodies, for the interaction counts and the arena's size.
-    r.hostCounts.reserve(numLists + 1);
-    copyToHost(r.hostCounts.data(), r.counts.data(), numLists);
-    copyToHost(r.hostCounts.data() + numLists, r.bodyOffsets.data() + numLists, 1);
-    stream.synchronize();
-    const std::uint64_t total = r.hostCounts.data()[numLists];
+    // Each list's j-bodies, as the walk counted them, laid end to end in the body arena (64-bit sums: the arena is
+    // indexed in 32 bits, which the solver's maxBatchEntries keeps it within).
+    MATCHA_ASSERT(plan.listBodyCounts.size() == numLists, "setLists needs the walk's j-body count per list");
+    r.hostCounts.reserve(2 * std::size_t{numLists});
+    std::uint64_t total = 0;
+    for (std::uint32_t k = 0; k < numLists; ++k) {
+      r.hostCounts.data()[k] = plan.listBodyCounts[k];
+      MATCHA_ASSERT(r.bodyTop + total < (std::uint64_t{1} << 32), "resident lists exceed 2^32 j-bodies");
+      r.hostCounts.data()[numLists + k] = static_cast<std::uint32_t>(total);
+      total += plan.listBodyCounts[k];
+    }
+    MATCHA_ASSERT(r.bodyTop + total < (std::uint64_t{1} << 32), "resident lists exceed 2^32 j-bodies");
+    r.counts.reserve(numLists);
+    r.bodyOffsets.reserve(numLists);
+    copyToDevice(r.counts.data(), r.hostCounts.data(), numLists);
+    copyToDevice(r.bodyOffsets.data(), r.hostCounts.data() + numLists, numLists);
     growArena(r.bodyArena, r.bodyTop, r.bodyTop + total + 1);
     detail::InstallArgs args{};
     args.numLists = numLists;
@@ -828,9 +857,11 @@ struct CudaEngine::Impl {
       const std::uint32_t g = plan.groupIds[k];
       MATCHA_ASSERT(g < r.numGroups, "setLists: group id outside the tree");
       r.listCells[g] = plan.cellListOffsets[k + 1] - plan.cellListOffsets[k];
-      r.listBodies[g] = r.hostCounts.data()[k];
+      r.listBodies[g] = plan.listBodyCounts[k];
     }
     r.tasksSorted = false;
+    // The staging of counts and offsets is reused by the next call: let its copies finish.
+    stream.synchronize();
   }
 
   template <class Real>
@@ -841,16 +872,15 @@ struct CudaEngine::Impl {
     const bool all = groups.empty();
     stats = CudaCallStats{};
     r.start.record(stream.get());
-    // Positions, in the tree's order.
-    if (r.gathered) {
-      copyToDevice(r.callerX.data(), bodies.x, n);
-      copyToDevice(r.callerY.data(), bodies.y, n);
-      copyToDevice(r.callerZ.data(), bodies.z, n);
-    } else {
-      copyToDevice(r.x.data(), bodies.x, n);
-      copyToDevice(r.y.data(), bodies.y, n);
-      copyToDevice(r.z.data(), bodies.z, n);
-    }
+    // Positions, through page-locked staging, in the tree's order.
+    r.hostPositions.reserve(3 * std::size_t{n});
+    double* staged = r.hostPositions.data();
+    detail::parallelCopy(staged, bodies.x, n * sizeof(double));
+    detail::parallelCopy(staged + n, bodies.y, n * sizeof(double));
+    detail::parallelCopy(staged + 2 * std::size_t{n}, bodies.z, n * sizeof(double));
+    copyToDevice(r.gathered ? r.callerX.data() : r.x.data(), staged, n);
+    copyToDevice(r.gathered ? r.callerY.data() : r.y.data(), staged + n, n);
+    copyToDevice(r.gathered ? r.callerZ.data() : r.z.data(), staged + 2 * std::size_t{n}, n);
     // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
     std::uint32_t numTasks = r.numTasks;
     const uint4* taskList = r.sortedTasks.data();
@@ -1041,7 +1071,13 @@ struct CudaEngine::Impl {
     MATCHA_ASSERT(r.launched, "finishResident without a launch");
     r.launched = false;
     r.stop.synchronize();
-    if (!r.subset.empty() && r.gathered) {
+    if (r.subset.empty()) {
+      const std::size_t n = r.numBodies;
+      double* to[4] = {r.out.ax, r.out.ay, r.out.az, r.out.pot};
+      for (int c = 0; c < (r.out.pot != nullptr ? 4 : 3); ++c) {
+        detail::parallelCopy(to[c], r.hostForces.data() + static_cast<std::size_t>(c) * n, n * sizeof(double));
+      }
+    } else if (r.gathered) {
       const std::uint32_t n = r.numBodies;
       // The host's order for a few groups; the CUDA engine owns no thread pool, and these are few bodies.
       std::vector<std::uint32_t> order(n);

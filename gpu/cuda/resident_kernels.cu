@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 
 #include "cuda_check.cuh"
 #include "matcha/core/cell_refit.hpp"
@@ -112,19 +111,6 @@ __global__ void checkListsKernel(CheckArgs args) {
   }
 }
 
-/// One warp per group of a new plan: the number of j-bodies its ranges hold.
-__global__ void countListBodiesKernel(const uint2* ranges, const std::uint32_t* rangeOffsets, std::uint32_t numLists,
-                                      std::uint32_t* counts) {
-  const unsigned lane = threadIdx.x % 32;
-  const std::uint32_t numWarps = gridDim.x * (blockDim.x / 32);
-  for (std::uint32_t k = (blockIdx.x * blockDim.x + threadIdx.x) / 32; k < numLists; k += numWarps) {
-    std::uint32_t count = 0;
-    for (std::uint32_t r = rangeOffsets[k] + lane; r < rangeOffsets[k + 1]; r += 32) count += ranges[r].y - ranges[r].x;
-    for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffffu, count, offset);
-    if (lane == 0) counts[k] = count;
-  }
-}
-
 /// One warp per group of a new plan: its ranges expanded into the body arena at bodyTop + bodyOffsets[k], and its
 /// descriptor pointing there and at its cells (already copied to cellTop + cellOffsets[k]).
 __global__ void installListsKernel(InstallArgs args) {
@@ -193,12 +179,6 @@ void launchCheckLists(const CheckArgs& args, bool quadrupole, cudaStream_t strea
   }
 }
 
-void launchCountListBodies(const uint2* ranges, const std::uint32_t* rangeOffsets, std::uint32_t numLists,
-                           std::uint32_t* counts, cudaStream_t stream) {
-  countListBodiesKernel<<<blocksFor(std::size_t{numLists} * 32), kThreads, 0, stream>>>(ranges, rangeOffsets, numLists,
-                                                                                        counts);
-}
-
 void launchInstallLists(const InstallArgs& args, cudaStream_t stream) {
   installListsKernel<<<blocksFor(std::size_t{args.numLists} * 32), kThreads, 0, stream>>>(args);
 }
@@ -206,18 +186,6 @@ void launchInstallLists(const InstallArgs& args, cudaStream_t stream) {
 void launchTaskKeys(const uint4* tasks, std::uint32_t numTasks, const uint4* groupLists, const TaskCostModel& model,
                     std::uint32_t* keys, cudaStream_t stream) {
   taskKeysKernel<<<blocksFor(numTasks), kThreads, 0, stream>>>(tasks, numTasks, groupLists, model, keys);
-}
-
-std::size_t exclusiveScanScratchBytes(std::uint32_t count) {
-  std::size_t bytes = 0;
-  MATCHA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const std::uint32_t*>(nullptr),
-                                                  static_cast<std::uint32_t*>(nullptr), static_cast<int>(count)));
-  return bytes;
-}
-
-void exclusiveScan(void* scratch, std::size_t scratchBytes, const std::uint32_t* in, std::uint32_t* out,
-                   std::uint32_t count, cudaStream_t stream) {
-  MATCHA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(scratch, scratchBytes, in, out, static_cast<int>(count), stream));
 }
 
 std::size_t sortTasksScratchBytes(std::uint32_t count) {

@@ -41,7 +41,7 @@ struct InstallArgs {
   const uint2* ranges;                ///< body ranges of every list
   const std::uint32_t* rangeOffsets;  ///< numLists + 1
   const std::uint32_t* cellOffsets;   ///< numLists + 1, into the cells copied at cellTop
-  const std::uint32_t* counts;        ///< j-bodies per list
+  const std::uint32_t* counts;        ///< j-bodies per list (the walk's count)
   const std::uint32_t* bodyOffsets;   ///< exclusive scan of counts
   std::uint32_t bodyTop;
   std::uint32_t cellTop;
@@ -64,15 +64,10 @@ void launchRefitLevel(const RefitBodies& bodies, const RefitCells& cells, std::u
 void launchGroupBoxes(const double* x, const double* y, const double* z, const uint2* groups, std::uint32_t numGroups,
                       double* centres, double* halves, cudaStream_t stream);
 void launchCheckLists(const CheckArgs& args, bool quadrupole, cudaStream_t stream);
-void launchCountListBodies(const uint2* ranges, const std::uint32_t* rangeOffsets, std::uint32_t numLists,
-                           std::uint32_t* counts, cudaStream_t stream);
 void launchInstallLists(const InstallArgs& args, cudaStream_t stream);
 void launchTaskKeys(const uint4* tasks, std::uint32_t numTasks, const uint4* groupLists, const TaskCostModel& model,
                     std::uint32_t* keys, cudaStream_t stream);
 
-std::size_t exclusiveScanScratchBytes(std::uint32_t count);
-void exclusiveScan(void* scratch, std::size_t scratchBytes, const std::uint32_t* in, std::uint32_t* out,
-                   std::uint32_t count, cudaStream_t stream);
 std::size_t sortTasksScratchBytes(std::uint32_t count);
 void sortTasks(void* scratch, std::size_t scratchBytes, const std::uint32_t* keysIn, std::uint32_t* keysOut,
                const uint4* tasksIn, uint4* tasksOut, std::uint32_t count, cudaStream_t stream);

@@ -635,7 +635,7 @@ TEST_F(CudaEngineTest, ResidentListsMatchTheCpuTwinInTheCallersOrder) {
   CpuEngine cpu(Precision::float64);
   tree::TreeSolver solver(cpu, TreeParams{}, gravity);
   cpu.evaluateDirect(sorted.sources(), gravity, sorted.forces());  // accelerations for the relative test
-  const InteractionPlan plan = solver.buildPlanOnly(sorted);        // sorts `sorted` into the tree's order
+  const InteractionPlan plan = solver.buildPlanOnly(sorted);       // sorts `sorted` into the tree's order
   TreeTopology topology = solver.topology();
   topology.relativeTolerance = solver.groups().relativeTolerance;
   ASSERT_EQ(topology.numBodies(), sorted.size());
@@ -672,7 +672,7 @@ TEST_F(CudaEngineTest, ResidentListsMatchTheCpuTwinInTheCallersOrder) {
   expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "resident lists");
   EXPECT_EQ(gpuResult.failedGroups, cpuResult.failedGroups);
   EXPECT_FALSE(gpuResult.failedGroups.empty()) << "the far-moved bodies should have failed their groups";
-  EXPECT_LT(gpuResult.failedGroups.size(), 100u);
+  EXPECT_LT(gpuResult.failedGroups.size(), topology.numGroups() / 2) << "most lists should still pass";
   EXPECT_EQ(gpuResult.counts.total(), cpuResult.counts.total());
   // The failed groups alone: only their bodies are written.
   Particles subsetGpu = caller, subsetCpu = caller;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <numeric>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
@@ -29,10 +30,13 @@ constexpr double kAccelerationChange = 1.0;
 /// A repair of more than this fraction of the groups says the prediction no longer holds: the next call builds anew.
 constexpr double kRepairRebuildFraction = 0.01;
 
-/// With TreeParams::reuse 0, until a predicted build has been measured, each extra call on a tree is taken to add this
-/// fraction to the interactions of an exact build (Plummer 2^20-2^22, theta 0.5, dt 1/128: 0.2-0.4).
-constexpr double kPriorGrowthPerStep = 0.3;
-constexpr std::uint32_t kMaxAutoReuse = 8;
+/// The walk hands the engine batches of about this many list entries (cells + j-bodies), so that the host holds one
+/// batch's lists at a time however many there are; the first batch has kFirstBatchGroups groups.
+constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
+constexpr std::uint32_t kFirstBatchGroups = 2048;
+
+/// With TreeParams::reuse 0: every this many trees, K's neighbours are measured again (the system evolves).
+constexpr std::uint64_t kReexplore = 16;
 
 }  // namespace
 
@@ -228,67 +232,111 @@ const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   return plan_;
 }
 
-std::uint32_t TreeSolver::chooseReuseSteps() const {
+std::uint32_t TreeSolver::chooseReuseSteps() {
   if (params_.reuse != 0) return params_.reuse;
-  // A tree serving K calls costs B / K of a build per call and makes each call's evaluation E (1 + g (K - 1))
-  // (wider balls, longer lists): the mean cost per call B / K + E (1 + g (K - 1)) is least at K = sqrt(B / (E g)).
-  // B is the last build's CPU time, E an exact build's evaluation, g measured from the interactions per call of
-  // the last predicted build against an exact one (kPriorGrowthPerStep until there is one).
-  if (!(exactEvaluationSeconds_ > 0.0) || !(buildSeconds_ > 0.0)) return 1;
-  double growth = kPriorGrowthPerStep;
-  if (predictedSteps_ > 1 && exactInteractions_ > 0.0) {
-    growth = std::max(0.02, (predictedInteractions_ / exactInteractions_ - 1.0) / double(predictedSteps_ - 1));
+  // Measured costs decide. A tree serving K calls spreads its build over them but makes every call's lists longer
+  // (wider balls), by an amount that grows faster than K and depends on the system's speeds and the time step. So the
+  // mean wall time per call is measured over whole trees (the build and every call on it), and K climbs: from the
+  // best K so far a neighbour is tried; while trials get cheaper K keeps moving that way, otherwise the other way is
+  // tried once, then K stays at the best until kReexplore trees later, when the search starts again.
+  if (windowCalls_ > 0) {
+    const double perCall = windowSeconds_ / double(windowCalls_);
+    if (trialSteps_ != 0 && windowSteps_ == trialSteps_) {
+      if (perCall < bestCallSeconds_) {
+        bestSteps_ = trialSteps_;
+        bestCallSeconds_ = perCall;
+        turned_ = false;
+      } else if (!turned_) {
+        direction_ = -direction_;
+        turned_ = true;
+      } else {
+        direction_ = -direction_;  // back to the first direction for the next search
+        turned_ = false;
+        trialSteps_ = 0;
+      }
+    } else if (windowSteps_ == bestSteps_) {
+      bestCallSeconds_ = perCall;
+      turned_ = false;
+    }
   }
-  const double best = std::sqrt(buildSeconds_ / (exactEvaluationSeconds_ * growth));
-  return static_cast<std::uint32_t>(std::clamp(std::round(best), 1.0, double(kMaxAutoReuse)));
+  windowSeconds_ = 0.0;
+  windowCalls_ = 0;
+  const bool measuredBest = bestCallSeconds_ < std::numeric_limits<double>::infinity();
+  const bool searching = trialSteps_ != 0 || !searchedOnce_;
+  if (measuredBest && (searching || ++treesAtBest_ % kReexplore == 0)) {
+    searchedOnce_ = true;
+    std::int64_t next = std::int64_t{bestSteps_} + direction_;
+    if (next < 1 || next > std::int64_t{kMaxAutoReuse}) {
+      if (turned_) {
+        next = 0;
+      } else {
+        direction_ = -direction_;
+        turned_ = true;
+        next = std::int64_t{bestSteps_} + direction_;
+      }
+    }
+    trialSteps_ = next >= 1 && next <= std::int64_t{kMaxAutoReuse} ? static_cast<std::uint32_t>(next) : 0;
+  }
+  return trialSteps_ != 0 ? trialSteps_ : bestSteps_;
 }
 
 bool TreeSolver::walkAllGroups(const Particles& particles, const ForceView& out, ForceReport& report) {
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   Stopwatch clock;
-  // Batches only when the lists would not fit: the first walk says how many entries a group takes.
-  std::uint32_t batch = numGroups;
+  // Walked in batches of about kPlanEntries list entries (the first batch's size is a guess; each next one follows
+  // from the entries per group seen), each handed to the engine at once, so the host holds one batch. The engine keeps
+  // them all unless they would exceed maxBatchEntries (cells + j-bodies): then the lists stream, each batch evaluated
+  // and dropped, the groups kept so far first.
+  std::uint32_t batch = std::min<std::uint32_t>(numGroups, kFirstBatchGroups);
   std::uint32_t first = 0;
+  std::uint64_t resident = 0;
+  bool streaming = false;
   std::uint64_t sumListBodies = 0, sumListCells = 0;
   stats_.maxListBodies = stats_.maxListCells = 0;
   stats_.numBatches = 0;
-  bool evaluated = false;
   while (first < numGroups) {
     const std::uint32_t last = std::min(numGroups, first + batch);
     clock.restart();
     planBuilder_.build(walkTree_, groups_, first, last, plan_);
     report.timings[Phase::walk] += clock.seconds();
-    const std::uint64_t entries = plan_.cellList.size() + plan_.bodyList.size();
-    if (entries > params_.maxBatchEntries && last - first > 1) {
-      batch = std::max<std::uint32_t>(
-          1, static_cast<std::uint32_t>(double(last - first) * double(params_.maxBatchEntries) / double(entries)));
-      continue;  // walk this part again, in batches of about maxBatchEntries entries
-    }
+    std::uint64_t entries = plan_.cellList.size();
     for (std::size_t g = 0; g < plan_.numGroups(); ++g) {
-      const std::uint64_t listBodies = plan_.numListBodies(g);
+      const std::uint64_t listBodies = plan_.listBodyCounts[g];
       const std::uint64_t listCells = plan_.numListCells(g);
+      entries += listBodies;
       sumListBodies += listBodies;
       sumListCells += listCells;
       stats_.maxListBodies = std::max(stats_.maxListBodies, listBodies);
       stats_.maxListCells = std::max(stats_.maxListCells, listCells);
     }
     ++stats_.numBatches;
+    if (!streaming && resident + entries > params_.maxBatchEntries) {
+      streaming = true;
+      if (first > 0) {
+        streamIds_.resize(first);
+        std::iota(streamIds_.begin(), streamIds_.end(), 0u);
+        engine_.launchResident(particles.sources(), gravity_, out, streamIds_);
+        addResult(engine_.finishResident(), report);
+      }
+      engine_.dropLists();
+    }
     clock.restart();
-    if (batch < numGroups) engine_.dropLists();
     engine_.setLists(plan_);
     report.timings[Phase::upload] += clock.seconds();
-    if (batch < numGroups) {
-      // Batches: each is evaluated at once and dropped; nothing can be reused.
-      evaluated = true;
+    if (streaming) {
       engine_.launchResident(particles.sources(), gravity_, out, plan_.groupIds);
       addResult(engine_.finishResident(), report);
+      engine_.dropLists();
     }
+    resident += entries;
+    const double perGroup = std::max(1.0, double(entries) / double(last - first));
+    batch = static_cast<std::uint32_t>(std::clamp(double(kPlanEntries) / perGroup, 1.0, double(numGroups)));
     first = last;
   }
   stats_.meanListBodies = double(sumListBodies) / double(numGroups);
   stats_.meanListCells = double(sumListCells) / double(numGroups);
   report.numGroupsWalked += numGroups;
-  return evaluated;
+  return streaming;
 }
 
 void TreeSolver::addResult(const ResidentResult& result, ForceReport& report) {
@@ -299,7 +347,6 @@ void TreeSolver::addResult(const ResidentResult& result, ForceReport& report) {
 }
 
 bool TreeSolver::build(Particles& particles, std::uint32_t steps, ForceReport& report) {
-  const Stopwatch clock;
   const bool predict = steps > 1 && motion_->numKnown == 2;
   if (!predict) steps = 1;
   if (predict) motion_->predict(particles, steps);
@@ -311,7 +358,6 @@ bool TreeSolver::build(Particles& particles, std::uint32_t steps, ForceReport& r
   report.rebuilt = true;
   hasTree_ = true;
   stats_.reuseSteps = steps;
-  double estimateSeconds = 0.0;
 
   if (params_.alpha > 0.0 && !setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)) {
     // No accelerations to scale the relative test by (fresh initial conditions): get them first from a cheap pass,
@@ -333,8 +379,7 @@ bool TreeSolver::build(Particles& particles, std::uint32_t steps, ForceReport& r
     }
     report.counts += pass.counts;
     report.numGroupsWalked += pass.numGroupsWalked;
-    estimateSeconds = estimate.seconds();
-    report.timings[Phase::estimate] += estimateSeconds;
+    report.timings[Phase::estimate] += estimate.seconds();
     computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
     topology_.theta = params_.theta;
     topology_.multipole = params_.multipole;
@@ -347,8 +392,8 @@ bool TreeSolver::build(Particles& particles, std::uint32_t steps, ForceReport& r
   report.timings[Phase::groups] += walkTreeClock.seconds();
   engine_.setTree(topology_, particles.sources());
   const bool evaluated = walkAllGroups(particles, forcesToWrite(particles), report);
-  lastValidCall_ = call_ + steps - 1;
-  buildSeconds_ = clock.seconds() - estimateSeconds;
+  // Streamed lists were dropped as they were evaluated: nothing to reuse.
+  lastValidCall_ = evaluated ? call_ : call_ + steps - 1;
   return evaluated;
 }
 
@@ -397,6 +442,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   const bool building = !hasTree_ || call_ > lastValidCall_;
   if (building) {
     evaluated = build(particles, chooseReuseSteps(), report);
+    windowSteps_ = stats_.reuseSteps;
   } else {
     ++stats_.callsOnTree;
     stats_.estimatePass = false;
@@ -408,17 +454,6 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {});
     ResidentResult result = engine_.finishResident();
     addResult(result, report);
-    if (building) {
-      const double seconds =
-          result.timings.uploadSeconds + result.timings.kernelSeconds + result.timings.downloadSeconds;
-      if (stats_.reuseSteps == 1) {
-        exactEvaluationSeconds_ = seconds;
-        exactInteractions_ = double(result.counts.total());
-      } else {
-        predictedInteractions_ = double(result.counts.total());
-        predictedSteps_ = stats_.reuseSteps;
-      }
-    }
     if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);
   }
   if (params_.reuse != 1) motion_->record(particles);
@@ -427,6 +462,11 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     idSample_[k] = particles.id[k * particles.size() / idSample_.size()];
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
+  // The first calls (allocation, the estimate pass) would make their K look dear: not measured.
+  if (call_ > 2 && report.timings[Phase::estimate] == 0.0) {
+    windowSeconds_ += report.timings.totalSeconds;
+    ++windowCalls_;
+  }
   return report;
 }
 

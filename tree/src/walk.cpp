@@ -138,40 +138,68 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
 
 namespace {
 
-/// The lanes of `block` that the group accepts by the theta test: outside the opening sphere and holding none of the
-/// group's bodies (empty lanes never pass: their radius is infinite). SSE2, the x86-64 baseline: two 4-wide halves.
-[[gnu::always_inline]] inline unsigned thetaAcceptedLanes(const WalkTree::Block& block, const float (&centre)[3],
-                                                          const float (&half)[3], std::uint32_t groupFirst,
-                                                          std::uint32_t groupLast) {
+/// What a group's walk tests every block against, in the walk tree's scaled float units.
+struct GroupTest {
+  float centre[3], half[3];   ///< the group's box (half extents rounded up)
+  std::uint32_t first, last;  ///< its bodies
+  bool relative;              ///< the relative test is on
+  float tolerance;            ///< its bound, scaled and rounded down
+  float slack;
+  int power;  ///< p + 2: the power of the distance in the relative test
+};
+
+/// The lanes of `block` the group accepts: outside the opening sphere, holding none of the group's bodies (empty
+/// lanes never pass: their radius is infinite) and, with the relative test, with a truncation term within the
+/// tolerance at the distance lowered by its rounding error and the cell's centre-of-mass spread. SSE2 (the x86-64
+/// baseline) on two 4-wide halves.
+[[gnu::always_inline]] inline unsigned acceptedLanes(const WalkTree::Block& block, const GroupTest& group) {
 #if defined(__SSE2__)
   const __m128 signBit = _mm_set1_ps(-0.0f);
   const __m128 zero = _mm_setzero_ps();
-  const __m128i first = _mm_set1_epi32(static_cast<int>(groupFirst));  // bodies < 2^31: signed compares suffice
-  const __m128i last = _mm_set1_epi32(static_cast<int>(groupLast));
+  const __m128i first = _mm_set1_epi32(static_cast<int>(group.first));  // bodies < 2^31: signed compares suffice
+  const __m128i last = _mm_set1_epi32(static_cast<int>(group.last));
   unsigned mask = 0;
   for (int h = 0; h < WalkTree::kLanes; h += 4) {
     const auto gap = [&](const float* coordinate, int d) {
-      const __m128 offset = _mm_andnot_ps(signBit, _mm_sub_ps(_mm_load_ps(coordinate + h), _mm_set1_ps(centre[d])));
-      return _mm_max_ps(_mm_sub_ps(offset, _mm_set1_ps(half[d])), zero);
+      const __m128 offset =
+          _mm_andnot_ps(signBit, _mm_sub_ps(_mm_load_ps(coordinate + h), _mm_set1_ps(group.centre[d])));
+      return _mm_max_ps(_mm_sub_ps(offset, _mm_set1_ps(group.half[d])), zero);
     };
     const __m128 dx = gap(block.x, 0), dy = gap(block.y, 1), dz = gap(block.z, 2);
     const __m128 distance2 = _mm_add_ps(_mm_add_ps(_mm_mul_ps(dx, dx), _mm_mul_ps(dy, dy)), _mm_mul_ps(dz, dz));
-    const __m128 outside = _mm_cmpgt_ps(distance2, _mm_load_ps(block.openingRadius2 + h));
+    __m128 accept = _mm_cmpgt_ps(distance2, _mm_load_ps(block.openingRadius2 + h));
     const __m128i holdsGroup =
         _mm_and_si128(_mm_cmplt_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(block.first + h)), last),
                       _mm_cmplt_epi32(first, _mm_load_si128(reinterpret_cast<const __m128i*>(block.last + h))));
-    mask |= static_cast<unsigned>(_mm_movemask_ps(_mm_andnot_ps(_mm_castsi128_ps(holdsGroup), outside))) << h;
+    accept = _mm_andnot_ps(_mm_castsi128_ps(holdsGroup), accept);
+    if (group.relative && _mm_movemask_ps(accept) != 0) {
+      const __m128 distance = _mm_sub_ps(
+          _mm_sub_ps(_mm_mul_ps(_mm_sqrt_ps(distance2), _mm_set1_ps(1.0f - 0x1p-20f)), _mm_set1_ps(group.slack)),
+          _mm_load_ps(block.comSpread + h));
+      __m128 bound = _mm_set1_ps(group.tolerance);
+      for (int e = 0; e < group.power; ++e) bound = _mm_mul_ps(bound, distance);
+      accept = _mm_and_ps(
+          accept, _mm_and_ps(_mm_cmpgt_ps(distance, zero), _mm_cmple_ps(_mm_load_ps(block.truncation + h), bound)));
+    }
+    mask |= static_cast<unsigned>(_mm_movemask_ps(accept)) << h;
   }
   return mask;
 #else
   unsigned mask = 0;
   for (int k = 0; k < WalkTree::kLanes; ++k) {
-    const float dx = std::max(std::fabs(block.x[k] - centre[0]) - half[0], 0.0f);
-    const float dy = std::max(std::fabs(block.y[k] - centre[1]) - half[1], 0.0f);
-    const float dz = std::max(std::fabs(block.z[k] - centre[2]) - half[2], 0.0f);
+    const float dx = std::max(std::fabs(block.x[k] - group.centre[0]) - group.half[0], 0.0f);
+    const float dy = std::max(std::fabs(block.y[k] - group.centre[1]) - group.half[1], 0.0f);
+    const float dz = std::max(std::fabs(block.z[k] - group.centre[2]) - group.half[2], 0.0f);
     const float distance2 = dx * dx + dy * dy + dz * dz;
-    const bool holdsGroup = block.first[k] < groupLast && groupFirst < block.last[k];
-    mask |= unsigned(distance2 > block.openingRadius2[k] && !holdsGroup) << k;
+    const bool holdsGroup = block.first[k] < group.last && group.first < block.last[k];
+    bool accept = distance2 > block.openingRadius2[k] && !holdsGroup;
+    if (accept && group.relative) {
+      const float distance = std::sqrt(distance2) * (1.0f - 0x1p-20f) - group.slack - block.comSpread[k];
+      float bound = group.tolerance;
+      for (int e = 0; e < group.power; ++e) bound *= distance;
+      accept = distance > 0.0f && block.truncation[k] <= bound;
+    }
+    mask |= unsigned(accept) << k;
   }
   return mask;
 #endif
@@ -208,22 +236,26 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
     fragment.bodyRanges.clear();
     fragment.numCells.clear();
     fragment.numBodyRanges.clear();
+    fragment.numBodies.clear();
     const std::uint32_t end = std::min(numGroups, (f + 1) * kGroupsPerFragment);
     for (std::uint32_t slot = f * kGroupsPerFragment; slot < end; ++slot) {
       const std::uint32_t group = groupIds[slot];
       MATCHA_ASSERT(group < groups.size(), "walk of a group outside the tree");
       const std::size_t cellsBefore = fragment.cells.size();
       const std::size_t rangesBefore = fragment.bodyRanges.size();
-      const BodyRange groupBodies = groups.ranges[group];
-      float centre[3], half[3];
+      GroupTest test;
+      test.first = groups.ranges[group].first;
+      test.last = groups.ranges[group].last;
       for (int d = 0; d < 3; ++d) {
-        centre[d] = static_cast<float>((groups.centre[3 * group + d] - walkTree.origin[d]) * invLength);
-        half[d] = roundUp(groups.halfExtent[3 * group + d] * invLength);
+        test.centre[d] = static_cast<float>((groups.centre[3 * group + d] - walkTree.origin[d]) * invLength);
+        test.half[d] = roundUp(groups.halfExtent[3 * group + d] * invLength);
       }
       const double tolerance =
           groups.relativeTolerance.empty() ? std::numeric_limits<double>::infinity() : groups.relativeTolerance[group];
-      const bool relativeTest = tolerance != std::numeric_limits<double>::infinity();
-      const float scaledTolerance = relativeTest ? roundDown(tolerance * toleranceScale * (1.0 - 0x1p-18)) : 0.0f;
+      test.relative = tolerance != std::numeric_limits<double>::infinity();
+      test.tolerance = test.relative ? roundDown(tolerance * toleranceScale * (1.0 - 0x1p-18)) : 0.0f;
+      test.slack = slack;
+      test.power = power + 2;
       // Depth-first over blocks. Accepted lanes go straight to the cell list and opened leaves straight to the body
       // list (merged with the range before when they continue it: sibling leaves do); lanes with children go on the
       // stack. At most 7 siblings wait per level, so the stack holds at most 8 (kMaxLevel + 1) blocks.
@@ -232,23 +264,10 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
       stack[top++] = 0;
       std::vector<std::uint32_t>& cells = fragment.cells;
       std::vector<BodyRange>& ranges = fragment.bodyRanges;
+      std::uint32_t listBodies = 0;
       while (top > 0) {
         const WalkTree::Block& block = walkTree.blocks[stack[--top]];
-        unsigned accepted = thetaAcceptedLanes(block, centre, half, groupBodies.first, groupBodies.last);
-        if (relativeTest && accepted != 0) {
-          for (int k = 0; k < WalkTree::kLanes; ++k) {
-            if (!(accepted >> k & 1u)) continue;
-            // The distance, recomputed for this lane only, lowered by its possible rounding error.
-            const float dx = std::max(std::fabs(block.x[k] - centre[0]) - half[0], 0.0f);
-            const float dy = std::max(std::fabs(block.y[k] - centre[1]) - half[1], 0.0f);
-            const float dz = std::max(std::fabs(block.z[k] - centre[2]) - half[2], 0.0f);
-            const float distance =
-                std::sqrt(dx * dx + dy * dy + dz * dz) * (1.0f - 0x1p-20f) - slack - block.comSpread[k];
-            float bound = scaledTolerance;
-            for (int e = 0; e < power + 2; ++e) bound *= distance;
-            if (!(distance > 0.0f && block.truncation[k] <= bound)) accepted &= ~(1u << k);
-          }
-        }
+        const unsigned accepted = acceptedLanes(block, test);
         for (unsigned lanes = accepted; lanes != 0; lanes &= lanes - 1)
           cells.push_back(block.cell[__builtin_ctz(lanes)]);
         const unsigned opened = block.laneMask & ~accepted;
@@ -259,6 +278,7 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
         }
         for (unsigned lanes = opened & block.leafMask; lanes != 0; lanes &= lanes - 1) {
           const int k = __builtin_ctz(lanes);
+          listBodies += block.last[k] - block.first[k];
           if (ranges.size() > rangesBefore && ranges.back().last == block.first[k]) {
             ranges.back().last = block.last[k];  // sibling leaves continue each other
           } else {
@@ -268,6 +288,7 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
       }
       fragment.numCells.push_back(static_cast<std::uint32_t>(fragment.cells.size() - cellsBefore));
       fragment.numBodyRanges.push_back(static_cast<std::uint32_t>(fragment.bodyRanges.size() - rangesBefore));
+      fragment.numBodies.push_back(listBodies);
     }
   });
 
@@ -282,6 +303,7 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
   }
   plan.cellListOffsets.reserve(numGroups + 1);
   plan.bodyListOffsets.reserve(numGroups + 1);
+  plan.listBodyCounts.reserve(numGroups);
   cellStart_.resize(numFragments);
   rangeStart_.resize(numFragments);
   std::size_t numCellEntries = 0, numRangeEntries = 0;
@@ -293,6 +315,7 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
       numRangeEntries += fragments_[f].numBodyRanges[k];
       plan.cellListOffsets.push_back(static_cast<std::uint32_t>(numCellEntries));
       plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(numRangeEntries));
+      plan.listBodyCounts.push_back(fragments_[f].numBodies[k]);
     }
   }
   MATCHA_ASSERT(numCellEntries < (std::size_t{1} << 32) && numRangeEntries < (std::size_t{1} << 32),

@@ -50,6 +50,8 @@ struct InteractionPlan {
   std::vector<BodyRange> groups;
   /// The tree's ids of the plan's groups, for NearFieldEngine::setLists; empty otherwise.
   std::vector<std::uint32_t> groupIds;
+  /// j-bodies in each group's list (the sum of its ranges' sizes), as the walk counted them; empty when not counted.
+  std::vector<std::uint32_t> listBodyCounts;
   std::vector<double> groupCentres;
   std::vector<std::uint32_t> cellListOffsets{0};
   std::vector<std::uint32_t> cellList;
@@ -67,6 +69,7 @@ struct InteractionPlan {
   void clear() {
     groups.clear();
     groupIds.clear();
+    listBodyCounts.clear();
     groupCentres.clear();
     cellListOffsets.assign(1, 0);
     cellList.clear();
@@ -76,6 +79,7 @@ struct InteractionPlan {
 
   /// Number of j-bodies in group g's list (sum of its range sizes).
   std::uint64_t numListBodies(std::size_t g) const {
+    if (!listBodyCounts.empty()) return listBodyCounts[g];
     std::uint64_t count = 0;
     for (std::uint32_t k = bodyListOffsets[g]; k < bodyListOffsets[g + 1]; ++k) count += bodyList[k].size();
     return count;

@@ -42,9 +42,9 @@ struct TreeParams {
   /// motion, and the engine refits it to each call's positions in between; 0 (the default) chooses K from measured
   /// costs (tree/tree_solver.hpp). Lists are checked against the opening criterion at every call whatever K is.
   std::uint32_t reuse = 0;
-  /// Upper bound on the list entries (cells + body ranges) the engine keeps at once. Beyond it (N ~ 2^26 and up) the
-  /// lists are walked and evaluated in batches of about this many entries, and rebuilt every call.
-  std::uint64_t maxBatchEntries = std::uint64_t{1} << 30;
+  /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU. Beyond it
+  /// (N ~ 2^26 and up at the defaults) the lists stream: walked, evaluated and dropped batch by batch, every call.
+  std::uint64_t maxBatchEntries = std::uint64_t{1} << 31;
 
   /// Throws InputError when a value is out of range.
   void validate() const;

@@ -3,7 +3,9 @@
 // steps, and between builds let the engine refit the cells to the moved bodies and evaluate the lists it keeps.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +48,10 @@ struct TreeStats {
 /// Theta of the first call's estimate pass, with monopole cells: about a ninth of the final pass's work, with |a|
 /// good to a few percent, which is all the relative test needs (groups.hpp: setRelativeTolerances).
 inline constexpr double kEstimateTheta = 0.9;
+
+/// The largest K that TreeParams::reuse 0 chooses: beyond it the balls of a Plummer sphere at dt 1/128 make the lists
+/// several times longer.
+inline constexpr std::uint32_t kMaxAutoReuse = 8;
 
 class TreeSolver final : public ForceSolver {
  public:
@@ -97,15 +103,16 @@ class TreeSolver final : public ForceSolver {
   /// Sorts the bodies by the keys of `positions` (particles' own, or predicted), builds the octree, multipoles and
   /// groups over them (balls of `radius` where given), the walk tree, and fills topology_; times each phase.
   void buildTree(Particles& particles, const SourceView& positions, const float* radius, ForceTimings& timings);
-  /// Walks every group and hands the lists to the engine. When they would take more than
-  /// TreeParams::maxBatchEntries, walks and evaluates them batch by batch instead (writing `out`) and returns true.
+  /// Walks every group and hands the lists to the engine, batch by batch. When they would take more than
+  /// TreeParams::maxBatchEntries (cells + j-bodies), evaluates them batch by batch instead (writing `out`), dropping
+  /// each, and returns true.
   bool walkAllGroups(const Particles& particles, const ForceView& out, ForceReport& report);
   /// Adds an engine result's counts and phases to `report`.
   static void addResult(const ResidentResult& result, ForceReport& report);
   /// Walks the failed groups at the current positions (exact) and evaluates them again.
   void repair(Particles& particles, std::vector<std::uint32_t> failed, ForceReport& report);
-  /// K: calls a tree should serve, from TreeParams::reuse, or from measured costs for reuse 0.
-  std::uint32_t chooseReuseSteps() const;
+  /// K: calls a tree should serve, from TreeParams::reuse, or from measured costs for reuse 0 (called once per tree).
+  std::uint32_t chooseReuseSteps();
 
   NearFieldEngine& engine_;
   TreeParams params_;
@@ -123,6 +130,7 @@ class TreeSolver final : public ForceSolver {
   TreeTopology topology_;
   PlanBuilder planBuilder_;
   InteractionPlan plan_;
+  std::vector<std::uint32_t> streamIds_;
   std::unique_ptr<Motion> motion_;  ///< positions of earlier calls and the predicted ones (reuse)
   Octree exactTree_;                ///< the current tree refitted to exact positions, for repairs
   WalkTree exactWalkTree_;
@@ -133,13 +141,19 @@ class TreeSolver final : public ForceSolver {
   std::uint64_t call_ = 0;           ///< calls made, this one included
   std::uint64_t lastValidCall_ = 0;  ///< the last call the current tree's lists were built for
   std::uint64_t groupsWalkedInBuild_ = 0;
-  // Measured costs for reuse 0: the last build's CPU seconds, an exact build's evaluation seconds and interactions per
-  // call, and the interactions per call of the last predicted build with its K.
-  double buildSeconds_ = 0.0;
-  double exactEvaluationSeconds_ = 0.0;
-  double exactInteractions_ = 0.0;
-  double predictedInteractions_ = 0.0;
-  std::uint32_t predictedSteps_ = 0;
+  // The search for K of reuse 0 (chooseReuseSteps): the best K so far and its mean wall seconds per call, the K on
+  // trial (0: none) and the direction of the search; the calls and seconds of the tree in use, built for windowSteps_
+  // calls.
+  std::uint32_t bestSteps_ = 2;
+  double bestCallSeconds_ = std::numeric_limits<double>::infinity();
+  std::uint32_t trialSteps_ = 0;
+  int direction_ = 1;
+  bool turned_ = false;
+  bool searchedOnce_ = false;
+  std::uint64_t treesAtBest_ = 0;
+  double windowSeconds_ = 0.0;
+  std::uint64_t windowCalls_ = 0;
+  std::uint32_t windowSteps_ = 0;
   TreeStats stats_;
 };
 

@@ -83,6 +83,7 @@ class PlanBuilder {
     std::vector<BodyRange> bodyRanges;
     std::vector<std::uint32_t> numCells;       // per group of the fragment
     std::vector<std::uint32_t> numBodyRanges;  // per group of the fragment
+    std::vector<std::uint32_t> numBodies;      // per group of the fragment: j-bodies in its ranges
   };
   std::vector<Fragment> fragments_;
   std::vector<std::size_t> cellStart_, rangeStart_;

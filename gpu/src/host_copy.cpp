@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/gpu/detail/host_copy.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace matcha::gpu::detail {
+
+void parallelCopy(void* destination, const void* source, std::size_t bytes) {
+  // One core copies ~5-10 GB/s; a page-locked DMA moves ~50 GB/s over PCIe 5: below a few MB, threads cost more.
+  constexpr std::size_t kSerialBytes = std::size_t{4} << 20;
+  constexpr std::size_t kPiece = std::size_t{1} << 20;
+  if (bytes <= kSerialBytes) {
+    std::memcpy(destination, source, bytes);
+    return;
+  }
+  auto* to = static_cast<char*>(destination);
+  const auto* from = static_cast<const char*>(source);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (bytes + kPiece - 1) / kPiece),
+                    [&](const tbb::blocked_range<std::size_t>& pieces) {
+                      const std::size_t begin = pieces.begin() * kPiece;
+                      const std::size_t end = std::min(bytes, pieces.end() * kPiece);
+                      std::memcpy(to + begin, from + begin, end - begin);
+                    });
+}
+
+}  // namespace matcha::gpu::detail
