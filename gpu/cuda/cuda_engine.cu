@@ -1013,13 +1013,14 @@ struct CudaEngine::Impl {
     }
     r.kernelsStop.record(stream.get());
     if (all) {
+      // Into page-locked staging; finishResident copies them out on all cores.
       const double* from[4] = {
           r.gathered ? r.callerOutX.data() : r.outX.data(), r.gathered ? r.callerOutY.data() : r.outY.data(),
           r.gathered ? r.callerOutZ.data() : r.outZ.data(), r.gathered ? r.callerOutPot.data() : r.outPot.data()};
-      copyToHost(out.ax, from[0], n);
-      copyToHost(out.ay, from[1], n);
-      copyToHost(out.az, from[2], n);
-      if (out.pot != nullptr) copyToHost(out.pot, from[3], n);
+      r.hostForces.reserve(4 * std::size_t{n});
+      for (int c = 0; c < (out.pot != nullptr ? 4 : 3); ++c) {
+        copyToHost(r.hostForces.data() + static_cast<std::size_t>(c) * n, from[c], n);
+      }
     } else if (!r.gathered) {
       for (const std::uint32_t g : groups) {
         const BodyRange range = r.groups[g];
