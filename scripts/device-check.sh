@@ -141,9 +141,11 @@ if [ "${STEPS:-0}" = 1 ]; then
   echo "== whole force calls and steps"
   matcha="$build/apps/matcha"
   for n in ${STEP_SIZES:-1048576 4194304}; do
-    "$matcha" compare -n "$n" --seed 7 --engine cuda --reference gpu-double --sample 4096 --json \
-      >"$OUT/compare-n$n.json" 2>"$OUT/compare-n$n.log"
-    summary+=("compare N=$n: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; print("p99 %.3g, tree call %.3f s: %s" % (r["error"]["p99"], r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/compare-n$n.json" 2>&1 | head -c 400)")
+    for ncrit in ${STEP_NCRIT:-64}; do
+      "$matcha" compare -n "$n" --seed 7 --ncrit "$ncrit" --engine cuda --reference gpu-double --sample 4096 --json \
+        >"$OUT/compare-n$n-ncrit$ncrit.json" 2>"$OUT/compare-n$n-ncrit$ncrit.log"
+      summary+=("compare N=$n ncrit $ncrit: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; print("p99 %.3g, %.0f per body, tree call %.3f s: %s" % (r["error"]["p99"], r["interactions_per_body"]["total"], r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/compare-n$n-ncrit$ncrit.json" 2>&1 | head -c 400)")
+    done
     for reuse in ${STEP_REUSE:-off auto}; do
       "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end "${STEP_T_END:-0.15625}" \
         --output-interval 1 --reuse "$reuse" --diagnostic-potential solver --timings --json \

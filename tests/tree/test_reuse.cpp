@@ -285,6 +285,71 @@ TEST(Reuse, ListsThatFailAreWalkedAgainAndTheNextCallRebuilds) {
   EXPECT_TRUE(solver.computeForces(p).rebuilt) << "after a large repair the next call builds anew";
 }
 
+// Trees built in the background (TreeParams::pipeline: started a call or more ahead, for the positions predicted from
+// then, handed to the engine in the caller's order) and trees built within the call that needs them (the bodies
+// sorted) serve the same bodies equally well: fed the same positions step after step, both solvers' forces stay
+// within a fresh walk's errors of direct summation, and within that of each other. Background builds must happen.
+TEST(Reuse, PipelinedAndWithinTheCallBuildsGiveTheSameForces) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  Particles p = testing::plummer(4096, seed);
+  CheckingEngine pipelinedEngine(gpu::Precision::float32);
+  CheckingEngine withinEngine(gpu::Precision::float32);
+  TreeParams params;
+  params.reuse = 3;
+  TreeSolver pipelined(pipelinedEngine, params, gravity);
+  params.pipeline = false;
+  TreeSolver within(withinEngine, params, gravity);
+  gpu::CpuEngine oracle(gpu::Precision::float64);
+  Particles twin = p;
+  pipelined.computeForces(p);
+  within.computeForces(twin);
+  const double dt = 1.0 / 128.0;
+  int backgroundTrees = 0;
+  for (int step = 1; step <= 30; ++step) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.vx[i] += p.ax[i] * dt;
+      p.vy[i] += p.ay[i] * dt;
+      p.vz[i] += p.az[i] * dt;
+      p.x[i] += p.vx[i] * dt;
+      p.y[i] += p.vy[i] * dt;
+      p.z[i] += p.vz[i] * dt;
+    }
+    // The same bodies in the other solver's order (which sorts them at its builds).
+    std::vector<std::size_t> slot(p.size());
+    for (std::size_t i = 0; i < twin.size(); ++i) slot[twin.id[i]] = i;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const std::size_t j = slot[p.id[i]];
+      twin.x[j] = p.x[i];
+      twin.y[j] = p.y[i];
+      twin.z[j] = p.z[i];
+      twin.ax[j] = p.ax[i];
+      twin.ay[j] = p.ay[i];
+      twin.az[j] = p.az[i];
+    }
+    const ForceReport report = pipelined.computeForces(p);
+    within.computeForces(twin);
+    if (report.rebuilt && pipelined.lastStats().background) ++backgroundTrees;
+    if (step % 10 != 0) continue;
+    Particles exact = p;
+    oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
+    Particles other = p;
+    for (std::size_t j = 0; j < twin.size(); ++j) slot[twin.id[j]] = j;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      other.ax[i] = twin.ax[slot[p.id[i]]];
+      other.ay[i] = twin.ay[slot[p.id[i]]];
+      other.az[i] = twin.az[slot[p.id[i]]];
+    }
+    const ForceErrorStats a = summariseForceErrors({p.ax, p.ay, p.az}, {exact.ax, exact.ay, exact.az});
+    const ForceErrorStats b = summariseForceErrors({other.ax, other.ay, other.az}, {exact.ax, exact.ay, exact.az});
+    const ForceErrorStats between = summariseForceErrors({p.ax, p.ay, p.az}, {other.ax, other.ay, other.az});
+    EXPECT_LE(a.p99, 1.1 * b.p99 + 1e-6) << "step " << step;
+    EXPECT_LE(between.p99, 2.0 * b.p99) << "step " << step;
+  }
+  EXPECT_GE(backgroundTrees, 5) << "no tree was built in the background";
+}
+
 INSTANTIATE_TEST_SUITE_P(Inputs, Reuse, ::testing::Range(0, 2), [](const ::testing::TestParamInfo<int>& paramInfo) {
   return std::string(kCases[paramInfo.param].name);
 });

@@ -325,7 +325,12 @@ void setGroupBoxesOfBalls(const SourceView& sources, const float* radius, Groups
 }
 
 bool setRelativeTolerances(const Particles& previous, double alpha, double G, Groups& groups) {
-  MATCHA_ASSERT(previous.size() == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
+  return setRelativeTolerances(AccelerationSet{previous.ax, previous.ay, previous.az}, alpha, G, groups);
+}
+
+bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups) {
+  const std::size_t count = previous.ax.size();
+  MATCHA_ASSERT(count == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
   groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
   if (alpha <= 0.0 || groups.size() == 0) return false;
   const auto accel = [&](std::size_t i) {
@@ -333,14 +338,14 @@ bool setRelativeTolerances(const Particles& previous, double alpha, double G, Gr
                      previous.az[i] * previous.az[i]);
   };
   const double sumAccel = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, previous.size()), 0.0,
+      tbb::blocked_range<std::size_t>(0, count), 0.0,
       [&](const tbb::blocked_range<std::size_t>& block, double sum) {
         for (std::size_t i = block.begin(); i < block.end(); ++i) sum += accel(i);
         return sum;
       },
       std::plus<>());
   if (!(sumAccel > 0.0) || !std::isfinite(sumAccel)) return false;
-  const double floor = kRelativeFloorOfMeanAccel * sumAccel / double(previous.size());
+  const double floor = kRelativeFloorOfMeanAccel * sumAccel / double(count);
   tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
     double minAccel = std::numeric_limits<double>::infinity();
     for (std::uint32_t i = groups.ranges[g].first; i < groups.ranges[g].last; ++i)

@@ -3,12 +3,11 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
+#include <exception>
 #include <limits>
 #include <numeric>
 
@@ -30,13 +29,37 @@ constexpr double kAccelerationChange = 1.0;
 /// A repair of more than this fraction of the groups says the prediction no longer holds: the next call builds anew.
 constexpr double kRepairRebuildFraction = 0.01;
 
-/// The walk hands the engine batches of about this many list entries (cells + j-bodies), so that the host holds one
-/// batch's lists at a time however many there are; the first batch has kFirstBatchGroups groups.
+/// The walk hands the engine batches of about this many list entries (cells + j-bodies), so that streaming lists
+/// hold one batch at a time; the first batch has kFirstBatchGroups groups.
 constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
 constexpr std::uint32_t kFirstBatchGroups = 2048;
 
 /// With TreeParams::reuse 0: every this many trees, K's neighbours are measured again (the system evolves).
 constexpr std::uint64_t kReexplore = 16;
+
+/// Background builds start at most this many calls ahead.
+constexpr std::uint32_t kMaxPipelineCalls = 8;
+
+/// new[i] = old[order[i]], through `scratch`, in parallel.
+template <class T>
+void gather(std::vector<T>& values, std::span<const std::uint32_t> order, std::vector<T>& scratch) {
+  scratch.resize(order.size());
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = values[order[i]];
+                    });
+  values.swap(scratch);
+}
+
+/// out[i] = values[order[i]] in parallel (out resized).
+template <class T>
+void gatherInto(const T* values, std::span<const std::uint32_t> order, std::vector<T>& out) {
+  out.resize(order.size());
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) out[i] = values[order[i]];
+                    });
+}
 
 }  // namespace
 
@@ -65,48 +88,47 @@ struct TreeSolver::Motion {
     numKnown = std::min(numKnown + 1, 2);
   }
 
-  /// Puts the remembered positions into the order the bodies were just given (new[i] = old[order[i]]).
+  /// Puts the remembered and predicted positions into the order the bodies were just given (new[i] = old[order[i]]).
   void permute(std::span<const std::uint32_t> order, std::vector<double>& scratch) {
-    for (auto* array : {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ}) {
-      if (array->size() != order.size()) continue;
-      scratch.resize(order.size());
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = (*array)[order[i]];
-                        });
-      array->swap(scratch);
+    for (auto* array :
+         {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY, &predictedZ}) {
+      if (array->size() == order.size()) gather(*array, order, scratch);
+    }
+    if (radius.size() == order.size()) {
+      std::vector<float> floats;
+      gather(radius, order, floats);
     }
   }
 
-  /// The positions over calls 0 .. steps - 1 from now (call 0 being `p` as it is), extrapolated from the last three
-  /// calls' positions: with displacement d1 = x - x_previous and second difference d2 = d1 - (x_previous - x_earlier),
-  /// call k is at x + k d1 + k (k + 1) / 2 d2, exact for a leapfrog step under constant acceleration. Each body's
-  /// path over the calls becomes a ball: the midpoint of the first and last positions, with a radius that holds
-  /// the path (half the chord plus the parabola's sag, |d2| (k_max)^2 / 8) and the prediction's error should the
-  /// acceleration change by kAccelerationChange of itself (|d2| k_max (k_max + 1) / 2 times that).
-  void predict(const Particles& p, std::uint32_t steps) {
+  /// The positions over calls `first` .. `last` from now (call 0 being `p` as it is), extrapolated from the last
+  /// three calls' positions: with displacement d1 = x - x_previous and second difference d2 = d1 - (x_previous -
+  /// x_earlier), call k is at x + k d1 + k (k + 1) / 2 d2, exact for a leapfrog step under constant acceleration.
+  /// Each body's path over those calls becomes a ball: the midpoint of its first and last positions, with a radius
+  /// that holds the path (half the chord plus the parabola's sag, |d2| (last - first)^2 / 8) and the prediction's
+  /// error should the acceleration change by kAccelerationChange of itself (|d2| last (last + 1) / 2 times that).
+  void predict(const Particles& p, std::uint32_t first, std::uint32_t last) {
     const std::size_t n = p.size();
     for (auto* array : {&predictedX, &predictedY, &predictedZ}) array->resize(n);
     radius.resize(n);
-    const double last = double(steps - 1);
-    const double chordFactor = last * (last + 1.0) / 2.0;
-    const double room = last * last / 8.0 + kAccelerationChange * last * (last + 1.0) / 2.0;
+    const double k0 = first, k1 = last;
+    const double room = (k1 - k0) * (k1 - k0) / 8.0 + kAccelerationChange * k1 * (k1 + 1.0) / 2.0;
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t i = r.begin(); i != r.end(); ++i) {
         const double x[3] = {p.x[i], p.y[i], p.z[i]};
         const double previous[3] = {previousX[i], previousY[i], previousZ[i]};
         const double earlier[3] = {earlierX[i], earlierY[i], earlierZ[i]};
-        double end[3], chord2 = 0.0, sag2 = 0.0;
+        double start[3], end[3], chord2 = 0.0, sag2 = 0.0;
         for (int d = 0; d < 3; ++d) {
           const double displacement = x[d] - previous[d];
           const double secondDifference = displacement - (previous[d] - earlier[d]);
-          end[d] = x[d] + last * displacement + chordFactor * secondDifference;
-          chord2 += (end[d] - x[d]) * (end[d] - x[d]);
+          start[d] = x[d] + k0 * displacement + k0 * (k0 + 1.0) / 2.0 * secondDifference;
+          end[d] = x[d] + k1 * displacement + k1 * (k1 + 1.0) / 2.0 * secondDifference;
+          chord2 += (end[d] - start[d]) * (end[d] - start[d]);
           sag2 += secondDifference * secondDifference;
         }
-        predictedX[i] = 0.5 * (x[0] + end[0]);
-        predictedY[i] = 0.5 * (x[1] + end[1]);
-        predictedZ[i] = 0.5 * (x[2] + end[2]);
+        predictedX[i] = 0.5 * (start[0] + end[0]);
+        predictedY[i] = 0.5 * (start[1] + end[1]);
+        predictedZ[i] = 0.5 * (start[2] + end[2]);
         const double ball = 0.5 * std::sqrt(chord2) + room * std::sqrt(sag2);
         // Rounded up, with a relative margin for the rounding of the midpoint and the float.
         radius[i] = std::nextafter(static_cast<float>(ball * (1.0 + 1e-6)), std::numeric_limits<float>::infinity());
@@ -115,13 +137,57 @@ struct TreeSolver::Motion {
   }
 };
 
+/// One tree and its lists: what the engine was (or will be) handed, what repairs need, and, for a tree built in the
+/// background, the inputs and tree-order copies it was built from.
+struct TreeSolver::TreeBuild {
+  // A background build's inputs, copied in the caller's order before it starts (the caller's arrays change while it
+  // runs): masses and the accelerations the relative test scales by.
+  std::vector<double> inMass, inAx, inAy, inAz;
+  // In the tree's order (background builds; a build within a call uses the sorted particles instead).
+  std::vector<double> x, y, z, mass, ax, ay, az;
+  std::vector<float> radius;
+  std::vector<std::uint64_t> keys, sortedKeys;
+  std::vector<std::uint32_t> order;
+  KeySorter sorter;
+  Octree tree;
+  Groups groups;
+  WalkTree walkTree;
+  TreeTopology topology;
+  PlanBuilder planBuilder;
+  std::vector<InteractionPlan> plans;  ///< the lists, in batches; plans[0, numPlans) are in use
+  std::size_t numPlans = 0;
+  TreeStats stats;
+  ForceTimings timings;  ///< the build's phases
+  std::uint32_t steps = 1;
+  std::uint64_t firstCall = 0, lastCall = 0;  ///< the calls it serves
+  bool valid = false;                         ///< built and handed to the engine (current) or ready (next)
+  bool fits = true;                           ///< its lists fit TreeParams::maxBatchEntries
+  bool tolerancesSet = false;                 ///< the relative test was scaled by accelerations (not all zero)
+  std::exception_ptr error;                   ///< what a background build threw
+  // The calls made on this tree and their wall seconds (for TreeParams::reuse 0).
+  std::uint64_t costCalls = 0;
+  double costSeconds = 0.0;
+};
+
 TreeSolver::TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity)
-    : engine_(engine), params_(treeParams), gravity_(gravity), motion_(std::make_unique<Motion>()) {
+    : engine_(engine),
+      params_(treeParams),
+      gravity_(gravity),
+      current_(std::make_unique<TreeBuild>()),
+      next_(std::make_unique<TreeBuild>()),
+      motion_(std::make_unique<Motion>()) {
   params_.validate();
   gravity_.validate();
 }
 
-TreeSolver::~TreeSolver() = default;
+TreeSolver::~TreeSolver() {
+  cancel_ = true;
+  if (background_.joinable()) background_.join();
+}
+
+const Octree& TreeSolver::octree() const { return current_->tree; }
+const Groups& TreeSolver::groups() const { return current_->groups; }
+const TreeTopology& TreeSolver::topology() const { return current_->topology; }
 
 std::string TreeSolver::describe() const {
   char alpha[32] = "";
@@ -130,19 +196,37 @@ std::string TreeSolver::describe() const {
   if (params_.reuse == 1) std::snprintf(reuse, sizeof reuse, ", reuse off");
   if (params_.reuse > 1) std::snprintf(reuse, sizeof reuse, ", reuse %u steps", params_.reuse);
   char text[224];
-  std::snprintf(text, sizeof text, "tree (theta %g%s, ncrit %u, nleaf %u, %s%s) on ", params_.theta, alpha,
-                params_.ncrit, params_.nleaf, toString(params_.multipole).c_str(), reuse);
+  std::snprintf(text, sizeof text, "tree (theta %g%s, ncrit %u, nleaf %u, %s%s%s) on ", params_.theta, alpha,
+                params_.ncrit, params_.nleaf, toString(params_.multipole).c_str(), reuse,
+                params_.reuse != 1 && !params_.pipeline ? ", no pipeline" : "");
   return text + engine_.name();
 }
 
+void TreeSolver::joinBackgroundBuild() {
+  if (!background_.joinable()) return;
+  background_.join();
+  if (next_->error) {
+    const std::exception_ptr error = next_->error;
+    next_->error = nullptr;
+    next_->valid = false;
+    std::rethrow_exception(error);
+  }
+}
+
 void TreeSolver::reset() {
-  hasTree_ = false;
+  cancel_ = true;
+  if (background_.joinable()) background_.join();
+  cancel_ = false;
+  next_->valid = false;
+  next_->error = nullptr;
+  current_->valid = false;
   motion_->reset();
   idSample_.clear();
 }
 
 bool TreeSolver::sameBodies(const Particles& particles) const {
-  if (idSample_.size() != std::min(kIdSamples, particles.size()) || topology_.numBodies() != particles.size()) {
+  if (!current_->valid || idSample_.size() != std::min(kIdSamples, particles.size()) ||
+      current_->topology.numBodies() != particles.size()) {
     return false;
   }
   for (std::size_t k = 0; k < idSample_.size(); ++k) {
@@ -151,116 +235,130 @@ bool TreeSolver::sameBodies(const Particles& particles) const {
   return true;
 }
 
-void TreeSolver::buildTree(Particles& particles, const SourceView& positions, const float* radius,
-                           ForceTimings& timings) {
-  if (particles.empty()) throw InputError("no bodies to compute forces for");
-  if (particles.size() >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
+void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
+                           const AccelerationSet& accelerationsIn, const float* radius) {
+  const std::size_t n = positions.count;
+  if (n == 0) throw InputError("no bodies to compute forces for");
+  if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
+  build.timings = ForceTimings{};
   Stopwatch clock;
   const auto phaseDone = [&](Phase phase) {
-    timings[phase] += clock.seconds();
+    build.timings[phase] += clock.seconds();
     clock.restart();
   };
   const Cube cube = computeBoundingCube(positions);
-  computeMortonKeys(positions, cube, keys_);
+  computeMortonKeys(positions, cube, build.keys);
   phaseDone(Phase::keys);
-  sorter_.sort(keys_, sortedKeys_, order_);
-  permuter_.permute(particles, order_);
-  std::vector<double>& scratch = permuteScratch_;
-  motion_->permute(order_, scratch);
-  const bool predicted = radius != nullptr;
-  SourceView sorted = particles.sources();
-  if (predicted) {
-    // The predicted positions and balls go along: the tree is built over them.
-    Motion& m = *motion_;
-    for (auto* array : {&m.predictedX, &m.predictedY, &m.predictedZ}) {
-      scratch.resize(order_.size());
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order_.size(), 8192),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = (*array)[order_[i]];
-                        });
-      array->swap(scratch);
+  build.sorter.sort(build.keys, build.sortedKeys, build.order);
+  SourceView sorted;
+  AccelerationSet accelerations;
+  if (sortCaller != nullptr) {
+    // The caller's bodies, their history and their predicted positions go into the tree's order.
+    permuter_.permute(*sortCaller, build.order);
+    motion_->permute(build.order, permuteScratch_);
+    sorted = radius != nullptr ? SourceView{motion_->predictedX.data(), motion_->predictedY.data(),
+                                            motion_->predictedZ.data(), sortCaller->mass.data(), n}
+                               : sortCaller->sources();
+    if (radius != nullptr) radius = motion_->radius.data();
+    accelerations = {sortCaller->ax, sortCaller->ay, sortCaller->az};
+  } else {
+    gatherInto(positions.x, build.order, build.x);
+    gatherInto(positions.y, build.order, build.y);
+    gatherInto(positions.z, build.order, build.z);
+    gatherInto(positions.mass, build.order, build.mass);
+    gatherInto(accelerationsIn.ax.data(), build.order, build.ax);
+    gatherInto(accelerationsIn.ay.data(), build.order, build.ay);
+    gatherInto(accelerationsIn.az.data(), build.order, build.az);
+    if (radius != nullptr) {
+      gatherInto(radius, build.order, build.radius);
+      radius = build.radius.data();
     }
-    std::vector<float> radii(order_.size());
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order_.size(), 8192),
-                      [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i != r.end(); ++i) radii[i] = m.radius[order_[i]];
-                      });
-    m.radius.swap(radii);
-    sorted = {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), particles.mass.data(), particles.size()};
-    radius = m.radius.data();
+    sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
+    accelerations = {build.ax, build.ay, build.az};
   }
   phaseDone(Phase::sort);
-  buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
+  buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
   phaseDone(Phase::octree);
-  computeMultipoles(sorted, params_.theta, params_.multipole, tree_, radius);
+  computeMultipoles(sorted, params_.theta, params_.multipole, build.tree, radius);
   phaseDone(Phase::multipoles);
-  makeGroups(tree_, sorted, params_.ncrit, groups_);
-  if (predicted) setGroupBoxesOfBalls(sorted, radius, groups_);
+  makeGroups(build.tree, sorted, params_.ncrit, build.groups);
+  if (radius != nullptr) setGroupBoxesOfBalls(sorted, radius, build.groups);
+  build.tolerancesSet = setRelativeTolerances(accelerations, params_.alpha, gravity_.G, build.groups);
+  buildWalkTree(build.tree, build.walkTree);
   phaseDone(Phase::groups);
 
-  // What the engine keeps: the topology over the (now sorted) bodies.
-  topology_.cellBodies = tree_.bodies;
-  topology_.firstChild = tree_.firstChild;
-  topology_.numChildren = tree_.numChildren;
-  topology_.levelOffsets = tree_.levelOffsets;
-  topology_.cellCentre = tree_.centre;
-  topology_.cellHalfSide = tree_.halfSide;
-  topology_.groups = groups_.ranges;
-  topology_.theta = params_.theta;
-  topology_.multipole = params_.multipole;
-  topology_.order.clear();
+  // What the engine keeps: the topology over the sorted bodies, mapped to the caller's where those stay as they are.
+  TreeTopology& topology = build.topology;
+  topology.cellBodies = build.tree.bodies;
+  topology.firstChild = build.tree.firstChild;
+  topology.numChildren = build.tree.numChildren;
+  topology.levelOffsets = build.tree.levelOffsets;
+  topology.cellCentre = build.tree.centre;
+  topology.cellHalfSide = build.tree.halfSide;
+  topology.groups = build.groups.ranges;
+  topology.relativeTolerance = build.groups.relativeTolerance;
+  topology.theta = params_.theta;
+  topology.multipole = params_.multipole;
+  if (sortCaller != nullptr) {
+    topology.order.clear();
+  } else {
+    topology.order = build.order;
+  }
 
-  stats_ = TreeStats{};
-  stats_.numBodies = particles.size();
-  stats_.numCells = tree_.numCells();
-  stats_.numLeaves = static_cast<std::uint64_t>(std::count(tree_.numChildren.begin(), tree_.numChildren.end(), 0));
-  stats_.depth = tree_.numLevels() - 1;
-  stats_.numGroups = groups_.size();
-  stats_.meanGroupSize = double(particles.size()) / double(groups_.size());
-  for (const BodyRange& range : groups_.ranges)
-    stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, range.size());
-  stats_.predicted = predicted;
+  TreeStats& stats = build.stats;
+  stats = TreeStats{};
+  stats.numBodies = n;
+  stats.numCells = build.tree.numCells();
+  stats.numLeaves =
+      static_cast<std::uint64_t>(std::count(build.tree.numChildren.begin(), build.tree.numChildren.end(), 0));
+  stats.depth = build.tree.numLevels() - 1;
+  stats.numGroups = build.groups.size();
+  stats.meanGroupSize = double(n) / double(build.groups.size());
+  for (const BodyRange& range : build.groups.ranges)
+    stats.maxGroupSize = std::max<std::uint64_t>(stats.maxGroupSize, range.size());
+  stats.predicted = radius != nullptr;
+  stats.background = sortCaller == nullptr;
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   reset();
-  ForceTimings unused;
-  buildTree(particles, particles.sources(), nullptr, unused);
-  setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
-  buildWalkTree(tree_, walkTree_);
-  planBuilder_.build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plan_);
-  return plan_;
+  TreeBuild& build = *current_;
+  buildTree(build, &particles, particles.sources(), {particles.ax, particles.ay, particles.az}, nullptr);
+  stats_ = build.stats;
+  if (build.plans.empty()) build.plans.resize(1);
+  build.planBuilder.build(build.walkTree, build.groups, 0, static_cast<std::uint32_t>(build.groups.size()),
+                          build.plans[0]);
+  return build.plans[0];
+}
+
+void TreeSolver::recordTreeCost(const TreeBuild& tree) {
+  if (tree.costCalls == 0) return;
+  const double perCall = tree.costSeconds / double(tree.costCalls);
+  if (trialSteps_ != 0 && tree.steps == trialSteps_) {
+    if (perCall < bestCallSeconds_) {
+      bestSteps_ = trialSteps_;
+      bestCallSeconds_ = perCall;
+      turned_ = false;
+    } else if (!turned_) {
+      direction_ = -direction_;
+      turned_ = true;
+    } else {
+      direction_ = -direction_;  // back to the first direction for the next search
+      turned_ = false;
+      trialSteps_ = 0;
+    }
+  } else if (tree.steps == bestSteps_) {
+    bestCallSeconds_ = perCall;
+  }
 }
 
 std::uint32_t TreeSolver::chooseReuseSteps() {
   if (params_.reuse != 0) return params_.reuse;
-  // Measured costs decide. A tree serving K calls spreads its build over them but makes every call's lists longer
-  // (wider balls), by an amount that grows faster than K and depends on the system's speeds and the time step. So the
-  // mean wall time per call is measured over whole trees (the build and every call on it), and K climbs: from the
-  // best K so far a neighbour is tried; while trials get cheaper K keeps moving that way, otherwise the other way is
-  // tried once, then K stays at the best until kReexplore trees later, when the search starts again.
-  if (windowCalls_ > 0) {
-    const double perCall = windowSeconds_ / double(windowCalls_);
-    if (trialSteps_ != 0 && windowSteps_ == trialSteps_) {
-      if (perCall < bestCallSeconds_) {
-        bestSteps_ = trialSteps_;
-        bestCallSeconds_ = perCall;
-        turned_ = false;
-      } else if (!turned_) {
-        direction_ = -direction_;
-        turned_ = true;
-      } else {
-        direction_ = -direction_;  // back to the first direction for the next search
-        turned_ = false;
-        trialSteps_ = 0;
-      }
-    } else if (windowSteps_ == bestSteps_) {
-      bestCallSeconds_ = perCall;
-      turned_ = false;
-    }
-  }
-  windowSeconds_ = 0.0;
-  windowCalls_ = 0;
+  // Measured costs decide (recordTreeCost). A tree serving K calls spreads its build over them but makes every
+  // call's lists longer (wider balls), by an amount that grows faster than K and depends on the system's speeds and
+  // the time step. So the mean wall time per call is measured over whole trees, and K climbs: from the best K so far
+  // a neighbour is tried; while trials get cheaper K keeps moving that way, otherwise the other way is tried once, then
+  // K stays at the best until kReexplore trees later, when the search starts again.
   const bool measuredBest = bestCallSeconds_ < std::numeric_limits<double>::infinity();
   const bool searching = trialSteps_ != 0 || !searchedOnce_;
   if (measuredBest && (searching || ++treesAtBest_ % kReexplore == 0)) {
@@ -280,63 +378,72 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
   return trialSteps_ != 0 ? trialSteps_ : bestSteps_;
 }
 
-bool TreeSolver::walkAllGroups(const Particles& particles, const ForceView& out, ForceReport& report) {
-  const auto numGroups = static_cast<std::uint32_t>(groups_.size());
+bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* particles, const ForceView& out,
+                               ForceReport* report) {
+  const auto numGroups = static_cast<std::uint32_t>(build.groups.size());
   Stopwatch clock;
-  // Walked in batches of about kPlanEntries list entries (the first batch's size is a guess; each next one follows
-  // from the entries per group seen), each handed to the engine at once, so the host holds one batch. The engine keeps
-  // them all unless they would exceed maxBatchEntries (cells + j-bodies): then the lists stream, each batch evaluated
-  // and dropped, the groups kept so far first.
   std::uint32_t batch = std::min<std::uint32_t>(numGroups, kFirstBatchGroups);
   std::uint32_t first = 0;
   std::uint64_t resident = 0;
   bool streaming = false;
   std::uint64_t sumListBodies = 0, sumListCells = 0;
-  stats_.maxListBodies = stats_.maxListCells = 0;
-  stats_.numBatches = 0;
+  TreeStats& stats = build.stats;
+  stats.maxListBodies = stats.maxListCells = 0;
+  stats.numBatches = 0;
+  build.numPlans = 0;
+  build.fits = true;
   while (first < numGroups) {
+    if (cancel_) return false;
     const std::uint32_t last = std::min(numGroups, first + batch);
+    if (build.plans.size() <= build.numPlans) build.plans.resize(build.numPlans + 1);
+    InteractionPlan& plan = build.plans[streaming ? 0 : build.numPlans];
     clock.restart();
-    planBuilder_.build(walkTree_, groups_, first, last, plan_);
-    report.timings[Phase::walk] += clock.seconds();
-    std::uint64_t entries = plan_.cellList.size();
-    for (std::size_t g = 0; g < plan_.numGroups(); ++g) {
-      const std::uint64_t listBodies = plan_.listBodyCounts[g];
-      const std::uint64_t listCells = plan_.numListCells(g);
+    build.planBuilder.build(build.walkTree, build.groups, first, last, plan);
+    build.timings[Phase::walk] += clock.seconds();
+    std::uint64_t entries = plan.cellList.size();
+    for (std::size_t g = 0; g < plan.numGroups(); ++g) {
+      const std::uint64_t listBodies = plan.listBodyCounts[g];
+      const std::uint64_t listCells = plan.numListCells(g);
       entries += listBodies;
       sumListBodies += listBodies;
       sumListCells += listCells;
-      stats_.maxListBodies = std::max(stats_.maxListBodies, listBodies);
-      stats_.maxListCells = std::max(stats_.maxListCells, listCells);
+      stats.maxListBodies = std::max(stats.maxListBodies, listBodies);
+      stats.maxListCells = std::max(stats.maxListCells, listCells);
     }
-    ++stats_.numBatches;
+    ++stats.numBatches;
     if (!streaming && resident + entries > params_.maxBatchEntries) {
+      build.fits = false;
+      if (!stream) return false;  // a background build: the call that needs it builds within the call instead
+      MATCHA_ASSERT(particles != nullptr && report != nullptr, "streaming lists need the bodies");
+      // The lists do not fit the engine: the groups walked so far are handed over and evaluated, then each next batch.
       streaming = true;
-      if (first > 0) {
-        streamIds_.resize(first);
-        std::iota(streamIds_.begin(), streamIds_.end(), 0u);
-        engine_.launchResident(particles.sources(), gravity_, out, streamIds_);
-        addResult(engine_.finishResident(), report);
+      engine_.dropLists();
+      for (std::size_t k = 0; k < build.numPlans; ++k) {
+        engine_.setLists(build.plans[k]);
+        engine_.launchResident(particles->sources(), gravity_, out, build.plans[k].groupIds);
+        addResult(engine_.finishResident(), *report);
+        engine_.dropLists();
       }
-      engine_.dropLists();
+      if (&plan != &build.plans[0]) std::swap(plan, build.plans[0]);
     }
-    clock.restart();
-    engine_.setLists(plan_);
-    report.timings[Phase::upload] += clock.seconds();
     if (streaming) {
-      engine_.launchResident(particles.sources(), gravity_, out, plan_.groupIds);
-      addResult(engine_.finishResident(), report);
+      clock.restart();
+      engine_.setLists(build.plans[0]);
+      report->timings[Phase::upload] += clock.seconds();
+      engine_.launchResident(particles->sources(), gravity_, out, build.plans[0].groupIds);
+      addResult(engine_.finishResident(), *report);
       engine_.dropLists();
+    } else {
+      ++build.numPlans;
     }
     resident += entries;
     const double perGroup = std::max(1.0, double(entries) / double(last - first));
     batch = static_cast<std::uint32_t>(std::clamp(double(kPlanEntries) / perGroup, 1.0, double(numGroups)));
     first = last;
   }
-  stats_.meanListBodies = double(sumListBodies) / double(numGroups);
-  stats_.meanListCells = double(sumListCells) / double(numGroups);
-  report.numGroupsWalked += numGroups;
-  return streaming;
+  stats.meanListBodies = double(sumListBodies) / double(numGroups);
+  stats.meanListCells = double(sumListCells) / double(numGroups);
+  return !streaming;
 }
 
 void TreeSolver::addResult(const ResidentResult& result, ForceReport& report) {
@@ -346,73 +453,162 @@ void TreeSolver::addResult(const ResidentResult& result, ForceReport& report) {
   report.timings[Phase::download] += result.timings.downloadSeconds;
 }
 
-bool TreeSolver::build(Particles& particles, std::uint32_t steps, ForceReport& report) {
+void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report) {
+  Stopwatch clock;
+  engine_.setTree(build->topology, particles.sources());
+  for (std::size_t k = 0; k < build->numPlans; ++k) engine_.setLists(build->plans[k]);
+  report.timings[Phase::upload] += clock.seconds();
+  report.timings += build->timings;
+  report.timings.totalSeconds -= build->timings.totalSeconds;
+  report.rebuilt = true;
+  report.numGroupsWalked += build->groups.size();
+  build->valid = true;
+  build->costCalls = 0;
+  build->costSeconds = 0.0;
+  if (current_->valid) recordTreeCost(*current_);
+  std::swap(current_, build);
+  next_->valid = false;
+  stats_ = current_->stats;
+  stats_.reuseSteps = current_->steps;
+  stats_.callsOnTree = 0;
+  stats_.pipelineCalls = pipelineCalls_;
+}
+
+bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport& report) {
+  // A background build for another window would be stale: wait for it and drop it.
+  cancel_ = true;
+  if (background_.joinable()) background_.join();
+  cancel_ = false;
+  next_->valid = false;
+  next_->error = nullptr;
+
   const bool predict = steps > 1 && motion_->numKnown == 2;
   if (!predict) steps = 1;
-  if (predict) motion_->predict(particles, steps);
+  if (predict) motion_->predict(particles, 0, steps - 1);
   const Motion& m = *motion_;
   const SourceView positions = predict ? SourceView{m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(),
                                                     particles.mass.data(), particles.size()}
                                        : particles.sources();
-  buildTree(particles, positions, predict ? m.radius.data() : nullptr, report.timings);
-  report.rebuilt = true;
-  hasTree_ = true;
-  stats_.reuseSteps = steps;
+  TreeBuild& build = *next_;
+  buildTree(build, &particles, positions, {particles.ax, particles.ay, particles.az},
+            predict ? m.radius.data() : nullptr);
+  build.steps = steps;
+  build.firstCall = call_;
+  build.lastCall = call_ + steps - 1;
 
-  if (params_.alpha > 0.0 && !setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)) {
+  if (params_.alpha > 0.0 && !build.tolerancesSet) {
     // No accelerations to scale the relative test by (fresh initial conditions): get them first from a cheap pass,
     // monopole cells at kEstimateTheta, as GADGET does its first step with a plain opening criterion.
     const Stopwatch estimate;
     ForceReport pass;
-    computeMultipoles(particles.sources(), kEstimateTheta, MultipoleOrder::monopole, tree_);
-    topology_.theta = kEstimateTheta;
-    topology_.multipole = MultipoleOrder::monopole;
-    topology_.relativeTolerance.assign(groups_.size(), std::numeric_limits<double>::infinity());
-    groups_.relativeTolerance = topology_.relativeTolerance;
-    buildWalkTree(tree_, walkTree_);
-    engine_.setTree(topology_, particles.sources());
+    computeMultipoles(particles.sources(), kEstimateTheta, MultipoleOrder::monopole, build.tree);
+    build.topology.theta = kEstimateTheta;
+    build.topology.multipole = MultipoleOrder::monopole;
+    buildWalkTree(build.tree, build.walkTree);
+    engine_.setTree(build.topology, particles.sources());
     ForceView accelerations = particles.forces();
     accelerations.pot = nullptr;
-    if (!walkAllGroups(particles, accelerations, pass)) {
+    if (walkAllGroups(build, true, &particles, accelerations, &pass)) {
+      for (std::size_t k = 0; k < build.numPlans; ++k) engine_.setLists(build.plans[k]);
       engine_.launchResident(particles.sources(), gravity_, accelerations, {});
       addResult(engine_.finishResident(), pass);
     }
     report.counts += pass.counts;
-    report.numGroupsWalked += pass.numGroupsWalked;
+    computeMultipoles(particles.sources(), params_.theta, params_.multipole, build.tree);
+    build.topology.theta = params_.theta;
+    build.topology.multipole = params_.multipole;
+    setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
+    build.topology.relativeTolerance = build.groups.relativeTolerance;
+    buildWalkTree(build.tree, build.walkTree);
     report.timings[Phase::estimate] += estimate.seconds();
-    computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
-    topology_.theta = params_.theta;
-    topology_.multipole = params_.multipole;
-    setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
-    stats_.estimatePass = true;
+    build.stats.estimatePass = true;
   }
-  topology_.relativeTolerance = groups_.relativeTolerance;
-  const Stopwatch walkTreeClock;
-  buildWalkTree(tree_, walkTree_);
-  report.timings[Phase::groups] += walkTreeClock.seconds();
-  engine_.setTree(topology_, particles.sources());
-  const bool evaluated = walkAllGroups(particles, forcesToWrite(particles), report);
-  // Streamed lists were dropped as they were evaluated: nothing to reuse.
-  lastValidCall_ = evaluated ? call_ : call_ + steps - 1;
-  return evaluated;
+  if (!walkAllGroups(build, true, &particles, forcesToWrite(particles), &report)) {
+    // The lists streamed: this call's forces are done, and nothing stays to reuse.
+    report.timings += build.timings;
+    report.rebuilt = true;
+    report.numGroupsWalked += build.groups.size();
+    build.lastCall = call_;
+    build.valid = true;
+    build.costCalls = 0;
+    build.costSeconds = 0.0;
+    if (current_->valid) recordTreeCost(*current_);
+    std::swap(current_, next_);
+    next_->valid = false;
+    stats_ = current_->stats;
+    stats_.reuseSteps = 1;
+    stats_.callsOnTree = 0;
+    return true;
+  }
+  adopt(next_, particles, report);
+  return false;
+}
+
+void TreeSolver::startBackgroundBuild(const Particles& particles) {
+  const TreeBuild& current = *current_;
+  const std::uint32_t steps = chooseReuseSteps();
+  if (steps <= 1) return;  // the next tree is built within its call, for exact positions
+  // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
+  const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call_);
+  motion_->predict(particles, first, first + steps - 1);
+  TreeBuild& build = *next_;
+  build.steps = steps;
+  build.firstCall = current.lastCall + 1;
+  build.lastCall = current.lastCall + steps;
+  build.valid = false;
+  build.error = nullptr;
+  cancel_ = false;
+  // What the thread reads of the caller's bodies is copied first: they change while it runs (the accelerations at
+  // the end of this very call). The predicted positions are the solver's own until the next prediction, which waits
+  // for this build.
+  const std::size_t n = particles.size();
+  const auto snapshot = [&](const std::vector<double>& from, std::vector<double>& to) {
+    to.resize(n);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
+      std::copy(from.begin() + r.begin(), from.begin() + r.end(), to.begin() + r.begin());
+    });
+  };
+  snapshot(particles.mass, build.inMass);
+  snapshot(particles.ax, build.inAx);
+  snapshot(particles.ay, build.inAy);
+  snapshot(particles.az, build.inAz);
+  background_ = std::thread([this, &build, n] {
+    try {
+      const Motion& m = *motion_;
+      buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
+                {build.inAx, build.inAy, build.inAz}, m.radius.data());
+      build.valid = walkAllGroups(build, false, nullptr, {}, nullptr) && !cancel_;
+    } catch (...) {
+      build.error = std::current_exception();
+    }
+  });
 }
 
 void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed, ForceReport& report) {
   const Stopwatch clock;
-  // The current tree refitted to the exact positions: every cell's centre of mass, size and opening radius as the
-  // engine found them, and the failed groups' boxes, then a walk of those groups alone.
-  exactTree_.bodies = tree_.bodies;
-  exactTree_.firstChild = tree_.firstChild;
-  exactTree_.numChildren = tree_.numChildren;
-  exactTree_.level = tree_.level;
-  exactTree_.centre = tree_.centre;
-  exactTree_.halfSide = tree_.halfSide;
-  exactTree_.levelOffsets = tree_.levelOffsets;
-  computeMultipoles(particles.sources(), params_.theta, params_.multipole, exactTree_);
-  exactGroups_ = groups_;
+  TreeBuild& build = *current_;
+  const std::size_t n = particles.size();
+  // The current tree refitted to the exact positions (in the tree's order): every cell's centre of mass, size and
+  // opening radius as the engine found them, and the failed groups' boxes; then a walk of those groups alone.
+  SourceView exact = particles.sources();
+  if (!build.topology.order.empty()) {
+    gatherInto(particles.x.data(), build.topology.order, build.x);
+    gatherInto(particles.y.data(), build.topology.order, build.y);
+    gatherInto(particles.z.data(), build.topology.order, build.z);
+    exact = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
+  }
+  exactTree_.bodies = build.tree.bodies;
+  exactTree_.firstChild = build.tree.firstChild;
+  exactTree_.numChildren = build.tree.numChildren;
+  exactTree_.level = build.tree.level;
+  exactTree_.centre = build.tree.centre;
+  exactTree_.halfSide = build.tree.halfSide;
+  exactTree_.levelOffsets = build.tree.levelOffsets;
+  computeMultipoles(exact, params_.theta, params_.multipole, exactTree_);
+  exactGroups_ = build.groups;
   for (const std::uint32_t g : failed) {
-    const BodyRange range = groups_.ranges[g];
-    const double* coordinates[3] = {particles.x.data(), particles.y.data(), particles.z.data()};
+    const BodyRange range = build.groups.ranges[g];
+    const double* coordinates[3] = {exact.x, exact.y, exact.z};
     for (int d = 0; d < 3; ++d) {
       const auto [lo, hi] = std::minmax_element(coordinates[d] + range.first, coordinates[d] + range.last);
       exactGroups_.centre[3 * g + d] = 0.5 * (*lo + *hi);
@@ -420,8 +616,8 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
     }
   }
   buildWalkTree(exactTree_, exactWalkTree_);
-  planBuilder_.build(exactWalkTree_, exactGroups_, failed, plan_);
-  engine_.setLists(plan_);
+  repairBuilder_.build(exactWalkTree_, exactGroups_, failed, repairPlan_);
+  engine_.setLists(repairPlan_);
   engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), failed);
   const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "a list walked at the bodies' current positions failed the check");
@@ -429,7 +625,11 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
   report.numGroupsRepaired += failed.size();
   report.numGroupsWalked += failed.size();
   stats_.numRepaired += failed.size();
-  if (double(failed.size()) > kRepairRebuildFraction * double(groups_.size())) lastValidCall_ = call_;
+  if (double(failed.size()) > kRepairRebuildFraction * double(build.groups.size())) {
+    // The motion is not what the trees are built for: the next call builds anew, within the call.
+    build.lastCall = call_;
+    cancel_ = true;
+  }
   report.timings[Phase::repair] += clock.seconds();
 }
 
@@ -438,34 +638,55 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   ForceReport report;
   if (!sameBodies(particles)) reset();
   ++call_;
-  bool evaluated = false;
-  const bool building = !hasTree_ || call_ > lastValidCall_;
-  if (building) {
-    evaluated = build(particles, chooseReuseSteps(), report);
-    windowSteps_ = stats_.reuseSteps;
-  } else {
-    ++stats_.callsOnTree;
+  bool done = false;
+  const bool needTree = !current_->valid || call_ > current_->lastCall;
+  if (needTree) {
+    const Stopwatch wait;
+    if (background_.joinable()) joinBackgroundBuild();
+    const double waited = background_.joinable() ? 0.0 : wait.seconds();
+    if (next_->valid && next_->fits && next_->firstCall == call_ && !cancel_) {
+      report.timings.rebuildWaitSeconds = waited;
+      // A build that made the call wait was started too late: start the next one a call earlier (and one later when
+      // it did not).
+      if (waited > 0.1 * total.seconds() + 1e-3) {
+        pipelineCalls_ = std::min(pipelineCalls_ + 1, kMaxPipelineCalls);
+      } else if (pipelineCalls_ > 1) {
+        --pipelineCalls_;
+      }
+      adopt(next_, particles, report);
+    } else {
+      cancel_ = false;
+      done = buildNow(particles, chooseReuseSteps(), report);
+    }
+  }
+  ++stats_.callsOnTree;
+  if (!needTree) {
     stats_.estimatePass = false;
     stats_.numRepaired = 0;
   }
-  if (building) stats_.callsOnTree = 1;
-  if (!evaluated) {
+  if (!done) {
     // The bodies may have been sorted: take the views after the build.
     engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {});
+    // While the engine works: start the next tree if it is due (it runs on the CPU cores from now on).
+    const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
+    if (pipeline && current_->steps > 1 && call_ + pipelineCalls_ > current_->lastCall) {
+      startBackgroundBuild(particles);
+    }
     ResidentResult result = engine_.finishResident();
     addResult(result, report);
     if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);
   }
   if (params_.reuse != 1) motion_->record(particles);
   idSample_.resize(std::min(kIdSamples, particles.size()));
-  for (std::size_t k = 0; k < idSample_.size(); ++k)
+  for (std::size_t k = 0; k < idSample_.size(); ++k) {
     idSample_[k] = particles.id[k * particles.size() / idSample_.size()];
+  }
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   // The first calls (allocation, the estimate pass) would make their K look dear: not measured.
   if (call_ > 2 && report.timings[Phase::estimate] == 0.0) {
-    windowSeconds_ += report.timings.totalSeconds;
-    ++windowCalls_;
+    current_->costSeconds += report.timings.totalSeconds;
+    ++current_->costCalls;
   }
   return report;
 }

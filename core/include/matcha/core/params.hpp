@@ -42,6 +42,9 @@ struct TreeParams {
   /// motion, and the engine refits it to each call's positions in between; 0 (the default) chooses K from measured
   /// costs (tree/tree_solver.hpp). Lists are checked against the opening criterion at every call whatever K is.
   std::uint32_t reuse = 0;
+  /// With reuse, build each next tree in the background, on the CPU cores, while the engine evaluates the calls
+  /// before it is due (false: every tree is built within the call that needs it).
+  bool pipeline = true;
   /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU. Beyond it
   /// (N ~ 2^26 and up at the defaults) the lists stream: walked, evaluated and dropped batch by batch, every call.
   std::uint64_t maxBatchEntries = std::uint64_t{1} << 31;

@@ -22,8 +22,9 @@ struct Diagnostics {
   double mass = 0.0;                                          ///< M = sum m
 };
 
-/// Measures the totals of the current state in one pass over the bodies (sums in index order, so a reordered
-/// state gives the same values up to rounding). Does not allocate.
+/// Measures the totals of the current state in one parallel pass over the bodies (sums over fixed blocks in index
+/// order, combined deterministically: the same values on any number of threads; a reordered state gives the same
+/// values up to rounding). Does not allocate.
 /// @param p     in: positions, velocities, masses and the potentials of the last force call
 /// @param time  in: stored in the result as is
 Diagnostics measureDiagnostics(const Particles& p, double time);

@@ -84,7 +84,8 @@ struct RunSummary {
 /// steps. Output k (k = 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from
 /// k so that no drift accumulates); outputs that would fall on the same step are merged, and the final step is
 /// always an output. Diagnostics are measured at every output (after callbacks.outputPotentials, when set) and, when
-/// onProgress is set without outputPotentials, after every step (one O(N) pass). Every step and output is timed
+/// onProgress is set without outputPotentials, for the progress report at most once a second of wall time (one O(N)
+/// pass; the report repeats the latest energy error in between). Every step and output is timed
 /// (RunSummary, RunCallbacks::onTimings): a few clock reads per step.
 ///
 /// @param p          in/out: the initial state, advanced to tEnd; may be reordered by the solver (ids survive)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "matcha/core/force_error.hpp"
 #include "matcha/core/interaction_plan.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/tree/octree.hpp"
@@ -85,5 +86,7 @@ inline constexpr double kRelativeFloorOfMeanAccel = 0.01;
 /// in the current body order), floored as above. Returns false, leaving the test off, when alpha is 0 or every
 /// acceleration in `previous` is zero (fresh initial conditions: no estimate yet). Parallel over groups.
 bool setRelativeTolerances(const Particles& previous, double alpha, double G, Groups& groups);
+/// The same from accelerations alone, in the groups' order.
+bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups);
 
 }  // namespace matcha::tree

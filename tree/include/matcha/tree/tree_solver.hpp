@@ -4,12 +4,15 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "matcha/core/force_error.hpp"
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/params.hpp"
@@ -39,10 +42,12 @@ struct TreeStats {
   /// accelerations the relative opening test (TreeParams::alpha) scales by, because the bodies came without any.
   /// Counts and timings cover both passes; list lengths describe the second.
   bool estimatePass = false;
-  std::uint32_t reuseSteps = 1;   ///< calls the current tree and lists were built to serve (TreeParams::reuse)
-  std::uint32_t callsOnTree = 0;  ///< calls made on the current tree so far, this one included
-  std::uint64_t numRepaired = 0;  ///< groups whose lists failed the opening criterion at this call
-  bool predicted = false;         ///< the current tree was built for predicted positions (reuse)
+  std::uint32_t reuseSteps = 1;     ///< calls the current tree and lists were built to serve (TreeParams::reuse)
+  std::uint32_t callsOnTree = 0;    ///< calls made on the current tree so far, this one included
+  std::uint64_t numRepaired = 0;    ///< groups whose lists failed the opening criterion at this call
+  bool predicted = false;           ///< the current tree was built for predicted positions (reuse)
+  bool background = false;          ///< the current tree was built on the CPU cores while earlier calls ran
+  std::uint32_t pipelineCalls = 0;  ///< calls a background build is given (it starts that many calls ahead)
 };
 
 /// Theta of the first call's estimate pass, with monopole cells: about a ninth of the final pass's work, with |a|
@@ -58,19 +63,27 @@ class TreeSolver final : public ForceSolver {
   /// `engine` must outlive the solver. Throws InputError on invalid parameters.
   TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity);
   ~TreeSolver() override;
+  TreeSolver(const TreeSolver&) = delete;
+  TreeSolver& operator=(const TreeSolver&) = delete;
 
   /// Overwrites acc and pot of every body. Bodies and their order are the caller's between calls (positions and
   /// velocities may change; adding, removing or reordering bodies makes the next call start afresh).
   ///
-  /// A call either builds a new tree (keys, sort, octree, multipoles, groups, the walk of every group, handing the
-  /// topology and the lists to the engine) or reuses the current one, which the engine refits to the positions of
-  /// this call. A build sorts the bodies along the Morton curve (permuting every array of `particles`). With reuse
-  /// (TreeParams::reuse != 1) a tree is built for the positions the next K calls are predicted to have, from the
-  /// positions of the last three calls (exact for the constant-acceleration motion of a leapfrog step): each body
-  /// becomes a ball around its predicted path with room for the acceleration to change, so that every accepted cell
-  /// passes the opening criterion at each of those calls. The engine checks that at every call; a group whose list
-  /// fails (the motion was not as predicted) is walked again at its current positions and evaluated once more
-  /// (Phase::repair), and the next call builds afresh.
+  /// A call either puts a new tree to use (keys, sort, octree, multipoles, groups, the walk of every group, the
+  /// topology and the lists handed to the engine) or reuses the current one, which the engine refits to the
+  /// positions of this call. With reuse (TreeParams::reuse != 1) a tree is built for the positions the K calls it
+  /// will serve are predicted to have, from the positions of the last three calls (exact for the constant-acceleration
+  /// motion of a leapfrog step): each body becomes a ball around its predicted path with room for the acceleration to
+  /// change, so that every accepted cell passes the opening criterion at each of those calls. The engine checks that
+  /// at every call; a group whose list fails (the motion was not as predicted) is walked again at its current
+  /// positions and evaluated once more (Phase::repair).
+  ///
+  /// Trees are built in the background (TreeParams::pipeline): the next tree is started a few calls before the
+  /// current one runs out, on the CPU cores, while the engine evaluates those calls, and is put to use when it is
+  /// due (waiting for it, if need be: ForceTimings::rebuildWaitSeconds). Such a tree does not reorder `particles`:
+  /// the engine takes the bodies in the caller's order (TreeTopology::order). A tree built within a call sorts the
+  /// bodies along the Morton curve (permuting every array of `particles`): the first calls, reuse off, and after a
+  /// repair of many groups.
   ///
   /// With TreeParams::alpha > 0 the accelerations the bodies bring scale the relative opening test; bodies whose
   /// accelerations are all zero are evaluated twice, cheaply and then with the test (TreeStats::estimatePass).
@@ -78,11 +91,11 @@ class TreeSolver final : public ForceSolver {
   std::string describe() const override;
 
   const TreeStats& lastStats() const { return stats_; }
-  /// The last build's tree and groups (for trees built for predicted positions: their geometry).
-  const Octree& octree() const { return tree_; }
-  const Groups& groups() const { return groups_; }
-  /// What the last build handed to the engine (NearFieldEngine::setTree).
-  const TreeTopology& topology() const { return topology_; }
+  /// The current tree and groups (for trees built for predicted positions: their geometry), and what the engine was
+  /// handed of them (NearFieldEngine::setTree).
+  const Octree& octree() const;
+  const Groups& groups() const;
+  const TreeTopology& topology() const;
 
   /// Builds the tree and groups for `particles` as they are (sorting them) without evaluating forces, and returns the
   /// lists of all groups in one plan, with the relative test scaled by the accelerations `particles` holds. For tests
@@ -91,59 +104,65 @@ class TreeSolver final : public ForceSolver {
 
  private:
   struct Motion;
+  struct TreeBuild;
 
-  /// Drops everything kept between calls: the next call builds from scratch.
+  /// Drops everything kept between calls (waiting for a background build): the next call builds from scratch.
   void reset();
   /// Whether `particles` are the bodies of the last call, in the same order (count and a sample of ids).
   bool sameBodies(const Particles& particles) const;
-  /// Builds a tree and all its lists for calls [call_, call_ + steps - 1] (one call unless the last three calls'
-  /// positions are known) and hands them to the engine. Returns true when the lists had to be evaluated in batches
-  /// (then this call's forces are done).
-  bool build(Particles& particles, std::uint32_t steps, ForceReport& report);
-  /// Sorts the bodies by the keys of `positions` (particles' own, or predicted), builds the octree, multipoles and
-  /// groups over them (balls of `radius` where given), the walk tree, and fills topology_; times each phase.
-  void buildTree(Particles& particles, const SourceView& positions, const float* radius, ForceTimings& timings);
-  /// Walks every group and hands the lists to the engine, batch by batch. When they would take more than
-  /// TreeParams::maxBatchEntries (cells + j-bodies), evaluates them batch by batch instead (writing `out`), dropping
-  /// each, and returns true.
-  bool walkAllGroups(const Particles& particles, const ForceView& out, ForceReport& report);
-  /// Adds an engine result's counts and phases to `report`.
-  static void addResult(const ResidentResult& result, ForceReport& report);
+  /// Builds `build`'s tree over `positions` (the caller's order, with the masses; balls of `radius` where given),
+  /// scaling the relative test by `accelerations` (the caller's order). With `sortCaller` its bodies (and the motion
+  /// history) are permuted into the tree's order; else the build keeps its own copies in the tree's order and the
+  /// topology maps them (TreeTopology::order). Then the walk tree. Times each phase into build.timings.
+  void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
+                 const AccelerationSet& accelerations, const float* radius);
+  /// Walks every group of `build` into its plans (batches of about kPlanEntries entries). Returns false when they
+  /// would take more than TreeParams::maxBatchEntries (cells + j-bodies): then `stream` says how to go on, and the
+  /// lists are walked, evaluated and dropped batch by batch (writing `out`).
+  bool walkAllGroups(TreeBuild& build, bool stream, const Particles* particles, const ForceView& out,
+                     ForceReport* report);
+  /// Builds a tree for calls [call_, call_ + steps - 1] within this call and puts it to use. Returns true when its
+  /// lists had to stream (then this call's forces are done and nothing is reused).
+  bool buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
+  /// Hands `build` to the engine and makes it the current tree.
+  void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report);
+  /// Starts building the tree after the current one, for the calls after it, on a thread of its own.
+  void startBackgroundBuild(const Particles& particles);
+  /// Waits for the background build, if any; rethrows what it threw.
+  void joinBackgroundBuild();
   /// Walks the failed groups at the current positions (exact) and evaluates them again.
   void repair(Particles& particles, std::vector<std::uint32_t> failed, ForceReport& report);
   /// K: calls a tree should serve, from TreeParams::reuse, or from measured costs for reuse 0 (called once per tree).
   std::uint32_t chooseReuseSteps();
+  /// Feeds a tree's mean wall seconds per call to chooseReuseSteps' search, once the tree is done with.
+  void recordTreeCost(const TreeBuild& tree);
+  /// Adds an engine result's counts and phases to `report`.
+  static void addResult(const ResidentResult& result, ForceReport& report);
 
   NearFieldEngine& engine_;
   TreeParams params_;
   GravityParams gravity_;
 
-  // Reused across calls so that a step allocates nothing once sizes settle.
-  std::vector<std::uint64_t> keys_, sortedKeys_;
-  std::vector<std::uint32_t> order_;
-  KeySorter sorter_;
+  std::unique_ptr<TreeBuild> current_;  ///< the tree in use (its lists live in the engine)
+  std::unique_ptr<TreeBuild> next_;     ///< the tree being built in the background, or built and waiting
+  std::thread background_;
+  std::atomic<bool> cancel_{false};
+  std::unique_ptr<Motion> motion_;  ///< positions of earlier calls, and the predicted ones (reuse)
   BodyPermuter permuter_;
   std::vector<double> permuteScratch_;
-  Octree tree_;
-  Groups groups_;
-  WalkTree walkTree_;
-  TreeTopology topology_;
-  PlanBuilder planBuilder_;
-  InteractionPlan plan_;
-  std::vector<std::uint32_t> streamIds_;
-  std::unique_ptr<Motion> motion_;  ///< positions of earlier calls and the predicted ones (reuse)
-  Octree exactTree_;                ///< the current tree refitted to exact positions, for repairs
+  Octree exactTree_;  ///< the current tree refitted to exact positions, for repairs
   WalkTree exactWalkTree_;
   Groups exactGroups_;
+  PlanBuilder repairBuilder_;
+  InteractionPlan repairPlan_;
+  std::vector<std::uint32_t> streamIds_;
   std::vector<std::uint64_t> idSample_;  ///< ids at a few positions, to notice reordered bodies
 
-  bool hasTree_ = false;
-  std::uint64_t call_ = 0;           ///< calls made, this one included
-  std::uint64_t lastValidCall_ = 0;  ///< the last call the current tree's lists were built for
-  std::uint64_t groupsWalkedInBuild_ = 0;
+  std::uint64_t call_ = 0;  ///< calls made, this one included
+  /// Background builds start this many calls before they are due (measured: raised when a call waited on one).
+  std::uint32_t pipelineCalls_ = 1;
   // The search for K of reuse 0 (chooseReuseSteps): the best K so far and its mean wall seconds per call, the K on
-  // trial (0: none) and the direction of the search; the calls and seconds of the tree in use, built for windowSteps_
-  // calls.
+  // trial (0: none) and the direction of the search.
   std::uint32_t bestSteps_ = 2;
   double bestCallSeconds_ = std::numeric_limits<double>::infinity();
   std::uint32_t trialSteps_ = 0;
@@ -151,9 +170,6 @@ class TreeSolver final : public ForceSolver {
   bool turned_ = false;
   bool searchedOnce_ = false;
   std::uint64_t treesAtBest_ = 0;
-  double windowSeconds_ = 0.0;
-  std::uint64_t windowCalls_ = 0;
-  std::uint32_t windowSteps_ = 0;
   TreeStats stats_;
 };
 

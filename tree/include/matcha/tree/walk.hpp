@@ -71,6 +71,9 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree);
 /// between calls so that repeated batches do not allocate once sizes settle.
 class PlanBuilder {
  public:
+  /// Groups walked together by one task (they share the walk's loads of the tree; PlanBuilder::build).
+  static constexpr std::uint32_t kGroupsPerFragment = 8;
+
   void build(const WalkTree& walkTree, const Groups& groups, std::uint32_t firstGroup, std::uint32_t lastGroup,
              InteractionPlan& plan);
   /// The same for the groups `groupIds` (any order), which the plan lists in that order; plan.groupIds = groupIds.
@@ -84,6 +87,10 @@ class PlanBuilder {
     std::vector<std::uint32_t> numCells;       // per group of the fragment
     std::vector<std::uint32_t> numBodyRanges;  // per group of the fragment
     std::vector<std::uint32_t> numBodies;      // per group of the fragment: j-bodies in its ranges
+    // Each group's list while the fragment's groups walk together.
+    std::vector<std::uint32_t> groupCells[kGroupsPerFragment];
+    std::vector<BodyRange> groupRanges[kGroupsPerFragment];
+    std::uint32_t groupBodies[kGroupsPerFragment];
   };
   std::vector<Fragment> fragments_;
   std::vector<std::size_t> cellStart_, rangeStart_;
