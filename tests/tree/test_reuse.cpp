@@ -303,6 +303,37 @@ TEST(Reuse, ListsThatFailAreWalkedAgainAndTheNextCallRebuilds) {
   EXPECT_TRUE(solver.computeForces(p).rebuilt) << "after a large repair the next call builds anew";
 }
 
+// Lists that do not fit TreeParams::maxBatchEntries stream: walked, handed over, evaluated and dropped batch by batch,
+// every call (nothing to reuse). The forces are the same, bit for bit, as with every list kept (the same lists, each
+// group evaluated alike), with and without the estimate pass of fresh bodies.
+TEST(Reuse, StreamedListsGiveTheSameForces) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  for (const bool fresh : {true, false}) {
+    Particles kept = testing::plummer(8192, seed);
+    if (!fresh) gpu::CpuEngine(gpu::Precision::float32).evaluateDirect(kept.sources(), gravity, kept.forces());
+    Particles streamed = kept;
+    gpu::CpuEngine engine(gpu::Precision::float32);
+    TreeParams params;
+    params.ncrit = 64;  // many groups, so that the batches are many
+    TreeSolver keeping(engine, params, gravity);
+    params.maxBatchEntries = 50000;
+    TreeSolver streaming(engine, params, gravity);
+    keeping.computeForces(kept);
+    const ForceReport report = streaming.computeForces(streamed);
+    EXPECT_GT(streaming.lastStats().numBatches, 5u);
+    EXPECT_TRUE(report.rebuilt);
+    ASSERT_EQ(kept.id, streamed.id);
+    EXPECT_EQ(kept.ax, streamed.ax);
+    EXPECT_EQ(kept.ay, streamed.ay);
+    EXPECT_EQ(kept.az, streamed.az);
+    EXPECT_EQ(kept.pot, streamed.pot);
+    // And the next call streams again: nothing was kept to reuse.
+    EXPECT_TRUE(streaming.computeForces(streamed).rebuilt);
+  }
+}
+
 // Trees built in the background (TreeParams::pipeline: started a call or more ahead, for the positions predicted from
 // then, handed to the engine in the caller's order) and trees built within the call that needs them (the bodies
 // sorted) serve the same bodies equally well: fed the same positions step after step, both solvers' forces stay

@@ -33,6 +33,7 @@ constexpr double kRepairRebuildFraction = 0.01;
 /// hold one batch at a time; the first batch has kFirstBatchGroups groups.
 constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
 constexpr std::uint32_t kFirstBatchGroups = 2048;
+constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
 
 /// With TreeParams::reuse 0: every this many trees, K's neighbours are measured again (the system evolves).
 constexpr std::uint64_t kReexplore = 16;
@@ -382,7 +383,11 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
                                ForceReport* report) {
   const auto numGroups = static_cast<std::uint32_t>(build.groups.size());
   Stopwatch clock;
-  std::uint32_t batch = std::min<std::uint32_t>(numGroups, kFirstBatchGroups);
+  // Batches of at most kPlanEntries (and at most maxBatchEntries) entries; the first batch's size assumes
+  // kEntriesPerGroupGuess entries per group, and each next one follows from what the last one took.
+  const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
+  std::uint32_t batch = static_cast<std::uint32_t>(
+      std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups)));
   std::uint32_t first = 0;
   std::uint64_t resident = 0;
   bool streaming = false;
@@ -417,7 +422,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
       MATCHA_ASSERT(particles != nullptr && report != nullptr, "streaming lists need the bodies");
       // The lists do not fit the engine: the groups walked so far are handed over and evaluated, then each next batch.
       streaming = true;
-      engine_.dropLists();
+      engine_.setTree(build.topology, particles->sources());
       for (std::size_t k = 0; k < build.numPlans; ++k) {
         engine_.setLists(build.plans[k]);
         engine_.launchResident(particles->sources(), gravity_, out, build.plans[k].groupIds);
@@ -438,7 +443,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
     }
     resident += entries;
     const double perGroup = std::max(1.0, double(entries) / double(last - first));
-    batch = static_cast<std::uint32_t>(std::clamp(double(kPlanEntries) / perGroup, 1.0, double(numGroups)));
+    batch = static_cast<std::uint32_t>(std::clamp(double(batchEntries) / perGroup, 1.0, double(numGroups)));
     first = last;
   }
   stats.meanListBodies = double(sumListBodies) / double(numGroups);

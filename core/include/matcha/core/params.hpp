@@ -24,10 +24,13 @@ enum class MultipoleOrder { monopole, quadrupole };
 /// Tree construction and walk.
 struct TreeParams {
   double theta = 0.5;  ///< opening angle of the Barnes-Hut criterion, in (0, 1.5]
-  // Defaults measured on the CPU engine, Plummer N = 65536, theta 0.5 (bench/RESULTS.md): ncrit 64 with nleaf 4 or 8
-  // is fastest (within noise of each other), nleaf 16 is 5-10% slower, ncrit 32/128/256 10-25% slower.
-  std::uint32_t ncrit = 64;  ///< most bodies in one group (one interaction list per group); >= 1
-  std::uint32_t nleaf = 8;   ///< most bodies in one leaf cell (a leaf holds more only at the deepest level); >= 1
+  // ncrit 256 since groups pack consecutive small siblings (tree/groups.hpp: 173 bodies per group on a Plummer
+  // sphere): against ncrit 64 (44 per group), on Plummer 2^20 at theta 0.5, quad, alpha 1e-3 (bench/RESULTS.md), the
+  // p99 error falls from 2.6e-4 to 2.1e-4 for 29% more interactions, at the same CPU engine time (2 cores) and the
+  // same GPU kernel time (H200: 34.6 and 35.0 ms at 2^22), with 4x fewer groups to walk (the walk 2.5x faster on the
+  // H200's host). With ncrit 64 before packing, nleaf 4 or 8 was fastest on the CPU engine; nleaf 16 5-10% slower.
+  std::uint32_t ncrit = 256;  ///< most bodies in one group (one interaction list per group); >= 1
+  std::uint32_t nleaf = 8;    ///< most bodies in one leaf cell (a leaf holds more only at the deepest level); >= 1
   /// Cells act as monopoles or as monopole + traceless quadrupole. The quadrupole costs ~2x per body-cell interaction
   /// and reaches a given force error with far fewer interactions (README "Accuracy").
   MultipoleOrder multipole = MultipoleOrder::quadrupole;
