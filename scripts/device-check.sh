@@ -132,8 +132,9 @@ fi
 
 # STEPS=1: what users wait for, end to end (the Speed issue): one force call of `matcha compare` (phases, error
 # percentiles against GPU double direct sums on a random subsample) and 20 steps (STEP_T_END / dt) of `matcha run
-# --timings` (the phase table, the steady-state step) for each --reuse of STEP_REUSE (default: off and auto) at each
-# of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7.
+# --timings` (the phase table, the steady-state step) for each run of STEP_RUNS ("label=options;..."; default: reuse
+# off and auto) at each of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7; compare sweeps
+# STEP_THETAS (a --theta list) for each ncrit of STEP_NCRIT.
 if [ "${STEPS:-0}" = 1 ]; then
   echo "== how the CPU phases scale from 1 to all cores"
   "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|BM_TreePhases/N:(1048576|4194304)/}" \
@@ -141,17 +142,21 @@ if [ "${STEPS:-0}" = 1 ]; then
   echo "== whole force calls and steps"
   matcha="$build/apps/matcha"
   for n in ${STEP_SIZES:-1048576 4194304}; do
-    for ncrit in ${STEP_NCRIT:-64}; do
-      "$matcha" compare -n "$n" --seed 7 --ncrit "$ncrit" --engine cuda --reference gpu-double --sample 4096 --json \
-        >"$OUT/compare-n$n-ncrit$ncrit.json" 2>"$OUT/compare-n$n-ncrit$ncrit.log"
-      summary+=("compare N=$n ncrit $ncrit: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; print("p99 %.3g, %.0f per body, tree call %.3f s: %s" % (r["error"]["p99"], r["interactions_per_body"]["total"], r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/compare-n$n-ncrit$ncrit.json" 2>&1 | head -c 400)")
+    for ncrit in ${STEP_NCRIT:-256}; do
+      "$matcha" compare -n "$n" --seed 7 --ncrit "$ncrit" --theta "${STEP_THETAS:-0.5}" --engine cuda \
+        --reference gpu-double --sample 4096 --json >"$OUT/compare-n$n-ncrit$ncrit.json" 2>"$OUT/compare-n$n-ncrit$ncrit.log"
+      summary+=("compare N=$n ncrit $ncrit: $(python3 -c 'import json,sys; print("; ".join("theta %.2f: p99 %.3g, %.0f per body, call %.3f s (%s)" % (r["theta"], r["error"]["p99"], r["interactions_per_body"]["total"], r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)) for r in json.load(open(sys.argv[1]))["rows"]))' "$OUT/compare-n$n-ncrit$ncrit.json" 2>&1 | head -c 1500)")
     done
-    for reuse in ${STEP_REUSE:-off auto}; do
+    # STEP_RUNS: runs separated by ';', each "label=options" (default: reuse off and auto at the default settings).
+    IFS=';' read -ra runs <<<"${STEP_RUNS:-off=--reuse off;auto=--reuse auto}"
+    for spec in "${runs[@]}"; do
+      label=${spec%%=*}
+      # shellcheck disable=SC2086
       "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end "${STEP_T_END:-0.15625}" \
-        --output-interval 1 --reuse "$reuse" --diagnostic-potential solver --timings --json \
-        --out "${TMPDIR:-/tmp}/matcha-steps-$n-$reuse" >"$OUT/run-n$n-reuse$reuse.json" 2>"$OUT/run-n$n-reuse$reuse.log"
-      tail -n 24 "$OUT/run-n$n-reuse$reuse.log"
-      summary+=("run N=$n reuse $reuse: $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-reuse$reuse.json" 2>&1 | head -c 300)")
+        --output-interval 1 --diagnostic-potential solver --timings --json ${spec#*=} \
+        --out "${TMPDIR:-/tmp}/matcha-steps-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
+      tail -n 24 "$OUT/run-n$n-$label.log"
+      summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" 2>&1 | head -c 300)")
     done
   done
 fi
