@@ -141,6 +141,10 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         "--timings", options.timings,
         "print where the time goes: a line per output and, at the end, a table of the force call's phases");
   }
+  if (sets & kDryRun) {
+    command.add_flag("--dry-run", options.dryRun,
+                     "print the host and device memory the run needs (measured on its bodies) and stop");
+  }
 }
 
 std::string toString(DiagnosticPotential choice) {

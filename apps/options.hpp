@@ -34,6 +34,7 @@ struct Options {
   IntegratorParams integrator;
   DiagnosticPotential diagnosticPotential = DiagnosticPotential::automatic;  ///< --diagnostic-potential (run)
   bool timings = false;  ///< --timings (run): a timings line per output and a table of the phases at the end
+  bool dryRun = false;   ///< --dry-run (run): print the memory the run needs and stop
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both
@@ -51,6 +52,7 @@ enum OptionSet : unsigned {
   kTreeSweep = 1u << 7,    // with kTree: --theta takes a comma-separated list, --multipole also `both` (compare)
   kDiagnostics = 1u << 8,  // --diagnostic-potential
   kTimings = 1u << 9,      // --timings
+  kDryRun = 1u << 10,      // --dry-run
 };
 
 /// Registers the options of `sets` on `command`, bound to `options`, plus --config FILE.

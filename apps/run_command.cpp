@@ -16,6 +16,7 @@
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "memory_check.hpp"
 #include "timings.hpp"
 
 namespace matcha::app {
@@ -23,7 +24,7 @@ namespace matcha::app {
 namespace {
 
 constexpr unsigned kRunOptions =
-    kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics | kTimings;
+    kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics | kTimings | kDryRun;
 
 /// --diagnostic-potential auto takes direct sums at outputs up to these sizes: on an H100 a float direct sum of 2^21
 /// bodies takes ~2.4 s (1.85e12 pairs/s), about two tree force calls at that size; on 2 CPU cores one of 2^13 bodies
@@ -92,22 +93,38 @@ class ProgressLine {
 int runSimulation(const CLI::App& command, const Options& options) {
   validateOptions(options, kRunOptions);
   const std::filesystem::path outDir = options.outPath;
-  io::ensureWritableDirectory(outDir);
   // Human-readable lines go to stdout, or to stderr when stdout carries the JSON summary.
   std::ostream& info = options.json ? std::cerr : std::cout;
 
+  // The memory the run needs, from a tree built over its bodies and a sample of its lists, before any force call
+  // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
+  requireBodiesFit(options);
   Particles particles = loadInitialConditions(options);
   gpu::EngineChoice engine = gpu::makeEngine(options.engine);
-  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
+  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
+  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
+  const std::string source =
+      options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
+  if (options.dryRun) {
+    info << "matcha run --dry-run: " << particles.size() << " bodies from " << source << ", " << memory.numSteps
+         << " steps\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\n"
+         << formatRunMemory(memory) << std::flush;
+    if (options.json) std::cout << runMemoryJson(memory) << std::endl;
+    return 0;
+  }
+  requireRunFits(memory);
+  io::ensureWritableDirectory(outDir);
+
   const std::string potentialSource =
       directPotentials
           ? "direct summation at each output (the solver computes accelerations only)"
           : (options.solver == SolverKind::tree ? "the tree's (its force error enters W)" : "the solver's");
-  info << "matcha run: " << particles.size() << " bodies from "
-       << (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile)
-       << "\nsolver: " << solver->describe() << "\nengine: " << engine.reason
-       << "\nenergy diagnostics: potentials from " << potentialSource << "\noutput: " << outDir.string()
+  info << "matcha run: " << particles.size() << " bodies from " << source << "\nsolver: " << solver->describe()
+       << "\nengine: " << engine.reason << "\nenergy diagnostics: potentials from " << potentialSource << "\nmemory: ~"
+       << formatBytes(memory.estimate.hostBytes) << " host"
+       << (engine.onGpu ? ", ~" + formatBytes(memory.estimate.deviceBytes) + " device" : std::string())
+       << " (estimated; --dry-run for the parts)\noutput: " << outDir.string()
        << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json)\n";
 
   writeTextFile((outDir / "used_parameters.toml").string(), usedParameters(command));

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The `matcha` binary as a user meets it: bad input gets one line on stderr and a non-zero exit, never a crash;
 // good input runs end to end; --config values are overridden by the command line and echoed into the output.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -45,11 +50,12 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Result matcha(const std::string& args) const {
+  /// `environment`: assignments (NAME=value ...) for the command.
+  Result matcha(const std::string& args, const std::string& environment = "") const {
     const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
     // A timeout turns a hang into a failure instead of a stuck test run.
-    const std::string command = "cd '" + dir_.string() + "' && timeout 300 '" MATCHA_BINARY "' " + args + " >'" +
-                                out.string() + "' 2>'" + err.string() + "' </dev/null";
+    const std::string command = "cd '" + dir_.string() + "' && " + environment + " timeout 300 '" MATCHA_BINARY "' " +
+                                args + " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
     const int status = std::system(command.c_str());
     Result result;
     result.crashed = WIFSIGNALED(status);
@@ -60,9 +66,10 @@ class Cli : public ::testing::Test {
   }
 
   // Bad input: non-zero exit (not a crash, not the timeout), exactly one line on stderr naming the problem.
-  void expectOneLineError(const std::string& args, const std::string& mentions) const {
-    SCOPED_TRACE("matcha " + args);
-    const Result result = matcha(args);
+  void expectOneLineError(const std::string& args, const std::string& mentions,
+                          const std::string& environment = "") const {
+    SCOPED_TRACE(environment + " matcha " + args);
+    const Result result = matcha(args, environment);
     EXPECT_FALSE(result.crashed);
     EXPECT_NE(result.exitCode, 0);
     EXPECT_NE(result.exitCode, 124) << "timed out";
@@ -571,6 +578,115 @@ TEST_F(Cli, DirectSolverRunConservesEnergy) {
   const Result result = matcha(std::string(kTinyRun) + " --eps 0.05 --solver direct --engine cpu --out d --json");
   ASSERT_EQ(result.exitCode, 0) << result.err;
   EXPECT_LT(nlohmann::json::parse(result.out)["relative_energy_error"].get<double>(), 1e-4);
+}
+
+TEST_F(Cli, DryRunPrintsTheMemoryARunNeedsAndRunsNothing) {
+  const Result result = matcha("run -n 4096 --engine cpu --dry-run --out dry-out");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  for (const char* text : {"--dry-run: 4096 bodies", "128 steps", "groups walked", "bodies", "interaction lists",
+                           "walk buffers", "engine: lists", "total", "bytes per body", "host: needs"}) {
+    EXPECT_NE(result.out.find(text), std::string::npos) << text << " in\n" << result.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "dry-out")) << "a dry run writes nothing";
+
+  // From a parameter file, like every long option; with --json the estimate goes to stdout as JSON.
+  writeText("dry.toml", "dry-run = true\nbodies = 4096\nreuse = \"off\"\n");
+  const Result json = matcha("run --config dry.toml --engine cpu --json --out dry-out");
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  const nlohmann::json estimate = nlohmann::json::parse(json.out);
+  EXPECT_EQ(estimate["dry_run"], true);
+  EXPECT_EQ(estimate["bodies"], 4096);
+  EXPECT_EQ(estimate["engine_on_gpu"], false);
+  EXPECT_EQ(estimate["reuse_steps_sized_for"], 1);
+  EXPECT_EQ(estimate["device_bytes"], 0);
+  std::uint64_t sum = 0;
+  for (const nlohmann::json& part : estimate["parts"]) sum += part["host_bytes"].get<std::uint64_t>();
+  EXPECT_EQ(sum, estimate["host_bytes"].get<std::uint64_t>());
+  EXPECT_GT(estimate["host_bytes"].get<double>(), 4096 * 96.0) << "more than the bodies alone";
+  EXPECT_GT(estimate["tree"]["list_cells"].get<double>(), 0.0);
+  EXPECT_FALSE(fs::exists(dir_ / "dry-out"));
+
+  // A run that reaches reuse keeps more (trees of balls, motion history, background copies).
+  const Result reuse = matcha("run -n 4096 --engine cpu --reuse 4 --dry-run --json");
+  ASSERT_EQ(reuse.exitCode, 0) << reuse.err;
+  EXPECT_EQ(nlohmann::json::parse(reuse.out)["reuse_steps_sized_for"], 4);
+  EXPECT_GT(nlohmann::json::parse(reuse.out)["host_bytes"].get<double>(), estimate["host_bytes"].get<double>());
+}
+
+TEST_F(Cli, RefusesARunThatWillNotFitBeforeAnyWork) {
+  // MATCHA_MEMORY_LIMIT caps the host memory a run may use, as a batch system's limit does: 65536 bodies need ~120
+  // MiB; at 48 MiB the bodies and the estimate fit (35 MiB) but the run does not, and it is refused after the
+  // estimate, before any force call and before its output exists.
+  expectOneLineError("run -n 65536 --engine cpu --out big", "of host memory", "MATCHA_MEMORY_LIMIT=48M");
+  EXPECT_FALSE(fs::exists(dir_ / "big"));
+  // A dry run says so and exits normally.
+  const Result dry = matcha("run -n 65536 --engine cpu --dry-run", "MATCHA_MEMORY_LIMIT=48M");
+  ASSERT_EQ(dry.exitCode, 0) << dry.err;
+  EXPECT_NE(dry.out.find("does NOT fit"), std::string::npos) << dry.out;
+  // Far too many bodies: refused before they are made (which would take minutes and 190 GB).
+  expectOneLineError("run -n 2000000000 --out big", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
+  expectOneLineError("run -n 2000000000 --dry-run", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
+  EXPECT_FALSE(fs::exists(dir_ / "big"));
+  expectOneLineError("run -n 2147483648", "2^31");
+  expectOneLineError("run -n 64", "MATCHA_MEMORY_LIMIT", "MATCHA_MEMORY_LIMIT=lots");
+  // Within the limit the same kind of run goes ahead.
+  EXPECT_EQ(matcha(std::string(kTinyRun) + " --engine cpu --out small", "MATCHA_MEMORY_LIMIT=1G").exitCode, 0);
+}
+
+/// Runs matcha with `args` as a child of this process (no shell between) and returns its exit code and its peak
+/// resident set in KiB (ru_maxrss from wait4).
+std::pair<int, long> runMeasuringPeak(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> argv{MATCHA_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> pointers;
+  for (std::string& arg : argv) pointers.push_back(arg.data());
+  pointers.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, MATCHA_BINARY, &actions, nullptr, pointers.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return {-1, 0};
+  int status = 0;
+  rusage usage{};
+  if (wait4(pid, &status, 0, &usage) != pid) return {-1, 0};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, usage.ru_maxrss};
+}
+
+TEST_F(Cli, DryRunEstimateIsWithin20PercentOfThePeakMemory) {
+  // One step at 2^20 on the CPU engine: two force calls, so the run holds two trees with their lists (the next tree
+  // is built while the current one stays) besides the engine's copy: the run's peak until reuse begins.
+  const std::vector<std::string> args{"run",
+                                      "-n",
+                                      "1048576",
+                                      "--engine",
+                                      "cpu",
+                                      "--t-end",
+                                      "0.0078125",
+                                      "--dt",
+                                      "0.0078125",
+                                      "--output-interval",
+                                      "1",
+                                      "--diagnostic-potential",
+                                      "solver",
+                                      "--out",
+                                      (dir_ / "peak").string()};
+  std::string line;
+  for (const std::string& arg : args) line += " " + arg;
+  const Result dry = matcha(line + " --dry-run --json");
+  ASSERT_EQ(dry.exitCode, 0) << dry.err;
+  const double estimateKiB = nlohmann::json::parse(dry.out)["host_bytes"].get<double>() / 1024.0;
+
+  const auto [exitCode, peakKiB] = runMeasuringPeak(args, dir_ / "run.log");
+  ASSERT_EQ(exitCode, 0) << readFile(dir_ / "run.log");
+  EXPECT_TRUE(fs::exists(dir_ / "peak" / "snapshot_000.hdf5"));
+  std::printf("2^20 bodies, CPU engine, one step: estimate %.0f MiB, measured peak %.0f MiB (%+.1f%%)\n",
+              estimateKiB / 1024.0, double(peakKiB) / 1024.0, 100.0 * (estimateKiB / double(peakKiB) - 1.0));
+  EXPECT_LT(std::abs(estimateKiB - double(peakKiB)), 0.2 * double(peakKiB))
+      << "estimate " << estimateKiB << " KiB, peak " << peakKiB << " KiB\n"
+      << dry.err;
 }
 
 }  // namespace

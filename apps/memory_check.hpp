@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+// `matcha run`'s memory estimate (--dry-run prints it) and the check that refuses, before any force is computed, a
+// run that will not fit: the tree solver's share from tree/, the engine's from gpu/, the run's own here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "matcha/core/memory_estimate.hpp"
+#include "matcha/core/particles.hpp"
+#include "options.hpp"
+
+namespace matcha::app {
+
+/// The memory `matcha run` with `options` needs for `particles` and what it was sized for.
+struct RunMemory {
+  MemoryEstimate estimate;
+  std::uint64_t numSteps = 0;
+  std::uint32_t reuseSteps = 1;  ///< K the trees were sized for (1: exact positions, no reuse phase)
+  TreeSizes sizes;               ///< tree runs: the trees the estimate is sized by
+  bool onGpu = false;
+};
+
+/// Measures the tree (and, for runs that reach reuse, a tree of balls; tree/memory_estimate.hpp) over `particles`
+/// and adds every part. `onGpu`: the CUDA engine; `directPotentials`: direct sums at outputs. Does not modify
+/// `particles`; allocates, and frees again, about 130 bytes per body and a sample's lists.
+RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials);
+
+/// Host memory a run may use: MemAvailable of /proc/meminfo, less where a cgroup limit (memory.max less
+/// memory.current) is tighter, less where the environment variable MATCHA_MEMORY_LIMIT (bytes, or a number with a
+/// K, M, G or T suffix, powers of 1024) is tighter: the limit a batch system or a test imposes. 0 when unknown.
+/// @throws InputError when MATCHA_MEMORY_LIMIT is malformed
+std::uint64_t availableHostBytes();
+
+/// Throws InputError, before the initial conditions are made, when -n bodies and the estimate's working arrays
+/// exceed the available host memory (a run that far too large is refused before it allocates), or when -n is 2^31
+/// or more (the tree's 32-bit indices).
+void requireBodiesFit(const Options& options);
+
+/// Throws InputError with one line ("this run needs ~X GiB of host memory (Y GiB available); ...") when the estimate
+/// exceeds the available host memory or, on the CUDA engine, the device's free memory.
+void requireRunFits(const RunMemory& memory);
+
+/// `bytes` as "1.23 GiB" (or "123.4 MiB" below 1 GiB).
+std::string formatBytes(std::uint64_t bytes);
+
+/// The estimate as a table (parts, totals, bytes per body, what is available) for --dry-run.
+std::string formatRunMemory(const RunMemory& memory);
+
+/// The same as JSON (--dry-run --json).
+std::string runMemoryJson(const RunMemory& memory);
+
+}  // namespace matcha::app
