@@ -20,6 +20,7 @@
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
+#include "matcha/tree/tree_solver.hpp"
 #include "matcha/tree/walk.hpp"
 
 namespace matcha::tree {
@@ -32,16 +33,6 @@ namespace {
 constexpr std::uint64_t kSampleFraction = 64;
 constexpr std::uint64_t kMinSampleGroups = 512;
 constexpr std::uint64_t kMaxSampleGroups = 8192;
-
-// Mirrors tree_solver.cpp (walkAllGroups): the walk hands the engine batches of about kPlanEntries list entries
-// (cells + j-bodies; at most TreeParams::maxBatchEntries), the first of at most kFirstBatchGroups groups, sized for
-// kEntriesPerGroupGuess entries per group.
-constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
-constexpr std::uint64_t kFirstBatchGroups = 2048;
-constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
-
-// Mirrors tree_solver.cpp (TreeSolver::Motion::predict, kAccelerationChange).
-constexpr double kAccelerationChange = 1.0;
 
 /// out[i] = values[order[i]], in parallel.
 template <class T>
@@ -264,7 +255,7 @@ std::vector<float> predictedBallRadii(const Particles& particles, std::uint32_t 
   // tree_solver.cpp (Motion::predict) for the calls firstCall .. firstCall + K - 1 from now: half the chord of the
   // path plus `room` times the second difference |a| dt^2.
   const double k0 = firstCall, k1 = firstCall + reuseSteps - 1;
-  const double room = (k1 - k0) * (k1 - k0) / 8.0 + kAccelerationChange * k1 * (k1 + 1.0) / 2.0;
+  const double room = predictionRoom(k0, k1);
   for (std::size_t i = 0; i < n; ++i) {
     const double speed = std::sqrt(particles.vx[i] * particles.vx[i] + particles.vy[i] * particles.vy[i] +
                                    particles.vz[i] * particles.vz[i]);

@@ -22,18 +22,8 @@ namespace {
 /// Ids compared at this many positions to notice that the caller reordered or replaced its bodies between calls.
 constexpr std::size_t kIdSamples = 64;
 
-/// The acceleration of a body may change by this fraction of itself over a tree's calls before its ball (below) is
-/// too small: room for close encounters, which change it fastest.
-constexpr double kAccelerationChange = 1.0;
-
 /// A repair of more than this fraction of the groups says the prediction no longer holds: the next call builds anew.
 constexpr double kRepairRebuildFraction = 0.01;
-
-/// The walk hands the engine batches of about this many list entries (cells + j-bodies), so that streaming lists
-/// hold one batch at a time; the first batch has kFirstBatchGroups groups.
-constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
-constexpr std::uint32_t kFirstBatchGroups = 2048;
-constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
 
 /// With TreeParams::reuse 0: every this many trees, K's neighbours are measured again (the system evolves).
 constexpr std::uint64_t kReexplore = 16;
@@ -112,7 +102,7 @@ struct TreeSolver::Motion {
     for (auto* array : {&predictedX, &predictedY, &predictedZ}) array->resize(n);
     radius.resize(n);
     const double k0 = first, k1 = last;
-    const double room = (k1 - k0) * (k1 - k0) / 8.0 + kAccelerationChange * k1 * (k1 + 1.0) / 2.0;
+    const double room = predictionRoom(k0, k1);
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t i = r.begin(); i != r.end(); ++i) {
         const double x[3] = {p.x[i], p.y[i], p.z[i]};
@@ -387,7 +377,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
   // kEntriesPerGroupGuess entries per group, and each next one follows from what the last one took.
   const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
   std::uint32_t batch = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups)));
+      std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min<std::uint64_t>(numGroups, kFirstBatchGroups)));
   std::uint32_t first = 0;
   std::uint64_t resident = 0;
   bool streaming = false;

@@ -54,6 +54,25 @@ struct TreeStats {
 /// good to a few percent, which is all the relative test needs (groups.hpp: setRelativeTolerances).
 inline constexpr double kEstimateTheta = 0.9;
 
+/// The walk hands the engine batches of about kPlanEntries list entries (cells + j-bodies; at most
+/// TreeParams::maxBatchEntries), so that streaming lists hold one batch at a time; the first batch has at most
+/// kFirstBatchGroups groups, sized for kEntriesPerGroupGuess entries per group, and each next one follows from what
+/// the last one took. tree/memory_estimate models the solver's memory with these same numbers.
+inline constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
+inline constexpr std::uint64_t kFirstBatchGroups = 2048;
+inline constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
+
+/// The acceleration of a body may change by this fraction of itself over a tree's calls before its ball is too
+/// small: room for close encounters, which change it fastest.
+inline constexpr double kAccelerationChange = 1.0;
+
+/// A predicted body's ball for the calls `first` .. `last` from now holds half the chord of its path plus this many
+/// times its second difference |d2| (about |a| dt^2): the parabola's sag, (last - first)^2 / 8, and the prediction's
+/// error should the acceleration change by kAccelerationChange of itself, last (last + 1) / 2.
+inline constexpr double predictionRoom(double first, double last) {
+  return (last - first) * (last - first) / 8.0 + kAccelerationChange * last * (last + 1.0) / 2.0;
+}
+
 /// The largest K that TreeParams::reuse 0 chooses: beyond it the balls of a Plummer sphere at dt 1/128 make the lists
 /// several times longer.
 inline constexpr std::uint32_t kMaxAutoReuse = 8;
