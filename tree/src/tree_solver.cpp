@@ -376,8 +376,8 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
   // Batches of at most kPlanEntries (and at most maxBatchEntries) entries; the first batch's size assumes
   // kEntriesPerGroupGuess entries per group, and each next one follows from what the last one took.
   const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
-  std::uint32_t batch = static_cast<std::uint32_t>(
-      std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min<std::uint64_t>(numGroups, kFirstBatchGroups)));
+  std::uint32_t batch = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
+      batchEntries / kEntriesPerGroupGuess, 1, std::min<std::uint64_t>(numGroups, kFirstBatchGroups)));
   std::uint32_t first = 0;
   std::uint64_t resident = 0;
   bool streaming = false;
