@@ -25,7 +25,9 @@ void TreeParams::validate() const {
   if (alpha < 0.0) throw InputError("alpha must be >= 0 (got " + std::to_string(alpha) + ")");
   if (ncrit < 1) throw InputError("ncrit must be >= 1");
   if (nleaf < 1) throw InputError("nleaf must be >= 1");
-  if (maxBatchEntries < 1) throw InputError("maxBatchEntries must be >= 1");
+  if (maxBatchEntries < 1 || maxBatchEntries > (std::uint64_t{3} << 30)) {
+    throw InputError("maxBatchEntries must be in [1, 3 * 2^30] (the engine's arenas are indexed in 32 bits)");
+  }
   if (reuse > 64) throw InputError("reuse must be 0 (chosen from measured costs), 1 (off) or a step count up to 64");
 }
 

@@ -49,10 +49,12 @@ class CheckingEngine final : public NearFieldEngine {
     for (std::size_t i = 0; i < bodies.count; ++i)
       mass_[i] = bodies.mass[topology.order.empty() ? i : topology.order[i]];
     inner_.setTree(topology, bodies);
+    heldEntries_ = 0;
   }
   void setLists(const InteractionPlan& plan) override {
     for (std::size_t k = 0; k < plan.numGroups(); ++k) {
       const std::uint32_t g = plan.groupIds[k];
+      heldEntries_ += plan.numListCells(k) + plan.numListBodies(k);
       // The list covers every body exactly once: in one of its ranges or inside exactly one of its cells.
       std::vector<BodyRange> covered(plan.bodyList.begin() + plan.bodyListOffsets[k],
                                      plan.bodyList.begin() + plan.bodyListOffsets[k + 1]);
@@ -76,6 +78,8 @@ class CheckingEngine final : public NearFieldEngine {
   void dropLists() override {
     for (auto& c : cells_) c.clear();
     inner_.dropLists();
+    heldEntries_ = 0;
+    ++numDrops_;
   }
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                       std::span<const std::uint32_t> groups) override {
@@ -93,6 +97,9 @@ class CheckingEngine final : public NearFieldEngine {
 
   std::uint64_t numChecked() const { return numChecked_; }
   std::uint64_t numFailed() const { return numFailed_; }
+  /// List entries (cells + j-bodies) handed over since the last setTree or dropLists, replaced lists included.
+  std::uint64_t heldEntries() const { return heldEntries_; }
+  std::uint64_t numDrops() const { return numDrops_; }
 
  private:
   /// The groups (of `groups`, all when empty) with a list entry that fails at these positions.
@@ -156,6 +163,7 @@ class CheckingEngine final : public NearFieldEngine {
   std::vector<std::vector<std::uint32_t>> cells_;
   std::vector<std::vector<BodyRange>> ranges_;
   std::set<std::uint32_t> expected_;
+  std::uint64_t heldEntries_ = 0, numDrops_ = 0;
   std::uint64_t numChecked_ = 0, numFailed_ = 0, numLaunches_ = 0;
 };
 
@@ -269,43 +277,63 @@ TEST_P(Reuse, ListsPassTheCriterionAtEveryStepAndTheRunMatchesOneWithoutReuse) {
 
 // Bodies that leave the paths their tree was built for (a kick nobody predicted) make lists fail the criterion: the
 // engine flags those groups, the solver walks them again at the bodies' positions and evaluates them once more, and
-// the forces are then as good as a fresh walk's; the next call builds a new tree.
+// the forces are then as good as a fresh walk's; the next call builds a new tree. Twice: with room for the repaired
+// lists beside the tree's, and with TreeParams::maxBatchEntries just the tree's lists, so that the repair (most
+// groups) would take the engine past 5/4 of it: the tree's lists are dropped first.
 TEST(Reuse, ListsThatFailAreWalkedAgainAndTheNextCallRebuilds) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const GravityParams gravity;
-  Particles p = testing::plummer(4096, seed);
-  CheckingEngine engine(gpu::Precision::float32);
-  TreeParams params;
-  params.reuse = 8;
-  TreeSolver solver(engine, params, gravity);
-  integrator::LeapfrogKDK leapfrog(solver, 1.0 / 128.0);
-  leapfrog.initialize(p);
-  for (int step = 0; step < 3; ++step) leapfrog.step(p);
-  ASSERT_FALSE(leapfrog.step(p).force.rebuilt) << "the tree built two steps ago should still serve";
-  // An unpredicted jolt: every body moved by up to 0.05 in a random direction.
-  std::mt19937_64 random(seed);
-  std::uniform_real_distribution<double> jolt(-0.05, 0.05);
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    p.x[i] += jolt(random);
-    p.y[i] += jolt(random);
-    p.z[i] += jolt(random);
+  std::uint64_t treeEntries = 0;
+  for (const bool tight : {false, true}) {
+    SCOPED_TRACE(tight ? "maxBatchEntries: the tree's lists" : "maxBatchEntries: the default");
+    Particles p = testing::plummer(4096, seed);
+    CheckingEngine engine(gpu::Precision::float32);
+    TreeParams params;
+    params.reuse = 8;
+    if (tight) params.maxBatchEntries = treeEntries;
+    TreeSolver solver(engine, params, gravity);
+    integrator::LeapfrogKDK leapfrog(solver, 1.0 / 128.0);
+    leapfrog.initialize(p);
+    for (int step = 0; step < 3; ++step) leapfrog.step(p);
+    ASSERT_FALSE(leapfrog.step(p).force.rebuilt) << "the tree built two steps ago should still serve";
+    if (!tight) treeEntries = engine.heldEntries();
+    ASSERT_EQ(engine.heldEntries(), treeEntries) << "the same bodies should give the same tree";
+    // An unpredicted jolt: every body moved by up to 0.05 in a random direction.
+    std::mt19937_64 random(seed);
+    std::uniform_real_distribution<double> jolt(-0.05, 0.05);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.x[i] += jolt(random);
+      p.y[i] += jolt(random);
+      p.z[i] += jolt(random);
+    }
+    const std::uint64_t dropsBefore = engine.numDrops();
+    const ForceReport report = solver.computeForces(p);
+    EXPECT_FALSE(report.rebuilt);
+    EXPECT_GT(report.numGroupsRepaired, 4 * report.numGroupsWalked / 10) << "the jolt should fail most groups";
+    EXPECT_GT(report.timings[Phase::repair], 0.0);
+    if (tight) {
+      EXPECT_EQ(engine.numDrops(), dropsBefore + 2) << "the tree's lists dropped before the repair, its lists after";
+    } else {
+      EXPECT_EQ(engine.numDrops(), dropsBefore);
+      EXPECT_GT(engine.heldEntries(), treeEntries) << "the repaired lists beside the tree's";
+    }
+    Particles exact = p;
+    gpu::CpuEngine oracle(gpu::Precision::float64);
+    oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
+    Particles walked = p;
+    TreeParams fresh = params;
+    fresh.reuse = 1;
+    fresh.maxBatchEntries = TreeParams{}.maxBatchEntries;
+    gpu::CpuEngine plain(gpu::Precision::float32);
+    TreeSolver(plain, fresh, gravity).computeForces(walked);
+    const ForceErrorStats repaired = summariseForceErrors({p.ax, p.ay, p.az}, {exact.ax, exact.ay, exact.az});
+    const ForceErrorStats walkedErrors =
+        summariseForceErrors({walked.ax, walked.ay, walked.az}, {exact.ax, exact.ay, exact.az});
+    EXPECT_LE(repaired.p99, 1.05 * walkedErrors.p99 + 1e-6);
+    EXPECT_LE(repaired.max, 1.5 * walkedErrors.max + 1e-6);
+    EXPECT_TRUE(solver.computeForces(p).rebuilt) << "after a large repair the next call builds anew";
   }
-  const ForceReport report = solver.computeForces(p);
-  EXPECT_FALSE(report.rebuilt);
-  EXPECT_GT(report.numGroupsRepaired, 0u);
-  EXPECT_GT(report.timings[Phase::repair], 0.0);
-  Particles exact = p;
-  gpu::CpuEngine oracle(gpu::Precision::float64);
-  oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
-  Particles walked = p;
-  params.reuse = 1;
-  TreeSolver(engine, params, gravity).computeForces(walked);
-  const ForceErrorStats repaired = summariseForceErrors({p.ax, p.ay, p.az}, {exact.ax, exact.ay, exact.az});
-  const ForceErrorStats fresh = summariseForceErrors({walked.ax, walked.ay, walked.az}, {exact.ax, exact.ay, exact.az});
-  EXPECT_LE(repaired.p99, 1.05 * fresh.p99 + 1e-6);
-  EXPECT_LE(repaired.max, 1.5 * fresh.max + 1e-6);
-  EXPECT_TRUE(solver.computeForces(p).rebuilt) << "after a large repair the next call builds anew";
 }
 
 // Lists that do not fit TreeParams::maxBatchEntries stream: walked, handed over, evaluated and dropped batch by batch,

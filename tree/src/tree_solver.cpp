@@ -154,6 +154,7 @@ struct TreeSolver::TreeBuild {
   bool valid = false;                         ///< built and handed to the engine (current) or ready (next)
   bool fits = true;                           ///< its lists fit TreeParams::maxBatchEntries
   bool tolerancesSet = false;                 ///< the relative test was scaled by accelerations (not all zero)
+  std::uint64_t engineEntries = 0;            ///< list entries handed to the engine: the lists and their repairs
   std::exception_ptr error;                   ///< what a background build threw
   // The calls made on this tree and their wall seconds (for TreeParams::reuse 0).
   std::uint64_t costCalls = 0;
@@ -438,6 +439,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
   }
   stats.meanListBodies = double(sumListBodies) / double(numGroups);
   stats.meanListCells = double(sumListCells) / double(numGroups);
+  build.engineEntries = streaming ? 0 : resident;
   return !streaming;
 }
 
@@ -612,15 +614,23 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
   }
   buildWalkTree(exactTree_, exactWalkTree_);
   repairBuilder_.build(exactWalkTree_, exactGroups_, failed, repairPlan_);
+  std::uint64_t entries = repairPlan_.cellList.size();
+  for (const std::uint32_t count : repairPlan_.listBodyCounts) entries += count;
+  // Replaced lists stay in the engine's arenas until the next tree (TreeParams::maxBatchEntries): a repair that would
+  // take the tree's entries past 5/4 of the bound is evaluated on its own, and the next call builds anew.
+  const bool overflows = build.engineEntries + entries > params_.maxBatchEntries + params_.maxBatchEntries / 4;
+  if (overflows) engine_.dropLists();  // the other groups were evaluated already; this tree serves no more calls
+  build.engineEntries += entries;
   engine_.setLists(repairPlan_);
   engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), failed);
   const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "a list walked at the bodies' current positions failed the check");
+  if (overflows) engine_.dropLists();
   report.counts += result.counts;
   report.numGroupsRepaired += failed.size();
   report.numGroupsWalked += failed.size();
   stats_.numRepaired += failed.size();
-  if (double(failed.size()) > kRepairRebuildFraction * double(build.groups.size())) {
+  if (overflows || double(failed.size()) > kRepairRebuildFraction * double(build.groups.size())) {
     // The motion is not what the trees are built for: the next call builds anew, within the call.
     build.lastCall = call_;
     cancel_ = true;

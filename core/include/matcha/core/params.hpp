@@ -48,9 +48,11 @@ struct TreeParams {
   /// With reuse, build each next tree in the background, on the CPU cores, while the engine evaluates the calls
   /// before it is due (false: every tree is built within the call that needs it).
   bool pipeline = true;
-  /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU. Beyond it
-  /// (N ~ 2^26 and up at the defaults) the lists stream: walked, evaluated and dropped batch by batch, every call.
-  std::uint64_t maxBatchEntries = std::uint64_t{1} << 31;
+  /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU, in two
+  /// arenas indexed in 32 bits. Repairs add to a tree's entries up to 5/4 of the bound (3.75 * 2^30 < 2^32 at most);
+  /// a repair beyond is evaluated on its own and the next call builds anew. Beyond the bound (N ~ 2^25 and up at the
+  /// defaults) the lists stream: walked, evaluated and dropped batch by batch, every call.
+  std::uint64_t maxBatchEntries = std::uint64_t{3} << 30;
 
   /// Throws InputError when a value is out of range.
   void validate() const;
