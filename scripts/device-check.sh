@@ -15,7 +15,7 @@
 # default the tree build and walk), BENCH=0 to skip benchmarks,
 # SASS=0 to skip the disassembly, CTEST=0 to skip the tests, PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
 # STEPS=1 (STEP_SIZES) for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
-# targets.
+# targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES) for the memory and steps of the largest runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -156,6 +156,36 @@ if [ "${STEPS:-0}" = 1 ]; then
         --output-interval 1 --diagnostic-potential solver --timings --json ${spec#*=} \
         --out "${TMPDIR:-/tmp}/matcha-steps-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
       tail -n 24 "$OUT/run-n$n-$label.log"
+      summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" 2>&1 | head -c 300)")
+    done
+  done
+fi
+
+# LARGE=1: the largest runs this machine holds. `matcha run --dry-run` at each of LARGE_SIZES (default 2^24, 2^26,
+# 2^28): the host and device memory each needs and whether it fits; then, for each size of LARGE_RUN_SIZES (default
+# 2^24), LARGE_STEPS steps (default 10) of `matcha run --timings` at theta LARGE_THETA (0.8) for each of LARGE_RUNS
+# ("label=options;...", default reuse off and auto), each under LARGE_TIMEOUT seconds (default 240).
+if [ "${LARGE:-0}" = 1 ]; then
+  echo "== large runs"
+  matcha="$build/apps/matcha"
+  for n in ${LARGE_SIZES:-16777216 67108864 268435456}; do
+    timeout "${LARGE_TIMEOUT:-240}" "$matcha" run -n "$n" --seed 7 --engine cuda --theta "${LARGE_THETA:-0.8}" --dry-run \
+      >"$OUT/dry-run-n$n.log" 2>&1
+    cat "$OUT/dry-run-n$n.log"
+    summary+=("dry run N=$n: $(grep -E '^(host|device):|error' "$OUT/dry-run-n$n.log" | tr '\n' ' ')")
+  done
+  t_end=$(python3 -c "print(${LARGE_STEPS:-10} / 128)")
+  for n in ${LARGE_RUN_SIZES:-16777216}; do
+    IFS=';' read -ra runs <<<"${LARGE_RUNS:-off=--reuse off;auto=--reuse auto}"
+    for spec in "${runs[@]}"; do
+      label=${spec%%=*}
+      # shellcheck disable=SC2086
+      timeout "${LARGE_TIMEOUT:-240}" "$matcha" run -n "$n" --seed 7 --engine cuda --theta "${LARGE_THETA:-0.8}" \
+        --dt 0.0078125 --t-end "$t_end" --output-interval "$t_end" --diagnostic-potential solver --timings --json \
+        ${spec#*=} --out "${TMPDIR:-/tmp}/matcha-large-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
+      echo "exit $? after $SECONDS s" >>"$OUT/run-n$n-$label.log"
+      tail -n 26 "$OUT/run-n$n-$label.log"
+      rm -rf "${TMPDIR:-/tmp}/matcha-large-$n-$label"
       summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" 2>&1 | head -c 300)")
     done
   done
