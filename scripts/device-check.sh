@@ -15,7 +15,8 @@
 # default the tree build and walk), BENCH=0 to skip benchmarks,
 # SASS=0 to skip the disassembly, CTEST=0 to skip the tests, PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
 # STEPS=1 (STEP_SIZES) for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
-# targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES) for the memory and steps of the largest runs.
+# targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
+# and one force evaluation at 2^28.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -188,6 +189,43 @@ if [ "${LARGE:-0}" = 1 ]; then
       rm -rf "${TMPDIR:-/tmp}/matcha-large-$n-$label"
       summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" 2>&1 | head -c 300)")
     done
+  done
+fi
+
+# LARGE=1, then: one force evaluation (`matcha run --t-end 0 --reuse off`: the first call with its estimate pass and
+# the t = 0 snapshot) at each of LARGE_FORCE_SIZES (default 2^28) that its dry run says fits, with the peak host
+# memory (VmHWM, polled) and the peak device memory (nvidia-smi, polled) beside the dry run's estimate.
+if [ "${LARGE:-0}" = 1 ]; then
+  for n in ${LARGE_FORCE_SIZES:-268435456}; do
+    force_options=(-n "$n" --seed 7 --engine cuda --theta "${LARGE_THETA:-0.8}" --reuse off --t-end 0
+                   --diagnostic-potential solver --timings)
+    timeout "${LARGE_TIMEOUT:-240}" "$matcha" run "${force_options[@]}" --dry-run >"$OUT/force-dry-run-n$n.log" 2>&1
+    cat "$OUT/force-dry-run-n$n.log"
+    if ! grep -q '^host:.*: fits' "$OUT/force-dry-run-n$n.log"; then
+      summary+=("force N=$n: not run: $(grep -E '^host:|error' "$OUT/force-dry-run-n$n.log" | tr '\n' ' ')")
+      continue
+    fi
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 >"$OUT/force-n$n-gpu-memory.txt" &
+    smi=$!
+    dir="${TMPDIR:-/tmp}/matcha-force-$n"
+    start=$SECONDS
+    timeout "${LARGE_FORCE_TIMEOUT:-500}" "$matcha" run "${force_options[@]}" --out "$dir" >"$OUT/force-n$n.log" 2>&1 &
+    pid=$!
+    peak_kib=0
+    while kill -0 "$pid" 2>/dev/null; do
+      hwm=$(awk '/^VmHWM/{print $2}' "/proc/$(pgrep -P "$pid" matcha || echo "$pid")/status" 2>/dev/null)
+      [ -n "$hwm" ] && [ "$hwm" -gt "$peak_kib" ] && peak_kib=$hwm
+      sleep 0.5
+    done
+    wait "$pid"
+    status=$?
+    kill "$smi" 2>/dev/null
+    ls -l "$dir" >>"$OUT/force-n$n.log" 2>&1
+    rm -rf "$dir"
+    echo "exit $status after $((SECONDS - start)) s; peak host memory $peak_kib KiB" >>"$OUT/force-n$n.log"
+    tail -n 30 "$OUT/force-n$n.log"
+    gpu_peak=$(sort -n "$OUT/force-n$n-gpu-memory.txt" | tail -n 1)
+    summary+=("force N=$n: exit $status after $((SECONDS - start)) s; peak host $(python3 -c "print('%.1f GiB = %.0f B/body' % ($peak_kib / 2**20, $peak_kib * 1024 / $n))"), peak device ${gpu_peak:-?} MiB; dry run: $(grep -E '^(host|device):' "$OUT/force-dry-run-n$n.log" | tr '\n' ' ')")
   done
 fi
 
