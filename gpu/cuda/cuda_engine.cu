@@ -625,6 +625,7 @@ struct CudaEngine::Impl {
   /// buffers of evaluatePlan and evaluateDirect, which may run in between (direct potentials at a run's outputs).
   struct ResidentTree {
     bool hasTree = false;
+    bool refitted = false;  ///< a launch since setTree refitted the cells (BodyMotion::unchanged may skip the refit)
     std::vector<std::uint32_t> levelOffsets;
     std::vector<BodyRange> groups;  ///< host copy, for the downloads of a subset
     bool gathered = false;          ///< the caller's order differs from the tree's
@@ -662,7 +663,8 @@ struct CudaEngine::Impl {
     bool launched = false;
     ForceView out;
     std::vector<std::uint32_t> subset;
-    PinnedBuffer<double> hostOut;  ///< a subset's outputs in tree order when the caller's order differs
+    std::vector<BodyRange> subsetRuns;  ///< the subset's bodies as runs of adjacent groups (tree order)
+    PinnedBuffer<double> hostOut;       ///< a subset's outputs in tree order when the caller's order differs
     // Page-locked staging: the caller's arrays are copied in (or out) on all cores and moved by DMA at full PCIe
     // speed; a pageable copy runs at a fifth of it and blocks the host until the device is done.
     PinnedBuffer<double> hostPositions;  ///< 3 n
@@ -778,6 +780,7 @@ struct CudaEngine::Impl {
     r.tasksSorted = false;
     r.taskCounter.reserve(1);
     r.hasTree = true;
+    r.refitted = false;
     stream.synchronize();  // treeTasks goes out of scope
   }
 
@@ -866,21 +869,24 @@ struct CudaEngine::Impl {
 
   template <class Real>
   void launchResidentIn(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                        std::span<const std::uint32_t> groups) {
+                        std::span<const std::uint32_t> groups, BodyMotion motion) {
     ResidentTree& r = res;
     const std::uint32_t n = r.numBodies;
     const bool all = groups.empty();
+    const bool refitNeeded = motion == BodyMotion::moved || !r.refitted;
     stats = CudaCallStats{};
     r.start.record(stream.get());
-    // Positions, through page-locked staging, in the tree's order.
-    r.hostPositions.reserve(3 * std::size_t{n});
-    double* staged = r.hostPositions.data();
-    detail::parallelCopy(staged, bodies.x, n * sizeof(double));
-    detail::parallelCopy(staged + n, bodies.y, n * sizeof(double));
-    detail::parallelCopy(staged + 2 * std::size_t{n}, bodies.z, n * sizeof(double));
-    copyToDevice(r.gathered ? r.callerX.data() : r.x.data(), staged, n);
-    copyToDevice(r.gathered ? r.callerY.data() : r.y.data(), staged + n, n);
-    copyToDevice(r.gathered ? r.callerZ.data() : r.z.data(), staged + 2 * std::size_t{n}, n);
+    if (refitNeeded) {
+      // Positions, through page-locked staging, in the tree's order.
+      r.hostPositions.reserve(3 * std::size_t{n});
+      double* staged = r.hostPositions.data();
+      detail::parallelCopy(staged, bodies.x, n * sizeof(double));
+      detail::parallelCopy(staged + n, bodies.y, n * sizeof(double));
+      detail::parallelCopy(staged + 2 * std::size_t{n}, bodies.z, n * sizeof(double));
+      copyToDevice(r.gathered ? r.callerX.data() : r.x.data(), staged, n);
+      copyToDevice(r.gathered ? r.callerY.data() : r.y.data(), staged + n, n);
+      copyToDevice(r.gathered ? r.callerZ.data() : r.z.data(), staged + 2 * std::size_t{n}, n);
+    }
     // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
     std::uint32_t numTasks = r.numTasks;
     const uint4* taskList = r.sortedTasks.data();
@@ -899,7 +905,7 @@ struct CudaEngine::Impl {
       taskList = r.subsetTasks.data();
     }
     r.kernelsStart.record(stream.get());
-    if (r.gathered) {
+    if (r.gathered && refitNeeded) {
       detail::launchGatherPositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.order.data(), n, r.x.data(),
                                     r.y.data(), r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
@@ -935,14 +941,17 @@ struct CudaEngine::Impl {
     refit.bmax = r.bmax.data();
     refit.openingRadius = r.openingRadius.data();
     refit.bodies = reinterpret_cast<const BodyRange*>(r.cellBodies.data());
-    for (int level = static_cast<int>(r.levelOffsets.size()) - 2; level >= 0; --level) {
-      detail::launchRefitLevel(refitBodies, refit, r.levelOffsets[level], r.levelOffsets[level + 1], r.theta,
-                               stream.get());
-      MATCHA_CUDA_CHECK_LAUNCH("refitLevelKernel", config.synchronizeAfterLaunch);
+    if (refitNeeded) {
+      for (int level = static_cast<int>(r.levelOffsets.size()) - 2; level >= 0; --level) {
+        detail::launchRefitLevel(refitBodies, refit, r.levelOffsets[level], r.levelOffsets[level + 1], r.theta,
+                                 stream.get());
+        MATCHA_CUDA_CHECK_LAUNCH("refitLevelKernel", config.synchronizeAfterLaunch);
+      }
+      detail::launchGroupBoxes(r.x.data(), r.y.data(), r.z.data(), r.groupBodies.data(), r.numGroups,
+                               r.groupCentre.data(), r.groupHalf.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("groupBoxesKernel", config.synchronizeAfterLaunch);
+      r.refitted = true;
     }
-    detail::launchGroupBoxes(r.x.data(), r.y.data(), r.z.data(), r.groupBodies.data(), r.numGroups,
-                             r.groupCentre.data(), r.groupHalf.data(), stream.get());
-    MATCHA_CUDA_CHECK_LAUNCH("groupBoxesKernel", config.synchronizeAfterLaunch);
     // The check.
     MATCHA_CUDA_CHECK(cudaMemsetAsync(r.failedFlags.data(), 0, r.numGroups * sizeof(std::uint32_t), stream.get()));
     MATCHA_CUDA_CHECK(cudaMemsetAsync(r.failedCount.data(), 0, sizeof(std::uint32_t), stream.get()));
@@ -1004,7 +1013,20 @@ struct CudaEngine::Impl {
       variant->launch(numBlocks, stream.get(), args);
       MATCHA_CUDA_CHECK_LAUNCH("planKernel", config.synchronizeAfterLaunch);
     }
-    // Outputs back: all of them (scattered into the caller's order on the device), or a few groups'.
+    // Outputs back: all of them (scattered into the caller's order on the device), or a subset's, one copy per run of
+    // groups whose bodies are adjacent: a streamed batch is one run, where a copy per group (4 x 1.5 million pageable
+    // copies at 2^28 bodies) took 48 s.
+    r.subsetRuns.clear();
+    if (!all) {
+      for (const std::uint32_t g : groups) {
+        const BodyRange range = r.groups[g];
+        if (!r.subsetRuns.empty() && r.subsetRuns.back().last == range.first) {
+          r.subsetRuns.back().last = range.last;
+        } else {
+          r.subsetRuns.push_back(range);
+        }
+      }
+    }
     if (all && r.gathered) {
       const detail::DeviceForces callerOut{r.callerOutX.data(), r.callerOutY.data(), r.callerOutZ.data(),
                                            out.pot != nullptr ? r.callerOutPot.data() : nullptr};
@@ -1022,8 +1044,7 @@ struct CudaEngine::Impl {
         copyToHost(r.hostForces.data() + static_cast<std::size_t>(c) * n, from[c], n);
       }
     } else if (!r.gathered) {
-      for (const std::uint32_t g : groups) {
-        const BodyRange range = r.groups[g];
+      for (const BodyRange range : r.subsetRuns) {
         copyToHost(out.ax + range.first, r.outX.data() + range.first, range.size());
         copyToHost(out.ay + range.first, r.outY.data() + range.first, range.size());
         copyToHost(out.az + range.first, r.outZ.data() + range.first, range.size());
@@ -1031,8 +1052,7 @@ struct CudaEngine::Impl {
       }
     } else {
       r.hostOut.reserve(4 * std::size_t{n});
-      for (const std::uint32_t g : groups) {
-        const BodyRange range = r.groups[g];
+      for (const BodyRange range : r.subsetRuns) {
         for (int c = 0; c < 4; ++c) {
           if (c == 3 && out.pot == nullptr) continue;
           const double* from = (c == 0 ? r.outX : c == 1 ? r.outY : c == 2 ? r.outZ : r.outPot).data();
@@ -1080,15 +1100,15 @@ struct CudaEngine::Impl {
       }
     } else if (r.gathered) {
       const std::uint32_t n = r.numBodies;
-      // The host's order for a few groups; the CUDA engine owns no thread pool, and these are few bodies.
-      std::vector<std::uint32_t> order(n);
-      // The order is kept on the device only; fetch what the subset needs.
-      for (const std::uint32_t g : r.subset) {
-        const BodyRange range = r.groups[g];
-        MATCHA_CUDA_CHECK(cudaMemcpy(order.data() + range.first, r.order.data() + range.first,
-                                     range.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));
+      // The order is kept on the device only; fetch what the subset needs, run by run (the CUDA engine owns no thread
+      // pool; a repair's subset is few bodies).
+      std::vector<std::uint32_t> order;
+      for (const BodyRange range : r.subsetRuns) {
+        order.resize(range.size());
+        MATCHA_CUDA_CHECK(cudaMemcpy(order.data(), r.order.data() + range.first, range.size() * sizeof(std::uint32_t),
+                                     cudaMemcpyDeviceToHost));
         for (std::uint32_t i = range.first; i < range.last; ++i) {
-          const std::uint32_t j = order[i];
+          const std::uint32_t j = order[i - range.first];
           r.out.ax[j] = r.hostOut.data()[i];
           r.out.ay[j] = r.hostOut.data()[std::size_t{n} + i];
           r.out.az[j] = r.hostOut.data()[2 * std::size_t{n} + i];
@@ -1204,16 +1224,16 @@ void CudaEngine::dropLists() {
 }
 
 void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                                std::span<const std::uint32_t> groups) {
+                                std::span<const std::uint32_t> groups, BodyMotion motion) {
   MATCHA_ASSERT(impl_->res.hasTree, "launchResident before setTree");
   MATCHA_ASSERT(!impl_->res.launched, "launchResident while a launch is in flight");
   MATCHA_ASSERT(bodies.count == impl_->res.numBodies && out.count == bodies.count,
                 "launchResident: the tree and the bodies differ in number");
   impl_->selectDevice();
   if (impl_->precision == Precision::float32) {
-    impl_->launchResidentIn<float>(bodies, gravity, out, groups);
+    impl_->launchResidentIn<float>(bodies, gravity, out, groups, motion);
   } else {
-    impl_->launchResidentIn<double>(bodies, gravity, out, groups);
+    impl_->launchResidentIn<double>(bodies, gravity, out, groups, motion);
   }
 }
 

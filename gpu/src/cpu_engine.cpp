@@ -414,6 +414,7 @@ struct CpuEngine::Resident {
   std::vector<std::uint32_t> allGroups;
   ResidentResult result;
   bool hasTree = false;
+  bool refitted = false;  ///< a launch since setTree refitted the cells (BodyMotion::unchanged may skip the refit)
 };
 
 CpuEngine::CpuEngine(Precision precision) : precision_(precision), resident_(std::make_unique<Resident>()) {}
@@ -440,6 +441,7 @@ void CpuEngine::setTree(const TreeTopology& topology, const SourceView& bodies) 
   r.allGroups.resize(topology.numGroups());
   std::iota(r.allGroups.begin(), r.allGroups.end(), 0u);
   r.hasTree = true;
+  r.refitted = false;
 }
 
 void CpuEngine::setLists(const InteractionPlan& plan) {
@@ -453,9 +455,10 @@ void CpuEngine::dropLists() {
 }
 
 void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                               std::span<const std::uint32_t> groups) {
+                               std::span<const std::uint32_t> groups, BodyMotion motion) {
   Resident& r = *resident_;
   MATCHA_ASSERT(r.hasTree, "launchResident before setTree");
+  const bool refitNeeded = motion == BodyMotion::moved || !r.refitted;
   const Stopwatch clock;
   const TreeTopology& topology = r.topology;
   const std::size_t n = topology.numBodies();
@@ -466,15 +469,17 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
   SourceView sources{bodies.x, bodies.y, bodies.z, r.mass.data(), n};
   ForceView forces = out;
   if (gathered) {
-    for (auto* array : {&r.x, &r.y, &r.z, &r.ax, &r.ay, &r.az, &r.pot}) array->resize(n);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n), [&](const tbb::blocked_range<std::size_t>& range) {
-      for (std::size_t i = range.begin(); i != range.end(); ++i) {
-        const std::uint32_t j = topology.order[i];
-        r.x[i] = bodies.x[j];
-        r.y[i] = bodies.y[j];
-        r.z[i] = bodies.z[j];
-      }
-    });
+    if (refitNeeded) {
+      for (auto* array : {&r.x, &r.y, &r.z, &r.ax, &r.ay, &r.az, &r.pot}) array->resize(n);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n), [&](const tbb::blocked_range<std::size_t>& range) {
+        for (std::size_t i = range.begin(); i != range.end(); ++i) {
+          const std::uint32_t j = topology.order[i];
+          r.x[i] = bodies.x[j];
+          r.y[i] = bodies.y[j];
+          r.z[i] = bodies.z[j];
+        }
+      });
+    }
     sources = {r.x.data(), r.y.data(), r.z.data(), r.mass.data(), n};
     forces = {r.ax.data(), r.ay.data(), r.az.data(), out.pot != nullptr ? r.pot.data() : nullptr, n};
   }
@@ -499,7 +504,7 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
   refit.bmax = r.bmax.data();
   refit.openingRadius = r.openingRadius.data();
   const RefitBodies refitBodies{sources.x, sources.y, sources.z, sources.mass, nullptr};
-  for (int level = topology.numLevels() - 1; level >= 0; --level) {
+  for (int level = topology.numLevels() - 1; refitNeeded && level >= 0; --level) {
     tbb::parallel_for(
         tbb::blocked_range<std::uint32_t>(topology.levelOffsets[level], topology.levelOffsets[level + 1], 64),
         [&](const tbb::blocked_range<std::uint32_t>& range) {
@@ -508,6 +513,7 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
           }
         });
   }
+  r.refitted = true;
 
   // Group boxes, then each group's list evaluated and checked.
   const std::span<const std::uint32_t> evaluated =

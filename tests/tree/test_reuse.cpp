@@ -50,6 +50,7 @@ class CheckingEngine final : public NearFieldEngine {
       mass_[i] = bodies.mass[topology.order.empty() ? i : topology.order[i]];
     inner_.setTree(topology, bodies);
     heldEntries_ = 0;
+    launchedOnTree_ = false;
   }
   void setLists(const InteractionPlan& plan) override {
     for (std::size_t k = 0; k < plan.numGroups(); ++k) {
@@ -82,9 +83,21 @@ class CheckingEngine final : public NearFieldEngine {
     ++numDrops_;
   }
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                      std::span<const std::uint32_t> groups) override {
+                      std::span<const std::uint32_t> groups, BodyMotion motion) override {
+    // BodyMotion::unchanged is the caller's word that these are the last launch's positions: hold it to it.
+    if (motion == BodyMotion::unchanged && launchedOnTree_) {
+      const bool same = std::equal(bodies.x, bodies.x + bodies.count, lastX_.begin()) &&
+                        std::equal(bodies.y, bodies.y + bodies.count, lastY_.begin()) &&
+                        std::equal(bodies.z, bodies.z + bodies.count, lastZ_.begin());
+      EXPECT_TRUE(same) << "a launch said the bodies had not moved since the last one, but they had";
+      ++numUnchanged_;
+    }
+    lastX_.assign(bodies.x, bodies.x + bodies.count);
+    lastY_.assign(bodies.y, bodies.y + bodies.count);
+    lastZ_.assign(bodies.z, bodies.z + bodies.count);
+    launchedOnTree_ = true;
     expected_ = check(bodies, groups);
-    inner_.launchResident(bodies, gravity, out, groups);
+    inner_.launchResident(bodies, gravity, out, groups, motion);
   }
   ResidentResult finishResident() override {
     ResidentResult result = inner_.finishResident();
@@ -100,6 +113,8 @@ class CheckingEngine final : public NearFieldEngine {
   /// List entries (cells + j-bodies) handed over since the last setTree or dropLists, replaced lists included.
   std::uint64_t heldEntries() const { return heldEntries_; }
   std::uint64_t numDrops() const { return numDrops_; }
+  /// Launches that reused the last launch's positions and refit (BodyMotion::unchanged).
+  std::uint64_t numUnchanged() const { return numUnchanged_; }
 
  private:
   /// The groups (of `groups`, all when empty) with a list entry that fails at these positions.
@@ -163,7 +178,9 @@ class CheckingEngine final : public NearFieldEngine {
   std::vector<std::vector<std::uint32_t>> cells_;
   std::vector<std::vector<BodyRange>> ranges_;
   std::set<std::uint32_t> expected_;
-  std::uint64_t heldEntries_ = 0, numDrops_ = 0;
+  std::uint64_t heldEntries_ = 0, numDrops_ = 0, numUnchanged_ = 0;
+  bool launchedOnTree_ = false;
+  std::vector<double> lastX_, lastY_, lastZ_;  ///< the positions of the last launch
   std::uint64_t numChecked_ = 0, numFailed_ = 0, numLaunches_ = 0;
 };
 
@@ -308,8 +325,10 @@ TEST(Reuse, ListsThatFailAreWalkedAgainAndTheNextCallRebuilds) {
       p.z[i] += jolt(random);
     }
     const std::uint64_t dropsBefore = engine.numDrops();
+    const std::uint64_t unchangedBefore = engine.numUnchanged();
     const ForceReport report = solver.computeForces(p);
     EXPECT_FALSE(report.rebuilt);
+    EXPECT_EQ(engine.numUnchanged(), unchangedBefore + 1) << "the repair reuses the launch's positions and refit";
     EXPECT_GT(report.numGroupsRepaired, 4 * report.numGroupsWalked / 10) << "the jolt should fail most groups";
     EXPECT_GT(report.timings[Phase::repair], 0.0);
     if (tight) {
@@ -348,14 +367,17 @@ TEST(Reuse, StreamedListsGiveTheSameForces) {
     if (!fresh) gpu::CpuEngine(gpu::Precision::float32).evaluateDirect(kept.sources(), gravity, kept.forces());
     Particles streamed = kept;
     gpu::CpuEngine engine(gpu::Precision::float32);
+    CheckingEngine streamingEngine(gpu::Precision::float32);
     TreeParams params;
     params.ncrit = 64;  // many groups, so that the batches are many
     TreeSolver keeping(engine, params, gravity);
     params.maxBatchEntries = 20000;  // about a tenth of the entries of all lists
-    TreeSolver streaming(engine, params, gravity);
+    TreeSolver streaming(streamingEngine, params, gravity);
     keeping.computeForces(kept);
     const ForceReport report = streaming.computeForces(streamed);
     EXPECT_GT(streaming.lastStats().numBatches, 5u);
+    // Every batch after a call's first reuses its positions and refit (the engine checks that they did not move).
+    EXPECT_GE(streamingEngine.numUnchanged(), streaming.lastStats().numBatches - 1);
     EXPECT_TRUE(report.rebuilt);
     ASSERT_EQ(kept.id, streamed.id);
     EXPECT_EQ(kept.ax, streamed.ax);

@@ -416,7 +416,8 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
       engine_.setTree(build.topology, particles->sources());
       for (std::size_t k = 0; k < build.numPlans; ++k) {
         engine_.setLists(build.plans[k]);
-        engine_.launchResident(particles->sources(), gravity_, out, build.plans[k].groupIds);
+        engine_.launchResident(particles->sources(), gravity_, out, build.plans[k].groupIds,
+                               k == 0 ? BodyMotion::moved : BodyMotion::unchanged);
         addResult(engine_.finishResident(), *report);
         engine_.dropLists();
       }
@@ -426,7 +427,9 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
       clock.restart();
       engine_.setLists(build.plans[0]);
       report->timings[Phase::upload] += clock.seconds();
-      engine_.launchResident(particles->sources(), gravity_, out, build.plans[0].groupIds);
+      // The first batch evaluated in this call uploads the positions and refits; the later ones reuse that.
+      engine_.launchResident(particles->sources(), gravity_, out, build.plans[0].groupIds,
+                             build.numPlans == 0 && stats.numBatches == 1 ? BodyMotion::moved : BodyMotion::unchanged);
       addResult(engine_.finishResident(), *report);
       engine_.dropLists();
     } else {
@@ -507,7 +510,7 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
     accelerations.pot = nullptr;
     if (walkAllGroups(build, true, &particles, accelerations, &pass)) {
       for (std::size_t k = 0; k < build.numPlans; ++k) engine_.setLists(build.plans[k]);
-      engine_.launchResident(particles.sources(), gravity_, accelerations, {});
+      engine_.launchResident(particles.sources(), gravity_, accelerations, {}, BodyMotion::moved);
       addResult(engine_.finishResident(), pass);
     }
     report.counts += pass.counts;
@@ -622,7 +625,8 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
   if (overflows) engine_.dropLists();  // the other groups were evaluated already; this tree serves no more calls
   build.engineEntries += entries;
   engine_.setLists(repairPlan_);
-  engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), failed);
+  // The positions of the launch whose lists failed: its refit serves.
+  engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), failed, BodyMotion::unchanged);
   const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "a list walked at the bodies' current positions failed the check");
   if (overflows) engine_.dropLists();
@@ -671,7 +675,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   }
   if (!done) {
     // The bodies may have been sorted: take the views after the build.
-    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {});
+    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
     // While the engine works: start the next tree if it is due (it runs on the CPU cores from now on).
     const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
     if (pipeline && current_->steps > 1 && call_ + pipelineCalls_ > current_->lastCall) {

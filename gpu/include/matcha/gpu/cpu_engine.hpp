@@ -41,7 +41,7 @@ class CpuEngine final : public NearFieldEngine {
   void setLists(const InteractionPlan& plan) override;
   void dropLists() override;
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                      std::span<const std::uint32_t> groups) override;
+                      std::span<const std::uint32_t> groups, BodyMotion motion) override;
   ResidentResult finishResident() override;
 
   Precision precision() const { return precision_; }

@@ -93,7 +93,7 @@ class CudaEngine final : public NearFieldEngine {
   void setLists(const InteractionPlan& plan) override;
   void dropLists() override;
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                      std::span<const std::uint32_t> groups) override;
+                      std::span<const std::uint32_t> groups, BodyMotion motion) override;
   ResidentResult finishResident() override;
 
   /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
