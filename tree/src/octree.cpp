@@ -56,8 +56,10 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
   tree.halfSide[0] = 0.5 * cube.side;
   tree.levelOffsets.push_back(1);
 
-  // Per cell of the current level: where each of its 8 octants starts in the sorted bodies (9 boundaries). Read only
-  // for cells that split, which write all 9, so it is never filled.
+  // Per cell of the current level that splits: where each of its 8 octants starts in the sorted bodies (9
+  // boundaries). A block's splitting cells take the block's first slots, in order: most cells are leaves, and the
+  // slots left over at the end of each block are never touched, so a level costs page faults (the buffer is fresh
+  // each build) only for the cells that split. Never filled: every slot read was written.
   std::unique_ptr<std::uint32_t[]> octantStart;
   std::size_t octantStartSize = 0;
   // Per block of the current level: the number of its cells' children, then (scanned) the id of its first child.
@@ -78,11 +80,11 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
 
     tbb::parallel_for(std::uint32_t{0}, numBlocks, [&](std::uint32_t block) {
       std::uint32_t numBlockChildren = 0;
+      std::uint32_t* starts = &octantStart[9 * std::size_t{block * cellsPerBlock}];
       for (std::uint32_t k = block * cellsPerBlock; k < blockEnd(block); ++k) {
         const BodyRange range = tree.bodies[begin + k];
         std::uint32_t count = 0;
         if (range.size() > nleaf) {
-          std::uint32_t* starts = &octantStart[9 * std::size_t{k}];
           starts[0] = range.first;
           starts[8] = range.last;
           // Keys are sorted and share the cell's prefix, so the octant digit is monotone over the range.
@@ -92,6 +94,7 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
             starts[digit] = static_cast<std::uint32_t>(it - sortedKeys.data());
           }
           for (int digit = 0; digit < 8; ++digit) count += starts[digit + 1] > starts[digit] ? 1 : 0;
+          starts += 9;
         }
         tree.numChildren[begin + k] = static_cast<std::uint8_t>(count);
         numBlockChildren += count;
@@ -111,11 +114,11 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
 
     tbb::parallel_for(std::uint32_t{0}, numBlocks, [&](std::uint32_t block) {
       std::uint32_t child = blockChildren[block];
+      const std::uint32_t* starts = &octantStart[9 * std::size_t{block * cellsPerBlock}];
       for (std::uint32_t k = block * cellsPerBlock; k < blockEnd(block); ++k) {
         const std::uint32_t parent = begin + k;
         tree.firstChild[parent] = child;
-        if (tree.numChildren[parent] == 0) continue;
-        const std::uint32_t* starts = &octantStart[9 * std::size_t{k}];
+        if (tree.numChildren[parent] == 0) continue;  // a cell that splits has children: its range is not empty
         const double childHalf = 0.5 * tree.halfSide[parent];
         for (std::uint32_t digit = 0; digit < 8; ++digit) {
           if (starts[digit + 1] == starts[digit]) continue;
@@ -131,6 +134,7 @@ void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, st
           }
           ++child;
         }
+        starts += 9;
       }
     });
     if (next == end) break;  // every cell of this level is a leaf
