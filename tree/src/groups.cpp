@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/tree/groups.hpp"
 
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_reduce.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <span>
 
 #include "matcha/core/errors.hpp"
 
@@ -167,54 +170,104 @@ void appendGroup(BodyRange range, const TightBox& box, Groups& groups) {
   }
 }
 
-}  // namespace
+// A part of the bodies whose groups one task finds: the candidates of a subtree, or a single candidate that the
+// serial descent over the largest cells found.
+struct Piece {
+  std::uint32_t subtree = kNoCell;                     ///< the subtree's root, or kNoCell for a single candidate
+  std::array<std::uint32_t, kMaxLevel + 1> ancestors;  ///< the cells from the root down to the subtree's parent
+  Candidate candidate;                                 ///< the one candidate of a piece without a subtree
+  // What its task found. Its groups are groups [firstGroup, firstGroup + numGroups) of `found`, the groups of every
+  // piece its task's thread ran, one after another (PieceScratch).
+  const Groups* found = nullptr;
+  std::size_t firstGroup = 0, numGroups = 0;
+  std::size_t numCandidates = 0, numExtentSplits = 0;
+};
 
-void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups) {
-  MATCHA_ASSERT(ncrit >= 1, "ncrit must be >= 1");
-  // 1. Candidates by count, in body order: depth-first from the root, a cell with at most ncrit bodies is a candidate;
-  //    a larger cell's children are visited in order, consecutive small ones packed together (packCandidate) and large
-  //    ones descended into. The descent stops at the first cell small enough: cheap next to the walk.
+// A thread's buffers for the pieces it runs: reused from piece to piece, so that a piece allocates next to nothing.
+struct PieceScratch {
   std::vector<Candidate> candidates;
-  std::vector<std::uint32_t> ancestors;  // ancestors[l]: the cell of level l on the path to the current cell
-  const auto cellCandidate = [&](std::uint32_t cell, BodyRange range, bool isCell) {
+  std::vector<Candidate> pending;  // pieces of a failed candidate still to test, the next one last
+  std::vector<Candidate> children;
+  Groups groups;
+};
+
+// Pieces hold at most this fraction of the bodies (or a few groups' worth): enough pieces to balance many cores.
+constexpr std::size_t kMinPieces = 256;
+
+// Candidates by count, in body order (makeGroups, step 1): depth-first from a cell, a cell with at most ncrit bodies
+// is a candidate; a larger cell's children are visited in order, consecutive small ones packed together
+// (packCandidate) and large ones descended into. With `pieces`, subtrees of at most `deferBodies` bodies are left to
+// pieces of their own, in order among the pieces of single candidates.
+class CandidateFinder {
+ public:
+  CandidateFinder(const Octree& tree, std::uint32_t ncrit) : tree_(tree), ncrit_(ncrit) {}
+
+  /// The candidates of the subtree under `cell`, whose ancestors (root first) are `ancestors`, appended to `out`.
+  void find(std::uint32_t cell, std::span<const std::uint32_t> ancestors, std::vector<Candidate>& out) {
+    ancestors_.assign(ancestors.begin(), ancestors.end());
+    out_ = &out;
+    pieces_ = nullptr;
+    visit(cell);
+  }
+
+  /// The pieces of the whole tree, in body order.
+  void findPieces(std::size_t deferBodies, std::vector<Piece>& pieces) {
+    ancestors_.clear();
+    pieces_ = &pieces;
+    deferBodies_ = deferBodies;
+    visit(0);
+  }
+
+ private:
+  Candidate cellCandidate(std::uint32_t cell, BodyRange range, bool isCell) const {
     Candidate c;
     c.range = range;
     c.cell = isCell ? cell : kNoCell;
-    for (int d = 0; d < 3; ++d) c.centre[d] = tree.centre[3 * cell + d];
-    c.halfSide = tree.halfSide[cell];
-    c.level = tree.level[cell];
+    for (int d = 0; d < 3; ++d) c.centre[d] = tree_.centre[3 * cell + d];
+    c.halfSide = tree_.halfSide[cell];
+    c.level = tree_.level[cell];
     // Probes lie at most E / (2 kMaxExtentOverGroupScale) <= halfSide / kMaxExtentOverGroupScale outside the cell
     // (E <= its edge); twice that leaves room for rounding.
     const double reach = c.halfSide * (1.0 + 2.0 / kMaxExtentOverGroupScale);
     for (int l = c.level - 1; l > 0 && c.probeRoot == 0; --l) {
-      const std::uint32_t ancestor = ancestors[l];
+      const std::uint32_t ancestor = ancestors_[l];
       bool holds = true;
       for (int d = 0; d < 3; ++d) {
-        holds = holds && std::abs(c.centre[d] - tree.centre[3 * ancestor + d]) + reach <= tree.halfSide[ancestor];
+        holds = holds && std::abs(c.centre[d] - tree_.centre[3 * ancestor + d]) + reach <= tree_.halfSide[ancestor];
       }
       if (holds) c.probeRoot = ancestor;
     }
     return c;
-  };
+  }
+
   // A pack of siblings lies in its parent's cube, which serves as its cube for the extent rule (a failing pack is
   // split into its members, each then tested as a cell).
-  const auto packCandidate = [&](std::uint32_t parent, std::uint32_t firstMember, std::uint32_t lastMember) {
-    if (lastMember - firstMember == 1) return cellCandidate(firstMember, tree.bodies[firstMember], true);
-    Candidate c = cellCandidate(parent, {tree.bodies[firstMember].first, tree.bodies[lastMember - 1].last}, false);
+  Candidate packCandidate(std::uint32_t parent, std::uint32_t firstMember, std::uint32_t lastMember) const {
+    if (lastMember - firstMember == 1) return cellCandidate(firstMember, tree_.bodies[firstMember], true);
+    Candidate c = cellCandidate(parent, {tree_.bodies[firstMember].first, tree_.bodies[lastMember - 1].last}, false);
     c.firstMember = firstMember;
     c.numMembers = lastMember - firstMember;
     return c;
-  };
-  const auto visit = [&](auto& self, std::uint32_t cell) -> void {
-    ancestors.resize(tree.level[cell]);
-    ancestors.push_back(cell);
-    const BodyRange range = tree.bodies[cell];
-    if (range.size() <= ncrit) {
-      candidates.push_back(cellCandidate(cell, range, true));
-    } else if (tree.isLeaf(cell)) {
+  }
+
+  void emit(const Candidate& c) {
+    if (pieces_ != nullptr) {
+      pieces_->emplace_back().candidate = c;
+    } else {
+      out_->push_back(c);
+    }
+  }
+
+  void visit(std::uint32_t cell) {
+    ancestors_.resize(tree_.level[cell]);  // ancestors_[l]: the cell of level l on the path to the current cell
+    ancestors_.push_back(cell);
+    const BodyRange range = tree_.bodies[cell];
+    if (range.size() <= ncrit_) {
+      emit(cellCandidate(cell, range, true));
+    } else if (tree_.isLeaf(cell)) {
       // A leaf with more than ncrit bodies: consecutive chunks, each a candidate in the leaf's cube.
-      for (std::uint32_t first = range.first; first < range.last; first += ncrit) {
-        candidates.push_back(cellCandidate(cell, {first, std::min(range.last, first + ncrit)}, false));
+      for (std::uint32_t first = range.first; first < range.last; first += ncrit_) {
+        emit(cellCandidate(cell, {first, std::min(range.last, first + ncrit_)}, false));
       }
     } else {
       // Consecutive small children are packed greedily (optimal for the number of packs of contiguous runs), but a
@@ -222,11 +275,11 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
       // also covers octants 0 and 3, and if either holds bodies (a dense core beside two sparse corners) the pack's
       // box would lie over them and its list would take in everything there. A pack that fails gives back its last
       // members until it passes (a single cell always does).
-      const std::uint32_t firstChild = tree.firstChild[cell];
-      const std::uint32_t lastChild = firstChild + tree.numChildren[cell];
+      const std::uint32_t firstChild = tree_.firstChild[cell];
+      const std::uint32_t lastChild = firstChild + tree_.numChildren[cell];
       std::uint32_t digits[8];
       for (std::uint32_t child = firstChild; child < lastChild; ++child) {
-        digits[child - firstChild] = octantDigit(&tree.centre[3 * child], &tree.centre[3 * cell]);
+        digits[child - firstChild] = octantDigit(&tree_.centre[3 * child], &tree_.centre[3 * cell]);
       }
       const auto isBlock = [&](std::uint32_t first, std::uint32_t last) {
         std::uint32_t any = 0, all = 7;  // bits set in some member, bits set in every member
@@ -243,68 +296,122 @@ void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncr
       };
       std::uint32_t child = firstChild;
       while (child < lastChild) {
-        if (tree.bodies[child].size() > ncrit) {
-          self(self, child);
-          ancestors.resize(tree.level[cell] + 1);  // the descent replaced the deeper entries
+        if (tree_.bodies[child].size() > ncrit_) {
+          if (pieces_ != nullptr && tree_.bodies[child].size() <= deferBodies_) {
+            Piece& piece = pieces_->emplace_back();
+            piece.subtree = child;
+            std::copy(ancestors_.begin(), ancestors_.end(), piece.ancestors.begin());
+          } else {
+            visit(child);
+            ancestors_.resize(tree_.level[cell] + 1);  // the descent replaced the deeper entries
+          }
           ++child;
           continue;
         }
         std::uint32_t last = child + 1;
-        std::uint32_t bodies = tree.bodies[child].size();
-        while (last < lastChild && bodies + tree.bodies[last].size() <= ncrit) bodies += tree.bodies[last++].size();
+        std::uint32_t bodies = tree_.bodies[child].size();
+        while (last < lastChild && bodies + tree_.bodies[last].size() <= ncrit_) bodies += tree_.bodies[last++].size();
         while (last - child > 1 && !isBlock(child, last)) --last;
-        candidates.push_back(packCandidate(cell, child, last));
+        emit(packCandidate(cell, child, last));
         child = last;
       }
     }
-  };
-  visit(visit, 0);
+  }
 
-  // 2. Tight boxes and the extent rule, in parallel over candidates. One body, or the deepest level, cannot split.
+  const Octree& tree_;
+  const std::uint32_t ncrit_;
+  std::vector<std::uint32_t> ancestors_;
+  std::vector<Candidate>* out_ = nullptr;
+  std::vector<Piece>* pieces_ = nullptr;
+  std::size_t deferBodies_ = 0;
+};
+
+}  // namespace
+
+void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups) {
+  MATCHA_ASSERT(ncrit >= 1, "ncrit must be >= 1");
+  // 1. Candidates by count (CandidateFinder). A serial descent over the largest cells cuts the bodies into pieces,
+  //    in body order, and the rest runs in parallel over pieces: the descent stops at the first cell small enough, so
+  //    the serial part visits only the few cells above the pieces.
+  const std::size_t numBodies = tree.bodies[0].size();
+  std::vector<Piece> pieces;
+  CandidateFinder(tree, ncrit).findPieces(std::max(numBodies / kMinPieces, 4 * std::size_t{ncrit}), pieces);
+
+  // 2. Per candidate, its tight box and the extent rule. One body, or the deepest level, cannot split. A candidate
+  //    that fails is split (tree children, else virtual octants) and the pieces are tested in turn, depth-first (few
+  //    candidates fail).
   const auto isFinal = [&](const Candidate& c, const TightBox& box) {
     return c.range.size() == 1 || c.level >= kMaxLevel || passesExtentRule(tree, sources, box, c.probeRoot, ncrit);
   };
-  std::vector<TightBox> boxes(candidates.size());
-  std::vector<std::uint8_t> isGroup(candidates.size());
-  tbb::parallel_for(std::size_t{0}, candidates.size(), [&](std::size_t k) {
-    boxes[k] = computeTightBox(sources, candidates[k].range);
-    isGroup[k] = isFinal(candidates[k], boxes[k]) ? 1 : 0;
-  });
-
-  // 3. Groups in body order. A candidate that fails the rule is split (tree children, else virtual octants) and the
-  //    pieces are tested in turn, depth-first. Serial: few candidates fail.
-  groups.ranges.clear();
-  groups.centre.clear();
-  groups.halfExtent.clear();
-  groups.relativeTolerance.clear();
-  groups.numExtentSplits = 0;
-  groups.numCandidates = candidates.size();
-  std::vector<Candidate> pending;  // pieces still to test, the next one last
-  std::vector<Candidate> children;
-  const auto split = [&](const Candidate& c) {
-    ++groups.numExtentSplits;
-    children.clear();
-    splitCandidate(tree, sources, c, children);
-    pending.insert(pending.end(), children.rbegin(), children.rend());
-  };
-  for (std::size_t k = 0; k < candidates.size(); ++k) {
-    if (isGroup[k]) {
-      appendGroup(candidates[k].range, boxes[k], groups);
-      continue;
+  tbb::enumerable_thread_specific<PieceScratch> scratch;
+  tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t p) {
+    Piece& piece = pieces[p];
+    PieceScratch& local = scratch.local();
+    local.candidates.clear();
+    if (piece.subtree != kNoCell) {
+      CandidateFinder(tree, ncrit)
+          .find(piece.subtree, {piece.ancestors.data(), tree.level[piece.subtree]}, local.candidates);
+    } else {
+      local.candidates.push_back(piece.candidate);
     }
-    split(candidates[k]);
-    while (!pending.empty()) {
-      const Candidate piece = pending.back();
-      pending.pop_back();
-      const TightBox box = computeTightBox(sources, piece.range);
-      if (isFinal(piece, box)) {
-        appendGroup(piece.range, box, groups);
-      } else {
-        split(piece);
+    Groups& found = local.groups;
+    piece.found = &found;
+    piece.firstGroup = found.size();
+    piece.numCandidates = local.candidates.size();
+    const std::size_t splitsBefore = found.numExtentSplits;
+    const auto split = [&](const Candidate& c) {
+      ++found.numExtentSplits;
+      local.children.clear();
+      splitCandidate(tree, sources, c, local.children);
+      local.pending.insert(local.pending.end(), local.children.rbegin(), local.children.rend());
+    };
+    for (const Candidate& candidate : local.candidates) {
+      const TightBox box = computeTightBox(sources, candidate.range);
+      if (isFinal(candidate, box)) {
+        appendGroup(candidate.range, box, found);
+        continue;
+      }
+      split(candidate);
+      while (!local.pending.empty()) {
+        const Candidate next = local.pending.back();
+        local.pending.pop_back();
+        const TightBox nextBox = computeTightBox(sources, next.range);
+        if (isFinal(next, nextBox)) {
+          appendGroup(next.range, nextBox, found);
+        } else {
+          split(next);
+        }
       }
     }
+    piece.numGroups = found.size() - piece.firstGroup;
+    piece.numExtentSplits = found.numExtentSplits - splitsBefore;
+  });
+
+  // 3. The pieces' groups, concatenated in body order.
+  std::vector<std::size_t> firstGroup(pieces.size());
+  std::size_t numGroups = 0;
+  groups.numCandidates = 0;
+  groups.numExtentSplits = 0;
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    firstGroup[p] = numGroups;
+    numGroups += pieces[p].numGroups;
+    groups.numCandidates += pieces[p].numCandidates;
+    groups.numExtentSplits += pieces[p].numExtentSplits;
   }
-  groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
+  groups.ranges.resize(numGroups);
+  groups.centre.resize(3 * numGroups);
+  groups.halfExtent.resize(3 * numGroups);
+  tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t p) {
+    const Piece& piece = pieces[p];
+    const Groups& found = *piece.found;
+    const std::size_t first = piece.firstGroup, last = first + piece.numGroups;
+    std::copy(found.ranges.begin() + first, found.ranges.begin() + last, groups.ranges.begin() + firstGroup[p]);
+    std::copy(found.centre.begin() + 3 * first, found.centre.begin() + 3 * last,
+              groups.centre.begin() + 3 * firstGroup[p]);
+    std::copy(found.halfExtent.begin() + 3 * first, found.halfExtent.begin() + 3 * last,
+              groups.halfExtent.begin() + 3 * firstGroup[p]);
+  });
+  groups.relativeTolerance.assign(numGroups, std::numeric_limits<double>::infinity());
 }
 
 void setGroupBoxesOfBalls(const SourceView& sources, const float* radius, Groups& groups) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "matcha/core/cell_refit.hpp"
 #include "matcha/core/errors.hpp"
@@ -20,13 +21,25 @@ std::uint32_t childDigit(std::uint64_t key, int level) {
   return static_cast<std::uint32_t>((key >> shift) & 7u);
 }
 
-void appendCell(Octree& tree) {
-  tree.bodies.emplace_back();
-  tree.firstChild.push_back(0);
-  tree.numChildren.push_back(0);
-  tree.level.push_back(0);
-  tree.centre.insert(tree.centre.end(), 3, 0.0);
-  tree.halfSide.push_back(0.0);
+// Blocks of a level's cells: the first pass counts each block's children, a scan over the blocks gives each block
+// where its children start, and the second pass places them, so the exclusive scan over the level's cells runs in
+// parallel inside the two passes. Enough blocks to balance many cores, few enough that their scan costs nothing.
+constexpr std::uint32_t kMaxBlocksPerLevel = 1024;
+
+// Sizes the per-cell vectors for `numCells` cells. Growing value-initialises the new elements serially, so the
+// vectors keep their size from the last build (and within this one only ever grow): a rebuild over similar bodies
+// then fills next to nothing, and the passes write every element of each level they use.
+void resizeCells(Octree& tree, std::size_t numCells) {
+  tree.bodies.resize(numCells);
+  tree.firstChild.resize(numCells);
+  tree.numChildren.resize(numCells);
+  tree.level.resize(numCells);
+  tree.centre.resize(3 * numCells);
+  tree.halfSide.resize(numCells);
+}
+
+void growCells(Octree& tree, std::size_t numCells) {
+  if (tree.bodies.size() < numCells) resizeCells(tree, numCells);
 }
 
 }  // namespace
@@ -34,82 +47,100 @@ void appendCell(Octree& tree) {
 void buildOctree(std::span<const std::uint64_t> sortedKeys, const Cube& cube, std::uint32_t nleaf, Octree& tree) {
   MATCHA_ASSERT(!sortedKeys.empty(), "octree of no bodies");
   MATCHA_ASSERT(nleaf >= 1, "nleaf must be >= 1");
-  tree.bodies.clear();
-  tree.firstChild.clear();
-  tree.numChildren.clear();
-  tree.level.clear();
-  tree.centre.clear();
-  tree.halfSide.clear();
   tree.levelOffsets.assign(1, 0);
 
-  appendCell(tree);
+  resizeCells(tree, std::max<std::size_t>(tree.bodies.size(), 1));
   tree.bodies[0] = {0, static_cast<std::uint32_t>(sortedKeys.size())};
+  tree.level[0] = 0;
   for (int d = 0; d < 3; ++d) tree.centre[d] = cube.lo[d] + 0.5 * cube.side;
   tree.halfSide[0] = 0.5 * cube.side;
   tree.levelOffsets.push_back(1);
 
-  // Per cell of the current level: where each of its 8 octants starts in the sorted bodies (9 boundaries).
-  std::vector<std::uint32_t> octantStart;
-  std::vector<std::uint32_t> numNewChildren;
+  // Per cell of the current level that splits: where each of its 8 octants starts in the sorted bodies (9
+  // boundaries). A block's splitting cells take the block's first slots, in order: most cells are leaves, and the
+  // slots left over at the end of each block are never touched, so a level costs page faults (the buffer is fresh
+  // each build) only for the cells that split. Never filled: every slot read was written.
+  std::unique_ptr<std::uint32_t[]> octantStart;
+  std::size_t octantStartSize = 0;
+  // Per block of the current level: the number of its cells' children, then (scanned) the id of its first child.
+  std::vector<std::uint32_t> blockChildren;
+  std::size_t numCells = 1;
   for (int level = 0; level < kMaxLevel; ++level) {
     const std::uint32_t begin = tree.levelOffsets[level];
     const std::uint32_t end = tree.levelOffsets[level + 1];
     const std::uint32_t numLevelCells = end - begin;
-    octantStart.assign(9 * std::size_t{numLevelCells}, 0);
-    numNewChildren.assign(numLevelCells, 0);
-
-    tbb::parallel_for(std::uint32_t{0}, numLevelCells, [&](std::uint32_t k) {
-      const BodyRange range = tree.bodies[begin + k];
-      if (range.size() <= nleaf) return;
-      std::uint32_t* starts = &octantStart[9 * std::size_t{k}];
-      starts[0] = range.first;
-      starts[8] = range.last;
-      // Keys are sorted and share the cell's prefix, so the octant digit is monotone over the range.
-      for (std::uint32_t digit = 1; digit < 8; ++digit) {
-        const auto* it = std::partition_point(sortedKeys.data() + starts[digit - 1], sortedKeys.data() + range.last,
-                                              [&](std::uint64_t key) { return childDigit(key, level) < digit; });
-        starts[digit] = static_cast<std::uint32_t>(it - sortedKeys.data());
-      }
-      std::uint32_t count = 0;
-      for (int digit = 0; digit < 8; ++digit) count += starts[digit + 1] > starts[digit] ? 1 : 0;
-      numNewChildren[k] = count;
-    });
-
-    // Exclusive scan: children of the level are appended in the order of their parents.
-    std::uint32_t next = end;
-    for (std::uint32_t k = 0; k < numLevelCells; ++k) {
-      tree.firstChild[begin + k] = next;
-      tree.numChildren[begin + k] = static_cast<std::uint8_t>(numNewChildren[k]);
-      next += numNewChildren[k];
+    if (9 * std::size_t{numLevelCells} > octantStartSize) {
+      octantStartSize = 9 * std::size_t{numLevelCells};
+      octantStart = std::make_unique_for_overwrite<std::uint32_t[]>(octantStartSize);
     }
-    if (next == end) break;  // every cell of this level is a leaf
-    const std::size_t numCells = next;
-    tree.bodies.resize(numCells);
-    tree.firstChild.resize(numCells, 0);
-    tree.numChildren.resize(numCells, 0);
-    tree.level.resize(numCells, static_cast<std::uint8_t>(level + 1));
-    tree.centre.resize(3 * numCells, 0.0);
-    tree.halfSide.resize(numCells, 0.0);
+    const std::uint32_t cellsPerBlock = (numLevelCells + kMaxBlocksPerLevel - 1) / kMaxBlocksPerLevel;
+    const std::uint32_t numBlocks = (numLevelCells + cellsPerBlock - 1) / cellsPerBlock;
+    blockChildren.resize(numBlocks);
+    const auto blockEnd = [&](std::uint32_t block) { return std::min(numLevelCells, (block + 1) * cellsPerBlock); };
 
-    tbb::parallel_for(std::uint32_t{0}, numLevelCells, [&](std::uint32_t k) {
-      const std::uint32_t parent = begin + k;
-      if (numNewChildren[k] == 0) return;
-      const std::uint32_t* starts = &octantStart[9 * std::size_t{k}];
-      const double childHalf = 0.5 * tree.halfSide[parent];
-      std::uint32_t child = tree.firstChild[parent];
-      for (std::uint32_t digit = 0; digit < 8; ++digit) {
-        if (starts[digit + 1] == starts[digit]) continue;
-        tree.bodies[child] = {starts[digit], starts[digit + 1]};
-        tree.halfSide[child] = childHalf;
-        for (int d = 0; d < 3; ++d) {
-          const double sign = (digit >> d) & 1u ? 1.0 : -1.0;  // bit d of the digit is dimension d (x lowest)
-          tree.centre[3 * child + d] = tree.centre[3 * parent + d] + sign * childHalf;
+    tbb::parallel_for(std::uint32_t{0}, numBlocks, [&](std::uint32_t block) {
+      std::uint32_t numBlockChildren = 0;
+      std::uint32_t* starts = &octantStart[9 * std::size_t{block * cellsPerBlock}];
+      for (std::uint32_t k = block * cellsPerBlock; k < blockEnd(block); ++k) {
+        const BodyRange range = tree.bodies[begin + k];
+        std::uint32_t count = 0;
+        if (range.size() > nleaf) {
+          starts[0] = range.first;
+          starts[8] = range.last;
+          // Keys are sorted and share the cell's prefix, so the octant digit is monotone over the range.
+          for (std::uint32_t digit = 1; digit < 8; ++digit) {
+            const auto* it = std::partition_point(sortedKeys.data() + starts[digit - 1], sortedKeys.data() + range.last,
+                                                  [&](std::uint64_t key) { return childDigit(key, level) < digit; });
+            starts[digit] = static_cast<std::uint32_t>(it - sortedKeys.data());
+          }
+          for (int digit = 0; digit < 8; ++digit) count += starts[digit + 1] > starts[digit] ? 1 : 0;
+          starts += 9;
         }
-        ++child;
+        tree.numChildren[begin + k] = static_cast<std::uint8_t>(count);
+        numBlockChildren += count;
+      }
+      blockChildren[block] = numBlockChildren;
+    });
+
+    // Children of the level are appended in the order of their parents.
+    std::uint32_t next = end;
+    for (std::uint32_t& children : blockChildren) {
+      const std::uint32_t first = next;
+      next += children;
+      children = first;
+    }
+    numCells = next;
+    growCells(tree, numCells);
+
+    tbb::parallel_for(std::uint32_t{0}, numBlocks, [&](std::uint32_t block) {
+      std::uint32_t child = blockChildren[block];
+      const std::uint32_t* starts = &octantStart[9 * std::size_t{block * cellsPerBlock}];
+      for (std::uint32_t k = block * cellsPerBlock; k < blockEnd(block); ++k) {
+        const std::uint32_t parent = begin + k;
+        tree.firstChild[parent] = child;
+        if (tree.numChildren[parent] == 0) continue;  // a cell that splits has children: its range is not empty
+        const double childHalf = 0.5 * tree.halfSide[parent];
+        for (std::uint32_t digit = 0; digit < 8; ++digit) {
+          if (starts[digit + 1] == starts[digit]) continue;
+          tree.bodies[child] = {starts[digit], starts[digit + 1]};
+          // A leaf unless the next level splits it (a cell of the deepest level always is one).
+          tree.firstChild[child] = 0;
+          tree.numChildren[child] = 0;
+          tree.level[child] = static_cast<std::uint8_t>(level + 1);
+          tree.halfSide[child] = childHalf;
+          for (int d = 0; d < 3; ++d) {
+            const double sign = (digit >> d) & 1u ? 1.0 : -1.0;  // bit d of the digit is dimension d (x lowest)
+            tree.centre[3 * child + d] = tree.centre[3 * parent + d] + sign * childHalf;
+          }
+          ++child;
+        }
+        starts += 9;
       }
     });
-    tree.levelOffsets.push_back(static_cast<std::uint32_t>(numCells));
+    if (next == end) break;  // every cell of this level is a leaf
+    tree.levelOffsets.push_back(next);
   }
+  resizeCells(tree, numCells);
 }
 
 void computeMultipoles(const SourceView& sources, double theta, MultipoleOrder order, Octree& tree,

@@ -6,11 +6,13 @@
 #endif
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_scan.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -81,10 +83,25 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
   walkTree.truncationPower = tree.multipoles.hasQuadrupole ? 3 : 2;
 
   // Block 0 holds the root; the children of the k-th cell that has children are block k + 1, in cell order.
+  // A parallel scan: the count of cells with children before each one.
   std::vector<std::uint32_t>& blockOf = walkTree.blockOfCell;
   blockOf.resize(numCells);
-  std::uint32_t numBlocks = 1;
-  for (std::size_t c = 0; c < numCells; ++c) blockOf[c] = tree.isLeaf(c) ? WalkTree::kLeaf : numBlocks++;
+  const std::uint32_t numBlocks =
+      1 + tbb::parallel_scan(
+              tbb::blocked_range<std::size_t>(0, numCells, 4096), std::uint32_t{0},
+              [&](const tbb::blocked_range<std::size_t>& r, std::uint32_t numBefore, bool isFinalScan) {
+                for (std::size_t c = r.begin(); c != r.end(); ++c) {
+                  if (tree.isLeaf(c)) {
+                    if (isFinalScan) blockOf[c] = WalkTree::kLeaf;
+                  } else {
+                    if (isFinalScan) blockOf[c] = numBefore + 1;
+                    ++numBefore;
+                  }
+                }
+                return numBefore;
+              },
+              std::plus<>());
+  // Value-initialises (serially) only the blocks past the last build's count: the loop below writes every block.
   walkTree.blocks.resize(numBlocks);
 
   const double invLength = 1.0 / walkTree.lengthScale;

@@ -65,8 +65,8 @@ inline constexpr double kMaxExtentOverGroupScale = 4.0;
 /// outlier with a few halo bodies) passes however large its box: its faces see sparse cells, and its list is short.
 /// Cost: six point descents per candidate, from a nearby ancestor down to the group scale (no extra walk).
 ///
-/// Overwrites `groups` (reusing its capacity). Parallel over candidates for the boxes and the rule; splitting, rare,
-/// is serial.
+/// Overwrites `groups` (reusing its capacity). Parallel over pieces of the tree (subtrees of at most 1/256 of the
+/// bodies, found by a serial descent over the cells above them): each piece's candidates, boxes, rule and splits.
 void makeGroups(const Octree& tree, const SourceView& sources, std::uint32_t ncrit, Groups& groups);
 
 /// Sets every group's box to the box of its bodies taken as balls of radius[i] around their positions (a tree built
