@@ -2,9 +2,11 @@
 // Groups (makeGroups): the count rule of the modified tree, the extent rule on top of it, and what the groups do to
 // the interaction lists (TreeSolver::buildPlanOnly). Hand-sized cases first, then seeded random inputs.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <algorithm>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -250,6 +252,35 @@ TEST(RelativeTolerances, ScaleByEachGroupsSmallestAccelerationAboveTheFloor) {
   groups.relativeTolerance.assign(3, 1.0);
   EXPECT_FALSE(setRelativeTolerances(fresh, 1e-3, 2.0, groups));
   EXPECT_EQ(groups.relativeTolerance, std::vector<double>(3, inf));
+}
+
+// The floor's mean |a| is a parallel sum: the tolerances (and so the lists) are the same, bit for bit, on one thread
+// and on all of them, call after call.
+TEST(RelativeTolerances, DoNotDependOnTheThreads) {
+  const std::size_t n = 300001;
+  Particles p(n);
+  std::mt19937_64 random(7);
+  std::uniform_real_distribution<double> component(-1.0, 1.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double scale = i < 1000 ? 1e-6 : 1.0;  // the first group's bodies sit below the floor
+    p.ax[i] = scale * component(random);
+    p.ay[i] = scale * component(random);
+    p.az[i] = scale * component(random);
+  }
+  Groups groups;
+  for (std::uint32_t first = 0; first < n; first += 1000) {
+    groups.ranges.push_back({first, std::min<std::uint32_t>(first + 1000, static_cast<std::uint32_t>(n))});
+  }
+  std::vector<double> oneThread;
+  {
+    tbb::global_control threads(tbb::global_control::max_allowed_parallelism, 1);
+    ASSERT_TRUE(setRelativeTolerances(p, 1e-3, 1.0, groups));
+    oneThread = groups.relativeTolerance;
+  }
+  for (int repeat = 0; repeat < 20; ++repeat) {
+    ASSERT_TRUE(setRelativeTolerances(p, 1e-3, 1.0, groups));
+    ASSERT_EQ(groups.relativeTolerance, oneThread) << "call " << repeat;
+  }
 }
 
 }  // namespace

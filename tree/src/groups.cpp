@@ -444,8 +444,10 @@ bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double
     return std::sqrt(previous.ax[i] * previous.ax[i] + previous.ay[i] * previous.ay[i] +
                      previous.az[i] * previous.az[i]);
   };
-  const double sumAccel = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, count), 0.0,
+  // A deterministic reduce over fixed blocks: the floor, and so the lists, must not depend on how the threads split
+  // the sum (runs would differ bit by bit from one run or thread count to the next).
+  const double sumAccel = tbb::parallel_deterministic_reduce(
+      tbb::blocked_range<std::size_t>(0, count, 4096), 0.0,
       [&](const tbb::blocked_range<std::size_t>& block, double sum) {
         for (std::size_t i = block.begin(); i < block.end(); ++i) sum += accel(i);
         return sum;
