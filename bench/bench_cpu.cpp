@@ -28,6 +28,17 @@ Particles plummer(std::int64_t n) {
   return ic::makePlummer(params);
 }
 
+/// Accelerations for the relative test to scale by, from a cheap tree (monopoles at theta 0.8): close enough for
+/// the test's tolerances, as the solver's own estimate pass.
+void setRoughAccelerations(Particles& p) {
+  gpu::CpuEngine engine(gpu::Precision::float32);
+  TreeParams rough;
+  rough.theta = 0.8;
+  rough.alpha = 0.0;
+  rough.multipole = MultipoleOrder::monopole;
+  tree::TreeSolver(engine, rough, GravityParams{}).computeForces(p);
+}
+
 void reportRates(benchmark::State& state, const InteractionCounts& counts) {
   const double interactions = double(counts.total()) * double(state.iterations());
   state.counters["interactions/s"] = benchmark::Counter(interactions, benchmark::Counter::kIsRate);
@@ -74,15 +85,7 @@ void BM_TreeBuildAndWalk(benchmark::State& state) {
   Particles p = plummer(state.range(0));
   TreeParams params;
   params.alpha = double(state.range(1)) * 1e-4;
-  {
-    // Accelerations for the relative test to scale by; a cheap tree is close enough for an estimate.
-    gpu::CpuEngine engine(gpu::Precision::float32);
-    TreeParams rough;
-    rough.theta = 0.8;
-    rough.alpha = 0.0;
-    rough.multipole = MultipoleOrder::monopole;
-    tree::TreeSolver(engine, rough, GravityParams{}).computeForces(p);
-  }
+  setRoughAccelerations(p);
   gpu::CpuEngine unused(gpu::Precision::float32);
   tree::TreeSolver solver(unused, params, GravityParams{});
   std::uint64_t entries = 0;
@@ -97,22 +100,15 @@ void BM_TreeBuildAndWalk(benchmark::State& state) {
 }
 
 // The CPU side of a tree build, phase by phase, on 1, 2, 4, ... threads (tbb::global_control): how each phase scales
-// from one core to all of them (the Speed issue). Plummer N, theta 0.5, quadrupole cells, ncrit 64, nleaf 8, the
-// relative test scaled by accelerations from a cheap tree. Counters: milliseconds per phase (keys, sort = the key
+// from one core to all of them (the Speed issue). Plummer N, theta 0.5, quadrupole cells, the default ncrit and nleaf,
+// the relative test scaled by accelerations from a cheap tree. Counters: milliseconds per phase (keys, sort = the key
 // sort and the bodies' permutation, octree, multipoles, groups = groups and the walk tree, walk = every group's
 // list). The bodies are perturbed a little before each build, as one step moves them. Args: N, threads.
 void BM_TreePhases(benchmark::State& state) {
   const auto numThreads = static_cast<std::size_t>(state.range(1));
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, numThreads);
   Particles p = plummer(state.range(0));
-  {
-    gpu::CpuEngine engine(gpu::Precision::float32);
-    TreeParams rough;
-    rough.theta = 0.8;
-    rough.alpha = 0.0;
-    rough.multipole = MultipoleOrder::monopole;
-    tree::TreeSolver(engine, rough, GravityParams{}).computeForces(p);
-  }
+  setRoughAccelerations(p);
   const TreeParams params;
   tree::KeySorter sorter;
   tree::BodyPermuter permuter;

@@ -20,6 +20,7 @@
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/integrator/leapfrog.hpp"
 #include "matcha/testing/float_sums.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
@@ -721,14 +722,8 @@ TEST_F(CudaEngineTest, ReuseOnTheGpuMatchesTheCpuStepByStep) {
   std::uint64_t reused = 0;
   const double dt = 1.0 / 128.0;
   for (int step = 1; step <= 20; ++step) {
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      p.vx[i] += p.ax[i] * dt;
-      p.vy[i] += p.ay[i] * dt;
-      p.vz[i] += p.az[i] * dt;
-      p.x[i] += p.vx[i] * dt;
-      p.y[i] += p.vy[i] * dt;
-      p.z[i] += p.vz[i] * dt;
-    }
+    integrator::kick(p, dt);
+    integrator::drift(p, dt);
     twin = p;  // the same positions and accelerations; the device outputs are poisoned (testConfig)
     const ForceReport gpuReport = gpuSolver.computeForces(p);
     const ForceReport cpuReport = cpuSolver.computeForces(twin);
