@@ -13,6 +13,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/memory_model.hpp"
+#include "matcha/integrator/run_loop.hpp"
 #include "matcha/tree/memory_estimate.hpp"
 
 namespace matcha::app {
@@ -26,8 +27,6 @@ constexpr std::uint64_t kProgramBytes = std::uint64_t{16} << 20;
 /// tree, accelerations and balls; its peak measured at 156 bytes per body on a Plummer sphere of 2^20), for
 /// requireBodiesFit.
 constexpr std::uint64_t kEstimateBytesPerBody = 200;
-
-constexpr std::uint64_t kBodyBytes = 11 * sizeof(double) + sizeof(std::uint64_t);
 
 constexpr std::uint64_t kUnknown = std::numeric_limits<std::uint64_t>::max();
 
@@ -154,7 +153,7 @@ std::uint64_t deviceFreeBytes() {
 RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials) {
   RunMemory memory;
   memory.onGpu = onGpu;
-  memory.numSteps = static_cast<std::uint64_t>(std::llround(options.integrator.tEnd / options.integrator.dt));
+  memory.numSteps = integrator::checkedStepCount(options.integrator.tEnd, options.integrator.dt);
   MemoryEstimate& estimate = memory.estimate;
   const std::uint64_t n = particles.size();
   if (options.solver == SolverKind::tree) {
@@ -167,7 +166,7 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
     // and for the sort its (key, index) pairs and their scratch, the sorted keys and the order; then the bodies'
     // permutation scratch.
     estimate.numBodies = n;
-    estimate.add("bodies", n * kBodyBytes);
+    estimate.add("bodies", n * kBytesPerBody);
     estimate.add("Hilbert sort", n * (2 * sizeof(std::uint64_t) + 2 * 16 + sizeof(std::uint32_t) + sizeof(double)));
   }
   if (options.solver == SolverKind::direct || directPotentials) gpu::addEngineDirectMemory(n, onGpu, estimate);
@@ -189,7 +188,7 @@ void requireBodiesFit(const Options& options) {
   if (n >= (std::uint64_t{1} << 31)) {
     throw InputError("-n/--bodies: at most 2^31 - 1 bodies are supported (got " + std::to_string(n) + ")");
   }
-  const std::uint64_t needed = n * (kBodyBytes + kEstimateBytesPerBody) + kProgramBytes;
+  const std::uint64_t needed = n * (kBytesPerBody + kEstimateBytesPerBody) + kProgramBytes;
   if (available != 0 && needed > available) {
     throw InputError("-n " + std::to_string(n) + " needs more than " + formatBytes(needed) +
                      " of host memory just to hold the bodies and measure their tree (" + formatBytes(available) +

@@ -17,24 +17,6 @@ namespace {
 /// The progress report's energy is measured at most this often (wall seconds), and at every output.
 constexpr double kProgressEnergySeconds = 1.0;
 
-/// Largest step count accepted: beyond 2^53, step numbers are no longer exact in double and time = steps * dt lies.
-constexpr double kMaxSteps = 0x1p53;
-
-/// round(tEnd / dt), or InputError when tEnd is not a whole number of steps (to 1e-9 relative: 0.3 / 0.1 =
-/// 2.9999999999999996 must pass, 1 / 0.3 must not).
-std::uint64_t checkedStepCount(double tEnd, double dt) {
-  const double ratio = tEnd / dt;
-  if (!(ratio <= kMaxSteps)) throw InputError("t-end / dt is more than 2^53 steps");
-  const double nearest = std::round(ratio);
-  if (std::abs(ratio - nearest) > 1e-9 * std::max(1.0, ratio)) {
-    char message[160];
-    std::snprintf(message, sizeof message, "t-end must be a multiple of dt (t-end = %.17g, dt = %.17g, ratio %.17g)",
-                  tEnd, dt, ratio);
-    throw InputError(message);
-  }
-  return static_cast<std::uint64_t>(nearest);
-}
-
 /// Which steps carry an output: output k (k >= 1) falls on step round(k * outputInterval / dt). Computed from k each
 /// time rather than by adding intervals, so that no rounding drift accumulates over long runs.
 class OutputSchedule {
@@ -100,7 +82,23 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.groupsRepaired += interval.groupsRepaired;
 }
 
+/// Largest step count accepted: beyond 2^53, step numbers are no longer exact in double and time = steps * dt lies.
+constexpr double kMaxSteps = 0x1p53;
+
 }  // namespace
+
+std::uint64_t checkedStepCount(double tEnd, double dt) {
+  const double ratio = tEnd / dt;
+  if (!(ratio <= kMaxSteps)) throw InputError("t-end / dt is more than 2^53 steps");
+  const double nearest = std::round(ratio);
+  if (std::abs(ratio - nearest) > 1e-9 * std::max(1.0, ratio)) {
+    char message[160];
+    std::snprintf(message, sizeof message, "t-end must be a multiple of dt (t-end = %.17g, dt = %.17g, ratio %.17g)",
+                  tEnd, dt, ratio);
+    throw InputError(message);
+  }
+  return static_cast<std::uint64_t>(nearest);
+}
 
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
                        const RunCallbacks& callbacks) {

@@ -283,8 +283,7 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   estimate.listEntries = static_cast<std::uint64_t>(double(sizes.listCells + sizes.listRanges) * resident);
   estimate.listBodies = static_cast<std::uint64_t>(double(sizes.listBodies) * resident);
 
-  // Particles: 11 doubles and an id per body.
-  estimate.add("bodies", n * (11 * sizeof(double) + sizeof(std::uint64_t)));
+  estimate.add("bodies", n * kBytesPerBody);
 
   // Per tree (TreeSolver::TreeBuild): keys and sorted keys, the order, the sorter's two (key, index) buffers.
   std::uint64_t keys = n * (2 * sizeof(std::uint64_t) + sizeof(std::uint32_t) + 2 * 16);

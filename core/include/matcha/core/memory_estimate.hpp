@@ -53,6 +53,9 @@ struct MemoryPart {
 /// The memory a run needs at its peak: every array it keeps, each at the size it reaches, plus the largest buffers
 /// that are alive at that moment. An estimate: the lists are scaled up from a sample, and the heap's own overhead is
 /// left out.
+/// Bytes of one body in Particles: position, velocity, acceleration (3 doubles each), mass and potential, and its id.
+inline constexpr std::uint64_t kBytesPerBody = 11 * sizeof(double) + sizeof(std::uint64_t);
+
 struct MemoryEstimate {
   std::uint64_t hostBytes = 0;    ///< sum of the parts' host bytes
   std::uint64_t deviceBytes = 0;  ///< sum of the parts' device bytes (0 without a GPU engine)

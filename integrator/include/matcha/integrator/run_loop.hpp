@@ -80,6 +80,11 @@ struct RunSummary {
   Diagnostics final;                 ///< at tEnd
 };
 
+/// The number of steps from 0 to tEnd: round(tEnd / dt), or InputError when tEnd is not a whole number of steps (to
+/// 1e-9 relative: 0.3 / 0.1 = 2.9999999999999996 must pass, 1 / 0.3 must not) or more than 2^53 of them. The run and
+/// its memory estimate (matcha run --dry-run) count alike.
+std::uint64_t checkedStepCount(double tEnd, double dt);
+
 /// Runs KDK leapfrog from t = 0 to params.tEnd with step params.dt: one initial force call, then round(tEnd / dt)
 /// steps. Output k (k = 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from
 /// k so that no drift accumulates); outputs that would fall on the same step are merged, and the final step is
