@@ -14,7 +14,8 @@
 # Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
 # default the tree build and walk), BENCH=0 to skip benchmarks,
 # SASS=0 to skip the disassembly, CTEST=0 to skip the tests, PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
-# STEPS=1 (STEP_SIZES) for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
+# STEPS=1 (STEP_SIZES, STEP_NCRIT, STEP_THETAS, STEP_RUNS, STEP_T_END; SCALING_FILTER for bench_cpu's core scaling)
+# for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
 # and one force evaluation at 2^28.
 set -uo pipefail
