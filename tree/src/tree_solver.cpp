@@ -320,7 +320,6 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   stats.meanGroupSize = double(n) / double(build.groups.size());
   for (const BodyRange& range : build.groups.ranges)
     stats.maxGroupSize = std::max<std::uint64_t>(stats.maxGroupSize, range.size());
-  stats.predicted = radius != nullptr;
   stats.background = sortCaller == nullptr;
 }
 
@@ -400,6 +399,19 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
   stats.numBatches = 0;
   build.numPlans = 0;
   build.fits = true;
+  // Streamed lists: handed over, evaluated and dropped batch by batch. The first batch evaluated in this call uploads
+  // the positions and refits the cells; the later ones reuse that.
+  bool launched = false;
+  const auto evaluateAndDrop = [&](const InteractionPlan& lists) {
+    clock.restart();
+    engine_.setLists(lists);
+    report->timings[Phase::upload] += clock.seconds();
+    engine_.launchResident(particles->sources(), gravity_, out, lists.groupIds,
+                           launched ? BodyMotion::unchanged : BodyMotion::moved);
+    launched = true;
+    addResult(engine_.finishResident(), *report);
+    engine_.dropLists();
+  };
   while (first < numGroups) {
     if (cancel_) return false;
     const std::uint32_t last = std::min(numGroups, first + batch);
@@ -426,24 +438,11 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
       // The lists do not fit the engine: the groups walked so far are handed over and evaluated, then each next batch.
       streaming = true;
       engine_.setTree(build.topology, particles->sources());
-      for (std::size_t k = 0; k < build.numPlans; ++k) {
-        engine_.setLists(build.plans[k]);
-        engine_.launchResident(particles->sources(), gravity_, out, build.plans[k].groupIds,
-                               k == 0 ? BodyMotion::moved : BodyMotion::unchanged);
-        addResult(engine_.finishResident(), *report);
-        engine_.dropLists();
-      }
+      for (std::size_t k = 0; k < build.numPlans; ++k) evaluateAndDrop(build.plans[k]);
       if (&plan != &build.plans[0]) std::swap(plan, build.plans[0]);
     }
     if (streaming) {
-      clock.restart();
-      engine_.setLists(build.plans[0]);
-      report->timings[Phase::upload] += clock.seconds();
-      // The first batch evaluated in this call uploads the positions and refits; the later ones reuse that.
-      engine_.launchResident(particles->sources(), gravity_, out, build.plans[0].groupIds,
-                             build.numPlans == 0 && stats.numBatches == 1 ? BodyMotion::moved : BodyMotion::unchanged);
-      addResult(engine_.finishResident(), *report);
-      engine_.dropLists();
+      evaluateAndDrop(build.plans[0]);
     } else {
       ++build.numPlans;
     }
@@ -471,7 +470,6 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   for (std::size_t k = 0; k < build->numPlans; ++k) engine_.setLists(build->plans[k]);
   report.timings[Phase::upload] += clock.seconds();
   report.timings += build->timings;
-  report.timings.totalSeconds -= build->timings.totalSeconds;
   report.rebuilt = true;
   report.numGroupsWalked += build->groups.size();
   build->valid = true;
@@ -483,7 +481,6 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   stats_ = current_->stats;
   stats_.reuseSteps = current_->steps;
   stats_.callsOnTree = 0;
-  stats_.pipelineCalls = pipelineCalls_;
 }
 
 bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport& report) {
@@ -645,7 +642,6 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
   report.counts += result.counts;
   report.numGroupsRepaired += failed.size();
   report.numGroupsWalked += failed.size();
-  stats_.numRepaired += failed.size();
   if (overflows || double(failed.size()) > kRepairRebuildFraction * double(build.groups.size())) {
     // The motion is not what the trees are built for: the next call builds anew, within the call.
     build.lastCall = call_;
@@ -663,8 +659,8 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   const bool needTree = !current_->valid || call_ > current_->lastCall;
   if (needTree) {
     const Stopwatch wait;
-    if (background_.joinable()) joinBackgroundBuild();
-    const double waited = background_.joinable() ? 0.0 : wait.seconds();
+    joinBackgroundBuild();
+    const double waited = wait.seconds();
     if (next_->valid && next_->fits && next_->firstCall == call_ && !cancel_) {
       report.timings.rebuildWaitSeconds = waited;
       // A build that made the call wait was started too late: start the next one a call earlier (and one later when
@@ -683,7 +679,6 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   ++stats_.callsOnTree;
   if (!needTree) {
     stats_.estimatePass = false;
-    stats_.numRepaired = 0;
   }
   if (!done) {
     // The bodies may have been sorted: take the views after the build.

@@ -42,12 +42,9 @@ struct TreeStats {
   /// accelerations the relative opening test (TreeParams::alpha) scales by, because the bodies came without any.
   /// Counts and timings cover both passes; list lengths describe the second.
   bool estimatePass = false;
-  std::uint32_t reuseSteps = 1;     ///< calls the current tree and lists were built to serve (TreeParams::reuse)
-  std::uint32_t callsOnTree = 0;    ///< calls made on the current tree so far, this one included
-  std::uint64_t numRepaired = 0;    ///< groups whose lists failed the opening criterion at this call
-  bool predicted = false;           ///< the current tree was built for predicted positions (reuse)
-  bool background = false;          ///< the current tree was built on the CPU cores while earlier calls ran
-  std::uint32_t pipelineCalls = 0;  ///< calls a background build is given (it starts that many calls ahead)
+  std::uint32_t reuseSteps = 1;   ///< calls the current tree and lists were built to serve (TreeParams::reuse)
+  std::uint32_t callsOnTree = 0;  ///< calls made on the current tree so far, this one included
+  bool background = false;        ///< the current tree was built on the CPU cores while earlier calls ran
 };
 
 /// Theta of the first call's estimate pass, with monopole cells: about a ninth of the final pass's work, with |a|
@@ -137,7 +134,8 @@ class TreeSolver final : public ForceSolver {
                  const AccelerationSet& accelerations, const float* radius);
   /// Walks every group of `build` into its plans (batches of about kPlanEntries entries). Returns false when they
   /// would take more than TreeParams::maxBatchEntries (cells + j-bodies): then `stream` says how to go on, and the
-  /// lists are walked, evaluated and dropped batch by batch (writing `out`).
+  /// lists are walked, evaluated and dropped batch by batch (writing `out`); also false when a background build is
+  /// cancelled (cancel_).
   bool walkAllGroups(TreeBuild& build, bool stream, const Particles* particles, const ForceView& out,
                      ForceReport* report);
   /// Builds a tree for calls [call_, call_ + steps - 1] within this call and puts it to use. Returns true when its
