@@ -191,9 +191,6 @@ void forEachWarpTask(BodyRange group, Emit&& emit) {
   }
 }
 
-/// Page-locked registration of a caller's host array is unsafe (the caller may free it while it is registered), so
-/// copies from caller memory go through the driver's staging (pageable copies).
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -286,13 +283,6 @@ struct CudaEngine::Impl {
     }
   }
 
-  /// Whether beginForceCall already put these very arrays on the device.
-  bool isResident(const SourceView& sources, const CellMultipoles& cells) const {
-    return resident.valid && resident.sourceX == sources.x && resident.numSources == sources.count &&
-           resident.cellMass == cells.mass.data() && resident.numCells == cells.size() &&
-           resident.hasQuadrupole == cells.hasQuadrupole;
-  }
-
   template <class T>
   void copyToDevice(T* device, const T* host, std::size_t count) {
     if (count == 0) return;
@@ -378,7 +368,6 @@ struct CudaEngine::Impl {
     const std::uint32_t tilesPerSplit = (numTiles + splits - 1) / splits;
     splits = (numTiles + tilesPerSplit - 1) / tilesPerSplit;
 
-    resident = {};  // the direct sum reuses the source buffers
     start.record(stream.get());
     uploadSources(sources);
     reserveOutputs(n);
@@ -509,7 +498,7 @@ struct CudaEngine::Impl {
     }
 
     start.record(stream.get());
-    if (!isResident(sources, cells)) uploadSourcesAndCells(sources, cells);
+    uploadSourcesAndCells(sources, cells);
     groupCentres.reserve(3 * numGroups);
     copyToDevice(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups);
     bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
@@ -1062,7 +1051,7 @@ struct CudaEngine::Impl {
       }
     }
     copyToHost(r.hostFailed.data(), r.failedCount.data(), 1);
-    copyToHost(r.hostFailed.data() + 1, r.failedList.data(), r.numGroups);
+    copyToHost(r.hostFailed.data() + 1, r.failedList.data(), check.numGroups);  // at most the groups checked
     r.stop.record(stream.get());
     r.launched = true;
     r.out = out;
@@ -1141,15 +1130,6 @@ struct CudaEngine::Impl {
   CudaCallStats stats;
 
   DeviceBuffer<double> sourceX, sourceY, sourceZ, sourceMass;
-  /// What beginForceCall uploaded (identified by the host arrays), valid until endForceCall.
-  struct Resident {
-    bool valid = false;
-    const double* sourceX = nullptr;
-    std::size_t numSources = 0;
-    const double* cellMass = nullptr;
-    std::size_t numCells = 0;
-    bool hasQuadrupole = false;
-  } resident;
 
   DeviceBuffer<double> cellX, cellY, cellZ, cellMass;
   std::array<DeviceBuffer<double>, 7> cellQuadrupole;  ///< xx, yy, zz, xy, xz, yz, trace
@@ -1178,18 +1158,6 @@ std::string CudaEngine::name() const {
   return std::string(impl_->precision == Precision::float32 ? "cuda-float" : "cuda-double") + " (" +
          impl_->selection.name + ")";
 }
-
-void CudaEngine::beginForceCall(const SourceView& sources, const CellMultipoles& cells) {
-  impl_->resident = {};
-  if (sources.count == 0) return;
-  impl_->selectDevice();
-  impl_->stats = CudaCallStats{};
-  impl_->uploadSourcesAndCells(sources, cells);
-  impl_->resident = {true, sources.x, sources.count, cells.mass.data(), cells.size(), cells.hasQuadrupole};
-  // The copies run on the engine's stream, ahead of the plans' kernels; nothing to wait for here.
-}
-
-void CudaEngine::endForceCall() { impl_->resident = {}; }
 
 InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
                                            const InteractionPlan& plan, const GravityParams& gravity,

@@ -611,7 +611,7 @@ TEST_F(CudaEngineTest, TreeSolverOnCudaMatchesCpu) {
   cpuSolver.computeForces(onCpu);
   EXPECT_FALSE(gpuSolver.lastStats().estimatePass);
   expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "tree solver");
-  // A second call on moved bodies: the bodies uploaded once per call (beginForceCall) must be the new ones.
+  // A second call on moved bodies: the positions the engine keeps must be the new ones.
   ASSERT_EQ(onGpu.id, onCpu.id);
   onGpu.ax = onCpu.ax;
   onGpu.ay = onCpu.ay;

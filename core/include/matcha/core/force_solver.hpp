@@ -35,8 +35,8 @@ inline constexpr int kNumPhases = static_cast<int>(Phase::count);
 /// "estimate", "keys", ..., the spelling of the reports.
 const char* phaseName(Phase phase);
 
-/// Wall-clock seconds of a force call by phase. Phases that run at the same time (the next batch's walk beside the
-/// current batch's kernels; a rebuild on the CPU cores beside the GPU's steps) are each timed on their own, so their
+/// Wall-clock seconds of a force call by phase. Phases that run at the same time (a rebuild on the CPU cores beside
+/// the GPU's steps, the next tree's walk beside the current call's kernels) are each timed on their own, so their
 /// sum can exceed totalSeconds. A rebuild that ran in the background over earlier calls is reported by the call
 /// that put it to use.
 struct ForceTimings {

@@ -53,12 +53,6 @@ class NearFieldEngine {
                                          const InteractionPlan& plan, const GravityParams& gravity,
                                          const ForceView& out) = 0;
 
-  /// Optional hints around the evaluatePlan calls of one force computation: between beginForceCall and
-  /// endForceCall the caller leaves `sources` and `cells` unchanged (same arrays, same values), so an engine that
-  /// copies them to a device may do so once instead of once per plan. The default does nothing.
-  virtual void beginForceCall(const SourceView& /*sources*/, const CellMultipoles& /*cells*/) {}
-  virtual void endForceCall() {}
-
   /// Phases of the last evaluatePlan or evaluateDirect call.
   virtual EngineTimings lastTimings() const = 0;
 
@@ -96,20 +90,6 @@ class NearFieldEngine {
   /// skipped), times G. `out.count` must equal `sources.count`. out.pot may be null, as for evaluatePlan.
   virtual InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                            const ForceView& out) = 0;
-};
-
-/// Brackets one force computation's evaluatePlan calls (NearFieldEngine::beginForceCall); ends it on every path out.
-class ForceCallScope {
- public:
-  ForceCallScope(NearFieldEngine& engine, const SourceView& sources, const CellMultipoles& cells) : engine_(engine) {
-    engine_.beginForceCall(sources, cells);
-  }
-  ~ForceCallScope() { engine_.endForceCall(); }
-  ForceCallScope(const ForceCallScope&) = delete;
-  ForceCallScope& operator=(const ForceCallScope&) = delete;
-
- private:
-  NearFieldEngine& engine_;
 };
 
 }  // namespace matcha

@@ -78,17 +78,14 @@ class CudaEngine final : public NearFieldEngine {
 
   /// As NearFieldEngine::evaluatePlan. Uploads the sources, cells and plan (index lists), runs the group x list
   /// kernel, downloads the outputs of the plan's groups only. Synchronous: returns when `out` is written.
-  /// Uploads the bodies and cells once for the plans that follow (the tree solver's batches).
-  void beginForceCall(const SourceView& sources, const CellMultipoles& cells) override;
-  void endForceCall() override;
-
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override;
 
   /// Resident lists (NearFieldEngine): the topology, masses and lists stay on the device; each launch uploads the
   /// positions, gathers them into the tree's order, refits every cell level by level (core/cell_refit.hpp), boxes
   /// the groups, checks every list entry against the opening criterion (core/opening_criterion.hpp) and runs the
-  /// group x list kernel over warp tasks in longest-first order. launchResident returns once the work is queued.
+  /// group x list kernel over warp tasks, longest first when all groups are evaluated (a subset's tasks, a streamed
+  /// batch's or a repair's, run in group order). launchResident returns once the work is queued.
   void setTree(const TreeTopology& topology, const SourceView& bodies) override;
   void setLists(const InteractionPlan& plan) override;
   void dropLists() override;
