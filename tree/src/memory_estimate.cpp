@@ -22,6 +22,7 @@
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "matcha/tree/walk.hpp"
+#include "parallel_arrays.hpp"
 
 namespace matcha::tree {
 
@@ -33,16 +34,6 @@ namespace {
 constexpr std::uint64_t kSampleFraction = 64;
 constexpr std::uint64_t kMinSampleGroups = 512;
 constexpr std::uint64_t kMaxSampleGroups = 8192;
-
-/// out[i] = values[order[i]], in parallel.
-template <class T>
-void gatherInto(const T* values, std::span<const std::uint32_t> order, std::vector<T>& out) {
-  out.resize(order.size());
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) out[i] = values[order[i]];
-                    });
-}
 
 bool anyNonZero(const std::vector<double>& values) {
   return tbb::parallel_reduce(

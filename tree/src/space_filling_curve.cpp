@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "matcha/core/errors.hpp"
+#include "parallel_arrays.hpp"
 
 namespace matcha::tree {
 
@@ -244,19 +245,11 @@ void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint6
 
 void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> order) {
   MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
-  const std::size_t n = order.size();
-  const auto gather = [&](auto& values, auto& scratch) {
-    scratch.resize(n);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = values[order[i]];
-    });
-    values.swap(scratch);  // the old array becomes the next one's scratch
-  };
   for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz,
                       &particles.mass, &particles.ax, &particles.ay, &particles.az, &particles.pot}) {
-    gather(*array, scratch_);
+    gatherInPlace(*array, order, scratch_);
   }
-  gather(particles.id, idScratch_);
+  gatherInPlace(particles.id, order, idScratch_);
 }
 
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {

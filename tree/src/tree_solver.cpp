@@ -14,6 +14,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
+#include "parallel_arrays.hpp"
 
 namespace matcha::tree {
 
@@ -30,39 +31,6 @@ constexpr std::uint64_t kReexplore = 16;
 
 /// Background builds start at most this many calls ahead.
 constexpr std::uint32_t kMaxPipelineCalls = 8;
-
-/// new[i] = old[order[i]], through `scratch`, in parallel.
-template <class T>
-void gather(std::vector<T>& values, std::span<const std::uint32_t> order, std::vector<T>& scratch) {
-  scratch.resize(order.size());
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) scratch[i] = values[order[i]];
-                    });
-  values.swap(scratch);
-}
-
-/// out[i] = values[order[i]] in parallel (out resized).
-template <class T>
-void gatherInto(const T* values, std::span<const std::uint32_t> order, std::vector<T>& out) {
-  out.resize(order.size());
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) out[i] = values[order[i]];
-                    });
-}
-
-/// to = from in parallel: the per-cell arrays of a 2^24-body tree come to ~300 MB, tens of milliseconds for one core.
-/// Growing `to` value-initialises only what it lacks (little, when it held the last tree's copy).
-template <class T>
-void copyInParallel(const std::vector<T>& from, std::vector<T>& to) {
-  if (to.capacity() < from.size()) to.clear();  // nothing old for the reallocation to carry over
-  to.resize(from.size());
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, from.size(), 65536),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      std::copy(from.begin() + r.begin(), from.begin() + r.end(), to.begin() + r.begin());
-                    });
-}
 
 }  // namespace
 
@@ -81,13 +49,9 @@ struct TreeSolver::Motion {
     previousX.swap(earlierX);
     previousY.swap(earlierY);
     previousZ.swap(earlierZ);
-    const std::size_t n = p.size();
-    for (auto* array : {&previousX, &previousY, &previousZ}) array->resize(n);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
-      std::copy(p.x.begin() + r.begin(), p.x.begin() + r.end(), previousX.begin() + r.begin());
-      std::copy(p.y.begin() + r.begin(), p.y.begin() + r.end(), previousY.begin() + r.begin());
-      std::copy(p.z.begin() + r.begin(), p.z.begin() + r.end(), previousZ.begin() + r.begin());
-    });
+    copyInParallel(p.x, previousX);
+    copyInParallel(p.y, previousY);
+    copyInParallel(p.z, previousZ);
     numKnown = std::min(numKnown + 1, 2);
   }
 
@@ -95,11 +59,11 @@ struct TreeSolver::Motion {
   void permute(std::span<const std::uint32_t> order, std::vector<double>& scratch) {
     for (auto* array :
          {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY, &predictedZ}) {
-      if (array->size() == order.size()) gather(*array, order, scratch);
+      if (array->size() == order.size()) gatherInPlace(*array, order, scratch);
     }
     if (radius.size() == order.size()) {
       std::vector<float> floats;
-      gather(radius, order, floats);
+      gatherInPlace(radius, order, floats);
     }
   }
 
@@ -571,16 +535,10 @@ void TreeSolver::startBackgroundBuild(const Particles& particles) {
   // the end of this very call). The predicted positions are the solver's own until the next prediction, which waits
   // for this build.
   const std::size_t n = particles.size();
-  const auto snapshot = [&](const std::vector<double>& from, std::vector<double>& to) {
-    to.resize(n);
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
-      std::copy(from.begin() + r.begin(), from.begin() + r.end(), to.begin() + r.begin());
-    });
-  };
-  snapshot(particles.mass, build.inMass);
-  snapshot(particles.ax, build.inAx);
-  snapshot(particles.ay, build.inAy);
-  snapshot(particles.az, build.inAz);
+  copyInParallel(particles.mass, build.inMass);
+  copyInParallel(particles.ax, build.inAx);
+  copyInParallel(particles.ay, build.inAy);
+  copyInParallel(particles.az, build.inAz);
   background_ = std::thread([this, &build, n] {
     try {
       const Motion& m = *motion_;
