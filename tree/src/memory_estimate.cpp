@@ -87,19 +87,10 @@ std::vector<double> accelerationMagnitudes(const Particles& particles, const Gra
 
 /// Bytes the walk's per-task buffers (PlanBuilder::Fragment, walk.cpp) hold for one run of groups walked together
 /// with lists of `cells` and `ranges` entries: each group's own lists, grown one entry at a time (to the next power of
-/// two), and the run's lists appended group after group (a vector grows to its size plus the larger of its size and
-/// what is appended).
+/// two).
 double fragmentBytes(std::span<const std::uint64_t> cells, std::span<const std::uint64_t> ranges) {
   const auto pushed = [](std::uint64_t count) { return count == 0 ? 0.0 : double(std::bit_ceil(count)); };
-  const auto appended = [](std::span<const std::uint64_t> counts) {
-    std::uint64_t size = 0, capacity = 0;
-    for (const std::uint64_t count : counts) {
-      if (size + count > capacity) capacity = size + std::max(size, count);
-      size += count;
-    }
-    return double(capacity);
-  };
-  double bytes = appended(cells) * sizeof(std::uint32_t) + appended(ranges) * sizeof(BodyRange);
+  double bytes = 0.0;
   for (std::size_t k = 0; k < cells.size(); ++k) {
     bytes += pushed(cells[k]) * sizeof(std::uint32_t) + pushed(ranges[k]) * sizeof(BodyRange);
   }
@@ -309,9 +300,8 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   }
   estimate.add("interaction lists", numTrees * plans);
 
-  // The walk's per-task buffers (PlanBuilder::Fragment) keep the lists of the largest batch twice: each group's list
-  // as it is walked, and the task's lists concatenated (walk.cpp); both keep their capacity between batches. Plus
-  // per group its list lengths and id.
+  // The walk's per-task buffers (PlanBuilder::Fragment) keep each group's list of the largest batch as it was walked
+  // (walk.cpp), with their capacity between batches. Plus per group its list lengths and id.
   estimate.add("walk buffers",
                numTrees * static_cast<std::uint64_t>(double(sizes.largestBatchGroups) *
                                                      (sizes.walkBufferBytesPerGroup + 4 * sizeof(std::uint32_t))));

@@ -245,11 +245,6 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
 
   tbb::parallel_for(std::uint32_t{0}, numFragments, [&](std::uint32_t f) {
     Fragment& fragment = fragments_[f];
-    fragment.cells.clear();
-    fragment.bodyRanges.clear();
-    fragment.numCells.clear();
-    fragment.numBodyRanges.clear();
-    fragment.numBodies.clear();
     // The fragment's groups (neighbours along the curve) walk the tree together: each block is loaded once for all
     // the groups that need it opened, and each of them tests it with its own box. They share the coarse part of the
     // walk and part of the fine, so the blocks loaded per group fall several-fold; the walk is bound by those loads
@@ -257,6 +252,7 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
     // 16 of its cores, walking one group at a time).
     const std::uint32_t firstSlot = f * PlanBuilder::kGroupsPerFragment;
     const std::uint32_t numTogether = std::min(numGroups, firstSlot + PlanBuilder::kGroupsPerFragment) - firstSlot;
+    fragment.numGroups = numTogether;
     GroupTest tests[PlanBuilder::kGroupsPerFragment];
     for (std::uint32_t g = 0; g < numTogether; ++g) {
       const std::uint32_t group = groupIds[firstSlot + g];
@@ -326,14 +322,6 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
         __builtin_prefetch(&walkTree.blocks[block.next[k]]);
       }
     }
-    for (std::uint32_t g = 0; g < numTogether; ++g) {
-      fragment.cells.insert(fragment.cells.end(), fragment.groupCells[g].begin(), fragment.groupCells[g].end());
-      fragment.bodyRanges.insert(fragment.bodyRanges.end(), fragment.groupRanges[g].begin(),
-                                 fragment.groupRanges[g].end());
-      fragment.numCells.push_back(static_cast<std::uint32_t>(fragment.groupCells[g].size()));
-      fragment.numBodyRanges.push_back(static_cast<std::uint32_t>(fragment.groupRanges[g].size()));
-      fragment.numBodies.push_back(fragment.groupBodies[g]);
-    }
   });
 
   // Concatenate the fragments in group order.
@@ -354,12 +342,13 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
   for (std::uint32_t f = 0; f < numFragments; ++f) {
     cellStart_[f] = numCellEntries;
     rangeStart_[f] = numRangeEntries;
-    for (std::size_t k = 0; k < fragments_[f].numCells.size(); ++k) {
-      numCellEntries += fragments_[f].numCells[k];
-      numRangeEntries += fragments_[f].numBodyRanges[k];
+    const Fragment& fragment = fragments_[f];
+    for (std::uint32_t g = 0; g < fragment.numGroups; ++g) {
+      numCellEntries += fragment.groupCells[g].size();
+      numRangeEntries += fragment.groupRanges[g].size();
       plan.cellListOffsets.push_back(static_cast<std::uint32_t>(numCellEntries));
       plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(numRangeEntries));
-      plan.listBodyCounts.push_back(fragments_[f].numBodies[k]);
+      plan.listBodyCounts.push_back(fragment.groupBodies[g]);
     }
   }
   MATCHA_ASSERT(numCellEntries < (std::size_t{1} << 32) && numRangeEntries < (std::size_t{1} << 32),
@@ -371,8 +360,13 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
   plan.cellList.resize(numCellEntries);
   plan.bodyList.resize(numRangeEntries);
   tbb::parallel_for(std::uint32_t{0}, numFragments, [&](std::uint32_t f) {
-    std::copy(fragments_[f].cells.begin(), fragments_[f].cells.end(), plan.cellList.begin() + cellStart_[f]);
-    std::copy(fragments_[f].bodyRanges.begin(), fragments_[f].bodyRanges.end(), plan.bodyList.begin() + rangeStart_[f]);
+    const Fragment& fragment = fragments_[f];
+    auto cellsTo = plan.cellList.begin() + cellStart_[f];
+    auto rangesTo = plan.bodyList.begin() + rangeStart_[f];
+    for (std::uint32_t g = 0; g < fragment.numGroups; ++g) {
+      cellsTo = std::copy(fragment.groupCells[g].begin(), fragment.groupCells[g].end(), cellsTo);
+      rangesTo = std::copy(fragment.groupRanges[g].begin(), fragment.groupRanges[g].end(), rangesTo);
+    }
   });
 }
 

@@ -82,12 +82,8 @@ class PlanBuilder {
 
  private:
   struct Fragment {
-    std::vector<std::uint32_t> cells;
-    std::vector<BodyRange> bodyRanges;
-    std::vector<std::uint32_t> numCells;       // per group of the fragment
-    std::vector<std::uint32_t> numBodyRanges;  // per group of the fragment
-    std::vector<std::uint32_t> numBodies;      // per group of the fragment: j-bodies in its ranges
-    // Each group's list while the fragment's groups walk together.
+    std::uint32_t numGroups = 0;
+    // Each group's list, as the fragment's groups walk together; copied into the plan from here.
     std::vector<std::uint32_t> groupCells[kGroupsPerFragment];
     std::vector<BodyRange> groupRanges[kGroupsPerFragment];
     std::uint32_t groupBodies[kGroupsPerFragment];
