@@ -653,11 +653,11 @@ struct CudaEngine::Impl {
     ForceView out;
     std::vector<std::uint32_t> subset;
     std::vector<BodyRange> subsetRuns;  ///< the subset's bodies as runs of adjacent groups (tree order)
-    PinnedBuffer<double> hostOut;       ///< a subset's outputs in tree order when the caller's order differs
     // Page-locked staging: the caller's arrays are copied in (or out) on all cores and moved by DMA at full PCIe
     // speed; a pageable copy runs at a fifth of it and blocks the host until the device is done.
     PinnedBuffer<double> hostPositions;  ///< 3 n
-    PinnedBuffer<double> hostForces;     ///< 4 n, all outputs in the caller's order
+    /// 4 n: all outputs in the caller's order, or a subset's in the tree's order when the caller's order differs.
+    PinnedBuffer<double> hostForces;
     std::array<PinnedBuffer<char>, 2> listStaging;
     std::array<detail::CudaEvent, 2> listStagingFree;
     int nextListStaging = 0;
@@ -1040,12 +1040,12 @@ struct CudaEngine::Impl {
         if (out.pot != nullptr) copyToHost(out.pot + range.first, r.outPot.data() + range.first, range.size());
       }
     } else {
-      r.hostOut.reserve(4 * std::size_t{n});
+      r.hostForces.reserve(4 * std::size_t{n});
       for (const BodyRange range : r.subsetRuns) {
         for (int c = 0; c < 4; ++c) {
           if (c == 3 && out.pot == nullptr) continue;
           const double* from = (c == 0 ? r.outX : c == 1 ? r.outY : c == 2 ? r.outZ : r.outPot).data();
-          copyToHost(r.hostOut.data() + static_cast<std::size_t>(c) * n + range.first, from + range.first,
+          copyToHost(r.hostForces.data() + static_cast<std::size_t>(c) * n + range.first, from + range.first,
                      range.size());
         }
       }
@@ -1098,10 +1098,10 @@ struct CudaEngine::Impl {
                                      cudaMemcpyDeviceToHost));
         for (std::uint32_t i = range.first; i < range.last; ++i) {
           const std::uint32_t j = order[i - range.first];
-          r.out.ax[j] = r.hostOut.data()[i];
-          r.out.ay[j] = r.hostOut.data()[std::size_t{n} + i];
-          r.out.az[j] = r.hostOut.data()[2 * std::size_t{n} + i];
-          if (r.out.pot != nullptr) r.out.pot[j] = r.hostOut.data()[3 * std::size_t{n} + i];
+          r.out.ax[j] = r.hostForces.data()[i];
+          r.out.ay[j] = r.hostForces.data()[std::size_t{n} + i];
+          r.out.az[j] = r.hostForces.data()[2 * std::size_t{n} + i];
+          if (r.out.pot != nullptr) r.out.pot[j] = r.hostForces.data()[3 * std::size_t{n} + i];
         }
       }
     }

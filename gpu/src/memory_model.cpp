@@ -45,7 +45,7 @@ double arenaPeakBytes(const TreeSizes& sizes, double entriesPerGroup, bool strea
 
 }  // namespace
 
-void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, bool reuse, MemoryEstimate& estimate) {
+void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, MemoryEstimate& estimate) {
   const double n = double(sizes.numBodies);
   const double cells = double(sizes.numCells);
   const double groups = double(sizes.numGroups);
@@ -91,11 +91,10 @@ void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, bool reuse, MemoryE
       bytes(arenaPeakBytes(sizes, sizes.cellsPerGroup(), streaming) +
             arenaPeakBytes(sizes, sizes.bodiesPerGroup(), streaming) +
             withRoom(largestBatch * (sizes.rangesPerGroup() * sizeof(BodyRange) + 5 * sizeof(std::uint32_t)))));
-  // Page-locked host staging: positions (3 per body), outputs (4), two list buffers, per-group counts and flags; with
-  // reuse a repair's outputs (4 per body) when the caller's order differs; and pageable per-group copies.
+  // Page-locked host staging: positions (3 per body), outputs (4; a subset's outputs use them too), two list buffers,
+  // per-group counts and flags; and pageable per-group copies.
   double pinned = withRoom(7.0 * n * sizeof(double)) + withRoom(kListStagingBytes) +
                   withRoom(largestBatch * 2 * sizeof(std::uint32_t)) + withRoom(groups * sizeof(std::uint32_t));
-  if (reuse && sizes.gathered) pinned += withRoom(4.0 * n * sizeof(double));
   estimate.add("engine: page-locked staging", bytes(pinned + groups * (sizeof(BodyRange) + 2 * sizeof(std::uint64_t))));
 }
 

@@ -15,9 +15,8 @@ namespace matcha::gpu {
 /// false) keeps them in host memory. The CUDA engine (onGpu true) keeps them on the device, each buffer with its
 /// 1/8 growth room, the lists in two arenas that grow by a further quarter and are copied into a bigger one as they
 /// grow (the old and the new arena both exist for a moment), each list's j-body ranges expanded into one index per
-/// j-body; on the host it keeps page-locked staging for positions, outputs and lists. `reuse`: trees serve several
-/// calls, so the engine also keeps the buffers of repairs.
-void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, bool reuse, MemoryEstimate& estimate);
+/// j-body; on the host it keeps page-locked staging for positions, outputs and lists.
+void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, MemoryEstimate& estimate);
 
 /// Adds what a direct sum over `numBodies` bodies keeps on the engine (the direct solver, or direct potentials at a
 /// run's outputs): on the CUDA engine its own source, output and partial-sum buffers on the device; on the CPU
