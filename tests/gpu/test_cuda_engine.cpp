@@ -524,9 +524,12 @@ TEST_F(CudaEngineTest, HandMadePlanWithAwkwardGroups) {
   for (const double eps : {0.0, 1.0 / 256.0}) {
     GravityParams gravity;
     gravity.eps = eps;
+    // Group 100..1100 spans the whole sphere (bodies in random order), so its float coordinates about the group's
+    // centre carry ~1e-7 of the sphere's size into pairs far closer than that: E_max up to 3.3e-4 over 301 seeds
+    // with eps 0, the CPU float twin alike (1e-4 failed 3% of seeds). A wrong index or range errs by O(1).
     for (const Precision precision : {Precision::float32, Precision::float64}) {
       CudaEngine engine(precision, testConfig());
-      expectPlanMatchesOracle(engine, p, cells, plan, gravity, precision == Precision::float32 ? 1e-4 : kDoubleMax,
+      expectPlanMatchesOracle(engine, p, cells, plan, gravity, precision == Precision::float32 ? 1e-3 : kDoubleMax,
                               "hand-made plan, eps " + std::to_string(eps));
     }
   }
