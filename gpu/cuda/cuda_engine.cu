@@ -1032,14 +1032,9 @@ struct CudaEngine::Impl {
       for (int c = 0; c < (out.pot != nullptr ? 4 : 3); ++c) {
         copyToHost(r.hostForces.data() + static_cast<std::size_t>(c) * n, from[c], n);
       }
-    } else if (!r.gathered) {
-      for (const BodyRange range : r.subsetRuns) {
-        copyToHost(out.ax + range.first, r.outX.data() + range.first, range.size());
-        copyToHost(out.ay + range.first, r.outY.data() + range.first, range.size());
-        copyToHost(out.az + range.first, r.outZ.data() + range.first, range.size());
-        if (out.pot != nullptr) copyToHost(out.pot + range.first, r.outPot.data() + range.first, range.size());
-      }
     } else {
+      // A subset's outputs, in the tree's order, into page-locked staging too: a copy into pageable memory would hold
+      // the host until the kernels are done, and the solver walks the next batch meanwhile.
       r.hostForces.reserve(4 * std::size_t{n});
       for (const BodyRange range : r.subsetRuns) {
         for (int c = 0; c < 4; ++c) {
@@ -1087,7 +1082,16 @@ struct CudaEngine::Impl {
       for (int c = 0; c < (r.out.pot != nullptr ? 4 : 3); ++c) {
         detail::parallelCopy(to[c], r.hostForces.data() + static_cast<std::size_t>(c) * n, n * sizeof(double));
       }
-    } else if (r.gathered) {
+    } else if (!r.gathered) {
+      const std::size_t n = r.numBodies;
+      double* to[4] = {r.out.ax, r.out.ay, r.out.az, r.out.pot};
+      for (const BodyRange range : r.subsetRuns) {
+        for (int c = 0; c < (r.out.pot != nullptr ? 4 : 3); ++c) {
+          detail::parallelCopy(to[c] + range.first, r.hostForces.data() + static_cast<std::size_t>(c) * n + range.first,
+                               range.size() * sizeof(double));
+        }
+      }
+    } else {
       const std::uint32_t n = r.numBodies;
       // The order is kept on the device only; fetch what the subset needs, run by run (the CUDA engine owns no thread
       // pool; a repair's subset is few bodies).

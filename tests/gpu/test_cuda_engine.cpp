@@ -627,6 +627,28 @@ TEST_F(CudaEngineTest, TreeSolverOnCudaMatchesCpu) {
   expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "tree solver, second call");
 }
 
+// A tree built within the call is evaluated batch by batch while the CPU walks the next batch (lists resident, not
+// streamed): subset launches whose outputs come back through page-locked staging. Against the CPU twin in double.
+TEST_F(CudaEngineTest, TreeSolverOverlappedBatchesOnCudaMatchCpu) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  Particles onGpu = testing::plummer(65536, seed);
+  CudaEngine gpu(Precision::float32, testConfig());
+  CpuEngine cpu(Precision::float64);
+  cpu.evaluateDirect(onGpu.sources(), GravityParams{}, onGpu.forces());
+  Particles onCpu = onGpu;
+  TreeParams params;
+  params.ncrit = 16;  // many groups: several batches
+  params.reuse = 1;
+  tree::TreeSolver gpuSolver(gpu, params, GravityParams{});
+  tree::TreeSolver cpuSolver(cpu, params, GravityParams{});
+  gpuSolver.computeForces(onGpu);
+  cpuSolver.computeForces(onCpu);
+  EXPECT_GE(gpuSolver.lastStats().numBatches, 3u);
+  ASSERT_EQ(onGpu.id, onCpu.id);
+  expectClose(compare(onGpu, onCpu), kFloatMax, kFloatMedian, "overlapped batches");
+}
+
 // Resident lists on the GPU against the CPU twin (double), with the bodies in an order of the caller's that differs
 // from the tree's (TreeTopology::order): the bodies moved a little (every list still passes) and a few moved far
 // (their groups' lists fail, with many others: lists walked for exact positions keep no room for motion): the same

@@ -389,6 +389,48 @@ TEST(Reuse, StreamedListsGiveTheSameForces) {
   }
 }
 
+// A tree built within a call is evaluated batch by batch as it is walked (the engine works on one batch while the
+// CPU walks the next: walkBatchGroups). The forces are the same, bit for bit, as those of one launch of every group's
+// list from the same plan, and every body is written once.
+TEST(Reuse, OverlappedBatchesGiveTheForcesOfOneLaunch) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  Particles p = testing::plummer(32768, seed);
+  gpu::CpuEngine engine(gpu::Precision::float32);
+  engine.evaluateDirect(p.sources(), gravity, p.forces());  // the relative test's accelerations, the same for both
+  Particles batched = p;
+  TreeParams params;
+  params.ncrit = 8;  // many groups: several batches of at least kMinOverlapGroups
+  params.reuse = 1;
+  TreeSolver solver(engine, params, gravity);
+  // The accelerations are the relative test's input (an unwritten one keeps its direct-summation value and fails
+  // below); the potential is output only: an unwritten one stays NaN.
+  std::fill(batched.pot.begin(), batched.pot.end(), std::nan(""));
+  solver.computeForces(batched);
+  const std::uint64_t numGroups = solver.lastStats().numGroups;
+  ASSERT_GT(numGroups, 2 * kMinOverlapGroups);
+  EXPECT_EQ(solver.lastStats().numBatches,
+            std::min<std::uint64_t>(kOverlapBatches, (numGroups + kMinOverlapGroups - 1) / kMinOverlapGroups));
+
+  gpu::CpuEngine single(gpu::Precision::float32);
+  TreeSolver planner(single, params, gravity);
+  InteractionPlan lists = planner.buildPlanOnly(p);  // sorts p as the solver sorted `batched`
+  ASSERT_EQ(p.id, batched.id);
+  lists.groupIds.resize(lists.numGroups());
+  for (std::uint32_t g = 0; g < lists.numGroups(); ++g) lists.groupIds[g] = g;
+  TreeTopology topology = planner.topology();
+  topology.relativeTolerance = planner.groups().relativeTolerance;
+  single.setTree(topology, p.sources());
+  single.setLists(lists);
+  single.launchResident(p.sources(), gravity, p.forces(), {}, BodyMotion::moved);
+  EXPECT_TRUE(single.finishResident().failedGroups.empty());
+  EXPECT_EQ(p.ax, batched.ax);
+  EXPECT_EQ(p.ay, batched.ay);
+  EXPECT_EQ(p.az, batched.az);
+  EXPECT_EQ(p.pot, batched.pot);
+}
+
 // Trees built in the background (TreeParams::pipeline: started a call or more ahead, for the positions predicted from
 // then, handed to the engine in the caller's order) and trees built within the call that needs them (the bodies
 // sorted) serve the same bodies equally well: fed the same positions step after step, both solvers' forces stay

@@ -107,13 +107,12 @@ void planBatches(double entriesPerGroup, std::uint64_t maxEntries, TreeSizes& si
   if (numGroups == 0) return;
   const double perGroup = std::max(1.0, entriesPerGroup);
   const std::uint64_t batchEntries = std::min(kPlanEntries, maxEntries);
-  const std::uint64_t firstBatch =
-      std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups));
-  const auto later = static_cast<std::uint64_t>(std::clamp(double(batchEntries) / perGroup, 1.0, double(numGroups)));
   std::uint64_t first = 0;
   bool streaming = false;
   while (first < numGroups) {
-    const std::uint64_t batch = std::min(numGroups - first, first == 0 ? firstBatch : later);
+    // As a background build walks: its batches are the largest, and so are its walk buffers.
+    const std::uint64_t batch =
+        std::min(numGroups - first, walkBatchGroups(numGroups, first == 0, perGroup, batchEntries, false));
     if (!streaming && double(first + batch) * perGroup > double(maxEntries)) {
       streaming = true;
       sizes.residentGroups = first;

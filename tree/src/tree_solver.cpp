@@ -345,16 +345,15 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
   return trialSteps_ != 0 ? trialSteps_ : bestSteps_;
 }
 
-bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* particles, const ForceView& out,
-                               ForceReport* report) {
+bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out,
+                               ForceReport* report, std::vector<std::uint32_t>* failed) {
+  const bool evaluate = particles != nullptr;
+  MATCHA_ASSERT(!evaluate || (report != nullptr && failed != nullptr), "an evaluating walk needs a report");
   const auto numGroups = static_cast<std::uint32_t>(build.groups.size());
   Stopwatch clock;
-  // Batches of at most kPlanEntries (and at most maxBatchEntries) entries; the first batch's size assumes
-  // kEntriesPerGroupGuess entries per group, and each next one follows from what the last one took.
   const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
-  std::uint32_t batch = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
-      batchEntries / kEntriesPerGroupGuess, 1, std::min<std::uint64_t>(numGroups, kFirstBatchGroups)));
   std::uint32_t first = 0;
+  double entriesPerGroup = 0.0;
   std::uint64_t resident = 0;
   bool streaming = false;
   std::uint64_t sumListBodies = 0, sumListCells = 0;
@@ -363,26 +362,39 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
   stats.numBatches = 0;
   build.numPlans = 0;
   build.fits = true;
-  // Streamed lists: handed over, evaluated and dropped batch by batch. The first batch evaluated in this call uploads
-  // the positions and refits the cells; the later ones reuse that.
-  bool launched = false;
-  const auto evaluateAndDrop = [&](const InteractionPlan& lists) {
+  // The engine evaluates one batch while the CPU walks the next. The first launch uploads the positions and refits
+  // the cells; the later ones reuse that.
+  bool launched = false, inFlight = false;
+  const auto finishBatch = [&] {
+    if (!inFlight) return;
+    inFlight = false;
+    ResidentResult result = engine_.finishResident();
+    addResult(result, *report);
+    failed->insert(failed->end(), result.failedGroups.begin(), result.failedGroups.end());
+  };
+  const auto launchBatch = [&](const InteractionPlan& lists) {
     clock.restart();
     engine_.setLists(lists);
     report->timings[Phase::upload] += clock.seconds();
     engine_.launchResident(particles->sources(), gravity_, out, lists.groupIds,
                            launched ? BodyMotion::unchanged : BodyMotion::moved);
-    launched = true;
-    addResult(engine_.finishResident(), *report);
-    engine_.dropLists();
+    launched = inFlight = true;
   };
+  if (evaluate) {
+    clock.restart();
+    engine_.setTree(build.topology, particles->sources());
+    report->timings[Phase::upload] += clock.seconds();
+  }
   while (first < numGroups) {
-    if (cancel_) return false;
-    const std::uint32_t last = std::min(numGroups, first + batch);
+    if (cancel_) return false;  // background builds only: a call's own build is never cancelled
+    const auto last = static_cast<std::uint32_t>(
+        first + walkBatchGroups(numGroups, first == 0, entriesPerGroup, batchEntries, evaluate));
+    const std::uint32_t end = std::min(numGroups, last);
     if (build.plans.size() <= build.numPlans) build.plans.resize(build.numPlans + 1);
+    // Streamed batches take turns in one plan: the engine copies a plan's lists before setLists returns.
     InteractionPlan& plan = build.plans[streaming ? 0 : build.numPlans];
     clock.restart();
-    build.planBuilder.build(build.walkTree, build.groups, first, last, plan);
+    build.planBuilder.build(build.walkTree, build.groups, first, end, plan);
     build.timings[Phase::walk] += clock.seconds();
     std::uint64_t entries = plan.cellList.size();
     for (std::size_t g = 0; g < plan.numGroups(); ++g) {
@@ -397,24 +409,22 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, bool stream, const Particles* p
     ++stats.numBatches;
     if (!streaming && resident + entries > params_.maxBatchEntries) {
       build.fits = false;
-      if (!stream) return false;  // a background build: the call that needs it builds within the call instead
-      MATCHA_ASSERT(particles != nullptr && report != nullptr, "streaming lists need the bodies");
-      // The lists do not fit the engine: the groups walked so far are handed over and evaluated, then each next batch.
+      if (!evaluate) return false;  // a background build: the call that needs it builds within the call instead
+      // The lists do not fit the engine: those handed over so far are evaluated (or in flight); from here on each
+      // batch is evaluated and dropped.
       streaming = true;
-      engine_.setTree(build.topology, particles->sources());
-      for (std::size_t k = 0; k < build.numPlans; ++k) evaluateAndDrop(build.plans[k]);
-      if (&plan != &build.plans[0]) std::swap(plan, build.plans[0]);
     }
-    if (streaming) {
-      evaluateAndDrop(build.plans[0]);
-    } else {
-      ++build.numPlans;
+    if (evaluate) {
+      finishBatch();
+      if (streaming) engine_.dropLists();
+      launchBatch(plan);
     }
+    if (!streaming) ++build.numPlans;
     resident += entries;
-    const double perGroup = std::max(1.0, double(entries) / double(last - first));
-    batch = static_cast<std::uint32_t>(std::clamp(double(batchEntries) / perGroup, 1.0, double(numGroups)));
-    first = last;
+    entriesPerGroup = double(entries) / double(end - first);
+    first = end;
   }
+  if (evaluate) finishBatch();
   stats.meanListBodies = double(sumListBodies) / double(numGroups);
   stats.meanListCells = double(sumListCells) / double(numGroups);
   build.engineEntries = streaming ? 0 : resident;
@@ -428,11 +438,14 @@ void TreeSolver::addResult(const ResidentResult& result, ForceReport& report) {
   report.timings[Phase::download] += result.timings.downloadSeconds;
 }
 
-void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report) {
-  Stopwatch clock;
-  engine_.setTree(build->topology, particles.sources());
-  for (std::size_t k = 0; k < build->numPlans; ++k) engine_.setLists(build->plans[k]);
-  report.timings[Phase::upload] += clock.seconds();
+void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report,
+                       bool upload) {
+  if (upload) {
+    Stopwatch clock;
+    engine_.setTree(build->topology, particles.sources());
+    for (std::size_t k = 0; k < build->numPlans; ++k) engine_.setLists(build->plans[k]);
+    report.timings[Phase::upload] += clock.seconds();
+  }
   report.timings += build->timings;
   report.rebuilt = true;
   report.numGroupsWalked += build->groups.size();
@@ -447,7 +460,7 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   stats_.callsOnTree = 0;
 }
 
-bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport& report) {
+void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport& report) {
   // A background build for another window would be stale: wait for it and drop it.
   cancel_ = true;
   if (background_.joinable()) background_.join();
@@ -471,21 +484,18 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
 
   if (params_.alpha > 0.0 && !build.tolerancesSet) {
     // No accelerations to scale the relative test by (fresh initial conditions): get them first from a cheap pass,
-    // monopole cells at kEstimateTheta, as GADGET does its first step with a plain opening criterion.
+    // monopole cells at kEstimateTheta, as GADGET does its first step with a plain opening criterion. A list of this
+    // pass that fails the check still gives |a| to a few percent, which is all the estimate is for.
     const Stopwatch estimate;
     ForceReport pass;
     computeMultipoles(particles.sources(), kEstimateTheta, MultipoleOrder::monopole, build.tree);
     build.topology.theta = kEstimateTheta;
     build.topology.multipole = MultipoleOrder::monopole;
     buildWalkTree(build.tree, build.walkTree);
-    engine_.setTree(build.topology, particles.sources());
     ForceView accelerations = particles.forces();
     accelerations.pot = nullptr;
-    if (walkAllGroups(build, true, &particles, accelerations, &pass)) {
-      for (std::size_t k = 0; k < build.numPlans; ++k) engine_.setLists(build.plans[k]);
-      engine_.launchResident(particles.sources(), gravity_, accelerations, {}, BodyMotion::moved);
-      addResult(engine_.finishResident(), pass);
-    }
+    std::vector<std::uint32_t> ignored;
+    walkAllGroups(build, &particles, accelerations, &pass, &ignored);
     report.counts += pass.counts;
     computeMultipoles(particles.sources(), params_.theta, params_.multipole, build.tree);
     build.topology.theta = params_.theta;
@@ -493,28 +503,18 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
     setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
     build.topology.relativeTolerance = build.groups.relativeTolerance;
     buildWalkTree(build.tree, build.walkTree);
+    build.timings[Phase::walk] = 0.0;  // the estimate's walk is part of the estimate
     report.timings[Phase::estimate] += estimate.seconds();
     build.stats.estimatePass = true;
   }
-  if (!walkAllGroups(build, true, &particles, forcesToWrite(particles), &report)) {
+  std::vector<std::uint32_t> failed;
+  if (!walkAllGroups(build, &particles, forcesToWrite(particles), &report, &failed)) {
     // The lists streamed: this call's forces are done, and nothing stays to reuse.
-    report.timings += build.timings;
-    report.rebuilt = true;
-    report.numGroupsWalked += build.groups.size();
     build.lastCall = call_;
-    build.valid = true;
-    build.costCalls = 0;
-    build.costSeconds = 0.0;
-    if (current_->valid) recordTreeCost(*current_);
-    std::swap(current_, next_);
-    next_->valid = false;
-    stats_ = current_->stats;
-    stats_.reuseSteps = 1;
-    stats_.callsOnTree = 0;
-    return true;
+    build.steps = 1;
   }
-  adopt(next_, particles, report);
-  return false;
+  adopt(next_, particles, report, false);
+  if (!failed.empty()) repair(particles, std::move(failed), report);
 }
 
 void TreeSolver::startBackgroundBuild(const Particles& particles) {
@@ -544,7 +544,7 @@ void TreeSolver::startBackgroundBuild(const Particles& particles) {
       const Motion& m = *motion_;
       buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
                 {build.inAx, build.inAy, build.inAz}, m.radius.data());
-      build.valid = walkAllGroups(build, false, nullptr, {}, nullptr) && !cancel_;
+      build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
     } catch (...) {
       build.error = std::current_exception();
     }
@@ -613,7 +613,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   ForceReport report;
   if (!sameBodies(particles)) reset();
   ++call_;
-  bool done = false;
+  bool evaluated = false;  // a tree built within this call evaluates the call's forces as it walks
   const bool needTree = !current_->valid || call_ > current_->lastCall;
   if (needTree) {
     const Stopwatch wait;
@@ -628,24 +628,26 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
       } else if (pipelineCalls_ > 1) {
         --pipelineCalls_;
       }
-      adopt(next_, particles, report);
+      adopt(next_, particles, report, true);
     } else {
       cancel_ = false;
-      done = buildNow(particles, chooseReuseSteps(), report);
+      buildNow(particles, chooseReuseSteps(), report);
+      evaluated = true;
     }
   }
   ++stats_.callsOnTree;
   if (!needTree) {
     stats_.estimatePass = false;
   }
-  if (!done) {
+  // The next tree, if it is due, is built on the CPU cores from now on, while the engine works.
+  const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
+  const bool nextTreeDue = pipeline && current_->steps > 1 && call_ + pipelineCalls_ > current_->lastCall;
+  if (evaluated) {
+    if (nextTreeDue && !cancel_) startBackgroundBuild(particles);  // cancel_: a repair found the motion unpredicted
+  } else {
     // The bodies may have been sorted: take the views after the build.
     engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
-    // While the engine works: start the next tree if it is due (it runs on the CPU cores from now on).
-    const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
-    if (pipeline && current_->steps > 1 && call_ + pipelineCalls_ > current_->lastCall) {
-      startBackgroundBuild(particles);
-    }
+    if (nextTreeDue) startBackgroundBuild(particles);
     ResidentResult result = engine_.finishResident();
     addResult(result, report);
     if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);

@@ -3,6 +3,7 @@
 // steps, and between builds let the engine refit the cells to the moved bodies and evaluate the lists it keeps.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -54,10 +55,31 @@ inline constexpr double kEstimateTheta = 0.9;
 /// The walk hands the engine batches of about kPlanEntries list entries (cells + j-bodies; at most
 /// TreeParams::maxBatchEntries), so that streaming lists hold one batch at a time; the first batch has at most
 /// kFirstBatchGroups groups, sized for kEntriesPerGroupGuess entries per group, and each next one follows from what
-/// the last one took. tree/memory_estimate models the solver's memory with these same numbers.
+/// the last one took. A tree built within a call is evaluated batch by batch as it is walked, the engine working on
+/// one batch while the CPU walks the next: there batches are also at most 1/kOverlapBatches of the groups (but at
+/// least kMinOverlapGroups, so that a batch fills the GPU and the walk's threads). tree/memory_estimate models the
+/// solver's memory with these same numbers (walkBatchGroups).
 inline constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
 inline constexpr std::uint64_t kFirstBatchGroups = 2048;
 inline constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
+inline constexpr std::uint64_t kOverlapBatches = 8;
+inline constexpr std::uint64_t kMinOverlapGroups = 1024;
+
+/// Groups in the walk's next batch: `first` says whether it is the first, `entriesPerGroup` is what the last batch
+/// took per group (ignored for the first), `batchEntries` the entries a batch may hold; `overlapped` for a tree built
+/// within a call (its batches are evaluated while the next is walked).
+inline std::uint64_t walkBatchGroups(std::uint64_t numGroups, bool first, double entriesPerGroup,
+                                     std::uint64_t batchEntries, bool overlapped) {
+  std::uint64_t groups = first ? std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1,
+                                                           std::min(numGroups, kFirstBatchGroups))
+                               : static_cast<std::uint64_t>(std::clamp(
+                                     double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0, double(numGroups)));
+  if (overlapped) {
+    const std::uint64_t share = std::max(kMinOverlapGroups, (numGroups + kOverlapBatches - 1) / kOverlapBatches);
+    groups = std::min(groups, share);
+  }
+  return std::max<std::uint64_t>(groups, 1);
+}
 
 /// The acceleration of a body may change by this fraction of itself over a tree's calls before its ball is too
 /// small: room for close encounters, which change it fastest.
@@ -132,17 +154,19 @@ class TreeSolver final : public ForceSolver {
   /// topology maps them (TreeTopology::order). Then the walk tree. Times each phase into build.timings.
   void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
                  const AccelerationSet& accelerations, const float* radius);
-  /// Walks every group of `build` into its plans (batches of about kPlanEntries entries). Returns false when they
-  /// would take more than TreeParams::maxBatchEntries (cells + j-bodies): then `stream` says how to go on, and the
-  /// lists are walked, evaluated and dropped batch by batch (writing `out`); also false when a background build is
-  /// cancelled (cancel_).
-  bool walkAllGroups(TreeBuild& build, bool stream, const Particles* particles, const ForceView& out,
-                     ForceReport* report);
-  /// Builds a tree for calls [call_, call_ + steps - 1] within this call and puts it to use. Returns true when its
-  /// lists had to stream (then this call's forces are done and nothing is reused).
-  bool buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
-  /// Hands `build` to the engine and makes it the current tree.
-  void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report);
+  /// Walks every group of `build` into its plans, batch by batch (walkBatchGroups). In the background (`particles`
+  /// null) the plans are kept for adopt(); returns false when they would take more than TreeParams::maxBatchEntries
+  /// (cells + j-bodies) or when the build is cancelled (cancel_). Within a call (`particles` given), `build`'s tree is
+  /// handed to the engine first and each batch is evaluated (writing `out`) while the CPU walks the next; the lists
+  /// stay in the engine unless they would take more than maxBatchEntries: from there on each batch is evaluated and
+  /// dropped (the lists stream), and it returns false. Groups whose lists failed the engine's check go to `failed`.
+  bool walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out, ForceReport* report,
+                     std::vector<std::uint32_t>* failed);
+  /// Builds a tree for calls [call_, call_ + steps - 1] within this call, evaluates this call's forces with it as it
+  /// walks, and puts it to use (lists that had to stream serve this call alone).
+  void buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
+  /// Makes `build` the current tree; a tree built in the background is handed to the engine first (`upload`).
+  void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report, bool upload);
   /// Starts building the tree after the current one, for the calls after it, on a thread of its own.
   void startBackgroundBuild(const Particles& particles);
   /// Waits for the background build, if any; rethrows what it threw.
