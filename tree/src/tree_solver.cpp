@@ -345,8 +345,8 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
   return trialSteps_ != 0 ? trialSteps_ : bestSteps_;
 }
 
-bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out,
-                               ForceReport* report, std::vector<std::uint32_t>* failed) {
+bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out, ForceReport* report,
+                               std::vector<std::uint32_t>* failed) {
   const bool evaluate = particles != nullptr;
   MATCHA_ASSERT(!evaluate || (report != nullptr && failed != nullptr), "an evaluating walk needs a report");
   const auto numGroups = static_cast<std::uint32_t>(build.groups.size());

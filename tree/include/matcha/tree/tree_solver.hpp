@@ -70,10 +70,10 @@ inline constexpr std::uint64_t kMinOverlapGroups = 1024;
 /// within a call (its batches are evaluated while the next is walked).
 inline std::uint64_t walkBatchGroups(std::uint64_t numGroups, bool first, double entriesPerGroup,
                                      std::uint64_t batchEntries, bool overlapped) {
-  std::uint64_t groups = first ? std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1,
-                                                           std::min(numGroups, kFirstBatchGroups))
-                               : static_cast<std::uint64_t>(std::clamp(
-                                     double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0, double(numGroups)));
+  std::uint64_t groups =
+      first ? std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups))
+            : static_cast<std::uint64_t>(
+                  std::clamp(double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0, double(numGroups)));
   if (overlapped) {
     const std::uint64_t share = std::max(kMinOverlapGroups, (numGroups + kOverlapBatches - 1) / kOverlapBatches);
     groups = std::min(groups, share);
