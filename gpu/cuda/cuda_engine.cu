@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -639,12 +640,15 @@ struct CudaEngine::Impl {
     DeviceBuffer<std::uint32_t> stagingRangeOffsets, stagingCellOffsets, stagingIds, counts, bodyOffsets;
     DeviceBuffer<char> scratch;
     PinnedBuffer<std::uint32_t> hostCounts;
+    detail::CudaEvent countsFree;  ///< recorded after the copies out of hostCounts
     // Warp tasks: fixed by the groups' sizes, ordered by cost whenever lists change.
     DeviceBuffer<uint4> tasks, sortedTasks, subsetTasks;
     DeviceBuffer<std::uint32_t> taskKeys, sortedKeys, subsetGroups, taskCounter;
     std::uint32_t numTasks = 0;
     bool tasksSorted = false;
-    std::vector<uint4> hostSubsetTasks;
+    std::vector<uint4> hostSubsetTasks, hostSortedSubsetTasks;
+    std::vector<double> hostSubsetCosts;
+    std::vector<std::uint32_t> subsetOrder;
     // The check's results.
     DeviceBuffer<std::uint32_t> failedFlags, failedList, failedCount;
     PinnedBuffer<std::uint32_t> hostFailed;
@@ -815,6 +819,7 @@ struct CudaEngine::Impl {
     // Each list's j-bodies, as the walk counted them, laid end to end in the body arena (64-bit sums: the arena is
     // indexed in 32 bits, which the solver's maxBatchEntries keeps it within).
     MATCHA_ASSERT(plan.listBodyCounts.size() == numLists, "setLists needs the walk's j-body count per list");
+    r.countsFree.synchronize();  // the last setLists' copies out of hostCounts are done
     r.hostCounts.reserve(2 * std::size_t{numLists});
     std::uint64_t total = 0;
     for (std::uint32_t k = 0; k < numLists; ++k) {
@@ -852,8 +857,9 @@ struct CudaEngine::Impl {
       r.listBodies[g] = plan.listBodyCounts[k];
     }
     r.tasksSorted = false;
-    // The staging of counts and offsets is reused by the next call: let its copies finish.
-    stream.synchronize();
+    // The next call refills hostCounts once these copies are done (countsFree). Not waiting here lets a solver hand
+    // over a batch's lists while the engine still evaluates the batch before.
+    r.countsFree.record(stream.get());
   }
 
   template <class Real>
@@ -880,13 +886,28 @@ struct CudaEngine::Impl {
     std::uint32_t numTasks = r.numTasks;
     const uint4* taskList = r.sortedTasks.data();
     if (!all) {
+      // Longest first, as the whole tree's tasks are sorted on the device: the kernel takes tasks in order, and a
+      // long task taken last leaves the GPU idle but for it (a solver's batch is a few waves of tasks).
       r.hostSubsetTasks.clear();
+      r.hostSubsetCosts.clear();
+      const double cellWeight = r.quadrupole ? kQuadrupoleEntryWeight : 1.0;
       for (const std::uint32_t g : groups) {
         MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
+        const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
         forEachWarpTask<Real>(r.groups[g], [&](std::uint32_t first, std::uint32_t rows, int kind) {
           r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
+          r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
         });
       }
+      r.subsetOrder.resize(r.hostSubsetTasks.size());
+      std::iota(r.subsetOrder.begin(), r.subsetOrder.end(), 0u);
+      std::stable_sort(r.subsetOrder.begin(), r.subsetOrder.end(),
+                       [&](std::uint32_t a, std::uint32_t b) { return r.hostSubsetCosts[a] > r.hostSubsetCosts[b]; });
+      r.hostSortedSubsetTasks.resize(r.hostSubsetTasks.size());
+      for (std::size_t k = 0; k < r.subsetOrder.size(); ++k) {
+        r.hostSortedSubsetTasks[k] = r.hostSubsetTasks[r.subsetOrder[k]];
+      }
+      r.hostSubsetTasks.swap(r.hostSortedSubsetTasks);
       numTasks = static_cast<std::uint32_t>(r.hostSubsetTasks.size());
       uploadVector(r.subsetTasks, r.hostSubsetTasks);
       r.subsetGroups.reserve(groups.size());

@@ -373,9 +373,6 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
     failed->insert(failed->end(), result.failedGroups.begin(), result.failedGroups.end());
   };
   const auto launchBatch = [&](const InteractionPlan& lists) {
-    clock.restart();
-    engine_.setLists(lists);
-    report->timings[Phase::upload] += clock.seconds();
     engine_.launchResident(particles->sources(), gravity_, out, lists.groupIds,
                            launched ? BodyMotion::unchanged : BodyMotion::moved);
     launched = inFlight = true;
@@ -415,8 +412,15 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
       streaming = true;
     }
     if (evaluate) {
+      if (streaming) {
+        finishBatch();
+        engine_.dropLists();
+      }
+      // This batch's lists go over while the engine still works on the last batch; then its launch.
+      clock.restart();
+      engine_.setLists(plan);
+      report->timings[Phase::upload] += clock.seconds();
       finishBatch();
-      if (streaming) engine_.dropLists();
       launchBatch(plan);
     }
     if (!streaming) ++build.numPlans;

@@ -62,8 +62,8 @@ inline constexpr double kEstimateTheta = 0.9;
 inline constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
 inline constexpr std::uint64_t kFirstBatchGroups = 2048;
 inline constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
-inline constexpr std::uint64_t kOverlapBatches = 8;
-inline constexpr std::uint64_t kMinOverlapGroups = 1024;
+inline constexpr std::uint64_t kOverlapBatches = 4;
+inline constexpr std::uint64_t kMinOverlapGroups = 2048;
 
 /// Groups in the walk's next batch: `first` says whether it is the first, `entriesPerGroup` is what the last batch
 /// took per group (ignored for the first), `batchEntries` the entries a batch may hold; `overlapped` for a tree built
