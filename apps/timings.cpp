@@ -88,6 +88,7 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   const ForceTimings& force = summary.stepForceTimings;
   for (int k = 0; k < kNumPhases; ++k) row(phaseName(phaseAt(k)), force[phaseAt(k)]);
   row("rebuild wait", force.rebuildWaitSeconds);
+  row("engine wait", force.engineWaitSeconds);
   row("integration", summary.integrationSeconds);
   row("output", summary.outputSeconds);
   row("step (wall)", stepWall);
@@ -117,6 +118,7 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"steps_total", phasesJson(summary.stepForceTimings)},
           {"steps_mean_ms", meanMs},
           {"rebuild_wait_seconds", summary.stepForceTimings.rebuildWaitSeconds},
+          {"engine_wait_seconds", summary.stepForceTimings.engineWaitSeconds},
           {"rebuilds", summary.rebuilds},
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
           {"groups_repaired", summary.groupsRepaired}};

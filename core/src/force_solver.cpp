@@ -48,6 +48,7 @@ ForceTimings& ForceTimings::operator+=(const ForceTimings& other) {
   for (int p = 0; p < kNumPhases; ++p) seconds[p] += other.seconds[p];
   totalSeconds += other.totalSeconds;
   rebuildWaitSeconds += other.rebuildWaitSeconds;
+  engineWaitSeconds += other.engineWaitSeconds;
   return *this;
 }
 

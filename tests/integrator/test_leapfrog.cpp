@@ -631,6 +631,7 @@ class ScriptedTimingsSolver : public KeplerSolver {
     t[matcha::Phase::repair] = 0.0625;
     t.totalSeconds = 1.0;
     t.rebuildWaitSeconds = 0.03125;
+    t.engineWaitSeconds = 0.015625;
     return t;
   }
 };
@@ -643,6 +644,7 @@ void expectTimesCalls(const matcha::ForceTimings& timings, const matcha::ForceTi
   }
   EXPECT_EQ(timings.totalSeconds, times * one.totalSeconds);
   EXPECT_EQ(timings.rebuildWaitSeconds, times * one.rebuildWaitSeconds);
+  EXPECT_EQ(timings.engineWaitSeconds, times * one.engineWaitSeconds);
 }
 
 TEST(RunLeapfrog, SumsTheForceCallsTimingsWithTheInitialCallApart) {

@@ -368,7 +368,9 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   const auto finishBatch = [&] {
     if (!inFlight) return;
     inFlight = false;
+    const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
+    report->timings.engineWaitSeconds += wait.seconds();
     addResult(result, *report);
     failed->insert(failed->end(), result.failedGroups.begin(), result.failedGroups.end());
   };
@@ -652,7 +654,9 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     // The bodies may have been sorted: take the views after the build.
     engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
     if (nextTreeDue) startBackgroundBuild(particles);
+    const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
+    report.timings.engineWaitSeconds += wait.seconds();
     addResult(result, report);
     if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);
   }

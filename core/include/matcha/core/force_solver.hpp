@@ -44,6 +44,10 @@ struct ForceTimings {
   double totalSeconds = 0.0;  ///< the whole call, wall clock
   /// Wall time the call waited on a rebuild still running on the CPU cores (the GPU idle meanwhile).
   double rebuildWaitSeconds = 0.0;
+  /// Wall time the call's host thread was held in NearFieldEngine::finishResident: the device's work not hidden
+  /// behind the host's (a tree built within the call walks its next batch while the engine evaluates the last), and
+  /// the copy of the outputs into the caller's arrays.
+  double engineWaitSeconds = 0.0;
 
   double& operator[](Phase phase) { return seconds[static_cast<int>(phase)]; }
   double operator[](Phase phase) const { return seconds[static_cast<int>(phase)]; }
