@@ -22,7 +22,9 @@
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/io/run_folder.hpp"
 #include "matcha/tree/tree_solver.hpp"
+#include "memory_check.hpp"
 #include "timings.hpp"
 
 namespace matcha::app {
@@ -230,12 +232,15 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
     }
   }
   std::ostream& info = options.json ? std::cerr : std::cout;
-  Particles bodies = loadInitialConditions(options);
-  const std::size_t n = bodies.size();
-  if (std::uint64_t(compare.sample) > n) {
-    throw InputError("--sample " + std::to_string(compare.sample) + " is more than the " + std::to_string(n) +
-                     " bodies");
+  // The count is known before the bodies are allocated: a sample or a size that cannot work is refused first.
+  const InitialConditionsInfo ic = inspectInitialConditions(options);
+  if (std::uint64_t(compare.sample) > ic.numBodies) {
+    throw InputError("--sample " + std::to_string(compare.sample) + " is more than the " +
+                     std::to_string(ic.numBodies) + " bodies");
   }
+  requireBodiesFit(ic.numBodies);
+  Particles bodies = loadInitialConditions(options, info);
+  const std::size_t n = bodies.size();
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // see Sample
   const Sample sample = drawSample(n, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
   gpu::EngineChoice engine = gpu::makeEngine(options.engine);
@@ -282,7 +287,7 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
   const ForceErrorStats directError = summariseForceErrors(direct.view(), reference.view());
   const tree::TreeStats& stats = rows.back().stats;  // cells and groups depend on ncrit and nleaf alone
   if (!compare.csvPath.empty()) {
-    writeTextFile(compare.csvPath, csvTable(rows, n, sample.numTargets, options.gravity, referenceKind));
+    io::writeTextFile(compare.csvPath, csvTable(rows, n, sample.numTargets, options.gravity, referenceKind));
   }
 
   if (options.json) {
@@ -344,7 +349,7 @@ std::function<int()> addCompareCommand(CLI::App& parent, Options& options) {
                    "measure the errors on this many bodies drawn at random, against a direct sum onto them alone "
                    "(0: every body)")
       ->capture_default_str();
-  command->add_option("--sample-seed", compare->sampleSeed, "random seed of --sample")->capture_default_str();
+  addSeedOption(*command, "--sample-seed", compare->sampleSeed, "random seed of --sample, 0 to 2^64 - 1");
   command->add_option("--csv", compare->csvPath, "write the rows, one per configuration, to this CSV file");
   return [&options, compare] { return compareSolvers(options, *compare); };
 }

@@ -3,8 +3,10 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "matcha/core/errors.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "memory_check.hpp"
 
 namespace matcha::app {
 
@@ -15,12 +17,14 @@ std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
   options.outPath = "plummer.hdf5";
   command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   command->add_option("--config", "parameter file: `key = value` lines with the long option names");
-  command->add_option("-n,--bodies", options.numBodies, "number of bodies")->capture_default_str();
-  command->add_option("--seed", options.seed, "random seed")->capture_default_str();
+  addBodiesOption(*command, options.numBodies, "number of bodies");
+  addSeedOption(*command, "--seed", options.seed, "random seed, 0 to 2^64 - 1");
   command->add_option("--out", options.outPath, "output file (HDF5, GADGET layout)")->capture_default_str();
   return [command, &options] {
     validateOptions(options, kBodies);
-    const Particles particles = loadInitialConditions(options);
+    if (options.outPath.empty()) throw InputError("--out: the output file must be named (got an empty string)");
+    requireBodiesFit(static_cast<std::uint64_t>(options.numBodies), false);
+    const Particles particles = loadInitialConditions(options, std::cout);
     io::SnapshotMetadata metadata;
     metadata.parameters = usedParameterList(*command);
     io::SnapshotWriteOptions writeOptions;

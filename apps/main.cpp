@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// `matcha`: the command line. The only place that turns an error into a message and an exit code (STYLE.md habit 9).
+// `matcha`: the command line. The only place that turns an error into a message and an exit code (STYLE.md habit 9):
+//   0 success (and --help, --version), 1 a file or device failed (IoError, CudaError), 2 bad input (InputError, a
+//   command line CLI11 cannot parse), 3 an internal error (InvariantError, anything unexpected such as bad_alloc).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
@@ -11,6 +13,10 @@
 #include "options.hpp"
 
 namespace {
+
+constexpr int kExitIo = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitInternal = 3;
 
 const CLI::App* findSubcommand(const CLI::App& parent, const std::string& name) {
   for (const CLI::App* sub : parent.get_subcommands([](const CLI::App*) { return true; })) {
@@ -31,20 +37,40 @@ std::vector<std::string> expandConfigFile(const std::vector<std::string>& args, 
     insertAt = k + 1;
   }
   std::string configPath;
+  bool configGiven = false;
   for (std::size_t k = insertAt; k < args.size(); ++k) {
     if (args[k] == "--config") {
       if (k + 1 >= args.size()) throw matcha::InputError("--config needs a file name");
       configPath = args[k + 1];
+      configGiven = true;
     } else if (args[k].rfind("--config=", 0) == 0) {
       configPath = args[k].substr(9);
+      configGiven = true;
     }
   }
+  if (configGiven && configPath.empty()) throw matcha::InputError("--config needs a file name (got '')");
   if (configPath.empty() || command == &app) return args;
+  const std::vector<std::string> commandLine(args.begin() + static_cast<std::ptrdiff_t>(insertAt), args.end());
   std::vector<std::string> expanded(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(insertAt));
-  const std::vector<std::string> fromFile = matcha::app::configFileArguments(configPath, *command);
+  const std::vector<std::string> fromFile = matcha::app::configFileArguments(configPath, *command, app, commandLine);
   expanded.insert(expanded.end(), fromFile.begin(), fromFile.end());
-  expanded.insert(expanded.end(), args.begin() + static_cast<std::ptrdiff_t>(insertAt), args.end());
+  expanded.insert(expanded.end(), commandLine.begin(), commandLine.end());
   return expanded;
+}
+
+// The command line as a shell would take it back (for the run folder's RUNNING marker).
+std::string joinCommandLine(int argc, char** argv) {
+  std::string line;
+  for (int k = 0; k < argc; ++k) {
+    std::string arg = argv[k];
+    if (arg.empty() || arg.find_first_of(" \t'\"\\$`") != std::string::npos) {
+      std::string quoted = "'";
+      for (const char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      arg = quoted + "'";
+    }
+    line += (k == 0 ? "" : " ") + arg;
+  }
+  return line;
 }
 
 }  // namespace
@@ -52,8 +78,10 @@ std::vector<std::string> expandConfigFile(const std::vector<std::string>& args, 
 int main(int argc, char** argv) {
   CLI::App app{"matcha: a Barnes-Hut treecode with a GPU near-field (N-body units: G = 1)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", matcha::app::versionText(), "print the version and the git commit, then exit");
   // One options struct per subcommand: their defaults differ (e.g. --out is a folder for run, a file for ic).
   matcha::app::Options runOptions, compareOptions, icOptions;
+  runOptions.commandLine = joinCommandLine(argc, argv);
   const auto runCommand = matcha::app::addRunCommand(app, runOptions);
   const auto compareCommand = matcha::app::addCompareCommand(app, compareOptions);
   const auto icCommand = matcha::app::addIcCommand(app, icOptions);
@@ -66,21 +94,23 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) return runCommand();
     if (app.got_subcommand("compare")) return compareCommand();
     return icCommand();
-  } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);
-  } catch (const CLI::CallForAllHelp& help) {
-    return app.exit(help);
+  } catch (const CLI::Success& success) {  // --help, --help-all, --version: printed, exit 0
+    return app.exit(success);
   } catch (const CLI::ParseError& error) {
+    // CLI11's own codes (104-109) would say nothing to a script that the table in README does not say.
     std::cerr << "matcha: error: " << error.what() << " (see matcha --help)\n";
-    return error.get_exit_code() != 0 ? error.get_exit_code() : 2;
+    return kExitBadInput;
   } catch (const matcha::InputError& error) {
     std::cerr << "matcha: error: " << error.what() << "\n";
-    return 2;
+    return kExitBadInput;
+  } catch (const matcha::InvariantError& error) {
+    std::cerr << "matcha: error: " << error.what() << "\n";
+    return kExitInternal;
   } catch (const matcha::Error& error) {
     std::cerr << "matcha: error: " << error.what() << "\n";
-    return 1;
+    return kExitIo;
   } catch (const std::exception& error) {
-    std::cerr << "matcha: unexpected error: " << error.what() << "\n";
-    return 3;
+    std::cerr << "matcha: error: unexpected: " << error.what() << "\n";
+    return kExitInternal;
   }
 }

@@ -153,7 +153,8 @@ std::uint64_t deviceFreeBytes() {
 RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials) {
   RunMemory memory;
   memory.onGpu = onGpu;
-  memory.numSteps = integrator::checkedStepCount(options.integrator.tEnd, options.integrator.dt);
+  memory.numSteps =
+      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
   MemoryEstimate& estimate = memory.estimate;
   const std::uint64_t n = particles.size();
   if (options.solver == SolverKind::tree) {
@@ -181,18 +182,18 @@ std::uint64_t availableHostBytes() {
   return available == kUnknown ? 0 : available;
 }
 
-void requireBodiesFit(const Options& options) {
-  if (!options.icFile.empty() || options.numBodies < 1) return;
-  const std::uint64_t available = availableHostBytes();
-  const auto n = static_cast<std::uint64_t>(options.numBodies);
-  if (n >= (std::uint64_t{1} << 31)) {
-    throw InputError("-n/--bodies: at most 2^31 - 1 bodies are supported (got " + std::to_string(n) + ")");
+void requireBodiesFit(std::uint64_t numBodies, bool measuresTree) {
+  if (numBodies > kMaxBodies) {
+    throw InputError("at most 2^31 - 1 bodies are supported (got " + std::to_string(numBodies) + ")");
   }
-  const std::uint64_t needed = n * (kBytesPerBody + kEstimateBytesPerBody) + kProgramBytes;
+  const std::uint64_t available = availableHostBytes();
+  const std::uint64_t perBody = kBytesPerBody + (measuresTree ? kEstimateBytesPerBody : 0);
+  const std::uint64_t needed = numBodies * perBody + kProgramBytes;
   if (available != 0 && needed > available) {
-    throw InputError("-n " + std::to_string(n) + " needs more than " + formatBytes(needed) +
-                     " of host memory just to hold the bodies and measure their tree (" + formatBytes(available) +
-                     " available)");
+    throw InputError(std::to_string(numBodies) + " bodies need more than " + formatBytes(needed) +
+                     " of host memory just to hold the bodies" +
+                     (measuresTree ? std::string(" and measure their tree") : std::string()) + " (" +
+                     formatBytes(available) + " available)");
   }
 }
 

@@ -32,10 +32,11 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
 /// @throws InputError when MATCHA_MEMORY_LIMIT is malformed
 std::uint64_t availableHostBytes();
 
-/// Throws InputError, before the initial conditions are made, when -n bodies and the estimate's working arrays
-/// exceed the available host memory (a run that far too large is refused before it allocates), or when -n is 2^31
-/// or more (the tree's 32-bit indices).
-void requireBodiesFit(const Options& options);
+/// Throws InputError, before the initial conditions are made or read, when `numBodies` bodies (and, with
+/// `measuresTree`, the memory estimate's working arrays: run and compare) exceed the available host memory (a run
+/// that far too large is refused before it allocates), or when there are more than kMaxBodies (the tree's 32-bit
+/// indices).
+void requireBodiesFit(std::uint64_t numBodies, bool measuresTree = true);
 
 /// Throws InputError with one line ("this run needs ~X GiB of host memory (Y GiB available); ...") when the estimate
 /// exceeds the available host memory or, on the CUDA engine, the device's free memory.

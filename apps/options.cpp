@@ -2,11 +2,15 @@
 #include "options.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/version.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/io/snapshot.hpp"
 
@@ -55,6 +59,24 @@ void addWordOption(CLI::App& command, const std::string& name, Enum& target, con
       ->default_str(toString(target));
 }
 
+/// Outputs fall on steps: an interval that is not a whole number of steps would be rounded to one without a word,
+/// so it is refused with the two nearest values that are. An interval below dt (every step) is refused alike.
+void requireWholeOutputInterval(const IntegratorParams& params) {
+  const double ratio = params.outputInterval / params.dt;
+  const double nearest = std::round(ratio);
+  if (nearest >= 1.0 && std::abs(ratio - nearest) <= 1e-9 * ratio) return;
+  std::ostringstream message;
+  message << std::setprecision(12) << "--output-interval " << params.outputInterval
+          << " is not a whole number of steps of dt = " << params.dt;
+  if (ratio < 1.0) {
+    message << "; the nearest valid value is " << params.dt;
+  } else {
+    message << "; the nearest valid values are " << std::floor(ratio) * params.dt << " and "
+            << std::ceil(ratio) * params.dt;
+  }
+  throw InputError(message.str());
+}
+
 std::string trim(const std::string& text) {
   const std::size_t first = text.find_first_not_of(" \t");
   if (first == std::string::npos) return "";
@@ -68,9 +90,8 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
   command.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   command.add_option("--config", "parameter file: `key = value` lines with the long option names");
   if (sets & kBodies) {
-    auto* bodies = command.add_option("-n,--bodies", options.numBodies, "number of bodies of the Plummer sphere")
-                       ->capture_default_str();
-    command.add_option("--seed", options.seed, "random seed of the Plummer sphere")->capture_default_str();
+    auto* bodies = addBodiesOption(command, options.numBodies, "number of bodies of the Plummer sphere");
+    addSeedOption(command, "--seed", options.seed, "random seed of the Plummer sphere, 0 to 2^64 - 1");
     command.add_option("--ic", options.icFile, "initial conditions: an HDF5 snapshot (GADGET layout, PartType1)")
         ->excludes(bodies);
   }
@@ -117,9 +138,13 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
   }
   if (sets & kIntegrator) {
     command.add_option("--dt", options.integrator.dt, "leapfrog time step, > 0")->capture_default_str();
-    command.add_option("--t-end", options.integrator.tEnd, "end time (a multiple of dt)")->capture_default_str();
     command
-        .add_option("--output-interval", options.integrator.outputInterval, "time between snapshots and diagnostics")
+        .add_option("--t-end", options.integrator.tEnd,
+                    "end time, absolute (an --ic snapshot starts at its Time); a whole number of steps from the start")
+        ->capture_default_str();
+    command
+        .add_option("--output-interval", options.integrator.outputInterval,
+                    "time between snapshots and diagnostics, a multiple of dt")
         ->capture_default_str();
   }
   if (sets & kSolver) {
@@ -147,6 +172,59 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
   }
 }
 
+std::string versionText() {
+  const std::string commit = kGitCommit;
+  if (commit == "unknown") return std::string("matcha ") + kVersion + " (git commit unknown)";
+  const std::string dirty = kGitDirty;
+  return std::string("matcha ") + kVersion + " (git " + commit +
+         (dirty == "true"    ? ", modified"
+          : dirty == "false" ? ""
+                             : ", modified: unknown") +
+         ")";
+}
+
+std::optional<std::uint64_t> parseWholeNumber(std::string_view text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;  // beyond 2^64 - 1
+  return value;
+}
+
+CLI::Option* addBodiesOption(CLI::App& command, std::int64_t& target, const std::string& description) {
+  return command
+      .add_option_function<std::string>(
+          "-n,--bodies",
+          [&target](const std::string& text) { target = static_cast<std::int64_t>(*parseWholeNumber(text)); },
+          description + ", 1 to 2^31 - 1")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            const std::optional<std::uint64_t> value = parseWholeNumber(text);
+            if (!value) return "must be a whole number of bodies written in digits (got '" + text + "')";
+            if (*value < 1 || *value > kMaxBodies) {
+              return "must be 1 to " + std::to_string(kMaxBodies) +
+                     " (2^31 - 1: the tree indexes bodies in 32 bits) (got " + text + ")";
+            }
+            return std::string();
+          },
+          "BODIES"))
+      ->default_str(std::to_string(target));
+}
+
+void addSeedOption(CLI::App& command, const std::string& name, std::uint64_t& target, const std::string& description) {
+  command
+      .add_option_function<std::string>(
+          name, [&target](const std::string& text) { target = *parseWholeNumber(text); }, description)
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            if (parseWholeNumber(text)) return std::string();
+            return "must be a whole number from 0 to 18446744073709551615 (2^64 - 1) written in digits (got '" + text +
+                   "')";
+          },
+          "SEED"))
+      ->default_str(std::to_string(target));
+}
+
 std::string toString(DiagnosticPotential choice) {
   switch (choice) {
     case DiagnosticPotential::automatic:
@@ -160,8 +238,10 @@ std::string toString(DiagnosticPotential choice) {
 }
 
 void validateOptions(const Options& options, unsigned sets) {
-  if ((sets & kBodies) && options.icFile.empty() && options.numBodies < 1) {
-    throw InputError("-n/--bodies must be >= 1 (got " + std::to_string(options.numBodies) + ")");
+  if ((sets & kBodies) && options.icFile.empty() &&
+      (options.numBodies < 1 || static_cast<std::uint64_t>(options.numBodies) > kMaxBodies)) {
+    throw InputError("-n/--bodies must be 1 to " + std::to_string(kMaxBodies) + " (2^31 - 1) (got " +
+                     std::to_string(options.numBodies) + ")");
   }
   if ((sets & kTree) && (sets & kTreeSweep)) {
     treeSweep(options);
@@ -169,7 +249,10 @@ void validateOptions(const Options& options, unsigned sets) {
     options.tree.validate();
   }
   if (sets & kGravity) options.gravity.validate();
-  if (sets & kIntegrator) options.integrator.validate();
+  if (sets & kIntegrator) {
+    options.integrator.validate();
+    requireWholeOutputInterval(options.integrator);
+  }
 }
 
 std::vector<TreeParams> treeSweep(const Options& options) {
@@ -208,9 +291,40 @@ std::vector<TreeParams> treeSweep(const Options& options) {
   return sweep;
 }
 
-std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command) {
+namespace {
+
+/// Whether a subcommand of `app` (at any depth) other than `except` takes the long option `name`.
+bool anotherCommandTakes(const CLI::App& app, const CLI::App& except, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub != &except && sub->get_option_no_throw(name) != nullptr) return true;
+    if (anotherCommandTakes(*sub, except, name)) return true;
+  }
+  return false;
+}
+
+/// The options of `command` that `arguments` give ("--name", "--name=value", "-n").
+std::vector<const CLI::Option*> givenOptions(const CLI::App& command, const std::vector<std::string>& arguments) {
+  std::vector<const CLI::Option*> given;
+  for (const std::string& argument : arguments) {
+    if (argument.size() < 2 || argument[0] != '-') continue;
+    const std::string name = argument.substr(0, argument.find('='));
+    if (const CLI::Option* option = command.get_option_no_throw(name)) given.push_back(option);
+  }
+  return given;
+}
+
+}  // namespace
+
+std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command, const CLI::App& root,
+                                             const std::vector<std::string>& commandLine) {
+  std::error_code ec;
+  // An ifstream opens a folder and reads it as an empty file: the run would start with every default.
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError("--config " + path + ": is a folder, not a parameter file");
+  }
   std::ifstream file(path);
   if (!file) throw InputError("--config " + path + ": cannot open the parameter file");
+  const std::vector<const CLI::Option*> given = givenOptions(command, commandLine);
   std::vector<CLI::ConfigItem> items;
   try {
     items = CLI::ConfigTOML().from_config(file);
@@ -224,9 +338,15 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
       throw InputError("--config " + path + ": sections are not supported (key '" + item.fullname() + "')");
     }
     const CLI::Option* option = command.get_option_no_throw("--" + item.name);
+    if (option == nullptr && item.name != "config" && anotherCommandTakes(root, command, "--" + item.name)) continue;
     if (option == nullptr || item.name == "config") {
       throw InputError("--config " + path + ": unknown key '" + item.name + "'");
     }
+    const auto excludes = option->get_excludes();  // by value
+    const bool overridden = std::any_of(given.begin(), given.end(), [&excludes](const CLI::Option* other) {
+      return std::find(excludes.begin(), excludes.end(), other) != excludes.end();
+    });
+    if (overridden) continue;
     if (item.inputs.empty()) throw InputError("--config " + path + ": key '" + item.name + "' needs a value");
     if (option->get_expected_max() == 0) {  // a flag: true/false
       if (item.inputs.size() != 1) throw InputError("--config " + path + ": key '" + item.name + "' needs one value");
@@ -280,8 +400,25 @@ std::string usedParameters(const CLI::App& command) {
   return text.str();
 }
 
-Particles loadInitialConditions(const Options& options) {
+InitialConditionsInfo inspectInitialConditions(const Options& options) {
+  InitialConditionsInfo info;
+  if (options.icFile.empty()) {
+    info.numBodies = static_cast<std::uint64_t>(options.numBodies);
+    return info;
+  }
+  const io::SnapshotInfo snapshot = io::inspectSnapshot(options.icFile);
+  if (snapshot.numBodies > kMaxBodies) {
+    throw InputError("--ic " + options.icFile + " holds " + std::to_string(snapshot.numBodies) + " bodies; at most " +
+                     std::to_string(kMaxBodies) + " (2^31 - 1) are supported");
+  }
+  info.numBodies = snapshot.numBodies;
+  info.time = snapshot.time;
+  return info;
+}
+
+Particles loadInitialConditions(const Options& options, std::ostream& info) {
   if (!options.icFile.empty()) {
+    info << "reading initial conditions from " << options.icFile << "..." << std::endl;
     io::Snapshot snapshot = io::readSnapshot(options.icFile);
     snapshot.particles.validate();
     return std::move(snapshot.particles);
@@ -289,14 +426,11 @@ Particles loadInitialConditions(const Options& options) {
   ic::PlummerParams plummer;
   plummer.numBodies = static_cast<std::size_t>(options.numBodies);
   plummer.seed = options.seed;
+  info << "generating a " << options.numBodies << "-body Plummer sphere (seed " << options.seed << ")..." << std::endl;
   return ic::makePlummer(plummer);
 }
 
 }  // namespace matcha::app
-
-#include <unistd.h>
-
-#include <cstdio>
 
 #include "matcha/gpu/direct_solver.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
@@ -317,25 +451,6 @@ std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine&
     return std::make_unique<gpu::DirectSolver>(engine, options.gravity, std::move(hilbertOrder));
   }
   return std::make_unique<tree::TreeSolver>(engine, options.tree, options.gravity);
-}
-
-void writeTextFile(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << text;
-    file.flush();
-    if (!file) {
-      std::remove(temporary.c_str());
-      throw IoError("cannot write " + path);
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::remove(temporary.c_str());
-    throw IoError("cannot write " + path + ": " + error.message());
-  }
 }
 
 }  // namespace matcha::app

@@ -4,7 +4,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
+#include <ostream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,7 +41,12 @@ struct Options {
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both
+  bool overwrite = false;       ///< --overwrite (run): remove another run's files from --out first
+  std::string commandLine;      ///< the arguments as given (main), for the run folder's RUNNING marker
 };
+
+/// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.
+inline constexpr std::uint64_t kMaxBodies = (std::uint64_t{1} << 31) - 1;
 
 /// Which option groups a subcommand takes.
 enum OptionSet : unsigned {
@@ -55,20 +63,51 @@ enum OptionSet : unsigned {
   kDryRun = 1u << 10,      // --dry-run
 };
 
+/// "matcha 0.1.0 (git <commit>)", with ", modified" when the build's tracked files differed from the commit, or
+/// "(git commit unknown)" outside a git checkout: `matcha --version`.
+std::string versionText();
+
 /// Registers the options of `sets` on `command`, bound to `options`, plus --config FILE.
 void addOptions(CLI::App& command, Options& options, unsigned sets);
 
-/// Validates every parameter that `command` takes; throws InputError with a one-line message.
+/// `text` as a whole number written in decimal digits (no sign, no exponent, no spaces), nullopt otherwise or when
+/// it exceeds 2^64 - 1.
+std::optional<std::uint64_t> parseWholeNumber(std::string_view text);
+
+/// -n/--bodies bound to `target`: digits only, 1 to kMaxBodies (so "-n 1e11" and "-n -1" get a message, not a
+/// conversion).
+CLI::Option* addBodiesOption(CLI::App& command, std::int64_t& target, const std::string& description);
+
+/// A seed option bound to `target`: exactly the integers 0 to 2^64 - 1 in digits; "-1", "1e20" or 2^64 are refused
+/// (CLI11 would wrap or round them onto seeds that another spelling also gives).
+void addSeedOption(CLI::App& command, const std::string& name, std::uint64_t& target, const std::string& description);
+
+/// Validates every parameter that `command` takes; throws InputError with a one-line message. With kIntegrator, an
+/// output interval must be a whole number of steps (the message names the nearest valid values).
 void validateOptions(const Options& options, unsigned sets);
+
+/// The bodies a command will load, known before they are allocated.
+struct InitialConditionsInfo {
+  std::uint64_t numBodies = 0;
+  double time = 0.0;  ///< the IC file's /Header Time; 0 for a Plummer sphere
+};
+
+/// -n, or the body count and time of --ic read from the file without its bodies. Throws InputError when the count
+/// exceeds kMaxBodies, and what io::inspectSnapshot throws.
+InitialConditionsInfo inspectInitialConditions(const Options& options);
 
 /// The tree configurations of a kTreeSweep command: every --multipole order (mono before quad) times every --theta in
 /// the order given, the other fields from options.tree. Throws InputError naming the first bad entry.
 std::vector<TreeParams> treeSweep(const Options& options);
 
 /// Reads a parameter file (TOML-style `key = value` lines, `#` comments, keys spelled as the long option names)
-/// and returns it as command-line arguments ("--key", "value", ...). Throws InputError on a missing or
-/// malformed file and on a key that `command` does not take.
-std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command);
+/// and returns it as command-line arguments ("--key", "value", ...) for `command`.
+/// In: `commandLine`, the arguments given after the subcommand: a file key whose option excludes one of them is left
+/// out (the command line overrides the file: `--ic F` drops the file's `bodies`, `-n` its `ic`). A key that
+/// `command` does not take but another subcommand of `root` does is left out too (one file serves run and compare).
+/// Throws InputError on a missing, unreadable or malformed file, a folder, and a key that no subcommand takes.
+std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command, const CLI::App& root,
+                                             const std::vector<std::string>& commandLine);
 
 /// The parameters `command` actually used, defaults included, as `key = value` lines: a valid --config file.
 std::string usedParameters(const CLI::App& command);
@@ -76,8 +115,9 @@ std::string usedParameters(const CLI::App& command);
 /// The same parameters as (key, value) pairs, for snapshot headers.
 std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::App& command);
 
-/// Plummer sphere from -n/--seed, or the bodies of --ic (validated).
-Particles loadInitialConditions(const Options& options);
+/// Plummer sphere from -n/--seed, or the bodies of --ic (validated). Prints one line to `info` first ("generating a
+/// 1048576-body Plummer sphere (seed 7)..." or "reading initial conditions from F..."): both can take minutes.
+Particles loadInitialConditions(const Options& options, std::ostream& info);
 
 }  // namespace matcha::app
 
@@ -90,8 +130,5 @@ namespace matcha::app {
 
 /// The solver of --solver, on `engine` (which must outlive it).
 std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine& engine);
-
-/// Writes `text` to `path` atomically (temporary file, then rename); throws IoError.
-void writeTextFile(const std::string& path, const std::string& text);
 
 }  // namespace matcha::app

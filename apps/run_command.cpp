@@ -6,15 +6,19 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
 
 #include "commands.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
+#include "matcha/core/version.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/integrator/run_loop.hpp"
+#include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "memory_check.hpp"
 #include "timings.hpp"
@@ -78,10 +82,11 @@ class ProgressLine {
     const bool last = info.step == info.totalSteps;
     if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
     lastPrinted_ = info.elapsedSeconds;
-    std::fprintf(stderr, "%sstep %llu/%llu  t = %.4f/%.4g  elapsed %.1f s  ETA %.1f s  |dE/E| = %.2e%s",
+    std::fprintf(stderr, "%sstep %llu/%llu  t = %.4f/%.4g  elapsed %.1f s  ETA %s  |dE/E| = %.2e%s",
                  terminal_ ? "\r" : "", static_cast<unsigned long long>(info.step),
                  static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd, info.elapsedSeconds,
-                 info.etaSeconds, info.relativeEnergyError, terminal_ ? (last ? "\n" : "   ") : "\n");
+                 formatDuration(info.etaSeconds).c_str(), info.relativeEnergyError,
+                 terminal_ ? (last ? "\n" : "          ") : "\n");
     std::fflush(stderr);
   }
 
@@ -90,47 +95,49 @@ class ProgressLine {
   double lastPrinted_ = -1e30;
 };
 
-int runSimulation(const CLI::App& command, const Options& options) {
-  validateOptions(options, kRunOptions);
-  const std::filesystem::path outDir = options.outPath;
-  // Human-readable lines go to stdout, or to stderr when stdout carries the JSON summary.
-  std::ostream& info = options.json ? std::cerr : std::cout;
+/// summary.json's record of the build and the run's end: "status" is "complete" or "failed" (with "error").
+nlohmann::json buildJson() { return {{"version", kVersion}, {"git_commit", kGitCommit}, {"git_dirty", kGitDirty}}; }
 
-  // The memory the run needs, from a tree built over its bodies and a sample of its lists, before any force call
-  // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
-  requireBodiesFit(options);
-  Particles particles = loadInitialConditions(options);
-  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
-  const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
-  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
-  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
-  const std::string source =
-      options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
-  if (options.dryRun) {
-    info << "matcha run --dry-run: " << particles.size() << " bodies from " << source << ", " << memory.numSteps
-         << " steps\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\n"
-         << formatRunMemory(memory) << std::flush;
-    if (options.json) std::cout << runMemoryJson(memory) << std::endl;
-    return 0;
+/// (tEnd - tStart) / dt must be a whole number of steps; with an --ic snapshot's start time the plain "multiple of
+/// dt" of runLeapfrog would not say why 1.0 fails.
+void requireWholeStepsFromStart(const Options& options) {
+  const IntegratorParams& p = options.integrator;
+  if (p.tStart == 0.0) return;
+  try {
+    integrator::checkedStepCount(p.tEnd - p.tStart, p.dt);
+  } catch (const InputError&) {
+    std::ostringstream message;
+    message << std::setprecision(12) << "--t-end " << p.tEnd << " is absolute time and " << options.icFile
+            << " starts at t = " << p.tStart << ": t-end - " << p.tStart << " must be a multiple of dt = " << p.dt;
+    throw InputError(message.str());
   }
-  requireRunFits(memory);
-  io::ensureWritableDirectory(outDir);
+}
 
+/// The run itself, in a folder that prepareRunFolder took over; ends by writing summary.json ("complete") and
+/// removing the RUNNING marker.
+int runInFolder(const CLI::App& command, const Options& options, Particles& particles, gpu::EngineChoice& engine,
+                ForceSolver& solver, const RunMemory& memory, bool directPotentials, const std::string& source,
+                std::ostream& info) {
+  const std::filesystem::path outDir = options.outPath;
   const std::string potentialSource =
       directPotentials
           ? "direct summation at each output (the solver computes accelerations only)"
           : (options.solver == SolverKind::tree ? "the tree's (its force error enters W)" : "the solver's");
-  info << "matcha run: " << particles.size() << " bodies from " << source << "\nsolver: " << solver->describe()
+  info << "matcha run: " << particles.size() << " bodies from " << source << "\nsolver: " << solver.describe()
        << "\nengine: " << engine.reason << "\nenergy diagnostics: potentials from " << potentialSource << "\nmemory: ~"
        << formatBytes(memory.estimate.hostBytes) << " host"
        << (engine.onGpu ? ", ~" + formatBytes(memory.estimate.deviceBytes) + " device" : std::string())
        << " (estimated; --dry-run for the parts)\noutput: " << outDir.string()
-       << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json)\n";
+       << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
+  if (!options.icFile.empty()) {
+    info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
+         << options.integrator.tEnd << " is absolute time: " << memory.numSteps << " steps)\n";
+  }
 
-  writeTextFile((outDir / "used_parameters.toml").string(), usedParameters(command));
+  io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
   std::ofstream log(outDir / "diagnostics.log", std::ios::trunc);
   if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
-  log << "# " << solver->describe() << "; potentials from " << potentialSource << "\n"
+  log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
       << integrator::diagnosticsHeader() << "\n";
   info << integrator::diagnosticsHeader() << "\n";
 
@@ -161,14 +168,17 @@ int runSimulation(const CLI::App& command, const Options& options) {
   DirectPotentials outputPotentials(*engine.engine, options.gravity);
   if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
 
-  const integrator::RunSummary summary = integrator::runLeapfrog(particles, *solver, options.integrator, callbacks);
+  const integrator::RunSummary summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks);
   const double interactionsPerSecond =
       summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
   const nlohmann::json json = {
       {"bodies", particles.size()},
-      {"solver", solver->describe()},
+      {"status", "complete"},
+      {"matcha", buildJson()},
+      {"solver", solver.describe()},
       {"engine", engine.engine->name()},
       {"steps", summary.steps},
+      {"t_start", options.integrator.tStart},
       {"t_end", options.integrator.tEnd},
       {"dt", options.integrator.dt},
       {"initial_energy", summary.initialEnergy},
@@ -182,8 +192,10 @@ int runSimulation(const CLI::App& command, const Options& options) {
       {"interactions_per_second", interactionsPerSecond},
       {"timings", timingsJson(summary, engine.onGpu)},
       {"output_dir", outDir.string()}};
-  writeTextFile((outDir / "summary.json").string(), json.dump(2) + "\n");
   log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+  log.close();
+  io::writeTextFile(outDir / "summary.json", json.dump(2) + "\n");
+  io::removeRunningMarker(outDir);
   if (options.json) {
     std::cout << json.dump(2) << std::endl;
   } else {
@@ -199,13 +211,70 @@ int runSimulation(const CLI::App& command, const Options& options) {
   return 0;
 }
 
+int runSimulation(const CLI::App& command, const Options& given) {
+  Options options = given;
+  validateOptions(options, kRunOptions);
+  const std::filesystem::path outDir = options.outPath;
+  // Human-readable lines go to stdout, or to stderr when stdout carries the JSON summary.
+  std::ostream& info = options.json ? std::cerr : std::cout;
+
+  // Before any work: a folder that holds another run's files (or the IC file) is refused, not mixed into.
+  const io::RunFolderRequest folder{outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh,
+                                    options.icFile};
+  io::checkRunFolder(folder);
+  // The bodies' count and start time from the IC file's header, before the bodies are read.
+  const InitialConditionsInfo ic = inspectInitialConditions(options);
+  options.integrator.tStart = ic.time;
+  options.integrator.validate();
+  requireWholeStepsFromStart(options);
+
+  // The memory the run needs, from a tree built over its bodies and a sample of its lists, before any force call
+  // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
+  requireBodiesFit(ic.numBodies);
+  Particles particles = loadInitialConditions(options, info);
+  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
+  const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
+  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
+  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
+  const std::string source =
+      options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
+  if (options.dryRun) {
+    info << "matcha run --dry-run: " << particles.size() << " bodies from " << source << ", " << memory.numSteps
+         << " steps\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\n"
+         << formatRunMemory(memory) << std::flush;
+    if (options.json) std::cout << runMemoryJson(memory) << std::endl;
+    return 0;
+  }
+  requireRunFits(memory);
+  io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+  try {
+    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info);
+  } catch (const std::exception& error) {
+    // The marker goes, the failure stays: summary.json says the run failed and why, so a folder is never left
+    // looking like a run in progress by a run that ended. Best effort: the original error is what the user needs.
+    try {
+      nlohmann::json failed = {
+          {"status", "failed"}, {"error", error.what()}, {"matcha", buildJson()}, {"output_dir", outDir.string()}};
+      io::writeTextFile(outDir / "summary.json", failed.dump(2) + "\n");
+      io::removeRunningMarker(outDir);
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   CLI::App* command = parent.add_subcommand("run", "run a simulation (default: 65,536-body Plummer sphere to t = 1)");
   addOptions(*command, options, kRunOptions);
   options.outPath = "matcha-out";
-  command->add_option("--out", options.outPath, "output folder (created if missing)")->capture_default_str();
+  command
+      ->add_option("--out", options.outPath,
+                   "output folder (created if missing; refused when it holds another run's files)")
+      ->capture_default_str();
+  command->add_flag("--overwrite", options.overwrite,
+                    "remove another run's files (snapshots, logs, summary, marker) from --out before running");
   return [command, &options] { return runSimulation(*command, options); };
 }
 

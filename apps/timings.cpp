@@ -1,9 +1,24 @@
 // SPDX-License-Identifier: MIT
 #include "timings.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 namespace matcha::app {
+
+std::string formatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0.0) return "?";
+  constexpr double kMinute = 60, kHour = 3600, kDay = 86400, kYear = 365.25 * kDay;
+  const auto whole = [](double value) { return std::to_string(static_cast<long long>(value)); };
+  if (seconds >= kYear) return "> 1 year";
+  const double s = std::round(seconds);
+  if (s < kMinute) return whole(s) + " s";
+  if (s < kHour) return whole(std::floor(s / kMinute)) + " min " + whole(std::fmod(s, kMinute)) + " s";
+  const double m = std::round(seconds / kMinute);
+  if (m < 24 * 60) return whole(std::floor(m / 60)) + " h " + whole(std::fmod(m, 60.0)) + " min";
+  const double h = std::round(seconds / kHour);
+  return whole(std::floor(h / 24)) + " d " + whole(std::fmod(h, 24.0)) + " h";
+}
 
 namespace {
 

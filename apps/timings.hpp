@@ -11,6 +11,10 @@
 
 namespace matcha::app {
 
+/// A span of wall time for people: "42 s", "12 min 5 s", "2 h 13 min", "3 d 4 h", "> 1 year" (an ETA of a run that
+/// will not end in any useful time), "?" when not finite or negative.
+std::string formatDuration(double seconds);
+
 /// {phase name: seconds * scale} for every phase, zeros included.
 nlohmann::json phasesJson(const ForceTimings& timings, double scale = 1.0);
 

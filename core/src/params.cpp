@@ -2,6 +2,8 @@
 #include "matcha/core/params.hpp"
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 
 #include "matcha/core/errors.hpp"
 
@@ -36,7 +38,14 @@ void IntegratorParams::validate() const {
   requireFinite(tEnd, "t-end");
   requireFinite(outputInterval, "output-interval");
   if (dt <= 0.0) throw InputError("dt must be > 0 (got " + std::to_string(dt) + ")");
+  requireFinite(tStart, "start time");
   if (tEnd < 0.0) throw InputError("t-end must be >= 0 (got " + std::to_string(tEnd) + ")");
+  if (tEnd < tStart) {
+    std::ostringstream message;
+    message << std::setprecision(12) << "t-end " << tEnd << " is before the start time of the initial conditions, "
+            << tStart << " (t-end is absolute time)";
+    throw InputError(message.str());
+  }
   if (outputInterval <= 0.0)
     throw InputError("output-interval must be > 0 (got " + std::to_string(outputInterval) + ")");
 }

@@ -103,7 +103,9 @@ std::uint64_t checkedStepCount(double tEnd, double dt) {
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
                        const RunCallbacks& callbacks) {
   params.validate();
-  const std::uint64_t numSteps = checkedStepCount(params.tEnd, params.dt);
+  const std::uint64_t numSteps = checkedStepCount(params.tEnd - params.tStart, params.dt);
+  // The leapfrog counts time from 0; the run's clock starts at the initial conditions' time.
+  const auto runTime = [&](double sinceStart) { return params.tStart + sinceStart; };
 
   const Stopwatch wall;
   RunSummary summary;
@@ -127,7 +129,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   summary.initialForceTimings = initialReport.timings;
   addForceCall(interval, initialReport);
   Stopwatch outputClock;
-  summary.initial = measureOutput(0.0);
+  summary.initial = measureOutput(runTime(0.0));
   summary.final = summary.initial;
   std::uint64_t outputIndex = 0;
   if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
@@ -159,7 +161,8 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     if (isOutput || progressEnergy) {
       if (progressEnergy) lastProgressEnergy = wall.seconds();
       outputClock.restart();
-      const Diagnostics now = isOutput ? measureOutput(leapfrog.time()) : measureDiagnostics(p, leapfrog.time());
+      const Diagnostics now =
+          isOutput ? measureOutput(runTime(leapfrog.time())) : measureDiagnostics(p, runTime(leapfrog.time()));
       latestEnergy = now.total;
       if (isOutput) {
         summary.final = now;
@@ -180,7 +183,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
       ProgressInfo info;
       info.step = step;
       info.totalSteps = numSteps;
-      info.time = leapfrog.time();
+      info.time = runTime(leapfrog.time());
       info.tEnd = params.tEnd;
       info.elapsedSeconds = wall.seconds();
       info.etaSeconds = info.elapsedSeconds / static_cast<double>(step) * static_cast<double>(numSteps - step);

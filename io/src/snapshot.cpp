@@ -24,6 +24,7 @@
 #include <system_error>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/version.hpp"
 
 namespace matcha::io {
 namespace detail {
@@ -331,6 +332,10 @@ void writeHeader(hid_t file, std::size_t count, double time) {
   writeScalar(header.get(), "Omega0", 0.0);
   writeScalar(header.get(), "OmegaLambda", 0.0);
   writeScalar(header.get(), "HubbleParam", 1.0);
+  // Which build wrote the file. Named after matcha, never `Code`: yt takes a Header Code attribute for SWIFT's.
+  writeStringAttribute(header.get(), "MatchaVersion", kVersion);
+  writeStringAttribute(header.get(), "MatchaGitCommit", kGitCommit);
+  writeStringAttribute(header.get(), "MatchaGitDirty", kGitDirty);
 }
 
 void writeUnits(hid_t file, const UnitSystem& units) {
@@ -631,10 +636,29 @@ void requireFiniteValues(std::initializer_list<const std::vector<double>*> colum
   }
 }
 
+/// Masses agree with MassTable[1] to this relative difference: float Masses against a double MassTable differ by
+/// up to 6e-8.
+constexpr double kMassTableTolerance = 1e-6;
+
+/// ParticleIDs stored as signed integers: HDF5 would convert a negative one to 0 when reading into uint64, so the
+/// ids are checked as int64 first, block by block.
+void requireNonNegativeIds(const Array& ids, std::size_t count) {
+  Handle type = checked(H5Dget_type(ids.dataset.get()), H5Tclose, "H5Dget_type(" + ids.name + ")");
+  if (H5Tget_sign(type.get()) != H5T_SGN_2) return;
+  std::vector<std::int64_t> values(count);
+  readColumn(ids, H5T_NATIVE_INT64, values.data());
+  const auto negative = std::find_if(values.begin(), values.end(), [](std::int64_t id) { return id < 0; });
+  if (negative != values.end()) {
+    throw InputError(ids.name + " has a negative ParticleID (" + std::to_string(*negative) + ") at body " +
+                     std::to_string(negative - values.begin()) + "; ids must be >= 0");
+  }
+}
+
 /// The /Header facts that readSnapshot uses or checks; every field is optional in the file.
 struct HeaderInfo {
   double time = 0.0;
   double massTable1 = 0.0;
+  std::string matchaVersion, matchaGitCommit;
 };
 
 HeaderInfo readHeader(hid_t file, hsize_t count) {
@@ -673,10 +697,17 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
       throw InputError("/Header MassTable has " + std::to_string(massTable->size()) + " entries, expected 6");
     info.massTable1 = (*massTable)[1];
   }
+  for (auto [name, target] :
+       {std::pair{"MatchaVersion", &info.matchaVersion}, std::pair{"MatchaGitCommit", &info.matchaGitCommit}}) {
+    const htri_t exists = H5Aexists(h, name);
+    if (exists < 0) throw IoError(std::string("looking up attribute /Header ") + name + " failed");
+    if (exists > 0) *target = attributeText(h, name).value_or("");
+  }
   return info;
 }
 
-Snapshot readFile(const std::filesystem::path& path) {
+/// Opens `path` as an HDF5 file for reading, or throws the errors readSnapshot documents for files.
+Handle openForReading(const std::filesystem::path& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (status.type() == std::filesystem::file_type::not_found) throw IoError("no such file");
@@ -693,15 +724,32 @@ Snapshot readFile(const std::filesystem::path& path) {
   Handle fapl = detail::makeFileAccessList();
   const hid_t fileId = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   if (fileId < 0) throw IoError("cannot open the HDF5 file, truncated or corrupt: " + detail::hdf5ErrorText());
-  Handle file(fileId, H5Fclose);
+  return Handle(fileId, H5Fclose);
+}
 
-  if (!detail::linkExists(file.get(), kGroup, std::string("group /") + kGroup)) {
+Handle openParticleGroup(hid_t file) {
+  if (!detail::linkExists(file, kGroup, std::string("group /") + kGroup)) {
     throw InputError(std::string("missing group /") + kGroup);
   }
-  const hid_t groupId = H5Gopen2(file.get(), kGroup, H5P_DEFAULT);
+  const hid_t groupId = H5Gopen2(file, kGroup, H5P_DEFAULT);
   if (groupId < 0)
     throw InputError(std::string("/") + kGroup + " is not a readable group (" + detail::hdf5ErrorText() + ")");
-  Handle group(groupId, H5Gclose);
+  return Handle(groupId, H5Gclose);
+}
+
+SnapshotInfo inspectFile(const std::filesystem::path& path) {
+  Handle file = openForReading(path);
+  Handle group = openParticleGroup(file.get());
+  const Array coordinates = requireArray(group.get(), "Coordinates", true);
+  SnapshotInfo info;
+  info.numBodies = coordinates.rows;
+  info.time = readHeader(file.get(), coordinates.rows).time;
+  return info;
+}
+
+Snapshot readFile(const std::filesystem::path& path) {
+  Handle file = openForReading(path);
+  Handle group = openParticleGroup(file.get());
   const hid_t g = group.get();
 
   const Array coordinates = requireArray(g, "Coordinates", true);
@@ -724,11 +772,14 @@ Snapshot readFile(const std::filesystem::path& path) {
 
   Snapshot snapshot;
   snapshot.time = header.time;
+  snapshot.matchaVersion = header.matchaVersion;
+  snapshot.matchaGitCommit = header.matchaGitCommit;
   snapshot.parameters = readParameters(file.get());
   Particles& p = snapshot.particles;
   p.resize(static_cast<std::size_t>(count));  // bad_alloc for absurd sizes becomes IoError in readSnapshot
 
   if (ids) {
+    requireNonNegativeIds(*ids, static_cast<std::size_t>(count));
     readColumn(*ids, H5T_NATIVE_UINT64, p.id.data());
     std::vector<std::uint64_t> sorted = p.id;
     std::sort(sorted.begin(), sorted.end());
@@ -749,6 +800,20 @@ Snapshot readFile(const std::filesystem::path& path) {
       const auto body = static_cast<std::size_t>(bad - p.mass.begin());
       throw InputError(masses->name + " has a mass <= 0 (" + shortestText(*bad) + ") at body " + std::to_string(body) +
                        " (ParticleID " + std::to_string(p.id[body]) + ")");
+    }
+    // GADGET's convention: MassTable[1] > 0 means every type-1 body has that mass. A file that says so and also
+    // lists other masses contradicts itself; taking either silently could run the wrong system.
+    if (header.massTable1 > 0.0) {
+      const double expected = header.massTable1;
+      const auto differs = std::find_if(p.mass.begin(), p.mass.end(), [expected](double m) {
+        return std::abs(m - expected) > kMassTableTolerance * expected;
+      });
+      if (differs != p.mass.end()) {
+        const auto body = static_cast<std::size_t>(differs - p.mass.begin());
+        throw InputError("/Header MassTable[1] = " + shortestText(expected) + " but " + masses->name + " has " +
+                         shortestText(*differs) + " at body " + std::to_string(body) + " (ParticleID " +
+                         std::to_string(p.id[body]) + "); set MassTable[1] to 0 to use the Masses");
+      }
     }
   } else {
     std::fill(p.mass.begin(), p.mass.end(), header.massTable1);
@@ -782,6 +847,15 @@ void writeSnapshot(const std::filesystem::path& path, const Particles& particles
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);
     rethrowWithPrefix(prefix);
+  }
+}
+
+SnapshotInfo inspectSnapshot(const std::filesystem::path& path) {
+  const detail::ErrorPrintingOff quiet;
+  try {
+    return inspectFile(path);
+  } catch (...) {
+    rethrowWithPrefix("cannot read snapshot " + detail::quoted(path) + ": ");
   }
 }
 

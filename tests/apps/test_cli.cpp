@@ -3,15 +3,18 @@
 // good input runs end to end; --config values are overridden by the command line and echoed into the output.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -20,8 +23,10 @@
 #include <vector>
 
 #include "matcha/core/force_solver.hpp"
+#include "matcha/core/version.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
+#include "timings.hpp"
 
 namespace {
 
@@ -75,6 +80,20 @@ class Cli : public ::testing::Test {
     EXPECT_NE(result.exitCode, 124) << "timed out";
     ASSERT_FALSE(result.err.empty());
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_EQ(result.err.rfind("matcha: error:", 0), 0u) << result.err;
+    EXPECT_NE(result.err.find(mentions), std::string::npos) << result.err;
+  }
+
+  // The catalogue's contract (README, exit codes): bad input exits with 2, and stderr is exactly one line that
+  // starts with "matcha: error:" and names the problem.
+  void expectBadInput(const std::string& args, const std::string& mentions, const std::string& environment = "") const {
+    SCOPED_TRACE(environment + " matcha " + args);
+    const Result result = matcha(args, environment);
+    EXPECT_FALSE(result.crashed);
+    EXPECT_EQ(result.exitCode, 2) << result.err;
+    ASSERT_FALSE(result.err.empty());
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+    EXPECT_EQ(result.err.back(), '\n') << result.err;
     EXPECT_EQ(result.err.rfind("matcha: error:", 0), 0u) << result.err;
     EXPECT_NE(result.err.find(mentions), std::string::npos) << result.err;
   }
@@ -617,7 +636,7 @@ TEST_F(Cli, DryRunPrintsTheMemoryARunNeedsAndRunsNothing) {
   EXPECT_GT(nlohmann::json::parse(reuse.out)["host_bytes"].get<double>(), estimate["host_bytes"].get<double>());
 
   // The dry run counts the steps as the run does: a t-end that is not a whole number of steps is refused alike.
-  expectOneLineError("run -n 256 --engine cpu --t-end 1.05 --dt 0.1 --dry-run", "multiple of dt");
+  expectOneLineError("run -n 256 --engine cpu --t-end 1.05 --dt 0.1 --output-interval 0.2 --dry-run", "multiple of dt");
 }
 
 TEST_F(Cli, RefusesARunThatWillNotFitBeforeAnyWork) {
@@ -694,6 +713,295 @@ TEST_F(Cli, DryRunEstimateIsWithin20PercentOfThePeakMemory) {
   EXPECT_LT(std::abs(estimateKiB - double(peakKiB)), 0.2 * double(peakKiB))
       << "estimate " << estimateKiB << " KiB, peak " << peakKiB << " KiB\n"
       << dry.err;
+}
+
+/// The pid of a child that has exited and been reaped: what a killed run's files carry.
+pid_t deadPid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+/// Rewrites a dataset of an HDF5 file (the catalogue's malformed IC files).
+void replaceDataset(const fs::path& path, const char* name, hid_t fileType, hid_t memType, const void* data,
+                    hsize_t rows) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  H5Ldelete(file, name, H5P_DEFAULT);
+  const hid_t space = H5Screate_simple(1, &rows, nullptr);
+  const hid_t dataset = H5Dcreate2(file, name, fileType, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(dataset, memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), 0);
+  H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(file);
+}
+
+void setMassTable(const fs::path& path, double mass) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t header = H5Gopen2(file, "Header", H5P_DEFAULT);
+  ASSERT_GE(header, 0);
+  const hid_t attribute = H5Aopen(header, "MassTable", H5P_DEFAULT);
+  EXPECT_GE(attribute, 0);
+  const double table[6] = {0.0, mass, 0.0, 0.0, 0.0, 0.0};
+  EXPECT_GE(H5Awrite(attribute, H5T_NATIVE_DOUBLE, table), 0);
+  H5Aclose(attribute);
+  H5Gclose(header);
+  H5Fclose(file);
+}
+
+TEST_F(Cli, BadInputCatalogue) {
+  // Sizes: the range of N and the memory, checked before any body is allocated, on every subcommand.
+  for (const char* command : {"run", "compare", "ic plummer"}) {
+    const std::string c = command;
+    expectBadInput(c + " -n 0", "bodies");
+    expectBadInput(c + " -n -1", "bodies");
+    expectBadInput(c + " -n abc", "bodies");
+    expectBadInput(c + " -n 1e11", "whole number of bodies written in digits (got '1e11')");
+    expectBadInput(c + " -n 2147483648", "2^31 - 1");
+    expectBadInput(c + " -n 99999999999999999999999", "bodies");
+    expectBadInput(c + " -n 2000000000", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
+    // Seeds: exactly the integers 0 .. 2^64 - 1 (-1 and 1e20 used to give the sphere of 2^64 - 1).
+    for (const char* seed : {"-1", "1e20", "18446744073709551616", "1.5", "0x10", "' 7'"}) {
+      expectBadInput(c + " -n 64 --seed " + seed, "--seed: must be a whole number from 0 to 18446744073709551615");
+    }
+  }
+  expectBadInput("compare -n 64 --sample-seed -1", "--sample-seed");
+  expectBadInput("compare -n 100 --sample 101", "more than the 100 bodies");
+
+  // Parameter files.
+  fs::create_directories(dir_ / "folder.toml");
+  expectBadInput("run --config folder.toml", "is a folder, not a parameter file");
+  expectBadInput("compare --config folder.toml", "is a folder");
+  expectBadInput("run --config ''", "--config needs a file name");
+  expectBadInput("run --config missing.toml", "missing.toml");
+  writeText("unknown.toml", "opening_angle = 0.7\n");
+  expectBadInput("compare --config unknown.toml", "unknown key 'opening_angle'");
+
+  // Output and timing.
+  expectBadInput("run -n 64 --out ''", "--out: the output folder must be named");
+  expectBadInput("ic plummer -n 64 --out ''", "--out: the output file must be named");
+  expectBadInput("run -n 64 --output-interval 0.3",
+                 "--output-interval 0.3 is not a whole number of steps of dt = 0.0078125; the nearest valid values "
+                 "are 0.296875 and 0.3046875");
+  expectBadInput("run -n 64 --output-interval 0.001", "the nearest valid value is 0.0078125");
+  expectBadInput("run -n 64 --dt 0.01 --t-end 0.015 --output-interval 0.01", "multiple of dt");
+
+  // Initial-condition files: negative ids, a MassTable that contradicts the Masses, a start after t-end.
+  const matcha::Particles bodies = matcha::testing::plummer(64, 5);
+  matcha::io::SnapshotMetadata late;
+  late.time = 2.0;
+  matcha::io::writeSnapshot(dir_ / "late.hdf5", bodies, late, {false, {}});
+  expectBadInput("run --ic late.hdf5", "t-end 1 is before the start time of the initial conditions, 2");
+  matcha::io::SnapshotMetadata start;
+  start.time = 0.1;
+  matcha::io::writeSnapshot(dir_ / "start.hdf5", bodies, start, {false, {}});
+  expectBadInput("run --ic start.hdf5 --t-end 1", "t-end - 0.1 must be a multiple of dt");
+  fs::copy_file(dir_ / "late.hdf5", dir_ / "negative-ids.hdf5");
+  std::vector<std::int64_t> ids(64);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i) - 3;
+  replaceDataset(dir_ / "negative-ids.hdf5", "PartType1/ParticleIDs", H5T_STD_I64LE, H5T_NATIVE_INT64, ids.data(),
+                 ids.size());
+  expectBadInput("run --ic negative-ids.hdf5 --t-end 2", "'negative-ids.hdf5': PartType1/ParticleIDs has a negative");
+  expectBadInput("compare --ic negative-ids.hdf5", "negative ParticleID (-3)");
+  fs::copy_file(dir_ / "late.hdf5", dir_ / "masstable.hdf5");
+  setMassTable(dir_ / "masstable.hdf5", 1.0);
+  expectBadInput("run --ic masstable.hdf5 --t-end 2", "MassTable[1] = 1 but PartType1/Masses has 0.015625");
+
+  // The command line itself (CLI11's parse errors, 104-109 before, are 2 like any bad input).
+  expectBadInput("run --bogus 3", "--bogus");
+  expectBadInput("run --solver fmm", "--solver");
+  expectBadInput("run --ic late.hdf5 -n 64", "excludes");
+  expectBadInput("frobnicate", "subcommand");
+  expectBadInput("", "subcommand");
+
+  // Run folders (more in the tests below).
+  ASSERT_EQ(matcha(std::string(kTinyRun) + " --engine cpu --out taken").exitCode, 0);
+  expectBadInput(std::string(kTinyRun) + " --engine cpu --out taken", "already holds another run's files");
+  expectBadInput("run --ic taken/snapshot_002.hdf5 --t-end 1 --out taken --overwrite",
+                 "holds the initial-conditions file");
+}
+
+TEST_F(Cli, ExitCodesOfSuccessHelpVersionAndIo) {
+  const Result help = matcha("--help");
+  EXPECT_EQ(help.exitCode, 0);
+  EXPECT_NE(help.out.find("--version"), std::string::npos) << help.out;
+  EXPECT_EQ(matcha("run --help").exitCode, 0);
+  const Result version = matcha("--version");
+  EXPECT_EQ(version.exitCode, 0);
+  EXPECT_EQ(version.out.rfind(std::string("matcha ") + matcha::kVersion + " (git ", 0), 0u) << version.out;
+  EXPECT_NE(version.out.find(matcha::kGitCommit), std::string::npos) << version.out;
+  // An output that cannot be written is an I/O failure: 1.
+  writeText("a-file", "x");
+  const Result io = matcha("run -n 64 --out a-file/sub");
+  EXPECT_EQ(io.exitCode, 1) << io.err;
+  EXPECT_EQ(std::count(io.err.begin(), io.err.end(), '\n'), 1) << io.err;
+}
+
+TEST_F(Cli, ARunRecordsTheBuildAndSaysWhatItDoesBeforeItDoesIt) {
+  const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out v");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  // One line before the initial conditions are made, then the run's header.
+  EXPECT_EQ(result.out.rfind("generating a 256-body Plummer sphere (seed 1)...\nmatcha run: 256 bodies", 0), 0u)
+      << result.out;
+  const nlohmann::json summary = nlohmann::json::parse(readFile(dir_ / "v" / "summary.json"));
+  EXPECT_EQ(summary["status"], "complete");
+  EXPECT_EQ(summary["matcha"]["version"], matcha::kVersion);
+  EXPECT_EQ(summary["matcha"]["git_commit"], matcha::kGitCommit);
+  EXPECT_FALSE(fs::exists(dir_ / "v" / "RUNNING")) << "the marker goes when the run ends";
+  const matcha::io::Snapshot snapshot = matcha::io::readSnapshot(dir_ / "v" / "snapshot_001.hdf5");
+  EXPECT_EQ(snapshot.matchaVersion, matcha::kVersion);
+  EXPECT_EQ(snapshot.matchaGitCommit, matcha::kGitCommit);
+  EXPECT_NE(readFile(dir_ / "v" / "diagnostics.log").find(std::string("# matcha ") + matcha::kVersion),
+            std::string::npos);
+}
+
+TEST_F(Cli, ASecondRunNeverMixesWithTheFirstOverwriteReplacesIt) {
+  ASSERT_EQ(matcha(std::string(kTinyRun) + " --engine cpu --out o").exitCode, 0);
+  writeText("o/notes.txt", "mine");
+  const std::string firstSummary = readFile(dir_ / "o" / "summary.json");
+  // Refused before any work: nothing of the first run changes.
+  const Result again =
+      matcha("run -n 128 --dt 0.015625 --t-end 0.03125 --output-interval 0.015625 --engine cpu --out o");
+  EXPECT_EQ(again.exitCode, 2);
+  EXPECT_EQ(again.out, "") << "refused before the bodies are generated";
+  EXPECT_EQ(readFile(dir_ / "o" / "summary.json"), firstSummary);
+  // --overwrite: the old run's files go first (this one-step run writes snapshots 000 and 001 only: the first run's
+  // snapshot_002 must not survive beside them), the user's notes stay.
+  const Result replaced = matcha(
+      "run -n 128 --dt 0.015625 --t-end 0.015625 --output-interval 0.015625 --engine cpu "
+      "--out o --overwrite");
+  ASSERT_EQ(replaced.exitCode, 0) << replaced.err;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir_ / "o")) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"diagnostics.log", "notes.txt", "snapshot_000.hdf5", "snapshot_001.hdf5",
+                                             "summary.json", "used_parameters.toml"}));
+  EXPECT_EQ(nlohmann::json::parse(readFile(dir_ / "o" / "summary.json"))["bodies"], 128);
+  EXPECT_EQ(readFile(dir_ / "o" / "notes.txt"), "mine");
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "o" / "snapshot_000.hdf5").particles.size(), 128u);
+}
+
+TEST_F(Cli, OverwriteNeverRemovesTheInitialConditions) {
+  ASSERT_EQ(matcha("ic plummer -n 128 --out o/ic.hdf5").exitCode, 0);
+  const std::string before = readFile(dir_ / "o" / "ic.hdf5");
+  expectBadInput("run --ic o/ic.hdf5 --out o --overwrite", "holds the initial-conditions file");
+  expectBadInput("run --ic ./o/../o/ic.hdf5 --out o", "holds the initial-conditions file");
+  EXPECT_EQ(readFile(dir_ / "o" / "ic.hdf5"), before);
+  ASSERT_EQ(matcha("run --ic o/ic.hdf5 --t-end 0.015625 --engine cpu --out elsewhere").exitCode, 0);
+}
+
+TEST_F(Cli, StaleTemporariesOfAKilledRunAreRemovedAtTheNextRun) {
+  fs::create_directories(dir_ / "o");
+  const std::string dead = std::to_string(deadPid());
+  for (const std::string& name : {".snapshot_003.hdf5.tmp-" + dead + "-0", ".summary.json.tmp-" + dead + "-1",
+                                  "used_parameters.toml.tmp-" + dead}) {
+    writeText("o/" + name, "half-written");
+  }
+  writeText("o/.draft.tmp-" + dead + "-0", "not matcha's");
+  const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out o");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  for (const auto& entry : fs::directory_iterator(dir_ / "o")) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name.find(".tmp-") == std::string::npos || name == ".draft.tmp-" + dead + "-0") << name;
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "o" / (".draft.tmp-" + dead + "-0")));
+}
+
+TEST_F(Cli, AKilledRunLeavesItsMarkerAndTheNextRunSaysSo) {
+  // What a killed run leaves: its first snapshots and RUNNING with its (now dead) pid.
+  fs::create_directories(dir_ / "o");
+  const std::string dead = std::to_string(deadPid());
+  writeText("o/RUNNING", "pid " + dead + "\nhost elsewhere\nstarted 2024-01-02T03:04:05Z\ncommand matcha run\n");
+  writeText("o/snapshot_000.hdf5", "the killed run's first snapshot");
+  expectBadInput(std::string(kTinyRun) + " --engine cpu --out o",
+                 "from a run that did not finish (pid " + dead + " on elsewhere, started 2024-01-02T03:04:05Z)");
+  const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out o --overwrite");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_FALSE(fs::exists(dir_ / "o" / "RUNNING"));
+  EXPECT_EQ(nlohmann::json::parse(readFile(dir_ / "o" / "summary.json"))["status"], "complete");
+
+  // A marker whose run is alive on this host (this test's pid): refused even with --overwrite.
+  writeText(
+      "o/RUNNING", "pid " + std::to_string(::getpid()) + "\nhost " + [] {
+        char name[256] = {};
+        ::gethostname(name, sizeof name - 1);
+        return std::string(name);
+      }() + "\nstarted now\ncommand matcha run\n");
+  expectBadInput(std::string(kTinyRun) + " --engine cpu --out o --overwrite", "a run is in progress there");
+}
+
+TEST_F(Cli, AFailedRunRecordsItsStatusAndRemovesTheMarker) {
+  // A folder named like a run's file is the user's and is left alone; writing there fails after the run began.
+  fs::create_directories(dir_ / "o" / "used_parameters.toml");
+  const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out o");
+  EXPECT_EQ(result.exitCode, 1) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  const nlohmann::json summary = nlohmann::json::parse(readFile(dir_ / "o" / "summary.json"));
+  EXPECT_EQ(summary["status"], "failed");
+  EXPECT_NE(summary["error"].get<std::string>().find("used_parameters.toml"), std::string::npos) << summary;
+  EXPECT_FALSE(fs::exists(dir_ / "o" / "RUNNING"));
+  EXPECT_TRUE(fs::is_directory(dir_ / "o" / "used_parameters.toml"));
+}
+
+TEST_F(Cli, AnIcSnapshotStartsTheClockAtItsTime) {
+  ASSERT_EQ(matcha(std::string(kTinyRun) + " --engine cpu --out first").exitCode, 0);  // ends at t = 0.0625
+  const Result result = matcha(
+      "run --ic first/snapshot_002.hdf5 --dt 0.015625 --t-end 0.125 --output-interval "
+      "0.03125 --engine cpu --out second --json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_NE(result.err.find("reading initial conditions from first/snapshot_002.hdf5...\n"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("start: t = 0.0625, the Header Time of first/snapshot_002.hdf5 (t-end 0.125 is absolute "
+                            "time: 4 steps)"),
+            std::string::npos)
+      << result.err;
+  const nlohmann::json summary = nlohmann::json::parse(result.out);
+  EXPECT_EQ(summary["t_start"], 0.0625);
+  EXPECT_EQ(summary["steps"], 4);
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "second" / "snapshot_000.hdf5").time, 0.0625);
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "second" / "snapshot_002.hdf5").time, 0.125);
+  EXPECT_FALSE(fs::exists(dir_ / "second" / "snapshot_003.hdf5"));
+}
+
+TEST_F(Cli, TheCommandLineOverridesTheConfigFileIncludingBodiesAgainstIc) {
+  ASSERT_EQ(matcha("ic plummer -n 300 --out ic.hdf5").exitCode, 0);
+  // configs/run.toml sets bodies; --ic on the command line takes their place (and -n the place of a file's ic).
+  const std::string config = "--config '" MATCHA_SOURCE_DIR "/configs/run.toml' ";
+  const Result withIc = matcha("run " + config + "--ic ic.hdf5 --engine cpu --dry-run --json");
+  ASSERT_EQ(withIc.exitCode, 0) << withIc.err;
+  EXPECT_EQ(nlohmann::json::parse(withIc.out)["bodies"], 300);
+  writeText("ic.toml", "ic = \"ic.hdf5\"\n");
+  const Result withN = matcha("run --config ic.toml -n 200 --engine cpu --dry-run --json");
+  ASSERT_EQ(withN.exitCode, 0) << withN.err;
+  EXPECT_EQ(nlohmann::json::parse(withN.out)["bodies"], 200);
+  // compare reads run's file too: keys only run takes (out, dt, ...) are ignored, unknown keys are not.
+  const Result compare = matcha("compare " + config + "-n 300 --engine cpu --reference cpu-double --json");
+  ASSERT_EQ(compare.exitCode, 0) << compare.err;
+  EXPECT_EQ(nlohmann::json::parse(compare.out)["bodies"], 300);
+}
+
+TEST_F(Cli, SeedsAreExactIntegers) {
+  ASSERT_EQ(matcha("ic plummer -n 32 --seed 18446744073709551615 --out max.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha("ic plummer -n 32 --seed 0 --out zero.hdf5").exitCode, 0);
+  EXPECT_NE(matcha::io::readSnapshot(dir_ / "max.hdf5").particles.x,
+            matcha::io::readSnapshot(dir_ / "zero.hdf5").particles.x);
+  EXPECT_NE(readFile(dir_ / "max.hdf5").size(), 0u);
+}
+
+TEST(FormatDuration, ReadsLikeATimeNotLikeSeconds) {
+  using matcha::app::formatDuration;
+  EXPECT_EQ(formatDuration(0.0), "0 s");
+  EXPECT_EQ(formatDuration(42.4), "42 s");
+  EXPECT_EQ(formatDuration(725.0), "12 min 5 s");
+  EXPECT_EQ(formatDuration(2 * 3600 + 13 * 60 + 10), "2 h 13 min");
+  EXPECT_EQ(formatDuration(3 * 86400 + 4 * 3600 + 100), "3 d 4 h");
+  EXPECT_EQ(formatDuration(80582468136.8), "> 1 year");
+  EXPECT_EQ(formatDuration(std::nan("")), "?");
+  EXPECT_EQ(formatDuration(-1.0), "?");
+  EXPECT_EQ(formatDuration(std::numeric_limits<double>::infinity()), "?");
 }
 
 }  // namespace

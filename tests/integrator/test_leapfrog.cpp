@@ -736,6 +736,47 @@ TEST(RunLeapfrog, AcceptsEndTimesThatAreMultiplesUpToRounding) {
   EXPECT_EQ(run.outputTimes.size(), 4u);
 }
 
+TEST(RunLeapfrog, StartsTheClockAtTheInitialConditionsTime) {
+  // From tStart = 0.5 to the absolute tEnd = 1: four steps of 1/8, outputs every 0.25 from the start, and the same
+  // trajectory as a run from 0 to 0.5 (the force does not depend on time).
+  const auto run = [](double tStart, double tEnd, std::vector<double>& times) {
+    Particles p = TwoBody{}.make();
+    KeplerSolver solver;
+    matcha::IntegratorParams params;
+    params.dt = 1.0 / 8.0;
+    params.tStart = tStart;
+    params.tEnd = tEnd;
+    params.outputInterval = 0.25;
+    mi::RunCallbacks callbacks;
+    callbacks.onOutput = [&times](const Particles&, const mi::Diagnostics& d, std::uint64_t) {
+      times.push_back(d.time);
+    };
+    callbacks.onProgress = [tEnd](const mi::ProgressInfo& info) { EXPECT_EQ(info.tEnd, tEnd); };
+    const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
+    EXPECT_EQ(summary.steps, 4u);
+    return p;
+  };
+  std::vector<double> later, fromZero;
+  const Particles a = run(0.5, 1.0, later);
+  const Particles b = run(0.0, 0.5, fromZero);
+  EXPECT_EQ(later, (std::vector<double>{0.5, 0.75, 1.0}));
+  EXPECT_EQ(fromZero, (std::vector<double>{0.0, 0.25, 0.5}));
+  EXPECT_EQ(a.x, b.x);
+  EXPECT_EQ(a.vy, b.vy);
+
+  // t-end is absolute: before the start, or not a whole number of steps after it, is refused before any force call.
+  for (const double tEnd : {0.25, 1.1}) {
+    Particles p = TwoBody{}.make();
+    KeplerSolver solver;
+    matcha::IntegratorParams params;
+    params.dt = 1.0 / 8.0;
+    params.tStart = 0.5;
+    params.tEnd = tEnd;
+    EXPECT_THROW(mi::runLeapfrog(p, solver, params, {}), InputError) << tEnd;
+    EXPECT_EQ(solver.calls(), 0);
+  }
+}
+
 TEST(RunLeapfrog, RejectsBadParameters) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/version.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/scratch_dir.hpp"
@@ -711,6 +712,40 @@ TEST(SnapshotReadErrors, FloatIdsAreInputError) {
   expectOneLineMentioning(readError<InputError>(path), {"ParticleIDs", "integers"});
 }
 
+TEST(SnapshotReadErrors, NegativeIdsAreInputErrorNotZero) {
+  // HDF5 converts a negative signed id to 0 when it is read as uint64: the reader must look before converting.
+  ScratchDir dir;
+  const fs::path path = writeGood(dir, "negid.h5");
+  const std::vector<std::int64_t> ids64{10, 11, -3, 13, 14};
+  editFile(path, [&](hid_t file) {
+    replaceDataset(file, "PartType1/ParticleIDs", 5, 0, H5T_STD_I64LE, H5T_NATIVE_INT64, ids64.data());
+  });
+  expectOneLineMentioning(readError<InputError>(path),
+                          {"negid.h5", "PartType1/ParticleIDs", "negative ParticleID (-3)", "body 2"});
+  const std::vector<std::int32_t> ids32{-1, 1, 2, 3, 4};
+  editFile(path, [&](hid_t file) {
+    replaceDataset(file, "PartType1/ParticleIDs", 5, 0, H5T_STD_I32LE, H5T_NATIVE_INT32, ids32.data());
+  });
+  expectOneLineMentioning(readError<InputError>(path), {"negative ParticleID (-1)", "body 0"});
+}
+
+TEST(SnapshotReadErrors, MassTableThatDisagreesWithMassesIsInputError) {
+  ScratchDir dir;
+  const fs::path path = writeGood(dir, "masstable.h5");  // 5 bodies of mass 0.2
+  const std::array<double, 6> wrong{0.0, 0.25, 0.0, 0.0, 0.0, 0.0};
+  editFile(path, [&](hid_t file) { writeHeaderAttribute(file, "MassTable", H5T_NATIVE_DOUBLE, wrong.data()); });
+  expectOneLineMentioning(readError<InputError>(path),
+                          {"masstable.h5", "MassTable[1] = 0.25", "PartType1/Masses has 0.2", "body 0"});
+  // Agreeing (to float rounding: Masses stored as float) is fine.
+  const std::array<double, 6> agreeing{0.0, 0.2, 0.0, 0.0, 0.0, 0.0};
+  const std::vector<float> masses(5, 0.2f);
+  editFile(path, [&](hid_t file) {
+    writeHeaderAttribute(file, "MassTable", H5T_NATIVE_DOUBLE, agreeing.data());
+    replaceDataset(file, "PartType1/Masses", 5, 0, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, masses.data());
+  });
+  EXPECT_EQ(readSnapshot(path).particles.mass, std::vector<double>(5, static_cast<double>(0.2f)));
+}
+
 TEST(SnapshotReadErrors, ZeroBodiesIsInputError) {
   ScratchDir dir;
   const fs::path path = writeGood(dir);
@@ -763,6 +798,27 @@ TEST(SnapshotReadVariants, EqualMassesFromMassTableWithoutMassesDataset) {
   EXPECT_EQ(read.particles.mass, std::vector<double>(5, 0.25));
   EXPECT_EQ(read.particles.x, simpleParticles(5).x);
   EXPECT_EQ(read.particles.vy, simpleParticles(5).vy);
+}
+
+TEST(SnapshotHeader, RecordsTheBuildThatWroteIt) {
+  ScratchDir dir;
+  const Snapshot read = readSnapshot(writeGood(dir));
+  EXPECT_EQ(read.matchaVersion, matcha::kVersion);
+  EXPECT_EQ(read.matchaGitCommit, matcha::kGitCommit);
+  EXPECT_FALSE(read.matchaVersion.empty());
+  EXPECT_FALSE(linkExists(dir / "good.h5", "Code")) << "no SWIFT-style /Code group (DESIGN.md section 7)";
+}
+
+TEST(SnapshotInspect, GivesCountAndTimeWithoutTheBodies) {
+  ScratchDir dir;
+  const fs::path path = writeGood(dir, "inspect.h5", 7);  // Time 0.375
+  const matcha::io::SnapshotInfo info = matcha::io::inspectSnapshot(path);
+  EXPECT_EQ(info.numBodies, 7u);
+  EXPECT_EQ(info.time, 0.375);
+  EXPECT_THROW(matcha::io::inspectSnapshot(dir / "missing.h5"), IoError);
+  editFile(path, [](hid_t file) { deleteLink(file, "PartType1/Coordinates"); });
+  expectOneLineMentioning(messageOf<InputError>([&] { matcha::io::inspectSnapshot(path); }),
+                          {"inspect.h5", "Coordinates"});
 }
 
 TEST(SnapshotReadVariants, FloatCoordinatesAreConverted) {

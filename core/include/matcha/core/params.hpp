@@ -61,8 +61,9 @@ struct TreeParams {
 /// Fixed-step leapfrog and output cadence.
 struct IntegratorParams {
   double dt = 1.0 / 128.0;       ///< time step (N-body time units), > 0
-  double tEnd = 1.0;             ///< end time of the run, >= 0
+  double tEnd = 1.0;             ///< end time of the run (absolute: not counted from tStart), >= tStart
   double outputInterval = 0.25;  ///< time between snapshots and diagnostics lines, > 0
+  double tStart = 0.0;           ///< time of the initial conditions (an IC snapshot's Header Time), finite
 
   void validate() const;
 };

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The fixed-step run: leapfrog from t = 0 to tEnd with outputs and progress reports through callbacks, so that the
-// apps decide what an output is (snapshot, diagnostics line) and how often to print progress.
+// The fixed-step run: leapfrog from the start time to tEnd with outputs and progress reports through callbacks, so that
+// the apps decide what an output is (snapshot, diagnostics line) and how often to print progress.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,7 @@ struct OutputTimings {
 };
 
 struct RunCallbacks {
-  /// Called at t = 0 (after the first force call), at every output time and at the end (once, also when the end is
+  /// Called at the start (after the first force call), at every output time and at the end (once, also when the end is
   /// an output time). outputIndex counts the calls: 0, 1, 2, ... The particles may be in any order (use ids).
   std::function<void(const Particles&, const Diagnostics&, std::uint64_t outputIndex)> onOutput;
   /// Called after every step; the caller throttles printing.
@@ -85,20 +85,22 @@ struct RunSummary {
 /// its memory estimate (matcha run --dry-run) count alike.
 std::uint64_t checkedStepCount(double tEnd, double dt);
 
-/// Runs KDK leapfrog from t = 0 to params.tEnd with step params.dt: one initial force call, then round(tEnd / dt)
-/// steps. Output k (k = 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from
-/// k so that no drift accumulates); outputs that would fall on the same step are merged, and the final step is
-/// always an output. Diagnostics are measured at every output (after callbacks.outputPotentials, when set) and, when
-/// onProgress is set without outputPotentials, for the progress report at most once a second of wall time (one O(N)
-/// pass; the report repeats the latest energy error in between). Every step and output is timed
-/// (RunSummary, RunCallbacks::onTimings): a few clock reads per step.
+/// Runs KDK leapfrog from params.tStart to params.tEnd with step params.dt: one initial force call, then
+/// round((tEnd - tStart) / dt) steps; the times reported (diagnostics, progress) are tStart + steps * dt. Output k (k =
+/// 1, 2, ...) happens after step round(k outputInterval / dt) (the nearest step, computed from k so that no drift
+/// accumulates); outputs that would fall on the same step are merged, and the final step is always an output.
+/// Diagnostics are measured at every output (after callbacks.outputPotentials, when set) and, when onProgress is set
+/// without outputPotentials, for the progress report at most once a second of wall time (one O(N) pass; the report
+/// repeats the latest energy error in between). Every step and output is timed (RunSummary, RunCallbacks::onTimings): a
+/// few clock reads per step.
 ///
 /// @param p          in/out: the initial state, advanced to tEnd; may be reordered by the solver (ids survive)
 /// @param solver     in: gravity
 /// @param params     in: dt, tEnd, outputInterval
 /// @param callbacks  in: either may be empty
-/// @throws InputError when params.validate() fails, when tEnd / dt is not within 1e-9 (relative) of an integer
-///         ("t-end must be a multiple of dt"), or when it exceeds 2^53 steps; whatever the solver or callbacks throw
+/// @throws InputError when params.validate() fails, when (tEnd - tStart) / dt is not within 1e-9 (relative) of an
+///         integer ("t-end must be a multiple of dt"), or when it exceeds 2^53 steps; whatever the solver or callbacks
+///         throw
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
                        const RunCallbacks& callbacks);
 

@@ -3,7 +3,8 @@
 //
 //   /Header      NumPart_ThisFile, NumPart_Total, NumPart_Total_HighWord (6 x uint32, N at index 1),
 //                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift (0), BoxSize (0: not
-//                periodic), NumFilesPerSnapshot (int32 1), Omega0 (0), OmegaLambda (0), HubbleParam (1)
+//                periodic), NumFilesPerSnapshot (int32 1), Omega0 (0), OmegaLambda (0), HubbleParam (1), and the
+//                build that wrote it: MatchaVersion, MatchaGitCommit, MatchaGitDirty (strings; matcha/core/version.hpp)
 //   /Units       UnitLength_in_cm, UnitMass_in_g, UnitVelocity_in_cm_per_s, UnitTime_in_s, GravitationalConstant
 //   /Parameters  one attribute per run parameter (int64, double or string), in the order given
 //   /PartType1   Coordinates (N x 3), Velocities (N x 3), Masses (N), ParticleIDs (N, uint64), and optionally
@@ -13,6 +14,7 @@
 // C API behind private RAII handles; no HDF5 header leaks through this one.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -57,8 +59,10 @@ void writeSnapshot(const std::filesystem::path& path, const Particles& particles
 
 /// A snapshot as read back: bodies, time and parameters (units are not read back).
 struct Snapshot {
-  Particles particles;  ///< every array has N entries, in file order; acceleration and potential are 0 if absent
-  double time = 0.0;    ///< /Header Time, 0 if absent
+  Particles particles;        ///< every array has N entries, in file order; acceleration and potential are 0 if absent
+  double time = 0.0;          ///< /Header Time, 0 if absent
+  std::string matchaVersion;  ///< /Header MatchaVersion of the build that wrote the file, empty if absent
+  std::string matchaGitCommit;  ///< /Header MatchaGitCommit, empty if absent
   /// /Parameters attributes in file order (creation order when the file tracks it, else name order) as text:
   /// integers in decimal, doubles in the shortest form that reads back to the same value, strings as stored.
   /// Numeric array attributes are joined with single spaces; attributes of other types are skipped.
@@ -74,9 +78,20 @@ struct Snapshot {
 ///   IoError: the file is missing, is a directory, cannot be opened as HDF5 (truncated or corrupt), or a read fails;
 ///   InputError: the file is not HDF5, lacks /PartType1, Coordinates or Velocities, a dataset has the wrong rank,
 ///   shape or type class, dataset lengths differ, N = 0, a value is NaN or infinite, there is no Masses dataset and
-///   MassTable[1] <= 0, a mass is <= 0, ParticleIDs repeat, or the /Header describes other particle types or
-///   several files.
+///   MassTable[1] <= 0, a mass is <= 0, MassTable[1] > 0 and a mass differs from it (by more than 1e-6 relative),
+///   ParticleIDs repeat or one is negative, or the /Header describes other particle types or several files.
 Snapshot readSnapshot(const std::filesystem::path& path);
+
+/// What a snapshot holds, read without its bodies.
+struct SnapshotInfo {
+  std::uint64_t numBodies = 0;  ///< rows of PartType1/Coordinates
+  double time = 0.0;            ///< /Header Time, 0 if absent
+};
+
+/// Reads the body count and the time of a snapshot without reading (or allocating) its bodies: what a run checks
+/// before it loads them. Throws as readSnapshot does for a file that cannot be opened, lacks PartType1/Coordinates
+/// or whose /Header is malformed; the other datasets are not checked here.
+SnapshotInfo inspectSnapshot(const std::filesystem::path& path);
 
 /// Makes sure `dir` (empty means the current directory) exists and can take new files: creates it and its parents
 /// if missing, then creates and removes a probe file in it.
