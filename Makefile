@@ -19,8 +19,10 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The default simulation: 65,536-body Plummer sphere, tree solver, to t = 1; output in matcha-out/.
+# Without ARGS it is the demo: it replaces matcha-out/ of an earlier plain `make run` (--overwrite removes only
+# matcha's own files). With ARGS the run folder is protected as for any run: pass --overwrite yourself.
 run: build
-	$(BUILD)/apps/matcha run $(ARGS)
+	$(BUILD)/apps/matcha run $(if $(strip $(ARGS)),$(ARGS),--overwrite)
 
 # Every test (GPU tests skip, saying so, where there is no GPU).
 test: build
