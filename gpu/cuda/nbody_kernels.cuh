@@ -643,7 +643,8 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
     if constexpr (kPotential) {
       // The body's own pair, counted when eps > 0, comes out once: in split 0, whichever split held it (the splits'
       // sums are added).
-      if (blockIdx.y == 0 && eps2 > Real(0)) acc.total[3][k] -= selfPairPotential(args.sources.mass[i], args.eps2Double);
+      if (blockIdx.y == 0 && eps2 > Real(0))
+        acc.total[3][k] -= selfPairPotential(args.sources.mass[i], args.eps2Double);
     }
     if (gridDim.y == 1) {
       args.out.ax[i] = args.G * acc.total[0][k];

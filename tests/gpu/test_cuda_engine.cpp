@@ -364,9 +364,9 @@ TEST_F(CudaEngineTest, CoincidentBodiesFeelEachOthersSoftenedPotential) {
         const std::pair<ForceSolver*, const char*> solvers[] = {
             {&direct, "direct"}, {&monopoleTree, "tree, monopoles"}, {&quadrupoleTree, "tree, quadrupoles"}};
         for (const auto& [solver, name] : solvers) {
-          const std::string what = std::string(name) + ", n " + std::to_string(c.n) + ", eps " +
-                                   std::to_string(c.eps) + (precision == Precision::float32 ? ", float" : ", double") +
-                                   ", splits " + std::to_string(splits);
+          const std::string what = std::string(name) + ", n " + std::to_string(c.n) + ", eps " + std::to_string(c.eps) +
+                                   (precision == Precision::float32 ? ", float" : ", double") + ", splits " +
+                                   std::to_string(splits);
           Particles p = bodies;
           poison(p);
           solver->computeForces(p);
@@ -579,9 +579,9 @@ TEST_F(CudaEngineTest, HandMadePlanWithAwkwardGroups) {
   addGroup({100, 1100}, {{0, 1200}, {1300, 1310}}, {0, 1});  // 1000 bodies
   // Lists without the group's own bodies break the plans' contract (interaction_plan.hpp): the engines still take
   // the self pair's -m_i/eps out, so with eps > 0 those potentials are +G m_i/eps, on both engines alike.
-  addGroup({1200, 1250}, {}, {});                            // empty list: zero accelerations
-  addGroup({1250, 1260}, {}, {0, 2});                        // cells only
-  addGroup({1260, 1261}, {{1260, 1261}}, {});                // only itself: zero
+  addGroup({1200, 1250}, {}, {});              // empty list: zero accelerations
+  addGroup({1250, 1260}, {}, {0, 2});          // cells only
+  addGroup({1260, 1261}, {{1260, 1261}}, {});  // only itself: zero
   // bodies 0..6, 8..99, 1100..1199, 1261..1499 are in no group
   for (const double eps : {0.0, 1.0 / 256.0}) {
     GravityParams gravity;

@@ -465,7 +465,8 @@ TEST(CoincidentBodies, FeelEachOthersSoftenedPotential) {
           w += 0.5 * p.mass[i] * p.pot[i];
         }
         EXPECT_NEAR(w, expectedW, tolerance * std::abs(expectedW)) << what;
-        if (c.n == 4096 && precision == gpu::Precision::float64) std::printf("%s: W / G = %.6f\n", what.c_str(), w / gravity.G);
+        if (c.n == 4096 && precision == gpu::Precision::float64)
+          std::printf("%s: W / G = %.6f\n", what.c_str(), w / gravity.G);
       }
     }
   }
