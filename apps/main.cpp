@@ -76,6 +76,9 @@ int main(int argc, char** argv) {
   } catch (const matcha::InputError& error) {
     std::cerr << "matcha: error: " << error.what() << "\n";
     return 2;
+  } catch (const matcha::NumericalError& error) {  // the run went non-finite: internal, as far as checks can tell
+    std::cerr << "matcha: error: " << error.what() << "\n";
+    return 3;
   } catch (const matcha::Error& error) {
     std::cerr << "matcha: error: " << error.what() << "\n";
     return 1;

@@ -2,6 +2,7 @@
 // `matcha run`: initial conditions -> leapfrog with the chosen solver -> snapshots, diagnostics log, summary.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -100,6 +101,7 @@ int runSimulation(const CLI::App& command, const Options& options) {
   // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
   requireBodiesFit(options);
   Particles particles = loadInitialConditions(options);
+  gpu::requireFloatRange(particles, options.gravity);
   gpu::EngineChoice engine = gpu::makeEngine(options.engine);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
@@ -160,11 +162,49 @@ int runSimulation(const CLI::App& command, const Options& options) {
   }
   DirectPotentials outputPotentials(*engine.engine, options.gravity);
   if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
+  // A value that is not finite stops the run; the last good state is saved so that nothing is lost.
+  const std::filesystem::path lastGoodPath = outDir / "last_good_state.hdf5";
+  double lastGoodTime = 0.0;
+  std::uint64_t lastGoodStep = 0;
+  callbacks.onNonFinite = [&](const Particles& state, double time, std::uint64_t step) {
+    io::SnapshotMetadata lastGood = metadata;
+    lastGood.time = time;
+    lastGood.step = step;
+    // Between outputs a run with direct diagnostic potentials has none (pot NaN): the file then has no Potential,
+    // so that it still reads back as initial conditions.
+    io::SnapshotWriteOptions write;
+    write.includePotential = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
+    io::writeSnapshot(lastGoodPath, state, lastGood, write);
+    lastGoodTime = time;
+    lastGoodStep = step;
+  };
 
-  const integrator::RunSummary summary = integrator::runLeapfrog(particles, *solver, options.integrator, callbacks);
+  integrator::RunSummary summary;
+  try {
+    summary = integrator::runLeapfrog(particles, *solver, options.integrator, callbacks);
+  } catch (const NumericalError& error) {
+    const std::string message = std::string(error.what()) + "; the last good state (step " +
+                                std::to_string(lastGoodStep) + ") is in " + lastGoodPath.string();
+    const nlohmann::json failed = {{"status", "failed"},
+                                   {"error", message},
+                                   {"bodies", particles.size()},
+                                   {"solver", solver->describe()},
+                                   {"engine", engine.engine->name()},
+                                   {"t_end", options.integrator.tEnd},
+                                   {"dt", options.integrator.dt},
+                                   {"last_good_state", lastGoodPath.string()},
+                                   {"last_good_time", lastGoodTime},
+                                   {"last_good_step", lastGoodStep},
+                                   {"output_dir", outDir.string()}};
+    writeTextFile((outDir / "summary.json").string(), failed.dump(2) + "\n");
+    log << "# failed: " << message << "\n";
+    if (options.json) std::cout << failed.dump(2) << std::endl;
+    throw NumericalError(message);
+  }
   const double interactionsPerSecond =
       summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
   const nlohmann::json json = {
+      {"status", "completed"},
       {"bodies", particles.size()},
       {"solver", solver->describe()},
       {"engine", engine.engine->name()},
