@@ -41,11 +41,11 @@ struct SnapshotMetadata {
 
 struct SnapshotWriteOptions {
   bool includeForces = true;  ///< write PartType1/Potential and Acceleration (initial-condition files leave them out)
-  /// with includeForces: write Potential too (a state whose potentials were not computed, pot NaN, leaves it out)
-  bool includePotential = true;
   /// Called after each dataset is written, with its path inside the file ("PartType1/Coordinates", ...): progress
   /// reports, and tests inject faults here. An exception it throws aborts the write like any other failure.
   std::function<void(std::string_view datasetName)> afterDataset;
+  /// with includeForces: write Potential too (a state whose potentials were not computed, pot NaN, leaves it out)
+  bool includePotential = true;
 };
 
 /// Writes `particles` and `meta` to the HDF5 file `path`, atomically: the data go to a temporary file in the same
