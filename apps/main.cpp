@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   } catch (const matcha::InvariantError& error) {
     std::cerr << "matcha: error: " << error.what() << "\n";
     return kExitInternal;
+  } catch (const matcha::NumericalError& error) {  // the run went non-finite: internal, as far as checks can tell
+    std::cerr << "matcha: error: " << error.what() << "\n";
+    return kExitInternal;
   } catch (const matcha::Error& error) {
     std::cerr << "matcha: error: " << error.what() << "\n";
     return kExitIo;

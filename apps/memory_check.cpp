@@ -173,6 +173,8 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   if (options.solver == SolverKind::direct || directPotentials) gpu::addEngineDirectMemory(n, onGpu, estimate);
   // Direct potentials at outputs take the accelerations into scratch arrays (run_command.cpp: DirectPotentials).
   if (directPotentials) estimate.add("direct potentials' scratch", n * 3 * sizeof(double));
+  // The run keeps a copy of the last state whose values were all finite (integrator/run_loop.hpp: onNonFinite).
+  estimate.add("last good state", n * kBytesPerBody);
   estimate.add("program and libraries", kProgramBytes);
   return memory;
 }

@@ -2,6 +2,7 @@
 // `matcha run`: initial conditions -> leapfrog with the chosen solver -> snapshots, diagnostics log, summary.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -167,8 +168,49 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   }
   DirectPotentials outputPotentials(*engine.engine, options.gravity);
   if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
+  // A value that is not finite stops the run; the last good state is saved so that nothing is lost.
+  const std::filesystem::path lastGoodPath = outDir / "last_good_state.hdf5";
+  double lastGoodTime = options.integrator.tStart;
+  std::uint64_t lastGoodStep = 0;
+  callbacks.onNonFinite = [&](const Particles& state, double time, std::uint64_t step) {
+    io::SnapshotMetadata lastGood = metadata;
+    lastGood.time = time;
+    lastGood.step = step;
+    // Between outputs a run with direct diagnostic potentials has none (pot NaN): the file then has no Potential,
+    // so that it still reads back as initial conditions.
+    io::SnapshotWriteOptions write;
+    write.includePotential = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
+    io::writeSnapshot(lastGoodPath, state, lastGood, write);
+    lastGoodTime = time;
+    lastGoodStep = step;
+  };
 
-  const integrator::RunSummary summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks);
+  integrator::RunSummary summary;
+  try {
+    summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks);
+  } catch (const NumericalError& error) {
+    const std::string message = std::string(error.what()) + "; the last good state (step " +
+                                std::to_string(lastGoodStep) + ") is in " + lastGoodPath.string();
+    const nlohmann::json failed = {{"status", "failed"},
+                                   {"error", message},
+                                   {"matcha", buildJson()},
+                                   {"bodies", particles.size()},
+                                   {"solver", solver.describe()},
+                                   {"engine", engine.engine->name()},
+                                   {"t_start", options.integrator.tStart},
+                                   {"t_end", options.integrator.tEnd},
+                                   {"dt", options.integrator.dt},
+                                   {"last_good_state", lastGoodPath.string()},
+                                   {"last_good_time", lastGoodTime},
+                                   {"last_good_step", lastGoodStep},
+                                   {"output_dir", outDir.string()}};
+    log << "# failed: " << message << "\n";
+    log.close();
+    io::writeTextFile(outDir / "summary.json", failed.dump(2) + "\n");
+    io::removeRunningMarker(outDir);
+    if (options.json) std::cout << failed.dump(2) << std::endl;
+    throw NumericalError(message);
+  }
   const double interactionsPerSecond =
       summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
   const nlohmann::json json = {
@@ -232,6 +274,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
   requireBodiesFit(ic.numBodies);
   Particles particles = loadInitialConditions(options, info);
+  gpu::requireFloatRange(particles, options.gravity);
   gpu::EngineChoice engine = gpu::makeEngine(options.engine);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
@@ -249,6 +292,8 @@ int runSimulation(const CLI::App& command, const Options& given) {
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   try {
     return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info);
+  } catch (const NumericalError&) {
+    throw;  // runInFolder wrote its summary (with the last good state) and removed the marker
   } catch (const std::exception& error) {
     // The marker goes, the failure stays: summary.json says the run failed and why, so a folder is never left
     // looking like a run in progress by a run that ended. Best effort: the original error is what the user needs.

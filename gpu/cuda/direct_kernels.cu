@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(kCancelledSumThreads)
       out.ax[i] = G * total[0];
       out.ay[i] = G * total[1];
       out.az[i] = G * total[2];
-      if (out.pot != nullptr) out.pot[i] = G * total[3];
+      // Every source includes body i itself: its pair, counted when eps > 0, comes out once.
+      if (out.pot != nullptr) out.pot[i] = G * (total[3] - selfPairPotential(sources.mass[i], eps2));
     }
     __syncthreads();  // warpSums is reused by the next entry
   }

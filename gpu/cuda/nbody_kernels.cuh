@@ -25,8 +25,11 @@
 //    (Chamomile's per-J-BAG partial sums).
 //  - The inner loop uses accumulatePairInteractionUnchecked (no per-pair select) and the tile is evaluated again,
 //    with the checked accumulatePairInteraction, only for a thread whose tile held a zero-distance pair (its own
-//    body, a coincident body) or, in direct plans, a close or strong pair: a few tiles per i-body in direct
-//    summation, about one tile per group in a plan (evaluateTile).
+//    body, a coincident body: singular when eps = 0) or, in direct plans, a close or strong pair: a few tiles per
+//    i-body in direct summation, about one tile per group in a plan (evaluateTile).
+//  - With eps > 0 every pair counts, a body's own pair too (-m_i/eps to the potential, exactly 0 to the
+//    acceleration), so coincident distinct bodies feel each other's softened potential; the self pair's term is taken
+//    out once per body, in double, where the body's potential is stored (pair_interaction.hpp: selfPairPotential).
 //  - Direct summation also adds up what each body's float partial sums summed; a body whose sums cancelled (its |a|
 //    a small fraction of that, pair_interaction.hpp: floatSumCancelled) is summed again, whole, in double by
 //    sumCancelledBodiesInDoubleKernel.
@@ -175,7 +178,7 @@ struct NearPairRule {
 };
 
 /// The r^2 + eps^2 at or below which a pair of body (xi, yi, zi) needs the second look of evaluateTile. Double keeps
-/// 1e-16 of the distance from the centre: only the zero-distance rule matters there.
+/// 1e-16 of the distance from the centre: only the zero-distance pairs (singular when eps = 0) matter there.
 template <class Real, class Rule>
 __device__ __forceinline__ Real nearPairThreshold(Real xi, Real yi, Real zi, Real eps2) {
   if constexpr (std::is_same_v<Real, float> && Rule::accurate) {
@@ -233,8 +236,9 @@ __device__ __forceinline__ void evaluateFarTile(const typename Packed4<Real>::ty
 ///  - accurate: the close, strong and zero-distance pairs in double, with separations and masses from
 ///    `exactSource(slot, k, source, dx, dy, dz, mass)` (x_j - x_i and m_j in double for tile slot `slot` and the
 ///    thread's k-th body), straight into its double total; the other pairs again in float;
-///  - otherwise: in the working precision with the self-term rule (accumulatePairInteraction).
-/// In practice that is the tile holding the body itself (the self term) and, rarely, one more.
+///  - otherwise: in the working precision with the checked accumulatePairInteraction (which skips the singular pairs
+///    of eps = 0 and otherwise gives the fast path's sums).
+/// In practice that is the tile holding the body itself (the self pair) and, rarely, one more.
 template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kPerBodyMin, class Rule,
           class ExactSource>
 __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type* tile, int first,
@@ -636,6 +640,12 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
   for (int k = 0; k < kI; ++k) {
     const std::uint32_t i = firstRow + rowInPass + k * Shape::rowsPerPass;
     if (i >= numBodies) continue;
+    if constexpr (kPotential) {
+      // The body's own pair, counted when eps > 0, comes out once: in split 0, whichever split held it (the splits'
+      // sums are added).
+      if (blockIdx.y == 0 && eps2 > Real(0))
+        acc.total[3][k] -= selfPairPotential(args.sources.mass[i], args.eps2Double);
+    }
     if (gridDim.y == 1) {
       args.out.ax[i] = args.G * acc.total[0][k];
       args.out.ay[i] = args.G * acc.total[1][k];
@@ -916,7 +926,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       args.out.ax[i] = args.G * acc.total[0][k];
       args.out.ay[i] = args.G * acc.total[1][k];
       args.out.az[i] = args.G * acc.total[2][k];
-      if constexpr (kPotential) args.out.pot[i] = args.G * acc.total[3][k];
+      if constexpr (kPotential) {
+        // The list holds the body itself once; its pair, counted when eps > 0, comes out here.
+        const double self = args.eps2 > Real(0) ? selfPairPotential(args.sources.mass[i], args.eps2Double) : 0.0;
+        args.out.pot[i] = args.G * (acc.total[3][k] - self);
+      }
     }
   }
 }

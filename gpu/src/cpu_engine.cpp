@@ -45,7 +45,8 @@ struct PackedList {
 
   static std::size_t padded(std::size_t count) { return (count + kTileSize - 1) / kTileSize * kTileSize; }
 
-  // Pads with zero-mass sources at the centre: they add exactly nothing (a zero-distance pair is skipped).
+  // Pads with zero-mass sources at the centre: they add exactly nothing (mass 0 times a finite 1/r, or a skipped
+  // zero-distance pair when eps = 0).
   void resize(std::size_t sources, std::size_t quadrupoleCells, bool withExact) {
     keepExact = withExact;
     for (auto* array : {&x, &y, &z, &mass}) {
@@ -163,7 +164,7 @@ template <class Real>
     const Real zi = static_cast<Real>(dzi);
     double ax = 0.0, ay = 0.0, az = 0.0, pot = 0.0;
     // Double keeps 1e-16 of the distance from the centre and needs no second pass; the checked interaction of the
-    // first pass already applies the self-term rule.
+    // first pass already skips the singular pairs of eps = 0.
     const bool secondPass = std::is_same_v<Real, float> && work.accurateNearPairs;
     const Real threshold = secondPass ? closePairThreshold(xi, yi, zi, eps2) : Real(0);
     double floatMagnitude = 0.0;  // what the float sums summed (pair_interaction.hpp: floatSumCancelled)
@@ -251,7 +252,10 @@ template <class Real>
     out.ax[i] = gravity.G * ax;
     out.ay[i] = gravity.G * ay;
     out.az[i] = gravity.G * az;
-    if (out.pot != nullptr) out.pot[i] = gravity.G * pot;
+    // The loops above counted the body's own pair when eps > 0 (in the precision they ran in: a float eps^2 that
+    // underflowed to 0 skipped it); its -m_i/eps comes out here, once.
+    const double self = eps2 > Real(0) ? selfPairPotential<double>(sources.mass[i], gravity.eps2()) : 0.0;
+    if (out.pot != nullptr) out.pot[i] = gravity.G * (pot - self);
   }
 }
 

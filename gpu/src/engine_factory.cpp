@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/gpu/engine_factory.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
@@ -51,6 +55,26 @@ EngineChoice makeEngine(EngineKind kind) {
     }
   }
   return {std::make_unique<CpuEngine>(Precision::float32), "CPU engine (auto: " + device.description + ")"};
+}
+
+void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
+  const auto refuse = [](const std::string& what, double value) {
+    char message[400];
+    std::snprintf(message, sizeof message,
+                  "%s = %.6g exceeds %.6g (2^30) length units, the largest the float engines evaluate (eps^2 and "
+                  "quadrupole terms would overflow float); gravity is scale-free: rescale lengths by s, velocities by "
+                  "1/sqrt(s) and times by s^1.5",
+                  what.c_str(), value, kMaxFloatLength);
+    throw InputError(message);
+  };
+  if (gravity.eps > kMaxFloatLength) refuse("eps", gravity.eps);
+  double extent = 0.0;
+  for (const std::vector<double>* coordinate : {&bodies.x, &bodies.y, &bodies.z}) {
+    if (coordinate->empty()) continue;
+    const auto [lo, hi] = std::minmax_element(coordinate->begin(), coordinate->end());
+    extent = std::max(extent, *hi - *lo);
+  }
+  if (extent > kMaxFloatLength) refuse("the bodies' extent (largest side of their bounding box)", extent);
 }
 
 }  // namespace matcha::gpu

@@ -3,7 +3,11 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -33,7 +37,57 @@ void addScaled(std::vector<double>& outX, std::vector<double>& outY, std::vector
                     });
 }
 
+/// The kick of kick(), also telling whether the kicked state holds a value that is not finite: x - x is 0 for a
+/// finite x and NaN otherwise, so one sum per block, which the loop vectorises, carries every check.
+bool kickAndCheckFinite(Particles& p, double dt, bool checkPotential) {
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), false,
+      [&](const tbb::blocked_range<std::size_t>& block, bool bad) {
+        double probe = 0.0;
+        for (std::size_t i = block.begin(); i < block.end(); ++i) {
+          p.vx[i] += p.ax[i] * dt;
+          p.vy[i] += p.ay[i] * dt;
+          p.vz[i] += p.az[i] * dt;
+          probe += (p.x[i] - p.x[i]) + (p.y[i] - p.y[i]) + (p.z[i] - p.z[i]) + (p.vx[i] - p.vx[i]) +
+                   (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]) + (p.ax[i] - p.ax[i]) + (p.ay[i] - p.ay[i]) +
+                   (p.az[i] - p.az[i]) + (checkPotential ? p.pot[i] - p.pot[i] : 0.0);
+        }
+        return bad || probe != 0.0;  // NaN != 0
+      },
+      [](bool a, bool b) { return a || b; });
+}
+
 }  // namespace
+
+std::optional<NonFiniteValue> findNonFinite(const Particles& p, bool checkPotential) {
+  const std::size_t none = std::numeric_limits<std::size_t>::max();
+  const auto finiteBody = [&](std::size_t i) {
+    bool finite = std::isfinite(p.x[i]) && std::isfinite(p.y[i]) && std::isfinite(p.z[i]) && std::isfinite(p.vx[i]) &&
+                  std::isfinite(p.vy[i]) && std::isfinite(p.vz[i]) && std::isfinite(p.ax[i]) &&
+                  std::isfinite(p.ay[i]) && std::isfinite(p.az[i]);
+    return finite && (!checkPotential || std::isfinite(p.pot[i]));
+  };
+  const std::size_t first = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), none,
+      [&](const tbb::blocked_range<std::size_t>& block, std::size_t found) {
+        for (std::size_t i = block.begin(); i < block.end() && i < found; ++i) {
+          if (!finiteBody(i)) return i;
+        }
+        return found;
+      },
+      [](std::size_t a, std::size_t b) { return std::min(a, b); });
+  if (first == none) return std::nullopt;
+  // In the order a step makes them (drift, force call, kick), so that the value named is the cause rather than what
+  // the step computed from it: a NaN acceleration, not the velocity the kick made NaN with it.
+  const std::pair<const char*, const std::vector<double>*> quantities[] = {
+      {"x", &p.x},   {"y", &p.y},     {"z", &p.z},   {"ax", &p.ax}, {"ay", &p.ay},
+      {"az", &p.az}, {"pot", &p.pot}, {"vx", &p.vx}, {"vy", &p.vy}, {"vz", &p.vz}};
+  for (const auto& [name, values] : quantities) {
+    if (values == &p.pot && !checkPotential) continue;
+    if (!std::isfinite((*values)[first])) return NonFiniteValue{first, p.id[first], name, (*values)[first]};
+  }
+  return std::nullopt;  // unreachable: finiteBody found one
+}
 
 void kick(Particles& p, double dt) { addScaled(p.vx, p.vy, p.vz, p.ax, p.ay, p.az, dt); }
 
@@ -50,6 +104,10 @@ ForceReport LeapfrogKDK::initialize(Particles& p) {
   return report;
 }
 
+std::optional<NonFiniteValue> LeapfrogKDK::findNonFiniteForces(const Particles& p) const {
+  return findNonFinite(p, solver_.potentialsWanted());
+}
+
 StepReport LeapfrogKDK::step(Particles& p) {
   MATCHA_ASSERT(initialized_, "LeapfrogKDK::step called before initialize");
   const double halfStep = 0.5 * dt_;
@@ -62,7 +120,8 @@ StepReport LeapfrogKDK::step(Particles& p) {
   // The solver may permute the bodies here; kick and drift are elementwise, so nothing indexed survives the call.
   report.force = solver_.computeForces(p);
   clock.restart();
-  kick(p, halfStep);
+  const bool checkPotential = solver_.potentialsWanted();
+  if (kickAndCheckFinite(p, halfStep, checkPotential)) report.nonFinite = findNonFinite(p, checkPotential);
   report.integrationSeconds += clock.seconds();
   ++stepsTaken_;
   report.wallSeconds = wall.seconds();

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/integrator/run_loop.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "matcha/core/errors.hpp"
@@ -82,6 +86,42 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.groupsRepaired += interval.groupsRepaired;
 }
 
+/// to <- from, every array, in parallel blocks (the copy of the last good state after every step).
+void copyState(const Particles& from, Particles& to) {
+  const std::size_t n = from.size();
+  if (to.size() != n) to.resize(n);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& block) {
+    const auto first = static_cast<std::ptrdiff_t>(block.begin());
+    const auto last = static_cast<std::ptrdiff_t>(block.end());
+    for (const auto member :
+         {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz, &Particles::mass,
+          &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
+      std::copy((from.*member).begin() + first, (from.*member).begin() + last, (to.*member).begin() + first);
+    }
+    std::copy(from.id.begin() + first, from.id.begin() + last, to.id.begin() + first);
+  });
+}
+
+/// "step 5, t = 0.0390625: body id 17 (index 3): ax = nan" and, when the diagnostics' sums overflowed with every
+/// value finite, the energy instead.
+std::string describeNonFinite(std::uint64_t step, double time, const std::optional<NonFiniteValue>& value,
+                              const Diagnostics* diagnostics) {
+  char head[96];
+  std::snprintf(head, sizeof head, "step %llu, t = %.17g: ", static_cast<unsigned long long>(step), time);
+  char body[160];
+  if (value) {
+    // "nan", not glibc's "-nan" for a NaN with its sign bit set: the sign of a NaN means nothing.
+    const std::string shown = std::isnan(value->value) ? "nan" : (value->value > 0 ? "inf" : "-inf");
+    std::snprintf(body, sizeof body, "body id %llu (index %zu): %s = %s", static_cast<unsigned long long>(value->id),
+                  value->index, value->quantity.c_str(), shown.c_str());
+  } else {
+    std::snprintf(
+        body, sizeof body, "energy E = %g (T = %g, W = %g)", diagnostics != nullptr ? diagnostics->total : 0.0,
+        diagnostics != nullptr ? diagnostics->kinetic : 0.0, diagnostics != nullptr ? diagnostics->potential : 0.0);
+  }
+  return std::string("a value is not finite at ") + head + body;
+}
+
 /// Largest step count accepted: beyond 2^53, step numbers are no longer exact in double and time = steps * dt lies.
 constexpr double kMaxSteps = 0x1p53;
 
@@ -122,14 +162,34 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     return measureDiagnostics(p, time);
   };
 
+  // The last state whose values were all finite, what onNonFinite saves.
+  Particles lastGood;
+  double lastGoodTime = runTime(0.0);
+  std::uint64_t lastGoodStep = 0;
+  copyState(p, lastGood);
+  const auto stop = [&](std::uint64_t step, double time, const std::optional<NonFiniteValue>& value,
+                        const Diagnostics* diagnostics) {
+    const std::string message = describeNonFinite(step, time, value, diagnostics);
+    if (callbacks.onNonFinite) callbacks.onNonFinite(lastGood, lastGoodTime, lastGoodStep);
+    throw NumericalError(message);
+  };
+  // Energies are sums over the bodies: they overflow, or carry a potential the diagnostics computed, on their own.
+  const auto requireFiniteEnergy = [&](const Diagnostics& d, std::uint64_t step) {
+    if (std::isfinite(d.total)) return;
+    stop(step, d.time, findNonFinite(p, true), &d);
+  };
+
   // The run since the previous output; output 0 reports the initial force call, which the step totals leave out.
   OutputTimings interval;
   const ForceReport initialReport = leapfrog.initialize(p);
+  if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, runTime(0.0), bad, nullptr);
+  copyState(p, lastGood);
   account(initialReport);
   summary.initialForceTimings = initialReport.timings;
   addForceCall(interval, initialReport);
   Stopwatch outputClock;
   summary.initial = measureOutput(runTime(0.0));
+  requireFiniteEnergy(summary.initial, 0);
   summary.final = summary.initial;
   std::uint64_t outputIndex = 0;
   if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
@@ -145,6 +205,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   OutputSchedule schedule(params.outputInterval, params.dt);
   for (std::uint64_t step = 1; step <= numSteps; ++step) {
     const StepReport stepReport = leapfrog.step(p);
+    if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
     account(stepReport.force);
     addForceCall(interval, stepReport.force);
     ++interval.steps;
@@ -163,6 +224,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
       outputClock.restart();
       const Diagnostics now =
           isOutput ? measureOutput(runTime(leapfrog.time())) : measureDiagnostics(p, runTime(leapfrog.time()));
+      requireFiniteEnergy(now, step);
       latestEnergy = now.total;
       if (isOutput) {
         summary.final = now;
@@ -179,6 +241,9 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
         interval.outputIndex = outputIndex;
       }
     }
+    copyState(p, lastGood);
+    lastGoodTime = runTime(leapfrog.time());
+    lastGoodStep = step;
     if (callbacks.onProgress) {
       ProgressInfo info;
       info.step = step;

@@ -138,7 +138,7 @@ void removeFile(const fs::path& path) {
 
 bool isRunFileName(std::string_view name) {
   return isSnapshotName(name) || name == "summary.json" || name == "diagnostics.log" ||
-         name == "used_parameters.toml" || name == kRunningMarkerName;
+         name == "used_parameters.toml" || name == "last_good_state.hdf5" || name == kRunningMarkerName;
 }
 
 std::optional<std::int64_t> temporaryFileOwner(std::string_view name) {

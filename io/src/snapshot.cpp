@@ -310,7 +310,19 @@ void checkWritable(const Particles& particles, const SnapshotMetadata& meta) {
   }
 }
 
-void writeHeader(hid_t file, std::size_t count, double time) {
+/// Twice the largest |coordinate| (finite ones; 1 when there are none or all are 0).
+double boxSize(const Particles& particles) {
+  double largest = 0.0;
+  for (const std::vector<double>* coordinate : {&particles.x, &particles.y, &particles.z}) {
+    for (const double value : *coordinate) {
+      if (std::isfinite(value)) largest = std::max(largest, std::abs(value));
+    }
+  }
+  return largest > 0.0 ? 2.0 * largest : 1.0;
+}
+
+void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata& meta) {
+  const std::size_t count = particles.size();
   Handle header = createGroup(file, "Header", false);
   std::array<std::uint32_t, 6> thisFile{};
   std::array<std::uint32_t, 6> totalLow{};
@@ -325,9 +337,16 @@ void writeHeader(hid_t file, std::size_t count, double time) {
   writeAttribute(header.get(), "NumPart_Total", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalLow.data(), 6);
   writeAttribute(header.get(), "NumPart_Total_HighWord", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalHigh.data(), 6);
   writeAttribute(header.get(), "MassTable", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, massTable.data(), 6);
-  writeScalar(header.get(), "Time", time);
+  writeScalar(header.get(), "Time", meta.time);
   writeScalar(header.get(), "Redshift", 0.0);
-  writeScalar(header.get(), "BoxSize", 0.0);  // 0: not periodic
+  // Not periodic. A GADGET reader takes [0, BoxSize]^3 as the domain and its side as yt's "unitary" unit, which a
+  // BoxSize of 0 breaks; so BoxSize is the side of the smallest origin-centred cube holding every body (twice the
+  // largest |coordinate|), and the README's loader gives yt that cube as the bounding box.
+  writeScalar(header.get(), "BoxSize", boxSize(particles));
+  if (meta.step) {
+    const std::uint64_t step = *meta.step;
+    writeAttribute(header.get(), "Step", H5T_STD_U64LE, H5T_NATIVE_UINT64, &step, 0);
+  }
   writeAttribute(header.get(), "NumFilesPerSnapshot", H5T_STD_I32LE, H5T_NATIVE_INT32, &numFiles, 0);
   writeScalar(header.get(), "Omega0", 0.0);
   writeScalar(header.get(), "OmegaLambda", 0.0);
@@ -371,7 +390,7 @@ void writeFile(const std::filesystem::path& target, const Particles& particles, 
   Handle fapl = detail::makeFileAccessList();
   Handle file =
       checked(H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose, "creating the HDF5 file");
-  writeHeader(file.get(), particles.size(), meta.time);
+  writeHeader(file.get(), particles, meta);
   writeUnits(file.get(), meta.units);
   writeParameters(file.get(), meta.parameters);
   {
@@ -390,8 +409,10 @@ void writeFile(const std::filesystem::path& target, const Particles& particles, 
     writeColumn(g, "ParticleIDs", H5T_STD_U64LE, H5T_NATIVE_UINT64, particles.id.data(), count);
     done("ParticleIDs");
     if (options.includeForces) {
-      writeColumn(g, "Potential", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, particles.pot.data(), count);
-      done("Potential");
+      if (options.includePotential) {
+        writeColumn(g, "Potential", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, particles.pot.data(), count);
+        done("Potential");
+      }
       writeTriples(g, "Acceleration", particles.ax, particles.ay, particles.az);
       done("Acceleration");
     }

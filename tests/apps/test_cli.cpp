@@ -196,6 +196,46 @@ TEST_F(Cli, RejectsBadInitialConditionFiles) {
   expectOneLineError("run --ic nan.hdf5 -n 100", "bodies");  // --ic and -n exclude each other
 }
 
+// Inputs whose float evaluation would overflow are refused up front, exit 2, with the limit: eps = 1e20 (eps^2
+// overflows float) and a Plummer sphere scaled by 1e10 (its quadrupole terms do), both all-NaN runs before.
+TEST_F(Cli, RefusesWhatFloatCannotEvaluate) {
+  expectOneLineError("run -n 256 --t-end 0.0078125 --output-interval 0.0078125 --eps 1e20 --out e20", "2^30");
+  EXPECT_EQ(matcha("run -n 256 --t-end 0.0078125 --eps 1e20 --out e20").exitCode, 2);
+  EXPECT_FALSE(fs::exists(dir_ / "e20")) << "refused before anything is written";
+  matcha::Particles wide = matcha::testing::plummer(512, 5);
+  for (auto* coordinate : {&wide.x, &wide.y, &wide.z}) {
+    for (double& value : *coordinate) value *= 1e10;
+  }
+  matcha::io::writeSnapshot(dir_ / "wide.hdf5", wide, {}, {false, {}});
+  expectOneLineError("run --ic wide.hdf5 --eps 4e7 --t-end 0.0078125 --out wide", "extent");
+  EXPECT_EQ(matcha("run --ic wide.hdf5 --eps 4e7 --t-end 0.0078125 --out wide").exitCode, 2);
+}
+
+// A run that goes non-finite stops at the first such value: one line on stderr naming the step, the time, the body
+// and the quantity, exit code 3, the last good state in OUT/last_good_state.hdf5 (readable as initial conditions) and
+// a summary that says the run failed. One body thrown out at 1e150 length units per time unit leaves the float range
+// after one drift, and the forces turn NaN at step 1.
+TEST_F(Cli, NonFiniteRunStopsAndKeepsTheLastGoodState) {
+  matcha::Particles bodies = matcha::testing::plummer(512, 7);
+  bodies.vy[17] = 1e150;
+  matcha::io::writeSnapshot(dir_ / "thrown.hdf5", bodies, {}, {false, {}});
+  const Result result = matcha("run --ic thrown.hdf5 --t-end 0.0390625 --output-interval 0.0078125 --out thrown");
+  EXPECT_FALSE(result.crashed);
+  EXPECT_EQ(result.exitCode, 3) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
+  EXPECT_NE(result.err.find("not finite at step 1, t = 0.0078125: body id"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("last_good_state.hdf5"), std::string::npos) << result.err;
+  const matcha::io::Snapshot lastGood = matcha::io::readSnapshot(dir_ / "thrown" / "last_good_state.hdf5");
+  EXPECT_EQ(lastGood.time, 0.0);
+  ASSERT_EQ(lastGood.particles.size(), bodies.size());
+  double fastest = 0.0;
+  for (std::size_t i = 0; i < bodies.size(); ++i) fastest = std::max(fastest, std::abs(lastGood.particles.vy[i]));
+  EXPECT_EQ(fastest, 1e150) << "the state before the step, velocities as given";
+  const std::string summary = readFile(dir_ / "thrown" / "summary.json");
+  EXPECT_NE(summary.find("\"status\": \"failed\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"last_good_step\": 0"), std::string::npos) << summary;
+}
+
 TEST_F(Cli, RejectsUnwritableOutput) {
   writeText("a-file", "x");
   expectOneLineError("run -n 64 --out a-file/sub", "a-file");

@@ -838,3 +838,90 @@ TEST(LeapfrogKDK, RejectsBadStepAndStepBeforeInitialize) {
 }
 
 }  // namespace
+
+namespace {
+
+// KeplerSolver whose force call number `poisonedCall` (0: the initial call) plants a NaN in body `body`'s ay: the
+// test hook of the run's finiteness check.
+class PoisonedSolver : public KeplerSolver {
+ public:
+  PoisonedSolver(int poisonedCall, std::size_t body, bool reverseOrder)
+      : KeplerSolver(reverseOrder), poisonedCall_(poisonedCall), body_(body) {}
+  ForceReport computeForces(Particles& p) override {
+    const ForceReport report = KeplerSolver::computeForces(p);
+    if (calls() - 1 == poisonedCall_) p.ay[body_] = std::numeric_limits<double>::quiet_NaN();
+    return report;
+  }
+
+ private:
+  int poisonedCall_;
+  std::size_t body_;
+};
+
+}  // namespace
+
+// A NaN planted in the accelerations of step 5 stops the run there with one line naming the step, the time, the body
+// (id and index) and the quantity; onNonFinite gets the state of step 4, bit for bit that of an unpoisoned run
+// stopped at step 4 (the solver reorders the bodies at every call, so the saved state's order is checked too). A NaN
+// from the initial force call leaves the initial conditions as the last good state.
+TEST(RunLeapfrog, NonFiniteValueStopsTheRunAndHandsOverTheLastGoodState) {
+  TwoBody orbit;
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 64.0;
+  params.tEnd = 1.0;
+  params.outputInterval = 0.25;
+
+  Particles reference = orbit.make();
+  KeplerSolver clean(true);
+  matcha::IntegratorParams shorter = params;
+  shorter.tEnd = 4.0 / 64.0;
+  shorter.outputInterval = shorter.tEnd;
+  mi::runLeapfrog(reference, clean, shorter, {});
+
+  Particles p = orbit.make();
+  PoisonedSolver poisoned(5, 1, true);
+  Particles saved;
+  double savedTime = -1.0;
+  std::uint64_t savedStep = 99;
+  int outputs = 0;
+  mi::RunCallbacks callbacks;
+  callbacks.onOutput = [&](const Particles&, const mi::Diagnostics&, std::uint64_t) { ++outputs; };
+  callbacks.onNonFinite = [&](const Particles& state, double time, std::uint64_t step) {
+    saved = state;
+    savedTime = time;
+    savedStep = step;
+  };
+  try {
+    mi::runLeapfrog(p, poisoned, params, callbacks);
+    FAIL() << "the run went on past a NaN";
+  } catch (const matcha::NumericalError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find("step 5, t = 0.078125"), std::string::npos) << message;
+    EXPECT_NE(message.find("body id " + std::to_string(p.id[1]) + " (index 1): ay = nan"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(outputs, 1) << "only the output at t = 0 precedes the NaN";
+  EXPECT_EQ(savedStep, 4u);
+  EXPECT_EQ(savedTime, 4.0 / 64.0);
+  EXPECT_EQ(saved.id, reference.id);
+  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
+                            &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
+    EXPECT_EQ(saved.*member, reference.*member);
+  }
+
+  Particles initial = orbit.make();
+  Particles fresh = initial;
+  PoisonedSolver atOnce(0, 0, false);
+  mi::RunCallbacks first;
+  first.onNonFinite = [&](const Particles& state, double time, std::uint64_t step) {
+    saved = state;
+    savedTime = time;
+    savedStep = step;
+  };
+  EXPECT_THROW(mi::runLeapfrog(fresh, atOnce, params, first), matcha::NumericalError);
+  EXPECT_EQ(savedStep, 0u);
+  EXPECT_EQ(savedTime, 0.0);
+  EXPECT_EQ(saved.x, initial.x);
+  EXPECT_EQ(saved.vy, initial.vy);
+}

@@ -57,7 +57,7 @@ io::RunFolderRequest overwrite(const fs::path& dir) { return {dir, io::RunFolder
 
 TEST(RunFolder, NamesARunWrites) {
   for (const char* name : {"snapshot_000.hdf5", "snapshot_1234.hdf5", "summary.json", "diagnostics.log",
-                           "used_parameters.toml", "RUNNING"}) {
+                           "used_parameters.toml", "last_good_state.hdf5", "RUNNING"}) {
     EXPECT_TRUE(io::isRunFileName(name)) << name;
   }
   for (const char* name : {"snapshot_.hdf5", "snapshot_00a.hdf5", "snapshot_000.hdf5.bak", "my_snapshot_000.hdf5",

@@ -370,6 +370,32 @@ TEST(SnapshotWrite, SecondWriteReplacesTheFile) {
 // Layout
 // ================================================================================================================
 
+// The default units are N-body units read as 1 kpc and 1e10 Msun, with the velocity unit that makes G = 1: a GADGET
+// reader that takes /Units at their word computes G = 1 from them (UnitTime = UnitLength / UnitVelocity), so times and
+// velocities in yt come out right. The step of a last good state goes to /Header Step.
+TEST(SnapshotLayout, DefaultUnitsMakeGOne) {
+  ScratchDir dir;
+  SnapshotMetadata meta;
+  meta.step = 42;
+  const fs::path path = dir / "units.h5";
+  writeSnapshot(path, simpleParticles(3), meta);
+  H5 file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  H5 units(H5Gopen2(file, "Units", H5P_DEFAULT), H5Gclose);
+  const double length = readAttribute<double>(units, "UnitLength_in_cm", H5T_NATIVE_DOUBLE).at(0);
+  const double mass = readAttribute<double>(units, "UnitMass_in_g", H5T_NATIVE_DOUBLE).at(0);
+  const double velocity = readAttribute<double>(units, "UnitVelocity_in_cm_per_s", H5T_NATIVE_DOUBLE).at(0);
+  const double time = readAttribute<double>(units, "UnitTime_in_s", H5T_NATIVE_DOUBLE).at(0);
+  EXPECT_EQ(length, 3.0856775814913673e21);  // 1 kpc
+  EXPECT_EQ(mass, 1.988409870698051e43);     // 1e10 Msun
+  EXPECT_NEAR(velocity / 1e5, 207.3865, 1e-4) << "km/s";
+  EXPECT_NEAR(time, length / velocity, 1e-12 * time);
+  EXPECT_NEAR(6.67430e-8 * mass * time * time / (length * length * length), 1.0, 1e-12) << "G in these units";
+  EXPECT_EQ(readAttribute<double>(units, "GravitationalConstant", H5T_NATIVE_DOUBLE), std::vector<double>{1.0});
+  H5 header(H5Gopen2(file, "Header", H5P_DEFAULT), H5Gclose);
+  EXPECT_EQ(readAttribute<std::uint64_t>(header, "Step", H5T_NATIVE_UINT64), std::vector<std::uint64_t>{42});
+  EXPECT_EQ(readAttribute<double>(header, "BoxSize", H5T_NATIVE_DOUBLE), std::vector<double>{4.0});
+}
+
 TEST(SnapshotLayout, HeaderUnitsAndDatasetsFollowGadget) {
   ScratchDir dir;
   SnapshotMetadata meta = someMetadata();
@@ -396,7 +422,10 @@ TEST(SnapshotLayout, HeaderUnitsAndDatasetsFollowGadget) {
     EXPECT_EQ(readAttribute<double>(header, "MassTable", H5T_NATIVE_DOUBLE), std::vector<double>(6, 0.0));
     EXPECT_EQ(readAttribute<double>(header, "Time", H5T_NATIVE_DOUBLE), std::vector<double>{0.375});
     EXPECT_EQ(readAttribute<double>(header, "Redshift", H5T_NATIVE_DOUBLE), std::vector<double>{0.0});
-    EXPECT_EQ(readAttribute<double>(header, "BoxSize", H5T_NATIVE_DOUBLE), std::vector<double>{0.0});
+    // Not periodic: the side of the origin-centred cube that holds the bodies (x up to 10 here), so that yt's
+    // "unitary" unit is defined.
+    EXPECT_EQ(readAttribute<double>(header, "BoxSize", H5T_NATIVE_DOUBLE), std::vector<double>{20.0});
+    EXPECT_EQ(H5Aexists(header, "Step"), 0) << "Step is written only when the metadata carry one";
     EXPECT_EQ(readAttribute<double>(header, "Omega0", H5T_NATIVE_DOUBLE), std::vector<double>{0.0});
     EXPECT_EQ(readAttribute<double>(header, "OmegaLambda", H5T_NATIVE_DOUBLE), std::vector<double>{0.0});
     EXPECT_EQ(readAttribute<double>(header, "HubbleParam", H5T_NATIVE_DOUBLE), std::vector<double>{1.0});

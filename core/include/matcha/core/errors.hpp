@@ -31,6 +31,14 @@ class CudaError : public Error {
   using Error::Error;
 };
 
+/// A run produced a value that is not finite (NaN or inf): a position, velocity, acceleration, potential or energy.
+/// The message names the step, the time, the body and the quantity. Not the user's input as far as checks up front can
+/// tell (those throw InputError): the apps report it as an internal failure (exit code 3).
+class NumericalError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// An internal invariant broke: a bug in matcha, never the user's fault.
 class InvariantError : public Error {
  public:

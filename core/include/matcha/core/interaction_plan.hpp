@@ -43,7 +43,8 @@ struct CellMultipoles {
 /// Interaction lists for a batch of groups. Group g owns the i-bodies `groups[g]` and the list
 ///   cells  cellList[cellListOffsets[g] .. cellListOffsets[g+1])       (ids into CellMultipoles)
 ///   bodies bodyList[bodyListOffsets[g] .. bodyListOffsets[g+1])       (ranges of j-bodies, disjoint, sorted)
-/// A group's own bodies appear in its body list (the self term is skipped by the pair interaction).
+/// A group's own bodies appear in its body list, each exactly once: the engines count the self pair when eps > 0 and
+/// take its -m_i/eps out of the potential once per body (pair_interaction.hpp: selfPairPotential).
 /// `groupCentres` holds 3 doubles per group: the centre of its bounding box, the origin of the float coordinates
 /// the engines use for that group.
 struct InteractionPlan {

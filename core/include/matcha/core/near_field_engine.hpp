@@ -86,8 +86,9 @@ class NearFieldEngine {
   /// Waits for the evaluation launched last and reports it.
   virtual ResidentResult finishResident() = 0;
 
-  /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i (zero-distance pairs are
-  /// skipped), times G. `out.count` must equal `sources.count`. out.pot may be null, as for evaluatePlan.
+  /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i, times G: a distinct
+  /// body at the same point counts with its softened -m_j/eps when eps > 0 and is skipped when eps = 0 (singular).
+  /// `out.count` must equal `sources.count`. out.pot may be null, as for evaluatePlan.
   virtual InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                            const ForceView& out) = 0;
 };

@@ -42,11 +42,15 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T reciprocalSqrt(T x) {
 ///   a_i += m_j r_ij / (|r_ij|^2 + eps^2)^{3/2},   phi_i -= m_j / sqrt(|r_ij|^2 + eps^2),   r_ij = x_j - x_i.
 /// G is applied by the caller once per target, not per pair.
 ///
-/// A pair at zero separation contributes nothing: that is the self term, which must be skipped explicitly because
-/// with eps = 0 it is 0/0 (DESIGN.md §3), and with eps > 0 it would add a spurious -m_i/eps to the potential.
-/// The zero-distance argument of the square root is replaced by 1 before the division so that vectorised lanes
-/// never divide by zero (tests trap floating-point exceptions). Two distinct bodies at exactly the same point are
-/// treated the same way: their force on each other is zero either way, and their -m/eps potential term is dropped.
+/// Which pairs count is decided by r^2 + eps^2 > 0, not by r^2 > 0, so that two distinct bodies at one point feel each
+/// other's softened potential -m/eps (their acceleration is zero by symmetry either way). With eps > 0 every pair
+/// therefore counts, the self pair too: it adds exactly 0 to the acceleration and -m_i/eps to the potential, and the
+/// caller removes the latter once per body where the body's sum is finalised (selfPairPotential). That keeps the
+/// self-term rule out of the inner loops: a body's own index is not known there, and a test on it would cost an
+/// instruction per pair. With eps = 0 a pair at zero separation is singular (0/0): it is skipped, the self pair and
+/// any coincident distinct pair alike (DESIGN.md §3: never NaN), and selfPairPotential is 0.
+/// The skipped pair's argument of the square root is replaced by 1 before the division so that vectorised lanes
+/// never divide by zero (tests trap floating-point exceptions).
 ///
 /// @param dx,dy,dz  in: x_j - x_i
 /// @param massJ     in: m_j (0 for padding; padding then adds exactly nothing)
@@ -56,9 +60,10 @@ template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteraction(T dx, T dy, T dz, T massJ, T eps2, T& ax, T& ay,
                                                                      T& az, T& pot) {
   const T r2 = dx * dx + dy * dy + dz * dz;
-  const bool separated = r2 > T(0);
-  const T softenedR2 = separated ? r2 + eps2 : T(1);
-  const T invR = separated ? reciprocalSqrt(softenedR2) : T(0);
+  const T sum = r2 + eps2;
+  const bool counted = sum > T(0);
+  const T softenedR2 = counted ? sum : T(1);
+  const T invR = counted ? reciprocalSqrt(softenedR2) : T(0);
   const T massInvR = massJ * invR;
   const T massInvR3 = massInvR * invR * invR;
   ax += massInvR3 * dx;
@@ -67,19 +72,33 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulatePairInteraction(T dx, T dy,
   pot -= massInvR;
 }
 
+/// The self pair's term of a body's potential sum, as the pair loops add it: -m_i / eps for eps > 0 (the pair at
+/// r = 0 counts, see accumulatePairInteraction), 0 for eps = 0 (skipped). Every body meets itself exactly once among
+/// its sources (a tree list holds each source once and always the group's own bodies; a direct sum holds every body),
+/// so subtracting this once, in double, where the body's potential is finalised leaves the sum over j != i. It uses
+/// the pair's own reciprocalSqrt(eps2), so where the self pair was evaluated in double (double engines; float plans
+/// with accurateNearPairs, whose near pairs go to double) the two cancel exactly. Where it was summed in float (float
+/// tree plans) pot_i keeps an absolute error of ~6e-8 m_i/eps from the float sum that held it: negligible beside the
+/// tree's potential error unless m_i/eps is thousands of times |pot_i| (very small eps with few bodies).
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T selfPairPotential(T massI, T eps2) {
+  return eps2 > T(0) ? -(massI * reciprocalSqrt(eps2)) : T(0);
+}
+
 /// The same pull as accumulatePairInteraction, in the fewest instructions, for batches of pairs that the caller
 /// checks (the CUDA kernels' inner loop, DESIGN.md §4). eps^2 is folded into the sum of squares (three fused
-/// multiply-adds) and there is no zero-separation select. Returns the pair's r^2 + eps^2, so that a caller that cannot
-/// rule out near pairs beforehand can keep the batch's minimum (one FMNMX per pair) and test `minimum > eps2`
-/// afterwards:
-///  - true: every pair of the batch had r^2 > 0, so no pair needed the self-term rule and the batch's sums equal
-///    accumulatePairInteraction's up to rounding;
-///  - false: some pair was at zero separation (or so close that r^2 + eps^2 rounded to eps^2); the caller discards
-///    the batch's partial sums (which may hold inf or NaN when eps = 0) and evaluates the batch again with
-///    accumulatePairInteraction.
+/// multiply-adds) and there is no select: it equals accumulatePairInteraction up to rounding wherever r^2 + eps^2 > 0,
+/// that is for every pair when eps > 0, and differs (inf or NaN) only for a pair at zero separation with eps = 0.
+/// Returns the pair's r^2 + eps^2, so that a caller that cannot rule out near pairs beforehand can keep the batch's
+/// minimum (one FMNMX per pair) and test `minimum > eps2` afterwards:
+///  - true: every pair of the batch had r^2 > 0, so no pair was singular and the batch's sums stand;
+///  - false: some pair was at zero separation (the body's own, a coincident body) or so close that r^2 + eps^2
+///    rounded to eps^2; the caller evaluates the batch again with accumulatePairInteraction, which matters only when
+///    eps = 0 (the partial sums then may hold inf or NaN) and gives the same sums up to rounding otherwise.
 /// A zero-distance pair gives exactly r^2 + eps^2 == eps2, so the test never misses one. A caller that has bounded
 /// r^2 + eps^2 from below for the whole batch (the CUDA kernels' far tiles) skips the minimum. Padding sources
-/// (mass 0) must sit far away (not at zero separation), or they trigger needless re-evaluations.
+/// (mass 0) must sit far away (not at zero separation), or they trigger needless re-evaluations. Like
+/// accumulatePairInteraction it counts the self pair when eps > 0: the caller removes it (selfPairPotential).
 ///
 /// @param dx,dy,dz,massJ,eps2  in: as for accumulatePairInteraction
 /// @param ax,ay,az,pot         in/out: accumulated

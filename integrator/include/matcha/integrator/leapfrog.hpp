@@ -3,7 +3,10 @@
 // core's ForceSolver; this module never sees a tree or an engine.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/particles.hpp"
@@ -21,11 +24,29 @@ void kick(Particles& p, double dt);
 /// @param dt  in: time interval (any sign; no checks); does not reorder, allocates no per-body storage
 void drift(Particles& p, double dt);
 
+/// The first value of a state that is not finite (NaN or inf).
+struct NonFiniteValue {
+  std::size_t index = 0;  ///< the body, in the order of the state checked
+  std::uint64_t id = 0;   ///< its id
+  std::string quantity;   ///< "x", "vy", "az", "pot", ...
+  double value = 0.0;     ///< NaN, inf or -inf
+};
+
+/// The body of lowest index with a non-finite position, velocity, acceleration or (checkPotential) potential, and the
+/// first such quantity of it in the order x, y, z, ax, ay, az, pot, vx, vy, vz (the order a step computes them, so
+/// the cause comes before its consequences); nothing when every value is finite.
+/// One parallel pass; allocates nothing when all is finite.
+std::optional<NonFiniteValue> findNonFinite(const Particles& p, bool checkPotential);
+
 /// What one step cost, beside its force call's own report.
 struct StepReport {
   ForceReport force;                ///< the solver's report for the step's force call
   double integrationSeconds = 0.0;  ///< wall time of the two kicks and the drift
   double wallSeconds = 0.0;         ///< wall time of the whole step: kick, drift, force call, kick
+  /// The first value of the new state that is not finite: positions, velocities, accelerations and, when the solver
+  /// computes them (ForceSolver::potentialsWanted), potentials. Checked within the step's last kick, which reads the
+  /// state anyway. Set: the state is unusable and the run must stop.
+  std::optional<NonFiniteValue> nonFinite;
 };
 
 /// Second-order symplectic KDK leapfrog with a fixed step. One force call per step; velocities and positions are
@@ -46,6 +67,9 @@ class LeapfrogKDK {
   /// @param p  in/out: accelerations and potentials overwritten
   /// @return the solver's report for the call
   ForceReport initialize(Particles& p);
+
+  /// After initialize(): the first non-finite value of p (findNonFinite, potentials when the solver computes them).
+  std::optional<NonFiniteValue> findNonFiniteForces(const Particles& p) const;
 
   /// One step: kick dt/2, drift dt, forces, kick dt/2; advances time() by dt. May reorder p (through the solver).
   /// @param p  in/out: the state at time(), advanced to time() + dt

@@ -57,6 +57,11 @@ struct RunCallbacks {
   /// Optional: called after onOutput at every output (t = 0 and the end included) with the cost of the run since
   /// the previous output; what `matcha run --timings` prints as its line per output.
   std::function<void(const OutputTimings&)> onTimings;
+  /// Optional: called once when the run stops on a value that is not finite, right before runLeapfrog throws
+  /// NumericalError, with the last state whose values were all finite (its positions, velocities, accelerations and
+  /// potentials as they were after that step's force call; at step 0 before the first force call, the initial
+  /// conditions as given), its time and its step, so that it can be saved. What it throws replaces NumericalError.
+  std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
 };
 
 /// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).
@@ -98,9 +103,16 @@ std::uint64_t checkedStepCount(double tEnd, double dt);
 /// @param solver     in: gravity
 /// @param params     in: dt, tEnd, outputInterval
 /// @param callbacks  in: either may be empty
+/// Every step checks the new state for values that are not finite (LeapfrogKDK::step: positions, velocities,
+/// accelerations, and potentials when the solver computes them), as does the initial force call, and every
+/// measurement of the diagnostics checks the energies. The first such value stops the run: onNonFinite gets the last
+/// good state, kept by a copy of the state after every good step (one parallel pass; memory for a second state).
+///
 /// @throws InputError when params.validate() fails, when (tEnd - tStart) / dt is not within 1e-9 (relative) of an
-///         integer ("t-end must be a multiple of dt"), or when it exceeds 2^53 steps; whatever the solver or callbacks
-///         throw
+/// integer
+///         ("t-end must be a multiple of dt"), or when it exceeds 2^53 steps; NumericalError (one line: the step, the
+///         time, the body's id and index, the quantity and its value) on the first value that is not finite;
+///         whatever the solver or callbacks throw
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
                        const RunCallbacks& callbacks);
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,7 +31,9 @@ namespace matcha::io {
 /// What a snapshot records besides the bodies.
 struct SnapshotMetadata {
   double time = 0.0;  ///< simulation time, written to /Header Time (simulation time units)
-  UnitSystem units;   ///< written to /Units in GADGET's spelling, plus UnitTime_in_s = length / velocity
+  /// The step the state belongs to, written to /Header Step (uint64) when set (the run's last good state).
+  std::optional<std::uint64_t> step;
+  UnitSystem units;  ///< written to /Units in GADGET's spelling, plus UnitTime_in_s = length / velocity
   /// Every run parameter as (name, value) text, written to /Parameters as attributes in this order: a value that
   /// looks like an integer (optional sign, digits, fits int64) becomes int64, another finite number becomes double,
   /// anything else a string. Names must be unique and non-empty.
@@ -42,6 +45,8 @@ struct SnapshotWriteOptions {
   /// Called after each dataset is written, with its path inside the file ("PartType1/Coordinates", ...): progress
   /// reports, and tests inject faults here. An exception it throws aborts the write like any other failure.
   std::function<void(std::string_view datasetName)> afterDataset;
+  /// with includeForces: write Potential too (a state whose potentials were not computed, pot NaN, leaves it out)
+  bool includePotential = true;
 };
 
 /// Writes `particles` and `meta` to the HDF5 file `path`, atomically: the data go to a temporary file in the same
