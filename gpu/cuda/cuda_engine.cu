@@ -209,6 +209,15 @@ struct CudaEngine::Impl {
         throw CudaError(text);
       }
       MATCHA_CUDA_CHECK(cudaSetDevice(device));
+      // A host thread waiting for the device sleeps instead of spinning: the tree solver builds the next tree on
+      // every core while a call waits for its kernels (cudaDeviceScheduleAuto spins when the cores outnumber the
+      // contexts). Flags can be set only before the device's context starts; a second engine finds them set.
+      const cudaError_t flags = cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+      if (flags == cudaErrorSetOnActiveProcess) {
+        (void)cudaGetLastError();
+      } else {
+        MATCHA_CUDA_CHECK(flags);
+      }
       cudaDeviceProp props{};
       MATCHA_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
       name = props.name;
