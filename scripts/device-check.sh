@@ -156,7 +156,7 @@ if [ "${STEPS:-0}" = 1 ]; then
       # shellcheck disable=SC2086
       "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end "${STEP_T_END:-0.15625}" \
         --output-interval 1 --diagnostic-potential solver --timings --json ${spec#*=} \
-        --out "${TMPDIR:-/tmp}/matcha-steps-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
+        --overwrite --out "${TMPDIR:-/tmp}/matcha-steps-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
       tail -n 24 "$OUT/run-n$n-$label.log"
       summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" 2>&1 | head -c 300)")
     done
@@ -184,7 +184,7 @@ if [ "${LARGE:-0}" = 1 ]; then
       # shellcheck disable=SC2086
       timeout "${LARGE_TIMEOUT:-240}" "$matcha" run -n "$n" --seed 7 --engine cuda --theta "${LARGE_THETA:-0.8}" \
         --dt 0.0078125 --t-end "$t_end" --output-interval "$t_end" --diagnostic-potential solver --timings --json \
-        ${spec#*=} --out "${TMPDIR:-/tmp}/matcha-large-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
+        ${spec#*=} --overwrite --out "${TMPDIR:-/tmp}/matcha-large-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
       echo "exit $? after $SECONDS s" >>"$OUT/run-n$n-$label.log"
       tail -n 26 "$OUT/run-n$n-$label.log"
       rm -rf "${TMPDIR:-/tmp}/matcha-large-$n-$label"
@@ -210,7 +210,7 @@ if [ "${LARGE:-0}" = 1 ]; then
     smi=$!
     dir="${TMPDIR:-/tmp}/matcha-force-$n"
     start=$SECONDS
-    timeout "${LARGE_FORCE_TIMEOUT:-500}" "$matcha" run "${force_options[@]}" --out "$dir" >"$OUT/force-n$n.log" 2>&1 &
+    timeout "${LARGE_FORCE_TIMEOUT:-500}" "$matcha" run "${force_options[@]}" --overwrite --out "$dir" >"$OUT/force-n$n.log" 2>&1 &
     pid=$!
     peak_kib=0
     while kill -0 "$pid" 2>/dev/null; do
@@ -261,7 +261,7 @@ if [ "${ACCURACY:-0}" = 1 ]; then
     name="energy-$1-$2-dt$3-theta$4-alpha$5-seed$6-potential-$7"
     "$matcha" run -n 65536 --seed "$6" --eps 0.00390625 --dt "$3" --theta "$4" --alpha "$5" --t-end 1 \
       --output-interval 0.125 --engine cuda --solver "$1" --multipole "$2" --diagnostic-potential "$7" \
-      --out "$runs/$name" --json >"$OUT/$name.json" 2>"$OUT/$name.log"
+      --overwrite --out "$runs/$name" --json >"$OUT/$name.json" 2>"$OUT/$name.log"
     cp "$runs/$name/diagnostics.log" "$OUT/$name.diagnostics.log" 2>/dev/null
     summary+=("$name: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("dE/E %.3e, %d steps, force %.1f s, potentials %.2f s" % (d["relative_energy_error"], d["steps"], d["force_seconds"], d["diagnostic_seconds"]))' "$OUT/$name.json" 2>&1 | head -c 300)")
   done
