@@ -396,6 +396,7 @@ struct CudaEngine::Impl {
     args.tilesPerSplit = tilesPerSplit;
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
+    args.inverseSoftening = inverseSoftening(gravity.eps2());
     args.G = gravity.G;
     args.out = deviceForces(out);
     args.partial = splits > 1 ? partial.data() : nullptr;
@@ -544,6 +545,7 @@ struct CudaEngine::Impl {
     args.cellList = cellList.data();
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
+    args.inverseSoftening = inverseSoftening(gravity.eps2());
     args.G = gravity.G;
     args.out = deviceForces(out);
 
@@ -1022,6 +1024,7 @@ struct CudaEngine::Impl {
     args.cellList = r.cellArena.data();
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
+    args.inverseSoftening = inverseSoftening(gravity.eps2());
     args.G = gravity.G;
     args.out = {r.outX.data(), r.outY.data(), r.outZ.data(), out.pot != nullptr ? r.outPot.data() : nullptr};
     const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);

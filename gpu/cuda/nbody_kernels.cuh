@@ -443,7 +443,8 @@ struct DirectArgs {
   std::uint32_t numBodies;
   std::uint32_t tilesPerSplit;  ///< j-tiles per block along gridDim.y
   Real eps2;
-  double eps2Double;  ///< for the pairs evaluated again in double
+  double eps2Double;        ///< for the pairs evaluated again in double
+  double inverseSoftening;  ///< pair_interaction.hpp: inverseSoftening(eps2Double), from the host
   double G;
   DeviceForces out;         ///< written (times G) when gridDim.y == 1
   double4_16a* partial;     ///< [split * numBodies + i], sums without G, when gridDim.y > 1
@@ -643,8 +644,7 @@ __global__ void __launch_bounds__(Shape::threads, std::is_same_v<Real, float> ? 
     if constexpr (kPotential) {
       // The body's own pair, counted when eps > 0, comes out once: in split 0, whichever split held it (the splits'
       // sums are added).
-      if (blockIdx.y == 0 && eps2 > Real(0))
-        acc.total[3][k] -= selfPairPotential(args.sources.mass[i], args.eps2Double);
+      if (blockIdx.y == 0) acc.total[3][k] += args.sources.mass[i] * args.inverseSoftening;
     }
     if (gridDim.y == 1) {
       args.out.ax[i] = args.G * acc.total[0][k];
@@ -711,7 +711,8 @@ struct PlanArgs {
   const std::uint32_t* expandedBodies;  ///< body ranges of every list, expanded to body indices
   const std::uint32_t* cellList;
   Real eps2;
-  double eps2Double;  ///< for the pairs evaluated again in double
+  double eps2Double;        ///< for the pairs evaluated again in double
+  double inverseSoftening;  ///< pair_interaction.hpp: inverseSoftening(eps2Double), from the host
   double G;
   DeviceForces out;
 };
@@ -928,8 +929,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       args.out.az[i] = args.G * acc.total[2][k];
       if constexpr (kPotential) {
         // The list holds the body itself once; its pair, counted when eps > 0, comes out here.
-        const double self = args.eps2 > Real(0) ? selfPairPotential(args.sources.mass[i], args.eps2Double) : 0.0;
-        args.out.pot[i] = args.G * (acc.total[3][k] - self);
+        args.out.pot[i] = args.G * (acc.total[3][k] + args.sources.mass[i] * args.inverseSoftening);
       }
     }
   }

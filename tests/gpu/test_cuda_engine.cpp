@@ -337,14 +337,7 @@ TEST_F(CudaEngineTest, CoincidentBodiesFeelEachOthersSoftenedPotential) {
     double eps;
   };
   for (const Case c : {Case{2, 0.1}, Case{3, 0.1}, Case{4096, 1.0 / 256.0}, Case{5, 0.0}}) {
-    Particles bodies(c.n);
-    for (std::size_t i = 0; i < c.n; ++i) {
-      bodies.x[i] = 0.25;
-      bodies.y[i] = -0.5;
-      bodies.z[i] = 3.0;
-      bodies.mass[i] = 1.0 / double(c.n);
-      bodies.id[i] = i;
-    }
+    const Particles bodies = testing::coincidentBodies(c.n);
     GravityParams gravity;
     gravity.eps = c.eps;
     const double m = 1.0 / double(c.n);

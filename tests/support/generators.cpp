@@ -199,4 +199,16 @@ Particles balancedPulls(std::size_t n, std::uint64_t seed) {
   return particles;
 }
 
+Particles coincidentBodies(std::size_t n) {
+  Particles bodies(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    bodies.x[i] = 0.25;
+    bodies.y[i] = -0.5;
+    bodies.z[i] = 3.0;
+    bodies.mass[i] = 1.0 / double(n);
+    bodies.id[i] = i;
+  }
+  return bodies;
+}
+
 }  // namespace matcha::testing

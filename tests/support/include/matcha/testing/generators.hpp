@@ -105,4 +105,8 @@ inline constexpr double kBalancedPullsResidualDistance = 0.3;
 /// @throws InputError for n < 4 or odd n (body 0, the mirrored pairs and the residual body make an even n)
 Particles balancedPulls(std::size_t n, std::uint64_t seed);
 
+/// n bodies at one point, (0.25, -0.5, 3), away from the origin so that no coordinate is zero: masses 1/n, ids 0..n-1,
+/// zero velocities. With softening eps each feels -(n - 1) / (n eps) of potential and no force.
+Particles coincidentBodies(std::size_t n);
+
 }  // namespace matcha::testing
