@@ -117,6 +117,12 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->check(CLI::Range(0, 64))
         ->capture_default_str();
     command
+        .add_option("--pipeline", options.tree.pipeline,
+                    "with reuse, build each next tree on the CPU cores while the GPU evaluates the steps before it "
+                    "(on), or within the step that needs it (off)")
+        ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->capture_default_str();
+    command
         .add_option("--alpha", options.tree.alpha,
                     "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
                     "|a_old|; 0 = theta alone")

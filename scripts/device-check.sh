@@ -133,8 +133,9 @@ if [ "${BENCH:-1}" = 1 ]; then
 fi
 
 # STEPS=1: what users wait for, end to end (the Speed issue): one force call of `matcha compare` (phases, error
-# percentiles against GPU double direct sums on a random subsample) and 20 steps (STEP_T_END / dt) of `matcha run
-# --timings` (the phase table, the steady-state step) for each run of STEP_RUNS ("label=options;..."; default: reuse
+# percentiles against GPU double direct sums on a random subsample) and 60 steps (STEP_T_END / dt) of `matcha run
+# --timings` with an output every 20 (the phase table; the steady state is the last 20 steps' line, rebuilds
+# included and the start-up's first touches of memory left behind) for each run of STEP_RUNS ("label=options;..."; default: reuse
 # off and auto) at each of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7; compare sweeps
 # STEP_THETAS (a --theta list) for each ncrit of STEP_NCRIT.
 if [ "${STEPS:-0}" = 1 ]; then
@@ -154,11 +155,11 @@ if [ "${STEPS:-0}" = 1 ]; then
     for spec in "${runs[@]}"; do
       label=${spec%%=*}
       # shellcheck disable=SC2086
-      "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end "${STEP_T_END:-0.15625}" \
-        --output-interval 1 --diagnostic-potential solver --timings --json ${spec#*=} \
+      "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end "${STEP_T_END:-0.46875}" \
+        --output-interval 0.15625 --diagnostic-potential solver --timings --json ${spec#*=} \
         --overwrite --out "${TMPDIR:-/tmp}/matcha-steps-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
       tail -n 24 "$OUT/run-n$n-$label.log"
-      summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("step %.1f ms (force %.1f ms), GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" 2>&1 | head -c 300)")
+      summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; import re; last=[l for l in open(sys.argv[2]) if l.startswith("# timings since last output")]; steady=re.search(r"([0-9.e+]+) ms/step", last[-1]).group(1) if len(last) > 1 else "n/a"; print("step %.1f ms (force %.1f ms), last interval %s ms/step, GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], steady, t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" "$OUT/run-n$n-$label.log" 2>&1 | head -c 300)")
     done
   done
 fi
