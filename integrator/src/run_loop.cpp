@@ -162,7 +162,8 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     return measureDiagnostics(p, time);
   };
 
-  // The last state whose values were all finite, what onNonFinite saves.
+  // The last state whose values were all finite, what onNonFinite saves. Within a step it is the state the step
+  // started from, which the step keeps there without a copy (LeapfrogKDK::step's `before`).
   Particles lastGood;
   double lastGoodTime = runTime(0.0);
   std::uint64_t lastGoodStep = 0;
@@ -204,7 +205,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   double lastProgressEnergy = -kProgressEnergySeconds;
   OutputSchedule schedule(params.outputInterval, params.dt);
   for (std::uint64_t step = 1; step <= numSteps; ++step) {
-    const StepReport stepReport = leapfrog.step(p);
+    const StepReport stepReport = leapfrog.step(p, &lastGood);
     if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
     account(stepReport.force);
     addForceCall(interval, stepReport.force);
@@ -241,7 +242,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
         interval.outputIndex = outputIndex;
       }
     }
-    copyState(p, lastGood);
+    // The step's state is good: the next step keeps it in lastGood as it starts.
     lastGoodTime = runTime(leapfrog.time());
     lastGoodStep = step;
     if (callbacks.onProgress) {
