@@ -37,41 +37,6 @@ void addScaled(std::vector<double>& outX, std::vector<double>& outY, std::vector
                     });
 }
 
-/// to = from kicked by halfStep and drifted by dt, in one pass over the bodies (the same arithmetic as kick() then
-/// drift(), so the same bits), with the accelerations, masses and ids carried over; to's potentials are left alone.
-void kickDriftInto(const Particles& from, Particles& to, double halfStep, double dt) {
-  const std::size_t n = from.size();
-  if (to.size() != n) to.resize(n);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
-                    [&](const tbb::blocked_range<std::size_t>& block) {
-                      for (std::size_t i = block.begin(); i < block.end(); ++i) {
-                        const double vx = from.vx[i] + from.ax[i] * halfStep;
-                        const double vy = from.vy[i] + from.ay[i] * halfStep;
-                        const double vz = from.vz[i] + from.az[i] * halfStep;
-                        to.vx[i] = vx;
-                        to.vy[i] = vy;
-                        to.vz[i] = vz;
-                        to.x[i] = from.x[i] + vx * dt;
-                        to.y[i] = from.y[i] + vy * dt;
-                        to.z[i] = from.z[i] + vz * dt;
-                        to.ax[i] = from.ax[i];
-                        to.ay[i] = from.ay[i];
-                        to.az[i] = from.az[i];
-                        to.mass[i] = from.mass[i];
-                        to.id[i] = from.id[i];
-                      }
-                    });
-}
-
-/// Trades every array of a and b (no copy).
-void swapArrays(Particles& a, Particles& b) {
-  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
-                            &Particles::mass, &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
-    (a.*member).swap(b.*member);
-  }
-  a.id.swap(b.id);
-}
-
 /// The kick of kick(), also telling whether the kicked state holds a value that is not finite: x - x is 0 for a
 /// finite x and NaN otherwise, so one sum per block, which the loop vectorises, carries every check.
 bool kickAndCheckFinite(Particles& p, double dt, bool checkPotential) {
@@ -143,20 +108,14 @@ std::optional<NonFiniteValue> LeapfrogKDK::findNonFiniteForces(const Particles& 
   return findNonFinite(p, solver_.potentialsWanted());
 }
 
-StepReport LeapfrogKDK::step(Particles& p, Particles* before) {
+StepReport LeapfrogKDK::step(Particles& p) {
   MATCHA_ASSERT(initialized_, "LeapfrogKDK::step called before initialize");
-  MATCHA_ASSERT(before != &p, "LeapfrogKDK::step: `before` must be another Particles");
   const double halfStep = 0.5 * dt_;
   StepReport report;
   const Stopwatch wall;
   Stopwatch clock;
-  if (before != nullptr) {
-    kickDriftInto(p, *before, halfStep, dt_);
-    swapArrays(p, *before);
-  } else {
-    kick(p, halfStep);
-    drift(p, dt_);
-  }
+  kick(p, halfStep);
+  drift(p, dt_);
   report.integrationSeconds = clock.seconds();
   // The solver may permute the bodies here; kick and drift are elementwise, so nothing indexed survives the call.
   report.force = solver_.computeForces(p);

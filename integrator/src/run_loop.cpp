@@ -162,8 +162,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     return measureDiagnostics(p, time);
   };
 
-  // The last state whose values were all finite, what onNonFinite saves. Within a step it is the state the step
-  // started from, which the step keeps there without a copy (LeapfrogKDK::step's `before`).
+  // The last state whose values were all finite, what onNonFinite saves.
   Particles lastGood;
   double lastGoodTime = runTime(0.0);
   std::uint64_t lastGoodStep = 0;
@@ -205,7 +204,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   double lastProgressEnergy = -kProgressEnergySeconds;
   OutputSchedule schedule(params.outputInterval, params.dt);
   for (std::uint64_t step = 1; step <= numSteps; ++step) {
-    const StepReport stepReport = leapfrog.step(p, &lastGood);
+    const StepReport stepReport = leapfrog.step(p);
     if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
     account(stepReport.force);
     addForceCall(interval, stepReport.force);
@@ -242,7 +241,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
         interval.outputIndex = outputIndex;
       }
     }
-    // The step's state is good: the next step keeps it in lastGood as it starts.
+    copyState(p, lastGood);
     lastGoodTime = runTime(leapfrog.time());
     lastGoodStep = step;
     if (callbacks.onProgress) {

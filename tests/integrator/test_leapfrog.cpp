@@ -289,48 +289,6 @@ TEST(LeapfrogKepler, SolverThatReordersGivesTheSameTrajectory) {
   EXPECT_EQ(mi::measureDiagnostics(plain, 0.0).total, mi::measureDiagnostics(shuffled, 0.0).total);
 }
 
-// step(p, &before) keeps the state each step started from in `before` (by trading arrays, not copying) and moves
-// the bodies exactly as step(p) does, also when the solver reorders them.
-TEST(LeapfrogKepler, KeepingTheStartingStateLeavesTheTrajectoryAlone) {
-  TwoBody eccentric;
-  eccentric.e = 0.5;
-  eccentric.drift = {0.05, 0.02, -0.01};
-  const double dt = eccentric.period() / 300;
-  Particles plain = eccentric.make();
-  Particles kept = eccentric.make();
-  KeplerSolver plainSolver(false);
-  KeplerSolver reversingSolver(true);
-  mi::LeapfrogKDK plainLeapfrog(plainSolver, dt);
-  mi::LeapfrogKDK keptLeapfrog(reversingSolver, dt);
-  plainLeapfrog.initialize(plain);
-  keptLeapfrog.initialize(kept);
-  Particles before;
-  for (int s = 0; s < 301; ++s) {
-    const Particles start = kept;
-    plainLeapfrog.step(plain);
-    keptLeapfrog.step(kept, &before);
-    ASSERT_EQ(before.size(), start.size());
-    for (const auto member :
-         {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz, &Particles::mass,
-          &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
-      for (std::size_t i = 0; i < start.size(); ++i) ASSERT_EQ((before.*member)[i], (start.*member)[i]) << "step " << s;
-    }
-    ASSERT_EQ(before.id, start.id);
-    for (std::uint64_t id = 0; id < 2; ++id) {
-      const std::size_t i = indexOfId(plain, id);
-      const std::size_t k = indexOfId(kept, id);
-      ASSERT_EQ(plain.x[i], kept.x[k]);
-      ASSERT_EQ(plain.y[i], kept.y[k]);
-      ASSERT_EQ(plain.z[i], kept.z[k]);
-      ASSERT_EQ(plain.vx[i], kept.vx[k]);
-      ASSERT_EQ(plain.vy[i], kept.vy[k]);
-      ASSERT_EQ(plain.vz[i], kept.vz[k]);
-      ASSERT_EQ(plain.ax[i], kept.ax[k]);
-      ASSERT_EQ(plain.pot[i], kept.pot[k]);
-    }
-  }
-}
-
 TEST(RunLeapfrog, SolverThatReordersGivesTheSameRun) {
   TwoBody eccentric;
   eccentric.m1 = 0.6;

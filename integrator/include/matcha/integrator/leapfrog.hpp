@@ -72,14 +72,10 @@ class LeapfrogKDK {
   std::optional<NonFiniteValue> findNonFiniteForces(const Particles& p) const;
 
   /// One step: kick dt/2, drift dt, forces, kick dt/2; advances time() by dt. May reorder p (through the solver).
-  /// @param p       in/out: the state at time(), advanced to time() + dt
-  /// @param before  out, optional: the state at the start of the step, every array as p had it (the last good state
-  ///                of a run whose step went non-finite). Kept without a copy: the kick and drift write the new
-  ///                positions and velocities (and the accelerations and ids the solver reads) into before's arrays
-  ///                in one pass, which then trade places with p's. The trajectory is the same, bit for bit.
+  /// @param p  in/out: the state at time(), advanced to time() + dt
   /// @return the solver's report for the step's force call and the step's wall times
   /// @throws InvariantError when initialize() was not called first
-  StepReport step(Particles& p, Particles* before = nullptr);
+  StepReport step(Particles& p);
 
   double time() const { return static_cast<double>(stepsTaken_) * dt_; }
   std::uint64_t stepsTaken() const { return stepsTaken_; }
