@@ -41,6 +41,9 @@ struct OutputTimings {
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired, summed over them
 };
 
+/// The run keeps a copy of its state for onNonFinite this often (in steps), and at each output.
+inline constexpr std::uint64_t kLastGoodEverySteps = 16;
+
 struct RunCallbacks {
   /// Called at the start (after the first force call), at every output time and at the end (once, also when the end is
   /// an output time). outputIndex counts the calls: 0, 1, 2, ... The particles may be in any order (use ids).
@@ -58,9 +61,9 @@ struct RunCallbacks {
   /// the previous output; what `matcha run --timings` prints as its line per output.
   std::function<void(const OutputTimings&)> onTimings;
   /// Optional: called once when the run stops on a value that is not finite, right before runLeapfrog throws
-  /// NumericalError, with the last state whose values were all finite (its positions, velocities, accelerations and
-  /// potentials as they were after that step's force call; at step 0 before the first force call, the initial
-  /// conditions as given), its time and its step, so that it can be saved. What it throws replaces NumericalError.
+  /// NumericalError, with the last good state kept (every kLastGoodEverySteps steps and at each output: its
+  /// positions, velocities, accelerations and potentials as they were after that step's force call; at step 0 before
+  /// the first force call, the initial conditions as given), its time and its step, so that it can be saved. What it throws replaces NumericalError.
   std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
 };
 
