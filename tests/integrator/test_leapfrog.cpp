@@ -862,8 +862,8 @@ class PoisonedSolver : public KeplerSolver {
 
 // A NaN planted in the accelerations of step 21 stops the run there with one line naming the step, the time, the body
 // (id and index) and the quantity; onNonFinite gets the last state kept, step 16 (kLastGoodEverySteps), bit for bit
-// that of an unpoisoned run stopped at step 16 (the solver reorders the bodies at every call, so the saved state's order is checked too). A NaN
-// from the initial force call leaves the initial conditions as the last good state.
+// that of an unpoisoned run stopped at step 16 (the solver reorders the bodies at every call, so the saved state's
+// order is checked too). A NaN from the initial force call leaves the initial conditions as the last good state.
 TEST(RunLeapfrog, NonFiniteValueStopsTheRunAndHandsOverTheLastGoodState) {
   TwoBody orbit;
   matcha::IntegratorParams params;

@@ -63,7 +63,8 @@ struct RunCallbacks {
   /// Optional: called once when the run stops on a value that is not finite, right before runLeapfrog throws
   /// NumericalError, with the last good state kept (every kLastGoodEverySteps steps and at each output: its
   /// positions, velocities, accelerations and potentials as they were after that step's force call; at step 0 before
-  /// the first force call, the initial conditions as given), its time and its step, so that it can be saved. What it throws replaces NumericalError.
+  /// the first force call, the initial conditions as given), its time and its step, so that it can be saved. What it
+  /// throws replaces NumericalError.
   std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
 };
 
