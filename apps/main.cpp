@@ -4,6 +4,7 @@
 //   command line CLI11 cannot parse), 3 an internal error (InvariantError, anything unexpected such as bad_alloc).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -49,6 +50,25 @@ std::vector<std::string> expandConfigFile(const std::vector<std::string>& args, 
     }
   }
   if (configGiven && configPath.empty()) throw matcha::InputError("--config needs a file name (got '')");
+  // `run --restart DIR` takes the run's own parameters (DIR/used_parameters.toml) as its config file: options given
+  // with it override them, as they would a --config file's.
+  if (command->get_name() == "run") {
+    for (std::size_t k = insertAt; k < args.size(); ++k) {
+      std::string restartDir;
+      if (args[k] == "--restart" && k + 1 < args.size()) restartDir = args[k + 1];
+      if (args[k].rfind("--restart=", 0) == 0) restartDir = args[k].substr(10);
+      if (restartDir.empty()) continue;
+      if (configGiven) {
+        throw matcha::InputError("--restart takes the run's parameters from " + restartDir +
+                                 "/used_parameters.toml: --config cannot be given with it");
+      }
+      configPath = (std::filesystem::path(restartDir) / "used_parameters.toml").string();
+      if (!std::filesystem::is_regular_file(configPath)) {
+        throw matcha::InputError("--restart " + restartDir + ": there is no " + configPath +
+                                 " (not a run folder of matcha run)");
+      }
+    }
+  }
   if (configPath.empty() || command == &app) return args;
   const std::vector<std::string> commandLine(args.begin() + static_cast<std::ptrdiff_t>(insertAt), args.end());
   std::vector<std::string> expanded(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(insertAt));

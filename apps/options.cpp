@@ -373,7 +373,8 @@ std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::Ap
   std::vector<std::pair<std::string, std::string>> parameters;
   for (const CLI::Option* option : command.get_options()) {
     const std::string name = option->get_single_name();
-    if (name == "help" || name == "config" || name.empty()) continue;
+    // --restart is how a run started, not a parameter of it: a file that carried it would restart whatever read it.
+    if (name == "help" || name == "config" || name == "restart" || name.empty()) continue;
     // An option that was not given and is excluded by one that was (-n when --ic is used) did not take part.
     const auto excludes = option->get_excludes();  // returned by value
     const bool excluded =

@@ -43,6 +43,7 @@ struct Options {
   std::string multipoleChoice;  ///< --multipole: mono, quad or both
   bool overwrite = false;       ///< --overwrite (run): remove another run's files from --out first
   std::string commandLine;      ///< the arguments as given (main), for the run folder's RUNNING marker
+  std::string restartDir;       ///< --restart (run): the run folder whose newest checkpoint the run continues
 };
 
 /// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.

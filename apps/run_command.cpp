@@ -9,6 +9,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -114,11 +115,74 @@ void requireWholeStepsFromStart(const Options& options) {
   }
 }
 
+/// The first diagnostics of a run into a checkpoint's run state (dE/E's reference after a restart), and back.
+void saveDiagnostics(const integrator::Diagnostics& d, CheckpointState& state) {
+  state.set("initial_time", d.time);
+  state.set("initial_kinetic", d.kinetic);
+  state.set("initial_potential", d.potential);
+  state.set("initial_total", d.total);
+  state.set("initial_virial_ratio", d.virialRatio);
+  state.set("initial_mass", d.mass);
+  const char* axes[3] = {"x", "y", "z"};
+  for (int k = 0; k < 3; ++k) {
+    state.set(std::string("initial_momentum_") + axes[k], d.momentum[k]);
+    state.set(std::string("initial_angular_momentum_") + axes[k], d.angularMomentum[k]);
+    state.set(std::string("initial_centre_of_mass_") + axes[k], d.centreOfMass[k]);
+  }
+}
+
+integrator::Diagnostics loadDiagnostics(const CheckpointState& state) {
+  integrator::Diagnostics d;
+  d.time = state.scalar("initial_time");
+  d.kinetic = state.scalar("initial_kinetic");
+  d.potential = state.scalar("initial_potential");
+  d.total = state.scalar("initial_total");
+  d.virialRatio = state.scalar("initial_virial_ratio");
+  d.mass = state.scalar("initial_mass");
+  const char* axes[3] = {"x", "y", "z"};
+  for (int k = 0; k < 3; ++k) {
+    d.momentum[k] = state.scalar(std::string("initial_momentum_") + axes[k]);
+    d.angularMomentum[k] = state.scalar(std::string("initial_angular_momentum_") + axes[k]);
+    d.centreOfMass[k] = state.scalar(std::string("initial_centre_of_mass_") + axes[k]);
+  }
+  return d;
+}
+
+/// A restarted run's folder as the stopped run left it at its checkpoint: snapshots from the checkpoint's next
+/// output on (written after it) are removed, and the diagnostics log is cut after the last line at or before the
+/// checkpoint's time, so that the continued run appends what the stopped one would have.
+void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosition& position, double time) {
+  const io::RunFolderContents contents = io::inspectRunFolder(dir);
+  for (const std::string& name : contents.snapshots) {
+    const std::uint64_t index = std::stoull(name.substr(9, name.size() - 9 - 5));  // snapshot_NNN.hdf5
+    if (index >= position.nextOutputIndex) std::filesystem::remove(dir / name);
+  }
+  const std::filesystem::path logPath = dir / "diagnostics.log";
+  std::ifstream in(logPath);
+  std::string kept, line;
+  bool past = false;
+  while (!past && std::getline(in, line)) {
+    if (!line.empty() && line[0] != '#') {
+      // A diagnostics line starts with its time, printed to 17 digits: later lines belong to the stopped run's
+      // steps after the checkpoint.
+      char* end = nullptr;
+      const double lineTime = std::strtod(line.c_str(), &end);
+      if (end != line.c_str() && lineTime > time) {
+        past = true;
+        break;
+      }
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  io::writeTextFile(logPath, kept);
+}
+
 /// The run itself, in a folder that prepareRunFolder took over; ends by writing summary.json ("complete") and
 /// removing the RUNNING marker.
 int runInFolder(const CLI::App& command, const Options& options, Particles& particles, gpu::EngineChoice& engine,
                 ForceSolver& solver, const RunMemory& memory, bool directPotentials, const std::string& source,
-                std::ostream& info) {
+                std::ostream& info, const integrator::RunPosition* resume) {
   const std::filesystem::path outDir = options.outPath;
   const std::string potentialSource =
       directPotentials
@@ -130,21 +194,29 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
        << (engine.onGpu ? ", ~" + formatBytes(memory.estimate.deviceBytes) + " device" : std::string())
        << " (estimated; --dry-run for the parts)\noutput: " << outDir.string()
        << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
-  if (!options.icFile.empty()) {
+  if (resume != nullptr) {
+    info << "restart: step " << resume->step
+         << " of the run, t = " << options.integrator.tStart + double(resume->step) * options.integrator.dt << ", from "
+         << (outDir / io::kCheckpointName).string() << "\n";
+  } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
          << options.integrator.tEnd << " is absolute time: " << memory.numSteps << " steps)\n";
   }
 
   io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
-  std::ofstream log(outDir / "diagnostics.log", std::ios::trunc);
+  std::ofstream log(outDir / "diagnostics.log", resume != nullptr ? std::ios::app : std::ios::trunc);
   if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
-  log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
-      << integrator::diagnosticsHeader() << "\n";
+  if (resume != nullptr) {
+    log << "# restarted at step " << resume->step << " by " << versionText() << "\n";
+  } else {
+    log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
+        << integrator::diagnosticsHeader() << "\n";
+  }
   info << integrator::diagnosticsHeader() << "\n";
 
   io::SnapshotMetadata metadata;
   metadata.parameters = usedParameterList(command);
-  integrator::Diagnostics initial;
+  integrator::Diagnostics initial = resume != nullptr ? resume->initial : integrator::Diagnostics{};
   ProgressLine progress;
   integrator::RunCallbacks callbacks;
   callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
@@ -185,9 +257,29 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     lastGoodStep = step;
   };
 
+  // Checkpoints: the state after a step, what the solver's next calls depend on, and where the run stands.
+  callbacks.onCheckpoint = [&](const Particles& state, double time, const integrator::RunPosition& position) {
+    CheckpointState run;
+    run.set("step", double(position.step));
+    run.set("next_output_index", double(position.nextOutputIndex));
+    run.set("time", time);
+    run.set("t_start", options.integrator.tStart);
+    run.set("dt", options.integrator.dt);
+    run.set("t_end", options.integrator.tEnd);
+    run.set("bodies", double(state.size()));
+    saveDiagnostics(position.initial, run);
+    CheckpointState solverState;
+    solver.saveState(solverState);
+    io::SnapshotMetadata saved = metadata;
+    saved.time = time;
+    saved.step = position.step;
+    const bool potentials = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
+    io::writeCheckpoint(outDir / io::kCheckpointName, state, saved, run, solverState, potentials);
+  };
+
   integrator::RunSummary summary;
   try {
-    summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks);
+    summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks, resume);
   } catch (const NumericalError& error) {
     const std::string message = std::string(error.what()) + "; the last good state (step " +
                                 std::to_string(lastGoodStep) + ") is in " + lastGoodPath.string();
@@ -253,7 +345,90 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   return 0;
 }
 
+/// Writes summary.json ("failed") and removes the marker when a run in its folder stops on an error other than a
+/// value that is not finite (runInFolder handles that one); rethrows.
+int runGuarded(const std::filesystem::path& outDir, const std::function<int()>& run) {
+  try {
+    return run();
+  } catch (const NumericalError&) {
+    throw;  // runInFolder wrote its summary (with the last good state) and removed the marker
+  } catch (const std::exception& error) {
+    // The marker goes, the failure stays: summary.json says the run failed and why, so a folder is never left
+    // looking like a run in progress by a run that ended. Best effort: the original error is what the user needs.
+    try {
+      nlohmann::json failed = {
+          {"status", "failed"}, {"error", error.what()}, {"matcha", buildJson()}, {"output_dir", outDir.string()}};
+      io::writeTextFile(outDir / "summary.json", failed.dump(2) + "\n");
+      io::removeRunningMarker(outDir);
+    } catch (const std::exception&) {
+    }
+    throw;
+  }
+}
+
+/// `matcha run --restart DIR`: the run in DIR continued from its checkpoint. The parameters are the run's own
+/// (main.cpp reads DIR/used_parameters.toml as the config file); the bodies, their forces, the step and the
+/// solver's state come from the checkpoint.
+int resumeSimulation(const CLI::App& command, Options options) {
+  const std::filesystem::path dir = options.restartDir;
+  options.outPath = dir.string();
+  options.icFile.clear();  // the bodies come from the checkpoint
+  validateOptions(options, kRunOptions);
+  std::ostream& info = options.json ? std::cerr : std::cout;
+  const io::RunFolderRequest folder{dir, io::RunFolderMode::resume, {}};
+  io::checkRunFolder(folder);
+  info << "reading the checkpoint " << (dir / io::kCheckpointName).string() << "..." << std::endl;
+  io::Checkpoint checkpoint = io::readCheckpoint(dir / io::kCheckpointName);
+  const CheckpointState& run = checkpoint.run;
+  integrator::RunPosition position;
+  position.step = run.count("step");
+  position.nextOutputIndex = run.count("next_output_index");
+  position.initial = loadDiagnostics(run);
+  const double dt = run.scalar("dt");
+  if (dt != options.integrator.dt) {
+    std::ostringstream message;
+    message << std::setprecision(17) << "--restart " << dir.string() << ": the checkpoint's run has dt = " << dt
+            << " and --dt " << options.integrator.dt
+            << " was asked for; a restart continues with its dt (--ic with a snapshot starts a new run)";
+    throw InputError(message.str());
+  }
+  Particles particles = std::move(checkpoint.snapshot.particles);
+  if (run.count("bodies") != particles.size()) throw InputError("--restart: the checkpoint's body count is corrupt");
+  options.integrator.tStart = run.scalar("t_start");
+  options.integrator.validate();
+  const std::uint64_t numSteps =
+      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+  // A run that ended went past its last checkpoint: it is continued only towards a later end.
+  std::ifstream summaryFile(dir / "summary.json");
+  const std::string summaryText((std::istreambuf_iterator<char>(summaryFile)), std::istreambuf_iterator<char>());
+  const bool complete = summaryText.find("\"status\": \"complete\"") != std::string::npos;
+  if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
+    std::ostringstream message;
+    message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "
+            << run.scalar("t_end") << "); give a later --t-end to continue it";
+    throw InputError(message.str());
+  }
+  if (position.step >= numSteps) {
+    throw InputError("--restart " + dir.string() + ": the checkpoint is at step " + std::to_string(position.step) +
+                     " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
+  }
+  gpu::requireFloatRange(particles, options.gravity);
+  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
+  const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
+  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
+  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
+  solver->restoreState(checkpoint.solver, particles);
+  requireRunFits(memory);
+  io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+  return runGuarded(dir, [&] {
+    rewindRunFolder(dir, position, run.scalar("time"));
+    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials,
+                       "the checkpoint of " + dir.string(), info, &position);
+  });
+}
+
 int runSimulation(const CLI::App& command, const Options& given) {
+  if (!given.restartDir.empty()) return resumeSimulation(command, given);
   Options options = given;
   validateOptions(options, kRunOptions);
   const std::filesystem::path outDir = options.outPath;
@@ -290,22 +465,9 @@ int runSimulation(const CLI::App& command, const Options& given) {
   }
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
-  try {
-    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info);
-  } catch (const NumericalError&) {
-    throw;  // runInFolder wrote its summary (with the last good state) and removed the marker
-  } catch (const std::exception& error) {
-    // The marker goes, the failure stays: summary.json says the run failed and why, so a folder is never left
-    // looking like a run in progress by a run that ended. Best effort: the original error is what the user needs.
-    try {
-      nlohmann::json failed = {
-          {"status", "failed"}, {"error", error.what()}, {"matcha", buildJson()}, {"output_dir", outDir.string()}};
-      io::writeTextFile(outDir / "summary.json", failed.dump(2) + "\n");
-      io::removeRunningMarker(outDir);
-    } catch (const std::exception&) {
-    }
-    throw;
-  }
+  return runGuarded(outDir, [&] {
+    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info, nullptr);
+  });
 }
 
 }  // namespace
@@ -320,6 +482,14 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       ->capture_default_str();
   command->add_flag("--overwrite", options.overwrite,
                     "remove another run's files (snapshots, logs, summary, marker) from --out before running");
+  command
+      ->add_option("--checkpoint-interval", options.integrator.checkpointInterval,
+                   "wall-clock seconds between checkpoints (OUT/checkpoint.hdf5, for --restart); 0: as often as the "
+                   "solver allows; checkpoints also follow every output")
+      ->capture_default_str();
+  command->add_option("--restart", options.restartDir,
+                      "continue the run in this folder from its checkpoint, bit for bit as if it had not stopped "
+                      "(its used_parameters.toml gives the parameters; options given here override them)");
   return [command, &options] { return runSimulation(*command, options); };
 }
 

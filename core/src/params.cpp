@@ -39,6 +39,9 @@ void IntegratorParams::validate() const {
   requireFinite(outputInterval, "output-interval");
   if (dt <= 0.0) throw InputError("dt must be > 0 (got " + std::to_string(dt) + ")");
   requireFinite(tStart, "start time");
+  if (!(checkpointInterval >= 0.0)) {
+    throw InputError("checkpoint-interval must be >= 0 seconds (got " + std::to_string(checkpointInterval) + ")");
+  }
   if (tEnd < 0.0) throw InputError("t-end must be >= 0 (got " + std::to_string(tEnd) + ")");
   if (tEnd < tStart) {
     std::ostringstream message;

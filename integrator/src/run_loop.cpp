@@ -140,8 +140,8 @@ std::uint64_t checkedStepCount(double tEnd, double dt) {
   return static_cast<std::uint64_t>(nearest);
 }
 
-RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
-                       const RunCallbacks& callbacks) {
+RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params, const RunCallbacks& callbacks,
+                       const RunPosition* resumeFrom) {
   params.validate();
   const std::uint64_t numSteps = checkedStepCount(params.tEnd - params.tStart, params.dt);
   // The leapfrog counts time from 0; the run's clock starts at the initial conditions' time.
@@ -181,29 +181,45 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
 
   // The run since the previous output; output 0 reports the initial force call, which the step totals leave out.
   OutputTimings interval;
-  const ForceReport initialReport = leapfrog.initialize(p);
-  if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, runTime(0.0), bad, nullptr);
-  copyState(p, lastGood);
-  account(initialReport);
-  summary.initialForceTimings = initialReport.timings;
-  addForceCall(interval, initialReport);
-  Stopwatch outputClock;
-  summary.initial = measureOutput(runTime(0.0));
-  requireFiniteEnergy(summary.initial, 0);
-  summary.final = summary.initial;
   std::uint64_t outputIndex = 0;
-  if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
-  interval.outputSeconds = outputClock.seconds();
-  summary.outputSeconds += interval.outputSeconds;
-  if (callbacks.onTimings) callbacks.onTimings(interval);
-  ++outputIndex;
+  std::uint64_t firstStep = 1;
+  Stopwatch outputClock;
+  OutputSchedule schedule(params.outputInterval, params.dt);
+  if (resumeFrom != nullptr) {
+    // A checkpoint's state carries its forces: no initial force call, no output 0.
+    if (resumeFrom->step >= numSteps) throw InputError("the run to resume has no step left before t-end");
+    leapfrog.resume(resumeFrom->step);
+    lastGoodTime = runTime(leapfrog.time());
+    lastGoodStep = resumeFrom->step;
+    summary.initial = resumeFrom->initial;
+    summary.final = summary.initial;
+    outputIndex = resumeFrom->nextOutputIndex;
+    firstStep = resumeFrom->step + 1;
+    schedule.isDueAndAdvance(resumeFrom->step);  // past the outputs before the checkpoint
+  } else {
+    const ForceReport initialReport = leapfrog.initialize(p);
+    if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, runTime(0.0), bad, nullptr);
+    copyState(p, lastGood);
+    account(initialReport);
+    summary.initialForceTimings = initialReport.timings;
+    addForceCall(interval, initialReport);
+    summary.initial = measureOutput(runTime(0.0));
+    requireFiniteEnergy(summary.initial, 0);
+    summary.final = summary.initial;
+    if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
+    interval.outputSeconds = outputClock.seconds();
+    summary.outputSeconds += interval.outputSeconds;
+    if (callbacks.onTimings) callbacks.onTimings(interval);
+    ++outputIndex;
+  }
   interval = OutputTimings{};
   interval.outputIndex = outputIndex;
 
   double latestEnergy = summary.initial.total;  ///< for the progress report
   double lastProgressEnergy = -kProgressEnergySeconds;
-  OutputSchedule schedule(params.outputInterval, params.dt);
-  for (std::uint64_t step = 1; step <= numSteps; ++step) {
+  double lastCheckpoint = wall.seconds();
+  bool outputSinceCheckpoint = false;
+  for (std::uint64_t step = firstStep; step <= numSteps; ++step) {
     const StepReport stepReport = leapfrog.step(p);
     if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
     account(stepReport.force);
@@ -234,6 +250,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
       interval.outputSeconds += seconds;
       summary.outputSeconds += seconds;
       if (isOutput) {
+        outputSinceCheckpoint = true;
         addInterval(summary, interval);
         if (callbacks.onTimings) callbacks.onTimings(interval);
         ++outputIndex;
@@ -249,6 +266,13 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
       lastGoodTime = runTime(leapfrog.time());
       lastGoodStep = step;
     }
+    if (callbacks.onCheckpoint && step < numSteps &&
+        (outputSinceCheckpoint || wall.seconds() - lastCheckpoint >= params.checkpointInterval) &&
+        solver.atCheckpointBoundary()) {
+      callbacks.onCheckpoint(p, runTime(leapfrog.time()), RunPosition{step, outputIndex, summary.initial});
+      lastCheckpoint = wall.seconds();
+      outputSinceCheckpoint = false;
+    }
     if (callbacks.onProgress) {
       ProgressInfo info;
       info.step = step;
@@ -256,7 +280,8 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
       info.time = runTime(leapfrog.time());
       info.tEnd = params.tEnd;
       info.elapsedSeconds = wall.seconds();
-      info.etaSeconds = info.elapsedSeconds / static_cast<double>(step) * static_cast<double>(numSteps - step);
+      info.etaSeconds =
+          info.elapsedSeconds / static_cast<double>(step - firstStep + 1) * static_cast<double>(numSteps - step);
       info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
       callbacks.onProgress(info);
     }

@@ -138,7 +138,8 @@ void removeFile(const fs::path& path) {
 
 bool isRunFileName(std::string_view name) {
   return isSnapshotName(name) || name == "summary.json" || name == "diagnostics.log" ||
-         name == "used_parameters.toml" || name == "last_good_state.hdf5" || name == kRunningMarkerName;
+         name == "used_parameters.toml" || name == "last_good_state.hdf5" || name == kCheckpointName ||
+         name == kRunningMarkerName;
 }
 
 std::optional<std::int64_t> temporaryFileOwner(std::string_view name) {
@@ -213,8 +214,15 @@ void checkRunFolder(const RunFolderRequest& request) {
     throw InputError(where + " holds the initial-conditions file " + quoted(request.icFile) +
                      ", which a run there could replace or remove; write the run to another folder");
   }
-  if (request.mode == RunFolderMode::resume) throw InputError("resuming a run in its folder is not supported yet");
   const RunFolderContents contents = inspectRunFolder(dir);
+  if (request.mode == RunFolderMode::resume) {
+    const std::string given = "--restart " + quoted(dir);
+    if (!contents.exists) throw InputError(given + ": no such folder");
+    if (!fs::is_regular_file(dir / kCheckpointName)) {
+      throw InputError(given + " holds no " + kCheckpointName +
+                       ": the run wrote none (one follows each output and every --checkpoint-interval seconds)");
+    }
+  }
   if (contents.marker && contents.markerOwnerAlive) {
     throw InputError(where + ": a run is in progress there (" + describeMarker(*contents.marker) +
                      "); wait for it or choose another folder");
@@ -240,6 +248,8 @@ void prepareRunFolder(const RunFolderRequest& request, const RunMarker& marker) 
   if (request.mode == RunFolderMode::overwrite) {
     for (const std::string& name : contents.runFiles) removeFile(dir / name);
   }
+  // A resumed run takes the place of the one that stopped: its marker, if it was killed, goes.
+  if (request.mode == RunFolderMode::resume && contents.marker) removeFile(dir / kRunningMarkerName);
   // Written under a temporary name, then linked to its name: link() fails when the name exists, so of two runs that
   // start at the same moment one gets the folder and the other is refused, and nobody reads a half-written marker.
   const fs::path markerPath = dir / kRunningMarkerName;

@@ -385,6 +385,19 @@ void writeParameters(hid_t file, const std::vector<std::pair<std::string, std::s
 }
 
 /// Writes the whole snapshot to `target` (created or truncated) and closes it; every handle is closed on return.
+/// A CheckpointState as group `name` of `parent`: scalars as double attributes, arrays as 1-D datasets.
+void writeState(hid_t parent, const char* name, const CheckpointState* state) {
+  Handle group = createGroup(parent, name, false);
+  if (state == nullptr) return;
+  for (const auto& [key, value] : state->scalars) writeScalar(group.get(), key.c_str(), value);
+  for (const auto& [key, values] : state->doubles) {
+    writeColumn(group.get(), key.c_str(), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, values.data(), values.size());
+  }
+  for (const auto& [key, values] : state->floats) {
+    writeColumn(group.get(), key.c_str(), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, values.data(), values.size());
+  }
+}
+
 void writeFile(const std::filesystem::path& target, const Particles& particles, const SnapshotMetadata& meta,
                const SnapshotWriteOptions& options) {
   Handle fapl = detail::makeFileAccessList();
@@ -416,6 +429,11 @@ void writeFile(const std::filesystem::path& target, const Particles& particles, 
       writeTriples(g, "Acceleration", particles.ax, particles.ay, particles.az);
       done("Acceleration");
     }
+  }
+  if (options.checkpointRun != nullptr || options.checkpointSolver != nullptr) {
+    Handle checkpoint = createGroup(file.get(), "Checkpoint", false);
+    writeState(checkpoint.get(), "Run", options.checkpointRun);
+    writeState(checkpoint.get(), "Solver", options.checkpointSolver);
   }
   check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "H5Fflush");
   check(file.close(), "H5Fclose");
@@ -850,7 +868,77 @@ Snapshot readFile(const std::filesystem::path& path) {
   return snapshot;
 }
 
+/// Group /Checkpoint/`name` back as a CheckpointState.
+CheckpointState readState(hid_t file, const char* name) {
+  const std::string where = std::string("/Checkpoint/") + name;
+  if (!detail::linkExists(file, "Checkpoint", "group /Checkpoint")) {
+    throw InputError("there is no /Checkpoint group: the file is a snapshot, not a checkpoint");
+  }
+  Handle checkpoint = checked(H5Gopen2(file, "Checkpoint", H5P_DEFAULT), H5Gclose, "H5Gopen2(/Checkpoint)");
+  if (!detail::linkExists(checkpoint.get(), name, "group " + where))
+    throw InputError("there is no " + where + " group");
+  Handle group = checked(H5Gopen2(checkpoint.get(), name, H5P_DEFAULT), H5Gclose, "H5Gopen2(" + where + ")");
+  const hid_t g = group.get();
+  CheckpointState state;
+  for (const std::string& key : attributeNames(g)) {
+    const auto value = readNumericAttribute<double>(g, key.c_str(), H5T_NATIVE_DOUBLE, where);
+    if (!value || value->size() != 1) throw InputError(where + " " + key + " is not one number");
+    state.scalars[key] = value->front();
+  }
+  H5G_info_t info;
+  check(H5Gget_info(g, &info), "H5Gget_info(" + where + ")");
+  for (hsize_t k = 0; k < info.nlinks; ++k) {
+    char key[256];
+    const ssize_t length = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, k, key, sizeof key, H5P_DEFAULT);
+    if (length < 0 || length >= static_cast<ssize_t>(sizeof key)) throw InputError(where + " has an unreadable name");
+    const hid_t id = H5Dopen2(g, key, H5P_DEFAULT);
+    if (id < 0) throw InputError(where + "/" + key + " is not a dataset");
+    Array array;
+    array.dataset = Handle(id, H5Dclose);
+    array.name = where + "/" + key;
+    Handle type = checked(H5Dget_type(id), H5Tclose, "H5Dget_type(" + array.name + ")");
+    Handle space = checked(H5Dget_space(id), H5Sclose, "H5Dget_space(" + array.name + ")");
+    if (H5Tget_class(type.get()) != H5T_FLOAT || H5Sget_simple_extent_ndims(space.get()) != 1) {
+      throw InputError(array.name + " is not a 1-D array of floating-point numbers");
+    }
+    check(H5Sget_simple_extent_dims(space.get(), &array.rows, nullptr), "H5Sget_simple_extent_dims");
+    if (H5Tget_size(type.get()) == sizeof(float)) {
+      std::vector<float>& values = state.floats[key];
+      values.resize(array.rows);
+      readColumn(array, H5T_NATIVE_FLOAT, values.data());
+    } else {
+      std::vector<double>& values = state.doubles[key];
+      values.resize(array.rows);
+      readColumn(array, H5T_NATIVE_DOUBLE, values.data());
+    }
+  }
+  return state;
+}
+
 }  // namespace
+
+void writeCheckpoint(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
+                     const CheckpointState& run, const CheckpointState& solver, bool includePotential) {
+  SnapshotWriteOptions options;
+  options.includePotential = includePotential;
+  options.checkpointRun = &run;
+  options.checkpointSolver = &solver;
+  writeSnapshot(path, particles, meta, options);
+}
+
+Checkpoint readCheckpoint(const std::filesystem::path& path) {
+  const detail::ErrorPrintingOff quiet;
+  try {
+    Checkpoint checkpoint;
+    checkpoint.snapshot = readFile(path);
+    Handle file = openForReading(path);
+    checkpoint.run = readState(file.get(), "Run");
+    checkpoint.solver = readState(file.get(), "Solver");
+    return checkpoint;
+  } catch (...) {
+    rethrowWithPrefix("cannot read checkpoint " + detail::quoted(path) + ": ");
+  }
+}
 
 void writeSnapshot(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
                    const SnapshotWriteOptions& options) {

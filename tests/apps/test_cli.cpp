@@ -973,6 +973,70 @@ TEST_F(Cli, AKilledRunLeavesItsMarkerAndTheNextRunSaysSo) {
   expectBadInput(std::string(kTinyRun) + " --engine cpu --out o --overwrite", "a run is in progress there");
 }
 
+// kill -9 at a random moment of a run (after its first checkpoint), then `matcha run --restart`: the continued run
+// ends with the same bodies, every byte of their positions and velocities, as a run that was never stopped, and
+// writes the same diagnostics lines (alpha > 0, trees reused over three steps, checkpoints as often as they can be).
+TEST_F(Cli, RestartAfterKillNineIsBitIdentical) {
+  const std::uint64_t seed = matcha::testing::freshSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const std::string args =
+      "run -n 2048 --seed 5 --t-end 3 --dt 0.0078125 --output-interval 1 --reuse 3 --alpha 0.001 "
+      "--checkpoint-interval 0 --engine cpu";
+  const Result full = matcha(args + " --out full");
+  ASSERT_EQ(full.exitCode, 0) << full.err;
+
+  const double delay = 0.05 + 0.4 * double(seed % 1000) / 1000.0;
+  const std::string kill = "cd '" + dir_.string() + "' && ( exec '" MATCHA_BINARY "' " + args +
+                           " --out killed >killed.out 2>killed.err </dev/null ) & pid=$!; "
+                           "for i in $(seq 3000); do [ -f '" +
+                           (dir_ / "killed" / "checkpoint.hdf5").string() + "' ] && break; sleep 0.01; done; sleep " +
+                           std::to_string(delay) + "; kill -9 $pid; wait $pid; exit 0";
+  ASSERT_EQ(std::system(kill.c_str()), 0);
+  ASSERT_TRUE(fs::exists(dir_ / "killed" / "RUNNING")) << "the run ended before it was killed: make it longer";
+  ASSERT_FALSE(fs::exists(dir_ / "killed" / "snapshot_003.hdf5"));
+
+  const Result resumed = matcha("run --restart killed");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  EXPECT_FALSE(fs::exists(dir_ / "killed" / "RUNNING"));
+  const matcha::io::Snapshot a = matcha::io::readSnapshot(dir_ / "full" / "snapshot_003.hdf5");
+  const matcha::io::Snapshot b = matcha::io::readSnapshot(dir_ / "killed" / "snapshot_003.hdf5");
+  EXPECT_EQ(a.time, b.time);
+  ASSERT_EQ(a.particles.id, b.particles.id);
+  EXPECT_EQ(a.particles.x, b.particles.x);
+  EXPECT_EQ(a.particles.y, b.particles.y);
+  EXPECT_EQ(a.particles.z, b.particles.z);
+  EXPECT_EQ(a.particles.vx, b.particles.vx);
+  EXPECT_EQ(a.particles.vy, b.particles.vy);
+  EXPECT_EQ(a.particles.vz, b.particles.vz);
+  const auto dataLines = [](const std::string& text) {
+    std::string lines, line;
+    std::istringstream in(text);
+    while (std::getline(in, line)) {
+      if (!line.empty() && line[0] != '#') lines += line + "\n";
+    }
+    return lines;
+  };
+  EXPECT_EQ(dataLines(readFile(dir_ / "full" / "diagnostics.log")),
+            dataLines(readFile(dir_ / "killed" / "diagnostics.log")));
+  EXPECT_NE(readFile(dir_ / "killed" / "summary.json").find("\"complete\""), std::string::npos);
+}
+
+// What --restart refuses, each with one line: a folder without a checkpoint, a run that reached its end, another dt,
+// --config beside it, a folder that is not a run's.
+TEST_F(Cli, RestartRefusals) {
+  ASSERT_EQ(matcha("run -n 256 --t-end 0.0625 --output-interval 0.03125 --engine cpu --out done").exitCode, 0);
+  expectOneLineError("run --restart done", "complete");
+  expectOneLineError("run --restart done --t-end 0.125 --dt 0.00390625", "dt");
+  expectOneLineError("run --restart done --config done/used_parameters.toml", "--config");
+  expectOneLineError("run --restart nowhere", "used_parameters.toml");
+  fs::create_directories(dir_ / "bare");
+  std::ofstream(dir_ / "bare" / "used_parameters.toml") << "bodies = 64\n";
+  expectOneLineError("run --restart bare", "checkpoint");
+  // A later t-end continues a run that ended: from its last checkpoint (the last output before the end).
+  const Result longer = matcha("run --restart done --t-end 0.125");
+  EXPECT_EQ(longer.exitCode, 0) << longer.err;
+}
+
 TEST_F(Cli, AFailedRunRecordsItsStatusAndRemovesTheMarker) {
   // A folder named like a run's file is the user's and is left alone; writing there fails after the run began.
   fs::create_directories(dir_ / "o" / "used_parameters.toml");

@@ -25,6 +25,7 @@
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/testing/float_sums.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/restart_check.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
@@ -684,6 +685,22 @@ TEST_F(CudaEngineTest, TreeSolverOnCudaMatchesCpu) {
 
 // A tree built within the call is evaluated batch by batch while the CPU walks the next batch (lists resident, not
 // streamed): subset launches whose outputs come back through page-locked staging. Against the CPU twin in double.
+// `matcha run --restart` on the GPU: a run stopped at a random checkpoint and continued by a new solver and CUDA
+// engine from the saved state ends with the same bodies, bit for bit, as the run that went on (alpha > 0, trees
+// reused over three steps and built in the background, and a new tree every step).
+TEST_F(CudaEngineTest, RestartFromACheckpointIsBitIdentical) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const auto cudaEngine = [] { return std::make_unique<CudaEngine>(Precision::float32, testConfig()); };
+  TreeParams params;
+  params.alpha = 1e-3;
+  for (const std::uint32_t reuse : {3u, 1u}) {
+    SCOPED_TRACE("reuse " + std::to_string(reuse));
+    params.reuse = reuse;
+    testing::expectBitIdenticalRestart(cudaEngine, params, 65536, 40, seed);
+  }
+}
+
 TEST_F(CudaEngineTest, TreeSolverOverlappedBatchesOnCudaMatchCpu) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));

@@ -217,9 +217,20 @@ TEST(RunFolder, AMarkerOfALiveRunRefusesEvenOverwriteAKilledRunsMarkerIsReported
   EXPECT_NE(readText(dir / "RUNNING").find("pid " + std::to_string(::getpid())), std::string::npos);
 }
 
-TEST(RunFolder, ResumeIsNotImplementedYet) {
+// Resume (--restart) needs the folder and its checkpoint, keeps the run's files and replaces a dead run's marker.
+TEST(RunFolder, ResumeKeepsTheRunsFilesAndNeedsItsCheckpoint) {
   ScratchDir scratch;
-  EXPECT_NE(refusal({scratch.path(), io::RunFolderMode::resume, {}}).find("not supported"), std::string::npos);
+  EXPECT_NE(refusal({scratch / "missing", io::RunFolderMode::resume, {}}).find("no such folder"), std::string::npos);
+  touch(scratch / "snapshot_000.hdf5");
+  touch(scratch / "diagnostics.log");
+  EXPECT_NE(refusal({scratch.path(), io::RunFolderMode::resume, {}}).find("checkpoint.hdf5"), std::string::npos);
+  touch(scratch / "checkpoint.hdf5");
+  std::ofstream(scratch / "RUNNING") << "pid 999999999\nhost " << io::markerForThisProcess("x").host << "\n";
+  io::prepareRunFolder({scratch.path(), io::RunFolderMode::resume, {}}, io::markerForThisProcess("matcha run"));
+  EXPECT_TRUE(std::filesystem::exists(scratch / "snapshot_000.hdf5"));
+  EXPECT_TRUE(std::filesystem::exists(scratch / "diagnostics.log"));
+  EXPECT_TRUE(std::filesystem::exists(scratch / "checkpoint.hdf5"));
+  EXPECT_NE(readText(scratch / "RUNNING").find("pid " + std::to_string(::getpid())), std::string::npos);
 }
 
 TEST(RunFolder, ListsSnapshotsByNumber) {

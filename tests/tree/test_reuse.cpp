@@ -17,6 +17,7 @@
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/restart_check.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "matcha/tree/walk.hpp"
 
@@ -488,6 +489,34 @@ TEST(Reuse, PipelinedAndWithinTheCallBuildsGiveTheSameForces) {
     EXPECT_LE(between.p99, 2.0 * b.p99) << "step " << step;
   }
   EXPECT_GE(backgroundTrees, 5) << "no tree was built in the background";
+}
+
+// A run stopped at a checkpoint and continued from its saved state by a new solver and engine computes what the run
+// that went on computed, bit for bit: with the relative opening test (alpha > 0), with trees reused over three steps
+// and built in the background (the saved state holds the next tree's inputs), and with a new tree every step.
+TEST(Restart, ContinuesBitForBitFromACheckpoint) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const auto cpuEngine = [] { return std::make_unique<gpu::CpuEngine>(gpu::Precision::float32); };
+  TreeParams params;
+  params.alpha = 1e-3;
+  for (const std::uint32_t reuse : {3u, 1u}) {
+    SCOPED_TRACE("reuse " + std::to_string(reuse));
+    params.reuse = reuse;
+    testing::expectBitIdenticalRestart(cpuEngine, params, 3000, 40, seed);
+  }
+}
+
+// With background builds off, every tree is built within the call that needs it: a restart is exact there too.
+TEST(Restart, ContinuesBitForBitWithoutThePipeline) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  TreeParams params;
+  params.alpha = 1e-3;
+  params.reuse = 4;
+  params.pipeline = false;
+  testing::expectBitIdenticalRestart([] { return std::make_unique<gpu::CpuEngine>(gpu::Precision::float32); }, params,
+                                     2000, 30, seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Inputs, Reuse, ::testing::Range(0, 2), [](const ::testing::TestParamInfo<int>& paramInfo) {

@@ -29,9 +29,6 @@ constexpr double kRepairRebuildFraction = 0.01;
 /// With TreeParams::reuse 0: every this many trees, K's neighbours are measured again (the system evolves).
 constexpr std::uint64_t kReexplore = 16;
 
-/// Background builds start at most this many calls ahead.
-constexpr std::uint32_t kMaxPipelineCalls = 8;
-
 }  // namespace
 
 /// The positions of the last calls, in the caller's order, and the predicted positions and their balls.
@@ -190,6 +187,7 @@ void TreeSolver::reset() {
   current_->valid = false;
   motion_->reset();
   idSample_.clear();
+  nextPlannedFor_ = kNoCall;
 }
 
 bool TreeSolver::sameBodies(const Particles& particles) const {
@@ -525,6 +523,7 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
 
 void TreeSolver::startBackgroundBuild(const Particles& particles) {
   const TreeBuild& current = *current_;
+  nextPlannedFor_ = current.firstCall;
   const std::uint32_t steps = chooseReuseSteps();
   if (steps <= 1) return;  // the next tree is built within its call, for exact positions
   // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
@@ -540,21 +539,25 @@ void TreeSolver::startBackgroundBuild(const Particles& particles) {
   // What the thread reads of the caller's bodies is copied first: they change while it runs (the accelerations at
   // the end of this very call). The predicted positions are the solver's own until the next prediction, which waits
   // for this build.
-  const std::size_t n = particles.size();
   copyInParallel(particles.mass, build.inMass);
   copyInParallel(particles.ax, build.inAx);
   copyInParallel(particles.ay, build.inAy);
   copyInParallel(particles.az, build.inAz);
-  background_ = std::thread([this, &build, n] {
+  background_ = std::thread([this, &build] {
     try {
-      const Motion& m = *motion_;
-      buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
-                {build.inAx, build.inAy, build.inAz}, m.radius.data());
-      build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
+      buildForLater(build);
     } catch (...) {
       build.error = std::current_exception();
     }
   });
+}
+
+void TreeSolver::buildForLater(TreeBuild& build) {
+  const Motion& m = *motion_;
+  const std::size_t n = build.inMass.size();
+  buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
+            {build.inAx, build.inAy, build.inAz}, m.radius.data());
+  build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
 }
 
 void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed, ForceReport& report) {
@@ -617,7 +620,9 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
 ForceReport TreeSolver::computeForces(Particles& particles) {
   const Stopwatch total;
   ForceReport report;
-  if (!sameBodies(particles)) reset();
+  // A restored state (restoreState) has no current tree to compare the bodies with: restoreState checked them.
+  if (!restored_ && !sameBodies(particles)) reset();
+  restored_ = false;
   ++call_;
   bool evaluated = false;  // a tree built within this call evaluates the call's forces as it walks
   const bool needTree = !current_->valid || call_ > current_->lastCall;
@@ -627,13 +632,6 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     const double waited = wait.seconds();
     if (next_->valid && next_->fits && next_->firstCall == call_ && !cancel_) {
       report.timings.rebuildWaitSeconds = waited;
-      // A build that made the call wait was started too late: start the next one a call earlier (and one later when
-      // it did not).
-      if (waited > 0.1 * total.seconds() + 1e-3) {
-        pipelineCalls_ = std::min(pipelineCalls_ + 1, kMaxPipelineCalls);
-      } else if (pipelineCalls_ > 1) {
-        --pipelineCalls_;
-      }
       adopt(next_, particles, report, true);
     } else {
       cancel_ = false;
@@ -645,9 +643,12 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (!needTree) {
     stats_.estimatePass = false;
   }
-  // The next tree, if it is due, is built on the CPU cores from now on, while the engine works.
+  // The next tree is built on the CPU cores from the first call of the current one on, while the engine works: the
+  // longest time to hide it in. Always from that call, whatever the build and the calls take, so that its predicted
+  // positions, and with them every force, do not depend on timing: a run and its restart (saveState) build the same
+  // trees.
   const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
-  const bool nextTreeDue = pipeline && current_->steps > 1 && call_ + pipelineCalls_ > current_->lastCall;
+  const bool nextTreeDue = pipeline && current_->steps > 1 && nextPlannedFor_ != current_->firstCall;
   if (evaluated) {
     if (nextTreeDue && !cancel_) startBackgroundBuild(particles);  // cancel_: a repair found the motion unpredicted
   } else {
@@ -673,6 +674,123 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     ++current_->costCalls;
   }
   return report;
+}
+
+}  // namespace matcha::tree
+
+namespace matcha::tree {
+
+namespace {
+
+constexpr const char* kStatePrefix = "tree.";
+
+std::string stateName(const char* name) { return std::string(kStatePrefix) + name; }
+
+}  // namespace
+
+bool TreeSolver::atCheckpointBoundary() const { return !current_->valid || call_ >= current_->lastCall; }
+
+void TreeSolver::saveState(CheckpointState& state) {
+  MATCHA_ASSERT(atCheckpointBoundary(), "TreeSolver::saveState between the calls of a tree");
+  joinBackgroundBuild();
+  const Motion& m = *motion_;
+  state.set(stateName("call"), double(call_));
+  state.set(stateName("motion_known"), m.numKnown);
+  if (m.numKnown >= 1) {
+    state.doubles[stateName("previous_x")] = m.previousX;
+    state.doubles[stateName("previous_y")] = m.previousY;
+    state.doubles[stateName("previous_z")] = m.previousZ;
+  }
+  if (m.numKnown >= 2) {
+    state.doubles[stateName("earlier_x")] = m.earlierX;
+    state.doubles[stateName("earlier_y")] = m.earlierY;
+    state.doubles[stateName("earlier_z")] = m.earlierZ;
+  }
+  // The next call adopts the background build when it is valid, fits and is due then; else it builds within the
+  // call. A restored solver makes the same choice from the same inputs.
+  const TreeBuild& next = *next_;
+  const bool adoptNext = current_->valid && next.valid && next.fits && next.firstCall == call_ + 1 && !cancel_;
+  state.set(stateName("next_tree"), adoptNext ? 1.0 : 0.0);
+  if (adoptNext) {
+    state.set(stateName("next_steps"), next.steps);
+    state.doubles[stateName("next_predicted_x")] = m.predictedX;
+    state.doubles[stateName("next_predicted_y")] = m.predictedY;
+    state.doubles[stateName("next_predicted_z")] = m.predictedZ;
+    state.floats[stateName("next_radius")] = m.radius;
+    state.doubles[stateName("next_mass")] = next.inMass;
+    state.doubles[stateName("next_ax")] = next.inAx;
+    state.doubles[stateName("next_ay")] = next.inAy;
+    state.doubles[stateName("next_az")] = next.inAz;
+  }
+  state.set(stateName("auto_best_steps"), bestSteps_);
+  state.set(stateName("auto_best_call_seconds"), bestCallSeconds_);
+  state.set(stateName("auto_trial_steps"), trialSteps_);
+  state.set(stateName("auto_direction"), direction_);
+  state.set(stateName("auto_turned"), turned_ ? 1.0 : 0.0);
+  state.set(stateName("auto_searched_once"), searchedOnce_ ? 1.0 : 0.0);
+  state.set(stateName("auto_trees_at_best"), double(treesAtBest_));
+}
+
+void TreeSolver::restoreState(const CheckpointState& state, const Particles& particles) {
+  reset();
+  const std::size_t n = particles.size();
+  const auto bodyArray = [&](const char* name) -> const std::vector<double>& {
+    const std::vector<double>& array = state.doubleArray(stateName(name));
+    if (array.size() != n) {
+      throw InputError("the checkpoint's " + stateName(name) + " has " + std::to_string(array.size()) +
+                       " entries for " + std::to_string(n) + " bodies");
+    }
+    return array;
+  };
+  Motion& m = *motion_;
+  const std::uint64_t known = state.count(stateName("motion_known"));
+  if (known > 2) throw InputError("the checkpoint's " + stateName("motion_known") + " is not 0, 1 or 2");
+  if (known >= 1) {
+    m.previousX = bodyArray("previous_x");
+    m.previousY = bodyArray("previous_y");
+    m.previousZ = bodyArray("previous_z");
+  }
+  if (known >= 2) {
+    m.earlierX = bodyArray("earlier_x");
+    m.earlierY = bodyArray("earlier_y");
+    m.earlierZ = bodyArray("earlier_z");
+  }
+  m.numKnown = static_cast<int>(known);
+  bestSteps_ = static_cast<std::uint32_t>(state.count(stateName("auto_best_steps")));
+  bestCallSeconds_ = state.scalar(stateName("auto_best_call_seconds"));
+  trialSteps_ = static_cast<std::uint32_t>(state.count(stateName("auto_trial_steps")));
+  direction_ = state.scalar(stateName("auto_direction")) < 0.0 ? -1 : 1;
+  turned_ = state.scalar(stateName("auto_turned")) != 0.0;
+  searchedOnce_ = state.scalar(stateName("auto_searched_once")) != 0.0;
+  treesAtBest_ = state.count(stateName("auto_trees_at_best"));
+  call_ = state.count(stateName("call"));
+
+  if (state.scalar(stateName("next_tree")) != 0.0) {
+    TreeBuild& build = *next_;
+    m.predictedX = bodyArray("next_predicted_x");
+    m.predictedY = bodyArray("next_predicted_y");
+    m.predictedZ = bodyArray("next_predicted_z");
+    m.radius = state.floatArray(stateName("next_radius"));
+    if (m.radius.size() != n) throw InputError("the checkpoint's " + stateName("next_radius") + " has the wrong size");
+    build.inMass = bodyArray("next_mass");
+    build.inAx = bodyArray("next_ax");
+    build.inAy = bodyArray("next_ay");
+    build.inAz = bodyArray("next_az");
+    const std::uint64_t steps = state.count(stateName("next_steps"));
+    if (steps < 1 || steps > 64) throw InputError("the checkpoint's " + stateName("next_steps") + " is out of range");
+    build.steps = static_cast<std::uint32_t>(steps);
+    build.firstCall = call_ + 1;
+    build.lastCall = call_ + steps;
+    build.error = nullptr;
+    // The build the saving solver ran in the background, run here before the first call (its phases are reported
+    // by the call that adopts it, as they would have been).
+    buildForLater(build);
+    if (!build.valid) throw InvariantError("the checkpoint's next tree no longer fits the engine's list bound");
+  }
+  current_->lastCall = call_;
+  idSample_.resize(std::min(kIdSamples, n));
+  for (std::size_t k = 0; k < idSample_.size(); ++k) idSample_[k] = particles.id[k * n / idSample_.size()];
+  restored_ = true;
 }
 
 }  // namespace matcha::tree

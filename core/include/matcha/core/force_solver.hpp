@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/interaction_plan.hpp"
 #include "matcha/core/particles.hpp"
 
@@ -83,6 +84,19 @@ class ForceSolver {
 
   /// Describes the solver and its engine, e.g. "tree (theta 0.5, ncrit 64, nleaf 16) on cpu-float".
   virtual std::string describe() const = 0;
+
+  // Checkpoints (`matcha run --restart`): a solver that keeps state between calls (the tree solver's reused trees)
+  // saves what its next calls depend on, so that a restarted run computes the same forces, bit for bit, as the run
+  // that went on. A checkpoint is taken only between calls where the solver says it can be.
+
+  /// Whether the state between this call and the next can be saved (the tree solver: when the next call needs a new
+  /// tree). A solver without state: always.
+  virtual bool atCheckpointBoundary() const { return true; }
+  /// Adds the solver's state to `state` (names prefixed with the solver's kind). May wait for background work.
+  virtual void saveState(CheckpointState& /*state*/) {}
+  /// Takes up a state saved by the same kind of solver with the same parameters, for `particles` as they were saved
+  /// (same bodies, same order). Throws InputError when `state` lacks what it needs.
+  virtual void restoreState(const CheckpointState& /*state*/, const Particles& /*particles*/) {}
 
  protected:
   /// Where an engine writes for `particles`: its forces, without the potential when it is not wanted.

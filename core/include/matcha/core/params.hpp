@@ -64,6 +64,9 @@ struct IntegratorParams {
   double tEnd = 1.0;             ///< end time of the run (absolute: not counted from tStart), >= tStart
   double outputInterval = 0.25;  ///< time between snapshots and diagnostics lines, > 0
   double tStart = 0.0;           ///< time of the initial conditions (an IC snapshot's Header Time), finite
+  /// Wall-clock seconds between checkpoints (`matcha run --restart`), >= 0; 0: at every step where the solver can
+  /// save its state. Checkpoints also follow every output.
+  double checkpointInterval = 900.0;
 
   void validate() const;
 };

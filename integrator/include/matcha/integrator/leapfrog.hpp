@@ -77,6 +77,13 @@ class LeapfrogKDK {
   /// @throws InvariantError when initialize() was not called first
   StepReport step(Particles& p);
 
+  /// Instead of initialize(): continues a run at step `stepsTaken` from a state that carries that step's forces (a
+  /// checkpoint), as if the steps had been taken here.
+  void resume(std::uint64_t stepsTaken) {
+    stepsTaken_ = stepsTaken;
+    initialized_ = true;
+  }
+
   double time() const { return static_cast<double>(stepsTaken_) * dt_; }
   std::uint64_t stepsTaken() const { return stepsTaken_; }
   double dt() const { return dt_; }

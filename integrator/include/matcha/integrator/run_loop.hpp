@@ -44,6 +44,14 @@ struct OutputTimings {
 /// The run keeps a copy of its state for onNonFinite this often (in steps), and at each output.
 inline constexpr std::uint64_t kLastGoodEverySteps = 16;
 
+/// Where a run stands between two steps: what a checkpoint records beside the bodies and the solver's state, and
+/// where a restarted run resumes (runLeapfrog's `resumeFrom`).
+struct RunPosition {
+  std::uint64_t step = 0;             ///< steps taken since the run's tStart
+  std::uint64_t nextOutputIndex = 1;  ///< onOutput's index of the next output
+  Diagnostics initial;                ///< the run's first diagnostics (its energy is dE/E's reference)
+};
+
 struct RunCallbacks {
   /// Called at the start (after the first force call), at every output time and at the end (once, also when the end is
   /// an output time). outputIndex counts the calls: 0, 1, 2, ... The particles may be in any order (use ids).
@@ -66,6 +74,10 @@ struct RunCallbacks {
   /// the first force call, the initial conditions as given), its time and its step, so that it can be saved. What it
   /// throws replaces NumericalError.
   std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
+  /// Optional: a checkpoint is due (IntegratorParams::checkpointInterval of wall time since the last, or an output
+  /// since the last) and the solver can save its state (ForceSolver::atCheckpointBoundary): the state after step
+  /// `position.step` at time `time`. Never after the last step.
+  std::function<void(const Particles&, double time, const RunPosition& position)> onCheckpoint;
 };
 
 /// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).
@@ -117,7 +129,11 @@ std::uint64_t checkedStepCount(double tEnd, double dt);
 ///         ("t-end must be a multiple of dt"), or when it exceeds 2^53 steps; NumericalError (one line: the step, the
 ///         time, the body's id and index, the quantity and its value) on the first value that is not finite;
 ///         whatever the solver or callbacks throw
-RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params,
-                       const RunCallbacks& callbacks);
+/// @param resumeFrom in, optional: continue a run from a checkpoint: `p` is the state after step resumeFrom->step
+///                   with its forces, the solver restored (ForceSolver::restoreState); no initial force call and no
+///                   output 0, the outputs go on from resumeFrom->nextOutputIndex, and the summary's energy error is
+///                   against resumeFrom->initial. Every later step is then what the uninterrupted run computed.
+RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params, const RunCallbacks& callbacks,
+                       const RunPosition* resumeFrom = nullptr);
 
 }  // namespace matcha::integrator

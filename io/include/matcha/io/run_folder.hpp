@@ -8,8 +8,8 @@
 // temporary files ".<name>.tmp-<pid>-<k>" (io::writeSnapshot, io::writeTextFile) behind only when their process dies.
 //
 // Restarts: inspectRunFolder() reads what a run left (its snapshots in order, the marker, whether its writer is
-// alive) without changing anything. A `--restart OUT` continues from OUT's newest snapshot; it would prepare the
-// folder with RunFolderMode::resume (not yet implemented: prepareRunFolder refuses it), which keeps the run's files.
+// alive) without changing anything. A `--restart OUT` continues from OUT's checkpoint.hdf5 and prepares the folder
+// with RunFolderMode::resume, which keeps the run's files (and removes the marker of the run that stopped).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +23,11 @@ namespace matcha::io {
 
 /// The marker a run keeps in its folder from start to end; left behind when the run is killed.
 inline constexpr const char* kRunningMarkerName = "RUNNING";
+/// The newest checkpoint of the run in a folder (`matcha run --restart`), replaced atomically.
+inline constexpr const char* kCheckpointName = "checkpoint.hdf5";
 
 /// Whether `name` (a bare file name) is one of the files a run writes into its folder: snapshot_<digits>.hdf5,
-/// summary.json, diagnostics.log, used_parameters.toml or RUNNING.
+/// summary.json, diagnostics.log, used_parameters.toml, last_good_state.hdf5, checkpoint.hdf5 or RUNNING.
 bool isRunFileName(std::string_view name);
 
 /// The pid in the name of a temporary file that matcha's atomic writes or its directory probe create
@@ -65,7 +67,7 @@ RunFolderContents inspectRunFolder(const std::filesystem::path& dir);
 enum class RunFolderMode {
   fresh,      ///< refuse a folder that holds another run's files
   overwrite,  ///< remove another run's files first (--overwrite)
-  resume,     ///< keep the run's files and continue it (a future --restart; refused for now)
+  resume,     ///< keep the run's files and continue it from its checkpoint (--restart)
 };
 
 struct RunFolderRequest {
@@ -77,8 +79,9 @@ struct RunFolderRequest {
 /// Refuses (InputError, one line naming the folder) without changing anything: an empty dir; a folder that holds
 /// the initial-conditions file (whatever the mode: --overwrite could remove it, and a new run's snapshots could
 /// replace it); a folder where a run is in progress (a live RUNNING owner on this host, or live temporaries:
-/// whatever the mode); in fresh mode, a folder with another run's files (RUNNING of a dead run included); the
-/// resume mode. Stale temporaries alone do not count (prepareRunFolder removes them).
+/// whatever the mode); in fresh mode, a folder with another run's files (RUNNING of a dead run included); in resume
+/// mode, a folder that does not exist or holds no checkpoint. Stale temporaries alone do not count (prepareRunFolder
+/// removes them).
 void checkRunFolder(const RunFolderRequest& request);
 
 /// Takes the folder over for a run: checkRunFolder again (the folder may have changed since), creates it if missing

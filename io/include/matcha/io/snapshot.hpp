@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/core/units.hpp"
 
@@ -47,6 +48,10 @@ struct SnapshotWriteOptions {
   std::function<void(std::string_view datasetName)> afterDataset;
   /// with includeForces: write Potential too (a state whose potentials were not computed, pot NaN, leaves it out)
   bool includePotential = true;
+  /// A checkpoint (writeCheckpoint): these go to /Checkpoint/Run and /Checkpoint/Solver, each scalar an attribute
+  /// (double), each array a dataset (double or float, as held).
+  const CheckpointState* checkpointRun = nullptr;
+  const CheckpointState* checkpointSolver = nullptr;
 };
 
 /// Writes `particles` and `meta` to the HDF5 file `path`, atomically: the data go to a temporary file in the same
@@ -86,6 +91,22 @@ struct Snapshot {
 ///   MassTable[1] <= 0, a mass is <= 0, MassTable[1] > 0 and a mass differs from it (by more than 1e-6 relative),
 ///   ParticleIDs repeat or one is negative, or the /Header describes other particle types or several files.
 Snapshot readSnapshot(const std::filesystem::path& path);
+
+/// A checkpoint as read back (`matcha run --restart`): the state with its forces, and what the run and the solver
+/// saved beside it.
+struct Checkpoint {
+  Snapshot snapshot;
+  CheckpointState run;
+  CheckpointState solver;
+};
+
+/// Writes a checkpoint: a snapshot with forces (atomically, as writeSnapshot) and the two states.
+void writeCheckpoint(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
+                     const CheckpointState& run, const CheckpointState& solver, bool includePotential);
+
+/// Reads a checkpoint written by writeCheckpoint. Throws as readSnapshot, and InputError when the file has no
+/// /Checkpoint group or it is malformed ("... is not a checkpoint").
+Checkpoint readCheckpoint(const std::filesystem::path& path);
 
 /// What a snapshot holds, read without its bodies.
 struct SnapshotInfo {

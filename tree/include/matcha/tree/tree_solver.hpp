@@ -128,6 +128,16 @@ class TreeSolver final : public ForceSolver {
   ForceReport computeForces(Particles& particles) override;
   std::string describe() const override;
 
+  /// Between the last call of a tree and the next: what comes next is a tree not yet in use (built in the
+  /// background from inputs saveState keeps, or within the next call from the bodies and their motion).
+  bool atCheckpointBoundary() const override;
+  /// The calls made, the positions of the last calls (the motion the predictions extrapolate), the next tree's
+  /// inputs when it is built in the background (waiting for that build), and reuse auto's search. With a fixed
+  /// TreeParams::reuse a restored solver then builds the trees and lists the saving one would have, so the forces
+  /// are the same bit for bit; reuse auto chooses K from measured times, which a restarted run measures anew.
+  void saveState(CheckpointState& state) override;
+  void restoreState(const CheckpointState& state, const Particles& particles) override;
+
   const TreeStats& lastStats() const { return stats_; }
   /// The current tree and groups (for trees built for predicted positions: their geometry), and what the engine was
   /// handed of them (NearFieldEngine::setTree).
@@ -169,6 +179,9 @@ class TreeSolver final : public ForceSolver {
   void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report, bool upload);
   /// Starts building the tree after the current one, for the calls after it, on a thread of its own.
   void startBackgroundBuild(const Particles& particles);
+  /// What that thread runs: `build`'s tree over the predicted positions, from its inputs (inMass, inAx, ...), and
+  /// the walk of its lists, kept for adopt().
+  void buildForLater(TreeBuild& build);
   /// Waits for the background build, if any; rethrows what it threw.
   void joinBackgroundBuild();
   /// Walks the failed groups at the current positions (exact) and evaluates them again.
@@ -200,8 +213,10 @@ class TreeSolver final : public ForceSolver {
   std::vector<std::uint64_t> idSample_;  ///< ids at a few positions, to notice reordered bodies
 
   std::uint64_t call_ = 0;  ///< calls made, this one included
-  /// Background builds start this many calls before they are due (measured: raised when a call waited on one).
-  std::uint32_t pipelineCalls_ = 1;
+  /// The firstCall of the tree whose successor was planned (startBackgroundBuild), kNoCall when none was.
+  static constexpr std::uint64_t kNoCall = ~std::uint64_t{0};
+  std::uint64_t nextPlannedFor_ = kNoCall;
+  bool restored_ = false;  ///< restoreState ran and no call since
   // The search for K of reuse 0 (chooseReuseSteps): the best K so far and its mean wall seconds per call, the K on
   // trial (0: none) and the direction of the search.
   std::uint32_t bestSteps_ = 2;
