@@ -16,17 +16,18 @@
 namespace matcha::io {
 namespace {
 
-/// Bodies per chunk in the bucketing passes. Fixed by N alone (never by the thread count), so that the order in which
-/// a pixel's contributions are added, and hence the map, is the same on any machine. At least 2^16 bodies, and at
-/// most 1024 chunks, which bounds the per-chunk row counts to 1024 x (pixels + 1) integers.
-std::size_t chunkSize(std::size_t numBodies) {
-  return std::max<std::size_t>(std::size_t{1} << 16, (numBodies + 1023) / 1024);
+/// How many slabs of bodies deposit in parallel, each into a map of its own: at most 16 (enough for a 16-core host),
+/// at most what 512 MiB of slab maps allow (16 up to 2048 pixels, 4 at 4096, 1 from 5793 on: larger maps are
+/// deposited by one task), and none with fewer than 2^15 bodies (a map costs more to clear than they cost to add).
+/// A function of N and the pixels only, never of the threads, so that the sums are the same on any machine.
+std::size_t slabCount(std::size_t numBodies, std::size_t pixels) {
+  constexpr std::size_t kMaxSlabs = 16;
+  constexpr std::size_t kSlabMemory = std::size_t{512} << 20;
+  constexpr std::size_t kMinBodiesPerSlab = std::size_t{1} << 15;
+  const std::size_t byMemory = std::max<std::size_t>(1, kSlabMemory / (pixels * pixels * sizeof(double)));
+  const std::size_t byBodies = std::max<std::size_t>(1, numBodies / kMinBodiesPerSlab);
+  return std::min({kMaxSlabs, byMemory, byBodies});
 }
-
-/// Bands of rows the deposit aims for: enough to keep 16 cores busy when the bodies crowd into a few rows (a band is
-/// one task; bands are balanced by body counts, so the densest band is about 1/256 of the work unless a single row
-/// holds more).
-constexpr std::size_t kTargetBands = 256;
 
 /// Where a body falls on the pixel grid, in pixel units with pixel centres at whole numbers: the body's square
 /// spans [gx - 0.5, gx + 0.5] and overlaps the columns floor(gx) and floor(gx) + 1 with weights 1 - frac and frac.
@@ -60,9 +61,6 @@ class Grid {
   double u0_ = 0.0, v0_ = 0.0, inversePixel_ = 1.0;
   int pixels_ = 0;
 };
-
-/// The lower row a body in the field touches: -1 to pixels - 1.
-int lowerRow(const GridPosition& g) { return static_cast<int>(std::floor(g.gy)); }
 
 std::string shortest(double value) {
   std::ostringstream text;
@@ -113,138 +111,67 @@ void validateView(const ProjectionView& view) {
 SurfaceDensityMap depositSurfaceDensity(const SourceView& bodies, const ProjectionView& view) {
   validateView(view);
   const auto pixels = static_cast<std::size_t>(view.pixels);
+  const std::size_t numPixels = pixels * pixels;
   SurfaceDensityMap map;
   map.view = view;
-  map.sigma.assign(pixels * pixels, 0.0);
+  map.sigma.assign(numPixels, 0.0);
   if (bodies.count == 0) return map;
   const Grid grid(bodies, view);
 
-  // Pass 1: per chunk, how many bodies have each lower row (index lowerRow + 1: 0 .. pixels).
-  const std::size_t chunk = chunkSize(bodies.count);
-  const std::size_t numChunks = (bodies.count + chunk - 1) / chunk;
-  const std::size_t numRowBins = pixels + 1;
-  std::vector<std::uint32_t> rowCounts(numChunks * numRowBins, 0);
-  tbb::parallel_for(std::size_t{0}, numChunks, [&](std::size_t c) {
-    std::uint32_t* counts = rowCounts.data() + c * numRowBins;
-    const std::size_t last = std::min(bodies.count, (c + 1) * chunk);
-    for (std::size_t i = c * chunk; i < last; ++i) {
-      const GridPosition g = grid.at(i);
-      if (grid.inField(g)) ++counts[static_cast<std::size_t>(lowerRow(g) + 1)];
-    }
-  });
-  std::vector<std::uint64_t> bodiesByLowerRow(numRowBins, 0);
-  for (std::size_t c = 0; c < numChunks; ++c) {
-    for (std::size_t r = 0; r < numRowBins; ++r) bodiesByLowerRow[r] += rowCounts[c * numRowBins + r];
-  }
-  map.numBodiesInField =
-      static_cast<std::size_t>(std::accumulate(bodiesByLowerRow.begin(), bodiesByLowerRow.end(), std::uint64_t{0}));
-  if (map.numBodiesInField == 0) return map;
-
-  // Bands of whole rows, each holding about 1/kTargetBands of the bodies that touch them. A body touches its lower
-  // row and the next; it is listed in the band of each (once when both are in one band), and each band adds only
-  // into its own rows: no two tasks write one pixel, so no atomics and no per-thread maps are needed.
-  std::vector<std::size_t> bandStart;  // first row of each band; a last entry `pixels` closes the list
-  {
-    std::uint64_t total = 0;
-    for (std::size_t row = 0; row < pixels; ++row) total += bodiesByLowerRow[row + 1] + bodiesByLowerRow[row];
-    const std::uint64_t target = std::max<std::uint64_t>(1, total / kTargetBands);
-    std::uint64_t load = 0;
-    bandStart.push_back(0);
-    for (std::size_t row = 0; row < pixels; ++row) {
-      load += bodiesByLowerRow[row + 1] + bodiesByLowerRow[row];
-      if (load >= target && row + 1 < pixels) {
-        bandStart.push_back(row + 1);
-        load = 0;
-      }
-    }
-    bandStart.push_back(pixels);
-  }
-  const std::size_t numBands = bandStart.size() - 1;
-  std::vector<std::uint32_t> bandOfRow(pixels);
-  for (std::size_t b = 0; b < numBands; ++b) {
-    std::fill(bandOfRow.begin() + static_cast<std::ptrdiff_t>(bandStart[b]),
-              bandOfRow.begin() + static_cast<std::ptrdiff_t>(bandStart[b + 1]), static_cast<std::uint32_t>(b));
-  }
-
-  // Bucket sizes per (chunk, band), from the row counts: band b lists the bodies whose lower row lies in
-  // [first - 1, last], i.e. row bins [first, last + 1].
-  std::vector<std::uint64_t> offsets(numChunks * numBands);  // [c * numBands + b]: where chunk c writes into band b
-  tbb::parallel_for(std::size_t{0}, numChunks, [&](std::size_t c) {
-    const std::uint32_t* counts = rowCounts.data() + c * numRowBins;
-    for (std::size_t b = 0; b < numBands; ++b) {
-      std::uint64_t n = 0;
-      for (std::size_t bin = bandStart[b]; bin <= bandStart[b + 1]; ++bin) n += counts[bin];
-      offsets[c * numBands + b] = n;
-    }
-  });
-  // Exclusive prefix sum in (band, chunk) order: each band's bodies are contiguous, chunk by chunk, in body order.
-  std::vector<std::uint64_t> bandBegin(numBands + 1, 0);
-  {
-    std::uint64_t running = 0;
-    for (std::size_t b = 0; b < numBands; ++b) {
-      bandBegin[b] = running;
-      for (std::size_t c = 0; c < numChunks; ++c) {
-        const std::uint64_t n = offsets[c * numBands + b];
-        offsets[c * numBands + b] = running;
-        running += n;
-      }
-    }
-    bandBegin[numBands] = running;
-  }
-
-  // Pass 2: scatter each body's grid position and mass into its band(s).
-  struct Deposit {
-    double gx, gy, mass;
-  };
-  std::vector<Deposit> buckets(static_cast<std::size_t>(bandBegin[numBands]));
-  tbb::parallel_for(std::size_t{0}, numChunks, [&](std::size_t c) {
-    std::uint64_t* cursor = offsets.data() + c * numBands;  // this chunk's own slots: no other task touches them
-    const std::size_t last = std::min(bodies.count, (c + 1) * chunk);
-    for (std::size_t i = c * chunk; i < last; ++i) {
+  // Slab s deposits bodies [s N / S, (s + 1) N / S) into a map of its own (slab 0 into the result), serially; the
+  // slabs' maps are then added pixel by pixel in slab order. No two tasks write one pixel (no atomics), every slab has
+  // the same number of bodies wherever they are (a dense clump costs no imbalance), and the summation order depends
+  // on N and the pixels alone: the same bits on any number of threads.
+  const std::size_t numSlabs = slabCount(bodies.count, pixels);
+  std::vector<std::vector<double>> slabMaps(numSlabs - 1);
+  std::vector<std::size_t> inField(numSlabs, 0);
+  const double inversePixelArea = 1.0 / (map.pixelSide() * map.pixelSide());
+  tbb::parallel_for(std::size_t{0}, numSlabs, [&](std::size_t s) {
+    if (s > 0) slabMaps[s - 1].assign(numPixels, 0.0);
+    double* sigma = s == 0 ? map.sigma.data() : slabMaps[s - 1].data();
+    const std::size_t first = bodies.count * s / numSlabs, last = bodies.count * (s + 1) / numSlabs;
+    const int maxIndex = view.pixels - 1;
+    std::size_t count = 0;
+    for (std::size_t i = first; i < last; ++i) {
       const GridPosition g = grid.at(i);
       if (!grid.inField(g)) continue;
-      const Deposit d{g.gx, g.gy, bodies.mass[i]};
-      const int row = lowerRow(g);
-      std::uint32_t band = ~std::uint32_t{0};
-      if (row >= 0) {
-        band = bandOfRow[static_cast<std::size_t>(row)];
-        buckets[cursor[band]++] = d;
-      }
-      if (row + 1 < view.pixels && bandOfRow[static_cast<std::size_t>(row + 1)] != band) {
-        buckets[cursor[bandOfRow[static_cast<std::size_t>(row + 1)]]++] = d;
-      }
-    }
-  });
-
-  // Pass 3: each band adds its bodies into its own rows, then turns mass per pixel into mass per area.
-  const double inversePixelArea = 1.0 / (map.pixelSide() * map.pixelSide());
-  const int columns = view.pixels;
-  tbb::parallel_for(std::size_t{0}, numBands, [&](std::size_t b) {
-    const int firstRow = static_cast<int>(bandStart[b]);
-    const int endRow = static_cast<int>(bandStart[b + 1]);
-    double* sigma = map.sigma.data();
-    for (std::uint64_t k = bandBegin[b]; k < bandBegin[b + 1]; ++k) {
-      const Deposit& d = buckets[k];
-      const double floorX = std::floor(d.gx), floorY = std::floor(d.gy);
+      ++count;
+      const double floorX = std::floor(g.gx), floorY = std::floor(g.gy);
       const int column = static_cast<int>(floorX), row = static_cast<int>(floorY);
-      const double fx = d.gx - floorX, fy = d.gy - floorY;
-      const double weightX[2] = {1.0 - fx, fx};
-      const double weightY[2] = {(1.0 - fy) * d.mass, fy * d.mass};
-      for (int dy = 0; dy < 2; ++dy) {
-        const int r = row + dy;
-        if (r < firstRow || r >= endRow) continue;
-        double* line = sigma + static_cast<std::size_t>(r) * pixels;
-        for (int dx = 0; dx < 2; ++dx) {
-          const int col = column + dx;
-          if (col >= 0 && col < columns) line[col] += weightX[dx] * weightY[dy];
-        }
+      const double fx = g.gx - floorX, fy = g.gy - floorY;
+      // Mass per area: the pixel area is divided out here, once per body, rather than in a pass over the map.
+      const double m = bodies.mass[i] * inversePixelArea;
+      const double w00 = (1.0 - fx) * (1.0 - fy) * m, w10 = fx * (1.0 - fy) * m;
+      const double w01 = (1.0 - fx) * fy * m, w11 = fx * fy * m;
+      if (column >= 0 && column < maxIndex && row >= 0 && row < maxIndex) {  // all four pixels in the map
+        double* lower = sigma + static_cast<std::size_t>(row) * pixels + static_cast<std::size_t>(column);
+        lower[0] += w00;
+        lower[1] += w10;
+        lower[pixels] += w01;
+        lower[pixels + 1] += w11;
+        continue;
       }
+      auto add = [&](int c, int r, double w) {
+        if (c >= 0 && c <= maxIndex && r >= 0 && r <= maxIndex) {
+          sigma[static_cast<std::size_t>(r) * pixels + static_cast<std::size_t>(c)] += w;
+        }
+      };
+      add(column, row, w00);
+      add(column + 1, row, w10);
+      add(column, row + 1, w01);
+      add(column + 1, row + 1, w11);
     }
-    for (std::size_t k = static_cast<std::size_t>(firstRow) * pixels; k < static_cast<std::size_t>(endRow) * pixels;
-         ++k) {
-      sigma[k] *= inversePixelArea;
-    }
+    inField[s] = count;
   });
+  if (numSlabs > 1) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numPixels, 16384),
+                      [&](const tbb::blocked_range<std::size_t>& block) {
+                        for (const std::vector<double>& slab : slabMaps) {
+                          for (std::size_t k = block.begin(); k != block.end(); ++k) map.sigma[k] += slab[k];
+                        }
+                      });
+  }
+  map.numBodiesInField = std::accumulate(inField.begin(), inField.end(), std::size_t{0});
   return map;
 }
 

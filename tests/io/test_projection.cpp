@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Projected density maps: the plane of each axis, cloud-in-cell weights on hand-checkable bodies, mass conservation
-// against an independent count of what lies in the field, the banded parallel deposit against a plain serial one
+// against an independent count of what lies in the field, the parallel deposit against a plain serial one
 // (bit-identical whatever the threads), the centre of mass and the framing width.
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
@@ -52,7 +52,7 @@ double mapMass(const SurfaceDensityMap& map) {
 }
 
 /// The plainest CIC deposit: one body after another, serially, straight from the definition (each body a square of
-/// one pixel's side; a pixel gets the mass of the square's part that covers it). The oracle for the banded one.
+/// one pixel's side; a pixel gets the mass of the square's part that covers it). The oracle for the parallel one.
 std::vector<double> serialCic(const Particles& p, const ProjectionView& v) {
   const auto [a, b] = matcha::io::planeAxes(v.axis);
   const std::array<const std::vector<double>*, 3> coordinates{&p.x, &p.y, &p.z};
@@ -160,12 +160,12 @@ TEST(Projection, DepositHoldsExactlyTheMassOfTheCloudsInsideTheField) {
   EXPECT_EQ(all.numBodiesInField, inner.size());
 }
 
-TEST(Projection, BandedParallelDepositMatchesTheSerialDefinitionAndIgnoresTheThreadCount) {
+TEST(Projection, ParallelDepositMatchesTheSerialDefinitionAndIgnoresTheThreadCount) {
   const std::uint64_t seed = matcha::testing::freshSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));
-  // A clump whose core falls in one or two rows (bands of a single row, bodies listed in two bands), a halo that
-  // spills over every edge, and bodies exactly on the field's edges and corners.
-  Particles p = matcha::testing::clumpInHalo(60000, seed);
+  // 300,000 bodies: nine slabs of 2^15 and more, each with its own map. A clump whose core falls in a few pixels, a
+  // halo that spills over every edge, and bodies exactly on the field's edges and corners.
+  Particles p = matcha::testing::clumpInHalo(300000, seed);
   const std::size_t n = p.size();
   p.resize(n + 4);
   const std::array<std::array<double, 2>, 4> edges{
@@ -176,17 +176,17 @@ TEST(Projection, BandedParallelDepositMatchesTheSerialDefinitionAndIgnoresTheThr
     p.mass[n + k] = 1e-3;
   }
   const ProjectionView v = view(ProjectionAxis::z, {0.0, 0.0, 0.0}, 2.0, 64);
-  const SurfaceDensityMap banded = matcha::io::depositSurfaceDensity(p.sources(), v);
+  const SurfaceDensityMap parallel = matcha::io::depositSurfaceDensity(p.sources(), v);
   const std::vector<double> reference = serialCic(p, v);
   double peak = 0.0;
   for (const double s : reference) peak = std::max(peak, s);
   for (std::size_t k = 0; k < reference.size(); ++k) {
-    ASSERT_NEAR(banded.sigma[k], reference[k], 1e-12 * peak) << "pixel " << k % 64 << ", " << k / 64;
+    ASSERT_NEAR(parallel.sigma[k], reference[k], 1e-12 * peak) << "pixel " << k % 64 << ", " << k / 64;
   }
-  // One thread: the same bits (bands are set by the bodies, not by the threads).
+  // One thread: the same bits (the slabs are set by N and the pixels, not by the threads).
   tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
   const SurfaceDensityMap serial = matcha::io::depositSurfaceDensity(p.sources(), v);
-  EXPECT_TRUE(serial.sigma == banded.sigma);
+  EXPECT_TRUE(serial.sigma == parallel.sigma);
 }
 
 TEST(Projection, BodiesFarAwayOrNotFiniteDepositNothing) {

@@ -65,12 +65,12 @@ struct SurfaceDensityMap {
 void validateView(const ProjectionView& view);
 
 /// Deposits `bodies` onto the map of `view` with CIC weights (see the file comment). Parallel over bodies (TBB)
-/// without atomics: bodies are bucketed by the band of rows they touch, bands balanced by their body counts, and each
-/// band is summed by one task, in the bodies' order. The result is therefore the same, to the bit, whatever the
-/// number of threads.
-/// In: bodies (positions and masses, `count` of each; masses are not checked), view (validated first).
-/// Out: a new map. Allocates the map (pixels^2 doubles) and 24 bytes per body in the field (plus one per band
-/// boundary it straddles) for the buckets.
+/// without atomics: up to 16 equal slabs of bodies each fill a map of their own, added up pixel by pixel in a fixed
+/// order, so the result is the same, to the bit, whatever the number of threads (the slab count depends on N and the
+/// pixels: fewer slabs for maps beyond 2048 pixels, one from 5793 on, to bound their memory to 512 MiB).
+/// In: bodies (positions and masses, `count` of each; masses are not checked; bodies that are not finite or far away
+/// deposit nothing), view (validated first).
+/// Out: a new map. Allocates the map (pixels^2 doubles) and one more such map per slab after the first.
 /// Throws InputError for a bad view (validateView).
 SurfaceDensityMap depositSurfaceDensity(const SourceView& bodies, const ProjectionView& view);
 
