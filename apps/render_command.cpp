@@ -141,7 +141,7 @@ int render(const RenderOptions& options) {
     }
   }
   const io::SurfaceDensityMap map = io::depositSurfaceDensity(bodies, view);
-  const double depositSeconds = clock.seconds();
+  const double mapSeconds = clock.seconds();
   if (map.numBodiesInField == 0) {
     throw InputError("no body falls in the field of view (width " + text(view.width) + " around (" +
                      text(view.centre[0]) + ", " + text(view.centre[1]) + ", " + text(view.centre[2]) +
@@ -163,8 +163,8 @@ int render(const RenderOptions& options) {
   const io::ColourScale scale = io::colourScale(map, options.decades);
   const io::DensityImageLabels labels = io::densityImageLabels(map, image);
   char timings[160];
-  std::snprintf(timings, sizeof timings, "read %.2f s, deposit %.3f s, image %.2f s", readSeconds, depositSeconds,
-                imageSeconds);
+  std::snprintf(timings, sizeof timings, "read %.2f s, map %.3f s (centre, width, deposit), image %.2f s", readSeconds,
+                mapSeconds, imageSeconds);
   std::cout << "wrote " << out.string() << " (" << size.width << " x " << size.height << ": the " << view.pixels
             << "-pixel map, colour bar and labels); log10 Sigma " << text(scale.logMin + labels.logSigmaOffset)
             << " to " << text(scale.logMax + labels.logSigmaOffset) << (image.units ? " Msun/pc^2" : " (N-body units)")
