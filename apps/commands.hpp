@@ -13,5 +13,7 @@ namespace matcha::app {
 std::function<int()> addRunCommand(CLI::App& parent, Options& options);
 std::function<int()> addCompareCommand(CLI::App& parent, Options& options);
 std::function<int()> addIcCommand(CLI::App& parent, Options& options);
+/// `render` keeps its own options (none are shared with the other subcommands).
+std::function<int()> addRenderCommand(CLI::App& parent);
 
 }  // namespace matcha::app

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   const auto runCommand = matcha::app::addRunCommand(app, runOptions);
   const auto compareCommand = matcha::app::addCompareCommand(app, compareOptions);
   const auto icCommand = matcha::app::addIcCommand(app, icOptions);
+  const auto renderCommand = matcha::app::addRenderCommand(app);
 
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
     app.parse(args);
     if (app.got_subcommand("run")) return runCommand();
     if (app.got_subcommand("compare")) return compareCommand();
+    if (app.got_subcommand("render")) return renderCommand();
     return icCommand();
   } catch (const CLI::Success& success) {  // --help, --help-all, --version: printed, exit 0
     return app.exit(success);

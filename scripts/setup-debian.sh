@@ -12,6 +12,7 @@ packages=(
   libhdf5-dev hdf5-tools         # snapshots; h5dump for the snapshot layout test
   libcli11-dev                   # command line
   nlohmann-json3-dev             # JSON summaries (--json)
+  libcairo2-dev pkg-config fonts-dejavu-core  # matcha render: PNG, text and drawing (found with pkg-config)
   libgtest-dev libgmock-dev      # tests
   libbenchmark-dev               # bench/
   python3-numpy python3-matplotlib python3-h5py  # scripts/*.py, run with /usr/bin/python3

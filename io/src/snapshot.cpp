@@ -745,6 +745,33 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
   return info;
 }
 
+/// /Units as Snapshot::units documents it: nullopt unless the three units are there as finite numbers > 0. Lenient
+/// on purpose: other writers' unit groups vary, and a missing or odd one must not stop a file from being read.
+std::optional<UnitSystem> readUnits(hid_t file) {
+  if (!detail::linkExists(file, "Units", "group /Units")) return std::nullopt;
+  Handle group = checked(H5Gopen2(file, "Units", H5P_DEFAULT), H5Gclose, "H5Gopen2(/Units)");
+  auto positive = [&](const char* name) -> std::optional<double> {
+    std::optional<std::vector<double>> value;
+    try {
+      value = readNumericAttribute<double>(group.get(), name, H5T_NATIVE_DOUBLE, "/Units");
+    } catch (const InputError&) {  // not numeric: no unit
+      return std::nullopt;
+    }
+    if (!value || value->size() != 1 || !std::isfinite(value->front()) || !(value->front() > 0.0)) return std::nullopt;
+    return value->front();
+  };
+  const auto length = positive("UnitLength_in_cm");
+  const auto mass = positive("UnitMass_in_g");
+  const auto velocity = positive("UnitVelocity_in_cm_per_s");
+  if (!length || !mass || !velocity) return std::nullopt;
+  UnitSystem units;
+  units.lengthInCm = *length;
+  units.massInGram = *mass;
+  units.velocityInCmPerS = *velocity;
+  units.gravitationalConstant = positive("GravitationalConstant").value_or(1.0);
+  return units;
+}
+
 /// Opens `path` as an HDF5 file for reading, or throws the errors readSnapshot documents for files.
 Handle openForReading(const std::filesystem::path& path) {
   std::error_code ec;
@@ -813,6 +840,7 @@ Snapshot readFile(const std::filesystem::path& path) {
   snapshot.time = header.time;
   snapshot.matchaVersion = header.matchaVersion;
   snapshot.matchaGitCommit = header.matchaGitCommit;
+  snapshot.units = readUnits(file.get());
   snapshot.parameters = readParameters(file.get());
   Particles& p = snapshot.particles;
   p.resize(static_cast<std::size_t>(count));  // bad_alloc for absurd sizes becomes IoError in readSnapshot

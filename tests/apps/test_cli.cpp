@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The `matcha` binary as a user meets it: bad input gets one line on stderr and a non-zero exit, never a crash;
 // good input runs end to end; --config values are overridden by the command line and echoed into the output.
+#include <cairo.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -24,6 +25,7 @@
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/version.hpp"
+#include "matcha/io/density_image.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
 #include "timings.hpp"
@@ -862,6 +864,133 @@ TEST_F(Cli, BadInputCatalogue) {
   expectBadInput(std::string(kTinyRun) + " --engine cpu --out taken", "already holds another run's files");
   expectBadInput("run --ic taken/snapshot_002.hdf5 --t-end 1 --out taken --overwrite",
                  "holds the initial-conditions file");
+
+  // render: its options, the snapshot, the output (all but the last two refused before the snapshot is read).
+  matcha::io::writeSnapshot(dir_ / "few.hdf5", bodies, start, {false, {}});
+  expectBadInput("render", "snapshot is required");
+  expectBadInput("render missing.hdf5", "snapshot missing.hdf5: no such file");
+  expectBadInput("render unknown.toml", "not an HDF5 file");
+  expectBadInput("render few.hdf5 --axis w", "--axis must be x, y or z (got 'w')");
+  for (const char* pixels : {"8", "15", "16385", "-1"}) {
+    expectBadInput(std::string("render few.hdf5 --pixels ") + pixels, "--pixels must be 16 to 16384");
+  }
+  expectBadInput("render few.hdf5 --pixels 1e3", "--pixels");
+  for (const char* width : {"nan", "inf", "-1", "0"}) {
+    expectBadInput(std::string("render few.hdf5 --width ") + width, "--width must be a finite length > 0");
+  }
+  for (const char* centre : {"1,2", "1,2,3,4", "1,2,nan", "a,b,c", "''", "1,2,3,"}) {
+    expectBadInput(std::string("render few.hdf5 --centre ") + centre, "--centre must be three finite numbers X,Y,Z");
+  }
+  expectBadInput("render few.hdf5 --decades 0", "--decades must be 0.5 to 30");
+  expectBadInput("render few.hdf5 --out ''", "--out: the output file must be named");
+  expectBadInput("render few.hdf5 --out few.hdf5 --overwrite", "is the snapshot itself");
+  expectBadInput("render few.hdf5 --out folder.toml", "is a folder");
+  writeText("taken.png", "not an image");
+  expectBadInput("render few.hdf5 --out taken.png", "already exists; pass --overwrite to replace it");
+  expectBadInput("render few.hdf5 --out taken.png --overwrite", "is not a PNG image");
+  expectBadInput("render few.hdf5 --centre 100,100,100 --width 1", "no body falls in the field of view");
+  fs::copy_file(dir_ / "few.hdf5", dir_ / "empty.hdf5");
+  {
+    const hid_t file = H5Fopen((dir_ / "empty.hdf5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    H5Ldelete(file, "PartType1/Coordinates", H5P_DEFAULT);
+    const hsize_t shape[2] = {0, 3};
+    const hid_t space = H5Screate_simple(2, shape, nullptr);
+    const hid_t dataset =
+        H5Dcreate2(file, "PartType1/Coordinates", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(dataset, 0);
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  expectBadInput("render empty.hdf5", "the snapshot holds no bodies");
+  EXPECT_FALSE(fs::exists(dir_ / "few.png")) << "nothing written by a refused render";
+}
+
+/// A PNG read back with Cairo: its size and each pixel's 8-bit red, green, blue (rows from the top).
+struct Png {
+  int width = 0, height = 0;
+  std::vector<std::array<int, 3>> rgb;
+  std::array<int, 3> at(int x, int y) const { return rgb[static_cast<std::size_t>(y) * width + x]; }
+};
+
+Png readPng(const fs::path& path) {
+  cairo_surface_t* surface = cairo_image_surface_create_from_png(path.c_str());
+  Png png;
+  if (cairo_surface_status(surface) == CAIRO_STATUS_SUCCESS) {
+    png.width = cairo_image_surface_get_width(surface);
+    png.height = cairo_image_surface_get_height(surface);
+    const unsigned char* data = cairo_image_surface_get_data(surface);
+    for (int y = 0; y < png.height; ++y) {
+      const auto* line = reinterpret_cast<const std::uint32_t*>(data + y * cairo_image_surface_get_stride(surface));
+      for (int x = 0; x < png.width; ++x) {
+        png.rgb.push_back({int((line[x] >> 16) & 255), int((line[x] >> 8) & 255), int(line[x] & 255)});
+      }
+    }
+  } else {
+    ADD_FAILURE() << "cannot read " << path << ": " << cairo_status_to_string(cairo_surface_status(surface));
+  }
+  cairo_surface_destroy(surface);
+  return png;
+}
+
+// The test, end to end: `matcha render` of a known input (testing::clumpInHalo: a dense Plummer clump at
+// (0.7, -0.3, 0.2) inside a wide halo) writes a PNG of the documented size whose brightest map pixel is the clump's,
+// along each axis. The field [-1, 1)^2 over 64 pixels puts the clump 0.1 pixel from the centre of its pixel.
+TEST_F(Cli, RenderWritesAPngOfTheRightSizeWhoseBrightestPixelIsTheDensityPeak) {
+  const std::uint64_t seed = matcha::testing::freshSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  matcha::io::SnapshotMetadata meta;
+  meta.time = 0.75;
+  matcha::io::writeSnapshot(dir_ / "clump.hdf5", matcha::testing::clumpInHalo(20000, seed), meta, {false, {}});
+  auto pixelOf = [](double coordinate) { return static_cast<int>(std::floor((coordinate + 1.0) * 32.0)); };
+  const auto& c = matcha::testing::kClumpCentre;
+  for (const auto& [axis, u, v] :
+       {std::tuple{"z", c[0], c[1]}, std::tuple{"x", c[1], c[2]}, std::tuple{"y", c[2], c[0]}}) {
+    SCOPED_TRACE(std::string("along ") + axis);
+    const std::string out = std::string("along-") + axis + ".png";
+    const Result result =
+        matcha("render clump.hdf5 --centre 0,0,0 --width 2 --pixels 64 --axis " + std::string(axis) + " --out " + out);
+    ASSERT_EQ(result.exitCode, 0) << result.err;
+    EXPECT_NE(result.out.find("render: 20000 bodies at t = 0.75"), std::string::npos) << result.out;
+    const Png png = readPng(dir_ / out);
+    ASSERT_EQ(png.width, matcha::io::densityImageSize(64).width);
+    ASSERT_EQ(png.height, matcha::io::densityImageSize(64).height);
+    double brightest = -1.0;
+    std::vector<std::array<int, 2>> at;
+    for (int y = 0; y < 64; ++y) {
+      for (int x = 0; x < 64; ++x) {
+        const auto rgb = png.at(x, y);
+        const double luma = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2];
+        if (luma > brightest) at.clear();
+        if (luma >= brightest) {
+          brightest = luma;
+          at.push_back({x, y});
+        }
+      }
+    }
+    ASSERT_EQ(at.size(), 1u) << "the peak is not a single pixel";
+    EXPECT_EQ(at[0][0], pixelOf(u));
+    EXPECT_EQ(at[0][1], 63 - pixelOf(v)) << "image rows run from the top";
+  }
+
+  // The defaults: next to the snapshot, 1024 pixels, the centre of mass, the width that holds 99% of the mass.
+  const Result defaults = matcha("render clump.hdf5");
+  ASSERT_EQ(defaults.exitCode, 0) << defaults.err;
+  EXPECT_EQ(defaults.out.rfind("reading snapshot clump.hdf5...\n", 0), 0u) << defaults.out;
+  EXPECT_NE(defaults.out.find("(centre of mass), width "), std::string::npos) << defaults.out;
+  EXPECT_NE(defaults.out.find("(holds 99% of the mass), 1024 x 1024 pixels"), std::string::npos) << defaults.out;
+  const Png image = readPng(dir_ / "clump.png");
+  EXPECT_EQ(image.width, 1219);
+  EXPECT_EQ(image.height, 1097);
+  // A second render into the same file is refused (as a second run into a run's folder is), --overwrite replaces it,
+  // and no temporary file stays behind.
+  expectBadInput("render clump.hdf5", "--out clump.png already exists; pass --overwrite to replace it");
+  ASSERT_EQ(matcha("render clump.hdf5 --overwrite --pixels 16").exitCode, 0);
+  EXPECT_EQ(readPng(dir_ / "clump.png").width, matcha::io::densityImageSize(16).width);
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
 }
 
 TEST_F(Cli, ExitCodesOfSuccessHelpVersionAndIo) {
@@ -878,6 +1007,10 @@ TEST_F(Cli, ExitCodesOfSuccessHelpVersionAndIo) {
   const Result io = matcha("run -n 64 --out a-file/sub");
   EXPECT_EQ(io.exitCode, 1) << io.err;
   EXPECT_EQ(std::count(io.err.begin(), io.err.end(), '\n'), 1) << io.err;
+  ASSERT_EQ(matcha("ic plummer -n 64 --out p.hdf5").exitCode, 0);
+  const Result image = matcha("render p.hdf5 --out a-file/p.png");
+  EXPECT_EQ(image.exitCode, 1) << image.err;
+  EXPECT_EQ(std::count(image.err.begin(), image.err.end(), '\n'), 1) << image.err;
 }
 
 TEST_F(Cli, ARunRecordsTheBuildAndSaysWhatItDoesBeforeItDoesIt) {

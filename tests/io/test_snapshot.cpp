@@ -396,6 +396,34 @@ TEST(SnapshotLayout, DefaultUnitsMakeGOne) {
   EXPECT_EQ(readAttribute<double>(header, "BoxSize", H5T_NATIVE_DOUBLE), std::vector<double>{4.0});
 }
 
+TEST(SnapshotRead, UnitsReadBackWhenTheFileGivesThem) {
+  ScratchDir dir;
+  SnapshotMetadata meta;
+  meta.units.lengthInCm = 3.0856775814913673e18;  // 1 pc
+  meta.units.massInGram = 1.988409870698051e33;   // 1 Msun
+  meta.units.velocityInCmPerS = 6.558e4;
+  const fs::path path = dir / "units.h5";
+  writeSnapshot(path, simpleParticles(3), meta);
+  const Snapshot read = readSnapshot(path);
+  ASSERT_TRUE(read.units.has_value());
+  EXPECT_EQ(read.units->lengthInCm, meta.units.lengthInCm);
+  EXPECT_EQ(read.units->massInGram, meta.units.massInGram);
+  EXPECT_EQ(read.units->velocityInCmPerS, meta.units.velocityInCmPerS);
+  EXPECT_EQ(read.units->gravitationalConstant, 1.0);
+  // A group without its velocity unit says nothing usable: no units (and the file still reads).
+  {
+    H5 file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    H5 units(H5Gopen2(file, "Units", H5P_DEFAULT), H5Gclose);
+    ASSERT_GE(H5Adelete(units, "UnitVelocity_in_cm_per_s"), 0);
+  }
+  EXPECT_FALSE(readSnapshot(path).units.has_value());
+  {
+    H5 file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    ASSERT_GE(H5Ldelete(file, "Units", H5P_DEFAULT), 0);
+  }
+  EXPECT_FALSE(readSnapshot(path).units.has_value());
+}
+
 TEST(SnapshotLayout, HeaderUnitsAndDatasetsFollowGadget) {
   ScratchDir dir;
   SnapshotMetadata meta = someMetadata();

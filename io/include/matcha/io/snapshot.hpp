@@ -67,7 +67,7 @@ struct SnapshotWriteOptions {
 void writeSnapshot(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
                    const SnapshotWriteOptions& options = {});
 
-/// A snapshot as read back: bodies, time and parameters (units are not read back).
+/// A snapshot as read back: bodies, time, parameters and units.
 struct Snapshot {
   Particles particles;        ///< every array has N entries, in file order; acceleration and potential are 0 if absent
   double time = 0.0;          ///< /Header Time, 0 if absent
@@ -77,6 +77,11 @@ struct Snapshot {
   /// integers in decimal, doubles in the shortest form that reads back to the same value, strings as stored.
   /// Numeric array attributes are joined with single spaces; attributes of other types are skipped.
   std::vector<std::pair<std::string, std::string>> parameters;
+  /// /Units, what the file says its code units are: set when UnitLength_in_cm, UnitMass_in_g and
+  /// UnitVelocity_in_cm_per_s are all present as finite numbers > 0 (GravitationalConstant is taken when present and
+  /// finite, else 1); nullopt otherwise (the numbers are then N-body units with no physical reading). Only labels
+  /// (`matcha render`) use it; no computation depends on it.
+  std::optional<UnitSystem> units;
 };
 
 /// Reads a snapshot or an initial-condition file written by matcha or by another GADGET-style HDF5 writer.
