@@ -485,7 +485,7 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   command
       ->add_option("--checkpoint-interval", options.integrator.checkpointInterval,
                    "wall-clock seconds between checkpoints (OUT/checkpoint.hdf5, for --restart); 0: as often as the "
-                   "solver allows; checkpoints also follow every output")
+                   "solver allows; checkpoints also follow the first output and any output a minute after the last")
       ->capture_default_str();
   command->add_option("--restart", options.restartDir,
                       "continue the run in this folder from its checkpoint, bit for bit as if it had not stopped "

@@ -21,6 +21,10 @@ namespace {
 /// The progress report's energy is measured at most this often (wall seconds), and at every output.
 constexpr double kProgressEnergySeconds = 1.0;
 
+/// An output is followed by a checkpoint unless the last one is younger than this (wall seconds): at 2^22 bodies a
+/// checkpoint is ~0.9 GB and half a second to write, which outputs every few seconds would pay again and again.
+constexpr double kOutputCheckpointSeconds = 60.0;
+
 /// Which steps carry an output: output k (k >= 1) falls on step round(k * outputInterval / dt). Computed from k each
 /// time rather than by adding intervals, so that no rounding drift accumulates over long runs.
 class OutputSchedule {
@@ -219,6 +223,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   double lastProgressEnergy = -kProgressEnergySeconds;
   double lastCheckpoint = wall.seconds();
   bool outputSinceCheckpoint = false;
+  bool checkpointed = false;  ///< the first output is always followed by a checkpoint
   for (std::uint64_t step = firstStep; step <= numSteps; ++step) {
     const StepReport stepReport = leapfrog.step(p);
     if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
@@ -266,12 +271,16 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
       lastGoodTime = runTime(leapfrog.time());
       lastGoodStep = step;
     }
-    if (callbacks.onCheckpoint && step < numSteps &&
-        (outputSinceCheckpoint || wall.seconds() - lastCheckpoint >= params.checkpointInterval) &&
-        solver.atCheckpointBoundary()) {
+    const double sinceCheckpoint = wall.seconds() - lastCheckpoint;
+    const bool checkpointDue =
+        sinceCheckpoint >= params.checkpointInterval ||
+        (outputSinceCheckpoint &&
+         (!checkpointed || sinceCheckpoint >= std::min(params.checkpointInterval, kOutputCheckpointSeconds)));
+    if (callbacks.onCheckpoint && step < numSteps && checkpointDue && solver.atCheckpointBoundary()) {
       callbacks.onCheckpoint(p, runTime(leapfrog.time()), RunPosition{step, outputIndex, summary.initial});
       lastCheckpoint = wall.seconds();
       outputSinceCheckpoint = false;
+      checkpointed = true;
     }
     if (callbacks.onProgress) {
       ProgressInfo info;

@@ -220,7 +220,7 @@ void checkRunFolder(const RunFolderRequest& request) {
     if (!contents.exists) throw InputError(given + ": no such folder");
     if (!fs::is_regular_file(dir / kCheckpointName)) {
       throw InputError(given + " holds no " + kCheckpointName +
-                       ": the run wrote none (one follows each output and every --checkpoint-interval seconds)");
+                       ": the run wrote none (one follows its first output and every --checkpoint-interval seconds)");
     }
   }
   if (contents.marker && contents.markerOwnerAlive) {

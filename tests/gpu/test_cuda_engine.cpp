@@ -788,7 +788,9 @@ TEST_F(CudaEngineTest, ResidentListsMatchTheCpuTwinInTheCallersOrder) {
     ASSERT_EQ(std::isnan(subsetGpu.ax[j]), std::isnan(subsetCpu.ax[j])) << "body " << j;
     if (std::isnan(subsetGpu.ax[j])) continue;
     ++written;
-    EXPECT_NEAR(subsetGpu.ax[j], onCpu.ax[j], 1e-5 * (std::abs(onCpu.ax[j]) + 1.0));
+    // Float against double, body by body: the bound of the whole launch's comparison above (kFloatMax; 1e-5 failed
+    // once in 40 seeds on the H200, seed 4498893174894351177, a float sum's rounding, not a lost term).
+    EXPECT_NEAR(subsetGpu.ax[j], onCpu.ax[j], kFloatMax * (std::abs(onCpu.ax[j]) + 1.0));
     // The subset's launch reused the full launch's positions and refit (BodyMotion::unchanged): the same lists at the
     // same cells give the same forces.
     EXPECT_NEAR(subsetGpu.ax[j], onGpu.ax[j], 1e-12 * (std::abs(onGpu.ax[j]) + 1.0));

@@ -925,3 +925,47 @@ TEST(RunLeapfrog, NonFiniteValueStopsTheRunAndHandsOverTheLastGoodState) {
   EXPECT_EQ(saved.x, initial.x);
   EXPECT_EQ(saved.vy, initial.vy);
 }
+
+namespace {
+
+// KeplerSolver that can save its state only at every third call (like a tree reused over three steps).
+class EveryThirdCallSolver : public KeplerSolver {
+ public:
+  bool atCheckpointBoundary() const override { return calls() % 3 == 1; }
+};
+
+}  // namespace
+
+// Checkpoints: with interval 0 after every step where the solver can save its state (never after the last); with a
+// long interval only after the first output (the next output within a minute does not repeat it), at the first
+// boundary at or after it; each with the step, the next output and the run's first diagnostics.
+TEST(RunLeapfrog, CheckpointsFollowTheIntervalTheFirstOutputAndTheSolversBoundaries) {
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 64.0;
+  params.tEnd = 32.0 / 64.0;
+  params.outputInterval = 8.0 / 64.0;
+  for (const double interval : {0.0, 900.0}) {
+    params.checkpointInterval = interval;
+    Particles p = TwoBody{}.make();
+    EveryThirdCallSolver solver;
+    std::vector<std::uint64_t> steps;
+    double initialEnergy = 0.0;
+    mi::RunCallbacks callbacks;
+    callbacks.onOutput = [&](const Particles&, const mi::Diagnostics& d, std::uint64_t index) {
+      if (index == 0) initialEnergy = d.total;
+    };
+    callbacks.onCheckpoint = [&](const Particles&, double time, const mi::RunPosition& position) {
+      EXPECT_EQ(time, double(position.step) * params.dt);
+      EXPECT_EQ(position.nextOutputIndex, position.step / 8 + 1);
+      EXPECT_EQ(position.initial.total, initialEnergy);
+      steps.push_back(position.step);
+    };
+    mi::runLeapfrog(p, solver, params, callbacks);
+    // Call k + 1 is step k's force call: boundaries after steps 3, 6, 9, ...
+    if (interval == 0.0) {
+      EXPECT_EQ(steps, (std::vector<std::uint64_t>{3, 6, 9, 12, 15, 18, 21, 24, 27, 30}));
+    } else {
+      EXPECT_EQ(steps, (std::vector<std::uint64_t>{9}));  // the first boundary at or after the output at step 8
+    }
+  }
+}

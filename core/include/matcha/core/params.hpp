@@ -65,7 +65,7 @@ struct IntegratorParams {
   double outputInterval = 0.25;  ///< time between snapshots and diagnostics lines, > 0
   double tStart = 0.0;           ///< time of the initial conditions (an IC snapshot's Header Time), finite
   /// Wall-clock seconds between checkpoints (`matcha run --restart`), >= 0; 0: at every step where the solver can
-  /// save its state. Checkpoints also follow every output.
+  /// save its state. Checkpoints also follow an output when the last is a minute old (or the interval is shorter).
   double checkpointInterval = 900.0;
 
   void validate() const;
