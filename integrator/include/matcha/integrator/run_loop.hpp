@@ -75,8 +75,9 @@ struct RunCallbacks {
   /// throws replaces NumericalError.
   std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
   /// Optional: a checkpoint is due (IntegratorParams::checkpointInterval of wall time since the last, or an output
-  /// since the last when that is a minute old or the interval is shorter) and the solver can save its state (ForceSolver::atCheckpointBoundary): the state after step
-  /// `position.step` at time `time`. Never after the last step.
+  /// since the last when that is a minute old or the interval is shorter) and the solver can save its state
+  /// (ForceSolver::atCheckpointBoundary): the state after step `position.step` at time `time`. Never after the last
+  /// step.
   std::function<void(const Particles&, double time, const RunPosition& position)> onCheckpoint;
 };
 
