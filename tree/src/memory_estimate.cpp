@@ -107,12 +107,13 @@ void planBatches(double entriesPerGroup, std::uint64_t maxEntries, TreeSizes& si
   if (numGroups == 0) return;
   const double perGroup = std::max(1.0, entriesPerGroup);
   const std::uint64_t batchEntries = std::min(kPlanEntries, maxEntries);
-  std::uint64_t first = 0;
+  std::uint64_t first = 0, previous = 0;
   bool streaming = false;
   while (first < numGroups) {
     // As a background build walks: its batches are the largest, and so are its walk buffers.
     const std::uint64_t batch =
-        std::min(numGroups - first, walkBatchGroups(numGroups, first == 0, perGroup, batchEntries, false));
+        std::min(numGroups - first, walkBatchGroups(numGroups, previous, perGroup, batchEntries, false));
+    previous = batch;
     if (!streaming && double(first + batch) * perGroup > double(maxEntries)) {
       streaming = true;
       sizes.residentGroups = first;

@@ -29,6 +29,11 @@ constexpr double kRepairRebuildFraction = 0.01;
 /// With TreeParams::reuse 0: every this many trees, K's neighbours are measured again (the system evolves).
 constexpr std::uint64_t kReexplore = 16;
 
+/// With TreeParams::reuse 0: the costs of the first trees are not measured. Their builds touch fresh memory (each
+/// of the two trees' buffers, page by page) and ran 2-3x slower than later ones on the H200's host (sort 45-53 ms
+/// against 13 at 2^20), which would make the K tried first look dear.
+constexpr std::uint64_t kAutoWarmUpTrees = 3;
+
 }  // namespace
 
 /// The positions of the last calls, in the caller's order, and the predicted positions and their balls.
@@ -297,7 +302,7 @@ const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
 }
 
 void TreeSolver::recordTreeCost(const TreeBuild& tree) {
-  if (tree.costCalls == 0) return;
+  if (tree.costCalls == 0 || treesAdopted_ <= kAutoWarmUpTrees) return;
   const double perCall = tree.costSeconds / double(tree.costCalls);
   if (trialSteps_ != 0 && tree.steps == trialSteps_) {
     if (perCall < bestCallSeconds_) {
@@ -352,6 +357,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
   std::uint32_t first = 0;
   double entriesPerGroup = 0.0;
+  std::uint64_t lastBatchGroups = 0;
   std::uint64_t resident = 0;
   bool streaming = false;
   std::uint64_t sumListBodies = 0, sumListCells = 0;
@@ -385,7 +391,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   while (first < numGroups) {
     if (cancel_) return false;  // background builds only: a call's own build is never cancelled
     const auto last = static_cast<std::uint32_t>(
-        first + walkBatchGroups(numGroups, first == 0, entriesPerGroup, batchEntries, evaluate));
+        first + walkBatchGroups(numGroups, lastBatchGroups, entriesPerGroup, batchEntries, evaluate));
     const std::uint32_t end = std::min(numGroups, last);
     if (build.plans.size() <= build.numPlans) build.plans.resize(build.numPlans + 1);
     // Streamed batches take turns in one plan: the engine copies a plan's lists before setLists returns.
@@ -426,6 +432,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
     if (!streaming) ++build.numPlans;
     resident += entries;
     entriesPerGroup = double(entries) / double(end - first);
+    lastBatchGroups = end - first;
     first = end;
   }
   if (evaluate) finishBatch();
@@ -454,6 +461,7 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   report.rebuilt = true;
   report.numGroupsWalked += build->groups.size();
   build->valid = true;
+  ++treesAdopted_;
   build->costCalls = 0;
   build->costSeconds = 0.0;
   if (current_->valid) recordTreeCost(*current_);
@@ -729,6 +737,7 @@ void TreeSolver::saveState(CheckpointState& state) {
   state.set(stateName("auto_turned"), turned_ ? 1.0 : 0.0);
   state.set(stateName("auto_searched_once"), searchedOnce_ ? 1.0 : 0.0);
   state.set(stateName("auto_trees_at_best"), double(treesAtBest_));
+  state.set(stateName("auto_trees_adopted"), double(treesAdopted_));
 }
 
 void TreeSolver::restoreState(const CheckpointState& state, const Particles& particles) {
@@ -763,6 +772,7 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
   turned_ = state.scalar(stateName("auto_turned")) != 0.0;
   searchedOnce_ = state.scalar(stateName("auto_searched_once")) != 0.0;
   treesAtBest_ = state.count(stateName("auto_trees_at_best"));
+  treesAdopted_ = state.count(stateName("auto_trees_adopted"));
   call_ = state.count(stateName("call"));
 
   if (state.scalar(stateName("next_tree")) != 0.0) {

@@ -60,9 +60,8 @@ struct TreeRunShape {
 };
 
 /// K a run with TreeParams::reuse 0 (auto) is sized for: the search of K (tree_solver.hpp: chooseReuseSteps) starts
-/// at 2 and moves one step at a time while calls get cheaper, up to kMaxAutoReuse, where the lists are several times
-/// longer; on a Plummer sphere it settles at 2 or 3 (2 CPU cores, 2^17 bodies, dt 1/128). A run that must stay within
-/// a bound sets --reuse.
+/// at kAutoReuseStart and moves one step at a time while calls get cheaper, up to kMaxAutoReuse, where the lists are
+/// several times longer; on a Plummer sphere it settles at 2 or 3. A run that must stay within a bound sets --reuse.
 inline constexpr std::uint32_t kAutoReuseSizing = kMaxAutoReuse / 2;
 
 /// The shape of a run of `numSteps` steps of `dt` with `params`.

@@ -55,25 +55,29 @@ inline constexpr double kEstimateTheta = 0.9;
 /// The walk hands the engine batches of about kPlanEntries list entries (cells + j-bodies; at most
 /// TreeParams::maxBatchEntries), so that streaming lists hold one batch at a time; the first batch has at most
 /// kFirstBatchGroups groups, sized for kEntriesPerGroupGuess entries per group, and each next one follows from what
-/// the last one took. A tree built within a call is evaluated batch by batch as it is walked, the engine working on
-/// one batch while the CPU walks the next: there batches are also at most 1/kOverlapBatches of the groups (but at
-/// least kMinOverlapGroups, so that a batch fills the GPU and the walk's threads). tree/memory_estimate models the
-/// solver's memory with these same numbers (walkBatchGroups).
+/// the last one took, at most kBatchGrowth times as many groups as the last (the first groups along the curve may
+/// have short lists: a halo's; one batch sized from them was 10x its bound of entries). A tree built within a call is
+/// evaluated batch by batch as it is walked, the engine working on one batch while the CPU walks the next: there
+/// batches are also at most 1/kOverlapBatches of the groups (but at least kMinOverlapGroups, so that a batch fills the
+/// GPU and the walk's threads). tree/memory_estimate models the solver's memory with these same numbers
+/// (walkBatchGroups).
 inline constexpr std::uint64_t kPlanEntries = std::uint64_t{1} << 26;
 inline constexpr std::uint64_t kFirstBatchGroups = 2048;
 inline constexpr std::uint64_t kEntriesPerGroupGuess = 4096;
 inline constexpr std::uint64_t kOverlapBatches = 4;
 inline constexpr std::uint64_t kMinOverlapGroups = 2048;
+inline constexpr std::uint64_t kBatchGrowth = 4;
 
-/// Groups in the walk's next batch: `first` says whether it is the first, `entriesPerGroup` is what the last batch
+/// Groups in the walk's next batch: `previousGroups` is the last batch's (0 for the first), `entriesPerGroup` what it
 /// took per group (ignored for the first), `batchEntries` the entries a batch may hold; `overlapped` for a tree built
 /// within a call (its batches are evaluated while the next is walked).
-inline std::uint64_t walkBatchGroups(std::uint64_t numGroups, bool first, double entriesPerGroup,
+inline std::uint64_t walkBatchGroups(std::uint64_t numGroups, std::uint64_t previousGroups, double entriesPerGroup,
                                      std::uint64_t batchEntries, bool overlapped) {
   std::uint64_t groups =
-      first ? std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups))
-            : static_cast<std::uint64_t>(
-                  std::clamp(double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0, double(numGroups)));
+      previousGroups == 0
+          ? std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups))
+          : static_cast<std::uint64_t>(std::clamp(double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0,
+                                                  double(std::min(numGroups, kBatchGrowth * previousGroups))));
   if (overlapped) {
     const std::uint64_t share = std::max(kMinOverlapGroups, (numGroups + kOverlapBatches - 1) / kOverlapBatches);
     groups = std::min(groups, share);
@@ -95,6 +99,12 @@ inline constexpr double predictionRoom(double first, double last) {
 /// The largest K that TreeParams::reuse 0 chooses: beyond it the balls of a Plummer sphere at dt 1/128 make the lists
 /// several times longer.
 inline constexpr std::uint32_t kMaxAutoReuse = 8;
+
+/// The K that TreeParams::reuse 0 starts its search from: on the H200's 16-core host, Plummer spheres of 2^20 and 2^22
+/// bodies at theta 0.8, dt 1/128 ran their steady-state steps fastest at K = 3 (22 and 94 ms, against 26 and 110 at
+/// K = 2 and 44 and 189 at K = 4; bench/RESULTS.md), and a search that starts at the best K spends no trees on worse
+/// ones.
+inline constexpr std::uint32_t kAutoReuseStart = 3;
 
 class TreeSolver final : public ForceSolver {
  public:
@@ -219,7 +229,8 @@ class TreeSolver final : public ForceSolver {
   bool restored_ = false;  ///< restoreState ran and no call since
   // The search for K of reuse 0 (chooseReuseSteps): the best K so far and its mean wall seconds per call, the K on
   // trial (0: none) and the direction of the search.
-  std::uint32_t bestSteps_ = 2;
+  std::uint32_t bestSteps_ = kAutoReuseStart;
+  std::uint64_t treesAdopted_ = 0;  ///< trees put to use since the solver started (reset() included)
   double bestCallSeconds_ = std::numeric_limits<double>::infinity();
   std::uint32_t trialSteps_ = 0;
   int direction_ = 1;
