@@ -240,6 +240,7 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
   }
   requireBodiesFit(ic.numBodies);
   Particles bodies = loadInitialConditions(options, info);
+  gpu::requireFloatRange(bodies, options.gravity);  // as `matcha run`: huge eps or coordinates are refused up front
   const std::size_t n = bodies.size();
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // see Sample
   const Sample sample = drawSample(n, static_cast<std::size_t>(compare.sample), compare.sampleSeed);

@@ -340,6 +340,10 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
   std::vector<std::string> arguments;
   for (const CLI::ConfigItem& item : items) {
     if (item.name == "++" || item.name == "--") continue;  // section markers
+    // A parameter file's `out` is a run's folder (configs/run.toml, used_parameters.toml); `ic`'s --out is the file
+    // it writes, which a shared file must not name: the bodies would land in a file called like the run's folder.
+    const bool icCommand = command.get_parent() != nullptr && command.get_parent()->get_name() == "ic";
+    if (icCommand && item.name == "out") continue;
     if (!item.parents.empty()) {
       throw InputError("--config " + path + ": sections are not supported (key '" + item.fullname() + "')");
     }

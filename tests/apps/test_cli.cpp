@@ -210,6 +210,8 @@ TEST_F(Cli, RefusesWhatFloatCannotEvaluate) {
   }
   matcha::io::writeSnapshot(dir_ / "wide.hdf5", wide, {}, {false, {}});
   expectOneLineError("run --ic wide.hdf5 --eps 4e7 --t-end 0.0078125 --out wide", "extent");
+  expectOneLineError("compare --ic wide.hdf5 --eps 4e7", "extent");
+  expectOneLineError("compare -n 256 --eps 1e20", "2^30");
   EXPECT_EQ(matcha("run --ic wide.hdf5 --eps 4e7 --t-end 0.0078125 --out wide").exitCode, 2);
 }
 
@@ -1156,6 +1158,17 @@ TEST_F(Cli, RestartAfterKillNineIsBitIdentical) {
 
 // What --restart refuses, each with one line: a folder without a checkpoint, a run that reached its end, another dt,
 // --config beside it, a folder that is not a run's.
+// A parameter file shared with `matcha run` names the run's folder as `out`: `ic plummer --config` leaves it alone
+// and writes its default file (or the --out given), not a file named like the folder.
+TEST_F(Cli, IcTakesNoOutputFolderFromAParameterFile) {
+  writeText("shared.toml", "bodies = 128\nseed = 3\nout = \"runfolder\"\n");
+  const Result made = matcha("ic plummer --config shared.toml --out bodies.hdf5");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  EXPECT_TRUE(fs::exists(dir_ / "bodies.hdf5"));
+  EXPECT_FALSE(fs::exists(dir_ / "runfolder"));
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "bodies.hdf5").particles.size(), 128u);
+}
+
 TEST_F(Cli, RestartRefusals) {
   ASSERT_EQ(matcha("run -n 256 --t-end 0.0625 --output-interval 0.03125 --engine cpu --out done").exitCode, 0);
   expectOneLineError("run --restart done", "complete");
