@@ -34,11 +34,12 @@ constexpr std::uint64_t kReexplore = 16;
 /// against 13 at 2^20), which would make the K tried first look dear.
 constexpr std::uint64_t kAutoWarmUpTrees = 3;
 
-/// With TreeParams::reuse 0: a K on trial is timed over this many trees before it is judged, and must beat the best
-/// by kAutoMargin to replace it: one tree's mean time per call spread by ~20% on the H200's host, and a single-tree
-/// trial at 2^22 left the search at K = 2 (110 ms a step) when K = 3 took 93.
-constexpr std::uint32_t kAutoTrialTrees = 2;
-constexpr double kAutoMargin = 0.03;
+/// With TreeParams::reuse 0: a K on trial must beat the best K's smoothed cost by kAutoMargin to replace it. One
+/// tree's mean time per call spreads by ~20% on the H200's host: at 2^22, without a margin, a lucky trial moved the
+/// search to K = 2 (110 ms a step, against 93 at K = 3) for the next 16 trees. Trials are one tree long: timed over
+/// two trees, a trial of K = 4 cost 8 steps at 1.5x (152 ms a step against 101 at 2^22).
+constexpr std::uint32_t kAutoTrialTrees = 1;
+constexpr double kAutoMargin = 0.1;
 
 }  // namespace
 
