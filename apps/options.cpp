@@ -411,13 +411,28 @@ std::string usedParameters(const CLI::App& command) {
   return text.str();
 }
 
+namespace {
+
+/// Runs `read` with an IoError turned into an InputError of the same message.
+template <class Read>
+auto asBadInput(const Read& read) {
+  try {
+    return read();
+  } catch (const IoError& error) {
+    throw InputError(error.what());
+  }
+}
+
+}  // namespace
+
 InitialConditionsInfo inspectInitialConditions(const Options& options) {
   InitialConditionsInfo info;
   if (options.icFile.empty()) {
     info.numBodies = static_cast<std::uint64_t>(options.numBodies);
     return info;
   }
-  const io::SnapshotInfo snapshot = io::inspectSnapshot(options.icFile);
+  // A missing, unreadable or corrupt IC file is the user's input, as README's exit codes say: 2, not 1.
+  const io::SnapshotInfo snapshot = asBadInput([&] { return io::inspectSnapshot(options.icFile); });
   if (snapshot.numBodies > kMaxBodies) {
     throw InputError("--ic " + options.icFile + " holds " + std::to_string(snapshot.numBodies) + " bodies; at most " +
                      std::to_string(kMaxBodies) + " (2^31 - 1) are supported");
@@ -430,7 +445,7 @@ InitialConditionsInfo inspectInitialConditions(const Options& options) {
 Particles loadInitialConditions(const Options& options, std::ostream& info) {
   if (!options.icFile.empty()) {
     info << "reading initial conditions from " << options.icFile << "..." << std::endl;
-    io::Snapshot snapshot = io::readSnapshot(options.icFile);
+    io::Snapshot snapshot = asBadInput([&] { return io::readSnapshot(options.icFile); });
     snapshot.particles.validate();
     return std::move(snapshot.particles);
   }

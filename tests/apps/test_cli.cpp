@@ -183,13 +183,13 @@ TEST_F(Cli, RejectsBadParameterFiles) {
 }
 
 TEST_F(Cli, RejectsBadInitialConditionFiles) {
-  expectOneLineError("run --ic missing.hdf5", "missing.hdf5");
+  expectBadInput("run --ic missing.hdf5", "missing.hdf5");  // exit 2: the IC file is input
   writeText("garbage.hdf5", "this is not an HDF5 file at all\n");
-  expectOneLineError("run --ic garbage.hdf5", "garbage.hdf5");
+  expectBadInput("run --ic garbage.hdf5", "garbage.hdf5");
   ASSERT_EQ(matcha("ic plummer -n 2000 --out good.hdf5").exitCode, 0);
   fs::resize_file(dir_ / "good.hdf5", fs::file_size(dir_ / "good.hdf5") / 2);
-  expectOneLineError("run --ic good.hdf5", "good.hdf5");
-  expectOneLineError("compare --ic good.hdf5", "good.hdf5");
+  expectBadInput("run --ic good.hdf5", "good.hdf5");
+  expectBadInput("compare --ic good.hdf5", "good.hdf5");
 
   matcha::Particles bodies = matcha::testing::plummer(100, 3);
   bodies.vx[42] = std::nan("");
