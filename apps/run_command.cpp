@@ -378,7 +378,14 @@ int resumeSimulation(const CLI::App& command, Options options) {
   const io::RunFolderRequest folder{dir, io::RunFolderMode::resume, {}};
   io::checkRunFolder(folder);
   info << "reading the checkpoint " << (dir / io::kCheckpointName).string() << "..." << std::endl;
-  io::Checkpoint checkpoint = io::readCheckpoint(dir / io::kCheckpointName);
+  // A truncated or corrupt checkpoint is input, as an IC file is (exit 2).
+  io::Checkpoint checkpoint = [&] {
+    try {
+      return io::readCheckpoint(dir / io::kCheckpointName);
+    } catch (const IoError& error) {
+      throw InputError(error.what());
+    }
+  }();
   const CheckpointState& run = checkpoint.run;
   integrator::RunPosition position;
   position.step = run.count("step");

@@ -1178,6 +1178,12 @@ TEST_F(Cli, RestartRefusals) {
   fs::create_directories(dir_ / "bare");
   std::ofstream(dir_ / "bare" / "used_parameters.toml") << "bodies = 64\n";
   expectOneLineError("run --restart bare", "checkpoint");
+  // A truncated checkpoint: bad input, one line.
+  fs::create_directories(dir_ / "cut");
+  for (const char* name : {"used_parameters.toml", "checkpoint.hdf5"})
+    fs::copy_file(dir_ / "done" / name, dir_ / "cut" / name);
+  fs::resize_file(dir_ / "cut" / "checkpoint.hdf5", 1000);
+  expectBadInput("run --restart cut --t-end 0.125", "truncated");
   // A later t-end continues a run that ended: from its last checkpoint (the last output before the end).
   const Result longer = matcha("run --restart done --t-end 0.125");
   EXPECT_EQ(longer.exitCode, 0) << longer.err;
