@@ -679,6 +679,9 @@ struct CudaEngine::Impl {
     InteractionCounts counts64;
     std::vector<std::uint64_t> listBodies, listCells;  ///< per group, for the interaction counts
     detail::CudaEvent start, kernelsStart, kernelsStop, stop;
+    /// Recorded after each output's copy into hostForces (a whole launch): finishResident copies one component out
+    /// while the next still comes over.
+    std::array<detail::CudaEvent, 4> forceCopied;
   } res;
 
   template <class T>
@@ -883,15 +886,18 @@ struct CudaEngine::Impl {
     stats = CudaCallStats{};
     r.start.record(stream.get());
     if (refitNeeded) {
-      // Positions, through page-locked staging, in the tree's order.
+      // Positions, through page-locked staging, in the tree's order: each coordinate goes over (asynchronously)
+      // while the next is staged.
       r.hostPositions.reserve(3 * std::size_t{n});
       double* staged = r.hostPositions.data();
-      detail::parallelCopy(staged, bodies.x, n * sizeof(double));
-      detail::parallelCopy(staged + n, bodies.y, n * sizeof(double));
-      detail::parallelCopy(staged + 2 * std::size_t{n}, bodies.z, n * sizeof(double));
-      copyToDevice(r.gathered ? r.callerX.data() : r.x.data(), staged, n);
-      copyToDevice(r.gathered ? r.callerY.data() : r.y.data(), staged + n, n);
-      copyToDevice(r.gathered ? r.callerZ.data() : r.z.data(), staged + 2 * std::size_t{n}, n);
+      const double* coordinates[3] = {bodies.x, bodies.y, bodies.z};
+      double* onDevice[3] = {r.gathered ? r.callerX.data() : r.x.data(), r.gathered ? r.callerY.data() : r.y.data(),
+                             r.gathered ? r.callerZ.data() : r.z.data()};
+      for (int d = 0; d < 3; ++d) {
+        double* slot = staged + std::size_t(d) * n;
+        detail::parallelCopy(slot, coordinates[d], n * sizeof(double));
+        copyToDevice(onDevice[d], slot, n);
+      }
     }
     // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
     std::uint32_t numTasks = r.numTasks;
@@ -1064,6 +1070,7 @@ struct CudaEngine::Impl {
       r.hostForces.reserve(4 * std::size_t{n});
       for (int c = 0; c < (out.pot != nullptr ? 4 : 3); ++c) {
         copyToHost(r.hostForces.data() + static_cast<std::size_t>(c) * n, from[c], n);
+        r.forceCopied[c].record(stream.get());
       }
     } else {
       // A subset's outputs, in the tree's order, into page-locked staging too: a copy into pageable memory would hold
@@ -1108,13 +1115,17 @@ struct CudaEngine::Impl {
     ResidentTree& r = res;
     MATCHA_ASSERT(r.launched, "finishResident without a launch");
     r.launched = false;
-    r.stop.synchronize();
     if (r.subset.empty()) {
       const std::size_t n = r.numBodies;
       double* to[4] = {r.out.ax, r.out.ay, r.out.az, r.out.pot};
       for (int c = 0; c < (r.out.pot != nullptr ? 4 : 3); ++c) {
+        r.forceCopied[c].synchronize();
         detail::parallelCopy(to[c], r.hostForces.data() + static_cast<std::size_t>(c) * n, n * sizeof(double));
       }
+    }
+    r.stop.synchronize();
+    if (r.subset.empty()) {
+      // Copied out above, component by component.
     } else if (!r.gathered) {
       const std::size_t n = r.numBodies;
       double* to[4] = {r.out.ax, r.out.ay, r.out.az, r.out.pot};
