@@ -151,7 +151,8 @@ integrator::Diagnostics loadDiagnostics(const CheckpointState& state) {
 /// A restarted run's folder as the stopped run left it at its checkpoint: snapshots from the checkpoint's next
 /// output on (written after it) are removed, and the diagnostics log is cut after the last line at or before the
 /// checkpoint's time, so that the continued run appends what the stopped one would have.
-void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosition& position, double time) {
+void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosition& position, double time,
+                     double dt) {
   const io::RunFolderContents contents = io::inspectRunFolder(dir);
   for (const std::string& name : contents.snapshots) {
     const std::uint64_t index = std::stoull(name.substr(9, name.size() - 9 - 5));  // snapshot_NNN.hdf5
@@ -163,11 +164,11 @@ void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosi
   bool past = false;
   while (!past && std::getline(in, line)) {
     if (!line.empty() && line[0] != '#') {
-      // A diagnostics line starts with its time, printed to 17 digits: later lines belong to the stopped run's
-      // steps after the checkpoint.
+      // A diagnostics line starts with its time (10 significant digits): lines more than half a step after the
+      // checkpoint's time belong to the stopped run's steps after it (an output at the checkpoint's own step stays).
       char* end = nullptr;
       const double lineTime = std::strtod(line.c_str(), &end);
-      if (end != line.c_str() && lineTime > time) {
+      if (end != line.c_str() && lineTime > time + 0.5 * dt) {
         past = true;
         break;
       }
@@ -428,7 +429,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   return runGuarded(dir, [&] {
-    rewindRunFolder(dir, position, run.scalar("time"));
+    rewindRunFolder(dir, position, run.scalar("time"), dt);
     return runInFolder(command, options, particles, engine, *solver, memory, directPotentials,
                        "the checkpoint of " + dir.string(), info, &position);
   });
