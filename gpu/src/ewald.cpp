@@ -171,10 +171,10 @@ void computeStructureFactors(const SourceView& sources, const EwaldSetup& setup,
 }
 
 /// f(x) = erf(x) - 2 x exp(-x^2) / sqrt(pi) = (4 / sqrt(pi)) int_0^x t^2 exp(-t^2) dt, the radial factor of the force
-/// of -erf(alpha r) / r. Below x = 1/2 the two terms cancel (to ~x^2), so the series
+/// of -erf(alpha r) / r, given erfX = erf(x). Below x = 1/2 the two terms cancel (to ~x^2), so the series
 /// (4 / sqrt(pi)) sum_n (-1)^n x^(2n+3) / (n! (2n+3)) takes over; 14 terms reach 1e-17 relative there.
-double erfMinusGaussian(double x) {
-  if (x >= 0.5) return std::erf(x) - kTwoOverSqrtPi * x * std::exp(-x * x);
+double erfMinusGaussian(double x, double erfX) {
+  if (x >= 0.5) return erfX - kTwoOverSqrtPi * x * std::exp(-x * x);
   const double x2 = x * x;
   double power = x2 * x;  // (-1)^n x^(2n+3) / n!
   double sum = 0;
@@ -217,8 +217,9 @@ void addRealSpace(const SourceView& sources, const EwaldSetup& setup, double eps
         const double invS = 1.0 / s;
         const double invS3 = invS * invS * invS;
         const bool inside = s2 < setup.realCutoff2;
-        sums.psi -= m * (inside ? std::erf(alpha * s) : 1.0) * invS;
-        const double radial = m * (inside ? erfMinusGaussian(alpha * s) : 1.0) * invS3;
+        const double erfX = inside ? std::erf(alpha * s) : 1.0;
+        sums.psi -= m * erfX * invS;
+        const double radial = m * (inside ? erfMinusGaussian(alpha * s, erfX) : 1.0) * invS3;
         sums.gx += radial * rx;
         sums.gy += radial * ry;
         sums.gz += radial * rz;
