@@ -48,6 +48,9 @@ struct TreeSolver::Motion {
   std::vector<double> previousX, previousY, previousZ;  ///< positions at the call before this one
   std::vector<double> earlierX, earlierY, earlierZ;     ///< positions at the call before that
   int numKnown = 0;                                     ///< how many of the two are known (0, 1 or 2)
+  /// |a| of each body at the call before this one and at the call before that (as numKnown says): how fast |a|
+  /// changes, which the relative test of a tree built in the background must allow for (lowestAccelerations).
+  std::vector<double> previousAccel, earlierAccel;
   std::vector<double> predictedX, predictedY, predictedZ;
   std::vector<float> radius;
 
@@ -61,13 +64,43 @@ struct TreeSolver::Motion {
     copyInParallel(p.x, previousX);
     copyInParallel(p.y, previousY);
     copyInParallel(p.z, previousZ);
+    previousAccel.swap(earlierAccel);
+    previousAccel.resize(p.size());
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), 8192),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          previousAccel[i] = std::sqrt(p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i]);
+                        }
+                      });
     numKnown = std::min(numKnown + 1, 2);
+  }
+
+  /// Scales each body's acceleration (ax, ay, az: the latest call's, in the caller's order) down to the least |a|
+  /// it may have `age` calls later if |a| keeps changing at its last rate, | |a|_previous - |a|_earlier | per call,
+  /// against it (never below zero). A tree built in the background scales its relative test by accelerations that are
+  /// up to twice its K calls old at its last call; with these the test stays as strict as with the |a| of then, as far
+  /// as the last rate tells. Without two known calls it leaves them alone.
+  void lowestAccelerations(std::vector<double>& ax, std::vector<double>& ay, std::vector<double>& az,
+                           double age) const {
+    if (numKnown < 2 || previousAccel.size() != ax.size()) return;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ax.size(), 8192),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          const double now = std::sqrt(ax[i] * ax[i] + ay[i] * ay[i] + az[i] * az[i]);
+                          if (!(now > 0.0)) continue;
+                          const double rate = std::abs(previousAccel[i] - earlierAccel[i]);
+                          const double scale = std::max(0.0, now - rate * age) / now;
+                          ax[i] *= scale;
+                          ay[i] *= scale;
+                          az[i] *= scale;
+                        }
+                      });
   }
 
   /// Puts the remembered and predicted positions into the order the bodies were just given (new[i] = old[order[i]]).
   void permute(std::span<const std::uint32_t> order, std::vector<double>& scratch) {
-    for (auto* array :
-         {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY, &predictedZ}) {
+    for (auto* array : {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY,
+                        &predictedZ, &previousAccel, &earlierAccel}) {
       if (array->size() == order.size()) gatherInPlace(*array, order, scratch);
     }
     if (radius.size() == order.size()) {
@@ -567,6 +600,8 @@ void TreeSolver::startBackgroundBuild(const Particles& particles) {
   copyInParallel(particles.ax, build.inAx);
   copyInParallel(particles.ay, build.inAy);
   copyInParallel(particles.az, build.inAz);
+  // Those accelerations are one call old now and up to lastCall - call_ + 1 more at the tree's last call.
+  motion_->lowestAccelerations(build.inAx, build.inAy, build.inAz, double(build.lastCall - call_ + 1));
   background_ = std::thread([this, &build] {
     try {
       buildForLater(build);
@@ -721,11 +756,13 @@ void TreeSolver::saveState(CheckpointState& state) {
   state.set(stateName("call"), double(call_));
   state.set(stateName("motion_known"), m.numKnown);
   if (m.numKnown >= 1) {
+    state.doubles[stateName("previous_accel")] = m.previousAccel;
     state.doubles[stateName("previous_x")] = m.previousX;
     state.doubles[stateName("previous_y")] = m.previousY;
     state.doubles[stateName("previous_z")] = m.previousZ;
   }
   if (m.numKnown >= 2) {
+    state.doubles[stateName("earlier_accel")] = m.earlierAccel;
     state.doubles[stateName("earlier_x")] = m.earlierX;
     state.doubles[stateName("earlier_y")] = m.earlierY;
     state.doubles[stateName("earlier_z")] = m.earlierZ;
@@ -774,11 +811,13 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
   const std::uint64_t known = state.count(stateName("motion_known"));
   if (known > 2) throw InputError("the checkpoint's " + stateName("motion_known") + " is not 0, 1 or 2");
   if (known >= 1) {
+    m.previousAccel = bodyArray("previous_accel");
     m.previousX = bodyArray("previous_x");
     m.previousY = bodyArray("previous_y");
     m.previousZ = bodyArray("previous_z");
   }
   if (known >= 2) {
+    m.earlierAccel = bodyArray("earlier_accel");
     m.earlierX = bodyArray("earlier_x");
     m.earlierY = bodyArray("earlier_y");
     m.earlierZ = bodyArray("earlier_z");
