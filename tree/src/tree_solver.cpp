@@ -75,9 +75,9 @@ struct TreeSolver::Motion {
     numKnown = std::min(numKnown + 1, 2);
   }
 
-  /// Scales each body's acceleration (ax, ay, az: the latest call's, in the caller's order) down to the least |a|
-  /// it may have `age` calls later if |a| keeps changing at its last rate, | |a|_previous - |a|_earlier | per call,
-  /// against it (never below zero). A tree built in the background scales its relative test by accelerations that are
+  /// Scales each body's acceleration (ax, ay, az: the latest call's, in the caller's order) down to the |a| it will
+  /// have `age` calls later if |a| keeps falling at its last rate, |a|_earlier - |a|_previous per call (never below
+  /// zero; a rising |a| is left as it is: extrapolated, it would only loosen the test). A tree built in the background scales its relative test by accelerations that are
   /// up to twice its K calls old at its last call; with these the test stays as strict as with the |a| of then, as far
   /// as the last rate tells. Without two known calls it leaves them alone.
   void lowestAccelerations(std::vector<double>& ax, std::vector<double>& ay, std::vector<double>& az,
@@ -88,7 +88,7 @@ struct TreeSolver::Motion {
                         for (std::size_t i = r.begin(); i != r.end(); ++i) {
                           const double now = std::sqrt(ax[i] * ax[i] + ay[i] * ay[i] + az[i] * az[i]);
                           if (!(now > 0.0)) continue;
-                          const double rate = std::abs(previousAccel[i] - earlierAccel[i]);
+                          const double rate = std::max(0.0, earlierAccel[i] - previousAccel[i]);  // how fast |a| fell
                           const double scale = std::max(0.0, now - rate * age) / now;
                           ax[i] *= scale;
                           ay[i] *= scale;
