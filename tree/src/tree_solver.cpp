@@ -77,9 +77,10 @@ struct TreeSolver::Motion {
 
   /// Scales each body's acceleration (ax, ay, az: the latest call's, in the caller's order) down to the |a| it will
   /// have `age` calls later if |a| keeps falling at its last rate, |a|_earlier - |a|_previous per call (never below
-  /// zero; a rising |a| is left as it is: extrapolated, it would only loosen the test). A tree built in the background scales its relative test by accelerations that are
-  /// up to twice its K calls old at its last call; with these the test stays as strict as with the |a| of then, as far
-  /// as the last rate tells. Without two known calls it leaves them alone.
+  /// zero; a rising |a| is left as it is: extrapolated, it would only loosen the test). A tree built in the background
+  /// scales its relative test by accelerations that are up to twice its K calls old at its last call; with these the
+  /// test stays as strict as with the |a| of then, as far as the last rate tells. Without two known calls it leaves
+  /// them alone.
   void lowestAccelerations(std::vector<double>& ax, std::vector<double>& ay, std::vector<double>& az,
                            double age) const {
     if (numKnown < 2 || previousAccel.size() != ax.size()) return;
