@@ -411,19 +411,7 @@ std::string usedParameters(const CLI::App& command) {
   return text.str();
 }
 
-namespace {
-
-/// Runs `read` with an IoError turned into an InputError of the same message.
-template <class Read>
-auto asBadInput(const Read& read) {
-  try {
-    return read();
-  } catch (const IoError& error) {
-    throw InputError(error.what());
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 InitialConditionsInfo inspectInitialConditions(const Options& options) {
   InitialConditionsInfo info;

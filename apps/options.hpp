@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
 
@@ -96,6 +97,17 @@ struct InitialConditionsInfo {
 /// -n, or the body count and time of --ic read from the file without its bodies. Throws InputError when the count
 /// exceeds kMaxBodies, and what io::inspectSnapshot throws.
 InitialConditionsInfo inspectInitialConditions(const Options& options);
+
+/// Runs `read` (of a file the user gave: IC, checkpoint) with an IoError turned into an InputError of the same
+/// message: a missing, unreadable or corrupt input file is bad input (exit 2), as README's exit codes say.
+template <class Read>
+auto asBadInput(const Read& read) {
+  try {
+    return read();
+  } catch (const IoError& error) {
+    throw InputError(error.what());
+  }
+}
 
 /// The tree configurations of a kTreeSweep command: every --multipole order (mono before quad) times every --theta in
 /// the order given, the other fields from options.tree. Throws InputError naming the first bad entry.

@@ -9,7 +9,6 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -379,14 +378,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
   const io::RunFolderRequest folder{dir, io::RunFolderMode::resume, {}};
   io::checkRunFolder(folder);
   info << "reading the checkpoint " << (dir / io::kCheckpointName).string() << "..." << std::endl;
-  // A truncated or corrupt checkpoint is input, as an IC file is (exit 2).
-  io::Checkpoint checkpoint = [&] {
-    try {
-      return io::readCheckpoint(dir / io::kCheckpointName);
-    } catch (const IoError& error) {
-      throw InputError(error.what());
-    }
-  }();
+  io::Checkpoint checkpoint = asBadInput([&] { return io::readCheckpoint(dir / io::kCheckpointName); });
   const CheckpointState& run = checkpoint.run;
   integrator::RunPosition position;
   position.step = run.count("step");
@@ -408,8 +400,8 @@ int resumeSimulation(const CLI::App& command, Options options) {
       integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
   // A run that ended went past its last checkpoint: it is continued only towards a later end.
   std::ifstream summaryFile(dir / "summary.json");
-  const std::string summaryText((std::istreambuf_iterator<char>(summaryFile)), std::istreambuf_iterator<char>());
-  const bool complete = summaryText.find("\"status\": \"complete\"") != std::string::npos;
+  const nlohmann::json summary = nlohmann::json::parse(summaryFile, nullptr, false);  // discarded when unreadable
+  const bool complete = !summary.is_discarded() && summary.value("status", "") == "complete";
   if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
     std::ostringstream message;
     message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "

@@ -38,7 +38,6 @@ constexpr std::uint64_t kAutoWarmUpTrees = 3;
 /// tree's mean time per call spreads by ~20% on the H200's host: at 2^22, without a margin, a lucky trial moved the
 /// search to K = 2 (110 ms a step, against 93 at K = 3) for the next 16 trees. Trials are one tree long: timed over
 /// two trees, a trial of K = 4 cost 8 steps at 1.5x (152 ms a step against 101 at 2^22).
-constexpr std::uint32_t kAutoTrialTrees = 1;
 constexpr double kAutoMargin = 0.1;
 
 }  // namespace
@@ -345,13 +344,7 @@ const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
 void TreeSolver::recordTreeCost(const TreeBuild& tree) {
   if (tree.costCalls == 0 || treesAdopted_ <= kAutoWarmUpTrees) return;
   if (trialSteps_ != 0 && tree.steps == trialSteps_) {
-    trialSeconds_ += tree.costSeconds;
-    trialCalls_ += tree.costCalls;
-    if (++trialTrees_ < kAutoTrialTrees) return;
-    const double perCall = trialSeconds_ / double(trialCalls_);
-    trialSeconds_ = 0.0;
-    trialCalls_ = 0;
-    trialTrees_ = 0;
+    const double perCall = tree.costSeconds / double(tree.costCalls);
     if (perCall < (1.0 - kAutoMargin) * bestCallSeconds_) {
       bestSteps_ = trialSteps_;
       bestCallSeconds_ = perCall;
@@ -792,9 +785,6 @@ void TreeSolver::saveState(CheckpointState& state) {
   state.set(stateName("auto_searched_once"), searchedOnce_ ? 1.0 : 0.0);
   state.set(stateName("auto_trees_at_best"), double(treesAtBest_));
   state.set(stateName("auto_trees_adopted"), double(treesAdopted_));
-  state.set(stateName("auto_trial_seconds"), trialSeconds_);
-  state.set(stateName("auto_trial_calls"), double(trialCalls_));
-  state.set(stateName("auto_trial_trees"), trialTrees_);
 }
 
 void TreeSolver::restoreState(const CheckpointState& state, const Particles& particles) {
@@ -832,9 +822,6 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
   searchedOnce_ = state.scalar(stateName("auto_searched_once")) != 0.0;
   treesAtBest_ = state.count(stateName("auto_trees_at_best"));
   treesAdopted_ = state.count(stateName("auto_trees_adopted"));
-  trialSeconds_ = state.scalar(stateName("auto_trial_seconds"));
-  trialCalls_ = state.count(stateName("auto_trial_calls"));
-  trialTrees_ = static_cast<std::uint32_t>(state.count(stateName("auto_trial_trees")));
   call_ = state.count(stateName("call"));
 
   if (state.scalar(stateName("next_tree")) != 0.0) {

@@ -231,9 +231,6 @@ class TreeSolver final : public ForceSolver {
   // trial (0: none) and the direction of the search.
   std::uint32_t bestSteps_ = kAutoReuseStart;
   std::uint64_t treesAdopted_ = 0;  ///< trees put to use since the solver started (reset() included)
-  double trialSeconds_ = 0.0;       ///< the K on trial: wall seconds and calls of its trees timed so far
-  std::uint64_t trialCalls_ = 0;
-  std::uint32_t trialTrees_ = 0;
   double bestCallSeconds_ = std::numeric_limits<double>::infinity();
   std::uint32_t trialSteps_ = 0;
   int direction_ = 1;
