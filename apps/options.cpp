@@ -123,6 +123,13 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command
+        .add_option("--device-advance", options.tree.advanceOnDevice,
+                    "with reuse on the CUDA engine, let the GPU kick and drift its own copy of the bodies between "
+                    "trees (the same bits as the host's) and start each step's kernels as the step before ends (on), "
+                    "or send the positions every step after the host's drift (off)")
+        ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->capture_default_str();
+    command
         .add_option("--alpha", options.tree.alpha,
                     "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
                     "|a_old|; 0 = theta alone")

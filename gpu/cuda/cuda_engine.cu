@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -298,6 +299,12 @@ struct CudaEngine::Impl {
     if (count == 0) return;
     MATCHA_CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice, stream.get()));
     stats.bytesToDevice += count * sizeof(T);
+  }
+
+  template <class T>
+  void copyOnDevice(T* to, const T* from, std::size_t count) {
+    if (count == 0) return;
+    MATCHA_CUDA_CHECK(cudaMemcpyAsync(to, from, count * sizeof(T), cudaMemcpyDeviceToDevice, stream.get()));
   }
 
   template <class T>
@@ -642,6 +649,18 @@ struct CudaEngine::Impl {
     std::array<DeviceBuffer<double>, 7> quadrupole7;
     DeviceBuffer<double> groupCentre, groupHalf;
     DeviceBuffer<double> outX, outY, outZ, outPot, callerOutX, callerOutY, callerOutZ, callerOutPot;
+    // The engine's copy of the caller's bodies (BodyUpdate), in the caller's order whatever the tree: positions in
+    // callerX/Y/Z, velocities in callerVX/VY/VZ, the last launches' accelerations in callerOutX/Y/Z. It outlives
+    // setTree; a launch that moves the bodies without velocities ends it.
+    bool mirror = false;
+    DeviceBuffer<double> callerVX, callerVY, callerVZ;
+    /// A launch with BodyMotion::advanced copies these many of the copy's positions back, and finishResident compares
+    /// them with the caller's, bit for bit: a host that rounds its leapfrog differently shows at once.
+    static constexpr std::uint32_t kSampleBodies = 64;
+    DeviceBuffer<double> sample;
+    PinnedBuffer<double> hostSample;
+    bool sampleTaken = false;
+    SourceView sampleAgainst;  ///< the caller's bodies, read when the launch is finished
     // Lists: cells and expanded bodies in two arenas, a descriptor per group; replaced lists leave garbage behind
     // until the next tree.
     DeviceBuffer<std::uint32_t> cellArena, bodyArena;
@@ -719,6 +738,7 @@ struct CudaEngine::Impl {
                   "more than 2^31 bodies or cells");
     MATCHA_ASSERT(topology.relativeTolerance.size() == topology.numGroups(), "setTree: a tolerance per group needed");
     stats = CudaCallStats{};
+    if (n != r.numBodies) r.mirror = false;
     r.numBodies = static_cast<std::uint32_t>(n);
     r.numCells = static_cast<std::uint32_t>(topology.numCells());
     r.numGroups = static_cast<std::uint32_t>(topology.numGroups());
@@ -744,9 +764,10 @@ struct CudaEngine::Impl {
            {&r.callerX, &r.callerY, &r.callerZ, &r.callerOutX, &r.callerOutY, &r.callerOutZ, &r.callerOutPot}) {
         buffer->reserve(n);
       }
-      // The masses through the position gather: x carries them, y and z land in scratch the first launch overwrites.
-      copyToDevice(r.callerX.data(), bodies.mass, n);
-      detail::launchGatherPositions(r.callerX.data(), r.callerX.data(), r.callerX.data(), r.order.data(), r.numBodies,
+      // The masses through the position gather: outX carries them (callerX may hold the engine's copy of the bodies),
+      // y and z land in scratch the first launch overwrites.
+      copyToDevice(r.outX.data(), bodies.mass, n);
+      detail::launchGatherPositions(r.outX.data(), r.outX.data(), r.outX.data(), r.order.data(), r.numBodies,
                                     r.mass.data(), r.y.data(), r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
     } else {
@@ -878,24 +899,43 @@ struct CudaEngine::Impl {
 
   template <class Real>
   void launchResidentIn(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                        std::span<const std::uint32_t> groups, BodyMotion motion) {
+                        std::span<const std::uint32_t> groups, const BodyUpdate& update) {
     ResidentTree& r = res;
     const std::uint32_t n = r.numBodies;
     const bool all = groups.empty();
-    const bool refitNeeded = motion == BodyMotion::moved || !r.refitted;
+    const BodyMotion motion = update.motion;
+    const bool advance = motion == BodyMotion::advanced;
+    MATCHA_ASSERT(!advance || r.mirror, "launchResident: BodyMotion::advanced without the bodies' velocities");
+    const bool upload = motion == BodyMotion::moved || (motion == BodyMotion::unchanged && !r.refitted);
+    const bool refitNeeded = upload || advance;
+    if (motion == BodyMotion::moved) r.mirror = update.vx != nullptr;
+    // Positions go to the caller's order first where the tree's differs or the engine keeps its copy of the bodies.
+    const bool inCallerOrder = r.gathered || r.mirror;
+    if (r.mirror) {
+      for (auto* buffer : {&r.callerX, &r.callerY, &r.callerZ, &r.callerVX, &r.callerVY, &r.callerVZ, &r.callerOutX,
+                           &r.callerOutY, &r.callerOutZ}) {
+        buffer->reserve(n);  // allocated once: a copy kept since an earlier tree is in them already
+      }
+    }
     stats = CudaCallStats{};
     r.start.record(stream.get());
-    if (refitNeeded) {
-      // Positions, through page-locked staging, in the tree's order: each coordinate goes over (asynchronously)
+    r.sampleTaken = false;
+    if (upload) {
+      // Positions (and velocities to keep), through page-locked staging: each coordinate goes over (asynchronously)
       // while the next is staged.
-      r.hostPositions.reserve(3 * std::size_t{n});
+      const bool velocities = motion == BodyMotion::moved && r.mirror;
+      r.hostPositions.reserve((velocities ? 6 : 3) * std::size_t{n});
       double* staged = r.hostPositions.data();
-      const double* coordinates[3] = {bodies.x, bodies.y, bodies.z};
-      double* onDevice[3] = {r.gathered ? r.callerX.data() : r.x.data(), r.gathered ? r.callerY.data() : r.y.data(),
-                             r.gathered ? r.callerZ.data() : r.z.data()};
-      for (int d = 0; d < 3; ++d) {
+      const double* arrays[6] = {bodies.x, bodies.y, bodies.z, update.vx, update.vy, update.vz};
+      double* onDevice[6] = {inCallerOrder ? r.callerX.data() : r.x.data(),
+                             inCallerOrder ? r.callerY.data() : r.y.data(),
+                             inCallerOrder ? r.callerZ.data() : r.z.data(),
+                             r.callerVX.data(),
+                             r.callerVY.data(),
+                             r.callerVZ.data()};
+      for (int d = 0; d < (velocities ? 6 : 3); ++d) {
         double* slot = staged + std::size_t(d) * n;
-        detail::parallelCopy(slot, coordinates[d], n * sizeof(double));
+        detail::parallelCopy(slot, arrays[d], n * sizeof(double));
         copyToDevice(onDevice[d], slot, n);
       }
     }
@@ -932,10 +972,32 @@ struct CudaEngine::Impl {
       taskList = r.subsetTasks.data();
     }
     r.kernelsStart.record(stream.get());
-    if (r.gathered && refitNeeded) {
-      detail::launchGatherPositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.order.data(), n, r.x.data(),
-                                    r.y.data(), r.z.data(), stream.get());
-      MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
+    if (advance) {
+      const detail::MirrorBodies mirror{r.callerX.data(),    r.callerY.data(),    r.callerZ.data(),
+                                        r.callerVX.data(),   r.callerVY.data(),   r.callerVZ.data(),
+                                        r.callerOutX.data(), r.callerOutY.data(), r.callerOutZ.data()};
+      detail::launchAdvanceBodies(mirror, n, update.advance, stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("advanceBodiesKernel", config.synchronizeAfterLaunch);
+      const std::uint32_t count = std::min(ResidentTree::kSampleBodies, n);
+      r.sample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
+      r.hostSample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
+      detail::launchSamplePositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), n, count, r.sample.data(),
+                                    stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("samplePositionsKernel", config.synchronizeAfterLaunch);
+      copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
+      r.sampleTaken = true;
+      r.sampleAgainst = bodies;
+    }
+    if (refitNeeded && inCallerOrder) {
+      if (r.gathered) {
+        detail::launchGatherPositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.order.data(), n,
+                                      r.x.data(), r.y.data(), r.z.data(), stream.get());
+        MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
+      } else {
+        copyOnDevice(r.x.data(), r.callerX.data(), n);
+        copyOnDevice(r.y.data(), r.callerY.data(), n);
+        copyOnDevice(r.z.data(), r.callerZ.data(), n);
+      }
     }
     if (all && !r.tasksSorted) {
       detail::TaskCostModel model{};
@@ -1055,11 +1117,17 @@ struct CudaEngine::Impl {
         }
       }
     }
-    if (all && r.gathered) {
+    if (r.gathered && (all || r.mirror)) {
+      // Into the caller's order: the outputs of a whole launch, and every launch's accelerations for the engine's copy
+      // of the bodies (a subset's scatter rewrites the other bodies with what they hold).
       const detail::DeviceForces callerOut{r.callerOutX.data(), r.callerOutY.data(), r.callerOutZ.data(),
-                                           out.pot != nullptr ? r.callerOutPot.data() : nullptr};
+                                           all && out.pot != nullptr ? r.callerOutPot.data() : nullptr};
       detail::launchScatterForces(args.out, r.order.data(), n, callerOut, stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("scatterForcesKernel", config.synchronizeAfterLaunch);
+    } else if (r.mirror) {
+      copyOnDevice(r.callerOutX.data(), r.outX.data(), n);
+      copyOnDevice(r.callerOutY.data(), r.outY.data(), n);
+      copyOnDevice(r.callerOutZ.data(), r.outZ.data(), n);
     }
     r.kernelsStop.record(stream.get());
     if (all) {
@@ -1111,6 +1179,16 @@ struct CudaEngine::Impl {
     stats.kernel = text;
   }
 
+  void discardResident() {
+    ResidentTree& r = res;
+    if (!r.launched) return;
+    r.launched = false;
+    r.sampleTaken = false;
+    r.stop.synchronize();
+    // The copy was advanced for a call that did not come as announced: it may no longer be the caller's bodies.
+    r.mirror = false;
+  }
+
   ResidentResult finishResident() {
     ResidentTree& r = res;
     MATCHA_ASSERT(r.launched, "finishResident without a launch");
@@ -1154,6 +1232,19 @@ struct CudaEngine::Impl {
       }
     }
     ResidentResult result;
+    if (r.sampleTaken) {
+      r.sampleTaken = false;
+      const std::uint32_t count = std::min(ResidentTree::kSampleBodies, r.numBodies);
+      const double* caller[3] = {r.sampleAgainst.x, r.sampleAgainst.y, r.sampleAgainst.z};
+      for (std::uint32_t k = 0; k < count && !result.advanceMismatch; ++k) {
+        const std::uint32_t i = detail::sampleIndex(k, r.numBodies, count);
+        for (int d = 0; d < 3; ++d) {
+          const double device = r.hostSample.data()[std::size_t(d) * count + k];
+          if (std::memcmp(&device, caller[d] + i, sizeof(double)) != 0) result.advanceMismatch = true;
+        }
+      }
+      if (result.advanceMismatch) r.mirror = false;
+    }
     result.counts = r.counts64;
     const std::uint32_t numFailed = r.hostFailed.data()[0];
     result.failedGroups.assign(r.hostFailed.data() + 1, r.hostFailed.data() + 1 + numFailed);
@@ -1240,22 +1331,27 @@ void CudaEngine::dropLists() {
 }
 
 void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                                std::span<const std::uint32_t> groups, BodyMotion motion) {
+                                std::span<const std::uint32_t> groups, const BodyUpdate& update) {
   MATCHA_ASSERT(impl_->res.hasTree, "launchResident before setTree");
   MATCHA_ASSERT(!impl_->res.launched, "launchResident while a launch is in flight");
   MATCHA_ASSERT(bodies.count == impl_->res.numBodies && out.count == bodies.count,
                 "launchResident: the tree and the bodies differ in number");
   impl_->selectDevice();
   if (impl_->precision == Precision::float32) {
-    impl_->launchResidentIn<float>(bodies, gravity, out, groups, motion);
+    impl_->launchResidentIn<float>(bodies, gravity, out, groups, update);
   } else {
-    impl_->launchResidentIn<double>(bodies, gravity, out, groups, motion);
+    impl_->launchResidentIn<double>(bodies, gravity, out, groups, update);
   }
 }
 
 ResidentResult CudaEngine::finishResident() {
   impl_->selectDevice();
   return impl_->finishResident();
+}
+
+void CudaEngine::discardResident() {
+  impl_->selectDevice();
+  impl_->discardResident();
 }
 
 InteractionCounts CudaEngine::evaluateDirect(const SourceView& sources, const GravityParams& gravity,

@@ -44,6 +44,38 @@ __global__ void scatterForcesKernel(DeviceForces tree, const std::uint32_t* orde
   }
 }
 
+/// The host's leapfrog between two calls (core/particles.hpp: BodyAdvance), rounded as the host rounds it: the _rn
+/// intrinsics keep nvcc from fusing a product into the sum that follows (the host compiles the integrator with
+/// -ffp-contract=off), so the copy stays the caller's bodies bit for bit.
+__global__ void advanceBodiesKernel(MirrorBodies bodies, std::uint32_t n, double firstKick, double secondKick,
+                                    double drift) {
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    double* position[3] = {bodies.x, bodies.y, bodies.z};
+    double* velocity[3] = {bodies.vx, bodies.vy, bodies.vz};
+    const double* acceleration[3] = {bodies.ax, bodies.ay, bodies.az};
+    for (int d = 0; d < 3; ++d) {
+      const double a = acceleration[d][i];
+      double v = velocity[d][i];
+      // A zero kick is no kick (after the first call the host has none to close): v + a * 0 could turn -0 into +0.
+      if (firstKick != 0.0) v = __dadd_rn(v, __dmul_rn(a, firstKick));
+      if (secondKick != 0.0) v = __dadd_rn(v, __dmul_rn(a, secondKick));
+      velocity[d][i] = v;
+      position[d][i] = __dadd_rn(position[d][i], __dmul_rn(v, drift));
+    }
+  }
+}
+
+/// Positions of the bodies k n / count, k < count, as 3 x count values (x first).
+__global__ void samplePositionsKernel(const double* x, const double* y, const double* z, std::uint32_t n,
+                                      std::uint32_t count, double* sample) {
+  for (std::uint32_t k = blockIdx.x * blockDim.x + threadIdx.x; k < count; k += gridDim.x * blockDim.x) {
+    const std::uint32_t i = sampleIndex(k, n, count);
+    sample[k] = x[i];
+    sample[count + k] = y[i];
+    sample[2 * count + k] = z[i];
+  }
+}
+
 __global__ void refitLevelKernel(RefitBodies bodies, RefitCells cells, std::uint32_t firstCell, std::uint32_t lastCell,
                                  double theta) {
   for (std::uint32_t cell = firstCell + blockIdx.x * blockDim.x + threadIdx.x; cell < lastCell;
@@ -155,6 +187,16 @@ void launchGatherPositions(const double* x, const double* y, const double* z, co
 void launchScatterForces(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out,
                          cudaStream_t stream) {
   scatterForcesKernel<<<blocksFor(n), kThreads, 0, stream>>>(tree, order, n, out);
+}
+
+void launchAdvanceBodies(const MirrorBodies& bodies, std::uint32_t n, const BodyAdvance& advance, cudaStream_t stream) {
+  advanceBodiesKernel<<<blocksFor(n), kThreads, 0, stream>>>(bodies, n, advance.firstKick, advance.secondKick,
+                                                             advance.drift);
+}
+
+void launchSamplePositions(const double* x, const double* y, const double* z, std::uint32_t n, std::uint32_t count,
+                           double* sample, cudaStream_t stream) {
+  samplePositionsKernel<<<blocksFor(count), kThreads, 0, stream>>>(x, y, z, n, count, sample);
 }
 
 void launchRefitLevel(const RefitBodies& bodies, const RefitCells& cells, std::uint32_t firstCell,

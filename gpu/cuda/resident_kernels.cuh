@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "matcha/core/cell_refit.hpp"
+#include "matcha/core/particles.hpp"
 #include "nbody_kernels.cuh"
 
 namespace matcha::gpu::detail {
@@ -55,6 +56,27 @@ struct TaskCostModel {
   double costPerEntry[8];
 };
 
+/// The engine's copy of the caller's bodies (NearFieldEngine BodyUpdate), in the caller's order.
+struct MirrorBodies {
+  double* x;
+  double* y;
+  double* z;
+  double* vx;
+  double* vy;
+  double* vz;
+  const double* ax;
+  const double* ay;
+  const double* az;
+};
+
+/// The k-th of `count` bodies sampled evenly from n: k n / count (64-bit product).
+__host__ __device__ inline std::uint32_t sampleIndex(std::uint32_t k, std::uint32_t n, std::uint32_t count) {
+  return static_cast<std::uint32_t>(std::uint64_t{k} * n / count);
+}
+
+void launchAdvanceBodies(const MirrorBodies& bodies, std::uint32_t n, const BodyAdvance& advance, cudaStream_t stream);
+void launchSamplePositions(const double* x, const double* y, const double* z, std::uint32_t n, std::uint32_t count,
+                           double* sample, cudaStream_t stream);
 void launchGatherPositions(const double* x, const double* y, const double* z, const std::uint32_t* order,
                            std::uint32_t n, double* treeX, double* treeY, double* treeZ, cudaStream_t stream);
 void launchScatterForces(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out,

@@ -459,10 +459,11 @@ void CpuEngine::dropLists() {
 }
 
 void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                               std::span<const std::uint32_t> groups, BodyMotion motion) {
+                               std::span<const std::uint32_t> groups, const BodyUpdate& update) {
   Resident& r = *resident_;
   MATCHA_ASSERT(r.hasTree, "launchResident before setTree");
-  const bool refitNeeded = motion == BodyMotion::moved || !r.refitted;
+  // This engine reads the caller's arrays: an advance it does not repeat, the positions it reads are already moved.
+  const bool refitNeeded = update.motion != BodyMotion::unchanged || !r.refitted;
   const Stopwatch clock;
   const TreeTopology& topology = r.topology;
   const std::size_t n = topology.numBodies();
@@ -599,6 +600,8 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
 }
 
 ResidentResult CpuEngine::finishResident() { return std::move(resident_->result); }
+
+void CpuEngine::discardResident() { resident_->result = ResidentResult{}; }
 
 std::string CpuEngine::name() const {
   return std::string(precision_ == Precision::float32 ? "cpu-float" : "cpu-double") + " (" +

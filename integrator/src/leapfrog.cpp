@@ -98,8 +98,12 @@ LeapfrogKDK::LeapfrogKDK(ForceSolver& solver, double dt) : solver_(solver), dt_(
   if (dt <= 0.0) throw InputError("dt must be > 0 (got " + std::to_string(dt) + ")");
 }
 
+LeapfrogKDK::~LeapfrogKDK() { solver_.expectAdvance(std::nullopt); }
+
 ForceReport LeapfrogKDK::initialize(Particles& p) {
+  announceAdvance(true);
   const ForceReport report = solver_.computeForces(p);
+  announceAdvance();  // from the end of step 1's call on
   initialized_ = true;
   return report;
 }

@@ -701,6 +701,51 @@ TEST_F(CudaEngineTest, RestartFromACheckpointIsBitIdentical) {
   }
 }
 
+// TreeParams::advanceOnDevice: between a tree's calls the GPU kicks and drifts its own copy of the bodies (in double,
+// each product and sum rounded on its own) and the next call is launched as the last one ends. The run is the run of
+// an engine that is sent the positions every call, bit for bit: with trees built in the background (the caller's
+// order differs from the tree's) and within the call (the caller sorted into the tree's order).
+TEST_F(CudaEngineTest, BodiesAdvancedOnTheGpuGiveTheRunOfPositionsSentBitForBit) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  for (const bool pipeline : {true, false}) {
+    SCOPED_TRACE(pipeline ? "pipeline on" : "pipeline off");
+    TreeParams params;
+    params.alpha = 1e-3;
+    params.reuse = 3;
+    params.pipeline = pipeline;
+    Particles sent = testing::plummer(65536, seed);
+    Particles advanced = sent;
+    CudaEngine sentEngine(Precision::float32, testConfig()), advancingEngine(Precision::float32, testConfig());
+    tree::TreeSolver advancing(advancingEngine, params, GravityParams{});
+    params.advanceOnDevice = false;
+    tree::TreeSolver plain(sentEngine, params, GravityParams{});
+    const double dt = 1.0 / 128.0;
+    integrator::LeapfrogKDK sentRun(plain, dt), advancedRun(advancing, dt);
+    sentRun.initialize(sent);
+    advancedRun.initialize(advanced);
+    int ahead = 0, onDevice = 0;
+    constexpr int kSteps = 40;
+    for (int step = 1; step <= kSteps; ++step) {
+      sentRun.step(sent);
+      advancedRun.step(advanced);
+      EXPECT_FALSE(plain.lastStats().advancedOnDevice);
+      ahead += advancing.lastStats().launchedAhead;
+      onDevice += advancing.lastStats().advancedOnDevice;
+    }
+    EXPECT_FALSE(advancing.lastStats().advanceMismatch) << "the GPU's copy of the bodies differed from the host's";
+    EXPECT_GE(onDevice, kSteps - 2);
+    EXPECT_GE(ahead, kSteps / 2);
+    ASSERT_EQ(sent.id, advanced.id);
+    for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy,
+                              &Particles::vz, &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
+      std::size_t differing = 0;
+      for (std::size_t i = 0; i < sent.size(); ++i) differing += (sent.*member)[i] != (advanced.*member)[i];
+      EXPECT_EQ(differing, 0u) << "bodies whose state differs from the run that sent its positions";
+    }
+  }
+}
+
 TEST_F(CudaEngineTest, TreeSolverOverlappedBatchesOnCudaMatchCpu) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));

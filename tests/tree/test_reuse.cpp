@@ -17,6 +17,7 @@
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/mirroring_engine.hpp"
 #include "matcha/testing/restart_check.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "matcha/tree/walk.hpp"
@@ -84,9 +85,9 @@ class CheckingEngine final : public NearFieldEngine {
     ++numDrops_;
   }
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                      std::span<const std::uint32_t> groups, BodyMotion motion) override {
+                      std::span<const std::uint32_t> groups, const BodyUpdate& update) override {
     // BodyMotion::unchanged is the caller's word that these are the last launch's positions: hold it to it.
-    if (motion == BodyMotion::unchanged && launchedOnTree_) {
+    if (update.motion == BodyMotion::unchanged && launchedOnTree_) {
       const bool same = std::equal(bodies.x, bodies.x + bodies.count, lastX_.begin()) &&
                         std::equal(bodies.y, bodies.y + bodies.count, lastY_.begin()) &&
                         std::equal(bodies.z, bodies.z + bodies.count, lastZ_.begin());
@@ -98,8 +99,9 @@ class CheckingEngine final : public NearFieldEngine {
     lastZ_.assign(bodies.z, bodies.z + bodies.count);
     launchedOnTree_ = true;
     expected_ = check(bodies, groups);
-    inner_.launchResident(bodies, gravity, out, groups, motion);
+    inner_.launchResident(bodies, gravity, out, groups, update);
   }
+  void discardResident() override { inner_.discardResident(); }
   ResidentResult finishResident() override {
     ResidentResult result = inner_.finishResident();
     EXPECT_EQ(std::vector<std::uint32_t>(expected_.begin(), expected_.end()), result.failedGroups)
@@ -527,6 +529,137 @@ TEST(Restart, ContinuesBitForBitWithoutThePipeline) {
   params.pipeline = false;
   testing::expectBitIdenticalRestart([] { return std::make_unique<gpu::CpuEngine>(gpu::Precision::float32); }, params,
                                      2000, 30, seed);
+}
+
+// TreeParams::advanceOnDevice, on an engine that keeps its own copy of the bodies (testing::MirroringEngine, the CUDA
+// engine's contract on the CPU): calls after a tree's first are launched as the call before them ends, on positions
+// the engine advanced itself, and the run is the run of an engine that is sent the positions, bit for bit.
+TEST(AdvanceOnDevice, LaunchesAheadOnTheEnginesOwnCopyGiveTheSameRunBitForBit) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  TreeParams params;
+  params.alpha = 1e-3;
+  params.reuse = 3;
+  Particles sent = testing::plummer(3000, seed);
+  Particles advanced = sent;
+  // Both through a MirroringEngine, whose outputs reach the caller at finishResident (the CPU engine writes them at
+  // the launch, before a background build copies the accelerations it scales by): only the advance differs.
+  gpu::CpuEngine plainInner(gpu::Precision::float32), innerEngine(gpu::Precision::float32);
+  testing::MirroringEngine plainEngine(plainInner), mirror(innerEngine);
+  TreeSolver advancing(mirror, params, gravity);
+  params.advanceOnDevice = false;
+  TreeSolver plain(plainEngine, params, gravity);
+  const double dt = 1.0 / 128.0;
+  integrator::LeapfrogKDK sentRun(plain, dt), advancedRun(advancing, dt);
+  sentRun.initialize(sent);
+  advancedRun.initialize(advanced);
+  int ahead = 0, onDevice = 0;
+  constexpr int kSteps = 40;
+  for (int step = 1; step <= kSteps; ++step) {
+    sentRun.step(sent);
+    advancedRun.step(advanced);
+    EXPECT_FALSE(plain.lastStats().advancedOnDevice) << "an engine that reads the caller's arrays advanced nothing";
+    ahead += advancing.lastStats().launchedAhead;
+    onDevice += advancing.lastStats().advancedOnDevice;
+  }
+  EXPECT_FALSE(advancing.lastStats().advanceMismatch);
+  // K = 3: the first call of each tree is launched within the call (on the advanced copy), the others ahead.
+  EXPECT_GE(onDevice, kSteps - 2);
+  EXPECT_GE(ahead, kSteps / 2);
+  // The first three calls build their trees within the call (the first twice: the estimate pass).
+  EXPECT_LE(mirror.numMoved(), 4u) << "positions were sent after the first calls";
+  EXPECT_EQ(plainEngine.numAdvanced(), 0u);
+  ASSERT_EQ(sent.id, advanced.id);
+  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
+                            &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < sent.size(); ++i) differing += (sent.*member)[i] != (advanced.*member)[i];
+    EXPECT_EQ(differing, 0u) << "bodies whose state differs from the run that sent its positions";
+  }
+}
+
+// A caller that moves its bodies otherwise than it said: the engine's copy differs from them, the call is evaluated
+// again at the caller's positions (the forces are theirs, within the tree's errors of direct summation), and positions
+// are sent from then on.
+TEST(AdvanceOnDevice, ABrokenWordIsCaughtAndTheForcesAreTheCallersPositions) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  TreeParams params;
+  params.reuse = 4;
+  Particles p = testing::plummer(3000, seed);
+  gpu::CpuEngine inner(gpu::Precision::float32);
+  testing::MirroringEngine mirror(inner);
+  TreeSolver solver(mirror, params, gravity);
+  const double dt = 1.0 / 128.0;
+  integrator::LeapfrogKDK run(solver, dt);
+  run.initialize(p);
+  // The first three calls build their trees within the call (no motion known to predict): the fourth is advanced.
+  for (int step = 1; step <= 3; ++step) run.step(p);
+  ASSERT_TRUE(solver.lastStats().advancedOnDevice) << "the fourth call was not advanced on the engine";
+  // The bodies jump by ~1% of the half-mass radius: forces evaluated at the old positions would be off by more.
+  std::mt19937_64 random(seed);
+  std::normal_distribution<double> jump(0.0, 0.01);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.x[i] += jump(random);
+    p.y[i] += jump(random);
+    p.z[i] += jump(random);
+  }
+  run.step(p);
+  EXPECT_TRUE(solver.lastStats().advanceMismatch) << "the engine's copy was not compared with the caller's bodies";
+  EXPECT_FALSE(solver.lastStats().advancedOnDevice);
+  Particles exact = p;
+  gpu::CpuEngine oracle(gpu::Precision::float64);
+  oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
+  const ForceErrorStats errors = summariseForceErrors({p.ax, p.ay, p.az}, {exact.ax, exact.ay, exact.az});
+  EXPECT_LT(errors.p99, 3e-3) << "the forces are not those of the caller's positions";
+  const std::uint64_t moved = mirror.numMoved();
+  run.step(p);
+  EXPECT_GT(mirror.numMoved(), moved) << "positions are not sent after the copy differed";
+}
+
+// A launch made ahead for a call that does not come as announced is discarded, and the call is evaluated anew: the
+// word taken back (expectAdvance(nullopt)) and the bodies left where they were.
+TEST(AdvanceOnDevice, ALaunchAheadForACallThatDidNotComeIsDiscarded) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  TreeParams params;
+  params.reuse = 4;
+  Particles p = testing::plummer(2000, seed);
+  gpu::CpuEngine inner(gpu::Precision::float32);
+  testing::MirroringEngine mirror(inner);
+  TreeSolver solver(mirror, params, gravity);
+  {
+    integrator::LeapfrogKDK run(solver, 1.0 / 128.0);
+    run.initialize(p);
+    run.step(p);
+    run.step(p);  // the third call builds a tree for four calls and launches the fourth ahead
+  }               // the leapfrog takes its word back
+  ASSERT_EQ(mirror.numDiscarded(), 0u);
+  const Particles before = p;
+  solver.computeForces(p);
+  EXPECT_EQ(mirror.numDiscarded(), 1u) << "the launch made ahead was not discarded";
+  EXPECT_FALSE(solver.lastStats().advancedOnDevice);
+  // The same tree, lists and positions as the last call: the same forces.
+  EXPECT_EQ(p.ax, before.ax);
+  EXPECT_EQ(p.ay, before.ay);
+  EXPECT_EQ(p.az, before.az);
+}
+
+// A restart continues bit for bit with the engine advancing its copy of the bodies too.
+TEST(Restart, ContinuesBitForBitWithTheBodiesAdvancedOnTheEngine) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  TreeParams params;
+  params.alpha = 1e-3;
+  params.reuse = 3;
+  testing::expectBitIdenticalRestart(
+      [] {
+        return std::make_unique<testing::MirroringEngine>(std::make_unique<gpu::CpuEngine>(gpu::Precision::float32));
+      },
+      params, 2000, 30, seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Inputs, Reuse, ::testing::Range(0, 2), [](const ::testing::TestParamInfo<int>& paramInfo) {

@@ -191,6 +191,7 @@ TreeSolver::TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, co
 }
 
 TreeSolver::~TreeSolver() {
+  discardLaunchAhead();
   cancel_ = true;
   if (background_.joinable()) background_.join();
 }
@@ -223,7 +224,34 @@ void TreeSolver::joinBackgroundBuild() {
   }
 }
 
+void TreeSolver::expectAdvance(const std::optional<BodyAdvance>& advance) { advance_ = advance; }
+
+bool TreeSolver::advancing() const {
+  return advance_.has_value() && params_.advanceOnDevice && params_.reuse != 1 && engine_.advancesBodies() &&
+         !advanceMismatch_;
+}
+
+BodyUpdate TreeSolver::movedBodies(const Particles& particles) {
+  BodyUpdate update(BodyMotion::moved);
+  if (advancing()) {
+    update.vx = particles.vx.data();
+    update.vy = particles.vy.data();
+    update.vz = particles.vz.data();
+    heldThisCall_ = true;
+  }
+  return update;
+}
+
+void TreeSolver::discardLaunchAhead() {
+  if (launchedAheadFor_ == kNoCall) return;
+  engine_.discardResident();
+  launchedAheadFor_ = kNoCall;
+  engineHoldsBodies_ = false;  // the engine forgot its copy with the launch
+}
+
 void TreeSolver::reset() {
+  discardLaunchAhead();
+  engineHoldsBodies_ = false;
   cancel_ = true;
   if (background_.joinable()) background_.join();
   cancel_ = false;
@@ -423,7 +451,7 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   };
   const auto launchBatch = [&](const InteractionPlan& lists) {
     engine_.launchResident(particles->sources(), gravity_, out, lists.groupIds,
-                           launched ? BodyMotion::unchanged : BodyMotion::moved);
+                           launched ? BodyUpdate(BodyMotion::unchanged) : movedBodies(*particles));
     launched = inFlight = true;
   };
   if (evaluate) {
@@ -677,6 +705,15 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (!restored_ && !sameBodies(particles)) reset();
   restored_ = false;
   ++call_;
+  // A launch made ahead as the last call ended serves this call if the call came as announced: same bodies (above),
+  // the same output arrays, the same wish for potentials. Its positions are checked when it is finished.
+  const bool launchedAhead = launchedAheadFor_ == call_ && aheadOutput_ == particles.ax.data() &&
+                             aheadPotentials_ == potentialsWanted() && advancing() && motionSinceLastCall_;
+  if (!launchedAhead) discardLaunchAhead();
+  launchedAheadFor_ = kNoCall;
+  const bool engineHeldBodies = engineHoldsBodies_;
+  engineHoldsBodies_ = false;
+  heldThisCall_ = false;
   bool evaluated = false;  // a tree built within this call evaluates the call's forces as it walks
   const bool needTree = !current_->valid || call_ > current_->lastCall;
   if (needTree) {
@@ -696,6 +733,8 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (!needTree) {
     stats_.estimatePass = false;
   }
+  stats_.advancedOnDevice = false;
+  stats_.launchedAhead = launchedAhead;
   // The next tree is built on the CPU cores from the first call of the current one on, while the engine works: the
   // longest time to hide it in. Always from that call, whatever the build and the calls take, so that its predicted
   // positions, and with them every force, do not depend on timing: a run and its restart (saveState) build the same
@@ -706,13 +745,41 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     if (nextTreeDue && !cancel_) startBackgroundBuild(particles);  // cancel_: a repair found the motion unpredicted
   } else {
     // The bodies may have been sorted: take the views after the build.
-    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
+    const bool advanced = launchedAhead || (engineHeldBodies && advancing() && motionSinceLastCall_);
+    if (!launchedAhead) {
+      BodyUpdate update = advanced ? BodyUpdate(BodyMotion::advanced) : movedBodies(particles);
+      if (advanced) update.advance = *motionSinceLastCall_;
+      engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, update);
+    }
+    heldThisCall_ = heldThisCall_ || advanced;
     if (nextTreeDue) startBackgroundBuild(particles);
     const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
+    if (result.advanceMismatch) {
+      // The engine's copy is not the caller's bodies: these forces are not theirs. Again with the positions, which
+      // are sent from now on.
+      advanceMismatch_ = true;
+      heldThisCall_ = false;
+      engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
+      result = engine_.finishResident();
+    }
     report.timings.engineWaitSeconds += wait.seconds();
+    stats_.advancedOnDevice = advanced && !advanceMismatch_;
+    stats_.advanceMismatch = advanceMismatch_;
     addResult(result, report);
     if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);
+  }
+  // The engine now holds the bodies as this call leaves them, accelerations included. The next call on this tree is
+  // launched now: the GPU evaluates it while the host kicks and drifts (the engine repeats that on its copy).
+  engineHoldsBodies_ = heldThisCall_ && advancing();
+  motionSinceLastCall_ = advance_;
+  if (engineHoldsBodies_ && current_->valid && call_ < current_->lastCall && !cancel_) {
+    BodyUpdate update(BodyMotion::advanced);
+    update.advance = *motionSinceLastCall_;
+    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, update);
+    launchedAheadFor_ = call_ + 1;
+    aheadOutput_ = particles.ax.data();
+    aheadPotentials_ = potentialsWanted();
   }
   if (params_.reuse != 1) motion_->record(particles);
   idSample_.resize(std::min(kIdSamples, particles.size()));

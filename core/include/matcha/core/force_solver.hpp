@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "matcha/core/checkpoint_state.hpp"
@@ -81,6 +82,14 @@ class ForceSolver {
   /// pot is set to NaN, so that no stale potential passes for a current one.
   void setPotentialsWanted(bool wanted) { potentialsWanted_ = wanted; }
   bool potentialsWanted() const { return potentialsWanted_; }
+
+  /// The integrator's word that from the end of each call to the next it moves the bodies by `advance` and nothing
+  /// else (particles.hpp: BodyAdvance, rounded as it says), or nullopt to take it back. A word given during a call's
+  /// gap applies from the end of the next call (the motion to the next call was fixed as the last one ended); nullopt
+  /// applies at once. A solver whose engine keeps its own copy of the bodies may then advance that copy instead of
+  /// sending the positions, and start a call's work before the call (the tree solver with the CUDA engine:
+  /// TreeParams::advanceOnDevice). Ignored by default.
+  virtual void expectAdvance(const std::optional<BodyAdvance>& /*advance*/) {}
 
   /// Describes the solver and its engine, e.g. "tree (theta 0.5, ncrit 64, nleaf 16) on cpu-float".
   virtual std::string describe() const = 0;

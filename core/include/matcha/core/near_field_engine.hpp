@@ -29,12 +29,39 @@ struct ResidentResult {
   /// were computed, but from a list that no longer meets the criterion: the solver walks them again and evaluates
   /// them once more.
   std::vector<std::uint32_t> failedGroups;
+  /// A launch with BodyMotion::advanced found the engine's copy of the bodies different from the caller's (a sample of
+  /// them, compared bit for bit): its forces are not the caller's. The caller launches again with the positions.
+  bool advanceMismatch = false;
 };
 
 /// Whether the bodies moved since the engine's last launch on its current tree (NearFieldEngine::launchResident).
 enum class BodyMotion {
   moved,      ///< upload the positions, refit the cells and the group boxes
   unchanged,  ///< the positions of the last launch on this tree: its refit serves (a call's later batches, a repair)
+  /// The engine's own copy of the bodies (BodyUpdate), moved by BodyUpdate::advance: no upload, then the refit
+  /// (engines for which advancesBodies() is true).
+  advanced,
+};
+
+/// How the bodies of a launchResident relate to what the engine holds. Converts from a BodyMotion.
+///
+/// An engine that advancesBodies() keeps a copy of the caller's bodies, in the caller's order and whatever the tree:
+/// positions and velocities given with a BodyMotion::moved launch (velocities non-null), and the accelerations it
+/// writes at every launch. A BodyMotion::advanced launch vouches that the caller's bodies are that copy moved by
+/// `advance` (particles.hpp: BodyAdvance), the accelerations being those of the engine's last launches, which wrote
+/// every body (a whole launch, or a call's batches, and any repairs after them); the engine moves its copy the same
+/// way, bit for bit, and checks a sample of it against the caller's positions when the launch is finished. The copy
+/// survives setTree, so long as the caller's order does not change (a tree built within a call sorts the caller's
+/// bodies: the launches after it give the positions again).
+struct BodyUpdate {
+  BodyUpdate(BodyMotion m) : motion(m) {}  // NOLINT(google-explicit-constructor): a plain motion is the common case
+  BodyMotion motion;
+  /// BodyMotion::moved: the bodies' velocities (caller's order), kept for later BodyMotion::advanced launches; null:
+  /// none kept (and no advanced launch may follow until a launch gives them).
+  const double* vx = nullptr;
+  const double* vy = nullptr;
+  const double* vz = nullptr;
+  BodyAdvance advance;  ///< BodyMotion::advanced: what the caller did to its bodies since the last launch
 };
 
 class NearFieldEngine {
@@ -81,10 +108,19 @@ class NearFieldEngine {
   /// upload and the refit (at 2^28 bodies in 70 streamed batches that was 16 s of uploads per call); without such a
   /// launch it does both anyway.
   virtual void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                              std::span<const std::uint32_t> groups, BodyMotion motion) = 0;
+                              std::span<const std::uint32_t> groups, const BodyUpdate& update) = 0;
 
   /// Waits for the evaluation launched last and reports it.
   virtual ResidentResult finishResident() = 0;
+
+  /// Waits for the evaluation launched last and drops its results (a launch made ahead for a call that did not come as
+  /// announced): an engine that works within launchResident (the CPU engine) wrote `out` already; one that works in
+  /// the background (the CUDA engine) writes nothing more to it.
+  virtual void discardResident() = 0;
+
+  /// Whether the engine keeps its own copy of the bodies and can advance it (BodyMotion::advanced), which pays where
+  /// the positions would cross a bus: the CUDA engine. An engine that reads the caller's arrays does not.
+  virtual bool advancesBodies() const { return false; }
 
   /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i, times G: a distinct
   /// body at the same point counts with its softened -m_j/eps when eps > 0 and is skipped when eps = 0 (singular).

@@ -48,6 +48,11 @@ struct TreeParams {
   /// With reuse, build each next tree in the background, on the CPU cores, while the engine evaluates the calls
   /// before it is due (false: every tree is built within the call that needs it).
   bool pipeline = true;
+  /// With reuse and an engine that keeps its own copy of the bodies (the CUDA engine): when the integrator says how it
+  /// moves the bodies between calls (ForceSolver::expectAdvance), the engine advances its copy itself instead of
+  /// receiving the positions every call, and the next call's evaluation is launched as this call ends, so that the
+  /// GPU works while the host kicks and drifts (false: positions are uploaded at every call, after the drift).
+  bool advanceOnDevice = true;
   /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU, in two
   /// arenas indexed in 32 bits. Repairs add to a tree's entries up to 5/4 of the bound (3.75 * 2^30 < 2^32 at most);
   /// a repair beyond is evaluated on its own and the next call builds anew. Beyond the bound (N ~ 2^25 and up at the

@@ -27,6 +27,19 @@ struct ForceView {
   std::size_t count = 0;
 };
 
+/// How an integrator moves its bodies between two force calls, when it says so beforehand (ForceSolver::expectAdvance):
+/// the leapfrog's closing half kick, the next step's opening half kick and its drift, body by body, each product and
+/// each sum rounded on its own (no fused multiply-add):
+///   v = v + a * firstKick;  v = v + a * secondKick;  x = x + v * drift
+/// with a the accelerations of the first call; a kick of zero is none. An engine that keeps its own copy of the bodies
+/// (the CUDA engine) repeats this arithmetic instead of receiving the positions again: the same bits, without the
+/// upload.
+struct BodyAdvance {
+  double firstKick = 0.0;
+  double secondKick = 0.0;
+  double drift = 0.0;
+};
+
 /// All bodies of a simulation. Index i is the same body in every array. Solvers may reorder the bodies (the tree
 /// solver sorts them along a space-filling curve); they then permute every array together, so `id` always names
 /// the body.

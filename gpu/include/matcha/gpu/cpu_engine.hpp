@@ -41,8 +41,9 @@ class CpuEngine final : public NearFieldEngine {
   void setLists(const InteractionPlan& plan) override;
   void dropLists() override;
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                      std::span<const std::uint32_t> groups, BodyMotion motion) override;
+                      std::span<const std::uint32_t> groups, const BodyUpdate& update) override;
   ResidentResult finishResident() override;
+  void discardResident() override;
 
   Precision precision() const { return precision_; }
 

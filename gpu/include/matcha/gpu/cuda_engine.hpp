@@ -85,13 +85,17 @@ class CudaEngine final : public NearFieldEngine {
   /// positions, gathers them into the tree's order, refits every cell level by level (core/cell_refit.hpp), boxes
   /// the groups, checks every list entry against the opening criterion (core/opening_criterion.hpp) and runs the
   /// group x list kernel over warp tasks, longest first when all groups are evaluated (a subset's tasks, a streamed
-  /// batch's or a repair's, run in group order). launchResident returns once the work is queued.
+  /// batch's or a repair's, run in group order). launchResident returns once the work is queued. The engine keeps a
+  /// copy of the bodies in the caller's order (BodyUpdate) and advances it on the device, in double, with each
+  /// product and sum rounded on its own as the host's leapfrog rounds them.
   void setTree(const TreeTopology& topology, const SourceView& bodies) override;
   void setLists(const InteractionPlan& plan) override;
   void dropLists() override;
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
-                      std::span<const std::uint32_t> groups, BodyMotion motion) override;
+                      std::span<const std::uint32_t> groups, const BodyUpdate& update) override;
   ResidentResult finishResident() override;
+  void discardResident() override;
+  bool advancesBodies() const override { return true; }
 
   /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,

@@ -61,6 +61,10 @@ class LeapfrogKDK {
   /// @param dt      in: time step, finite and > 0
   /// @throws InputError when dt is not finite or not > 0
   LeapfrogKDK(ForceSolver& solver, double dt);
+  /// Takes back the word given to the solver (ForceSolver::expectAdvance).
+  ~LeapfrogKDK();
+  LeapfrogKDK(const LeapfrogKDK&) = delete;
+  LeapfrogKDK& operator=(const LeapfrogKDK&) = delete;
 
   /// First force call: fills accelerations and potentials at the current positions, as step() needs. May reorder p
   /// (through the solver). Calling it again recomputes forces without advancing time.
@@ -82,6 +86,7 @@ class LeapfrogKDK {
   void resume(std::uint64_t stepsTaken) {
     stepsTaken_ = stepsTaken;
     initialized_ = true;
+    announceAdvance();
   }
 
   double time() const { return static_cast<double>(stepsTaken_) * dt_; }
@@ -93,6 +98,13 @@ class LeapfrogKDK {
   double dt_;
   std::uint64_t stepsTaken_ = 0;
   bool initialized_ = false;
+
+  /// Tells the solver how the bodies move between its calls (ForceSolver::expectAdvance), rounded as kick() and
+  /// drift() round it: a step's closing half kick (none after initialize()), the next step's opening half kick and
+  /// its drift (a zero kick is none).
+  void announceAdvance(bool afterInitialize = false) {
+    solver_.expectAdvance(BodyAdvance{afterInitialize ? 0.0 : 0.5 * dt_, 0.5 * dt_, dt_});
+  }
 };
 
 }  // namespace matcha::integrator

@@ -46,6 +46,13 @@ struct TreeStats {
   std::uint32_t reuseSteps = 1;   ///< calls the current tree and lists were built to serve (TreeParams::reuse)
   std::uint32_t callsOnTree = 0;  ///< calls made on the current tree so far, this one included
   bool background = false;        ///< the current tree was built on the CPU cores while earlier calls ran
+  /// The call's positions were not sent to the engine: it advanced its own copy of the bodies
+  /// (TreeParams::advanceOnDevice), launched as the last call ended (launchedAhead) or within this one.
+  bool advancedOnDevice = false;
+  bool launchedAhead = false;
+  /// The engine's copy of the bodies once differed from the caller's (the host rounded its leapfrog differently, or
+  /// the bodies were moved otherwise than announced): positions are sent every call since.
+  bool advanceMismatch = false;
 };
 
 /// Theta of the first call's estimate pass, with monopole cells: about a ninth of the final pass's work, with |a|
@@ -147,6 +154,11 @@ class TreeSolver final : public ForceSolver {
   /// are the same bit for bit; reuse auto chooses K from measured times, which a restarted run measures anew.
   void saveState(CheckpointState& state) override;
   void restoreState(const CheckpointState& state, const Particles& particles) override;
+  /// With TreeParams::advanceOnDevice and an engine that advancesBodies(): calls on a tree after its first leave the
+  /// positions on the device, which advances its copy of the bodies; and each such call is launched as the call before
+  /// it ends, so that the GPU evaluates it while the host kicks and drifts. The launch serves the next call if that
+  /// call comes with the same bodies and output arrays; else it is discarded.
+  void expectAdvance(const std::optional<BodyAdvance>& advance) override;
 
   const TreeStats& lastStats() const { return stats_; }
   /// The current tree and groups (for trees built for predicted positions: their geometry), and what the engine was
@@ -200,6 +212,12 @@ class TreeSolver final : public ForceSolver {
   std::uint32_t chooseReuseSteps();
   /// Feeds a tree's mean wall seconds per call to chooseReuseSteps' search, once the tree is done with.
   void recordTreeCost(const TreeBuild& tree);
+  /// Whether the engine may advance its copy of the bodies (expectAdvance, TreeParams::advanceOnDevice).
+  bool advancing() const;
+  /// A launch's BodyUpdate for moved bodies: with their velocities when the engine is to keep a copy.
+  BodyUpdate movedBodies(const Particles& particles);
+  /// Drops a launch made ahead for a call that did not come as announced.
+  void discardLaunchAhead();
   /// Adds an engine result's counts and phases to `report`.
   static void addResult(const ResidentResult& result, ForceReport& report);
 
@@ -226,7 +244,20 @@ class TreeSolver final : public ForceSolver {
   /// The firstCall of the tree whose successor was planned (startBackgroundBuild), kNoCall when none was.
   static constexpr std::uint64_t kNoCall = ~std::uint64_t{0};
   std::uint64_t nextPlannedFor_ = kNoCall;
-  bool restored_ = false;  ///< restoreState ran and no call since
+  bool restored_ = false;               ///< restoreState ran and no call since
+  std::optional<BodyAdvance> advance_;  ///< expectAdvance's word
+  /// The motion from the end of the last call to this one: expectAdvance's word as the last call ended.
+  std::optional<BodyAdvance> motionSinceLastCall_;
+  bool advanceMismatch_ = false;  ///< the engine's copy once differed: advancing() stays false
+  /// The engine holds a copy of the bodies as the last call left them (in the caller's order, accelerations included),
+  /// and `heldThisCall_` whether this call's launches gave it one.
+  bool engineHoldsBodies_ = false;
+  bool heldThisCall_ = false;
+  /// The call the engine's launch in flight was made ahead for (kNoCall: none), with the output it writes and whether
+  /// it computes potentials.
+  std::uint64_t launchedAheadFor_ = kNoCall;
+  const double* aheadOutput_ = nullptr;
+  bool aheadPotentials_ = false;
   // The search for K of reuse 0 (chooseReuseSteps): the best K so far and its mean wall seconds per call, the K on
   // trial (0: none) and the direction of the search.
   std::uint32_t bestSteps_ = kAutoReuseStart;
