@@ -734,7 +734,9 @@ TEST_F(CudaEngineTest, BodiesAdvancedOnTheGpuGiveTheRunOfPositionsSentBitForBit)
       onDevice += advancing.lastStats().advancedOnDevice;
     }
     EXPECT_FALSE(advancing.lastStats().advanceMismatch) << "the GPU's copy of the bodies differed from the host's";
-    EXPECT_GE(onDevice, kSteps - 2);
+    // K = 3: every call of a tree but its first is launched ahead; the first is advanced too where the tree was built
+    // in the background (the caller's order kept), and sent where it was built within the call (the caller sorted).
+    EXPECT_GE(onDevice, pipeline ? kSteps - 2 : kSteps / 2);
     EXPECT_GE(ahead, kSteps / 2);
     ASSERT_EQ(sent.id, advanced.id);
     for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy,
