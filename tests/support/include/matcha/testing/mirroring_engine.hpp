@@ -137,7 +137,7 @@ class MirroringEngine final : public NearFieldEngine {
   NearFieldEngine& inner_;
   TreeTopology topology_;
   std::vector<double> x_, y_, z_, vx_, vy_, vz_, ax_, ay_, az_, pot_;  ///< the copy, in the caller's order
-  bool held_ = false;                                                   ///< the copy has velocities
+  bool held_ = false;                                                  ///< the copy has velocities
   bool launched_ = false;
   ResidentResult result_;
   ForceView out_;
