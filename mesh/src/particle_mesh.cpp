@@ -152,6 +152,7 @@ struct ParticleMesh::Impl {
   std::vector<std::uint32_t> order;     ///< body indices grouped by chunk, in body order within a chunk
   std::vector<std::size_t> chunkStart;  ///< numChunks + 1 offsets into order
   std::vector<std::size_t> binCursor;   ///< blocks x chunks counts, then cursors
+  std::vector<std::size_t> firstBad;    ///< per block, the first body with a non-finite position (count if none)
 
   explicit Impl(const MeshParams& p)
       : params(validated(p)),
@@ -203,7 +204,7 @@ struct ParticleMesh::Impl {
     const std::size_t blockSize = (count + numBlocks - 1) / numBlocks;
     const auto chunks = static_cast<std::size_t>(numChunks);
     binCursor.assign(numBlocks * chunks, 0);
-    std::vector<std::size_t> firstBad(numBlocks, count);
+    firstBad.assign(numBlocks, count);
     tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
       const std::size_t first = b * blockSize, last = std::min(count, first + blockSize);
       std::size_t* counts = &binCursor[b * chunks];
