@@ -11,6 +11,7 @@ packages=(
   libtbb-dev                     # parallel loops and sorts (tree)
   libhdf5-dev hdf5-tools         # snapshots; h5dump for the snapshot layout test
   libcli11-dev                   # command line
+  libfftw3-dev                   # particle mesh (mesh/): FFTW3 in double, with its threads library
   nlohmann-json3-dev             # JSON summaries (--json)
   libcairo2-dev pkg-config fonts-dejavu-core  # matcha render: PNG, text and drawing (found with pkg-config)
   libgtest-dev libgmock-dev      # tests

@@ -125,6 +125,76 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulatePairInteractionUnchecked(T dx,
   return softenedR2;
 }
 
+/// The short-range factors of the TreePM force split (Bagla 2002; Springel 2005, GADGET-2 eq. 21-22) at separation r,
+/// with r_s the split radius and x = r / (2 r_s):
+///   force:     f(r) = erfc(x) + (2 / sqrt(pi)) x exp(-x^2)   [= erfc(r/2r_s) + r exp(-r^2/4r_s^2) / (r_s sqrt(pi))]
+///   potential: g(r) = erfc(x)
+/// The Newtonian 1/r splits exactly into g(r) / r, summed in real space, and erf(r / 2 r_s) / r, whose Fourier
+/// transform 4 pi exp(-k^2 r_s^2) / k^2 the particle mesh sums (mesh/particle_mesh.hpp). 1 - f(r) is the share of a
+/// Gaussian cloud (density ~ exp(-r^2 / 4 r_s^2)) within r, so f r / r^3 and the cloud's pull add up to r / r^3.
+/// Both fall from 1 at r = 0: f = 1.75e-2 and g = 1.5e-3 at 4.5 r_s, f = 1.7e-3 at 5.5 r_s, f = 4.4e-4 at 6 r_s.
+/// erfc and exp are the <cmath> functions on the host and CUDA's own in device code (float or double by T).
+template <class T>
+struct ShortRangeFactors {
+  T force;      ///< f(r): multiplies the Newtonian (Plummer-softened) pull
+  T potential;  ///< g(r): multiplies the Newtonian (Plummer-softened) potential
+};
+
+/// f(r) and g(r) above for a separation r >= 0, given invTwoSplit = 1 / (2 r_s).
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE ShortRangeFactors<T> shortRangeFactors(T r, T invTwoSplit) {
+  constexpr T kTwoOverSqrtPi = T(1.1283791670955126);  // 2 / sqrt(pi)
+  const T x = r * invTwoSplit;
+#if defined(__CUDA_ARCH__)
+  const T erfcX = erfc(x);
+  const T gauss = exp(-x * x);
+#else
+  const T erfcX = std::erfc(x);
+  const T gauss = std::exp(-x * x);
+#endif
+  return {erfcX + kTwoOverSqrtPi * x * gauss, erfcX};
+}
+
+/// The short-range (TreePM) variant of accumulatePairInteraction: the same Plummer-softened pull and potential, the
+/// pull multiplied by f(r) and the potential by g(r) (shortRangeFactors, r the unsoftened separation), and nothing at
+/// all from a pair at r >= r_cut, where the mesh's long-range part stands for the whole pull (the error this leaves is
+/// f(r_cut) of the Newtonian pull just beyond the cut). Softening applies to the short range only, as in GADGET: the
+/// mesh's long-range part is Newtonian, and eps << r_s keeps the difference small (README "Particle mesh").
+///
+/// The zero-distance rules are accumulatePairInteraction's, and f(0) = g(0) = 1: with eps > 0 the self pair adds 0 to
+/// the acceleration and exactly -m_i/eps to the potential, so selfPairPotential removes it as before; with eps = 0 a
+/// pair at zero separation is skipped. Beyond the cut (and for a skipped pair) the selected factors are 0, so no lane
+/// divides by zero or takes a square root of a negative number.
+///
+/// @param dx,dy,dz     in: x_j - x_i, already the nearest periodic image (the caller wraps)
+/// @param massJ        in: m_j
+/// @param eps2         in: squared Plummer softening length
+/// @param invTwoSplit  in: 1 / (2 r_s)
+/// @param cutoff2      in: r_cut^2; pairs with r^2 >= cutoff2 add nothing
+/// @param ax,ay,az,pot in/out: accumulated, never overwritten
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulateTruncatedPairInteraction(T dx, T dy, T dz, T massJ, T eps2,
+                                                                              T invTwoSplit, T cutoff2, T& ax, T& ay,
+                                                                              T& az, T& pot) {
+  const T r2 = dx * dx + dy * dy + dz * dz;
+  const T sum = r2 + eps2;
+  const bool counted = sum > T(0) && r2 < cutoff2;
+  const T softenedR2 = counted ? sum : T(1);
+  const T invR = counted ? reciprocalSqrt(softenedR2) : T(0);
+#if defined(__CUDA_ARCH__)
+  const T r = sqrt(counted ? r2 : T(0));
+#else
+  const T r = std::sqrt(counted ? r2 : T(0));
+#endif
+  const ShortRangeFactors<T> factors = shortRangeFactors(r, invTwoSplit);
+  const T massInvR = massJ * invR;
+  const T forceFactor = massInvR * invR * invR * factors.force;
+  ax += forceFactor * dx;
+  ay += forceFactor * dy;
+  az += forceFactor * dz;
+  pot -= massInvR * factors.potential;
+}
+
 /// Which pairs the float engines evaluate a second time, in double.
 ///
 /// Float is good to ~1e-7 per pair, and a direct sum of float pairs in per-tile partial sums stays near 1e-7 of the

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+// Long-range periodic gravity on a mesh (the PM half of TreePM, as GADGET-2/3/4 do it): the bodies' masses are
+// deposited on an n^3 mesh with a CIC or TSC window, Fourier transformed (FFTW on the CPU), multiplied by the
+// long-range Green's function -4 pi G exp(-k^2 r_s^2) / k^2 deconvolved by the window, transformed back, differentiated
+// (in Fourier space or by finite differences) and interpolated at the bodies with the same window. The short range,
+// erfc-truncated pair forces within r_cut (pair_interaction.hpp: accumulateTruncatedPairInteraction), is the tree's;
+// the two add up to the periodic force of gpu/ewald.hpp.
+//
+// Conventions (README "Particle mesh (long range)"), those of gpu/ewald.hpp:
+//  - A cube of side L, periodic; bodies may lie anywhere (positions are reduced into [0, L) here, not changed).
+//  - The k = 0 mode is dropped (a neutralising background): no force from the mean density, and the potential is
+//    Ewald's: the mesh adds the self-energy correction (mesh_kernels.hpp: selfPotentialCorrection), so that mesh +
+//    short range gives a lone body +2.8372975 G m / L.
+//  - The mesh part is Newtonian: softening acts in the short range only (in the truncated pair), as in GADGET.
+//  - a_i = -grad phi at x_i, phi_i as the pair law signs it (negative near mass), G included.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "matcha/core/params.hpp"
+#include "matcha/core/particles.hpp"
+
+namespace matcha::mesh {
+
+/// The window that deposits masses on the mesh and interpolates back from it (the same window both ways, which makes
+/// the mesh's pair forces antisymmetric: momentum is conserved and a body does not pull itself).
+enum class MassAssignment {
+  cic,  ///< cloud in cell: linear, 2 points per axis (8 per body)
+  tsc,  ///< triangular shaped cloud: quadratic, 3 points per axis (27 per body)
+};
+
+/// How the mesh potential becomes a pull.
+enum class MeshGradient {
+  fourier,           ///< i k in Fourier space: three more inverse transforms (four with potentials), exact per mode
+  finiteDifference,  ///< four-point central differences of the potential on the mesh: one inverse transform in all
+};
+
+std::string toString(MassAssignment assignment);  ///< "cic" or "tsc"
+std::string toString(MeshGradient gradient);      ///< "fourier" or "fd4"
+
+inline constexpr int kMinGrid = 8;     ///< fewest mesh points per side
+inline constexpr int kMaxGrid = 4096;  ///< most mesh points per side (16 n^3 bytes: 1 TiB for the Fourier gradient)
+
+/// The mesh and the force split. Defaults meet GADGET's force-law test (|F / F_Ewald - 1| <= 0.5% beyond 3 softening
+/// lengths) on their own; see the README for the measurements behind them.
+struct MeshParams {
+  double boxSize = 1.0;  ///< L, side of the periodic cube (length units), finite and > 0
+  /// Mesh points per side, in [kMinGrid, kMaxGrid]; any size works, fftFriendlyGridSize gives fast ones. The command
+  /// line's default (--pm-grid) is defaultPmGrid(N).
+  int grid = 64;
+  MassAssignment assignment = MassAssignment::tsc;  ///< window of deposit and interpolation
+  MeshGradient gradient = MeshGradient::fourier;    ///< how the potential becomes a pull
+  /// Interlacing: a second solution on the mesh moved by h/2 along each axis, averaged with the first, cancels the
+  /// leading aliasing error (the mesh's anisotropy) for twice the time and no more memory.
+  bool interlace = true;
+  /// r_s / h, the split radius in mesh cells (GADGET's ASMTH), finite and in [0.5, 8]: larger moves more of the force
+  /// to the short range (r_cut^3 more pairs) and leaves the mesh smoother, so more accurate.
+  double aSmooth = 1.25;
+  /// r_cut / r_s, where the short range is cut (GADGET's RCUT), finite and in [3, 8]. The cut drops f(r_cut) of the
+  /// Newtonian pull (pair_interaction.hpp: shortRangeFactors): 1.75% at GADGET's 4.5, 0.17% at 5.5, 0.044% at 6.
+  double cutoffFactor = 5.5;
+
+  double cellSize() const { return boxSize / grid; }                    ///< h = L / n
+  double splitRadius() const { return aSmooth * cellSize(); }           ///< r_s
+  double cutoffRadius() const { return cutoffFactor * splitRadius(); }  ///< r_cut
+
+  /// Throws InputError, one line, for a bad box, grid, aSmooth or cutoffFactor, or an r_cut beyond L/2 (the short range
+  /// takes each source's nearest image only, so only one image may lie within r_cut).
+  void validate() const;
+};
+
+/// The smallest m >= n (and >= 1) whose only prime factors are 2, 3, 5 and 7: sizes FFTW and cuFFT transform fastest.
+/// Throws InputError when that would exceed kMaxGrid.
+int fftFriendlyGridSize(int n);
+
+/// The default mesh for N bodies: fftFriendlyGridSize of the larger of ceil(2 N^(1/3)) (GADGET's rule of thumb, two
+/// mesh cells per mean interparticle spacing) and the smallest grid that keeps params' r_cut within L/2 (and of
+/// kMinGrid). Only params.aSmooth and params.cutoffFactor are read. Throws InputError beyond kMaxGrid.
+int defaultPmGrid(std::size_t numBodies, const MeshParams& params = {});
+
+/// Bytes ParticleMesh holds for `params` and `numBodies` bodies: the padded grids (one for the finite-difference
+/// gradient, two for the Fourier gradient, 8 n^2 * 2 (n/2 + 1) bytes each) and 4 bytes per body for the deposit
+/// order, for a dry-run memory check. FFTW's plans add a few kilobytes.
+std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies);
+
+/// The CPU particle mesh: TBB threads for deposit, Green's function and interpolation; FFTW3 (double, in place,
+/// FFTW_ESTIMATE) for the transforms, run on TBB's threads through fftw_threads_set_callback. Memory: meshMemoryBytes.
+///
+/// Reproducibility: the same input gives the same bits whatever the thread count (tbb::global_control). The deposit
+/// adds each mesh point's contributions in an order fixed by the input alone (bodies binned by mesh plane, chunks of
+/// planes in two phases, each chunk serially in body order). FFTW's threaded transforms are bit-reproducible for a
+/// given plan whatever threads run its jobs, but plans made for different numbers of jobs can differ (measured with
+/// FFTW 3.3.10: 48^3 planned for 16 jobs and 96^3 for 64 jobs gave other bits than 1 job; 32^3, 64^3 and 128^3 did
+/// not), so every plan is made for kFftJobs jobs, whatever the machine. FFTW_ESTIMATE chooses plans without timing
+/// them (FFTW_MEASURE could choose differently from run to run). FFTW picks codelets by the CPU's SIMD, so another
+/// CPU may give other bits. tests/mesh checks the bits at 1, 2 and 4 threads.
+///
+/// Speed: bodies in space-filling-curve order (as the tree solver keeps them) deposit and interpolate faster than
+/// bodies in random order (1.5x at 128^3): each body touches 8-27 mesh points, cache misses in random order.
+///
+/// Not thread-safe: one call at a time per object (the grids are the object's). Several objects may run at once.
+class ParticleMesh {
+ public:
+  /// Validates params, allocates the grids and makes the FFTW plans (once; calls do not allocate except the deposit
+  /// order, which grows with the number of bodies). Throws InputError for bad params.
+  explicit ParticleMesh(const MeshParams& params);
+  ~ParticleMesh();
+  ParticleMesh(ParticleMesh&&) noexcept;
+  ParticleMesh& operator=(ParticleMesh&&) noexcept;
+  ParticleMesh(const ParticleMesh&) = delete;
+  ParticleMesh& operator=(const ParticleMesh&) = delete;
+
+  const MeshParams& params() const;
+
+  /// Adds the long-range periodic acceleration (and potential, with its self-energy correction) at every body from
+  /// every body. The short range is the caller's: erfc-truncated pairs within params().cutoffRadius() (and the body's
+  /// self pair removed as for the open-boundary sums).
+  ///
+  /// @param sources  in: positions (anywhere) and masses of sources.count bodies
+  /// @param gravity  in: G (eps is not used: the mesh part is Newtonian)
+  /// @param out      in/out: out.count == sources.count; ax, ay, az (and pot unless null) ADDED to, never overwritten,
+  ///                 so that the short range may come first or after
+  /// Throws InputError for a body with a non-finite position (naming it) or invalid gravity, InvariantError for a size
+  /// mismatch. Parallel (TBB); allocates only when the number of bodies exceeds every earlier call's.
+  void addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Jobs each FFTW transform is split into (then run by TBB on however many threads there are): a constant, so that
+/// the plans, and with them the bits, do not depend on the machine's thread count. 64 jobs cost nothing measurable
+/// against 1 at 64^3 and 128^3 on 2 cores, and leave work for up to 64 threads.
+inline constexpr int kFftJobs = 64;
+
+}  // namespace matcha::mesh

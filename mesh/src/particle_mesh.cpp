@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/mesh/particle_mesh.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <sstream>
+#include <vector>
+
+#include "fftw_grid.hpp"
+#include "matcha/core/errors.hpp"
+#include "matcha/mesh/mesh_kernels.hpp"
+
+namespace matcha::mesh {
+namespace {
+
+/// The deposit bins bodies by mesh plane in at most this many blocks of consecutive bodies (each block counts and
+/// scatters its own bodies): the count table is blocks x chunks, a few megabytes at most.
+constexpr std::size_t kMaxBinBlocks = 256;
+constexpr std::size_t kMinBinBlockSize = std::size_t{1} << 14;
+
+/// Planes per deposit chunk, at least: a body writes the planes from its home plane (its window's first) to home +
+/// support - 1, so a chunk of >= support - 1 = 2 planes (TSC) between two chunks of one phase keeps their writes apart.
+constexpr int kMinChunkPlanes = 2;
+
+constexpr int support(MassAssignment assignment) { return assignment == MassAssignment::cic ? 2 : 3; }
+
+template <MassAssignment A>
+AxisWeights<double> windowWeights(double u) {
+  if constexpr (A == MassAssignment::cic) {
+    return cicWeights(u);
+  } else {
+    return tscWeights(u);
+  }
+}
+
+/// meshCoordinate moved by `offset` cells (in [0, 1)), wrapped again into [0, n).
+double shiftedMeshCoordinate(double x, double invBox, int n, double offset) {
+  const double u = meshCoordinate(x, invBox, n) + offset;
+  return u >= n ? u - n : u;
+}
+
+/// One body's window along the three axes, its points already wrapped into [0, n).
+template <MassAssignment A>
+struct BodyWindow {
+  static constexpr int kSupport = support(A);
+  AxisWeights<double> w[3];
+  int index[3][kSupport];
+
+  /// offset: added to the body's mesh coordinates (0, or 1/2 for the interlaced pass).
+  BodyWindow(const SourceView& s, std::size_t i, double invBox, int n, double offset) {
+    const double position[3] = {s.x[i], s.y[i], s.z[i]};
+    for (int d = 0; d < 3; ++d) {
+      w[d] = windowWeights<A>(shiftedMeshCoordinate(position[d], invBox, n, offset));
+      for (int k = 0; k < kSupport; ++k) index[d][k] = wrapMeshIndex(w[d].first + k, n);
+    }
+  }
+};
+
+std::string shortest(double value) {
+  std::ostringstream text;
+  text.precision(17);
+  text << value;
+  return text.str();
+}
+
+}  // namespace
+
+std::string toString(MassAssignment assignment) { return assignment == MassAssignment::cic ? "cic" : "tsc"; }
+std::string toString(MeshGradient gradient) { return gradient == MeshGradient::fourier ? "fourier" : "fd4"; }
+
+void MeshParams::validate() const {
+  requireFinite(boxSize, "box size");
+  if (!(boxSize > 0)) throw InputError("box size must be > 0 (got " + shortest(boxSize) + ")");
+  if (grid < kMinGrid || grid > kMaxGrid) {
+    throw InputError("PM grid must be " + std::to_string(kMinGrid) + " to " + std::to_string(kMaxGrid) +
+                     " points per side (got " + std::to_string(grid) + ")");
+  }
+  requireFinite(aSmooth, "PM a_smooth");
+  if (!(aSmooth >= 0.5 && aSmooth <= 8)) {
+    throw InputError("PM a_smooth (r_s in mesh cells) must be in [0.5, 8] (got " + shortest(aSmooth) + ")");
+  }
+  requireFinite(cutoffFactor, "PM cutoff factor");
+  if (!(cutoffFactor >= 3 && cutoffFactor <= 8)) {
+    throw InputError("PM cutoff factor (r_cut / r_s) must be in [3, 8] (got " + shortest(cutoffFactor) + ")");
+  }
+  // r_cut <= L / 2, in mesh units so that the test is exact for the usual values: 2 r_cut / h <= n.
+  const double cutoffDiameterCells = 2.0 * cutoffFactor * aSmooth;
+  if (cutoffDiameterCells > grid) {
+    throw InputError("the short-range cutoff r_cut = " + shortest(cutoffFactor) + " x " + shortest(aSmooth) +
+                     " mesh cells exceeds half the box for a PM grid of " + std::to_string(grid) +
+                     ": use a grid of at least " + std::to_string(static_cast<int>(std::ceil(cutoffDiameterCells))));
+  }
+}
+
+int fftFriendlyGridSize(int n) {
+  for (int m = std::max(n, 1); m <= kMaxGrid; ++m) {
+    int rest = m;
+    for (const int prime : {2, 3, 5, 7}) {
+      while (rest % prime == 0) rest /= prime;
+    }
+    if (rest == 1) return m;
+  }
+  throw InputError("no FFT-friendly PM grid of at least " + std::to_string(n) +
+                   " points per side within the limit of " + std::to_string(kMaxGrid));
+}
+
+int defaultPmGrid(std::size_t numBodies, const MeshParams& params) {
+  // The smallest g with g >= 2 N^(1/3), i.e. g^3 >= 8 N, in integers (cbrt of a cube need not be exact).
+  const auto eightN = static_cast<long double>(numBodies) * 8.0L;
+  auto g = static_cast<long long>(std::ceil(2.0 * std::cbrt(static_cast<double>(numBodies))));
+  while (g > 1 && static_cast<long double>(g - 1) * (g - 1) * (g - 1) >= eightN) --g;
+  while (static_cast<long double>(g) * g * g < eightN) ++g;
+  const auto forCutoff = static_cast<long long>(std::ceil(2.0 * params.cutoffFactor * params.aSmooth));
+  const long long wanted = std::max({g, forCutoff, static_cast<long long>(kMinGrid)});
+  if (wanted > kMaxGrid) {
+    throw InputError("the default PM grid for " + std::to_string(numBodies) + " bodies would exceed " +
+                     std::to_string(kMaxGrid) + " points per side");
+  }
+  return fftFriendlyGridSize(static_cast<int>(wanted));
+}
+
+std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies) {
+  const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
+  return grids * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) + numBodies * sizeof(std::uint32_t);
+}
+
+struct ParticleMesh::Impl {
+  static const MeshParams& validated(const MeshParams& p) {
+    p.validate();
+    return p;
+  }
+
+  MeshParams params;
+  int n = 0;
+  std::size_t padded = 0;  ///< P = 2 (n/2 + 1): doubles per row of the real grid
+  std::size_t half = 0;    ///< n/2 + 1: complex values per row of the spectrum
+  double invBox = 0, invCell = 0;
+  detail::FftwGrid grid;                     ///< deposit, then spectrum, then potential
+  std::unique_ptr<detail::FftwGrid> work;    ///< one component of the pull (Fourier gradient only)
+  std::vector<double> greenAxis;             ///< greenAxisFactor per index, 0..n-1
+  std::vector<double> modeSquared;           ///< signedMode^2 per index
+  std::vector<double> derivativeWavenumber;  ///< 2 pi derivativeMode / L per index
+  std::vector<int> chunkOfPlane;             ///< deposit chunk of each x plane
+  int numChunks = 0;
+  std::vector<std::uint32_t> order;     ///< body indices grouped by chunk, in body order within a chunk
+  std::vector<std::size_t> chunkStart;  ///< numChunks + 1 offsets into order
+  std::vector<std::size_t> binCursor;   ///< blocks x chunks counts, then cursors
+  std::vector<std::size_t> firstBad;    ///< per block, the first body with a non-finite position (count if none)
+
+  explicit Impl(const MeshParams& p)
+      : params(validated(p)),
+        n(p.grid),
+        padded(2 * (static_cast<std::size_t>(p.grid) / 2 + 1)),
+        half(static_cast<std::size_t>(p.grid) / 2 + 1),
+        invBox(1.0 / p.boxSize),
+        invCell(p.grid / p.boxSize),
+        grid(p.grid, kFftJobs) {
+    if (p.gradient == MeshGradient::fourier) work = std::make_unique<detail::FftwGrid>(n, kFftJobs);
+    const int windowOrder = p.assignment == MassAssignment::cic ? 2 : 3;
+    greenAxis.resize(n);
+    modeSquared.resize(n);
+    derivativeWavenumber.resize(n);
+    for (int i = 0; i < n; ++i) {
+      const int m = signedMode(i, n);
+      greenAxis[i] = greenAxisFactor(m, n, p.aSmooth, windowOrder);
+      modeSquared[i] = static_cast<double>(m) * m;
+      derivativeWavenumber[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / p.boxSize;
+    }
+    // An even number of chunks of >= kMinChunkPlanes planes: chunks of one parity never write one plane, around the
+    // periodic wrap too.
+    numChunks = 2 * std::max(1, n / (2 * kMinChunkPlanes));
+    chunkOfPlane.resize(n);
+    for (int c = 0; c < numChunks; ++c) {
+      const int first = static_cast<int>(static_cast<long long>(c) * n / numChunks);
+      const int last = static_cast<int>(static_cast<long long>(c + 1) * n / numChunks);
+      for (int plane = first; plane < last; ++plane) chunkOfPlane[plane] = c;
+    }
+  }
+
+  std::size_t realIndex(int x, int y, int z) const {
+    return (static_cast<std::size_t>(x) * n + static_cast<std::size_t>(y)) * padded + static_cast<std::size_t>(z);
+  }
+
+  template <MassAssignment A>
+  int homeChunk(const SourceView& s, std::size_t i, double offset) const {
+    const AxisWeights<double> w = windowWeights<A>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
+    return chunkOfPlane[wrapMeshIndex(w.first, n)];
+  }
+
+  /// Groups the bodies by deposit chunk (a stable counting sort: blocks of consecutive bodies count, then scatter into
+  /// their own ranges), so that each chunk lists its bodies in body order whatever the threads.
+  template <MassAssignment A>
+  void bin(const SourceView& s, double offset) {
+    const std::size_t count = s.count;
+    const std::size_t numBlocks =
+        std::clamp<std::size_t>((count + kMinBinBlockSize - 1) / kMinBinBlockSize, 1, kMaxBinBlocks);
+    const std::size_t blockSize = (count + numBlocks - 1) / numBlocks;
+    const auto chunks = static_cast<std::size_t>(numChunks);
+    binCursor.assign(numBlocks * chunks, 0);
+    firstBad.assign(numBlocks, count);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+      const std::size_t first = b * blockSize, last = std::min(count, first + blockSize);
+      std::size_t* counts = &binCursor[b * chunks];
+      for (std::size_t i = first; i < last; ++i) {
+        if (!(std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && std::isfinite(s.z[i]))) {
+          firstBad[b] = std::min(firstBad[b], i);
+          continue;
+        }
+        ++counts[homeChunk<A>(s, i, offset)];
+      }
+    });
+    const std::size_t bad = *std::min_element(firstBad.begin(), firstBad.end());
+    if (bad < count) {
+      throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
+    }
+    chunkStart.assign(chunks + 1, 0);
+    std::size_t running = 0;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      chunkStart[c] = running;
+      for (std::size_t b = 0; b < numBlocks; ++b) {
+        const std::size_t blockCount = binCursor[b * chunks + c];
+        binCursor[b * chunks + c] = running;
+        running += blockCount;
+      }
+    }
+    chunkStart[chunks] = running;
+    if (order.size() < count) order.resize(count);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+      const std::size_t first = b * blockSize, last = std::min(count, first + blockSize);
+      std::size_t* cursor = &binCursor[b * chunks];
+      for (std::size_t i = first; i < last; ++i)
+        order[cursor[homeChunk<A>(s, i, offset)]++] = static_cast<std::uint32_t>(i);
+    });
+  }
+
+  /// Masses onto the mesh: the chunks of even index in parallel, then the odd ones; each chunk adds its bodies in
+  /// order. A mesh point therefore sums the bodies of the (at most two) chunks that reach it in a fixed order.
+  template <MassAssignment A>
+  void deposit(const SourceView& s, double offset) {
+    constexpr int S = support(A);
+    double* rho = grid.real();
+    const std::size_t plane = static_cast<std::size_t>(n) * padded;
+    tbb::parallel_for(tbb::blocked_range<int>(0, n), [&](const tbb::blocked_range<int>& planes) {
+      std::fill(rho + planes.begin() * plane, rho + planes.end() * plane, 0.0);
+    });
+    for (int phase = 0; phase < 2; ++phase) {
+      tbb::parallel_for(0, numChunks / 2, [&](int pair) {
+        const auto c = static_cast<std::size_t>(2 * pair + phase);
+        for (std::size_t k = chunkStart[c]; k < chunkStart[c + 1]; ++k) {
+          const std::size_t i = order[k];
+          const BodyWindow<A> window(s, i, invBox, n, offset);
+          const double m = s.mass[i];
+          for (int a = 0; a < S; ++a) {
+            const double mx = m * window.w[0].w[a];
+            for (int b = 0; b < S; ++b) {
+              const double mxy = mx * window.w[1].w[b];
+              double* row = rho + realIndex(window.index[0][a], window.index[1][b], 0);
+              for (int c3 = 0; c3 < S; ++c3) row[window.index[2][c3]] += mxy * window.w[2].w[c3];
+            }
+          }
+        }
+      });
+    }
+  }
+
+  /// The mass spectrum becomes the potential's: mode m times greenScale W(mx) W(my) W(mz) / |m|^2, 0 for m = 0.
+  void applyGreen(double G) {
+    const double scale = greenScale(G, params.boxSize);
+    std::complex<double>* spectrum = grid.spectrum();
+    tbb::parallel_for(0, n, [&](int x) {
+      for (int y = 0; y < n; ++y) {
+        const double gxy = scale * greenAxis[x] * greenAxis[y];
+        const double m2xy = modeSquared[x] + modeSquared[y];
+        std::complex<double>* row = spectrum + (static_cast<std::size_t>(x) * n + y) * half;
+        for (std::size_t z = 0; z < half; ++z) {
+          const double m2 = m2xy + modeSquared[z];
+          row[z] *= m2 > 0 ? gxy * greenAxis[z] / m2 : 0.0;
+        }
+      }
+    });
+  }
+
+  /// work = -i k_d phi_k: one component of the pull, in Fourier space.
+  void differentiate(int axis) {
+    const std::complex<double>* phi = grid.spectrum();
+    std::complex<double>* pull = work->spectrum();
+    tbb::parallel_for(0, n, [&](int x) {
+      for (int y = 0; y < n; ++y) {
+        const std::size_t base = (static_cast<std::size_t>(x) * n + y) * half;
+        for (std::size_t z = 0; z < half; ++z) {
+          const int index = axis == 0 ? x : (axis == 1 ? y : static_cast<int>(z));
+          const double k = derivativeWavenumber[index];
+          const std::complex<double> value = phi[base + z];
+          pull[base + z] = {k * value.imag(), -k * value.real()};  // -i k (re + i im)
+        }
+      }
+    });
+  }
+
+  /// out[i] += weight times the window-weighted sum of `field` at body i. Bodies go in the deposit's order (by mesh
+  /// plane), so that neighbouring tasks read neighbouring planes rather than the whole grid: in random order each
+  /// body's 8-27 points are cache misses once the grid outgrows the cache.
+  template <MassAssignment A>
+  void interpolate(const SourceView& s, double offset, double weight, const double* field, double* out) const {
+    constexpr int S = support(A);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t slot = r.begin(); slot != r.end(); ++slot) {
+        const std::size_t i = order[slot];
+        const BodyWindow<A> window(s, i, invBox, n, offset);
+        double sum = 0;
+        for (int a = 0; a < S; ++a) {
+          double sumYz = 0;
+          for (int b = 0; b < S; ++b) {
+            const double* row = field + realIndex(window.index[0][a], window.index[1][b], 0);
+            double sumZ = 0;
+            for (int c = 0; c < S; ++c) sumZ += window.w[2].w[c] * row[window.index[2][c]];
+            sumYz += window.w[1].w[b] * sumZ;
+          }
+          sum += window.w[0].w[a] * sumYz;
+        }
+        out[i] += weight * sum;
+      }
+    });
+  }
+
+  /// The finite-difference variant: pull (and potential, unless null) from the potential on the mesh, in one pass.
+  template <MassAssignment A>
+  void interpolateFiniteDifference(const SourceView& s, double offset, double weight, const ForceView& out) const {
+    constexpr int S = support(A);
+    constexpr int D = S + 4;
+    const double* phi = grid.real();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t slot = r.begin(); slot != r.end(); ++slot) {
+        const std::size_t i = order[slot];
+        const BodyWindow<A> window(s, i, invBox, n, offset);
+        // Per axis: the window's weights over the D points first - 2 .. first + S + 1 (0 outside the window), the
+        // difference weights over the same points, and the points wrapped.
+        double w[3][D], c[3][D];
+        int index[3][D];
+        for (int d = 0; d < 3; ++d) {
+          double cd[kMaxGradientSupport];
+          fdGradientWeights(window.w[d], S, invCell, cd);
+          for (int k = 0; k < D; ++k) {
+            w[d][k] = (k >= 2 && k < S + 2) ? window.w[d].w[k - 2] : 0.0;
+            c[d][k] = cd[k];
+            index[d][k] = wrapMeshIndex(window.w[d].first - 2 + k, n);
+          }
+        }
+        double gx = 0, gy = 0, gz = 0, pot = 0;
+        for (int a = 0; a < D; ++a) {
+          double windowSum = 0, gySum = 0, gzSum = 0;  // windowSum serves the potential and the pull along x
+          for (int b = 0; b < D; ++b) {
+            const double* row = phi + realIndex(index[0][a], index[1][b], 0);
+            double wz = 0, cz = 0;
+            for (int k = 2; k < S + 2; ++k) wz += w[2][k] * row[index[2][k]];
+            for (int k = 0; k < D; ++k) cz += c[2][k] * row[index[2][k]];
+            windowSum += w[1][b] * wz;
+            gySum += c[1][b] * wz;
+            gzSum += w[1][b] * cz;
+          }
+          gx += c[0][a] * windowSum;
+          gy += w[0][a] * gySum;
+          gz += w[0][a] * gzSum;
+          pot += w[0][a] * windowSum;
+        }
+        out.ax[i] -= weight * gx;
+        out.ay[i] -= weight * gy;
+        out.az[i] -= weight * gz;
+        if (out.pot != nullptr) out.pot[i] += weight * pot;
+      }
+    });
+  }
+
+  /// One mesh solution with the bodies moved by `offset` cells along each axis, added to out times `weight`.
+  /// Returns the deposited mass.
+  template <MassAssignment A>
+  double addPass(const SourceView& s, const GravityParams& gravity, double offset, double weight,
+                 const ForceView& out) {
+    bin<A>(s, offset);
+    deposit<A>(s, offset);
+    grid.forward();
+    const double totalMass = grid.spectrum()[0].real();  // the k = 0 mode: the deposited mass, sum m_i to rounding
+    applyGreen(gravity.G);
+    if (params.gradient == MeshGradient::fourier) {
+      double* const components[3] = {out.ax, out.ay, out.az};
+      for (int d = 0; d < 3; ++d) {
+        differentiate(d);
+        work->inverse();
+        interpolate<A>(s, offset, weight, work->real(), components[d]);
+      }
+      if (out.pot != nullptr) {
+        grid.inverse();
+        interpolate<A>(s, offset, weight, grid.real(), out.pot);
+      }
+    } else {
+      grid.inverse();
+      interpolateFiniteDifference<A>(s, offset, weight, out);
+    }
+    return totalMass;
+  }
+
+  template <MassAssignment A>
+  void run(const SourceView& s, const GravityParams& gravity, const ForceView& out) {
+    // Interlacing (Hockney & Eastwood 1981 sec. 7-8): a second solution on a mesh moved by half a cell along each
+    // axis, averaged with the first. Their leading aliasing errors have opposite signs and cancel; the grids are
+    // reused, so it costs time (twice the transforms, deposits and interpolations), no memory.
+    const int passes = params.interlace ? 2 : 1;
+    const double weight = 1.0 / passes;
+    double totalMass = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+      const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out);
+      if (pass == 0) totalMass = mass;
+    }
+    if (out.pot != nullptr) {
+      const double rs = params.splitRadius(), L = params.boxSize, G = gravity.G;
+      const double kernelIntegral = shortRangeKernelIntegral(rs, params.cutoffRadius());
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 4096),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                            out.pot[i] += selfPotentialCorrection(G, s.mass[i], totalMass, rs, L, kernelIntegral);
+                          }
+                        });
+    }
+  }
+};
+
+ParticleMesh::ParticleMesh(const MeshParams& params) : impl_(std::make_unique<Impl>(params)) {}
+ParticleMesh::~ParticleMesh() = default;
+ParticleMesh::ParticleMesh(ParticleMesh&&) noexcept = default;
+ParticleMesh& ParticleMesh::operator=(ParticleMesh&&) noexcept = default;
+
+const MeshParams& ParticleMesh::params() const { return impl_->params; }
+
+void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
+  gravity.validate();
+  MATCHA_ASSERT(out.count == sources.count, "ParticleMesh::addLongRange: the output size differs from the sources'");
+  if (sources.count == 0) return;
+  if (sources.count > std::numeric_limits<std::uint32_t>::max()) {
+    throw InputError("particle mesh: at most 2^32 - 1 bodies (got " + std::to_string(sources.count) + ")");
+  }
+  if (impl_->params.assignment == MassAssignment::cic) {
+    impl_->run<MassAssignment::cic>(sources, gravity, out);
+  } else {
+    impl_->run<MassAssignment::tsc>(sources, gravity, out);
+  }
+}
+
+}  // namespace matcha::mesh
