@@ -738,13 +738,7 @@ TEST_F(CudaEngineTest, BodiesAdvancedOnTheGpuGiveTheRunOfPositionsSentBitForBit)
     // in the background (the caller's order kept), and sent where it was built within the call (the caller sorted).
     EXPECT_GE(onDevice, pipeline ? kSteps - 2 : kSteps / 2);
     EXPECT_GE(ahead, kSteps / 2);
-    ASSERT_EQ(sent.id, advanced.id);
-    for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy,
-                              &Particles::vz, &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
-      std::size_t differing = 0;
-      for (std::size_t i = 0; i < sent.size(); ++i) differing += (sent.*member)[i] != (advanced.*member)[i];
-      EXPECT_EQ(differing, 0u) << "bodies whose state differs from the run that sent its positions";
-    }
+    testing::expectSameBodiesBitForBit(sent, advanced, "from the run that sent its positions");
   }
 }
 

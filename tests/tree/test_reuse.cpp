@@ -570,13 +570,7 @@ TEST(AdvanceOnDevice, LaunchesAheadOnTheEnginesOwnCopyGiveTheSameRunBitForBit) {
   // The first three calls build their trees within the call (the first twice: the estimate pass).
   EXPECT_LE(mirror.numMoved(), 4u) << "positions were sent after the first calls";
   EXPECT_EQ(plainEngine.numAdvanced(), 0u);
-  ASSERT_EQ(sent.id, advanced.id);
-  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
-                            &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < sent.size(); ++i) differing += (sent.*member)[i] != (advanced.*member)[i];
-    EXPECT_EQ(differing, 0u) << "bodies whose state differs from the run that sent its positions";
-  }
+  testing::expectSameBodiesBitForBit(sent, advanced, "from the run that sent its positions");
 }
 
 // A caller that moves its bodies otherwise than it said: the engine's copy differs from them, the call is evaluated

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/near_field_engine.hpp"
@@ -18,6 +19,20 @@
 #include "matcha/tree/tree_solver.hpp"
 
 namespace matcha::testing {
+
+/// Expects `actual` to hold the bodies of `expected` in the same order with the same positions, velocities and
+/// accelerations (and potentials, `withPotentials`), bit for bit; `what` names the comparison in failures.
+inline void expectSameBodiesBitForBit(const Particles& expected, const Particles& actual, const std::string& what,
+                                      bool withPotentials = true) {
+  ASSERT_EQ(actual.id, expected.id) << "the bodies' order differs " << what;
+  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
+                            &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
+    if (member == &Particles::pot && !withPotentials) continue;
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) differing += (actual.*member)[i] != (expected.*member)[i];
+    EXPECT_EQ(differing, 0u) << "bodies whose state differs " << what;
+  }
+}
 
 /// Runs `steps` leapfrog steps of a Plummer sphere of n bodies (seed `seed`) with a tree solver of `params` on an
 /// engine from `makeEngine`, checkpointing as often as the solver allows; picks one checkpoint at random (from
@@ -71,13 +86,7 @@ inline void expectBitIdenticalRestart(const std::function<std::unique_ptr<NearFi
   solver.restoreState(savedSolver, saved);
   integrator::runLeapfrog(saved, solver, run, {}, &position);
 
-  ASSERT_EQ(saved.id, full.id) << "the bodies' order differs";
-  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
-                            &Particles::ax, &Particles::ay, &Particles::az}) {
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < full.size(); ++i) differing += (saved.*member)[i] != (full.*member)[i];
-    EXPECT_EQ(differing, 0u) << "bodies whose state differs after the restart";
-  }
+  expectSameBodiesBitForBit(full, saved, "after the restart", /*withPotentials=*/false);
 }
 
 }  // namespace matcha::testing
