@@ -311,10 +311,10 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   // current tree's geometry refitted to exact positions, its walk tree and groups).
   estimate.add("body permutation", n * (sizeof(double) + sizeof(std::uint64_t)));
   if (params.reuse != 1) {
-    // The positions and |a| of the last call from the first call on; from the second, those of the call before and
-    // the scratch of their permutation.
-    std::uint64_t motion = n * 4 * sizeof(double);
-    if (shape.numForceCalls >= 2) motion += n * 5 * sizeof(double);
+    // The positions and accelerations of the last call from the first call on; from the second, those of the call
+    // before and the scratch of their permutation.
+    std::uint64_t motion = n * 6 * sizeof(double);
+    if (shape.numForceCalls >= 2) motion += n * 7 * sizeof(double);
     if (reuse) motion += n * (3 * sizeof(double) + sizeof(float));
     estimate.add("motion history", motion);
   }
