@@ -709,6 +709,26 @@ struct CudaEngine::Impl {
     copyToDevice(buffer.data(), values.data(), values.size());
   }
 
+  /// For setTree, with nothing in flight: large arrays through the page-locked staging buffers (uploadStaged), small
+  /// ones directly. A new tree's topology, order and masses are ~150 MB at 2^22 bodies; copied from pageable memory
+  /// they ran at a fifth of the bus's speed with the GPU idle, as the first call on each tree waits for them. (Not for
+  /// setLists, which may run beside a launch: a third staged piece would wait for the DMA queued behind its kernels.)
+  template <class T>
+  void uploadTreeVector(DeviceBuffer<T>& buffer, const std::vector<T>& values) {
+    buffer.reserve(std::max<std::size_t>(values.size(), 1));
+    uploadFromHost(buffer.data(), values.data(), values.size());
+  }
+
+  template <class T>
+  void uploadFromHost(T* device, const T* host, std::size_t count) {
+    constexpr std::size_t kStagedBytes = std::size_t{1} << 20;
+    if (count * sizeof(T) >= kStagedBytes) {
+      uploadStaged(device, host, count * sizeof(T));
+    } else {
+      copyToDevice(device, host, count);
+    }
+  }
+
   /// Copies `bytes` from host memory to the device through the two page-locked staging buffers in turns: the host
   /// fills one (on all cores) while the DMA of the other runs. Returns when the last piece is queued.
   void uploadStaged(void* device, const void* host, std::size_t bytes) {
@@ -748,15 +768,15 @@ struct CudaEngine::Impl {
     r.quadrupole = topology.multipole == MultipoleOrder::quadrupole;
     r.theta = topology.theta;
     r.cellBodies.reserve(r.numCells);
-    copyToDevice(r.cellBodies.data(), reinterpret_cast<const uint2*>(topology.cellBodies.data()), r.numCells);
+    uploadFromHost(r.cellBodies.data(), reinterpret_cast<const uint2*>(topology.cellBodies.data()), r.numCells);
     r.groupBodies.reserve(r.numGroups);
-    copyToDevice(r.groupBodies.data(), reinterpret_cast<const uint2*>(topology.groups.data()), r.numGroups);
-    uploadVector(r.firstChild, topology.firstChild);
-    uploadVector(r.numChildren, topology.numChildren);
-    uploadVector(r.cellCentre, topology.cellCentre);
-    uploadVector(r.cellHalfSide, topology.cellHalfSide);
-    uploadVector(r.tolerance, topology.relativeTolerance);
-    if (r.gathered) uploadVector(r.order, topology.order);
+    uploadFromHost(r.groupBodies.data(), reinterpret_cast<const uint2*>(topology.groups.data()), r.numGroups);
+    uploadTreeVector(r.firstChild, topology.firstChild);
+    uploadTreeVector(r.numChildren, topology.numChildren);
+    uploadTreeVector(r.cellCentre, topology.cellCentre);
+    uploadTreeVector(r.cellHalfSide, topology.cellHalfSide);
+    uploadTreeVector(r.tolerance, topology.relativeTolerance);
+    if (r.gathered) uploadTreeVector(r.order, topology.order);
     // Masses in the tree's order.
     for (auto* buffer : {&r.x, &r.y, &r.z, &r.mass, &r.outX, &r.outY, &r.outZ, &r.outPot}) buffer->reserve(n);
     if (r.gathered) {
@@ -766,12 +786,12 @@ struct CudaEngine::Impl {
       }
       // The masses through the position gather: outX carries them (callerX may hold the engine's copy of the bodies),
       // y and z land in scratch the first launch overwrites.
-      copyToDevice(r.outX.data(), bodies.mass, n);
+      uploadFromHost(r.outX.data(), bodies.mass, n);
       detail::launchGatherPositions(r.outX.data(), r.outX.data(), r.outX.data(), r.order.data(), r.numBodies,
                                     r.mass.data(), r.y.data(), r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
     } else {
-      copyToDevice(r.mass.data(), bodies.mass, n);
+      uploadFromHost(r.mass.data(), bodies.mass, n);
     }
     for (auto* buffer : {&r.cellX, &r.cellY, &r.cellZ, &r.cellMass, &r.halfExtent, &r.bmax, &r.openingRadius}) {
       buffer->reserve(r.numCells);
@@ -801,7 +821,7 @@ struct CudaEngine::Impl {
       }
     }
     r.numTasks = static_cast<std::uint32_t>(treeTasks.size());
-    uploadVector(r.tasks, treeTasks);
+    uploadTreeVector(r.tasks, treeTasks);
     r.sortedTasks.reserve(std::max<std::uint32_t>(r.numTasks, 1));
     r.taskKeys.reserve(std::max<std::uint32_t>(r.numTasks, 1));
     r.sortedKeys.reserve(std::max<std::uint32_t>(r.numTasks, 1));
