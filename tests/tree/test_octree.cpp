@@ -34,6 +34,33 @@ TEST(MortonKey, InterleavesXLowest) {
   EXPECT_EQ(mortonKey(0x1fffff, 0x1fffff, 0x1fffff), (std::uint64_t{1} << 63) - 1);
 }
 
+// Against the definition, bit by bit: bit k of x, y and z lands at bits 3k, 3k + 1 and 3k + 2, for random coordinates
+// of all 21 bits and for every single bit.
+TEST(MortonKey, MatchesTheBitByBitDefinition) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 random(seed);
+  const auto definition = [](std::uint32_t x, std::uint32_t y, std::uint32_t z) {
+    std::uint64_t key = 0;
+    for (int k = 0; k < kMaxLevel; ++k) {
+      key |= std::uint64_t{(x >> k) & 1u} << (3 * k) | std::uint64_t{(y >> k) & 1u} << (3 * k + 1) |
+             std::uint64_t{(z >> k) & 1u} << (3 * k + 2);
+    }
+    return key;
+  };
+  for (int k = 0; k < kMaxLevel; ++k) {
+    const std::uint32_t bit = 1u << k;
+    EXPECT_EQ(mortonKey(bit, 0, 0), definition(bit, 0, 0)) << "bit " << k;
+    EXPECT_EQ(mortonKey(0, bit, 0), definition(0, bit, 0)) << "bit " << k;
+    EXPECT_EQ(mortonKey(0, 0, bit), definition(0, 0, bit)) << "bit " << k;
+  }
+  for (int i = 0; i < 100000; ++i) {
+    const auto x = static_cast<std::uint32_t>(random() & 0x1fffff), y = static_cast<std::uint32_t>(random() & 0x1fffff),
+               z = static_cast<std::uint32_t>(random() & 0x1fffff);
+    ASSERT_EQ(mortonKey(x, y, z), definition(x, y, z)) << x << " " << y << " " << z;
+  }
+}
+
 // The radix sort gives exactly what std::sort on (key, index) gives: random keys, a clump that shares most leading
 // bits (sorted by the deeper, parallel digits), many equal keys (ties by index), keys already in order, keys nearly in
 // order (the previous step's order), and the tiny cases. The same sorter is reused, as the solver reuses it.
