@@ -131,7 +131,9 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
     block.cell[k] = cell;
     const double spread = tree.comSpread.empty() ? 0.0 : tree.comSpread[cell] * invLength;
     const double b = tree.bmax[cell] * invLength + spread;
-    block.truncation[k] = roundUp(tree.multipoles.mass[cell] * invMass * std::pow(b, power) * kRadiusFactor);
+    // b^2 or b^3 by products (std::pow is a libm call per cell): each rounds by half a unit, far inside kRadiusFactor.
+    const double bPower = power == 3 ? b * b * b : b * b;
+    block.truncation[k] = roundUp(tree.multipoles.mass[cell] * invMass * bPower * kRadiusFactor);
     block.comSpread[k] = roundUp(spread);
     block.laneMask |= 1u << k;
     if (tree.isLeaf(cell)) block.leafMask |= 1u << k;
