@@ -28,8 +28,8 @@ namespace matcha::app {
 
 namespace {
 
-constexpr unsigned kRunOptions =
-    kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics | kTimings | kDryRun;
+constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics |
+                                 kTimings | kDryRun | kPeriodic;
 
 /// --diagnostic-potential auto takes direct sums at outputs up to these sizes: on an H100 a float direct sum of 2^21
 /// bodies takes ~2.4 s (1.85e12 pairs/s), about two tree force calls at that size; on 2 CPU cores one of 2^13 bodies
@@ -40,7 +40,8 @@ constexpr std::size_t kAutoDirectPotentialsMaxBodiesCpu = std::size_t{1} << 13;
 /// Whether the diagnostics take their potentials from a direct sum at each output rather than from the solver.
 /// A direct-summation run's own potentials are already direct.
 bool directOutputPotentials(const Options& options, std::size_t numBodies, bool onGpu) {
-  if (options.solver != SolverKind::tree) return false;
+  // A periodic run's potentials are TreePM's: an open-boundary direct sum would measure another energy.
+  if (options.solver != SolverKind::tree || options.gravity.periodic.enabled()) return false;
   switch (options.diagnosticPotential) {
     case DiagnosticPotential::direct:
       return true;
@@ -216,6 +217,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
 
   io::SnapshotMetadata metadata;
   metadata.parameters = usedParameterList(command);
+  metadata.boxSize = options.integrator.boxSize;
   integrator::Diagnostics initial = resume != nullptr ? resume->initial : integrator::Diagnostics{};
   ProgressLine progress;
   integrator::RunCallbacks callbacks;
@@ -395,6 +397,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
   Particles particles = std::move(checkpoint.snapshot.particles);
   if (run.count("bodies") != particles.size()) throw InputError("--restart: the checkpoint's body count is corrupt");
   options.integrator.tStart = run.scalar("t_start");
+  resolvePeriodicBox(options, checkpoint.snapshot.boxSize, particles.size());
   options.integrator.validate();
   const std::uint64_t numSteps =
       integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
@@ -442,6 +445,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   // The bodies' count and start time from the IC file's header, before the bodies are read.
   const InitialConditionsInfo ic = inspectInitialConditions(options);
   options.integrator.tStart = ic.time;
+  resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
   options.integrator.validate();
   requireWholeStepsFromStart(options);
 

@@ -71,6 +71,9 @@ void IntegratorParams::validate() const {
   }
   if (outputInterval <= 0.0)
     throw InputError("output-interval must be > 0 (got " + std::to_string(outputInterval) + ")");
+  requireFinite(boxSize, "box");
+  if (boxSize < 0.0)
+    throw InputError("box must be > 0, or 0 for open boundaries (got " + std::to_string(boxSize) + ")");
 }
 
 std::string toString(SolverKind kind) { return kind == SolverKind::tree ? "tree" : "direct"; }

@@ -4,6 +4,7 @@
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -174,6 +175,24 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     clock.restart();
   }
   walkAndEvaluate();
+  stats_ = TreeStats{};
+  stats_.numBodies = n;
+  stats_.numCells = tree_.numCells();
+  for (std::size_t c = 0; c < tree_.numCells(); ++c) stats_.numLeaves += tree_.isLeaf(c) ? 1 : 0;
+  stats_.depth = tree_.numLevels() - 1;
+  stats_.numGroups = groups_.size();
+  stats_.meanGroupSize = double(n) / double(groups_.size());
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, groups_.ranges[g].size());
+    stats_.meanListBodies += double(plan_.numListBodies(g));
+    stats_.maxListBodies = std::max(stats_.maxListBodies, plan_.numListBodies(g));
+    stats_.meanListCells += double(plan_.numListCells(g));
+    stats_.maxListCells = std::max(stats_.maxListCells, plan_.numListCells(g));
+  }
+  stats_.meanListBodies /= double(groups_.size());
+  stats_.meanListCells /= double(groups_.size());
+  stats_.numBatches = 1;
+  stats_.estimatePass = report.timings[Phase::estimate] > 0.0;
   report.rebuilt = true;
   report.numGroupsWalked = groups_.size();
   clearUnwantedPotentials(particles);

@@ -91,6 +91,8 @@ struct IntegratorParams {
   /// Wall-clock seconds between checkpoints (`matcha run --restart`), >= 0; 0: at every step where the solver can
   /// save its state. Checkpoints also follow an output when the last is a minute old (or the interval is shorter).
   double checkpointInterval = 900.0;
+  /// Side L of a periodic box, whose drift folds every body back into [0, L)^3; 0: open boundaries, finite and >= 0.
+  double boxSize = 0.0;
 
   void validate() const;
 };

@@ -14,6 +14,7 @@
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
+#include "matcha/tree/tree_solver.hpp"
 
 namespace matcha::tree {
 
@@ -57,6 +58,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   const GravityParams& gravity() const { return gravity_; }
   /// The last call's plan (all groups), for tests.
   const InteractionPlan& lastPlan() const { return plan_; }
+  /// The last call's tree, groups and lists (the reuse fields stay at their defaults: one tree per call).
+  const TreeStats& lastStats() const { return stats_; }
 
  private:
   NearFieldEngine& engine_;
@@ -69,6 +72,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   Octree tree_;
   Groups groups_;
   InteractionPlan plan_;
+  TreeStats stats_;
 };
 
 /// Throws InputError, naming the first offender by id, unless every body lies in [0, boxSize)^3.
