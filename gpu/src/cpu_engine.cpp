@@ -158,6 +158,18 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
   }
 }
 
+/// Writes body i's sums, times G. The pair loops counted the body's own pair when eps > 0 (in the precision they ran
+/// in: a float eps^2 that underflowed to 0 skipped it, hence `selfCounted`); its -m_i/eps comes out here, once.
+[[gnu::always_inline]] inline void storeBodyForces(const SourceView& sources, const GravityParams& gravity,
+                                                   bool selfCounted, std::uint32_t i, double ax, double ay, double az,
+                                                   double pot, const ForceView& out) {
+  out.ax[i] = gravity.G * ax;
+  out.ay[i] = gravity.G * ay;
+  out.az[i] = gravity.G * az;
+  const double self = selfCounted ? selfPairPotential<double>(sources.mass[i], gravity.eps2()) : 0.0;
+  if (out.pot != nullptr) out.pot[i] = gravity.G * (pot - self);
+}
+
 template <class Real>
 [[gnu::always_inline]] inline void evaluateGroup(const SourceView& sources, const GroupWork& work,
                                                  const PackedList<Real>& list, const GravityParams& gravity,
@@ -264,13 +276,7 @@ template <class Real>
       az += tileAz;
       pot += tilePot;
     }
-    out.ax[i] = gravity.G * ax;
-    out.ay[i] = gravity.G * ay;
-    out.az[i] = gravity.G * az;
-    // The loops above counted the body's own pair when eps > 0 (in the precision they ran in: a float eps^2 that
-    // underflowed to 0 skipped it); its -m_i/eps comes out here, once.
-    const double self = eps2 > Real(0) ? selfPairPotential<double>(sources.mass[i], gravity.eps2()) : 0.0;
-    if (out.pot != nullptr) out.pot[i] = gravity.G * (pot - self);
+    storeBodyForces(sources, gravity, eps2 > Real(0), i, ax, ay, az, pot, out);
   }
 }
 
@@ -330,12 +336,7 @@ template <class Real>
       az += tileAz;
       pot += tilePot;
     }
-    out.ax[i] = gravity.G * ax;
-    out.ay[i] = gravity.G * ay;
-    out.az[i] = gravity.G * az;
-    // As evaluateGroup: the self pair counted once (g(0) = 1), its -m_i/eps taken out here.
-    const double self = eps2 > Real(0) ? selfPairPotential<double>(sources.mass[i], gravity.eps2()) : 0.0;
-    if (out.pot != nullptr) out.pot[i] = gravity.G * (pot - self);
+    storeBodyForces(sources, gravity, eps2 > Real(0), i, ax, ay, az, pot, out);  // g(0) = 1: the same self term
   }
 }
 
@@ -343,28 +344,26 @@ template <class Real>
 // the build stays portable (no -march=native) yet uses 8- or 16-wide FMA lanes where the machine has them.
 #define MATCHA_SIMD_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
 
+// One entry point per precision for both flavours: the periodic short range (GravityParams::periodic) or the
+// Newtonian pull.
 MATCHA_SIMD_CLONES void evaluateGroupFloat(const SourceView& sources, const GroupWork& work,
                                            const PackedList<float>& list, const GravityParams& gravity,
                                            const ForceView& out) {
-  evaluateGroup<float>(sources, work, list, gravity, out);
+  if (gravity.periodic.enabled()) {
+    evaluateGroupPeriodic<float>(sources, work, list, gravity, out);
+  } else {
+    evaluateGroup<float>(sources, work, list, gravity, out);
+  }
 }
 
 MATCHA_SIMD_CLONES void evaluateGroupDouble(const SourceView& sources, const GroupWork& work,
                                             const PackedList<double>& list, const GravityParams& gravity,
                                             const ForceView& out) {
-  evaluateGroup<double>(sources, work, list, gravity, out);
-}
-
-MATCHA_SIMD_CLONES void evaluateGroupPeriodicFloat(const SourceView& sources, const GroupWork& work,
-                                                   const PackedList<float>& list, const GravityParams& gravity,
-                                                   const ForceView& out) {
-  evaluateGroupPeriodic<float>(sources, work, list, gravity, out);
-}
-
-MATCHA_SIMD_CLONES void evaluateGroupPeriodicDouble(const SourceView& sources, const GroupWork& work,
-                                                    const PackedList<double>& list, const GravityParams& gravity,
-                                                    const ForceView& out) {
-  evaluateGroupPeriodic<double>(sources, work, list, gravity, out);
+  if (gravity.periodic.enabled()) {
+    evaluateGroupPeriodic<double>(sources, work, list, gravity, out);
+  } else {
+    evaluateGroup<double>(sources, work, list, gravity, out);
+  }
 }
 
 /// Packs and evaluates one group; returns its interactions.
@@ -373,14 +372,8 @@ InteractionCounts evaluateGroupWork(const SourceView& sources, const CellMultipo
                                     PackedList<Real>& list, const GravityParams& gravity, const ForceView& out) {
   const bool periodic = gravity.periodic.enabled();
   packGroupList(sources, cells, work, list, periodic ? gravity.periodic.boxSize : 0.0);
-  if (periodic) {
-    MATCHA_ASSERT(!work.accurateNearPairs, "periodic plans are tree plans (no second pass in double)");
-    if constexpr (std::is_same_v<Real, float>) {
-      evaluateGroupPeriodicFloat(sources, work, list, gravity, out);
-    } else {
-      evaluateGroupPeriodicDouble(sources, work, list, gravity, out);
-    }
-  } else if constexpr (std::is_same_v<Real, float>) {
+  MATCHA_ASSERT(!(periodic && work.accurateNearPairs), "periodic plans are tree plans (no second pass in double)");
+  if constexpr (std::is_same_v<Real, float>) {
     evaluateGroupFloat(sources, work, list, gravity, out);
   } else {
     evaluateGroupDouble(sources, work, list, gravity, out);
