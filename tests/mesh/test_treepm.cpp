@@ -96,7 +96,9 @@ MeshParams defaultMesh(double L, std::size_t numBodies) {
 // Against Ewald.
 
 // The issue's target, p99 <= 1e-3 with the defaults on a clustered box: four Plummer clumps in a background, 2^13
-// bodies, float CPU engine, theta 0.5, quadrupoles, alpha 1e-3, default mesh (40^3), eps 1e-3 L.
+// bodies, float CPU engine, theta 0.5, quadrupoles, alpha 1e-3, default mesh (42^3), eps 1e-3 L. Measured over 20
+// seeds: p50 5.4e-5 - 7.5e-5, p99 2.2e-4 - 8.1e-4 (the mesh alone, with an exact short range: p99 3.0e-4 - 4.4e-4);
+// the bounds leave about twice that.
 /// `p` folded into the box of side L, with TreePM's defaults (eps 1e-3 L) against Ewald on 512 bodies; `name` labels
 /// the recorded percentiles.
 ForceErrorStats defaultTreePmErrors(Particles& p, double L, std::uint64_t seed, const std::string& name,
@@ -129,7 +131,8 @@ TEST(TreePm, ClusteredBoxMatchesEwald) {
   EXPECT_LT(meshStats.p99, 1.5e-3);
 }
 
-// A uniform box, where forces nearly cancel and relative errors are largest (the issue asks for them reported).
+// A uniform box, where forces nearly cancel and relative errors are largest (the issue asks for them reported). 2^13
+// bodies, defaults; measured over 12 seeds: p50 1.7e-4 - 1.9e-4, p99 6.0e-4 - 1.2e-3.
 TEST(TreePm, UniformBoxMatchesEwald) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -219,14 +222,16 @@ TEST(PeriodicWalk, ShortRangeMatchesBruteForce) {
   RecordProperty("default_max", scientific(worst));
   std::printf("short range vs brute force, defaults: p50 %.2e p99 %.2e max %.2e (of the rms short-range pull)\n",
               percentile(treeErrors, 0.5), p99, worst);
-  EXPECT_LT(p99, 1e-3);
-  EXPECT_LT(worst, 1e-2);
+  // Measured over 12 seeds: p99 3.4e-6 - 2.8e-5, max 5.8e-6 - 5.6e-5 of the rms short-range pull.
+  EXPECT_LT(p99, 2e-4);
+  EXPECT_LT(worst, 1e-3);
   // The monopole walk: cells' truncation at their centre of mass is then the only expansion, second order in b / r.
   TreeParams monopole;
   monopole.multipole = MultipoleOrder::monopole;
   const std::vector<double> monopoleErrors = shortRangeErrors(p, gravity, monopole);
   RecordProperty("monopole_p99", scientific(percentile(monopoleErrors, 0.99)));
-  EXPECT_LT(percentile(monopoleErrors, 0.99), 1e-2);
+  std::printf("short range vs brute force, monopoles: p99 %.2e\n", percentile(monopoleErrors, 0.99));
+  EXPECT_LT(percentile(monopoleErrors, 0.99), 3e-4);  // measured 5.9e-6 - 3.0e-5 over 6 seeds
 }
 
 /// GADGET's FORCETEST_TESTFORCELAW for the whole TreePM: one body of mass 1, massless tracers at 48 separations
@@ -287,6 +292,7 @@ TEST(TreePm, ForceLawWithinHalfAPercent) {
   }
   RecordProperty("worst", scientific(worst));
   std::printf("force law: worst |a / a_Ewald - 1| %.2e at r = %.3g L (mesh 32^3, eps 5e-4 L)\n", worst, worstAt);
+  // The issue's 0.5%; measured 3.0e-4 - 9.0e-4 over 24 seeds (the mesh alone: 5.8e-4, README "Particle mesh").
   EXPECT_LT(worst, 5e-3);
 }
 
@@ -316,7 +322,7 @@ TEST(TreePm, BodiesOnTheBoundaryAndInOneOctant) {
   EXPECT_TRUE(p.z[1] >= 0.0 && p.z[1] < L);
   const ForceErrorStats stats = errorsAgainstEwald(p, treePm, gravity, L, 400, seed + 1);
   record("octant", stats);
-  EXPECT_LT(stats.p99, 5e-3);
+  EXPECT_LT(stats.p99, 3e-3);  // measured 2.5e-4 - 1.1e-3 over 12 seeds
   // The corner bodies themselves.
   Particles corners = p;
   treePm.solver->computeForces(corners);
@@ -342,9 +348,9 @@ TEST(TreePm, BodiesOnTheBoundaryAndInOneOctant) {
 // 1e-12 L inside a face (some at an edge or a corner, inside up to three faces at once), then moved 2e-12 L across it,
 // which wrapIntoBox folds to 1e-12 L inside the opposite face. With the short range summed exactly (theta 0.02 on a
 // uniform box lists no cell, as PeriodicWalk checks; double engine) every body's force may change by no more than such
-// a motion changes it (measured 2-6e-10 relative; a lost or doubled image would change it by ~1e-2); with the defaults
-// (cells, float engine) the tree around the crossing bodies changes, and the forces by up to the method's error
-// (measured 2-8e-4).
+// a motion changes it (measured 2.7e-10 - 1.3e-9 relative over 12 seeds; a lost or doubled image would change it by
+// ~1e-2); with the defaults (cells, float engine) the tree around the crossing bodies changes, and the forces by up to
+// the method's error (measured 4.3e-5 - 2.4e-4).
 TEST(TreePm, BodiesCrossingAFaceKeepContinuousForces) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
