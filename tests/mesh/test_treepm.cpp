@@ -24,6 +24,7 @@
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/mirroring_engine.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 
 namespace matcha::mesh {
@@ -407,6 +408,42 @@ TEST(TreePm, BodiesCrossingAFaceKeepContinuousForces) {
               defaultChange);
   EXPECT_LT(exactChange, 1e-8);
   EXPECT_LT(defaultChange, 1e-2);
+}
+
+// What periodic gravity refuses, with one-line InputErrors before any work: an engine without the truncated kernels
+// (the CUDA engine's case; the mirroring test engine does not declare them either), a split whose r_cut reaches half
+// the box, a split that differs from the mesh's, and bodies outside the box.
+TEST(TreePm, RefusesWhatItCannotDo) {
+  MeshParams mesh;
+  mesh.boxSize = 1.0;
+  mesh.grid = 32;
+  GravityParams gravity;
+  gravity.periodic = periodicSplit(mesh);
+  gpu::CpuEngine cpu;
+  testing::MirroringEngine withoutKernels(cpu);
+  try {
+    tree::PeriodicTreeSolver solver(withoutKernels, TreeParams{}, gravity);
+    ADD_FAILURE() << "an engine without periodic kernels was taken";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("CPU engine"), std::string::npos) << error.what();
+    EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+  }
+  EXPECT_THROW(tree::PeriodicTreeSolver(cpu, TreeParams{}, GravityParams{}), InputError);  // no box
+  mesh.grid = 12;  // r_cut = 5.5 * 1.25 / 12 L > L / 2
+  EXPECT_THROW(periodicSplit(mesh), InputError);
+  GravityParams reaching = gravity;
+  reaching.periodic.cutoffRadius = 0.5;
+  EXPECT_THROW(tree::PeriodicTreeSolver(cpu, TreeParams{}, reaching), InputError);
+  mesh.grid = 64;  // the short range split for 32^3, the mesh at 64^3
+  EXPECT_THROW(TreePmSolver(std::make_unique<tree::PeriodicTreeSolver>(cpu, TreeParams{}, gravity), mesh, gravity),
+               InvariantError);
+  tree::PeriodicTreeSolver solver(cpu, TreeParams{}, gravity);
+  for (const double outside : {1.0, -1e-9, 1.5, std::nan("")}) {
+    Particles p = testing::uniformCube(64, 7, 0.5);
+    wrapIntoBox(p, 1.0);
+    p.y[10] = outside;
+    EXPECT_THROW(solver.computeForces(p), InputError) << outside;
+  }
 }
 
 }  // namespace
