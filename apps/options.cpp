@@ -498,6 +498,14 @@ double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t nu
   return box;
 }
 
+gpu::EngineChoice makeRunEngine(const Options& options, EngineKind asked) {
+  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
+  if (options.gravity.periodic.enabled() && asked == EngineKind::automatic) {
+    engine.reason = "CPU engine (periodic gravity: the CUDA engine has no short-range kernels yet)";
+  }
+  return engine;
+}
+
 Particles loadInitialConditions(const Options& options, std::ostream& info) {
   if (!options.icFile.empty()) {
     info << "reading initial conditions from " << options.icFile << "..." << std::endl;

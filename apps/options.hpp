@@ -14,6 +14,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
+#include "matcha/gpu/engine_factory.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 
 namespace matcha::app {
@@ -146,6 +147,10 @@ std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::Ap
 /// wrap), and returns L; else it clears them and returns 0. Throws InputError (one line) for a mesh that cannot be
 /// (a grid out of range, r_cut >= L/2) or periodic gravity with the direct solver.
 double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies);
+
+/// The engine of --engine (gpu::makeEngine); for a periodic run that left the choice to auto (resolvePeriodicBox made
+/// it cpu), the reason says that periodic gravity chose it.
+gpu::EngineChoice makeRunEngine(const Options& options, EngineKind asked);
 
 /// Plummer sphere from -n/--seed, or the bodies of --ic (validated). Prints one line to `info` first ("generating a
 /// 1048576-body Plummer sphere (seed 7)..." or "reading initial conditions from F..."): both can take minutes.
