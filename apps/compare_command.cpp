@@ -22,7 +22,10 @@
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/gpu/ewald.hpp"
 #include "matcha/io/run_folder.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "memory_check.hpp"
 #include "timings.hpp"
@@ -31,7 +34,12 @@ namespace matcha::app {
 
 namespace {
 
-constexpr unsigned kCompareOptions = kBodies | kTree | kTreeSweep | kGravity | kEngine | kJson;
+constexpr unsigned kCompareOptions = kBodies | kTree | kTreeSweep | kGravity | kEngine | kJson | kPeriodic;
+
+/// The Ewald reference of periodic compares: alpha L = 6 and both sums cut at exp(-4.5^2) = 1.6e-9, a 20th of the
+/// default's wave vectors (gpu/ewald.hpp), far below TreePM's 1e-4 errors; the sample's cost is then N x 1,330 wave
+/// vectors plus targets x N nearest images.
+const gpu::EwaldParams kCompareEwald{1.0, 6.0, 4.5};
 
 /// compare's own options, beside the shared ones.
 struct CompareOptions {
@@ -131,6 +139,29 @@ TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, c
   return gatherTargets(copy, sample);
 }
 
+/// The periodic forces on the targets from all N bodies: Ewald summation in double on the CPU (gpu/ewald.hpp).
+TargetForces ewaldOnTargets(const Particles& bodies, const Sample& sample, const GravityParams& gravity, double box) {
+  std::vector<std::uint32_t> targets(sample.numTargets);
+  for (std::uint32_t i = 0; i < bodies.size(); ++i) {
+    const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
+    if (slot != Sample::kNone) targets[slot] = i;
+  }
+  TargetForces forces;
+  for (auto* component : {&forces.ax, &forces.ay, &forces.az}) component->resize(sample.numTargets);
+  gpu::EwaldParams ewald = kCompareEwald;
+  ewald.boxSize = box;
+  gpu::evaluateEwald(bodies.sources(), gravity, ewald, targets,
+                     ForceView{forces.ax.data(), forces.ay.data(), forces.az.data(), nullptr, sample.numTargets});
+  return forces;
+}
+
+/// What a compared solver's tree looked like: the open-boundary tree solver's, or TreePM's short range's.
+tree::TreeStats treeStatsOf(ForceSolver& solver) {
+  if (auto* open = dynamic_cast<tree::TreeSolver*>(&solver)) return open->lastStats();
+  auto& treePm = dynamic_cast<mesh::TreePmSolver&>(solver);
+  return dynamic_cast<tree::PeriodicTreeSolver&>(treePm.shortRange()).lastStats();
+}
+
 /// The double-precision direct-summation engine the errors are measured against: `cpu-double` (the CPU oracle),
 /// `gpu-double` (the CUDA engine in double, far faster at large N; InputError where there is none) or `auto`
 /// (gpu-double when the CUDA engine is built and a device is present, else cpu-double).
@@ -200,7 +231,8 @@ std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::s
   return csv.str();
 }
 
-void printTable(const std::vector<Row>& rows, const ForceErrorStats& directError, std::size_t numBodies) {
+void printTable(const std::vector<Row>& rows, const ForceErrorStats& directError, std::size_t numBodies,
+                bool directRow) {
   std::printf("relative force error |a - a_ref| / |a_ref|; interactions per body; list lengths per group\n");
   std::printf("  %-9s %5s %5s  %10s %10s %10s %10s %10s %10s %10s %14s %14s %8s\n", "multipole", "theta", "ncrit",
               "median", "90%", "99%", "max", "body-body", "body-cell", "total", "bodies mn/max", "cells mn/max",
@@ -217,11 +249,13 @@ void printTable(const std::vector<Row>& rows, const ForceErrorStats& directError
                 row.error.p90, row.error.p99, row.error.max, perBody(counts.bodyBody, numBodies),
                 perBody(counts.bodyCell, numBodies), perBody(counts.total(), numBodies), bodies, cells, row.seconds);
   }
+  if (!directRow) return;
   std::printf("  %-22s %10.3e %10.3e %10.3e %10.3e %10.0f   (E_max, Chamomile)\n", "direct (same engine)",
               directError.median, directError.p90, directError.p99, directError.max, double(numBodies));
 }
 
-int compareSolvers(const Options& options, const CompareOptions& compare) {
+int compareSolvers(const Options& given, const CompareOptions& compare) {
+  Options options = given;
   validateOptions(options, kCompareOptions);
   const std::vector<TreeParams> sweep = treeSweep(options);
   if (compare.sample < 0) throw InputError("--sample must be >= 0 (got " + std::to_string(compare.sample) + ")");
@@ -238,15 +272,19 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
     throw InputError("--sample " + std::to_string(compare.sample) + " is more than the " +
                      std::to_string(ic.numBodies) + " bodies");
   }
+  // With a periodic box (--box, or the --ic file's): TreePM against Ewald instead of the tree against direct sums.
+  const double box = resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
+  const bool periodic = box > 0.0;
   requireBodiesFit(ic.numBodies);
   Particles bodies = loadInitialConditions(options, info);
   gpu::requireFloatRange(bodies, options.gravity);  // as `matcha run`: huge eps or coordinates are refused up front
   const std::size_t n = bodies.size();
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // see Sample
   const Sample sample = drawSample(n, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
-  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
-  std::string referenceKind;  // made first, so that an unusable --reference fails before the long runs
-  const std::unique_ptr<NearFieldEngine> oracle = makeReferenceEngine(compare.reference, referenceKind);
+  gpu::EngineChoice engine = makeRunEngine(options, given.engine);
+  std::string referenceKind = "ewald";  // made first, so that an unusable --reference fails before the long runs
+  const std::unique_ptr<NearFieldEngine> oracle =
+      periodic ? nullptr : makeReferenceEngine(compare.reference, referenceKind);
   info << "matcha compare: " << n << " bodies, errors on "
        << (sample.all() ? "all of them" : std::to_string(sample.numTargets) + " drawn at random") << ", "
        << sweep.size() << " tree configuration(s); engine: " << engine.reason << std::endl;
@@ -254,32 +292,49 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
   std::vector<Row> rows;
   std::vector<TargetForces> treeForces;
   for (const TreeParams& params : sweep) {
-    tree::TreeSolver solver(*engine.engine, params, options.gravity);
+    Options configuration = options;
+    configuration.tree = params;
+    const std::unique_ptr<ForceSolver> solver = makeSolver(configuration, *engine.engine);
     // The untimed first call takes the first-touch allocations, and sorts `bodies` along the Morton curve (the same
     // order for every configuration), which the direct sums below rely on for compact blocks.
-    solver.computeForces(bodies);
+    solver->computeForces(bodies);
     Row row;
     row.params = params;
     Stopwatch clock;
-    row.report = solver.computeForces(bodies);
+    row.report = solver->computeForces(bodies);
     row.seconds = clock.seconds();
-    row.stats = solver.lastStats();
+    row.stats = treeStatsOf(*solver);
     treeForces.push_back(gatherTargets(bodies, sample));
     rows.push_back(row);
-    info << solver.describe() << ": " << row.seconds << " s" << std::endl;
+    info << solver->describe() << ": " << row.seconds << " s" << std::endl;
   }
 
   const std::string targets = sample.all() ? "all " + std::to_string(n) + " bodies"
                                            : std::to_string(sample.numTargets) + " bodies drawn at random (seed " +
                                                  std::to_string(compare.sampleSeed) + ") from all " +
                                                  std::to_string(n) + " sources";
-  info << "direct summation on " << engine.engine->name() << " onto " << targets << "..." << std::endl;
   Stopwatch clock;
-  const TargetForces direct = directOnTargets(*engine.engine, bodies, sample, options.gravity);
-  const double directSeconds = clock.seconds();
-  info << "reference (" << referenceKind << "): direct summation in double on " << oracle->name() << "..." << std::endl;
-  clock.restart();
-  const TargetForces reference = directOnTargets(*oracle, bodies, sample, options.gravity);
+  TargetForces direct, reference;
+  double directSeconds = 0.0;
+  std::string referenceText;
+  if (periodic) {
+    char boxText[32];
+    std::snprintf(boxText, sizeof boxText, "%.9g", box);
+    referenceText = std::string("Ewald summation in double on the CPU (alpha L 6, sums cut at exp(-20)), box ") +
+                    boxText + ", onto " + targets;
+    info << "reference: " << referenceText << "..." << std::endl;
+    reference = ewaldOnTargets(bodies, sample, options.gravity, box);
+    direct = reference;  // no periodic direct sum: its row reads 0
+  } else {
+    info << "direct summation on " << engine.engine->name() << " onto " << targets << "..." << std::endl;
+    direct = directOnTargets(*engine.engine, bodies, sample, options.gravity);
+    directSeconds = clock.seconds();
+    referenceText = "direct summation, double precision, " + oracle->name() + ", onto " + targets;
+    info << "reference (" << referenceKind << "): direct summation in double on " << oracle->name() << "..."
+         << std::endl;
+    clock.restart();
+    reference = directOnTargets(*oracle, bodies, sample, options.gravity);
+  }
   const double referenceSeconds = clock.seconds();
 
   for (std::size_t k = 0; k < rows.size(); ++k) {
@@ -300,9 +355,10 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
                            {"alpha", options.tree.alpha},
                            {"eps", options.gravity.eps},
                            {"engine", engine.engine->name()},
-                           {"reference", "direct summation, double precision, " + oracle->name() + ", onto " + targets},
+                           {"reference", referenceText},
+                           {"box", box},
                            {"reference_kind", referenceKind},
-                           {"direct_error", toJson(directError)},
+                           {"direct_error", periodic ? nlohmann::json(nullptr) : toJson(directError)},
                            {"tree",
                             {{"cells", stats.numCells},
                              {"leaves", stats.numLeaves},
@@ -319,15 +375,18 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
   std::printf("\nN %zu  ncrit %u  nleaf %u  alpha %g%s  eps %g  engine %s\n", n, options.tree.ncrit, options.tree.nleaf,
               options.tree.alpha, options.tree.alpha > 0.0 ? "" : " (theta alone)", options.gravity.eps,
               engine.engine->name().c_str());
-  std::printf("reference (%s): direct summation in double on %s, onto %s\n\n", referenceKind.c_str(),
-              oracle->name().c_str(), targets.c_str());
-  printTable(rows, directError, n);
+  std::printf("reference (%s): %s\n", referenceKind.c_str(), referenceText.c_str());
+  if (periodic) {
+    std::printf("periodic: %s\n", makeSolver(options, *engine.engine)->describe().c_str());
+  }
+  std::printf("\n");
+  printTable(rows, directError, n, !periodic);
   std::printf("\ntree: %llu cells (%llu leaves), depth %d, %llu groups of %.1f bodies (max %llu)\n",
               static_cast<unsigned long long>(stats.numCells), static_cast<unsigned long long>(stats.numLeaves),
               stats.depth, static_cast<unsigned long long>(stats.numGroups), stats.meanGroupSize,
               static_cast<unsigned long long>(stats.maxGroupSize));
-  std::printf("time: direct %.3f s, double reference %.3f s (onto %zu bodies); tree per row, the second of two calls\n",
-              directSeconds, referenceSeconds, sample.numTargets);
+  std::printf("time: direct %.3f s, %s reference %.3f s (onto %zu bodies); tree per row, the second of two calls\n",
+              directSeconds, periodic ? "Ewald" : "double", referenceSeconds, sample.numTargets);
   if (!compare.csvPath.empty()) std::printf("rows written to %s\n", compare.csvPath.c_str());
   return 0;
 }
@@ -336,7 +395,9 @@ int compareSolvers(const Options& options, const CompareOptions& compare) {
 
 std::function<int()> addCompareCommand(CLI::App& parent, Options& options) {
   CLI::App* command =
-      parent.add_subcommand("compare", "tree forces vs direct summation: error percentiles per tree configuration");
+      parent.add_subcommand("compare",
+                            "tree forces vs direct summation (TreePM vs Ewald with a periodic box): error "
+                            "percentiles per tree configuration");
   addOptions(*command, options, kCompareOptions);
   auto compare = std::make_shared<CompareOptions>();
   command

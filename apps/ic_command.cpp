@@ -20,12 +20,17 @@ std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
   addBodiesOption(*command, options.numBodies, "number of bodies");
   addSeedOption(*command, "--seed", options.seed, "random seed, 0 to 2^64 - 1");
   command->add_option("--out", options.outPath, "output file (HDF5, GADGET layout)")->capture_default_str();
+  addBoxOption(*command, options.box,
+               "a periodic box of side L: the sphere is centred in it, its outliers folded back into [0, L)^3, and the "
+               "file records BoxSize L (runs from it are periodic)");
   return [command, &options] {
     validateOptions(options, kBodies);
     if (options.outPath.empty()) throw InputError("--out: the output file must be named (got an empty string)");
     requireBodiesFit(static_cast<std::uint64_t>(options.numBodies), false);
+    options.integrator.boxSize = options.box;
     const Particles particles = loadInitialConditions(options, std::cout);
     io::SnapshotMetadata metadata;
+    metadata.boxSize = options.box;
     metadata.parameters = usedParameterList(*command);
     io::SnapshotWriteOptions writeOptions;
     writeOptions.includeForces = false;

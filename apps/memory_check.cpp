@@ -14,6 +14,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/memory_model.hpp"
 #include "matcha/integrator/run_loop.hpp"
+#include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/tree/memory_estimate.hpp"
 
 namespace matcha::app {
@@ -170,6 +171,9 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
     estimate.add("bodies", n * kBytesPerBody);
     estimate.add("Hilbert sort", n * (2 * sizeof(std::uint64_t) + 2 * 16 + sizeof(std::uint32_t) + sizeof(double)));
   }
+  // Periodic runs: the mesh's grids. The tree's part above is modelled on open-boundary lists, which the short range's
+  // (cut at r_cut) never exceed.
+  if (options.gravity.periodic.enabled()) estimate.add("particle mesh", mesh::meshMemoryBytes(options.mesh, n));
   if (options.solver == SolverKind::direct || directPotentials) gpu::addEngineDirectMemory(n, onGpu, estimate);
   // Direct potentials at outputs take the accelerations into scratch arrays (run_command.cpp: DirectPotentials).
   if (directPotentials) estimate.add("direct potentials' scratch", n * 3 * sizeof(double));

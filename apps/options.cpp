@@ -13,6 +13,8 @@
 #include "matcha/core/version.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 
 namespace matcha::app {
 
@@ -84,6 +86,26 @@ std::string trim(const std::string& text) {
 }
 
 }  // namespace
+
+CLI::Option* addBoxOption(CLI::App& command, double& target, const std::string& description) {
+  return command.add_option("--box", target, description)
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            double value = 0.0;
+            try {
+              std::size_t used = 0;
+              value = std::stod(text, &used);
+              if (used != text.size()) return "must be a number (got '" + text + "')";
+            } catch (const std::exception&) {
+              return "must be a number (got '" + text + "')";
+            }
+            if (!std::isfinite(value) || !(value > 0.0)) {
+              return "must be a finite box side > 0 (got " + text + "); --open runs without a box";
+            }
+            return std::string();
+          },
+          "L"));
+}
 
 void addOptions(CLI::App& command, Options& options, unsigned sets) {
   // Later values win, so the command line (parsed after the config file's arguments) overrides the file.
@@ -178,6 +200,22 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     command.add_flag(
         "--timings", options.timings,
         "print where the time goes: a line per output and, at the end, a table of the force call's phases");
+  }
+  if (sets & kPeriodic) {
+    CLI::Option* box = addBoxOption(command, options.box,
+                                    "periodic box of side L, bodies in [0, L)^3: TreePM gravity (the tree's short "
+                                    "range on the CPU engine + a particle mesh); an --ic file that records a box runs "
+                                    "periodic without it");
+    command.add_flag("--open", options.open, "open boundaries, also for an --ic file that records a periodic box")
+        ->excludes(box);
+    command
+        .add_option("--pm-grid", options.pmGrid,
+                    "periodic: mesh points per side, " + std::to_string(mesh::kMinGrid) + " to " +
+                        std::to_string(mesh::kMaxGrid) + "; default: 2 N^(1/3) rounded up to an FFT-friendly size")
+        ->check(CLI::Range(mesh::kMinGrid, mesh::kMaxGrid));
+    addWordOption(command, "--pm-assignment", options.mesh.assignment,
+                  {mesh::MassAssignment::tsc, mesh::MassAssignment::cic},
+                  "periodic: the mesh's mass assignment window (tsc: 0.5% force law; cic: cheaper, ~1%)");
   }
   if (sets & kDryRun) {
     command.add_flag("--dry-run", options.dryRun,
@@ -434,7 +472,38 @@ InitialConditionsInfo inspectInitialConditions(const Options& options) {
   }
   info.numBodies = snapshot.numBodies;
   info.time = snapshot.time;
+  info.boxSize = snapshot.boxSize;
   return info;
+}
+
+double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies) {
+  const double box = options.open ? 0.0 : options.box > 0.0 ? options.box : fileBoxSize;
+  options.gravity.periodic = PeriodicSplit{};
+  options.integrator.boxSize = 0.0;
+  if (!(box > 0.0)) return 0.0;
+  if (options.solver == SolverKind::direct) {
+    throw InputError(
+        "periodic gravity needs the tree solver (its reference is `matcha compare`'s Ewald sum), not "
+        "--solver direct");
+  }
+  options.mesh.boxSize = box;
+  options.mesh.grid = options.pmGrid > 0 ? options.pmGrid : mesh::defaultPmGrid(numBodies, options.mesh);
+  options.gravity.periodic = mesh::periodicSplit(options.mesh);
+  options.integrator.boxSize = box;
+  // One tree per call (tree/periodic_tree_solver.hpp says why): the memory estimate is then sized for that.
+  options.tree.reuse = 1;
+  // The short range runs on the CPU engine only for now (the CUDA engine has no truncated kernels): auto picks it,
+  // an explicit --engine cuda is refused by the solver with a one-line error.
+  if (options.engine == EngineKind::automatic) options.engine = EngineKind::cpu;
+  return box;
+}
+
+gpu::EngineChoice makeRunEngine(const Options& options, EngineKind asked) {
+  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
+  if (options.gravity.periodic.enabled() && asked == EngineKind::automatic) {
+    engine.reason = "CPU engine (periodic gravity: the CUDA engine has no short-range kernels yet)";
+  }
+  return engine;
 }
 
 Particles loadInitialConditions(const Options& options, std::ostream& info) {
@@ -442,13 +511,28 @@ Particles loadInitialConditions(const Options& options, std::ostream& info) {
     info << "reading initial conditions from " << options.icFile << "..." << std::endl;
     io::Snapshot snapshot = asBadInput([&] { return io::readSnapshot(options.icFile); });
     snapshot.particles.validate();
+    if (options.integrator.boxSize > 0.0) {
+      try {
+        tree::requireInsideBox(snapshot.particles, options.integrator.boxSize);
+      } catch (const InputError& error) {
+        throw InputError("--ic " + options.icFile + ": " + error.what());
+      }
+    }
     return std::move(snapshot.particles);
   }
   ic::PlummerParams plummer;
   plummer.numBodies = static_cast<std::size_t>(options.numBodies);
   plummer.seed = options.seed;
-  info << "generating a " << options.numBodies << "-body Plummer sphere (seed " << options.seed << ")..." << std::endl;
-  return ic::makePlummer(plummer);
+  info << "generating a " << options.numBodies << "-body Plummer sphere (seed " << options.seed << ")"
+       << (options.integrator.boxSize > 0.0 ? ", centred in the periodic box" : "") << "..." << std::endl;
+  Particles particles = ic::makePlummer(plummer);
+  if (const double box = options.integrator.boxSize; box > 0.0) {
+    for (auto* coordinate : {&particles.x, &particles.y, &particles.z}) {
+      for (double& value : *coordinate) value += 0.5 * box;
+    }
+    wrapIntoBox(particles, box);
+  }
+  return particles;
 }
 
 }  // namespace matcha::app
@@ -470,6 +554,11 @@ std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine&
       particles.permute(tree::sortByKey(keys));
     };
     return std::make_unique<gpu::DirectSolver>(engine, options.gravity, std::move(hilbertOrder));
+  }
+  if (options.gravity.periodic.enabled()) {
+    // TreePM: the tree's short range and the mesh split the force at the same r_s (resolvePeriodicBox set both).
+    auto shortRange = std::make_unique<tree::PeriodicTreeSolver>(engine, options.tree, options.gravity);
+    return std::make_unique<mesh::TreePmSolver>(std::move(shortRange), options.mesh, options.gravity);
   }
   return std::make_unique<tree::TreeSolver>(engine, options.tree, options.gravity);
 }

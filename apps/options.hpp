@@ -14,6 +14,8 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
+#include "matcha/gpu/engine_factory.hpp"
+#include "matcha/mesh/particle_mesh.hpp"
 
 namespace matcha::app {
 
@@ -45,6 +47,12 @@ struct Options {
   bool overwrite = false;       ///< --overwrite (run): remove another run's files from --out first
   std::string commandLine;      ///< the arguments as given (main), for the run folder's RUNNING marker
   std::string restartDir;       ///< --restart (run): the run folder whose newest checkpoint the run continues
+  // Periodic TreePM (kPeriodic). resolvePeriodicBox turns them into mesh and gravity.periodic for the bodies at hand.
+  double box = 0.0;   ///< --box: side L of the periodic box, > 0; 0: not given (an --ic file's own box applies)
+  bool open = false;  ///< --open: open boundaries, also for an --ic file that records a periodic box
+  int pmGrid = 0;     ///< --pm-grid: mesh points per side; 0: mesh::defaultPmGrid(N)
+  mesh::MeshParams
+      mesh;  ///< the mesh of a periodic run (boxSize, grid set by resolvePeriodicBox; assignment by --pm-assignment)
 };
 
 /// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.
@@ -63,6 +71,7 @@ enum OptionSet : unsigned {
   kDiagnostics = 1u << 8,  // --diagnostic-potential
   kTimings = 1u << 9,      // --timings
   kDryRun = 1u << 10,      // --dry-run
+  kPeriodic = 1u << 11,    // --box, --open, --pm-grid, --pm-assignment
 };
 
 /// "matcha 0.1.0 (git <commit>)", with ", modified" when the build's tracked files differed from the commit, or
@@ -84,6 +93,9 @@ CLI::Option* addBodiesOption(CLI::App& command, std::int64_t& target, const std:
 /// (CLI11 would wrap or round them onto seeds that another spelling also gives).
 void addSeedOption(CLI::App& command, const std::string& name, std::uint64_t& target, const std::string& description);
 
+/// --box bound to `target`: a finite number > 0, else a one-line parse error (exit 2).
+CLI::Option* addBoxOption(CLI::App& command, double& target, const std::string& description);
+
 /// Validates every parameter that `command` takes; throws InputError with a one-line message. With kIntegrator, an
 /// output interval must be a whole number of steps (the message names the nearest valid values).
 void validateOptions(const Options& options, unsigned sets);
@@ -91,7 +103,8 @@ void validateOptions(const Options& options, unsigned sets);
 /// The bodies a command will load, known before they are allocated.
 struct InitialConditionsInfo {
   std::uint64_t numBodies = 0;
-  double time = 0.0;  ///< the IC file's /Header Time; 0 for a Plummer sphere
+  double time = 0.0;     ///< the IC file's /Header Time; 0 for a Plummer sphere
+  double boxSize = 0.0;  ///< the IC file's periodic box (io::SnapshotInfo::boxSize); 0 for open or a Plummer sphere
 };
 
 /// -n, or the body count and time of --ic read from the file without its bodies. Throws InputError when the count
@@ -128,8 +141,22 @@ std::string usedParameters(const CLI::App& command);
 /// The same parameters as (key, value) pairs, for snapshot headers.
 std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::App& command);
 
+/// The periodic box of a run on `numBodies` bodies whose --ic file records `fileBoxSize` (0: open, or no file): --open
+/// gives 0, --box its L, else the file's box. For a periodic box it sets options.mesh (boxSize, and grid: --pm-grid,
+/// or mesh::defaultPmGrid), options.gravity.periodic (the matching split), options.integrator.boxSize (the drift's
+/// wrap), and returns L; else it clears them and returns 0. Throws InputError (one line) for a mesh that cannot be
+/// (a grid out of range, r_cut >= L/2) or periodic gravity with the direct solver.
+double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies);
+
+/// The engine of --engine (gpu::makeEngine); for a periodic run that left the choice to auto (resolvePeriodicBox made
+/// it cpu), the reason says that periodic gravity chose it.
+gpu::EngineChoice makeRunEngine(const Options& options, EngineKind asked);
+
 /// Plummer sphere from -n/--seed, or the bodies of --ic (validated). Prints one line to `info` first ("generating a
 /// 1048576-body Plummer sphere (seed 7)..." or "reading initial conditions from F..."): both can take minutes.
+/// With a periodic box (options.integrator.boxSize > 0): the Plummer sphere is centred in the box and its few outliers
+/// beyond it folded back in (wrapIntoBox), while an --ic file's bodies must already lie in [0, L)^3, else InputError
+/// naming the first one outside (a file is data to keep as it is: its bodies are not moved without a word).
 Particles loadInitialConditions(const Options& options, std::ostream& info);
 
 }  // namespace matcha::app

@@ -28,8 +28,8 @@ namespace matcha::app {
 
 namespace {
 
-constexpr unsigned kRunOptions =
-    kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics | kTimings | kDryRun;
+constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics |
+                                 kTimings | kDryRun | kPeriodic;
 
 /// --diagnostic-potential auto takes direct sums at outputs up to these sizes: on an H100 a float direct sum of 2^21
 /// bodies takes ~2.4 s (1.85e12 pairs/s), about two tree force calls at that size; on 2 CPU cores one of 2^13 bodies
@@ -40,7 +40,8 @@ constexpr std::size_t kAutoDirectPotentialsMaxBodiesCpu = std::size_t{1} << 13;
 /// Whether the diagnostics take their potentials from a direct sum at each output rather than from the solver.
 /// A direct-summation run's own potentials are already direct.
 bool directOutputPotentials(const Options& options, std::size_t numBodies, bool onGpu) {
-  if (options.solver != SolverKind::tree) return false;
+  // A periodic run's potentials are TreePM's: an open-boundary direct sum would measure another energy.
+  if (options.solver != SolverKind::tree || options.gravity.periodic.enabled()) return false;
   switch (options.diagnosticPotential) {
     case DiagnosticPotential::direct:
       return true;
@@ -216,6 +217,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
 
   io::SnapshotMetadata metadata;
   metadata.parameters = usedParameterList(command);
+  metadata.boxSize = options.integrator.boxSize;
   integrator::Diagnostics initial = resume != nullptr ? resume->initial : integrator::Diagnostics{};
   ProgressLine progress;
   integrator::RunCallbacks callbacks;
@@ -370,6 +372,7 @@ int runGuarded(const std::filesystem::path& outDir, const std::function<int()>& 
 /// (main.cpp reads DIR/used_parameters.toml as the config file); the bodies, their forces, the step and the
 /// solver's state come from the checkpoint.
 int resumeSimulation(const CLI::App& command, Options options) {
+  const EngineKind askedEngine = options.engine;
   const std::filesystem::path dir = options.restartDir;
   options.outPath = dir.string();
   options.icFile.clear();  // the bodies come from the checkpoint
@@ -395,6 +398,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
   Particles particles = std::move(checkpoint.snapshot.particles);
   if (run.count("bodies") != particles.size()) throw InputError("--restart: the checkpoint's body count is corrupt");
   options.integrator.tStart = run.scalar("t_start");
+  resolvePeriodicBox(options, checkpoint.snapshot.boxSize, particles.size());
   options.integrator.validate();
   const std::uint64_t numSteps =
       integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
@@ -413,7 +417,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
                      " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
   }
   gpu::requireFloatRange(particles, options.gravity);
-  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
+  gpu::EngineChoice engine = makeRunEngine(options, askedEngine);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
@@ -442,6 +446,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   // The bodies' count and start time from the IC file's header, before the bodies are read.
   const InitialConditionsInfo ic = inspectInitialConditions(options);
   options.integrator.tStart = ic.time;
+  resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
   options.integrator.validate();
   requireWholeStepsFromStart(options);
 
@@ -450,7 +455,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   requireBodiesFit(ic.numBodies);
   Particles particles = loadInitialConditions(options, info);
   gpu::requireFloatRange(particles, options.gravity);
-  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
+  gpu::EngineChoice engine = makeRunEngine(options, given.engine);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);

@@ -18,6 +18,26 @@ void GravityParams::validate() const {
   requireFinite(eps, "eps");
   if (G <= 0.0) throw InputError("G must be > 0");
   if (eps < 0.0) throw InputError("eps must be >= 0 (got " + std::to_string(eps) + ")");
+  periodic.validate();
+}
+
+void PeriodicSplit::validate() const {
+  if (!enabled()) return;
+  requireFinite(boxSize, "box size");
+  if (boxSize < 0.0) throw InputError("box size must be > 0 (got " + std::to_string(boxSize) + ")");
+  requireFinite(splitRadius, "split radius");
+  requireFinite(cutoffRadius, "cutoff radius");
+  if (!(splitRadius > 0.0 && cutoffRadius >= splitRadius)) {
+    throw InputError("the periodic split needs 0 < r_s <= r_cut (got r_s " + std::to_string(splitRadius) + ", r_cut " +
+                     std::to_string(cutoffRadius) + ")");
+  }
+  if (!(cutoffRadius < 0.5 * boxSize)) {
+    std::ostringstream message;
+    message << std::setprecision(6) << "the short-range cutoff r_cut = " << cutoffRadius
+            << " must be below half the box (" << 0.5 * boxSize
+            << "): use a finer mesh (--pm-grid) or a smaller a_smooth or cutoff factor";
+    throw InputError(message.str());
+  }
 }
 
 void TreeParams::validate() const {
@@ -51,6 +71,9 @@ void IntegratorParams::validate() const {
   }
   if (outputInterval <= 0.0)
     throw InputError("output-interval must be > 0 (got " + std::to_string(outputInterval) + ")");
+  requireFinite(boxSize, "box");
+  if (boxSize < 0.0)
+    throw InputError("box must be > 0, or 0 for open boundaries (got " + std::to_string(boxSize) + ")");
 }
 
 std::string toString(SolverKind kind) { return kind == SolverKind::tree ? "tree" : "direct"; }

@@ -42,4 +42,20 @@ void Particles::validate() const {
   }
 }
 
+double wrapIntoBox(double x, double boxSize) {
+  if (x >= 0.0 && x < boxSize) return x + 0.0;  // + 0.0: -0.0 becomes +0.0, every other value stays
+  if (!std::isfinite(x)) return x;
+  const double wrapped = x - boxSize * std::floor(x / boxSize);
+  // floor of a quotient that rounded up leaves a tiny negative remainder; one that rounded down leaves L itself.
+  return wrapped >= 0.0 && wrapped < boxSize ? wrapped + 0.0 : 0.0;
+}
+
+void wrapIntoBox(Particles& particles, double boxSize) {
+  for (std::size_t i = 0; i < particles.size(); ++i) {
+    particles.x[i] = wrapIntoBox(particles.x[i], boxSize);
+    particles.y[i] = wrapIntoBox(particles.y[i], boxSize);
+    particles.z[i] = wrapIntoBox(particles.z[i], boxSize);
+  }
+}
+
 }  // namespace matcha

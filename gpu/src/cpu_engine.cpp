@@ -105,9 +105,9 @@ GroupWork groupWork(const InteractionPlan& plan, std::size_t group) {
   return work;
 }
 
-template <class Real>
-void packGroupList(const SourceView& sources, const CellMultipoles& cells, const GroupWork& work,
-                   PackedList<Real>& list) {
+template <class Real, class Offset>
+void packGroupListAs(const SourceView& sources, const CellMultipoles& cells, const GroupWork& work,
+                     PackedList<Real>& list, Offset offset) {
   const double cx = work.centre[0];
   const double cy = work.centre[1];
   const double cz = work.centre[2];
@@ -119,18 +119,20 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
   std::size_t k = 0;
   for (const BodyRange& range : work.ranges) {
     for (std::uint32_t j = range.first; j < range.last; ++j, ++k) {
-      list.setSource(k, sources.x[j] - cx, sources.y[j] - cy, sources.z[j] - cz, sources.mass[j]);
+      list.setSource(k, offset(sources.x[j] - cx), offset(sources.y[j] - cy), offset(sources.z[j] - cz),
+                     sources.mass[j]);
     }
   }
   std::size_t q = 0;
   for (const std::uint32_t cell : work.cells) {
     if (!quadrupole) {
-      list.setSource(k++, cells.x[cell] - cx, cells.y[cell] - cy, cells.z[cell] - cz, cells.mass[cell]);
+      list.setSource(k++, offset(cells.x[cell] - cx), offset(cells.y[cell] - cy), offset(cells.z[cell] - cz),
+                     cells.mass[cell]);
       continue;
     }
-    list.cellX[q] = static_cast<Real>(cells.x[cell] - cx);
-    list.cellY[q] = static_cast<Real>(cells.y[cell] - cy);
-    list.cellZ[q] = static_cast<Real>(cells.z[cell] - cz);
+    list.cellX[q] = static_cast<Real>(offset(cells.x[cell] - cx));
+    list.cellY[q] = static_cast<Real>(offset(cells.y[cell] - cy));
+    list.cellZ[q] = static_cast<Real>(offset(cells.z[cell] - cz));
     list.cellMass[q] = static_cast<Real>(cells.mass[cell]);
     list.qxx[q] = static_cast<Real>(cells.qxx[cell]);
     list.qyy[q] = static_cast<Real>(cells.qyy[cell]);
@@ -141,6 +143,31 @@ void packGroupList(const SourceView& sources, const CellMultipoles& cells, const
     list.trace[q] = static_cast<Real>(cells.trace[cell]);
     ++q;
   }
+}
+
+/// Packs a group's list relative to its centre; with `boxSize` > 0 (periodic) each source at the nearest image of its
+/// offset, so that the float coordinates stay within half a box of the centre.
+template <class Real>
+void packGroupList(const SourceView& sources, const CellMultipoles& cells, const GroupWork& work,
+                   PackedList<Real>& list, double boxSize = 0.0) {
+  if (boxSize > 0.0) {
+    const auto image = [&](double d) { return nearestImage(d, boxSize); };
+    packGroupListAs(sources, cells, work, list, image);
+  } else {
+    packGroupListAs(sources, cells, work, list, [](double d) { return d; });
+  }
+}
+
+/// Writes body i's sums, times G. The pair loops counted the body's own pair when eps > 0 (in the precision they ran
+/// in: a float eps^2 that underflowed to 0 skipped it, hence `selfCounted`); its -m_i/eps comes out here, once.
+[[gnu::always_inline]] inline void storeBodyForces(const SourceView& sources, const GravityParams& gravity,
+                                                   bool selfCounted, std::uint32_t i, double ax, double ay, double az,
+                                                   double pot, const ForceView& out) {
+  out.ax[i] = gravity.G * ax;
+  out.ay[i] = gravity.G * ay;
+  out.az[i] = gravity.G * az;
+  const double self = selfCounted ? selfPairPotential<double>(sources.mass[i], gravity.eps2()) : 0.0;
+  if (out.pot != nullptr) out.pot[i] = gravity.G * (pot - self);
 }
 
 template <class Real>
@@ -249,13 +276,67 @@ template <class Real>
       az += tileAz;
       pot += tilePot;
     }
-    out.ax[i] = gravity.G * ax;
-    out.ay[i] = gravity.G * ay;
-    out.az[i] = gravity.G * az;
-    // The loops above counted the body's own pair when eps > 0 (in the precision they ran in: a float eps^2 that
-    // underflowed to 0 skipped it); its -m_i/eps comes out here, once.
-    const double self = eps2 > Real(0) ? selfPairPotential<double>(sources.mass[i], gravity.eps2()) : 0.0;
-    if (out.pot != nullptr) out.pot[i] = gravity.G * (pot - self);
+    storeBodyForces(sources, gravity, eps2 > Real(0), i, ax, ay, az, pot, out);
+  }
+}
+
+/// The periodic TreePM short range (GravityParams::periodic): evaluateGroup's tiles with the erfc-truncated pair and
+/// cell (pair_interaction.hpp), each separation taken at its nearest image. The list is packed at the nearest images
+/// of the group's centre; a body away from the centre may still be nearer another image of a source, hence the
+/// per-pair fold (two selects per axis). No second pass in double: tree plans never ask for one.
+template <class Real>
+[[gnu::always_inline]] inline void evaluateGroupPeriodic(const SourceView& sources, const GroupWork& work,
+                                                         const PackedList<Real>& list, const GravityParams& gravity,
+                                                         const ForceView& out) {
+  const PeriodicSplit& split = gravity.periodic;
+  const double cx = work.centre[0];
+  const double cy = work.centre[1];
+  const double cz = work.centre[2];
+  const Real eps2 = static_cast<Real>(gravity.eps2());
+  const Real box = static_cast<Real>(split.boxSize);
+  const Real invTwoSplit = static_cast<Real>(0.5 / split.splitRadius);
+  const Real cutoff2 = static_cast<Real>(split.cutoffRadius * split.cutoffRadius);
+  const std::size_t numSourcesPadded = list.mass.size();
+  const std::size_t numCellsPadded = list.cellMass.size();
+  const Real* __restrict jx = list.x.data();
+  const Real* __restrict jy = list.y.data();
+  const Real* __restrict jz = list.z.data();
+  const Real* __restrict jm = list.mass.data();
+  for (std::uint32_t i = work.targets.first; i < work.targets.last; ++i) {
+    const Real xi = static_cast<Real>(nearestImage(sources.x[i] - cx, split.boxSize));
+    const Real yi = static_cast<Real>(nearestImage(sources.y[i] - cy, split.boxSize));
+    const Real zi = static_cast<Real>(nearestImage(sources.z[i] - cz, split.boxSize));
+    double ax = 0.0, ay = 0.0, az = 0.0, pot = 0.0;
+    for (std::size_t tile = 0; tile < numSourcesPadded; tile += kTileSize) {
+      Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
+#pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot)
+      for (std::size_t j = tile; j < tile + kTileSize; ++j) {
+        accumulateTruncatedPairInteraction<Real>(nearestImage(jx[j] - xi, box), nearestImage(jy[j] - yi, box),
+                                                 nearestImage(jz[j] - zi, box), jm[j], eps2, invTwoSplit, cutoff2,
+                                                 tileAx, tileAy, tileAz, tilePot);
+      }
+      ax += tileAx;
+      ay += tileAy;
+      az += tileAz;
+      pot += tilePot;
+    }
+    for (std::size_t tile = 0; tile < numCellsPadded; tile += kTileSize) {
+      Real tileAx = 0, tileAy = 0, tileAz = 0, tilePot = 0;
+#pragma omp simd reduction(+ : tileAx, tileAy, tileAz, tilePot)
+      for (std::size_t c = tile; c < tile + kTileSize; ++c) {
+        const Quadrupole<Real> q{list.qxx[c], list.qyy[c], list.qzz[c],  list.qxy[c],
+                                 list.qxz[c], list.qyz[c], list.trace[c]};
+        accumulateTruncatedQuadrupoleInteraction<Real>(nearestImage(list.cellX[c] - xi, box),
+                                                       nearestImage(list.cellY[c] - yi, box),
+                                                       nearestImage(list.cellZ[c] - zi, box), list.cellMass[c], q, eps2,
+                                                       invTwoSplit, tileAx, tileAy, tileAz, tilePot);
+      }
+      ax += tileAx;
+      ay += tileAy;
+      az += tileAz;
+      pot += tilePot;
+    }
+    storeBodyForces(sources, gravity, eps2 > Real(0), i, ax, ay, az, pot, out);  // g(0) = 1: the same self term
   }
 }
 
@@ -263,23 +344,35 @@ template <class Real>
 // the build stays portable (no -march=native) yet uses 8- or 16-wide FMA lanes where the machine has them.
 #define MATCHA_SIMD_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
 
+// One entry point per precision for both flavours: the periodic short range (GravityParams::periodic) or the
+// Newtonian pull.
 MATCHA_SIMD_CLONES void evaluateGroupFloat(const SourceView& sources, const GroupWork& work,
                                            const PackedList<float>& list, const GravityParams& gravity,
                                            const ForceView& out) {
-  evaluateGroup<float>(sources, work, list, gravity, out);
+  if (gravity.periodic.enabled()) {
+    evaluateGroupPeriodic<float>(sources, work, list, gravity, out);
+  } else {
+    evaluateGroup<float>(sources, work, list, gravity, out);
+  }
 }
 
 MATCHA_SIMD_CLONES void evaluateGroupDouble(const SourceView& sources, const GroupWork& work,
                                             const PackedList<double>& list, const GravityParams& gravity,
                                             const ForceView& out) {
-  evaluateGroup<double>(sources, work, list, gravity, out);
+  if (gravity.periodic.enabled()) {
+    evaluateGroupPeriodic<double>(sources, work, list, gravity, out);
+  } else {
+    evaluateGroup<double>(sources, work, list, gravity, out);
+  }
 }
 
 /// Packs and evaluates one group; returns its interactions.
 template <class Real>
 InteractionCounts evaluateGroupWork(const SourceView& sources, const CellMultipoles& cells, const GroupWork& work,
                                     PackedList<Real>& list, const GravityParams& gravity, const ForceView& out) {
-  packGroupList(sources, cells, work, list);
+  const bool periodic = gravity.periodic.enabled();
+  packGroupList(sources, cells, work, list, periodic ? gravity.periodic.boxSize : 0.0);
+  MATCHA_ASSERT(!(periodic && work.accurateNearPairs), "periodic plans are tree plans (no second pass in double)");
   if constexpr (std::is_same_v<Real, float>) {
     evaluateGroupFloat(sources, work, list, gravity, out);
   } else {
@@ -462,6 +555,8 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
                                std::span<const std::uint32_t> groups, const BodyUpdate& update) {
   Resident& r = *resident_;
   MATCHA_ASSERT(r.hasTree, "launchResident before setTree");
+  // Resident lists are refitted and checked against the open-boundary criterion; a periodic tree is built per call.
+  MATCHA_ASSERT(!gravity.periodic.enabled(), "resident lists are open-boundary only");
   // This engine reads the caller's arrays: an advance it does not repeat, the positions it reads are already moved.
   const bool refitNeeded = update.motion != BodyMotion::unchanged || !r.refitted;
   const Stopwatch clock;
@@ -622,6 +717,9 @@ InteractionCounts CpuEngine::evaluatePlan(const SourceView& sources, const CellM
 InteractionCounts CpuEngine::evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                             const ForceView& out) {
   MATCHA_ASSERT(out.count == sources.count, "direct summation output size differs from source count");
+  if (gravity.periodic.enabled()) {
+    throw InputError("periodic direct summation is not available: the periodic reference is Ewald summation");
+  }
   const InteractionPlan plan = makeDirectPlan(sources, 64);
   return evaluatePlan(sources, CellMultipoles{}, plan, gravity, out);
 }

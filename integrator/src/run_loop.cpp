@@ -155,7 +155,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   RunSummary summary;
   // With potentials from outputPotentials, no diagnostic reads the solver's: it computes accelerations only.
   const PotentialsWantedScope potentials(solver, !callbacks.outputPotentials);
-  LeapfrogKDK leapfrog(solver, params.dt);
+  LeapfrogKDK leapfrog(solver, params.dt, params.boxSize);
   auto account = [&summary](const ForceReport& report) {
     summary.forceSeconds += report.timings.totalSeconds;
     summary.interactions += report.counts;

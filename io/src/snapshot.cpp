@@ -339,10 +339,14 @@ void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata&
   writeAttribute(header.get(), "MassTable", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, massTable.data(), 6);
   writeScalar(header.get(), "Time", meta.time);
   writeScalar(header.get(), "Redshift", 0.0);
-  // Not periodic. A GADGET reader takes [0, BoxSize]^3 as the domain and its side as yt's "unitary" unit, which a
+  // Open boundaries: a GADGET reader takes [0, BoxSize]^3 as the domain and its side as yt's "unitary" unit, which a
   // BoxSize of 0 breaks; so BoxSize is the side of the smallest origin-centred cube holding every body (twice the
-  // largest |coordinate|), and the README's loader gives yt that cube as the bounding box.
-  writeScalar(header.get(), "BoxSize", boxSize(particles));
+  // largest |coordinate|), and the README's loader gives yt that cube as the bounding box. MatchaPeriodic tells the
+  // two meanings apart when matcha reads the file back.
+  const bool periodic = meta.boxSize > 0.0;
+  writeScalar(header.get(), "BoxSize", periodic ? meta.boxSize : boxSize(particles));
+  const std::int32_t periodicFlag = periodic ? 1 : 0;
+  writeAttribute(header.get(), "MatchaPeriodic", H5T_STD_I32LE, H5T_NATIVE_INT32, &periodicFlag, 0);
   if (meta.step) {
     const std::uint64_t step = *meta.step;
     writeAttribute(header.get(), "Step", H5T_STD_U64LE, H5T_NATIVE_UINT64, &step, 0);
@@ -698,6 +702,7 @@ struct HeaderInfo {
   double time = 0.0;
   double massTable1 = 0.0;
   std::string matchaVersion, matchaGitCommit;
+  double boxSize = 0.0;  ///< Snapshot::boxSize
 };
 
 HeaderInfo readHeader(hid_t file, hsize_t count) {
@@ -742,6 +747,19 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
     if (exists < 0) throw IoError(std::string("looking up attribute /Header ") + name + " failed");
     if (exists > 0) *target = attributeText(h, name).value_or("");
   }
+  double boxSize = 0.0;
+  if (auto box = readNumericAttribute<double>(h, "BoxSize", H5T_NATIVE_DOUBLE, where)) {
+    if (box->size() != 1 || !std::isfinite(box->front()) || box->front() < 0.0) {
+      throw InputError("/Header BoxSize is not one finite number >= 0");
+    }
+    boxSize = box->front();
+  }
+  bool periodic = info.matchaVersion.empty() && boxSize > 0.0;  // another code's file: GADGET's meaning
+  if (auto flag = readNumericAttribute<std::int64_t>(h, "MatchaPeriodic", H5T_NATIVE_INT64, where)) {
+    periodic = flag->size() == 1 && flag->front() == 1;
+    if (periodic && !(boxSize > 0.0)) throw InputError("/Header MatchaPeriodic is 1 but BoxSize is not > 0");
+  }
+  info.boxSize = periodic ? boxSize : 0.0;
   return info;
 }
 
@@ -809,7 +827,9 @@ SnapshotInfo inspectFile(const std::filesystem::path& path) {
   const Array coordinates = requireArray(group.get(), "Coordinates", true);
   SnapshotInfo info;
   info.numBodies = coordinates.rows;
-  info.time = readHeader(file.get(), coordinates.rows).time;
+  const HeaderInfo header = readHeader(file.get(), coordinates.rows);
+  info.time = header.time;
+  info.boxSize = header.boxSize;
   return info;
 }
 
@@ -840,6 +860,7 @@ Snapshot readFile(const std::filesystem::path& path) {
   snapshot.time = header.time;
   snapshot.matchaVersion = header.matchaVersion;
   snapshot.matchaGitCommit = header.matchaGitCommit;
+  snapshot.boxSize = header.boxSize;
   snapshot.units = readUnits(file.get());
   snapshot.parameters = readParameters(file.get());
   Particles& p = snapshot.particles;

@@ -116,3 +116,43 @@ TEST(ForceError, RelativeErrorsOfKnownVectors) {
 
 }  // namespace
 }  // namespace matcha
+
+// Periodic boxes: positions fold into [0, L) exactly where they must, and stay put where they are already inside.
+TEST(WrapIntoBox, FoldsIntoTheHalfOpenBox) {
+  const double L = 3.0;
+  EXPECT_EQ(matcha::wrapIntoBox(L, L), 0.0);  // x = L is the face x = 0
+  EXPECT_EQ(matcha::wrapIntoBox(2 * L, L), 0.0);
+  EXPECT_EQ(matcha::wrapIntoBox(0.0, L), 0.0);
+  const double minusZero = matcha::wrapIntoBox(-0.0, L);
+  EXPECT_EQ(minusZero, 0.0);
+  EXPECT_FALSE(std::signbit(minusZero));  // -0.0 becomes +0.0
+  // Just below 0: x + L rounds to L, which must not stay (it is outside [0, L)).
+  const double justBelow = matcha::wrapIntoBox(-1e-300, L);
+  EXPECT_TRUE(justBelow >= 0.0 && justBelow < L) << justBelow;
+  EXPECT_EQ(matcha::wrapIntoBox(std::nextafter(L, 0.0), L), std::nextafter(L, 0.0));  // inside: unchanged
+  EXPECT_DOUBLE_EQ(matcha::wrapIntoBox(-0.5, L), 2.5);
+  EXPECT_DOUBLE_EQ(matcha::wrapIntoBox(7.25, L), 1.25);
+  EXPECT_DOUBLE_EQ(matcha::wrapIntoBox(-1e6 - 0.5, L), std::fmod(-1e6 - 0.5, L) + L);
+  EXPECT_TRUE(std::isnan(matcha::wrapIntoBox(std::nan(""), L)));  // left for the caller's check to name
+  EXPECT_TRUE(std::isinf(matcha::wrapIntoBox(-INFINITY, L)));
+  for (double x = -10.0; x < 10.0; x += 0.0137) {
+    const double wrapped = matcha::wrapIntoBox(x, L);
+    ASSERT_TRUE(wrapped >= 0.0 && wrapped < L) << x;
+    EXPECT_NEAR(std::remainder(wrapped - x, L), 0.0, 1e-12) << x;
+  }
+}
+
+TEST(PeriodicSplit, ValidatesTheBoxAndTheCutoff) {
+  matcha::GravityParams gravity;
+  EXPECT_NO_THROW(gravity.validate());  // open boundaries by default
+  gravity.periodic = {1.0, 0.02, 0.11};
+  EXPECT_NO_THROW(gravity.validate());
+  for (const matcha::PeriodicSplit bad :
+       {matcha::PeriodicSplit{-1.0, 0.02, 0.11}, matcha::PeriodicSplit{NAN, 0.02, 0.11},
+        matcha::PeriodicSplit{INFINITY, 0.02, 0.11}, matcha::PeriodicSplit{1.0, 0.0, 0.11},
+        matcha::PeriodicSplit{1.0, 0.2, 0.5}, matcha::PeriodicSplit{1.0, 0.2, 0.7},
+        matcha::PeriodicSplit{1.0, 0.2, 0.1}}) {
+    gravity.periodic = bad;
+    EXPECT_THROW(gravity.validate(), matcha::InputError) << bad.boxSize << " " << bad.cutoffRadius;
+  }
+}

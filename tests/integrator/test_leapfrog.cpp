@@ -969,3 +969,51 @@ TEST(RunLeapfrog, CheckpointsFollowTheIntervalTheFirstOutputAndTheSolversBoundar
     }
   }
 }
+
+// A periodic box: every drift folds the bodies back into [0, L)^3, so a body that leaves through a face comes back
+// through the opposite one, with its velocity; without a box (0) the same step leaves the positions where the drift
+// put them, bit for bit.
+namespace {
+class NoForce : public matcha::ForceSolver {
+ public:
+  matcha::ForceReport computeForces(matcha::Particles& p) override {
+    for (auto* a : {&p.ax, &p.ay, &p.az, &p.pot}) std::fill(a->begin(), a->end(), 0.0);
+    return {};
+  }
+  std::string describe() const override { return "no force"; }
+};
+}  // namespace
+
+TEST(LeapfrogPeriodic, DriftFoldsBodiesIntoTheBox) {
+  const double L = 2.0, dt = 0.25;
+  matcha::Particles p(4);
+  const double x0[4] = {1.9, 0.05, 1.0, 0.0};
+  const double vx[4] = {1.0, -1.0, 12.0, -0.0};
+  for (std::size_t i = 0; i < 4; ++i) {
+    p.x[i] = x0[i];
+    p.y[i] = 0.5;
+    p.z[i] = 1.5;
+    p.vx[i] = vx[i];
+    p.vz[i] = 2.0;  // z: 1.5 + 0.5 = 2.0 = L, which must fold to 0
+    p.mass[i] = 1.0;
+    p.id[i] = i;
+  }
+  matcha::Particles open = p;
+  NoForce solver;
+  matcha::integrator::LeapfrogKDK periodic(solver, dt, L), unbounded(solver, dt);
+  EXPECT_THROW(matcha::integrator::LeapfrogKDK(solver, dt, -1.0), matcha::InputError);
+  EXPECT_THROW(matcha::integrator::LeapfrogKDK(solver, dt, NAN), matcha::InputError);
+  periodic.initialize(p);
+  unbounded.initialize(open);
+  periodic.step(p);
+  unbounded.step(open);
+  const double expected[4] = {0.15, 1.8, 0.0, 0.0};  // 2.15 - L, -0.2 + L, 4.0 - 2 L, and 0 stays
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(p.x[i] >= 0.0 && p.x[i] < L) << i << " " << p.x[i];
+    EXPECT_NEAR(p.x[i], expected[i], 1e-12) << i;
+    EXPECT_EQ(p.z[i], 0.0) << i;
+    EXPECT_EQ(p.vx[i], vx[i]);
+    EXPECT_EQ(open.x[i], x0[i] + vx[i] * dt) << "open boundaries: the drift alone";
+    EXPECT_EQ(open.z[i], 2.0);
+  }
+}

@@ -98,40 +98,6 @@ double percentile(std::vector<double> values, double fraction) {
   return values[k];
 }
 
-/// A few Plummer clumps of different sizes (scale radii 0.01-0.04 L) at random places, some reaching across the
-/// box's faces, in a uniform background; every body's position is then moved by a random whole number of boxes, so
-/// the bodies lie anywhere. Masses uniform in [0.5, 1.5) / N.
-Particles clumpyBox(std::uint64_t seed, double L, std::size_t perClump, std::size_t background) {
-  constexpr int kClumps = 4;
-  Particles p(kClumps * perClump + background);
-  std::mt19937_64 engine(seed);
-  std::size_t k = 0;
-  for (int c = 0; c < kClumps; ++c) {
-    const Particles clump = testing::plummer(perClump, seed + 17 * (c + 1));
-    const double scale = (0.01 + 0.03 * uniform(engine)) * L;
-    double centre[3];
-    for (double& v : centre) v = L * uniform(engine);
-    for (std::size_t i = 0; i < perClump; ++i, ++k) {
-      p.x[k] = centre[0] + scale * clump.x[i];
-      p.y[k] = centre[1] + scale * clump.y[i];
-      p.z[k] = centre[2] + scale * clump.z[i];
-    }
-  }
-  const Particles cube = testing::uniformCube(background, seed + 5, 0.5 * L);
-  for (std::size_t i = 0; i < background; ++i, ++k) {
-    p.x[k] = cube.x[i];
-    p.y[k] = cube.y[i];
-    p.z[k] = cube.z[i];
-  }
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    p.mass[i] = (0.5 + uniform(engine)) / static_cast<double>(p.size());
-    p.x[i] += L * std::floor(6 * uniform(engine) - 3);
-    p.y[i] += L * std::floor(6 * uniform(engine) - 3);
-    p.z[i] += L * std::floor(6 * uniform(engine) - 3);
-  }
-  return p;
-}
-
 // ---------------------------------------------------------------------------------------------------------------------
 // Parameters, sizes, memory.
 
@@ -337,7 +303,7 @@ TEST(ParticleMesh, TotalMomentumChangeIsZero) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const double L = 1.5;
-  const Particles p = clumpyBox(seed, L, 300, 300);
+  const Particles p = testing::clumpyBox(seed, L, 300, 300);
   double worst = 0;
   for (const MassAssignment assignment : {MassAssignment::cic, MassAssignment::tsc}) {
     for (const MeshGradient gradient : {MeshGradient::fourier, MeshGradient::finiteDifference}) {
@@ -404,7 +370,7 @@ TEST(ParticleMesh, AddsAndIsPeriodic) {
   MeshParams params;
   params.grid = 20;
   params.boxSize = 1.0;
-  const Particles p = clumpyBox(seed, params.boxSize, 100, 100);
+  const Particles p = testing::clumpyBox(seed, params.boxSize, 100, 100);
   ParticleMesh mesh(params);
   Particles once = p, twice = p;
   zeroForces(once);
@@ -458,7 +424,7 @@ TEST(ParticleMesh, AddsAndIsPeriodic) {
 TEST(ParticleMesh, SameBitsWhateverTheThreadCount) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
-  const Particles p = clumpyBox(seed, 1.0, 5000, 20000);
+  const Particles p = testing::clumpyBox(seed, 1.0, 5000, 20000);
   for (const MassAssignment assignment : {MassAssignment::cic, MassAssignment::tsc}) {
     for (const MeshGradient gradient : {MeshGradient::fourier, MeshGradient::finiteDifference}) {
       SCOPED_TRACE(toString(assignment) + " " + toString(gradient));
@@ -645,7 +611,7 @@ TEST(ParticleMesh, ClusteredBoxMatchesEwald) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const double L = 1.0;
-  const Particles p = clumpyBox(seed, L, 600, 1000);
+  const Particles p = testing::clumpyBox(seed, L, 600, 1000);
   GravityParams gravity;
   gravity.eps = 0;
   const Particles reference = ewald(p, gravity, L);

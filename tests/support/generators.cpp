@@ -211,4 +211,37 @@ Particles coincidentBodies(std::size_t n) {
   return bodies;
 }
 
+Particles clumpyBox(std::uint64_t seed, double L, std::size_t perClump, std::size_t background) {
+  constexpr int kClumps = 4;
+  Particles p(kClumps * perClump + background);
+  std::mt19937_64 engine(seed);
+  const auto uniform = [&engine] { return std::generate_canonical<double, 64>(engine); };
+  std::size_t k = 0;
+  for (int c = 0; c < kClumps; ++c) {
+    const Particles clump = plummer(perClump, seed + 17 * (c + 1));
+    const double scale = (0.01 + 0.03 * uniform()) * L;
+    double centre[3];
+    for (double& v : centre) v = L * uniform();
+    for (std::size_t i = 0; i < perClump; ++i, ++k) {
+      p.x[k] = centre[0] + scale * clump.x[i];
+      p.y[k] = centre[1] + scale * clump.y[i];
+      p.z[k] = centre[2] + scale * clump.z[i];
+    }
+  }
+  const Particles cube = uniformCube(background, seed + 5, 0.5 * L);
+  for (std::size_t i = 0; i < background; ++i, ++k) {
+    p.x[k] = cube.x[i];
+    p.y[k] = cube.y[i];
+    p.z[k] = cube.z[i];
+  }
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.mass[i] = (0.5 + uniform()) / static_cast<double>(p.size());
+    p.x[i] += L * std::floor(6 * uniform() - 3);
+    p.y[i] += L * std::floor(6 * uniform() - 3);
+    p.z[i] += L * std::floor(6 * uniform() - 3);
+    p.id[i] = i;
+  }
+  return p;
+}
+
 }  // namespace matcha::testing

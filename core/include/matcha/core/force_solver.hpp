@@ -30,6 +30,7 @@ enum class Phase : int {
   kernels,     ///< near-field evaluation: GPU kernel time (CUDA events), or the CPU engine's evaluation
   download,    ///< accelerations and potentials back to the host
   repair,      ///< groups whose lists failed the opening test at this step, walked and evaluated again
+  mesh,        ///< periodic TreePM: the particle mesh's long range (deposit, FFTs, interpolation)
   count
 };
 inline constexpr int kNumPhases = static_cast<int>(Phase::count);

@@ -26,6 +26,20 @@ MATCHA_HOST_DEVICE inline double distanceToBox2(double px, double py, double pz,
   return dx * dx + dy * dy + dz * dz;
 }
 
+/// Squared distance from point p to the nearest periodic image of the box (centre c, half extents h) in a cube of side
+/// L: each axis's offset |p - c| folded into [0, L/2] first. For p and c within the cube, |p - c| < L.
+MATCHA_HOST_DEVICE inline double periodicGapToBox(double offset, double half, double boxSize) {
+  offset = std::fabs(offset);
+  return std::fmax(0.0, std::fmin(offset, boxSize - offset) - half);
+}
+MATCHA_HOST_DEVICE inline double periodicDistanceToBox2(double px, double py, double pz, double cx, double cy,
+                                                        double cz, double hx, double hy, double hz, double boxSize) {
+  const double dx = periodicGapToBox(px - cx, hx, boxSize);
+  const double dy = periodicGapToBox(py - cy, hy, boxSize);
+  const double dz = periodicGapToBox(pz - cz, hz, boxSize);
+  return dx * dx + dy * dy + dz * dz;
+}
+
 /// Whether a cell (centre of mass at squared distance `distance2` from a group's box, opening radius r_open, mass M,
 /// all its bodies within b_max of its centre of mass) may stand in for its bodies in that group's list:
 ///  - the theta test: the box lies outside the sphere of radius r_open around the centre of mass, and

@@ -195,6 +195,16 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulateTruncatedPairInteraction(T 
   pot -= massInvR * factors.potential;
 }
 
+/// The nearest periodic image of a separation d with |d| < 3L/2 (coordinates already reduced to within a box of each
+/// other): d shifted by one box length when it lies beyond half a box, with two selects that vectorise (no rounding
+/// to an integer per pair). The result lies in [-L/2, L/2].
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T nearestImage(T d, T boxSize) {
+  const T half = T(0.5) * boxSize;
+  d = d > half ? d - boxSize : d;
+  return d < -half ? d + boxSize : d;
+}
+
 /// Which pairs the float engines evaluate a second time, in double.
 ///
 /// Float is good to ~1e-7 per pair, and a direct sum of float pairs in per-tile partial sums stays near 1e-7 of the
@@ -291,6 +301,38 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulateQuadrupoleInteraction(T dx,
   ay += radial * dy - invR5 * qdy;
   az += radial * dz - invR5 * qdz;
   pot -= mass * invR + halfDqdInvR5;
+}
+
+/// The short-range (TreePM) variant of accumulateQuadrupoleInteraction for a cell: its monopole + quadrupole pull
+/// and potential, multiplied by f and g of the distance r = |d| of its centre of mass (shortRangeFactors), with no cut
+/// (f is continuous: a cell whose centre lies beyond r_cut but whose bodies reach inside keeps its small share).
+/// The approximation: the truncated kernel's expansion about the centre of mass has no dipole either (any radial
+/// kernel), but its second-order term is the Hessian of f(r)/r, not f(r) times the Hessian of 1/r; the difference is
+/// of the quadrupole term's order times r |f'(r)| / f(r) (up to ~1 at r ~ 2-4 r_s), i.e. the cell is good to second
+/// order in b_max / r like a monopole, not to third like a Newtonian quadrupole. The opening test bounds b_max / r, and
+/// tests/tree/test_periodic_walk.cpp measures the cost against exact pairs.
+///
+/// @param dx,dy,dz     in: com - x_i, the nearest image
+/// @param mass,q,eps2  in: as for accumulateQuadrupoleInteraction
+/// @param invTwoSplit  in: 1 / (2 r_s)
+/// @param ax,ay,az,pot in/out: accumulated
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void accumulateTruncatedQuadrupoleInteraction(T dx, T dy, T dz, T mass,
+                                                                                    const Quadrupole<T>& q, T eps2,
+                                                                                    T invTwoSplit, T& ax, T& ay, T& az,
+                                                                                    T& pot) {
+  T cellAx = T(0), cellAy = T(0), cellAz = T(0), cellPot = T(0);
+  accumulateQuadrupoleInteraction(dx, dy, dz, mass, q, eps2, cellAx, cellAy, cellAz, cellPot);
+#if defined(__CUDA_ARCH__)
+  const T r = sqrt(dx * dx + dy * dy + dz * dz);
+#else
+  const T r = std::sqrt(dx * dx + dy * dy + dz * dz);
+#endif
+  const ShortRangeFactors<T> factors = shortRangeFactors(r, invTwoSplit);
+  ax += factors.force * cellAx;
+  ay += factors.force * cellAy;
+  az += factors.force * cellAz;
+  pot += factors.potential * cellPot;
 }
 
 /// Floating-point operations per monopole interaction in the two conventions the literature uses: 20 (GPU Gems 3

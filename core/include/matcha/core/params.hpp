@@ -8,13 +8,32 @@
 
 namespace matcha {
 
+/// The short range of periodic TreePM gravity (GravityParams::periodic). In a cube of side boxSize > 0 every pair is
+/// taken at its nearest image and pulls with the erfc-truncated law of split radius r_s, nothing at all beyond r_cut
+/// (pair_interaction.hpp: accumulateTruncatedPairInteraction); a particle mesh adds the long range
+/// (mesh/treepm_solver.hpp, which derives these three numbers from its MeshParams so that mesh and tree agree).
+/// boxSize 0, the default, is open-boundary gravity: every other field is then ignored.
+struct PeriodicSplit {
+  double boxSize = 0.0;       ///< L (length units); 0: open boundaries
+  double splitRadius = 0.0;   ///< r_s (length units)
+  double cutoffRadius = 0.0;  ///< r_cut (length units)
+
+  bool enabled() const { return boxSize != 0.0; }
+  /// Throws InputError, one line, unless boxSize is 0, or finite and > 0 with 0 < r_s <= r_cut < L/2: only one image
+  /// of a source may lie within r_cut of a body, since the short range takes the nearest image alone.
+  void validate() const;
+};
+
 /// Gravity and softening, shared by every solver and engine.
 struct GravityParams {
   double G = 1.0;            ///< gravitational constant; 1 in N-body units
   double eps = 1.0 / 256.0;  ///< Plummer softening length (length units); 0 allowed
+  /// Periodic TreePM short range instead of the Newtonian pull (engines that support it: NearFieldEngine::periodic);
+  /// off by default.
+  PeriodicSplit periodic;
 
   double eps2() const { return eps * eps; }
-  /// Throws InputError on eps < 0, NaN or inf, or G <= 0.
+  /// Throws InputError on eps < 0, NaN or inf, or G <= 0, or an invalid periodic split.
   void validate() const;
 };
 
@@ -72,6 +91,8 @@ struct IntegratorParams {
   /// Wall-clock seconds between checkpoints (`matcha run --restart`), >= 0; 0: at every step where the solver can
   /// save its state. Checkpoints also follow an output when the last is a minute old (or the interval is shorter).
   double checkpointInterval = 900.0;
+  /// Side L of a periodic box, whose drift folds every body back into [0, L)^3; 0: open boundaries, finite and >= 0.
+  double boxSize = 0.0;
 
   void validate() const;
 };

@@ -72,4 +72,13 @@ class Particles {
   std::vector<std::uint64_t> id;   ///< stable identifier, survives reordering
 };
 
+/// A coordinate x folded into the periodic interval [0, L): unchanged when it lies there already (but -0.0 becomes
+/// +0.0), else moved by whole boxes; a result that rounds up to L (x just below 0, or just below a multiple of L) is 0.
+/// Non-finite x is returned as it is, for the caller's check to name.
+double wrapIntoBox(double x, double boxSize);
+
+/// Folds every body's position into [0, L)^3 (wrapIntoBox per coordinate): what a periodic run does at every drift.
+/// Serial (core has no thread pool; it costs ~1 ns a body); allocates nothing.
+void wrapIntoBox(Particles& particles, double boxSize);
+
 }  // namespace matcha

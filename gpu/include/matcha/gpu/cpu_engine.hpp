@@ -23,8 +23,10 @@ class CpuEngine final : public NearFieldEngine {
 
   std::string name() const override;
 
+  /// With gravity.periodic enabled: the periodic TreePM short range (nearest images, erfc-truncated pairs and cells).
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override;
+  bool periodicShortRange() const override { return true; }
 
   /// Direct summation as a plan: blocks of consecutive bodies as groups, every body in every list. Bodies in
   /// space-filling-curve order (as the tree solver leaves them) give compact blocks and so the best float accuracy.

@@ -57,10 +57,12 @@ struct StepReport {
 /// so output times that are multiples of dt come out exact.
 class LeapfrogKDK {
  public:
-  /// @param solver  in: used for every force call; must outlive this object
-  /// @param dt      in: time step, finite and > 0
-  /// @throws InputError when dt is not finite or not > 0
-  LeapfrogKDK(ForceSolver& solver, double dt);
+  /// @param solver   in: used for every force call; must outlive this object
+  /// @param dt       in: time step, finite and > 0
+  /// @param boxSize  in: side L of a periodic box (0: open boundaries): every drift then folds the positions back
+  ///                 into [0, L)^3 (wrapIntoBox); the open-boundary step is not changed by a single operation
+  /// @throws InputError when dt is not finite or not > 0, or boxSize is negative or not finite
+  LeapfrogKDK(ForceSolver& solver, double dt, double boxSize = 0.0);
   /// Takes back the word given to the solver (ForceSolver::expectAdvance).
   ~LeapfrogKDK();
   LeapfrogKDK(const LeapfrogKDK&) = delete;
@@ -96,6 +98,7 @@ class LeapfrogKDK {
  private:
   ForceSolver& solver_;
   double dt_;
+  double boxSize_;
   std::uint64_t stepsTaken_ = 0;
   bool initialized_ = false;
 
@@ -103,6 +106,10 @@ class LeapfrogKDK {
   /// drift() round it: a step's closing half kick (none after initialize()), the next step's opening half kick and
   /// its drift (a zero kick is none).
   void announceAdvance(bool afterInitialize = false) {
+    if (boxSize_ > 0.0) {
+      solver_.expectAdvance(std::nullopt);  // the wrap into the box is not a kick or a drift: no word to give
+      return;
+    }
     solver_.expectAdvance(BodyAdvance{afterInitialize ? 0.0 : 0.5 * dt_, 0.5 * dt_, dt_});
   }
 };

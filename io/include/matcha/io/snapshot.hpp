@@ -2,9 +2,11 @@
 // HDF5 snapshots in the GADGET/SWIFT layout (DESIGN.md §2 and §7). One file per snapshot, every body in PartType1:
 //
 //   /Header      NumPart_ThisFile, NumPart_Total, NumPart_Total_HighWord (6 x uint32, N at index 1),
-//                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift (0), BoxSize (0: not
-//                periodic), NumFilesPerSnapshot (int32 1), Omega0 (0), OmegaLambda (0), HubbleParam (1), and the
-//                build that wrote it: MatchaVersion, MatchaGitCommit, MatchaGitDirty (strings; matcha/core/version.hpp)
+//                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift (0), BoxSize (the
+//                periodic box's side L; for an open-boundary state the smallest origin-centred cube holding every
+//                body, which yt needs), MatchaPeriodic (int32: 1 periodic, 0 open), NumFilesPerSnapshot (int32 1),
+//                Omega0 (0), OmegaLambda (0), HubbleParam (1), and the build that wrote it: MatchaVersion,
+//                MatchaGitCommit, MatchaGitDirty (strings; matcha/core/version.hpp)
 //   /Units       UnitLength_in_cm, UnitMass_in_g, UnitVelocity_in_cm_per_s, UnitTime_in_s, GravitationalConstant
 //   /Parameters  one attribute per run parameter (int64, double or string), in the order given
 //   /PartType1   Coordinates (N x 3), Velocities (N x 3), Masses (N), ParticleIDs (N, uint64), and optionally
@@ -35,6 +37,8 @@ struct SnapshotMetadata {
   /// The step the state belongs to, written to /Header Step (uint64) when set (the run's last good state).
   std::optional<std::uint64_t> step;
   UnitSystem units;  ///< written to /Units in GADGET's spelling, plus UnitTime_in_s = length / velocity
+  /// The periodic box's side L (BoxSize, with MatchaPeriodic 1); 0 for an open-boundary state.
+  double boxSize = 0.0;
   /// Every run parameter as (name, value) text, written to /Parameters as attributes in this order: a value that
   /// looks like an integer (optional sign, digits, fits int64) becomes int64, another finite number becomes double,
   /// anything else a string. Names must be unique and non-empty.
@@ -73,6 +77,11 @@ struct Snapshot {
   double time = 0.0;          ///< /Header Time, 0 if absent
   std::string matchaVersion;  ///< /Header MatchaVersion of the build that wrote the file, empty if absent
   std::string matchaGitCommit;  ///< /Header MatchaGitCommit, empty if absent
+  /// The periodic box's side L, 0 for an open-boundary file: /Header BoxSize when MatchaPeriodic is 1, or when the
+  /// file was written by another code (no MatchaVersion) and BoxSize > 0 (GADGET's convention: BoxSize is the box).
+  /// matcha's own open-boundary files also write a BoxSize (for yt), with MatchaPeriodic 0 or, before periodic runs
+  /// existed, without MatchaPeriodic: those stay open.
+  double boxSize = 0.0;
   /// /Parameters attributes in file order (creation order when the file tracks it, else name order) as text:
   /// integers in decimal, doubles in the shortest form that reads back to the same value, strings as stored.
   /// Numeric array attributes are joined with single spaces; attributes of other types are skipped.
@@ -117,6 +126,7 @@ Checkpoint readCheckpoint(const std::filesystem::path& path);
 struct SnapshotInfo {
   std::uint64_t numBodies = 0;  ///< rows of PartType1/Coordinates
   double time = 0.0;            ///< /Header Time, 0 if absent
+  double boxSize = 0.0;         ///< as Snapshot::boxSize
 };
 
 /// Reads the body count and the time of a snapshot without reading (or allocating) its bodies: what a run checks

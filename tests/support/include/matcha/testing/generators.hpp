@@ -109,4 +109,10 @@ Particles balancedPulls(std::size_t n, std::uint64_t seed);
 /// zero velocities. With softening eps each feels -(n - 1) / (n eps) of potential and no force.
 Particles coincidentBodies(std::size_t n);
 
+/// A clustered periodic box of side L: four Plummer clumps of `perClump` bodies with scale radii 0.01-0.04 L at random
+/// places, some reaching across the box's faces, in `background` bodies uniform over the box; every body's position is
+/// then moved by a random whole number of boxes (-3..2 per axis), so the bodies lie anywhere (wrapIntoBox folds them
+/// back). Masses uniform in [0.5, 1.5) / N, ids 0..N-1, zero velocities.
+Particles clumpyBox(std::uint64_t seed, double L, std::size_t perClump, std::size_t background);
+
 }  // namespace matcha::testing

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: MIT
+// Periodic TreePM gravity (issue 15) as one ForceSolver: a short-range solver (the periodic tree,
+// tree/periodic_tree_solver.hpp) plus the particle mesh's long range. Lives in mesh/ because it needs only core's
+// ForceSolver interface and the mesh: tree/ and mesh/ stay independent (DESIGN.md §2), and apps/ wires the two.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "matcha/core/force_solver.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/mesh/particle_mesh.hpp"
+
+namespace matcha::mesh {
+
+/// The short-range split that matches `params`: its box, r_s = a_smooth L / n and r_cut = cutoffFactor r_s, for
+/// GravityParams::periodic. Throws InputError for invalid params.
+PeriodicSplit periodicSplit(const MeshParams& params);
+
+class TreePmSolver final : public ForceSolver {
+ public:
+  /// `shortRange` computes the short-range part with gravity.periodic == periodicSplit(meshParams) (the caller
+  /// builds it with that gravity; this checks the split it is told about). Allocates the mesh (meshMemoryBytes).
+  /// Throws InputError for invalid params, InvariantError when gravity.periodic differs from the mesh's split.
+  TreePmSolver(std::unique_ptr<ForceSolver> shortRange, const MeshParams& meshParams, const GravityParams& gravity);
+
+  /// Overwrites acc and pot with short range + long range at every body (the short-range solver may reorder the
+  /// bodies). The report is the short range's, with the mesh's time as Phase::mesh and in totalSeconds.
+  ForceReport computeForces(Particles& particles) override;
+  std::string describe() const override;
+
+  const MeshParams& meshParams() const { return mesh_.params(); }
+  ForceSolver& shortRange() { return *shortRange_; }
+
+ private:
+  std::unique_ptr<ForceSolver> shortRange_;
+  ParticleMesh mesh_;
+  GravityParams gravity_;
+};
+
+}  // namespace matcha::mesh

@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: MIT
+// Periodic TreePM gravity end to end (mesh/treepm_solver.hpp = tree/periodic_tree_solver.hpp's short range on the CPU
+// engine + the particle mesh) against the exact periodic reference (gpu/ewald.hpp): clustered and uniform boxes,
+// GADGET's force-law test, bodies crossing the faces, bodies on the boundary, all bodies in one octant, and the
+// short-range walk against brute-force truncated pairs. Bounds are the measured worst cases with a margin (README
+// "Periodic boxes (TreePM)").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/force_error.hpp"
+#include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/gpu/ewald.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/testing/floating_point_traps.hpp"
+#include "matcha/testing/generators.hpp"
+#include "matcha/testing/mirroring_engine.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
+
+namespace matcha::mesh {
+namespace {
+
+std::string scientific(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2e", value);
+  return text;
+}
+
+/// The TreePM solver the command line builds: the periodic tree's short range on a CPU engine, plus the mesh.
+struct TreePm {
+  TreePm(const MeshParams& mesh, GravityParams gravity, gpu::Precision precision = gpu::Precision::float32,
+         const TreeParams& tree = {})
+      : engine(precision) {
+    gravity.periodic = periodicSplit(mesh);
+    auto shortRange = std::make_unique<tree::PeriodicTreeSolver>(engine, tree, gravity);
+    solver = std::make_unique<TreePmSolver>(std::move(shortRange), mesh, gravity);
+  }
+  gpu::CpuEngine engine;
+  std::unique_ptr<TreePmSolver> solver;
+};
+
+/// Ewald at `targets` (ids), cut at exp(-20) = 2e-9: ample against TreePM's 1e-4 and 25x cheaper than the defaults.
+std::vector<double> ewaldAt(const Particles& p, const GravityParams& gravity, double L,
+                            const std::vector<std::uint32_t>& targets, std::vector<double>& ay,
+                            std::vector<double>& az) {
+  std::vector<double> ax(targets.size());
+  ay.assign(targets.size(), 0.0);
+  az.assign(targets.size(), 0.0);
+  gpu::evaluateEwald(p.sources(), gravity, gpu::EwaldParams{L, 6.0, 4.5}, targets,
+                     ForceView{ax.data(), ay.data(), az.data(), nullptr, targets.size()});
+  return ax;
+}
+
+/// TreePM's relative force errors against Ewald at a random subsample of `numSamples` bodies.
+ForceErrorStats errorsAgainstEwald(Particles p, TreePm& treePm, const GravityParams& gravity, double L,
+                                   std::size_t numSamples, std::uint64_t seed) {
+  treePm.solver->computeForces(p);
+  std::mt19937_64 engine(seed);
+  std::vector<std::uint32_t> targets(numSamples);
+  for (std::uint32_t& t : targets) t = static_cast<std::uint32_t>(engine() % p.size());
+  std::vector<double> refY, refZ;
+  const std::vector<double> refX = ewaldAt(p, gravity, L, targets, refY, refZ);
+  std::vector<double> ax, ay, az;
+  for (const std::uint32_t t : targets) {
+    ax.push_back(p.ax[t]);
+    ay.push_back(p.ay[t]);
+    az.push_back(p.az[t]);
+  }
+  return summariseForceErrors({ax, ay, az}, {refX, refY, refZ});
+}
+
+void record(const std::string& name, const ForceErrorStats& stats) {
+  ::testing::Test::RecordProperty(name + "_p50", scientific(stats.median));
+  ::testing::Test::RecordProperty(name + "_p99", scientific(stats.p99));
+  ::testing::Test::RecordProperty(name + "_max", scientific(stats.max));
+  std::printf("%s: p50 %.2e p90 %.2e p99 %.2e max %.2e\n", name.c_str(), stats.median, stats.p90, stats.p99, stats.max);
+}
+
+MeshParams defaultMesh(double L, std::size_t numBodies) {
+  MeshParams mesh;
+  mesh.boxSize = L;
+  mesh.grid = defaultPmGrid(numBodies, mesh);
+  return mesh;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Against Ewald.
+
+// The issue's target, p99 <= 1e-3 with the defaults on a clustered box: four Plummer clumps in a background, 2^13
+// bodies, float CPU engine, theta 0.5, quadrupoles, alpha 1e-3, default mesh (42^3), eps 1e-3 L. Measured over 20
+// seeds: p50 5.4e-5 - 7.5e-5, p99 2.2e-4 - 8.1e-4 (the mesh alone, with an exact short range: p99 3.0e-4 - 4.4e-4);
+// the bounds leave about twice that.
+/// `p` folded into the box of side L, with TreePM's defaults (eps 1e-3 L) against Ewald on 512 bodies; `name` labels
+/// the recorded percentiles.
+ForceErrorStats defaultTreePmErrors(Particles& p, double L, std::uint64_t seed, const std::string& name,
+                                    GravityParams& gravity) {
+  wrapIntoBox(p, L);
+  gravity.eps = 1e-3 * L;
+  TreePm treePm(defaultMesh(L, p.size()), gravity);
+  const ForceErrorStats stats = errorsAgainstEwald(p, treePm, gravity, L, 512, seed + 1);
+  record(name, stats);
+  return stats;
+}
+
+TEST(TreePm, ClusteredBoxMatchesEwald) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 2.0;
+  Particles p = testing::clumpyBox(seed, L, 1024, 4096);
+  GravityParams gravity;
+  const ForceErrorStats stats = defaultTreePmErrors(p, L, seed, "clustered", gravity);
+  EXPECT_LT(stats.median, 2e-4);
+  EXPECT_LT(stats.p99, 1.5e-3);
+  // The split of the error: the same mesh with the short range summed exactly (theta 0.02, double engine) leaves the
+  // mesh's own error, which sets most of TreePM's.
+  TreeParams exact;
+  exact.theta = 0.02;
+  exact.alpha = 0.0;
+  TreePm meshOnly(defaultMesh(L, p.size()), gravity, gpu::Precision::float64, exact);
+  const ForceErrorStats meshStats = errorsAgainstEwald(p, meshOnly, gravity, L, 512, seed + 1);
+  record("clustered_exact_short_range", meshStats);
+  EXPECT_LT(meshStats.p99, 1.5e-3);
+}
+
+// A uniform box, where forces nearly cancel and relative errors are largest (the issue asks for them reported). 2^13
+// bodies, defaults; measured over 12 seeds: p50 1.7e-4 - 1.9e-4, p99 6.0e-4 - 1.2e-3.
+TEST(TreePm, UniformBoxMatchesEwald) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles p = testing::uniformCube(1 << 13, seed, 0.5 * L);
+  GravityParams gravity;
+  const ForceErrorStats stats = defaultTreePmErrors(p, L, seed, "uniform", gravity);
+  EXPECT_LT(stats.median, 4e-4);
+  EXPECT_LT(stats.p99, 3e-3);
+}
+
+/// The short range by brute force in double: every other body's nearest image within r_cut, the truncated pair.
+Particles bruteForceShortRange(Particles p, const GravityParams& gravity) {
+  const PeriodicSplit& split = gravity.periodic;
+  const double invTwoSplit = 0.5 / split.splitRadius, cutoff2 = split.cutoffRadius * split.cutoffRadius;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    double ax = 0, ay = 0, az = 0, pot = 0;
+    for (std::size_t j = 0; j < p.size(); ++j) {
+      if (j == i) continue;
+      accumulateTruncatedPairInteraction<double>(nearestImage(p.x[j] - p.x[i], split.boxSize),
+                                                 nearestImage(p.y[j] - p.y[i], split.boxSize),
+                                                 nearestImage(p.z[j] - p.z[i], split.boxSize), p.mass[j],
+                                                 gravity.eps2(), invTwoSplit, cutoff2, ax, ay, az, pot);
+    }
+    p.ax[i] = gravity.G * ax;
+    p.ay[i] = gravity.G * ay;
+    p.az[i] = gravity.G * az;
+    p.pot[i] = gravity.G * pot;
+  }
+  return p;
+}
+
+/// The short range of the periodic tree (double engine) against brute force, by id: per-body |a - a_brute| over the
+/// rms |a_brute| (short-range pulls nearly vanish for some bodies, so per-body relative errors would measure those).
+std::vector<double> shortRangeErrors(Particles p, const GravityParams& gravity, const TreeParams& params,
+                                     std::size_t* numListCells = nullptr) {
+  const Particles brute = bruteForceShortRange(p, gravity);
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  tree::PeriodicTreeSolver solver(engine, params, gravity);
+  solver.computeForces(p);
+  if (numListCells != nullptr) *numListCells = solver.lastPlan().cellList.size();
+  double rms = 0;
+  for (std::size_t i = 0; i < brute.size(); ++i) {
+    rms += brute.ax[i] * brute.ax[i] + brute.ay[i] * brute.ay[i] + brute.az[i] * brute.az[i];
+  }
+  rms = std::sqrt(rms / double(brute.size()));
+  std::vector<double> errors(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const std::size_t k = p.id[i];
+    errors[k] = std::hypot(p.ax[i] - brute.ax[k], p.ay[i] - brute.ay[k], p.az[i] - brute.az[k]) / rms;
+  }
+  return errors;
+}
+
+GravityParams periodicGravity(const MeshParams& mesh, double eps) {
+  GravityParams gravity;
+  gravity.eps = eps;
+  gravity.periodic = periodicSplit(mesh);
+  return gravity;
+}
+
+// The walk: with every cell opened down to bodies (theta 0.02 on a uniform box, where no leaf is small enough to pass
+// it: the test checks that no cell is listed) the lists hold every body within r_cut of each of its group's bodies at
+// its nearest image, nothing is lost to the skip, and the sums are brute force's to rounding. With the defaults on a
+// clustered box the cells' truncated multipoles (the truncation factor taken at the centre of mass,
+// pair_interaction.hpp: accumulateTruncatedQuadrupoleInteraction) add their approximation, measured here.
+TEST(PeriodicWalk, ShortRangeMatchesBruteForce) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles uniform = testing::uniformCube(2000, seed, 0.5 * L);
+  wrapIntoBox(uniform, L);
+  const GravityParams gravity = periodicGravity(defaultMesh(L, uniform.size()), 1e-3);
+  TreeParams exact;
+  exact.theta = 0.02;
+  exact.alpha = 0.0;
+  std::size_t numCells = 1;
+  const std::vector<double> exactErrors = shortRangeErrors(uniform, gravity, exact, &numCells);
+  EXPECT_EQ(numCells, 0u);
+  EXPECT_LT(*std::max_element(exactErrors.begin(), exactErrors.end()), 1e-12);
+
+  Particles p = testing::clumpyBox(seed, L, 300, 800);
+  wrapIntoBox(p, L);
+  const std::vector<double> treeErrors = shortRangeErrors(p, gravity, TreeParams{});
+  const double p99 = percentile(treeErrors, 0.99), worst = *std::max_element(treeErrors.begin(), treeErrors.end());
+  RecordProperty("default_p99", scientific(p99));
+  RecordProperty("default_max", scientific(worst));
+  std::printf("short range vs brute force, defaults: p50 %.2e p99 %.2e max %.2e (of the rms short-range pull)\n",
+              percentile(treeErrors, 0.5), p99, worst);
+  // Measured over 12 seeds: p99 3.4e-6 - 2.8e-5, max 5.8e-6 - 5.6e-5 of the rms short-range pull.
+  EXPECT_LT(p99, 2e-4);
+  EXPECT_LT(worst, 1e-3);
+  // The monopole walk: cells' truncation at their centre of mass is then the only expansion, second order in b / r.
+  TreeParams monopole;
+  monopole.multipole = MultipoleOrder::monopole;
+  const std::vector<double> monopoleErrors = shortRangeErrors(p, gravity, monopole);
+  RecordProperty("monopole_p99", scientific(percentile(monopoleErrors, 0.99)));
+  std::printf("short range vs brute force, monopoles: p99 %.2e\n", percentile(monopoleErrors, 0.99));
+  EXPECT_LT(percentile(monopoleErrors, 0.99), 3e-4);  // measured 5.9e-6 - 3.0e-5 over 6 seeds
+}
+
+/// GADGET's FORCETEST_TESTFORCELAW for the whole TreePM: one body of mass 1, massless tracers at 48 separations
+/// log-spaced from 1e-3 L to 0.5 L in 16 random directions each, |a / a_Ewald - 1| per tracer beyond 3 eps (Ewald
+/// softens the pair's nearest image as the short range does). The tracers' tree adds nothing here (a one-body leaf is
+/// exact as a cell), so this is the force split's, the mesh's and the float engine's error.
+TEST(TreePm, ForceLawWithinHalfAPercent) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 engine(seed);
+  const auto uniform = [&engine] { return std::generate_canonical<double, 64>(engine); };
+  const double L = 2.5;
+  constexpr int kSeparations = 48, kDirections = 16;
+  GravityParams gravity;
+  gravity.G = 0.8;
+  gravity.eps = 5e-4 * L;
+  Particles p(1 + kSeparations * kDirections);
+  for (std::size_t i = 0; i < p.size(); ++i) p.id[i] = i;
+  p.x[0] = L * uniform();
+  p.y[0] = L * uniform();
+  p.z[0] = L * uniform();
+  p.mass[0] = 1.0;
+  std::vector<double> separation(p.size(), 0.0);
+  for (int s = 0; s < kSeparations; ++s) {
+    const double r = L * 1e-3 * std::pow(500.0, s / double(kSeparations - 1));
+    for (int d = 0; d < kDirections; ++d) {
+      const std::size_t k = 1 + std::size_t(s) * kDirections + d;
+      const double cosTheta = 2 * uniform() - 1, phi = 2 * std::numbers::pi * uniform();
+      const double sinTheta = std::sqrt(1 - cosTheta * cosTheta);
+      p.x[k] = wrapIntoBox(p.x[0] + r * sinTheta * std::cos(phi), L);
+      p.y[k] = wrapIntoBox(p.y[0] + r * sinTheta * std::sin(phi), L);
+      p.z[k] = wrapIntoBox(p.z[0] + r * cosTheta, L);
+      p.mass[k] = 0.0;
+      separation[k] = r;
+    }
+  }
+  MeshParams mesh;
+  mesh.boxSize = L;
+  mesh.grid = 32;
+  TreePm treePm(mesh, gravity);
+  Particles forces = p;
+  treePm.solver->computeForces(forces);
+  std::vector<std::uint32_t> targets;
+  for (std::uint32_t k = 1; k < p.size(); ++k) targets.push_back(k);
+  std::vector<double> refY, refZ;
+  const std::vector<double> refX = ewaldAt(p, gravity, L, targets, refY, refZ);
+  double worst = 0, worstAt = 0;
+  for (std::size_t i = 0; i < forces.size(); ++i) {
+    const std::size_t k = forces.id[i];
+    if (k == 0 || separation[k] < 3 * gravity.eps) continue;
+    const std::size_t t = k - 1;
+    const double error = std::hypot(forces.ax[i] - refX[t], forces.ay[i] - refY[t], forces.az[i] - refZ[t]) /
+                         std::hypot(refX[t], refY[t], refZ[t]);
+    if (error > worst) {
+      worst = error;
+      worstAt = separation[k] / L;
+    }
+  }
+  RecordProperty("worst", scientific(worst));
+  std::printf("force law: worst |a / a_Ewald - 1| %.2e at r = %.3g L (mesh 32^3, eps 5e-4 L)\n", worst, worstAt);
+  // The issue's 0.5%; measured 3.0e-4 - 9.0e-4 over 24 seeds (the mesh alone: 5.8e-4, README "Particle mesh").
+  EXPECT_LT(worst, 5e-3);
+}
+
+// Bodies on the faces and in one corner of the box: x = 0 and the largest double below L are inside, x = L is not
+// (wrapIntoBox makes it 0), and a box whose bodies all sit in one octant (the tree's root is still the whole box, and
+// the other octants' images pull through the faces) matches Ewald as a spread-out one does.
+TEST(TreePm, BodiesOnTheBoundaryAndInOneOctant) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles p = testing::clumpyBox(seed, 0.5 * L, 200, 1200);  // a box of side L/2 ...
+  wrapIntoBox(p, 0.5 * L);                                     // ... in the octant [0, L/2)^3
+  const double top = std::nextafter(L, 0.0);
+  p.x[0] = 0.0;
+  p.y[0] = -0.0;
+  p.z[0] = top;
+  p.x[1] = L;  // on the face x = L: outside until folded
+  p.y[1] = top;
+  p.z[1] = -1e-300;
+  GravityParams gravity;
+  gravity.eps = 1e-3;
+  TreePm treePm(defaultMesh(L, p.size()), gravity);
+  Particles unwrapped = p;
+  EXPECT_THROW(treePm.solver->computeForces(unwrapped), InputError);
+  wrapIntoBox(p, L);
+  EXPECT_EQ(p.x[1], 0.0);
+  EXPECT_TRUE(p.z[1] >= 0.0 && p.z[1] < L);
+  const ForceErrorStats stats = errorsAgainstEwald(p, treePm, gravity, L, 400, seed + 1);
+  record("octant", stats);
+  EXPECT_LT(stats.p99, 3e-3);  // measured 2.5e-4 - 1.1e-3 over 12 seeds
+  // The corner bodies themselves.
+  Particles corners = p;
+  treePm.solver->computeForces(corners);
+  std::vector<std::uint32_t> targets;
+  std::vector<std::size_t> at;
+  for (std::uint32_t i = 0; i < corners.size(); ++i) {
+    if (corners.id[i] <= 1) {
+      targets.push_back(i);
+      at.push_back(i);
+    }
+  }
+  std::vector<double> refY, refZ;
+  const std::vector<double> refX = ewaldAt(corners, gravity, L, targets, refY, refZ);
+  for (std::size_t t = 0; t < targets.size(); ++t) {
+    const std::size_t i = at[t];
+    const double error = std::hypot(corners.ax[i] - refX[t], corners.ay[i] - refY[t], corners.az[i] - refZ[t]) /
+                         std::hypot(refX[t], refY[t], refZ[t]);
+    EXPECT_LT(error, 5e-3) << "body " << corners.id[i];
+  }
+}
+
+// Bodies that leave the box re-enter on the other side with continuous forces: 64 bodies of a uniform box are put
+// 1e-12 L inside a face (some at an edge or a corner, inside up to three faces at once), then moved 2e-12 L across it,
+// which wrapIntoBox folds to 1e-12 L inside the opposite face. With the short range summed exactly (theta 0.02 on a
+// uniform box lists no cell, as PeriodicWalk checks; double engine) every body's force may change by no more than such
+// a motion changes it (measured 2.7e-10 - 1.3e-9 relative over 12 seeds; a lost or doubled image would change it by
+// ~1e-2); with the defaults (cells, float engine) the tree around the crossing bodies changes, and the forces by up to
+// the method's error (measured 4.3e-5 - 2.4e-4).
+TEST(TreePm, BodiesCrossingAFaceKeepContinuousForces) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0, delta = 1e-12 * L;
+  Particles p = testing::uniformCube(2000, seed, 0.5 * L);
+  wrapIntoBox(p, L);
+  constexpr std::size_t kCrossing = 64;
+  Particles crossed = p;
+  for (std::size_t k = 0; k < kCrossing; ++k) {
+    // Body k lies just inside the low face of axis k % 3 (and of the next axes for k % 7 == 0 and k % 11 == 0), and
+    // moves to just inside the opposite face.
+    std::vector<double>* axes[3] = {&p.x, &p.y, &p.z};
+    std::vector<double>* moved[3] = {&crossed.x, &crossed.y, &crossed.z};
+    const int numFaces = k % 11 == 0 ? 3 : k % 7 == 0 ? 2 : 1;
+    for (int f = 0; f < numFaces; ++f) {
+      const int axis = static_cast<int>((k + f) % 3);
+      (*axes[axis])[k] = delta;
+      (*moved[axis])[k] = wrapIntoBox(-delta, L);
+      ASSERT_GT((*moved[axis])[k], 0.5 * L);
+    }
+  }
+  GravityParams gravity;
+  gravity.eps = 1e-3;
+  TreeParams exact;
+  exact.theta = 0.02;
+  exact.alpha = 0.0;
+  const auto forcesById = [&](Particles bodies, gpu::Precision precision, const TreeParams& tree) {
+    TreePm treePm(defaultMesh(L, bodies.size()), gravity, precision, tree);
+    treePm.solver->computeForces(bodies);
+    std::vector<double> byId(3 * bodies.size());
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      byId[3 * bodies.id[i]] = bodies.ax[i];
+      byId[3 * bodies.id[i] + 1] = bodies.ay[i];
+      byId[3 * bodies.id[i] + 2] = bodies.az[i];
+    }
+    return byId;
+  };
+  const auto worstChange = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    double worst = 0;
+    for (std::size_t k = 0; k < a.size() / 3; ++k) {
+      worst =
+          std::max(worst, std::hypot(a[3 * k] - b[3 * k], a[3 * k + 1] - b[3 * k + 1], a[3 * k + 2] - b[3 * k + 2]) /
+                              std::hypot(b[3 * k], b[3 * k + 1], b[3 * k + 2]));
+    }
+    return worst;
+  };
+  const double exactChange =
+      worstChange(forcesById(crossed, gpu::Precision::float64, exact), forcesById(p, gpu::Precision::float64, exact));
+  const double defaultChange = worstChange(forcesById(crossed, gpu::Precision::float32, TreeParams{}),
+                                           forcesById(p, gpu::Precision::float32, TreeParams{}));
+  RecordProperty("exact_change", scientific(exactChange));
+  RecordProperty("default_change", scientific(defaultChange));
+  std::printf("crossing: largest relative force change %.2e (exact short range), %.2e (defaults)\n", exactChange,
+              defaultChange);
+  EXPECT_LT(exactChange, 1e-8);
+  EXPECT_LT(defaultChange, 1e-2);
+}
+
+// What periodic gravity refuses, with one-line InputErrors before any work: an engine without the truncated kernels
+// (the CUDA engine's case; the mirroring test engine does not declare them either), a split whose r_cut reaches half
+// the box, a split that differs from the mesh's, and bodies outside the box.
+TEST(TreePm, RefusesWhatItCannotDo) {
+  MeshParams mesh;
+  mesh.boxSize = 1.0;
+  mesh.grid = 32;
+  GravityParams gravity;
+  gravity.periodic = periodicSplit(mesh);
+  gpu::CpuEngine cpu;
+  testing::MirroringEngine withoutKernels(cpu);
+  try {
+    tree::PeriodicTreeSolver solver(withoutKernels, TreeParams{}, gravity);
+    ADD_FAILURE() << "an engine without periodic kernels was taken";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("CPU engine"), std::string::npos) << error.what();
+    EXPECT_EQ(std::string(error.what()).find('\n'), std::string::npos);
+  }
+  EXPECT_THROW(tree::PeriodicTreeSolver(cpu, TreeParams{}, GravityParams{}), InputError);  // no box
+  mesh.grid = 12;  // r_cut = 5.5 * 1.25 / 12 L > L / 2
+  EXPECT_THROW(periodicSplit(mesh), InputError);
+  GravityParams reaching = gravity;
+  reaching.periodic.cutoffRadius = 0.5;
+  EXPECT_THROW(tree::PeriodicTreeSolver(cpu, TreeParams{}, reaching), InputError);
+  mesh.grid = 64;  // the short range split for 32^3, the mesh at 64^3
+  EXPECT_THROW(TreePmSolver(std::make_unique<tree::PeriodicTreeSolver>(cpu, TreeParams{}, gravity), mesh, gravity),
+               InvariantError);
+  tree::PeriodicTreeSolver solver(cpu, TreeParams{}, gravity);
+  for (const double outside : {1.0, -1e-9, 1.5, std::nan("")}) {
+    Particles p = testing::uniformCube(64, 7, 0.5);
+    wrapIntoBox(p, 1.0);
+    p.y[10] = outside;
+    EXPECT_THROW(solver.computeForces(p), InputError) << outside;
+  }
+}
+
+}  // namespace
+}  // namespace matcha::mesh

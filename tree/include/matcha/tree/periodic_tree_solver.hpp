@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: MIT
+// The short range of periodic TreePM gravity (issue 15) as a ForceSolver: the octree over the periodic cube, one walk
+// per group that takes every cell at its nearest image and skips what lies beyond r_cut, and the engine's truncated
+// pairs (GravityParams::periodic). The long range is the particle mesh's (mesh/treepm_solver.hpp adds the two).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "matcha/core/force_solver.hpp"
+#include "matcha/core/near_field_engine.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/tree/groups.hpp"
+#include "matcha/tree/octree.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
+#include "matcha/tree/tree_solver.hpp"
+
+namespace matcha::tree {
+
+/// Whether `cell` may stand in for its bodies in `group`'s short-range list, and whether it matters at all:
+enum class PeriodicVisit {
+  skip,    ///< every body of the cell lies at least r_cut from the group's box at its nearest image: nothing to add
+  accept,  ///< the cell passes the opening criterion (acceptCell's tests) at its nearest image
+  open,    ///< neither: its children (or, for a leaf, its bodies) go to the list
+};
+
+/// The periodic twin of acceptCell, in double. Distances are to the nearest image of the group's box
+/// (opening_criterion.hpp: periodicDistanceToBox2) from the cell's centre of mass. A cell is skipped when that
+/// distance minus b_max (all its bodies lie within b_max of the centre of mass, so each of their images is at least
+/// that far) is at least r_cut; a cell holding any of the group's bodies is always opened. The relative test takes the
+/// monopole's power (M b^2 / d^4) for quadrupole cells too: the truncated cell's error is second order.
+PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
+                            const PeriodicSplit& split);
+
+/// Walks the tree for every group and writes the short-range lists into `plan` (cleared first): accepted cells, and
+/// the bodies of opened leaves as ranges (consecutive leaves merged), with nothing beyond r_cut. The tree's root must
+/// be the periodic cube (its bodies within [0, L)^3). Parallel over groups (TBB); allocates.
+void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicSplit& split, InteractionPlan& plan);
+
+/// The periodic short-range solver. Each call builds a tree (root: the cube [0, L)^3), its groups and their lists, and
+/// has the engine evaluate them with gravity.periodic. Trees and lists are not reused across calls
+/// (TreeParams::reuse, pipeline and advanceOnDevice are ignored): reuse refits cells to moved bodies and checks lists
+/// in the engine with the open-boundary criterion, and a body that crosses a face re-enters at the opposite one, so a
+/// refitted cell would span the box. A call's bodies must lie in [0, L)^3 (the integrator wraps them at each drift).
+class PeriodicTreeSolver final : public ForceSolver {
+ public:
+  /// `engine` must outlive the solver and support the periodic short range (NearFieldEngine::periodicShortRange).
+  /// Throws InputError for invalid parameters, gravity without a periodic split, or an engine without it.
+  PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity);
+
+  /// Overwrites acc and pot with the short-range part at every body; sorts the bodies along the Morton curve. With
+  /// TreeParams::alpha > 0 the accelerations the bodies bring scale the relative opening test; bodies without any
+  /// (all zero) are evaluated twice, first with theta alone (TreeStats-like estimate: ForceReport phase estimate).
+  /// Throws InputError, naming the body, for a body outside [0, L)^3 or with a non-finite coordinate.
+  ForceReport computeForces(Particles& particles) override;
+  std::string describe() const override;
+
+  const GravityParams& gravity() const { return gravity_; }
+  /// The last call's plan (all groups), for tests.
+  const InteractionPlan& lastPlan() const { return plan_; }
+  /// The last call's tree, groups and lists (the reuse fields stay at their defaults: one tree per call).
+  const TreeStats& lastStats() const { return stats_; }
+
+ private:
+  NearFieldEngine& engine_;
+  TreeParams params_;
+  GravityParams gravity_;
+  std::vector<std::uint64_t> keys_, sortedKeys_;
+  std::vector<std::uint32_t> order_;
+  KeySorter sorter_;
+  BodyPermuter permuter_;
+  Octree tree_;
+  Groups groups_;
+  InteractionPlan plan_;
+  TreeStats stats_;
+};
+
+/// Throws InputError, naming the first offender by id, unless every body lies in [0, boxSize)^3.
+void requireInsideBox(const Particles& particles, double boxSize);
+
+}  // namespace matcha::tree
