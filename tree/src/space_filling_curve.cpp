@@ -161,12 +161,12 @@ using Buckets = std::array<std::size_t, kNumBuckets + 1>;
 
 }  // namespace
 
-void KeySorter::sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift) {
+KeySorter::KeyIndex* KeySorter::sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift, bool copyBack) {
   if (count <= kSmallBucket || shift <= 0) {
     std::sort(data, data + count, [](const KeyIndex& a, const KeyIndex& b) {
       return a.key < b.key || (a.key == b.key && a.index < b.index);
     });
-    return;
+    return data;
   }
   const int low = std::max(0, shift - kDigitBits);
   const std::uint64_t mask = (std::uint64_t{1} << (shift - low)) - 1;
@@ -206,17 +206,19 @@ void KeySorter::sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int
       for (std::size_t i = c * chunkSize; i < end; ++i) temp[next[digit(data[i])]++] = data[i];
     });
   }
-  // The buckets now lie in temp; sorting each with data as its scratch leaves the result in temp, so copy back.
+  // The buckets now lie in temp; sorting each with data as its scratch leaves the result in temp, copied back only if
+  // asked (a bucket's copy stays in cache; the whole array's, at the top, is a pass through memory the caller skips).
   const auto finishBucket = [&](std::size_t b) {
     const std::size_t first = start[b], n = start[b + 1] - first;
-    if (n > 1) sortRange(temp + first, data + first, n, low);
-    std::copy(temp + first, temp + first + n, data + first);
+    if (n > 1) sortRange(temp + first, data + first, n, low, true);
+    if (copyBack) std::copy(temp + first, temp + first + n, data + first);
   };
   if (count <= kParallelRange) {
     for (std::size_t b = 0; b < kNumBuckets; ++b) finishBucket(b);
   } else {
     tbb::parallel_for(std::size_t{0}, kNumBuckets, finishBucket);
   }
+  return copyBack ? data : temp;
 }
 
 void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint64_t>& sorted,
@@ -246,11 +248,13 @@ void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint6
       [](Scan a, const Scan& b) {
         return Scan{std::min(a.lowest, b.lowest), std::max(a.highest, b.highest), a.inOrder && b.inOrder};
       });
-  if (!scan.inOrder) sortRange(pairs_.data(), scratch_.data(), n, 64 - __builtin_clzll(scan.lowest ^ scan.highest));
+  const KeyIndex* result = scan.inOrder ? pairs_.data()
+                                        : sortRange(pairs_.data(), scratch_.data(), n,
+                                                    64 - __builtin_clzll(scan.lowest ^ scan.highest), false);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) {
-      sorted[i] = pairs_[i].key;
-      order[i] = pairs_[i].index;
+      sorted[i] = result[i].key;
+      order[i] = result[i].index;
     }
   });
 }

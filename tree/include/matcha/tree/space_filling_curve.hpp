@@ -58,8 +58,8 @@ class KeySorter {
     std::uint32_t index;
   };
   /// Sorts data[0, count) by the key bits below bit `shift` (those above are equal), ties by index, with temp[0,
-  /// count) as scratch.
-  static void sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift);
+  /// count) as scratch. Returns where the result lies: data, or temp when `copyBack` is false and a digit pass ran.
+  static KeyIndex* sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift, bool copyBack);
   std::vector<KeyIndex> pairs_, scratch_;
 };
 
