@@ -281,7 +281,7 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   const std::size_t n = bodies.size();
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // see Sample
   const Sample sample = drawSample(n, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
-  gpu::EngineChoice engine = makeRunEngine(options, given.engine);
+  gpu::EngineChoice engine = makeRunEngine(options);
   std::string referenceKind = "ewald";  // made first, so that an unusable --reference fails before the long runs
   const std::unique_ptr<NearFieldEngine> oracle =
       periodic ? nullptr : makeReferenceEngine(compare.reference, referenceKind);

@@ -492,19 +492,10 @@ double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t nu
   options.integrator.boxSize = box;
   // One tree per call (tree/periodic_tree_solver.hpp says why): the memory estimate is then sized for that.
   options.tree.reuse = 1;
-  // The short range runs on the CPU engine only for now (the CUDA engine has no truncated kernels): auto picks it,
-  // an explicit --engine cuda is refused by the solver with a one-line error.
-  if (options.engine == EngineKind::automatic) options.engine = EngineKind::cpu;
   return box;
 }
 
-gpu::EngineChoice makeRunEngine(const Options& options, EngineKind asked) {
-  gpu::EngineChoice engine = gpu::makeEngine(options.engine);
-  if (options.gravity.periodic.enabled() && asked == EngineKind::automatic) {
-    engine.reason = "CPU engine (periodic gravity: the CUDA engine has no short-range kernels yet)";
-  }
-  return engine;
-}
+gpu::EngineChoice makeRunEngine(const Options& options) { return gpu::makeEngine(options.engine); }
 
 Particles loadInitialConditions(const Options& options, std::ostream& info) {
   if (!options.icFile.empty()) {

@@ -148,9 +148,9 @@ std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::Ap
 /// (a grid out of range, r_cut >= L/2) or periodic gravity with the direct solver.
 double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies);
 
-/// The engine of --engine (gpu::makeEngine); for a periodic run that left the choice to auto (resolvePeriodicBox made
-/// it cpu), the reason says that periodic gravity chose it.
-gpu::EngineChoice makeRunEngine(const Options& options, EngineKind asked);
+/// The engine of --engine (gpu::makeEngine): auto takes the CUDA engine where a device is present, for periodic runs
+/// too (its float kernels evaluate the TreePM short range).
+gpu::EngineChoice makeRunEngine(const Options& options);
 
 /// Plummer sphere from -n/--seed, or the bodies of --ic (validated). Prints one line to `info` first ("generating a
 /// 1048576-body Plummer sphere (seed 7)..." or "reading initial conditions from F..."): both can take minutes.

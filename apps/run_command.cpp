@@ -372,7 +372,6 @@ int runGuarded(const std::filesystem::path& outDir, const std::function<int()>& 
 /// (main.cpp reads DIR/used_parameters.toml as the config file); the bodies, their forces, the step and the
 /// solver's state come from the checkpoint.
 int resumeSimulation(const CLI::App& command, Options options) {
-  const EngineKind askedEngine = options.engine;
   const std::filesystem::path dir = options.restartDir;
   options.outPath = dir.string();
   options.icFile.clear();  // the bodies come from the checkpoint
@@ -417,7 +416,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
                      " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
   }
   gpu::requireFloatRange(particles, options.gravity);
-  gpu::EngineChoice engine = makeRunEngine(options, askedEngine);
+  gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
@@ -455,7 +454,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   requireBodiesFit(ic.numBodies);
   Particles particles = loadInitialConditions(options, info);
   gpu::requireFloatRange(particles, options.gravity);
-  gpu::EngineChoice engine = makeRunEngine(options, given.engine);
+  gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);

@@ -21,6 +21,9 @@
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/ic/plummer.hpp"
+#include "matcha/mesh/particle_mesh.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
@@ -160,6 +163,106 @@ void runPlan(benchmark::State& state, Precision precision, std::size_t n, double
   state.counters["MB_packed"] = double(stats.packedListBytes) * 1e-6;          // float4 lists instead
 }
 
+/// FP32 instructions per truncated (periodic short-range) body-body interaction, counted from the source
+/// (pair_interaction.hpp; to be checked against the SASS): the nearest image, 7 per axis (a subtraction, then two
+/// compare-add-select folds) = 21; r^2, r^2 + eps^2, the cut and zero-distance tests and their selects ~11 (with the
+/// MUFU.RSQ and MUFU.SQRT); the factors ~16 (x and x^2, __expf = FMUL + MUFU.EX2, t = MUFU.RCP of an FFMA, the
+/// degree-6 polynomial in 6 FFMA, two products for erfc, an FMUL and an FFMA for f); the pull ~9 (m/r, 1/r^3, times f,
+/// three FFMA, the potential times g). About 57 against the open pair's 13: the floor falls 4.4x. Four MUFU per pair
+/// (16 per SM and clock) stay under the FP32 pipe's limit (128 per SM and clock over 57).
+constexpr double kTruncatedInstructionsPerInteraction = 57.0;
+
+/// A periodic box and its short-range plan, built once per (N, multipole): a Plummer sphere (scale 1) centred in a box
+/// of side 8, folded into it (a clustered box: the halo's outskirts wrap around), the command line's default split.
+struct PeriodicCase : NearFieldEngine {
+  Particles particles;
+  CellMultipoles cells;
+  GravityParams gravity;
+  InteractionPlan plan;
+
+  // Only to capture the solver's cells and plan: evaluatePlan copies the cells and evaluates nothing.
+  std::string name() const override { return "plan capture"; }
+  bool periodicShortRange() const override { return true; }
+  InteractionCounts evaluatePlan(const SourceView&, const CellMultipoles& c, const InteractionPlan&,
+                                 const GravityParams&, const ForceView&) override {
+    cells = c;
+    return {};
+  }
+  EngineTimings lastTimings() const override { return {}; }
+  void setTree(const TreeTopology&, const SourceView&) override {}
+  void setLists(const InteractionPlan&) override {}
+  void dropLists() override {}
+  void launchResident(const SourceView&, const GravityParams&, const ForceView&, std::span<const std::uint32_t>,
+                      const BodyUpdate&) override {}
+  ResidentResult finishResident() override { return {}; }
+  void discardResident() override {}
+  InteractionCounts evaluateDirect(const SourceView&, const GravityParams&, const ForceView&) override { return {}; }
+};
+
+PeriodicCase& periodicCase(std::size_t n, MultipoleOrder multipole) {
+  static std::map<std::tuple<std::size_t, MultipoleOrder>, std::unique_ptr<PeriodicCase>> cache;
+  auto& slot = cache[{n, multipole}];
+  if (!slot) {
+    slot = std::make_unique<PeriodicCase>();
+    const double L = 8.0;
+    slot->particles = plummer(n);
+    Particles& p = slot->particles;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.x[i] += 0.5 * L;
+      p.y[i] += 0.5 * L;
+      p.z[i] += 0.5 * L;
+    }
+    wrapIntoBox(p, L);
+    mesh::MeshParams mesh;
+    mesh.boxSize = L;
+    mesh.grid = mesh::defaultPmGrid(n, mesh);
+    slot->gravity.eps = 1e-3 * L;
+    slot->gravity.periodic = mesh::periodicSplit(mesh);
+    TreeParams params;
+    params.multipole = multipole;
+    params.alpha = 0.0;  // theta alone: one pass, no accelerations needed
+    tree::PeriodicTreeSolver solver(*slot, params, slot->gravity);
+    solver.computeForces(p);  // sorts the bodies; the plan indexes them in that order
+    slot->plan = solver.lastPlan();
+  }
+  return *slot;
+}
+
+/// The periodic short range (the truncated kernels) on periodicCase's plan; floor% against
+/// kTruncatedInstructionsPerInteraction per interaction (the FP32 floor restated for the truncated pair).
+void runPeriodicPlan(benchmark::State& state, std::size_t n, MultipoleOrder multipole) {
+  CudaEngine& cuda = engine(Precision::float32);
+  cuda.setConfig(gpu::CudaKernelConfig{});
+  PeriodicCase& c = periodicCase(n, multipole);
+  cuda.evaluatePlan(c.particles.sources(), c.cells, c.plan, c.gravity, c.particles.forces());
+  InteractionCounts counts;
+  double kernelSeconds = 0.0;
+  for (auto _ : state) {
+    counts = cuda.evaluatePlan(c.particles.sources(), c.cells, c.plan, c.gravity, c.particles.forces());
+    const double seconds = cuda.lastKernelMilliseconds() * 1e-3;
+    kernelSeconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  const double interactions = double(counts.total()) * double(state.iterations());
+  state.counters["interactions/s"] = benchmark::Counter(interactions, benchmark::Counter::kIsRate);
+  const double rate = kernelSeconds > 0 ? interactions / kernelSeconds : 0.0;
+  state.counters["floor%"] =
+      100.0 * rate / gpu::fp32FloorInteractionsPerSecond(gDevice, kTruncatedInstructionsPerInteraction);
+  state.counters["open_floor%"] = 100.0 * rate / gpu::fp32FloorInteractionsPerSecond(gDevice);
+  state.counters["bb/body"] = double(counts.bodyBody) / double(n);
+  state.counters["bc/body"] = double(counts.bodyCell) / double(n);
+  state.counters["tasks"] = double(cuda.lastCallStats().numTasks);
+}
+
+void registerPeriodicPlan(std::size_t n, MultipoleOrder multipole) {
+  char name[160];
+  std::snprintf(name, sizeof name, "plan/float/periodic/PlummerInBox/N:%zu/%s/p64", n, toString(multipole).c_str());
+  benchmark::RegisterBenchmark(name, [=](benchmark::State& state) { runPeriodicPlan(state, n, multipole); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.05);
+}
+
 /// The bare GPU Gems loop (bare_direct_loop.hpp) on the same bodies: what this GPU's issue rate allows a float
 /// interaction, the ceiling the direct kernel is measured against (its accuracy work costs the difference).
 void runBareLoop(benchmark::State& state, std::size_t n, gpu::BareLoopShape shape, bool potential) {
@@ -264,6 +367,11 @@ void registerAll() {
       }
     }
   }
+  // The periodic short range (TreePM's tree part) with the defaults (theta 0.5, ncrit 64), at 2^14 for the smoke test.
+  registerPeriodicPlan(std::size_t{1} << 14, MultipoleOrder::quadrupole);
+  for (const MultipoleOrder multipole : {MultipoleOrder::monopole, MultipoleOrder::quadrupole}) {
+    registerPeriodicPlan(std::size_t{1} << 20, multipole);
+  }
 }
 
 }  // namespace
@@ -288,6 +396,10 @@ int main(int argc, char** argv) {
   std::snprintf(text, sizeof text, "%.4g interactions/s (%.1f FP64 instructions each)",
                 gpu::fp64FloorInteractionsPerSecond(gDevice), gpu::kSassFp64InstructionsPerInteraction);
   benchmark::AddCustomContext("fp64_floor", text);
+  std::snprintf(text, sizeof text, "%.4g interactions/s (%.0f instructions each, counted)",
+                gpu::fp32FloorInteractionsPerSecond(gDevice, kTruncatedInstructionsPerInteraction),
+                kTruncatedInstructionsPerInteraction);
+  benchmark::AddCustomContext("fp32_floor_truncated", text);
   registerAll();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -112,10 +112,10 @@ const detail::DirectVariant<Real>* findDirectVariant(const CudaDirectConfig& con
 
 template <class Real>
 const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile, bool quadrupole, bool accurate = false,
-                                                 bool potential = true) {
+                                                 bool potential = true, bool periodic = false) {
   for (const auto& variant : detail::planVariants<Real>()) {
     if (std::uint32_t(variant.tile) == tile && variant.quadrupole == quadrupole && variant.accurate == accurate &&
-        variant.potential == potential) {
+        variant.potential == potential && variant.periodic == periodic) {
       return &variant;
     }
   }
@@ -449,10 +449,15 @@ struct CudaEngine::Impl {
     const std::size_t numBodies = sources.count;
     const std::size_t numCells = cells.size();
     const bool quadrupole = cells.hasQuadrupole;
-    // Accurate near pairs matter in float only; those plans (direct sums) have their own tile-64 kernels.
+    // Accurate near pairs matter in float only; those plans (direct sums) have their own tile-64 kernels. The periodic
+    // short range has kernels of one tile size (kernel_variants.cuh says why), in float (CudaEngine::evaluatePlan).
     const bool accurate = plan.accurateNearPairs && std::is_same_v<Real, float>;
+    const bool periodic = gravity.periodic.enabled();
+    MATCHA_ASSERT(!(periodic && plan.accurateNearPairs), "periodic plans are tree plans (no second pass in double)");
+    const std::uint32_t tile =
+        periodic ? std::uint32_t(detail::kPeriodicPlanTile) : (accurate ? 64u : config.planTileSize);
     const detail::PlanVariant<Real>* variant =
-        findPlanVariant<Real>(accurate ? 64u : config.planTileSize, quadrupole, accurate, out.pot != nullptr);
+        findPlanVariant<Real>(tile, quadrupole, accurate, out.pot != nullptr, periodic);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
     // The plan kernel flags cell entries with the top bit of a 32-bit index.
     MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
@@ -555,6 +560,13 @@ struct CudaEngine::Impl {
     args.inverseSoftening = inverseSoftening(gravity.eps2());
     args.G = gravity.G;
     args.out = deviceForces(out);
+    if (periodic) {
+      const PeriodicSplit& split = gravity.periodic;
+      args.boxSize = split.boxSize;
+      args.box = static_cast<Real>(split.boxSize);
+      args.invTwoSplit = static_cast<Real>(0.5 / split.splitRadius);
+      args.cutoff2 = static_cast<Real>(split.cutoffRadius * split.cutoffRadius);
+    }
 
     const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);
     const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
@@ -592,8 +604,8 @@ struct CudaEngine::Impl {
     stats.numSplits = 0;
     stats.packedListBytes = packedBytes;
     char text[128];
-    std::snprintf(text, sizeof text, "plan %s p%d (%llu warp tasks, %u blocks)%s", quadrupole ? "quad" : "mono",
-                  variant->tile, static_cast<unsigned long long>(numTasks), numBlocks,
+    std::snprintf(text, sizeof text, "plan %s%s p%d (%llu warp tasks, %u blocks)%s", periodic ? "periodic " : "",
+                  quadrupole ? "quad" : "mono", variant->tile, static_cast<unsigned long long>(numTasks), numBlocks,
                   variant->potential ? "" : ", accelerations only");
     stats.kernel = text;
     return {bodyBody, bodyCell};
@@ -1328,6 +1340,10 @@ InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const Cell
   MATCHA_ASSERT(plan.bodyListOffsets.back() == plan.bodyList.size(), "plan body list size differs from its offsets");
   MATCHA_ASSERT(out.count == sources.count, "output size differs from source count");
   MATCHA_ASSERT(sources.count < (std::size_t{1} << 32), "too many bodies for 32-bit indices");
+  if (gravity.periodic.enabled() && impl_->precision != Precision::float32) {
+    throw InputError(
+        "the CUDA engine's periodic short range runs in float only: use --precision float or --engine cpu");
+  }
   impl_->stats = CudaCallStats{};
   if (plan.numGroups() == 0) return {};
   impl_->selectDevice();
@@ -1352,6 +1368,11 @@ void CudaEngine::dropLists() {
 
 void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                                 std::span<const std::uint32_t> groups, const BodyUpdate& update) {
+  if (gravity.periodic.enabled()) {
+    // Resident lists are refitted and checked against the open-boundary criterion; a periodic tree is built per call
+    // and evaluated with evaluatePlan (tree/periodic_tree_solver.hpp).
+    throw InputError("the CUDA engine's resident lists are open-boundary only: periodic gravity evaluates plans");
+  }
   MATCHA_ASSERT(impl_->res.hasTree, "launchResident before setTree");
   MATCHA_ASSERT(!impl_->res.launched, "launchResident while a launch is in flight");
   MATCHA_ASSERT(bodies.count == impl_->res.numBodies && out.count == bodies.count,
@@ -1395,6 +1416,8 @@ double CudaEngine::lastKernelMilliseconds() const { return impl_->stats.kernelMi
 const CudaCallStats& CudaEngine::lastCallStats() const { return impl_->stats; }
 
 Precision CudaEngine::precision() const { return impl_->precision; }
+
+bool CudaEngine::periodicShortRange() const { return impl_->precision == Precision::float32; }
 
 const CudaKernelConfig& CudaEngine::config() const { return impl_->config; }
 

@@ -55,6 +55,7 @@ struct PlanVariant {
   bool quadrupole;  ///< cells as quadrupoles (else as point masses)
   bool accurate;    ///< for plans with accurateNearPairs (float)
   bool potential;   ///< writes out.pot (false: accelerations only)
+  bool periodic;    ///< the periodic short range (GravityParams::periodic), float only
   int threads;
   const void* kernel;
   void (*launch)(unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args);
@@ -62,6 +63,9 @@ struct PlanVariant {
 
 template <class Real>
 std::span<const PlanVariant<Real>> planVariants();
+
+/// The one tile size of the periodic plan kernels (CudaKernelConfig's default planTileSize).
+inline constexpr int kPeriodicPlanTile = 64;
 
 /// expanded[groupLists[g].x + k] = the k-th j-body of group g (its ranges bodyRanges[bodyRangeOffsets[g] ..
 /// bodyRangeOffsets[g + 1]) laid end to end), for g < numGroups.

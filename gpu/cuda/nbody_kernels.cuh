@@ -345,6 +345,54 @@ __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Re
   }
 }
 
+/// The periodic short range (GravityParams::periodic) of a tile of point masses: every separation at its nearest
+/// image and the erfc-truncated pair, checked (accumulateTruncatedPairInteraction's selects skip the zero-distance
+/// pairs of eps = 0 and the pairs beyond the cut), as the CPU engine's evaluateGroupPeriodic does per pair. No
+/// near-pair search and no second look: the checked pair is needed for the cut anyway, and periodic plans are tree
+/// plans.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+__device__ __forceinline__ void evaluatePeriodicTile(const typename Packed4<Real>::type* tile, int first,
+                                                     const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                                     const Real (&zi)[kBodies], Real eps2, Real box, Real invTwoSplit,
+                                                     Real cutoff2, Accumulators<Real, kBodies>& acc) {
+  acc.clearTile();
+#pragma unroll kUnroll
+  for (int j = 0; j < kEntries; ++j) {
+    const auto source = tile[first + j * kStride];
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) {
+      accumulateTruncatedPairInteraction<Real>(nearestImage(source.x - xi[k], box), nearestImage(source.y - yi[k], box),
+                                               nearestImage(source.z - zi[k], box), source.w, eps2, invTwoSplit,
+                                               cutoff2, acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
+    }
+  }
+}
+
+/// evaluateQuadrupoleTile for the periodic short range: each cell at its nearest image, monopole + quadrupole times
+/// the truncation factors at its centre of mass (accumulateTruncatedQuadrupoleInteraction, as the CPU engine).
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+__device__ __forceinline__ void evaluatePeriodicQuadrupoleTile(const typename Packed4<Real>::type* cellTile, int first,
+                                                               const Real (&xi)[kBodies], const Real (&yi)[kBodies],
+                                                               const Real (&zi)[kBodies], Real eps2, Real box,
+                                                               Real invTwoSplit, Accumulators<Real, kBodies>& acc) {
+  acc.clearTile();
+#pragma unroll kUnroll
+  for (int j = 0; j < kEntries; ++j) {
+    const int slot = first + j * kStride;
+    const auto centre = cellTile[3 * slot];
+    const auto diagonal = cellTile[3 * slot + 1];
+    const auto offDiagonal = cellTile[3 * slot + 2];
+    const Quadrupole<Real> q{diagonal.x,    diagonal.y,    diagonal.z, offDiagonal.x,
+                             offDiagonal.y, offDiagonal.z, diagonal.w};
+#pragma unroll
+    for (int k = 0; k < kBodies; ++k) {
+      accumulateTruncatedQuadrupoleInteraction<Real>(
+          nearestImage(centre.x - xi[k], box), nearestImage(centre.y - yi[k], box), nearestImage(centre.z - zi[k], box),
+          centre.w, q, eps2, invTwoSplit, acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
+    }
+  }
+}
+
 /// Adds the tile sums into the bag and flushes the bag every kFlushTiles tiles (Real = double: straight into the
 /// total). kTrackMagnitude (float): also adds what each float partial sum going into the total summed into
 /// acc.floatMagnitude.
@@ -367,14 +415,21 @@ __device__ __forceinline__ void accumulateTile(Accumulators<Real, kBodies>& acc,
   }
 }
 
-/// One staged source: position relative to the centre (difference in double, then rounded) and mass.
-template <class Real>
+/// One staged source: position relative to the centre (difference in double, then rounded) and mass. kPeriodic: the
+/// difference at its nearest image in a box of side boxSize, in double before the rounding, as the CPU engine packs it.
+template <class Real, bool kPeriodic = false>
 __device__ __forceinline__ typename Packed4<Real>::type makeRelativeSource(bool valid, double x, double y, double z,
-                                                                           double mass, double cx, double cy,
-                                                                           double cz) {
+                                                                           double mass, double cx, double cy, double cz,
+                                                                           double boxSize = 0.0) {
   using Vec = typename Packed4<Real>::type;
   if (!valid) return Vec{Real(kPadCoordinate), Real(kPadCoordinate), Real(kPadCoordinate), Real(0)};
-  return Vec{static_cast<Real>(x - cx), static_cast<Real>(y - cy), static_cast<Real>(z - cz), static_cast<Real>(mass)};
+  double dx = x - cx, dy = y - cy, dz = z - cz;
+  if constexpr (kPeriodic) {
+    dx = nearestImage(dx, boxSize);
+    dy = nearestImage(dy, boxSize);
+    dz = nearestImage(dz, boxSize);
+  }
+  return Vec{static_cast<Real>(dx), static_cast<Real>(dy), static_cast<Real>(dz), static_cast<Real>(mass)};
 }
 
 /// A box coordinate relative to the centre in the working precision, rounded down (minima) or up (maxima), so that
@@ -715,12 +770,20 @@ struct PlanArgs {
   double inverseSoftening;  ///< pair_interaction.hpp: inverseSoftening(eps2Double), from the host
   double G;
   DeviceForces out;
+  /// The periodic short range (kernels with kPeriodic): GravityParams::periodic's box, 1 / (2 r_s) and r_cut^2.
+  double boxSize;
+  Real box;
+  Real invTwoSplit;
+  Real cutoff2;
 };
 
 /// One warp task: rows i-bodies of group `task.x` starting at body `task.y`, against the group's whole list, in
 /// tiles of kTile sources staged in this warp's slice of shared memory: first its bodies (and its cells, when they
-/// are monopoles) as point masses, then, with kQuadrupole, its cells as quadrupoles.
-template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kQ, int kI>
+/// are monopoles) as point masses, then, with kQuadrupole, its cells as quadrupoles. kPeriodic: the periodic TreePM
+/// short range (every position at its nearest image relative to the group centre, then every separation again at its
+/// nearest image, the erfc-truncated pair and cell), a compile-time flag so that the open kernels stay as they are.
+template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kQ, int kI,
+          bool kPeriodic = false>
 __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const uint4 task,
                                             typename Packed4<Real>::type* tile, typename Packed4<Real>::type* cellTile,
                                             int lane) {
@@ -753,9 +816,15 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     const std::uint32_t row = rowInPass + k * kRowsPerPass;
     const std::uint32_t i = firstBody + row;
     const bool valid = row < numRows;
-    xi[k] = valid ? static_cast<Real>(args.sources.x[i] - cx) : Real(0);
-    yi[k] = valid ? static_cast<Real>(args.sources.y[i] - cy) : Real(0);
-    zi[k] = valid ? static_cast<Real>(args.sources.z[i] - cz) : Real(0);
+    if constexpr (kPeriodic) {
+      xi[k] = valid ? static_cast<Real>(nearestImage(args.sources.x[i] - cx, args.boxSize)) : Real(0);
+      yi[k] = valid ? static_cast<Real>(nearestImage(args.sources.y[i] - cy, args.boxSize)) : Real(0);
+      zi[k] = valid ? static_cast<Real>(nearestImage(args.sources.z[i] - cz, args.boxSize)) : Real(0);
+    } else {
+      xi[k] = valid ? static_cast<Real>(args.sources.x[i] - cx) : Real(0);
+      yi[k] = valid ? static_cast<Real>(args.sources.y[i] - cy) : Real(0);
+      zi[k] = valid ? static_cast<Real>(args.sources.z[i] - cz) : Real(0);
+    }
   }
 
   // Near sources: those within nearRadius of the group centre, where R is the task's largest |x_i - c|. Only they
@@ -764,7 +833,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   // tile with none is evaluated without the near-pair search (evaluateFarTile): in a tree plan that is every tile
   // but the one or two that hold the group's own bodies. Worth its ~10 instructions per lane and tile only where a
   // lane's share of a tile is long.
-  constexpr bool kFarTiles = kEntries * kI >= 16;
+  constexpr bool kFarTiles = kEntries * kI >= 16 && !kPeriodic;
   Real nearRadius2 = Real(0);
   if constexpr (kFarTiles) {
     Real radius2 = Real(0);
@@ -837,7 +906,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     bool nearSource = false;
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
-      const Vec source = makeRelativeSource<Real>(pvalid[l], px[l], py[l], pz[l], pm[l], cx, cy, cz);
+      const Vec source =
+          makeRelativeSource<Real, kPeriodic>(pvalid[l], px[l], py[l], pz[l], pm[l], cx, cy, cz, args.boxSize);
       tile[lane + 32 * l] = source;
       if constexpr (kFarTiles) {
         nearSource = nearSource || source.x * source.x + source.y * source.y + source.z * source.z <= nearRadius2;
@@ -866,7 +936,10 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
         mass = 0.0;
       }
     };
-    if (nearTile) {
+    if constexpr (kPeriodic) {
+      evaluatePeriodicTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, args.box,
+                                                            args.invTwoSplit, args.cutoff2, acc);
+    } else if (nearTile) {
       evaluateTile<Real, kI, kEntries, kQ, kUnroll, false>(tile, slice, xi, yi, zi, args.eps2, rule, acc, exactSource);
     } else {
       evaluateFarTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, acc);
@@ -897,8 +970,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
         Vec diagonal{Real(0), Real(0), Real(0), Real(0)}, offDiagonal{Real(0), Real(0), Real(0), Real(0)};
         if (e < numListCells) {
           const std::uint32_t c = cellIds[l];
-          centre = makeRelativeSource<Real>(true, args.cells.x[c], args.cells.y[c], args.cells.z[c], args.cells.mass[c],
-                                            cx, cy, cz);
+          centre = makeRelativeSource<Real, kPeriodic>(true, args.cells.x[c], args.cells.y[c], args.cells.z[c],
+                                                       args.cells.mass[c], cx, cy, cz, args.boxSize);
           const DeviceQuadrupoles& q = args.quadrupoles;
           diagonal = Vec{static_cast<Real>(q.xx[c]), static_cast<Real>(q.yy[c]), static_cast<Real>(q.zz[c]),
                          static_cast<Real>(q.trace[c])};
@@ -911,7 +984,12 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       }
       if (t + 1 < numCellTiles) loadCellIds(t + 1);
       __syncwarp();
-      evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
+      if constexpr (kPeriodic) {
+        evaluatePeriodicQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2,
+                                                                        args.box, args.invTwoSplit, acc);
+      } else {
+        evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
+      }
       accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
     }
   }
@@ -940,9 +1018,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
 /// kinds below `kFirstKind` are skipped (double precision leaves out the 4-bodies-per-thread kind: registers).
 /// kMinBlocks: resident blocks per SM the register allocation must allow (occupancy: the inner loop's dependency
 /// chains need about 5 warps per scheduler to keep issuing every cycle).
-/// kPotential = false: accelerations only (out.pot is not written).
-template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kWarps, int kMinBlocks>
+/// kPotential = false: accelerations only (out.pot is not written). kPeriodic: the periodic short range (runPlanTask).
+template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kWarps, int kMinBlocks,
+          bool kPeriodic = false>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const PlanArgs<Real> args) {
+  static_assert(!(kPeriodic && kAccurateNearPairs), "periodic plans are tree plans (no second pass in double)");
   static_assert(kTile % 32 == 0 && kTile >= 32, "warp tile: whole multiples of 32 sources");
   using Vec = typename Packed4<Real>::type;
   __shared__ Vec tiles[kWarps][kTile];
@@ -959,29 +1039,37 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
     switch (task.w) {
       case 0:
         if constexpr (std::is_same_v<Real, float>) {
-          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 4>(args, task, tile, cellTile, lane);
+          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 4, kPeriodic>(args, task, tile,
+                                                                                                 cellTile, lane);
         }
         break;
       case 1:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 2>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 2, kPeriodic>(args, task, tile,
+                                                                                               cellTile, lane);
         break;
       case 2:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 1, kPeriodic>(args, task, tile,
+                                                                                               cellTile, lane);
         break;
       case 3:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 2, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 2, 1, kPeriodic>(args, task, tile,
+                                                                                               cellTile, lane);
         break;
       case 4:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 4, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 4, 1, kPeriodic>(args, task, tile,
+                                                                                               cellTile, lane);
         break;
       case 5:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 8, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 8, 1, kPeriodic>(args, task, tile,
+                                                                                               cellTile, lane);
         break;
       case 6:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 16, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 16, 1, kPeriodic>(args, task, tile,
+                                                                                                cellTile, lane);
         break;
       default:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 32, 1>(args, task, tile, cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 32, 1, kPeriodic>(args, task, tile,
+                                                                                                cellTile, lane);
         break;
     }
   }

@@ -411,7 +411,7 @@ TEST(TreePm, BodiesCrossingAFaceKeepContinuousForces) {
 }
 
 // What periodic gravity refuses, with one-line InputErrors before any work: an engine without the truncated kernels
-// (the CUDA engine's case; the mirroring test engine does not declare them either), a split whose r_cut reaches half
+// (the CUDA engine in double; the mirroring test engine does not declare them either), a split whose r_cut reaches half
 // the box, a split that differs from the mesh's, and bodies outside the box.
 TEST(TreePm, RefusesWhatItCannotDo) {
   MeshParams mesh;

@@ -115,8 +115,8 @@ PeriodicTreeSolver::PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams
   gravity_.validate();
   if (!gravity_.periodic.enabled()) throw InputError("the periodic tree solver needs a periodic box");
   if (!engine_.periodicShortRange()) {
-    throw InputError("periodic gravity runs on the CPU engine only (the " + engine_.name() +
-                     " engine has no short-range kernels yet): use --engine cpu");
+    throw InputError("the " + engine_.name() +
+                     " engine has no periodic short-range kernels: use the CPU engine or the CUDA engine in float");
   }
 }
 

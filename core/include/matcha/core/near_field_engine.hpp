@@ -80,9 +80,9 @@ class NearFieldEngine {
                                          const InteractionPlan& plan, const GravityParams& gravity,
                                          const ForceView& out) = 0;
 
-  /// Whether evaluatePlan evaluates the periodic TreePM short range when gravity.periodic is enabled (the CPU engine).
-  /// Engines without it (the CUDA engine, until its truncated kernels exist) must not be given periodic gravity: the
-  /// periodic solver refuses them with an InputError before any work.
+  /// Whether evaluatePlan evaluates the periodic TreePM short range when gravity.periodic is enabled (the CPU engine,
+  /// the CUDA engine in float). Engines without it (the CUDA engine in double) must not be given periodic gravity:
+  /// the periodic solver refuses them with an InputError before any work.
   virtual bool periodicShortRange() const { return false; }
 
   /// Phases of the last evaluatePlan or evaluateDirect call.

@@ -80,6 +80,9 @@ class CudaEngine final : public NearFieldEngine {
   /// kernel, downloads the outputs of the plan's groups only. Synchronous: returns when `out` is written.
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override;
+  /// With gravity.periodic enabled: the periodic TreePM short range, as the CPU engine evaluates it (nearest images,
+  /// erfc-truncated pairs and cells), in float only (the double engine throws InputError: no such kernels).
+  bool periodicShortRange() const override;
 
   /// Resident lists (NearFieldEngine): the topology, masses and lists stay on the device; each launch uploads the
   /// positions, gathers them into the tree's order, refits every cell level by level (core/cell_refit.hpp), boxes
