@@ -968,15 +968,20 @@ TEST_F(CudaEngineTest, TreeAtTwoToTheTwentyTwoMeetsTheAccuracyTarget) {
 /// tree and lists per call, so this is how a test sees the CUDA engine on exactly the CPU engine's plans.
 class PeriodicTwinEngine final : public NearFieldEngine {
  public:
-  PeriodicTwinEngine() : cpu_(Precision::float32), gpu_(Precision::float32, testConfig()) {}
+  PeriodicTwinEngine()
+      : cpu_(Precision::float32), cpuDouble_(Precision::float64), gpu_(Precision::float32, testConfig()) {}
 
   std::string name() const override { return "twin of " + cpu_.name() + " and " + gpu_.name(); }
   bool periodicShortRange() const override { return cpu_.periodicShortRange() && gpu_.periodicShortRange(); }
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override {
     const std::size_t n = sources.count;
-    for (auto* array : {&ax_, &ay_, &az_, &pot_}) array->assign(n, kNaN);
+    for (auto* array : {&ax_, &ay_, &az_, &pot_, &doublePot_, &doubleAx_, &doubleAy_, &doubleAz_}) {
+      array->assign(n, kNaN);
+    }
     const InteractionCounts cpuCounts = cpu_.evaluatePlan(sources, cells, plan, gravity, out);
+    cpuDouble_.evaluatePlan(sources, cells, plan, gravity,
+                            ForceView{doubleAx_.data(), doubleAy_.data(), doubleAz_.data(), doublePot_.data(), n});
     const InteractionCounts gpuCounts =
         gpu_.evaluatePlan(sources, cells, plan, gravity, ForceView{ax_.data(), ay_.data(), az_.data(), pot_.data(), n});
     EXPECT_EQ(cpuCounts.total(), gpuCounts.total());
@@ -986,7 +991,7 @@ class PeriodicTwinEngine final : public NearFieldEngine {
     rms = std::sqrt(rms / double(std::max<std::size_t>(n, 1)));
     relative.clear();
     ofRms = 0.0;
-    potential = 0.0;
+    potential = potentialGpuError = potentialCpuError = 0.0;
     for (std::size_t i = 0; i < n; ++i) {
       if (!(std::isfinite(ax_[i]) && std::isfinite(ay_[i]) && std::isfinite(az_[i]) && std::isfinite(pot_[i]))) {
         ADD_FAILURE() << "CUDA periodic output of body " << i << " (id-free, tree order) not written or not finite";
@@ -997,6 +1002,8 @@ class PeriodicTwinEngine final : public NearFieldEngine {
       relative.push_back(norm > 0 ? difference / norm : difference);
       ofRms = std::max(ofRms, difference / rms);
       potential = std::max(potential, std::abs(pot_[i] - out.pot[i]) / std::abs(out.pot[i]));
+      potentialGpuError = std::max(potentialGpuError, std::abs(pot_[i] - doublePot_[i]) / std::abs(doublePot_[i]));
+      potentialCpuError = std::max(potentialCpuError, std::abs(out.pot[i] - doublePot_[i]) / std::abs(doublePot_[i]));
     }
     return cpuCounts;
   }
@@ -1019,12 +1026,14 @@ class PeriodicTwinEngine final : public NearFieldEngine {
   std::vector<double> relative;  ///< per body |a_gpu - a_cpu| / |a_cpu|
   double ofRms = 0.0;            ///< largest |a_gpu - a_cpu| over the rms |a_cpu| of the call
   double potential = 0.0;        ///< largest |pot_gpu - pot_cpu| / |pot_cpu|
+  /// Largest relative potential error of each float engine against the CPU engine in double on the same plan.
+  double potentialGpuError = 0.0, potentialCpuError = 0.0;
   std::string kernel;
 
  private:
-  CpuEngine cpu_;
+  CpuEngine cpu_, cpuDouble_;
   CudaEngine gpu_;
-  std::vector<double> ax_, ay_, az_, pot_;
+  std::vector<double> ax_, ay_, az_, pot_, doubleAx_, doubleAy_, doubleAz_, doublePot_;
 };
 
 /// A box of side L for the periodic tests: bodies folded into [0, L)^3, and a few on faces, edges and corners (x = 0
@@ -1054,9 +1063,9 @@ mesh::MeshParams periodicMesh(double L, std::size_t numBodies) {
 // nearest images and evaluate the same truncated pairs and cells; they differ in accumulation order, the reciprocal
 // square root (~2 ulp on the GPU) and erfc: std::erfc on the CPU, the polynomial with __expf on the GPU (within ~1e-6
 // of f and g, pair_interaction.hpp: shortRangeFactorsPolynomial). Each pair's pull then differs by <~1e-6 of itself, so
-// a body's difference is <~1e-6 of the sum of its pulls' magnitudes: ~1e-7 typical. Expected (not yet measured on a
-// GPU): median relative difference ~1e-7, largest difference ~1e-6 of the rms pull, potential ~1e-6; the bounds leave
-// 10-20x, and catch a wrong image, a lost cell or a lost tile (errors of 1e-3 and more).
+// a body's difference is <~1e-6 of the sum of its pulls' magnitudes: ~1e-7 typical. Measured on the H200 (first
+// run): median relative difference 1.5-2.1e-7, largest 2.3-3.0e-6 of the body's pull and 1.3-7.5e-6 of the rms pull;
+// the bounds leave 3-10x, and catch a wrong image, a lost cell or a lost tile (errors of 1e-3 and more).
 TEST_F(CudaEngineTest, PeriodicPlansMatchTheCpuEngine) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -1093,12 +1102,16 @@ TEST_F(CudaEngineTest, PeriodicPlansMatchTheCpuEngine) {
     const double worst = *std::max_element(twin.relative.begin(), twin.relative.end());
     std::printf(
         "periodic GPU vs CPU float, %s (%zu bodies, %zu list cells, %s): relative median %.2e, worst %.2e; "
-        "worst of the rms pull %.2e; potential worst %.2e\n",
+        "worst of the rms pull %.2e; potential worst %.2e (against double: GPU %.2e, CPU float %.2e)\n",
         c.name.c_str(), c.bodies.size(), solver.lastPlan().cellList.size(), twin.kernel.c_str(), median, worst,
-        twin.ofRms, twin.potential);
+        twin.ofRms, twin.potential, twin.potentialGpuError, twin.potentialCpuError);
     EXPECT_LE(median, 2e-6) << "median relative difference of the accelerations";
     EXPECT_LE(twin.ofRms, 2e-5) << "largest acceleration difference over the rms acceleration";
-    EXPECT_LE(twin.potential, 2e-5) << "largest relative potential difference";
+    // A potential sums thousands of terms of one sign in float, so its rounding grows with their number where the
+    // accelerations' cancel (the first H200 run: GPU against CPU float up to 7.2e-5). Each float engine is held to
+    // the CPU engine in double on the same plan instead: the GPU within 4x the CPU float engine's own error, or 2e-5.
+    EXPECT_LE(twin.potentialGpuError, std::max(2e-5, 4.0 * twin.potentialCpuError))
+        << "largest relative potential error against double";
   }
 }
 
