@@ -554,19 +554,29 @@ TEST(AdvanceOnDevice, LaunchesAheadOnTheEnginesOwnCopyGiveTheSameRunBitForBit) {
   integrator::LeapfrogKDK sentRun(plain, dt), advancedRun(advancing, dt);
   sentRun.initialize(sent);
   advancedRun.initialize(advanced);
-  int ahead = 0, onDevice = 0;
+  int ahead = 0, onDevice = 0, treesAhead = 0, trees = 0;
+  std::uint64_t plainRebuilds = 0, advancingRebuilds = 0;
   constexpr int kSteps = 40;
   for (int step = 1; step <= kSteps; ++step) {
-    sentRun.step(sent);
-    advancedRun.step(advanced);
+    plainRebuilds += sentRun.step(sent).force.rebuilt;
+    const integrator::StepReport report = advancedRun.step(advanced);
+    advancingRebuilds += report.force.rebuilt;
     EXPECT_FALSE(plain.lastStats().advancedOnDevice) << "an engine that reads the caller's arrays advanced nothing";
     ahead += advancing.lastStats().launchedAhead;
     onDevice += advancing.lastStats().advancedOnDevice;
+    if (report.force.rebuilt && step > 3) {
+      ++trees;
+      treesAhead += advancing.lastStats().launchedAhead;
+    }
   }
   EXPECT_FALSE(advancing.lastStats().advanceMismatch);
-  // K = 3: the first call of each tree is launched within the call (on the advanced copy), the others ahead.
+  // K = 3: every call from the fourth on is launched ahead, a tree's first too: the call before it puts the tree to
+  // use as it ends (adoptAhead). Each such call still reports the rebuild, as the run without the advance does.
   EXPECT_GE(onDevice, kSteps - 2);
-  EXPECT_GE(ahead, kSteps / 2);
+  EXPECT_GE(ahead, kSteps - 4);
+  EXPECT_GE(trees, 10);
+  EXPECT_EQ(treesAhead, trees) << "a tree's first call was not launched ahead";
+  EXPECT_EQ(advancingRebuilds, plainRebuilds);
   // The first three calls build their trees within the call (the first twice: the estimate pass).
   EXPECT_LE(mirror.numMoved(), 4u) << "positions were sent after the first calls";
   EXPECT_EQ(plainEngine.numAdvanced(), 0u);

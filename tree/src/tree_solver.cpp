@@ -261,6 +261,7 @@ void TreeSolver::discardLaunchAhead() {
 void TreeSolver::reset() {
   discardLaunchAhead();
   engineHoldsBodies_ = false;
+  adoptedAhead_ = false;
   cancel_ = true;
   if (background_.joinable()) background_.join();
   cancel_ = false;
@@ -731,6 +732,14 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
                              aheadPotentials_ == potentialsWanted() && advancing() && motionSinceLastCall_;
   if (!launchedAhead) discardLaunchAhead();
   launchedAheadFor_ = kNoCall;
+  if (adoptedAhead_) {
+    // The last call put this call's tree to use as it ended: its adoption is this call's.
+    adoptedAhead_ = false;
+    report.rebuilt = adoptedReport_.rebuilt;
+    report.timings += adoptedReport_.timings;
+    report.numGroupsWalked += adoptedReport_.numGroupsWalked;
+    stats_ = adoptedStats_;
+  }
   const bool engineHeldBodies = engineHoldsBodies_;
   engineHoldsBodies_ = false;
   heldThisCall_ = false;
@@ -793,6 +802,22 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   // launched now: the GPU evaluates it while the host kicks and drifts (the engine repeats that on its copy).
   engineHoldsBodies_ = heldThisCall_ && advancing();
   motionSinceLastCall_ = advance_;
+  // The first call of the next tree too, once it is put to use here.
+  bool costCounted = false;
+  if (engineHoldsBodies_ && current_->valid && call_ == current_->lastCall && !cancel_ && background_.joinable() &&
+      next_->firstCall == call_ + 1) {
+    // This call's cost goes to the tree it ran on, before the adoption closes that tree's account.
+    if (call_ > 2 && report.timings[Phase::estimate] == 0.0) {
+      current_->costSeconds += total.seconds();
+      ++current_->costCalls;
+    }
+    costCounted = true;
+    const TreeStats callStats = stats_;
+    if (adoptAhead(particles)) {
+      adoptedStats_ = stats_;
+      stats_ = callStats;
+    }
+  }
   if (engineHoldsBodies_ && current_->valid && call_ < current_->lastCall && !cancel_) {
     BodyUpdate update(BodyMotion::advanced);
     update.advance = *motionSinceLastCall_;
@@ -809,11 +834,25 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   // The first calls (allocation, the estimate pass) would make their K look dear: not measured.
-  if (call_ > 2 && report.timings[Phase::estimate] == 0.0) {
+  if (!costCounted && call_ > 2 && report.timings[Phase::estimate] == 0.0) {
     current_->costSeconds += report.timings.totalSeconds;
     ++current_->costCalls;
   }
   return report;
+}
+
+bool TreeSolver::adoptAhead(const Particles& particles) {
+  // Waiting here rather than at the next call never starts the next call's kernels later: they wait for the build
+  // and the upload either way, and the host's kick and drift, which came between, now run beside them.
+  const Stopwatch wait;
+  joinBackgroundBuild();
+  const double waited = wait.seconds();
+  if (!(next_->valid && next_->fits && next_->firstCall == call_ + 1) || cancel_) return false;
+  adoptedReport_ = ForceReport{};
+  adoptedReport_.timings.rebuildWaitSeconds = waited;
+  adopt(next_, particles, adoptedReport_, true);
+  adoptedAhead_ = true;
+  return true;
 }
 
 }  // namespace matcha::tree
@@ -828,7 +867,9 @@ std::string stateName(const char* name) { return std::string(kStatePrefix) + nam
 
 }  // namespace
 
-bool TreeSolver::atCheckpointBoundary() const { return !current_->valid || call_ >= current_->lastCall; }
+bool TreeSolver::atCheckpointBoundary() const {
+  return !current_->valid || call_ >= current_->lastCall || adoptedAhead_;
+}
 
 void TreeSolver::saveState(CheckpointState& state) {
   MATCHA_ASSERT(atCheckpointBoundary(), "TreeSolver::saveState between the calls of a tree");
@@ -854,8 +895,11 @@ void TreeSolver::saveState(CheckpointState& state) {
   }
   // The next call adopts the background build when it is valid, fits and is due then; else it builds within the
   // call. A restored solver makes the same choice from the same inputs.
-  const TreeBuild& next = *next_;
-  const bool adoptNext = current_->valid && next.valid && next.fits && next.firstCall == call_ + 1 && !cancel_;
+  // A tree the last call put to use ahead (adoptAhead) is saved as that next tree: its inputs are kept with it, and the
+  // prediction they were made with is still the motion's (the next one starts at the next call).
+  const TreeBuild& next = adoptedAhead_ ? *current_ : *next_;
+  const bool adoptNext =
+      adoptedAhead_ || (current_->valid && next.valid && next.fits && next.firstCall == call_ + 1 && !cancel_);
   state.set(stateName("next_tree"), adoptNext ? 1.0 : 0.0);
   if (adoptNext) {
     state.set(stateName("next_steps"), next.steps);

@@ -199,6 +199,10 @@ class TreeSolver final : public ForceSolver {
   void buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Makes `build` the current tree; a tree built in the background is handed to the engine first (`upload`).
   void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report, bool upload);
+  /// At the end of a tree's last call, with the engine holding the bodies: waits for the next tree's build and puts
+  /// it to use now (the upload included), so that the next call's launch can be made ahead and the GPU works while
+  /// the host integrates. Returns whether it did; the next call reports the adoption as its own.
+  bool adoptAhead(const Particles& particles);
   /// Starts building the tree after the current one, for the calls after it, on a thread of its own.
   void startBackgroundBuild(const Particles& particles);
   /// What that thread runs: `build`'s tree over the predicted positions, from its inputs (inMass, inAx, ...), and
@@ -258,6 +262,12 @@ class TreeSolver final : public ForceSolver {
   std::uint64_t launchedAheadFor_ = kNoCall;
   const double* aheadOutput_ = nullptr;
   bool aheadPotentials_ = false;
+  /// The last call of a tree put the next tree to use as it ended (adoptAhead), so that the next call's launch could
+  /// be made ahead too: what the adoption would have reported, and the new tree's statistics, which the next call
+  /// takes over.
+  bool adoptedAhead_ = false;
+  ForceReport adoptedReport_;
+  TreeStats adoptedStats_;
   // The search for K of reuse 0 (chooseReuseSteps): the best K so far and its mean wall seconds per call, the K on
   // trial (0: none) and the direction of the search.
   std::uint32_t bestSteps_ = kAutoReuseStart;
