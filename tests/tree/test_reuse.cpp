@@ -541,6 +541,7 @@ TEST(AdvanceOnDevice, LaunchesAheadOnTheEnginesOwnCopyGiveTheSameRunBitForBit) {
   TreeParams params;
   params.alpha = 1e-3;
   params.reuse = 3;
+  params.adoptAheadWaits = true;  // every tree's first call ahead, whatever the timing
   Particles sent = testing::plummer(3000, seed);
   Particles advanced = sent;
   // Both through a MirroringEngine, whose outputs reach the caller at finishResident (the CPU engine writes them at
@@ -659,6 +660,7 @@ TEST(Restart, ContinuesBitForBitWithTheBodiesAdvancedOnTheEngine) {
   TreeParams params;
   params.alpha = 1e-3;
   params.reuse = 3;
+  params.adoptAheadWaits = true;  // the checkpoints fall where the next tree was put to use ahead (adoptAhead)
   testing::expectBitIdenticalRestart(
       [] {
         return std::make_unique<testing::MirroringEngine>(std::make_unique<gpu::CpuEngine>(gpu::Precision::float32));

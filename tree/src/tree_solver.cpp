@@ -645,12 +645,14 @@ void TreeSolver::startBackgroundBuild(const Particles& particles) {
   copyInParallel(particles.az, build.inAz);
   // Those accelerations are one call old now and up to lastCall - call_ + 1 more at the tree's last call.
   motion_->lowestAccelerations(build.inAx, build.inAy, build.inAz, double(build.lastCall - call_ + 1));
+  backgroundDone_ = false;
   background_ = std::thread([this, &build] {
     try {
       buildForLater(build);
     } catch (...) {
       build.error = std::current_exception();
     }
+    backgroundDone_ = true;
   });
 }
 
@@ -805,7 +807,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   // The first call of the next tree too, once it is put to use here.
   bool costCounted = false;
   if (engineHoldsBodies_ && current_->valid && call_ == current_->lastCall && !cancel_ && background_.joinable() &&
-      next_->firstCall == call_ + 1) {
+      next_->firstCall == call_ + 1 && (params_.adoptAheadWaits || backgroundDone_)) {
     // This call's cost goes to the tree it ran on, before the adoption closes that tree's account.
     if (call_ > 2 && report.timings[Phase::estimate] == 0.0) {
       current_->costSeconds += total.seconds();
@@ -842,8 +844,6 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
 }
 
 bool TreeSolver::adoptAhead(const Particles& particles) {
-  // Waiting here rather than at the next call never starts the next call's kernels later: they wait for the build
-  // and the upload either way, and the host's kick and drift, which came between, now run beside them.
   const Stopwatch wait;
   joinBackgroundBuild();
   const double waited = wait.seconds();

@@ -199,9 +199,10 @@ class TreeSolver final : public ForceSolver {
   void buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Makes `build` the current tree; a tree built in the background is handed to the engine first (`upload`).
   void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report, bool upload);
-  /// At the end of a tree's last call, with the engine holding the bodies: waits for the next tree's build and puts
-  /// it to use now (the upload included), so that the next call's launch can be made ahead and the GPU works while
-  /// the host integrates. Returns whether it did; the next call reports the adoption as its own.
+  /// At the end of a tree's last call, with the engine holding the bodies and the next tree's build done (or waited
+  /// for: TreeParams::adoptAheadWaits): puts it to use now (the upload included), so that the next call's launch can
+  /// be made ahead and the GPU works while the host integrates. Returns whether it did; the next call reports the
+  /// adoption as its own.
   bool adoptAhead(const Particles& particles);
   /// Starts building the tree after the current one, for the calls after it, on a thread of its own.
   void startBackgroundBuild(const Particles& particles);
@@ -232,6 +233,7 @@ class TreeSolver final : public ForceSolver {
   std::unique_ptr<TreeBuild> current_;  ///< the tree in use (its lists live in the engine)
   std::unique_ptr<TreeBuild> next_;     ///< the tree being built in the background, or built and waiting
   std::thread background_;
+  std::atomic<bool> backgroundDone_{false};  ///< the background build's thread has finished (joining it won't wait)
   std::atomic<bool> cancel_{false};
   std::unique_ptr<Motion> motion_;  ///< positions of earlier calls, and the predicted ones (reuse)
   BodyPermuter permuter_;
