@@ -294,7 +294,7 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   for (const TreeParams& params : sweep) {
     Options configuration = options;
     configuration.tree = params;
-    const std::unique_ptr<ForceSolver> solver = makeSolver(configuration, *engine.engine);
+    const std::unique_ptr<ForceSolver> solver = makeSolver(configuration, engine);
     // The untimed first call takes the first-touch allocations, and sorts `bodies` along the Morton curve (the same
     // order for every configuration), which the direct sums below rely on for compact blocks.
     solver->computeForces(bodies);
@@ -377,7 +377,7 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
               engine.engine->name().c_str());
   std::printf("reference (%s): %s\n", referenceKind.c_str(), referenceText.c_str());
   if (periodic) {
-    std::printf("periodic: %s\n", makeSolver(options, *engine.engine)->describe().c_str());
+    std::printf("periodic: %s\n", makeSolver(options, engine)->describe().c_str());
   }
   std::printf("\n");
   printTable(rows, directError, n, !periodic);

@@ -173,7 +173,15 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   }
   // Periodic runs: the mesh's grids. The tree's part above is modelled on open-boundary lists, which the short range's
   // (cut at r_cut) never exceed.
-  if (options.gravity.periodic.enabled()) estimate.add("particle mesh", mesh::meshMemoryBytes(options.mesh, n));
+  // On the CUDA engine the mesh is cuFFT's (options.cpp: makeSolver): its grids on the device, pinned results on the
+  // host.
+  if (options.gravity.periodic.enabled()) {
+    if (onGpu) {
+      estimate.add("particle mesh (cuFFT)", n * 4 * sizeof(double), mesh::meshDeviceMemoryBytes(options.mesh, n));
+    } else {
+      estimate.add("particle mesh", mesh::meshMemoryBytes(options.mesh, n));
+    }
+  }
   if (options.solver == SolverKind::direct || directPotentials) gpu::addEngineDirectMemory(n, onGpu, estimate);
   // Direct potentials at outputs take the accelerations into scratch arrays (run_command.cpp: DirectPotentials).
   if (directPotentials) estimate.add("direct potentials' scratch", n * 3 * sizeof(double));

@@ -204,8 +204,8 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
   if (sets & kPeriodic) {
     CLI::Option* box = addBoxOption(command, options.box,
                                     "periodic box of side L, bodies in [0, L)^3: TreePM gravity (the tree's short "
-                                    "range on the CPU engine + a particle mesh); an --ic file that records a box runs "
-                                    "periodic without it");
+                                    "range + a particle mesh, on the engine's side: cuFFT beside the CUDA engine, FFTW "
+                                    "beside the CPU's); an --ic file that records a box runs periodic without it");
     command.add_flag("--open", options.open, "open boundaries, also for an --ic file that records a periodic box")
         ->excludes(box);
     command
@@ -534,7 +534,8 @@ Particles loadInitialConditions(const Options& options, std::ostream& info) {
 
 namespace matcha::app {
 
-std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine& engine) {
+std::unique_ptr<ForceSolver> makeSolver(const Options& options, const gpu::EngineChoice& choice) {
+  NearFieldEngine& engine = *choice.engine;
   if (options.solver == SolverKind::direct) {
     // Bodies in Hilbert order before each direct sum: compact blocks give the float engines their accuracy and speed.
     // Hilbert rather than the tree's Morton order because a Morton run can jump across the box, and a block joining
@@ -549,7 +550,9 @@ std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine&
   if (options.gravity.periodic.enabled()) {
     // TreePM: the tree's short range and the mesh split the force at the same r_s (resolvePeriodicBox set both).
     auto shortRange = std::make_unique<tree::PeriodicTreeSolver>(engine, options.tree, options.gravity);
-    return std::make_unique<mesh::TreePmSolver>(std::move(shortRange), options.mesh, options.gravity);
+    mesh::MeshParams meshParams = options.mesh;
+    meshParams.backend = choice.onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
+    return std::make_unique<mesh::TreePmSolver>(std::move(shortRange), meshParams, options.gravity);
   }
   return std::make_unique<tree::TreeSolver>(engine, options.tree, options.gravity);
 }

@@ -168,7 +168,8 @@ Particles loadInitialConditions(const Options& options, std::ostream& info);
 
 namespace matcha::app {
 
-/// The solver of --solver, on `engine` (which must outlive it).
-std::unique_ptr<ForceSolver> makeSolver(const Options& options, NearFieldEngine& engine);
+/// The solver of --solver, on `engine`'s engine (which must outlive it). Periodic runs put the mesh with the engine:
+/// cuFFT on the GPU beside the CUDA engine, FFTW on the CPU beside the CPU engine.
+std::unique_ptr<ForceSolver> makeSolver(const Options& options, const gpu::EngineChoice& engine);
 
 }  // namespace matcha::app

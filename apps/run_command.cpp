@@ -419,7 +419,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
   gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
-  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
+  const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
   solver->restoreState(checkpoint.solver, particles);
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
@@ -457,7 +457,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
-  const std::unique_ptr<ForceSolver> solver = makeSolver(options, *engine.engine);
+  const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
   const std::string source =
       options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
   if (options.dryRun) {

@@ -262,5 +262,14 @@ BENCHMARK(BM_ParticleMesh)
     ->ArgsProduct({{64, 128}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+// The FFTW side of bench_cuda's pm/cufft rows (same bodies: uniform, N = grid^3 / 8), the defaults only: 512^3 takes
+// seconds per call.
+BENCHMARK(BM_ParticleMesh)
+    ->ArgNames({"grid", "fd", "interlace"})
+    ->Args({256, 0, 1})
+    ->Args({512, 0, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
 
 BENCHMARK_MAIN();

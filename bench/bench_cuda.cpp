@@ -9,11 +9,15 @@
 // smoke run). Run by scripts/bench.sh.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/bare_direct_loop.hpp"
@@ -263,6 +267,91 @@ void registerPeriodicPlan(std::size_t n, MultipoleOrder multipole) {
       ->MinTime(0.05);
 }
 
+/// The bodies of a PM row, in Morton order as the tree solver leaves them (bench_cpu's BM_ParticleMesh): uniform in
+/// the unit box, or a Plummer sphere of scale 0.05 centred in it (clustered: the deposit's atomics collide most).
+const Particles& meshBodies(std::size_t n, bool clustered) {
+  static std::map<std::pair<std::size_t, bool>, Particles> cache;
+  auto found = cache.find({n, clustered});
+  if (found == cache.end()) {
+    Particles p(n);
+    if (clustered) {
+      ic::PlummerParams params;
+      params.numBodies = n;
+      params.seed = 12345;
+      p = ic::makePlummer(params);
+      for (auto* coordinate : {&p.x, &p.y, &p.z}) {
+        for (double& value : *coordinate) value = 0.5 + 0.05 * value;
+      }
+    } else {
+      std::mt19937_64 random(12345);
+      for (std::size_t i = 0; i < n; ++i) {
+        p.x[i] = std::generate_canonical<double, 64>(random);
+        p.y[i] = std::generate_canonical<double, 64>(random);
+        p.z[i] = std::generate_canonical<double, 64>(random);
+        p.mass[i] = 1.0 / double(n);
+      }
+    }
+    std::vector<std::uint64_t> keys;
+    tree::computeMortonKeys(p.sources(), tree::computeBoundingCube(p.sources()), keys);
+    p.permute(tree::sortByKey(keys));
+    found = cache.emplace(std::make_pair(n, clustered), std::move(p)).first;
+  }
+  return found->second;
+}
+
+/// The particle mesh alone on the GPU (ParticleMesh's cuFFT backend, double): one addLongRange with accelerations and
+/// potentials, timed by its CUDA events from the upload of the bodies to the download of the results (the manual
+/// time); each stage in ms as a counter, and wall_ms, the whole call as the host sees it (the host's final additions
+/// included). bench_cpu's BM_ParticleMesh is the FFTW backend on the same bodies (uniform, N = grid^3 / 8) for the
+/// ratio.
+void runParticleMesh(benchmark::State& state, int grid, std::size_t n, bool clustered, mesh::MeshGradient gradient,
+                     bool interlace) {
+  mesh::MeshParams params;
+  params.grid = grid;
+  params.gradient = gradient;
+  params.interlace = interlace;
+  params.backend = mesh::MeshBackend::cufft;
+  Particles p = meshBodies(n, clustered);
+  mesh::ParticleMesh pm(params);
+  pm.addLongRange(p.sources(), GravityParams{}, p.forces());  // untimed: allocations, cuFFT's first launches
+  mesh::MeshStageSeconds sum;
+  double wall = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    pm.addLongRange(p.sources(), GravityParams{}, p.forces());
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const mesh::MeshStageSeconds stages = pm.lastStageSeconds();
+    for (auto [total, part] : {std::pair{&sum.upload, stages.upload}, std::pair{&sum.assignment, stages.assignment},
+                               std::pair{&sum.fft, stages.fft}, std::pair{&sum.green, stages.green},
+                               std::pair{&sum.interpolate, stages.interpolate},
+                               std::pair{&sum.download, stages.download}, std::pair{&sum.total, stages.total}}) {
+      *total += part;
+    }
+    state.SetIterationTime(stages.total);
+  }
+  const double perCall = 1e3 / double(state.iterations());
+  state.counters["upload_ms"] = sum.upload * perCall;
+  state.counters["assign_ms"] = sum.assignment * perCall;
+  state.counters["fft_ms"] = sum.fft * perCall;
+  state.counters["green_ms"] = sum.green * perCall;
+  state.counters["interp_ms"] = sum.interpolate * perCall;
+  state.counters["download_ms"] = sum.download * perCall;
+  state.counters["gpu_ms"] = (sum.total - sum.upload - sum.download) * perCall;
+  state.counters["wall_ms"] = wall * perCall;
+  state.counters["bodies/s"] = benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+void registerParticleMesh(int grid, std::size_t n, bool clustered, mesh::MeshGradient gradient, bool interlace) {
+  char name[160];
+  std::snprintf(name, sizeof name, "pm/cufft/%s/grid:%d/N:%zu/tsc/%s/interlace:%d",
+                clustered ? "PlummerInBox" : "uniform", grid, n, mesh::toString(gradient).c_str(), interlace ? 1 : 0);
+  benchmark::RegisterBenchmark(
+      name, [=](benchmark::State& state) { runParticleMesh(state, grid, n, clustered, gradient, interlace); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.2);
+}
+
 /// The bare GPU Gems loop (bare_direct_loop.hpp) on the same bodies: what this GPU's issue rate allows a float
 /// interaction, the ceiling the direct kernel is measured against (its accuracy work costs the difference).
 void runBareLoop(benchmark::State& state, std::size_t n, gpu::BareLoopShape shape, bool potential) {
@@ -366,6 +455,15 @@ void registerAll() {
         if (tile == 64) registerPlan(Precision::float32, std::size_t{1} << 20, 0.5, ncrit, multipole, tile, false);
       }
     }
+  }
+  // The PM part on its own (issue 15): 256^3 and 512^3 meshes with N = grid^3 / 8 (2^21, 2^24), uniform and clustered,
+  // the defaults (TSC, Fourier gradient, interlaced) and the cheaper four-point gradient; 64^3 for the smoke test.
+  registerParticleMesh(64, std::size_t{1} << 15, false, mesh::MeshGradient::fourier, true);
+  for (const auto& [grid, n] : {std::pair{256, std::size_t{1} << 21}, std::pair{512, std::size_t{1} << 24}}) {
+    for (const bool clustered : {false, true})
+      registerParticleMesh(grid, n, clustered, mesh::MeshGradient::fourier, true);
+    registerParticleMesh(grid, n, false, mesh::MeshGradient::finiteDifference, true);
+    registerParticleMesh(grid, n, false, mesh::MeshGradient::fourier, false);
   }
   // The periodic short range (TreePM's tree part) with the defaults (theta 0.5, ncrit 64), at 2^14 for the smoke test.
   registerPeriodicPlan(std::size_t{1} << 14, MultipoleOrder::quadrupole);

@@ -37,11 +37,12 @@ if [ "${1:-}" = bundle ]; then
   printf 'subdirs("tests/gpu")\nsubdirs("bench")\n' >build-device/CTestTestfile.cmake
   # Absolute paths of this build become a placeholder that the GPU machine fills in.
   sed -i "s|$root/$build|@BUILD@|g" build-device/tests/gpu/*.cmake build-device/bench/CTestTestfile.cmake
-  # Every shared library outside the C runtime; the GPU machine links only those it lacks.
+  # Every shared library outside the C runtime; the GPU machine links only those it lacks. Not cuFFT (the mesh's
+  # GPU backend): 286 MB, over the device tool's limit; the GPU machine takes its own (see MATCHA_PREBUILT below).
   ldd build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/bench/bench_cpu \
     build-device/apps/matcha |
     awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
-    xargs -r cp -L -t build-device/lib-all/
+    grep -v '/libcufft\.so' | xargs -r cp -L -t build-device/lib-all/
   # Each binary carries every kernel variant as SASS and PTX (~20 MB, a quarter of that gzipped): the device tool
   # carries at most 64 MiB.
   gzip -9 build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/apps/matcha
@@ -67,6 +68,19 @@ if [ "${MATCHA_PREBUILT:-0}" = 1 ]; then
     name=$(basename "$lib")
     ldconfig -p | grep -q "/$name\$" || ln -sf "../lib-all/$name" "$build/lib/$name"
   done
+  # cuFFT of CUDA 13 (soname libcufft.so.12), left out of the bundle: from the system, or else from a CUDA install or
+  # a Python wheel (nvidia-cufft) on this machine.
+  if ! ldconfig -p | grep -q '/libcufft\.so\.12$'; then
+    cufft=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets /usr/lib /usr/local/lib /opt \
+      $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+      -name 'libcufft.so.12' 2>/dev/null | head -n 1)
+    if [ -n "$cufft" ]; then
+      ln -sf "$cufft" "$build/lib/libcufft.so.12"
+      echo "cuFFT: $cufft"
+    else
+      echo "cuFFT (libcufft.so.12 of CUDA 13) not found: the GPU binaries will not load; put it on LD_LIBRARY_PATH"
+    fi
+  fi
   export LD_LIBRARY_PATH="$root/$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "libraries taken from the bundle: $(ls "$build/lib" | tr '\n' ' ')"
 else

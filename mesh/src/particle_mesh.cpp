@@ -3,6 +3,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "fftw_grid.hpp"
+#include "gpu_mesh.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
 
@@ -31,37 +33,14 @@ constexpr int kMinChunkPlanes = 2;
 
 constexpr int support(MassAssignment assignment) { return assignment == MassAssignment::cic ? 2 : 3; }
 
+/// The shared window (mesh_kernels.hpp) of a deposit window A, in double, for body i of s.
 template <MassAssignment A>
-AxisWeights<double> windowWeights(double u) {
-  if constexpr (A == MassAssignment::cic) {
-    return cicWeights(u);
-  } else {
-    return tscWeights(u);
-  }
-}
+using Window = BodyWindow<support(A), double>;
 
-/// meshCoordinate moved by `offset` cells (in [0, 1)), wrapped again into [0, n).
-double shiftedMeshCoordinate(double x, double invBox, int n, double offset) {
-  const double u = meshCoordinate(x, invBox, n) + offset;
-  return u >= n ? u - n : u;
-}
-
-/// One body's window along the three axes, its points already wrapped into [0, n).
 template <MassAssignment A>
-struct BodyWindow {
-  static constexpr int kSupport = support(A);
-  AxisWeights<double> w[3];
-  int index[3][kSupport];
-
-  /// offset: added to the body's mesh coordinates (0, or 1/2 for the interlaced pass).
-  BodyWindow(const SourceView& s, std::size_t i, double invBox, int n, double offset) {
-    const double position[3] = {s.x[i], s.y[i], s.z[i]};
-    for (int d = 0; d < 3; ++d) {
-      w[d] = windowWeights<A>(shiftedMeshCoordinate(position[d], invBox, n, offset));
-      for (int k = 0; k < kSupport; ++k) index[d][k] = wrapMeshIndex(w[d].first + k, n);
-    }
-  }
-};
+Window<A> bodyWindow(const SourceView& s, std::size_t i, double invBox, int n, double offset) {
+  return Window<A>(s.x[i], s.y[i], s.z[i], invBox, n, offset);
+}
 
 std::string shortest(double value) {
   std::ostringstream text;
@@ -74,6 +53,7 @@ std::string shortest(double value) {
 
 std::string toString(MassAssignment assignment) { return assignment == MassAssignment::cic ? "cic" : "tsc"; }
 std::string toString(MeshGradient gradient) { return gradient == MeshGradient::fourier ? "fourier" : "fd4"; }
+std::string toString(MeshBackend backend) { return backend == MeshBackend::fftw ? "fftw" : "cufft"; }
 
 void MeshParams::validate() const {
   requireFinite(boxSize, "box size");
@@ -131,6 +111,11 @@ std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies) {
   return grids * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) + numBodies * sizeof(std::uint32_t);
 }
 
+std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies) {
+  const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
+  return (grids + 1) * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) + numBodies * 8 * sizeof(double);
+}
+
 struct ParticleMesh::Impl {
   static const MeshParams& validated(const MeshParams& p) {
     p.validate();
@@ -184,13 +169,11 @@ struct ParticleMesh::Impl {
     }
   }
 
-  std::size_t realIndex(int x, int y, int z) const {
-    return (static_cast<std::size_t>(x) * n + static_cast<std::size_t>(y)) * padded + static_cast<std::size_t>(z);
-  }
+  MeshLayout layout() const { return {n, padded}; }
 
   template <MassAssignment A>
   int homeChunk(const SourceView& s, std::size_t i, double offset) const {
-    const AxisWeights<double> w = windowWeights<A>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
+    const AxisWeights<double> w = windowWeights<support(A)>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
     return chunkOfPlane[wrapMeshIndex(w.first, n)];
   }
 
@@ -244,7 +227,6 @@ struct ParticleMesh::Impl {
   /// order. A mesh point therefore sums the bodies of the (at most two) chunks that reach it in a fixed order.
   template <MassAssignment A>
   void deposit(const SourceView& s, double offset) {
-    constexpr int S = support(A);
     double* rho = grid.real();
     const std::size_t plane = static_cast<std::size_t>(n) * padded;
     tbb::parallel_for(tbb::blocked_range<int>(0, n), [&](const tbb::blocked_range<int>& planes) {
@@ -255,16 +237,8 @@ struct ParticleMesh::Impl {
         const auto c = static_cast<std::size_t>(2 * pair + phase);
         for (std::size_t k = chunkStart[c]; k < chunkStart[c + 1]; ++k) {
           const std::size_t i = order[k];
-          const BodyWindow<A> window(s, i, invBox, n, offset);
-          const double m = s.mass[i];
-          for (int a = 0; a < S; ++a) {
-            const double mx = m * window.w[0].w[a];
-            for (int b = 0; b < S; ++b) {
-              const double mxy = mx * window.w[1].w[b];
-              double* row = rho + realIndex(window.index[0][a], window.index[1][b], 0);
-              for (int c3 = 0; c3 < S; ++c3) row[window.index[2][c3]] += mxy * window.w[2].w[c3];
-            }
-          }
+          depositBody(rho, layout(), bodyWindow<A>(s, i, invBox, n, offset), s.mass[i],
+                      [](double* point, double value) { *point += value; });
         }
       });
     }
@@ -279,10 +253,7 @@ struct ParticleMesh::Impl {
         const double gxy = scale * greenAxis[x] * greenAxis[y];
         const double m2xy = modeSquared[x] + modeSquared[y];
         std::complex<double>* row = spectrum + (static_cast<std::size_t>(x) * n + y) * half;
-        for (std::size_t z = 0; z < half; ++z) {
-          const double m2 = m2xy + modeSquared[z];
-          row[z] *= m2 > 0 ? gxy * greenAxis[z] / m2 : 0.0;
-        }
+        for (std::size_t z = 0; z < half; ++z) row[z] *= greenMultiplier(gxy, m2xy, greenAxis[z], modeSquared[z]);
       }
     });
   }
@@ -309,22 +280,10 @@ struct ParticleMesh::Impl {
   /// body's 8-27 points are cache misses once the grid outgrows the cache.
   template <MassAssignment A>
   void interpolate(const SourceView& s, double offset, double weight, const double* field, double* out) const {
-    constexpr int S = support(A);
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t slot = r.begin(); slot != r.end(); ++slot) {
         const std::size_t i = order[slot];
-        const BodyWindow<A> window(s, i, invBox, n, offset);
-        double sum = 0;
-        for (int a = 0; a < S; ++a) {
-          double sumYz = 0;
-          for (int b = 0; b < S; ++b) {
-            const double* row = field + realIndex(window.index[0][a], window.index[1][b], 0);
-            double sumZ = 0;
-            for (int c = 0; c < S; ++c) sumZ += window.w[2].w[c] * row[window.index[2][c]];
-            sumYz += window.w[1].w[b] * sumZ;
-          }
-          sum += window.w[0].w[a] * sumYz;
-        }
+        const double sum = gatherBody(field, layout(), bodyWindow<A>(s, i, invBox, n, offset));
         out[i] += weight * sum;
       }
     });
@@ -333,46 +292,15 @@ struct ParticleMesh::Impl {
   /// The finite-difference variant: pull (and potential, unless null) from the potential on the mesh, in one pass.
   template <MassAssignment A>
   void interpolateFiniteDifference(const SourceView& s, double offset, double weight, const ForceView& out) const {
-    constexpr int S = support(A);
-    constexpr int D = S + 4;
     const double* phi = grid.real();
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t slot = r.begin(); slot != r.end(); ++slot) {
         const std::size_t i = order[slot];
-        const BodyWindow<A> window(s, i, invBox, n, offset);
-        // Per axis: the window's weights over the D points first - 2 .. first + S + 1 (0 outside the window), the
-        // difference weights over the same points, and the points wrapped.
-        double w[3][D], c[3][D];
-        int index[3][D];
-        for (int d = 0; d < 3; ++d) {
-          double cd[kMaxGradientSupport];
-          fdGradientWeights(window.w[d], S, invCell, cd);
-          for (int k = 0; k < D; ++k) {
-            w[d][k] = (k >= 2 && k < S + 2) ? window.w[d].w[k - 2] : 0.0;
-            c[d][k] = cd[k];
-            index[d][k] = wrapMeshIndex(window.w[d].first - 2 + k, n);
-          }
-        }
-        double gx = 0, gy = 0, gz = 0, pot = 0;
-        for (int a = 0; a < D; ++a) {
-          double windowSum = 0, gySum = 0, gzSum = 0;  // windowSum serves the potential and the pull along x
-          for (int b = 0; b < D; ++b) {
-            const double* row = phi + realIndex(index[0][a], index[1][b], 0);
-            double wz = 0, cz = 0;
-            for (int k = 2; k < S + 2; ++k) wz += w[2][k] * row[index[2][k]];
-            for (int k = 0; k < D; ++k) cz += c[2][k] * row[index[2][k]];
-            windowSum += w[1][b] * wz;
-            gySum += c[1][b] * wz;
-            gzSum += w[1][b] * cz;
-          }
-          gx += c[0][a] * windowSum;
-          gy += w[0][a] * gySum;
-          gz += w[0][a] * gzSum;
-          pot += w[0][a] * windowSum;
-        }
-        out.ax[i] -= weight * gx;
-        out.ay[i] -= weight * gy;
-        out.az[i] -= weight * gz;
+        double gradient[3], pot;
+        gatherFiniteDifference(phi, layout(), bodyWindow<A>(s, i, invBox, n, offset), invCell, gradient, pot);
+        out.ax[i] -= weight * gradient[0];
+        out.ay[i] -= weight * gradient[1];
+        out.az[i] -= weight * gradient[2];
         if (out.pot != nullptr) out.pot[i] += weight * pot;
       }
     });
@@ -431,12 +359,21 @@ struct ParticleMesh::Impl {
   }
 };
 
-ParticleMesh::ParticleMesh(const MeshParams& params) : impl_(std::make_unique<Impl>(params)) {}
+ParticleMesh::ParticleMesh(const MeshParams& params) : params_(params) {
+  params.validate();
+  if (params.backend == MeshBackend::cufft) {
+    gpu_ = std::make_unique<detail::GpuMesh>(params);
+  } else {
+    impl_ = std::make_unique<Impl>(params);
+  }
+}
 ParticleMesh::~ParticleMesh() = default;
 ParticleMesh::ParticleMesh(ParticleMesh&&) noexcept = default;
 ParticleMesh& ParticleMesh::operator=(ParticleMesh&&) noexcept = default;
 
-const MeshParams& ParticleMesh::params() const { return impl_->params; }
+const MeshParams& ParticleMesh::params() const { return params_; }
+
+MeshStageSeconds ParticleMesh::lastStageSeconds() const { return gpu_ ? gpu_->lastStageSeconds() : MeshStageSeconds{}; }
 
 void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
   gravity.validate();
@@ -445,11 +382,42 @@ void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& 
   if (sources.count > std::numeric_limits<std::uint32_t>::max()) {
     throw InputError("particle mesh: at most 2^32 - 1 bodies (got " + std::to_string(sources.count) + ")");
   }
-  if (impl_->params.assignment == MassAssignment::cic) {
-    impl_->run<MassAssignment::cic>(sources, gravity, out);
-  } else {
-    impl_->run<MassAssignment::tsc>(sources, gravity, out);
+  if (impl_) {
+    if (params_.assignment == MassAssignment::cic) {
+      impl_->run<MassAssignment::cic>(sources, gravity, out);
+    } else {
+      impl_->run<MassAssignment::tsc>(sources, gravity, out);
+    }
+    return;
   }
+  // The FFTW backend finds a non-finite position while it bins; here the device would silently wrap it, so look first.
+  const std::size_t bad = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, sources.count, 1 << 14), sources.count,
+      [&](const tbb::blocked_range<std::size_t>& r, std::size_t first) {
+        for (std::size_t i = r.begin(); i != r.end() && i < first; ++i) {
+          if (!(std::isfinite(sources.x[i]) && std::isfinite(sources.y[i]) && std::isfinite(sources.z[i]))) return i;
+        }
+        return first;
+      },
+      [](std::size_t a, std::size_t b) { return std::min(a, b); });
+  if (bad < sources.count) {
+    throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
+  }
+  const detail::GpuMeshResult result = gpu_->compute(sources, gravity.G, out.pot != nullptr);
+  const double rs = params_.splitRadius(), L = params_.boxSize, G = gravity.G;
+  const double kernelIntegral = shortRangeKernelIntegral(rs, params_.cutoffRadius());
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, sources.count, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          out.ax[i] += result.ax[i];
+          out.ay[i] += result.ay[i];
+          out.az[i] += result.az[i];
+          if (out.pot != nullptr) {
+            out.pot[i] += result.pot[i] +
+                          selfPotentialCorrection(G, sources.mass[i], result.depositedMass, rs, L, kernelIntegral);
+          }
+        }
+      });
 }
 
 }  // namespace matcha::mesh

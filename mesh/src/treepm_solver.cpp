@@ -47,9 +47,9 @@ std::string TreePmSolver::describe() const {
   const MeshParams& p = mesh_.params();
   std::ostringstream text;
   text.precision(4);
-  text << "TreePM (mesh " << p.grid << "^3, " << toString(p.assignment) << ", " << toString(p.gradient)
-       << (p.interlace ? ", interlaced" : "") << ", a_smooth " << p.aSmooth << ", r_cut " << p.cutoffFactor
-       << " r_s) + " << shortRange_->describe();
+  text << "TreePM (mesh " << p.grid << "^3 on " << toString(p.backend) << ", " << toString(p.assignment) << ", "
+       << toString(p.gradient) << (p.interlace ? ", interlaced" : "") << ", a_smooth " << p.aSmooth << ", r_cut "
+       << p.cutoffFactor << " r_s) + " << shortRange_->describe();
   return text.str();
 }
 

@@ -112,6 +112,24 @@ void expectOneLineInputError(const MeshParams& params) {
   EXPECT_THROW(ParticleMesh{params}, InputError);
 }
 
+// The cuFFT backend where it cannot run (a build without CUDA, or, as on CI, CUDA without a device) is the user's
+// error, in one line; tests/gpu (CufftMeshTest) runs it where it can.
+TEST(ParticleMesh, CufftBackendWithoutCudaOrDeviceIsAnInputError) {
+  MeshParams params;
+  params.grid = 16;
+  params.backend = MeshBackend::cufft;
+  try {
+    ParticleMesh mesh(params);
+    if (!cufftMeshBuilt()) ADD_FAILURE() << "a cuFFT mesh without CUDA in the build";
+    GTEST_SKIP() << "a CUDA device is present: the refusal is not reachable here (the GPU tests cover the backend)";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    std::printf("refused: %s\n", message.c_str());
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find("cuFFT"), std::string::npos) << message;
+  }
+}
+
 TEST(MeshParams, RejectsBadValuesWithOneLine) {
   EXPECT_NO_THROW(MeshParams{}.validate());
   const auto with = [](auto change) {

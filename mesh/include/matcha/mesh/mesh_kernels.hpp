@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The particle mesh's arithmetic per body and per mode, written once as host-device inline functions (STYLE.md
-// habit 2) so that the CPU engine (particle_mesh.cpp, TBB + FFTW) and a later CUDA twin (cuFFT) compute the same
-// numbers. Nothing here knows the FFT library, allocates or loops over a grid.
+// habit 2) so that the CPU engine (particle_mesh.cpp, TBB + FFTW) and its CUDA twin (mesh/cuda/gpu_mesh.cu, cuFFT)
+// compute the same numbers. Nothing here knows the FFT library, allocates or loops over a grid.
 //
 // The contract a twin must keep (the CPU engine's, particle_mesh.hpp):
 //  - Mesh: n^3 points per box of side L, point p = (px, py, pz) at p h, h = L / n. Real grids are stored padded for an
@@ -85,6 +85,86 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE AxisWeights<T> tscWeights(T u) {
   return {static_cast<int>(nearest) - 1, {T(0.5) * below * below, T(0.75) - d * d, T(0.5) * above * above}};
 }
 
+/// The window of `Support` points per axis: 2 is CIC (cicWeights), 3 is TSC (tscWeights).
+template <int Support, class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE AxisWeights<T> windowWeights(T u) {
+  static_assert(Support == 2 || Support == 3, "CIC (2) or TSC (3)");
+  if constexpr (Support == 2) {
+    return cicWeights(u);
+  } else {
+    return tscWeights(u);
+  }
+}
+
+/// meshCoordinate moved by `offset` cells (in [0, 1): 1/2 for the interlaced pass), wrapped again into [0, n).
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T shiftedMeshCoordinate(T x, T invBoxSize, int n, T offset) {
+  const T u = meshCoordinate(x, invBoxSize, n) + offset;
+  return u >= T(n) ? u - T(n) : u;
+}
+
+/// Where the real grid's point (x, y, z) lives in the padded in-place layout: (x n + y) P + z, P = 2 (n/2 + 1).
+struct MeshLayout {
+  int n;
+  unsigned long long padded;  ///< P: reals per row
+  MATCHA_HOST_DEVICE MATCHA_FORCEINLINE unsigned long long realIndex(int x, int y, int z) const {
+    return (static_cast<unsigned long long>(x) * static_cast<unsigned long long>(n) +
+            static_cast<unsigned long long>(y)) *
+               padded +
+           static_cast<unsigned long long>(z);
+  }
+};
+
+/// One body's window along the three axes, its points already wrapped into [0, n). The same for deposit and
+/// interpolation, on both engines.
+template <int Support, class T>
+struct BodyWindow {
+  AxisWeights<T> w[3];
+  int index[3][Support];
+
+  /// offset: added to the body's mesh coordinates (0, or 1/2 for the interlaced pass).
+  MATCHA_HOST_DEVICE MATCHA_FORCEINLINE BodyWindow(T x, T y, T z, T invBoxSize, int n, T offset) {
+    const T position[3] = {x, y, z};
+    for (int d = 0; d < 3; ++d) {
+      w[d] = windowWeights<Support>(shiftedMeshCoordinate(position[d], invBoxSize, n, offset));
+      for (int k = 0; k < Support; ++k) index[d][k] = wrapMeshIndex(w[d].first + k, n);
+    }
+  }
+};
+
+/// Adds mass times the body's window to the grid through add(pointer, value): a plain += on the CPU engine (whose
+/// chunks never write one point at once), an atomic add on the GPU.
+template <int Support, class T, class Add>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void depositBody(T* rho, const MeshLayout& layout,
+                                                       const BodyWindow<Support, T>& window, T mass, Add add) {
+  for (int a = 0; a < Support; ++a) {
+    const T mx = mass * window.w[0].w[a];
+    for (int b = 0; b < Support; ++b) {
+      const T mxy = mx * window.w[1].w[b];
+      T* row = rho + layout.realIndex(window.index[0][a], window.index[1][b], 0);
+      for (int c = 0; c < Support; ++c) add(row + window.index[2][c], mxy * window.w[2].w[c]);
+    }
+  }
+}
+
+/// The window-weighted sum of `field` around the body: the interpolation back, the deposit's transpose.
+template <int Support, class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T gatherBody(const T* field, const MeshLayout& layout,
+                                                   const BodyWindow<Support, T>& window) {
+  T sum = 0;
+  for (int a = 0; a < Support; ++a) {
+    T sumYz = 0;
+    for (int b = 0; b < Support; ++b) {
+      const T* row = field + layout.realIndex(window.index[0][a], window.index[1][b], 0);
+      T sumZ = 0;
+      for (int c = 0; c < Support; ++c) sumZ += window.w[2].w[c] * row[window.index[2][c]];
+      sumYz += window.w[1].w[b] * sumZ;
+    }
+    sum += window.w[0].w[a] * sumYz;
+  }
+  return sum;
+}
+
 /// The signed mode of index i along an axis of n points: i for i <= n/2, i - n above.
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE int signedMode(int i, int n) { return 2 * i <= n ? i : i - n; }
 
@@ -144,6 +224,57 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void fdGradientWeights(const AxisWeights<T
     c[j + 4] -= far * w.w[j];
     c[j + 0] += far * w.w[j];
   }
+}
+
+/// The finite-difference pull's gradient (grad phi, before the minus sign) and the potential of a body from the
+/// potential on the mesh, in one pass over the (Support + 4)^3 points around it.
+template <int Support, class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void gatherFiniteDifference(const T* phi, const MeshLayout& layout,
+                                                                  const BodyWindow<Support, T>& window, T invCell,
+                                                                  T (&gradient)[3], T& potential) {
+  constexpr int D = Support + 4;
+  // Per axis: the window's weights over the D points first - 2 .. first + Support + 1 (0 outside the window), the
+  // difference weights over the same points, and the points wrapped.
+  T w[3][D], c[3][D];
+  int index[3][D];
+  for (int d = 0; d < 3; ++d) {
+    T cd[kMaxGradientSupport];
+    fdGradientWeights(window.w[d], Support, invCell, cd);
+    for (int k = 0; k < D; ++k) {
+      w[d][k] = (k >= 2 && k < Support + 2) ? window.w[d].w[k - 2] : T(0);
+      c[d][k] = cd[k];
+      index[d][k] = wrapMeshIndex(window.w[d].first - 2 + k, layout.n);
+    }
+  }
+  T gx = 0, gy = 0, gz = 0, pot = 0;
+  for (int a = 0; a < D; ++a) {
+    T windowSum = 0, gySum = 0, gzSum = 0;  // windowSum serves the potential and the pull along x
+    for (int b = 0; b < D; ++b) {
+      const T* row = phi + layout.realIndex(index[0][a], index[1][b], 0);
+      T wz = 0, cz = 0;
+      for (int k = 2; k < Support + 2; ++k) wz += w[2][k] * row[index[2][k]];
+      for (int k = 0; k < D; ++k) cz += c[2][k] * row[index[2][k]];
+      windowSum += w[1][b] * wz;
+      gySum += c[1][b] * wz;
+      gzSum += w[1][b] * cz;
+    }
+    gx += c[0][a] * windowSum;
+    gy += w[0][a] * gySum;
+    gz += w[0][a] * gzSum;
+    pot += w[0][a] * windowSum;
+  }
+  gradient[0] = gx;
+  gradient[1] = gy;
+  gradient[2] = gz;
+  potential = pot;
+}
+
+/// The multiplier of one mode in the Green's function step: gxy = greenScale W(mx) W(my) and m2xy = mx^2 + my^2 per
+/// row, gz = W(mz), m2z = mz^2; 0 for the k = 0 mode (the neutralising background).
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T greenMultiplier(T gxy, T m2xy, T gz, T m2z) {
+  const T m2 = m2xy + m2z;
+  return m2 > 0 ? gxy * gz / m2 : T(0);
 }
 
 /// The integral of the short-range potential kernel over the sphere the short range covers,

@@ -37,8 +37,19 @@ enum class MeshGradient {
   finiteDifference,  ///< four-point central differences of the potential on the mesh: one inverse transform in all
 };
 
+/// Where the mesh runs, chosen with the engine (apps/: the CUDA engine takes cuFFT). Both compute in double, with the
+/// same arithmetic (mesh_kernels.hpp); they differ by the transforms' and the deposit's rounding only.
+enum class MeshBackend {
+  fftw,   ///< the CPU: TBB threads and FFTW3
+  cufft,  ///< CUDA device 0: atomics for the deposit, cuFFT (D2Z/Z2D) for the transforms (mesh/cuda/)
+};
+
 std::string toString(MassAssignment assignment);  ///< "cic" or "tsc"
 std::string toString(MeshGradient gradient);      ///< "fourier" or "fd4"
+std::string toString(MeshBackend backend);        ///< "fftw" or "cufft"
+
+/// True when this binary contains the cuFFT backend (built with CUDA); a device may still be missing.
+bool cufftMeshBuilt();
 
 inline constexpr int kMinGrid = 8;     ///< fewest mesh points per side
 inline constexpr int kMaxGrid = 4096;  ///< most mesh points per side (16 n^3 bytes: 1 TiB for the Fourier gradient)
@@ -55,6 +66,7 @@ struct MeshParams {
   /// Interlacing: a second solution on the mesh moved by h/2 along each axis, averaged with the first, cancels the
   /// leading aliasing error (the mesh's anisotropy) for twice the time and no more memory.
   bool interlace = true;
+  MeshBackend backend = MeshBackend::fftw;  ///< where it runs (apps/ choose it with the engine)
   /// r_s / h, the split radius in mesh cells (GADGET's ASMTH), finite and in [0.5, 8]: larger moves more of the force
   /// to the short range (r_cut^3 more pairs) and leaves the mesh smoother, so more accurate.
   double aSmooth = 1.25;
@@ -82,11 +94,33 @@ int defaultPmGrid(std::size_t numBodies, const MeshParams& params = {});
 
 /// Bytes ParticleMesh holds for `params` and `numBodies` bodies: the padded grids (one for the finite-difference
 /// gradient, two for the Fourier gradient, 8 n^2 * 2 (n/2 + 1) bytes each) and 4 bytes per body for the deposit
-/// order, for a dry-run memory check. FFTW's plans add a few kilobytes.
+/// order, for a dry-run memory check. FFTW's plans add a few kilobytes. Host memory of the FFTW backend.
 std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies);
 
-/// The CPU particle mesh: TBB threads for deposit, Green's function and interpolation; FFTW3 (double, in place,
-/// FFTW_ESTIMATE) for the transforms, run on TBB's threads through fftw_threads_set_callback. Memory: meshMemoryBytes.
+/// Device bytes the cuFFT backend holds: the same grids, cuFFT's work area (taken as one more grid: its in-place 3-d
+/// D2Z/Z2D plans need at most about that, and the backend checks the real size before it allocates) and 64 bytes per
+/// body (positions, masses, the four outputs, double). Its host side adds 32 bytes per body of pinned results.
+std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies);
+
+/// Seconds of each stage of the last addLongRange call on the cuFFT backend, from CUDA events on its stream (both
+/// passes when interlaced); all 0 on the FFTW backend.
+struct MeshStageSeconds {
+  double upload = 0;       ///< positions and masses to the device
+  double assignment = 0;   ///< zeroing the grid and depositing the masses
+  double fft = 0;          ///< forward and inverse transforms
+  double green = 0;        ///< the Green's function (and the Fourier gradient's multiplications by -i k)
+  double interpolate = 0;  ///< back to the bodies
+  double download = 0;     ///< the results to the host
+  double total = 0;        ///< first event to last, the host's final additions excluded
+};
+
+namespace detail {
+class GpuMesh;
+}
+
+/// The particle mesh on its backend. On FFTW (the CPU): TBB threads for deposit, Green's function and interpolation;
+/// FFTW3 (double, in place, FFTW_ESTIMATE) for the transforms, run on TBB's threads through fftw_threads_set_callback.
+/// Memory: meshMemoryBytes.
 ///
 /// Reproducibility: the same input gives the same bits whatever the thread count (tbb::global_control). The deposit
 /// adds each mesh point's contributions in an order fixed by the input alone (bodies binned by mesh plane, chunks of
@@ -100,11 +134,18 @@ std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies);
 /// Speed: bodies in space-filling-curve order (as the tree solver keeps them) deposit and interpolate faster than
 /// bodies in random order (1.5x at 128^3): each body touches 8-27 mesh points, cache misses in random order.
 ///
+/// On cuFFT (mesh/cuda/gpu_mesh.cu): the same steps on CUDA device 0 in double, the deposit by atomic adds (so the
+/// grid's bits depend on the order the atomics land in, a rounding of 1e-16 relative), cuFFT's in-place D2Z/Z2D
+/// transforms; the host uploads the bodies, and adds the results and the self-potential correction. It agrees with
+/// FFTW to double rounding of the transforms (tests/gpu: CufftMesh*), far inside "float rounding".
+///
 /// Not thread-safe: one call at a time per object (the grids are the object's). Several objects may run at once.
 class ParticleMesh {
  public:
   /// Validates params, allocates the grids and makes the FFTW plans (once; calls do not allocate except the deposit
   /// order, which grows with the number of bodies). Throws InputError for bad params.
+  /// params.backend == cufft: throws InputError (one line) when the binary has no CUDA, there is no device, or the
+  /// grids do not fit in the device's free memory.
   explicit ParticleMesh(const MeshParams& params);
   ~ParticleMesh();
   ParticleMesh(ParticleMesh&&) noexcept;
@@ -124,11 +165,18 @@ class ParticleMesh {
   ///                 so that the short range may come first or after
   /// Throws InputError for a body with a non-finite position (naming it) or invalid gravity, InvariantError for a size
   /// mismatch. Parallel (TBB); allocates only when the number of bodies exceeds every earlier call's.
+  /// On the cuFFT backend also an InputError when the bodies' buffers do not fit in the device's free memory; the call
+  /// synchronises with the device.
   void addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out);
+
+  /// The stages of the last call (cuFFT backend; zeros on FFTW).
+  MeshStageSeconds lastStageSeconds() const;
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;            ///< the FFTW backend (null on cuFFT)
+  std::unique_ptr<detail::GpuMesh> gpu_;  ///< the cuFFT backend (null on FFTW)
+  MeshParams params_;
 };
 
 /// Jobs each FFTW transform is split into (then run by TBB on however many threads there are): a constant, so that

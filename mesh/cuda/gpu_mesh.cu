@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: MIT
+// The particle mesh on the GPU: ParticleMesh's cuFFT backend (mesh/src/gpu_mesh.hpp), the CUDA twin of the FFTW
+// backend in particle_mesh.cpp. Every per-body and per-mode formula is mesh_kernels.hpp's, in double as on the CPU, so
+// the two differ only by rounding: the transforms' (cuFFT's and FFTW's algorithms sum in other orders) and the
+// deposit's (atomic adds land in whatever order the warps reach them).
+//
+// Mass assignment by atomics: one thread per body adds its 8 (CIC) or 27 (TSC) weighted masses with atomicAdd on
+// doubles, native on sm_60 and later and resolved in L2. A sort-based scheme (bodies binned by cell, then a segmented
+// reduction) is reproducible bit for bit, but costs a key sort of every body per pass; with bodies in the tree's
+// space-filling-curve order neighbouring threads already hit neighbouring cells, so atomics stay cheap on uniform and
+// clustered boxes (bench_cuda's pm/ rows time the stage), and their order only moves the last bit of a point's sum.
+#include <cuda_runtime.h>
+#include <cufft.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "../src/gpu_mesh.hpp"
+#include "matcha/core/errors.hpp"
+#include "matcha/mesh/mesh_kernels.hpp"
+
+namespace matcha::mesh {
+
+bool cufftMeshBuilt() { return true; }
+
+namespace detail {
+namespace {
+
+[[noreturn]] void throwCuda(const std::string& what, const char* file, int line) {
+  throw CudaError("CUDA error in the particle mesh: " + what + " at " + file + ":" + std::to_string(line));
+}
+
+void checkCuda(cudaError_t status, const char* expression, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // a non-sticky error must not resurface in the next, unrelated check
+  throwCuda(std::string(expression) + " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status), file,
+            line);
+}
+
+void checkCufft(cufftResult status, const char* expression, const char* file, int line) {
+  if (status != CUFFT_SUCCESS)
+    throwCuda(std::string(expression) + " failed: cufftResult " + std::to_string(status), file, line);
+}
+
+#define MESH_CUDA_CHECK(expression) checkCuda((expression), #expression, __FILE__, __LINE__)
+#define MESH_CUFFT_CHECK(expression) checkCufft((expression), #expression, __FILE__, __LINE__)
+#define MESH_LAUNCH_CHECK() checkCuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+std::string gibibytes(std::size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(1ull << 30));
+  return text;
+}
+
+/// Device memory that is freed on destruction and never grows by itself.
+template <class T>
+struct DeviceArray {
+  T* data = nullptr;
+  std::size_t count = 0;
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { release(); }
+  void release() {
+    if (data != nullptr) cudaFree(data);
+    data = nullptr;
+    count = 0;
+  }
+  void allocate(std::size_t n) {
+    release();
+    MESH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T)));
+    count = n;
+  }
+};
+
+struct AtomicAdd {
+  __device__ void operator()(double* point, double value) const { atomicAdd(point, value); }
+};
+
+constexpr int kBlock = 256;
+
+unsigned blocksFor(std::size_t count) { return static_cast<unsigned>((count + kBlock - 1) / kBlock); }
+
+/// The bodies' positions and masses on the device, as the SourceView's four arrays.
+struct DeviceBodies {
+  const double* x;
+  const double* y;
+  const double* z;
+  const double* mass;
+  unsigned long long count;
+};
+
+template <int S>
+__global__ void depositKernel(DeviceBodies bodies, MeshLayout layout, double invBox, double offset, double* rho) {
+  const unsigned long long i = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (i >= bodies.count) return;
+  const BodyWindow<S, double> window(bodies.x[i], bodies.y[i], bodies.z[i], invBox, layout.n, offset);
+  depositBody(rho, layout, window, bodies.mass[i], AtomicAdd{});
+}
+
+/// The spectrum's mode t (row-major, z fastest over n/2 + 1) as its three indices.
+struct ModeIndex {
+  int x, y, z;
+};
+__device__ ModeIndex modeIndex(unsigned long long t, int n, int half) {
+  const auto xy = t / static_cast<unsigned long long>(half);
+  return {static_cast<int>(xy / n), static_cast<int>(xy % n), static_cast<int>(t % half)};
+}
+
+/// The mass spectrum becomes the potential's (the FFTW backend's applyGreen, mode by mode).
+__global__ void greenKernel(double2* spectrum, int n, int half, double scale, const double* greenAxis,
+                            const double* modeSquared) {
+  const unsigned long long t = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (t >= static_cast<unsigned long long>(n) * n * half) return;
+  const ModeIndex m = modeIndex(t, n, half);
+  const double gxy = scale * greenAxis[m.x] * greenAxis[m.y];
+  const double m2xy = modeSquared[m.x] + modeSquared[m.y];
+  const double factor = greenMultiplier(gxy, m2xy, greenAxis[m.z], modeSquared[m.z]);
+  spectrum[t].x *= factor;
+  spectrum[t].y *= factor;
+}
+
+/// pull = -i k_d phi_k: one component of the pull in Fourier space (the FFTW backend's differentiate).
+__global__ void differentiateKernel(const double2* phi, double2* pull, int n, int half, int axis,
+                                    const double* derivativeWavenumber) {
+  const unsigned long long t = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (t >= static_cast<unsigned long long>(n) * n * half) return;
+  const ModeIndex m = modeIndex(t, n, half);
+  const double k = derivativeWavenumber[axis == 0 ? m.x : (axis == 1 ? m.y : m.z)];
+  const double2 value = phi[t];
+  pull[t] = make_double2(k * value.y, -k * value.x);  // -i k (re + i im)
+}
+
+template <int S>
+__global__ void interpolateKernel(DeviceBodies bodies, MeshLayout layout, double invBox, double offset, double weight,
+                                  const double* field, double* out) {
+  const unsigned long long i = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (i >= bodies.count) return;
+  const BodyWindow<S, double> window(bodies.x[i], bodies.y[i], bodies.z[i], invBox, layout.n, offset);
+  out[i] += weight * gatherBody(field, layout, window);
+}
+
+template <int S>
+__global__ void interpolateFiniteDifferenceKernel(DeviceBodies bodies, MeshLayout layout, double invBox, double offset,
+                                                  double weight, double invCell, const double* phi, double* ax,
+                                                  double* ay, double* az, double* pot) {
+  const unsigned long long i = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (i >= bodies.count) return;
+  const BodyWindow<S, double> window(bodies.x[i], bodies.y[i], bodies.z[i], invBox, layout.n, offset);
+  double gradient[3], potential;
+  gatherFiniteDifference(phi, layout, window, invCell, gradient, potential);
+  ax[i] -= weight * gradient[0];
+  ay[i] -= weight * gradient[1];
+  az[i] -= weight * gradient[2];
+  if (pot != nullptr) pot[i] += weight * potential;
+}
+
+/// The stream and the two plans, released even when the mesh's constructor throws half way.
+struct StreamAndPlans {
+  cudaStream_t stream = nullptr;
+  cufftHandle forward = 0, inverse = 0;
+  bool havePlans = false;
+  StreamAndPlans() {
+    MESH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MESH_CUFFT_CHECK(cufftCreate(&forward));
+    if (cufftCreate(&inverse) != CUFFT_SUCCESS) {
+      cufftDestroy(forward);
+      throwCuda("cufftCreate failed", __FILE__, __LINE__);
+    }
+    havePlans = true;
+  }
+  StreamAndPlans(const StreamAndPlans&) = delete;
+  StreamAndPlans& operator=(const StreamAndPlans&) = delete;
+  ~StreamAndPlans() {
+    if (havePlans) {
+      cufftDestroy(forward);
+      cufftDestroy(inverse);
+    }
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+enum Stage { kUpload, kAssignment, kFft, kGreen, kInterpolate, kDownload, kNumStages };
+
+}  // namespace
+
+struct GpuMesh::Impl {
+  MeshParams params;
+  int n = 0;
+  int half = 0;
+  std::size_t paddedReals = 0;
+  double invBox = 0, invCell = 0;
+  std::unique_ptr<StreamAndPlans> handles;
+  cudaStream_t stream = nullptr;
+  cufftHandle forwardPlan = 0, inversePlan = 0;
+  DeviceArray<double> grid, work;  ///< work: one component of the pull (Fourier gradient only)
+  DeviceArray<char> fftWorkArea;
+  DeviceArray<double> greenAxis, modeSquared, derivativeWavenumber;
+  DeviceArray<double> bodies;   ///< x, y, z, mass: 4 capacity doubles
+  DeviceArray<double> results;  ///< ax, ay, az, pot: 4 capacity doubles
+  std::size_t capacity = 0;
+  double* hostResults = nullptr;  ///< pinned, 4 capacity doubles
+  std::vector<cudaEvent_t> events;
+  std::vector<Stage> eventStage;  ///< the stage that ends at each event (after the first)
+  MeshStageSeconds last;
+
+  explicit Impl(const MeshParams& p) : params(p), n(p.grid), half(p.grid / 2 + 1) {
+    paddedReals = static_cast<std::size_t>(n) * n * 2 * half;
+    invBox = 1.0 / p.boxSize;
+    invCell = p.grid / p.boxSize;
+    int devices = 0;
+    const cudaError_t status = cudaGetDeviceCount(&devices);
+    if (status != cudaSuccess || devices == 0) {
+      cudaGetLastError();
+      throw InputError(std::string("the cuFFT particle mesh needs a CUDA device: ") +
+                       (status != cudaSuccess ? cudaGetErrorString(status) : "none found"));
+    }
+    MESH_CUDA_CHECK(cudaSetDevice(0));
+    // The grids first (a 4096^3 mesh is refused before cuFFT is asked to plan it), then the plans without their work
+    // areas, so that the check knows cuFFT's real need before anything big is allocated.
+    const std::size_t grids = p.gradient == MeshGradient::fourier ? 2 : 1;
+    const std::size_t gridBytes = grids * paddedReals * sizeof(double);
+    requireFits(gridBytes, "grids");
+    handles = std::make_unique<StreamAndPlans>();
+    stream = handles->stream;
+    forwardPlan = handles->forward;
+    inversePlan = handles->inverse;
+    MESH_CUFFT_CHECK(cufftSetAutoAllocation(forwardPlan, 0));
+    MESH_CUFFT_CHECK(cufftSetAutoAllocation(inversePlan, 0));
+    std::size_t forwardWork = 0, inverseWork = 0;
+    MESH_CUFFT_CHECK(cufftMakePlan3d(forwardPlan, n, n, n, CUFFT_D2Z, &forwardWork));
+    MESH_CUFFT_CHECK(cufftMakePlan3d(inversePlan, n, n, n, CUFFT_Z2D, &inverseWork));
+    const std::size_t workBytes = std::max(forwardWork, inverseWork);
+    requireFits(gridBytes + workBytes, "grids and cuFFT's work area");
+    grid.allocate(paddedReals);
+    if (p.gradient == MeshGradient::fourier) work.allocate(paddedReals);
+    fftWorkArea.allocate(std::max<std::size_t>(workBytes, 1));
+    MESH_CUFFT_CHECK(cufftSetWorkArea(forwardPlan, fftWorkArea.data));
+    MESH_CUFFT_CHECK(cufftSetWorkArea(inversePlan, fftWorkArea.data));
+    MESH_CUFFT_CHECK(cufftSetStream(forwardPlan, stream));
+    MESH_CUFFT_CHECK(cufftSetStream(inversePlan, stream));
+    // The per-axis tables, computed on the host by the FFTW backend's formulas, so both multiply by the same bits.
+    const int windowOrder = p.assignment == MassAssignment::cic ? 2 : 3;
+    std::vector<double> g(n), m2(n), k(n);
+    for (int i = 0; i < n; ++i) {
+      const int m = signedMode(i, n);
+      g[i] = greenAxisFactor(m, n, p.aSmooth, windowOrder);
+      m2[i] = static_cast<double>(m) * m;
+      k[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / p.boxSize;
+    }
+    for (auto [table, values] :
+         {std::pair{&greenAxis, &g}, std::pair{&modeSquared, &m2}, std::pair{&derivativeWavenumber, &k}}) {
+      table->allocate(n);
+      MESH_CUDA_CHECK(cudaMemcpy(table->data, values->data(), n * sizeof(double), cudaMemcpyHostToDevice));
+    }
+  }
+
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    for (cudaEvent_t event : events) cudaEventDestroy(event);
+    if (hostResults != nullptr) cudaFreeHost(hostResults);
+  }
+
+  /// InputError, one line, unless `bytes` fit in the device's free memory.
+  void requireFits(std::size_t bytes, const char* what) const {
+    std::size_t freeBytes = 0, totalBytes = 0;
+    MESH_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    if (bytes > freeBytes) {
+      throw InputError("the cuFFT particle mesh of " + std::to_string(n) + "^3 needs " + gibibytes(bytes) +
+                       " of device memory (" + what + "), only " + gibibytes(freeBytes) + " free of " +
+                       gibibytes(totalBytes) + ": use a smaller --pm-grid or the CPU engine");
+    }
+  }
+
+  /// Room for `count` bodies on the device (and their results on the host), checked against the free memory first.
+  void reserveBodies(std::size_t count) {
+    if (count <= capacity) return;
+    const std::size_t wanted = count + count / 8;
+    std::size_t freeBytes = 0, totalBytes = 0;
+    MESH_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    const std::size_t needed = 8 * wanted * sizeof(double);
+    if (needed > freeBytes + bodies.count * sizeof(double) + results.count * sizeof(double)) {
+      throw InputError("the cuFFT particle mesh needs " + gibibytes(needed) + " of device memory for " +
+                       std::to_string(count) + " bodies beside its " + std::to_string(n) + "^3 grids, only " +
+                       gibibytes(freeBytes) + " free");
+    }
+    bodies.release();
+    results.release();
+    if (hostResults != nullptr) MESH_CUDA_CHECK(cudaFreeHost(hostResults));
+    hostResults = nullptr;
+    capacity = 0;
+    bodies.allocate(4 * wanted);
+    results.allocate(4 * wanted);
+    MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostResults), 4 * wanted * sizeof(double)));
+    capacity = wanted;
+  }
+
+  /// Marks the end of `stage` on the stream (the first mark of a call only starts the clock).
+  void mark(Stage stage) {
+    const std::size_t k = eventStage.size();
+    if (k == events.size()) {
+      cudaEvent_t event;
+      MESH_CUDA_CHECK(cudaEventCreate(&event));
+      events.push_back(event);
+    }
+    MESH_CUDA_CHECK(cudaEventRecord(events[k], stream));
+    eventStage.push_back(stage);
+  }
+
+  void forward() {
+    MESH_CUFFT_CHECK(cufftExecD2Z(forwardPlan, grid.data, reinterpret_cast<cufftDoubleComplex*>(grid.data)));
+  }
+  void inverse(double* data) {
+    MESH_CUFFT_CHECK(cufftExecZ2D(inversePlan, reinterpret_cast<cufftDoubleComplex*>(data), data));
+  }
+
+  template <int S>
+  void addPass(const DeviceBodies& d, double G, double offset, double weight, bool wantPotentials, double* out,
+               double* totalMass) {
+    const MeshLayout layout{n, static_cast<unsigned long long>(2 * half)};
+    const std::size_t count = d.count;
+    const std::size_t modes = static_cast<std::size_t>(n) * n * half;
+    auto* spectrum = reinterpret_cast<double2*>(grid.data);
+    MESH_CUDA_CHECK(cudaMemsetAsync(grid.data, 0, paddedReals * sizeof(double), stream));
+    depositKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, grid.data);
+    MESH_LAUNCH_CHECK();
+    mark(kAssignment);
+    forward();
+    mark(kFft);
+    if (totalMass != nullptr) {
+      MESH_CUDA_CHECK(cudaMemcpyAsync(totalMass, grid.data, sizeof(double), cudaMemcpyDeviceToHost, stream));
+    }
+    greenKernel<<<blocksFor(modes), kBlock, 0, stream>>>(spectrum, n, half, greenScale(G, params.boxSize),
+                                                         greenAxis.data, modeSquared.data);
+    MESH_LAUNCH_CHECK();
+    mark(kGreen);
+    double* ax = out;
+    double* pot = wantPotentials ? out + 3 * capacity : nullptr;
+    if (params.gradient == MeshGradient::fourier) {
+      for (int axis = 0; axis < 3; ++axis) {
+        differentiateKernel<<<blocksFor(modes), kBlock, 0, stream>>>(spectrum, reinterpret_cast<double2*>(work.data), n,
+                                                                     half, axis, derivativeWavenumber.data);
+        MESH_LAUNCH_CHECK();
+        mark(kGreen);
+        inverse(work.data);
+        mark(kFft);
+        interpolateKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, weight, work.data,
+                                                                      ax + axis * capacity);
+        MESH_LAUNCH_CHECK();
+        mark(kInterpolate);
+      }
+      if (pot != nullptr) {
+        inverse(grid.data);
+        mark(kFft);
+        interpolateKernel<S>
+            <<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, weight, grid.data, pot);
+        MESH_LAUNCH_CHECK();
+        mark(kInterpolate);
+      }
+    } else {
+      inverse(grid.data);
+      mark(kFft);
+      interpolateFiniteDifferenceKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(
+          d, layout, invBox, offset, weight, invCell, grid.data, ax, ax + capacity, ax + 2 * capacity, pot);
+      MESH_LAUNCH_CHECK();
+      mark(kInterpolate);
+    }
+  }
+
+  GpuMeshResult compute(const SourceView& s, double G, bool wantPotentials) {
+    reserveBodies(s.count);
+    eventStage.clear();
+    mark(kUpload);  // the start
+    double* x = bodies.data;
+    const double* source[4] = {s.x, s.y, s.z, s.mass};
+    for (int k = 0; k < 4; ++k) {
+      MESH_CUDA_CHECK(
+          cudaMemcpyAsync(x + k * capacity, source[k], s.count * sizeof(double), cudaMemcpyHostToDevice, stream));
+    }
+    MESH_CUDA_CHECK(cudaMemsetAsync(results.data, 0, 4 * capacity * sizeof(double), stream));
+    mark(kUpload);
+    const DeviceBodies d{x, x + capacity, x + 2 * capacity, x + 3 * capacity, s.count};
+    // Interlacing as on the CPU: a second solution on the mesh moved by h/2 along each axis, averaged with the first.
+    const int passes = params.interlace ? 2 : 1;
+    const double weight = 1.0 / passes;
+    double totalMass = 0;  // the first pass's k = 0 mode, as the FFTW backend takes it
+    for (int pass = 0; pass < passes; ++pass) {
+      double* mass = pass == 0 ? hostResults : nullptr;  // parked in the pinned results until they arrive
+      if (params.assignment == MassAssignment::cic) {
+        addPass<2>(d, G, 0.5 * pass, weight, wantPotentials, results.data, mass);
+      } else {
+        addPass<3>(d, G, 0.5 * pass, weight, wantPotentials, results.data, mass);
+      }
+      if (pass == 0) {
+        MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+        totalMass = hostResults[0];
+      }
+    }
+    const int outputs = wantPotentials ? 4 : 3;
+    for (int k = 0; k < outputs; ++k) {
+      MESH_CUDA_CHECK(cudaMemcpyAsync(hostResults + k * capacity, results.data + k * capacity, s.count * sizeof(double),
+                                      cudaMemcpyDeviceToHost, stream));
+    }
+    mark(kDownload);
+    MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    last = {};
+    double* stageSeconds[kNumStages] = {&last.upload, &last.assignment,  &last.fft,
+                                        &last.green,  &last.interpolate, &last.download};
+    for (std::size_t k = 1; k < eventStage.size(); ++k) {
+      float ms = 0;
+      MESH_CUDA_CHECK(cudaEventElapsedTime(&ms, events[k - 1], events[k]));
+      *stageSeconds[eventStage[k]] += 1e-3 * ms;
+    }
+    float totalMs = 0;
+    MESH_CUDA_CHECK(cudaEventElapsedTime(&totalMs, events.front(), events[eventStage.size() - 1]));
+    last.total = 1e-3 * totalMs;
+    GpuMeshResult result;
+    result.ax = hostResults;
+    result.ay = hostResults + capacity;
+    result.az = hostResults + 2 * capacity;
+    result.pot = wantPotentials ? hostResults + 3 * capacity : nullptr;
+    result.depositedMass = totalMass;
+    return result;
+  }
+};
+
+GpuMesh::GpuMesh(const MeshParams& params) : impl_(std::make_unique<Impl>(params)) {}
+GpuMesh::~GpuMesh() = default;
+GpuMeshResult GpuMesh::compute(const SourceView& sources, double G, bool wantPotentials) {
+  return impl_->compute(sources, G, wantPotentials);
+}
+MeshStageSeconds GpuMesh::lastStageSeconds() const { return impl_->last; }
+
+}  // namespace detail
+}  // namespace matcha::mesh

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// The cuFFT backend of ParticleMesh, seen from plain C++ (no CUDA header): mesh/cuda/gpu_mesh.cu implements it when
+// CUDA is enabled, mesh/src/no_gpu_mesh.cpp (which refuses with an InputError) otherwise. particle_mesh.cpp owns the
+// parts the backends share: validation, the host-side additions and the self-potential correction.
+#pragma once
+
+#include <memory>
+
+#include "matcha/core/particles.hpp"
+#include "matcha/mesh/particle_mesh.hpp"
+
+namespace matcha::mesh::detail {
+
+/// What one GpuMesh::compute leaves: the long-range accelerations (and potentials) of every body, both interlaced
+/// passes averaged, without the self-potential correction; in host memory the object owns, valid until the next call.
+struct GpuMeshResult {
+  const double* ax = nullptr;
+  const double* ay = nullptr;
+  const double* az = nullptr;
+  const double* pot = nullptr;  ///< null when no potentials were asked for
+  double depositedMass = 0;     ///< the first pass's k = 0 mode: sum m_i to rounding, as the FFTW backend takes it
+};
+
+class GpuMesh {
+ public:
+  /// Validated params. Picks device 0 (the CUDA engine's default), makes the cuFFT plans and allocates the grids.
+  /// Throws InputError (one line) when there is no device or the grids and cuFFT's work area exceed its free memory.
+  explicit GpuMesh(const MeshParams& params);
+  ~GpuMesh();
+  GpuMesh(const GpuMesh&) = delete;
+  GpuMesh& operator=(const GpuMesh&) = delete;
+
+  /// Every step of the mesh for `sources` (finite positions, checked by the caller) with constant G. Synchronous.
+  /// Throws InputError when the bodies' buffers would not fit in the free device memory, CudaError for a failed call.
+  GpuMeshResult compute(const SourceView& sources, double G, bool wantPotentials);
+
+  MeshStageSeconds lastStageSeconds() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace matcha::mesh::detail

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// The cuFFT backend in a build without CUDA: asking for it is the user's error, said in one line.
+#include "gpu_mesh.hpp"
+#include "matcha/core/errors.hpp"
+
+namespace matcha::mesh {
+
+bool cufftMeshBuilt() { return false; }
+
+namespace detail {
+
+struct GpuMesh::Impl {};
+
+GpuMesh::GpuMesh(const MeshParams& /*params*/) {
+  throw InputError("the cuFFT particle mesh is not built into this binary (configure with CUDA to get it)");
+}
+GpuMesh::~GpuMesh() = default;
+GpuMeshResult GpuMesh::compute(const SourceView& /*sources*/, double /*G*/, bool /*wantPotentials*/) { return {}; }
+MeshStageSeconds GpuMesh::lastStageSeconds() const { return {}; }
+
+}  // namespace detail
+}  // namespace matcha::mesh
