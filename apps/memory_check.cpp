@@ -173,11 +173,12 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   }
   // Periodic runs: the mesh's grids. The tree's part above is modelled on open-boundary lists, which the short range's
   // (cut at r_cut) never exceed.
-  // On the CUDA engine the mesh is cuFFT's (options.cpp: makeSolver): its grids on the device, pinned results on the
-  // host.
+  // On the CUDA engine the mesh is cuFFT's (options.cpp: makeSolver): its grids on the device, pinned results and
+  // staging on the host.
   if (options.gravity.periodic.enabled()) {
     if (onGpu) {
-      estimate.add("particle mesh (cuFFT)", n * 4 * sizeof(double), mesh::meshDeviceMemoryBytes(options.mesh, n));
+      // Pinned on the host: the results and the bodies' staging, 4 doubles a body each (mesh/cuda/gpu_mesh.cu).
+      estimate.add("particle mesh (cuFFT)", n * 8 * sizeof(double), mesh::meshDeviceMemoryBytes(options.mesh, n));
     } else {
       estimate.add("particle mesh", mesh::meshMemoryBytes(options.mesh, n));
     }

@@ -11,6 +11,8 @@
 // clustered boxes (bench_cuda's pm/ rows time the stage), and their order only moves the last bit of a point's sum.
 #include <cuda_runtime.h>
 #include <cufft.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -204,6 +206,9 @@ struct GpuMesh::Impl {
   DeviceArray<double> results;  ///< ax, ay, az, pot: 4 capacity doubles
   std::size_t capacity = 0;
   double* hostResults = nullptr;  ///< pinned, 4 capacity doubles
+  /// Pinned, 4 capacity doubles: the bodies are copied in on all cores and sent at the bus's speed (from the caller's
+  /// pageable arrays the upload ran at ~6 GB/s: 85 of the 134 ms of a 512^3 mesh's call at 2^24 bodies on the H200).
+  double* hostBodies = nullptr;
   std::vector<cudaEvent_t> events;
   std::vector<Stage> eventStage;  ///< the stage that ends at each event (after the first)
   MeshStageSeconds last;
@@ -264,6 +269,7 @@ struct GpuMesh::Impl {
   ~Impl() {
     for (cudaEvent_t event : events) cudaEventDestroy(event);
     if (hostResults != nullptr) cudaFreeHost(hostResults);
+    if (hostBodies != nullptr) cudaFreeHost(hostBodies);
   }
 
   /// InputError, one line, unless `bytes` fit in the device's free memory.
@@ -293,10 +299,13 @@ struct GpuMesh::Impl {
     results.release();
     if (hostResults != nullptr) MESH_CUDA_CHECK(cudaFreeHost(hostResults));
     hostResults = nullptr;
+    if (hostBodies != nullptr) MESH_CUDA_CHECK(cudaFreeHost(hostBodies));
+    hostBodies = nullptr;
     capacity = 0;
     bodies.allocate(4 * wanted);
     results.allocate(4 * wanted);
     MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostResults), 4 * wanted * sizeof(double)));
+    MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostBodies), 4 * wanted * sizeof(double)));
     capacity = wanted;
   }
 
@@ -378,9 +387,15 @@ struct GpuMesh::Impl {
     mark(kUpload);  // the start
     double* x = bodies.data;
     const double* source[4] = {s.x, s.y, s.z, s.mass};
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, std::size_t{1} << 16),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (int k = 0; k < 4; ++k) {
+                          std::copy(source[k] + r.begin(), source[k] + r.end(), hostBodies + k * capacity + r.begin());
+                        }
+                      });
     for (int k = 0; k < 4; ++k) {
-      MESH_CUDA_CHECK(
-          cudaMemcpyAsync(x + k * capacity, source[k], s.count * sizeof(double), cudaMemcpyHostToDevice, stream));
+      MESH_CUDA_CHECK(cudaMemcpyAsync(x + k * capacity, hostBodies + k * capacity, s.count * sizeof(double),
+                                      cudaMemcpyHostToDevice, stream));
     }
     MESH_CUDA_CHECK(cudaMemsetAsync(results.data, 0, 4 * capacity * sizeof(double), stream));
     mark(kUpload);
