@@ -151,7 +151,8 @@ fi
 # --timings` with an output every 20 (the phase table; the steady state is the last 20 steps' line, rebuilds
 # included and the start-up's first touches of memory left behind) for each run of STEP_RUNS ("label=options;..."; default: reuse
 # off and auto) at each of STEP_SIZES (default 2^20 and 2^22), on the Plummer sphere of seed 7; compare sweeps
-# STEP_THETAS (a --theta list) for each ncrit of STEP_NCRIT, with STEP_COMPARE_OPTIONS added (e.g. "--nleaf 16").
+# STEP_THETAS (a --theta list) for each ncrit of STEP_NCRIT, with STEP_COMPARE_OPTIONS added (e.g. "--nleaf 16");
+# STEP_COMPARE=0 leaves the force calls out.
 if [ "${STEPS:-0}" = 1 ]; then
   echo "== how the CPU phases scale from 1 to all cores"
   "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|BM_TreePhases/N:(1048576|4194304)/}" \
@@ -160,6 +161,7 @@ if [ "${STEPS:-0}" = 1 ]; then
   matcha="$build/apps/matcha"
   for n in ${STEP_SIZES:-1048576 4194304}; do
     for ncrit in ${STEP_NCRIT:-256}; do
+      [ "${STEP_COMPARE:-1}" = 1 ] || break
       # shellcheck disable=SC2086
       "$matcha" compare -n "$n" --seed 7 --ncrit "$ncrit" --theta "${STEP_THETAS:-0.5}" --engine cuda \
         ${STEP_COMPARE_OPTIONS:-} --reference gpu-double --sample 4096 --json >"$OUT/compare-n$n-ncrit$ncrit.json" 2>"$OUT/compare-n$n-ncrit$ncrit.log"

@@ -29,6 +29,8 @@ const char* phaseName(Phase phase) {
       return "download";
     case Phase::repair:
       return "repair";
+    case Phase::motion:
+      return "motion";
     case Phase::mesh:
       return "mesh";
     case Phase::count:

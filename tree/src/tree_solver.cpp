@@ -574,7 +574,11 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
 
   const bool predict = steps > 1 && motion_->numKnown == 2;
   if (!predict) steps = 1;
-  if (predict) motion_->predict(particles, 0, steps - 1);
+  if (predict) {
+    const Stopwatch predicting;
+    motion_->predict(particles, 0, steps - 1);
+    report.timings[Phase::motion] += predicting.seconds();
+  }
   const Motion& m = *motion_;
   const SourceView positions = predict ? SourceView{m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(),
                                                     particles.mass.data(), particles.size()}
@@ -621,11 +625,12 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
   if (!failed.empty()) repair(particles, std::move(failed), report);
 }
 
-void TreeSolver::startBackgroundBuild(const Particles& particles) {
+double TreeSolver::startBackgroundBuild(const Particles& particles) {
+  const Stopwatch clock;
   const TreeBuild& current = *current_;
   nextPlannedFor_ = current.firstCall;
   const std::uint32_t steps = chooseReuseSteps();
-  if (steps <= 1) return;  // the next tree is built within its call, for exact positions
+  if (steps <= 1) return clock.seconds();  // the next tree is built within its call, for exact positions
   // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
   const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call_);
   motion_->predict(particles, first, first + steps - 1);
@@ -654,6 +659,7 @@ void TreeSolver::startBackgroundBuild(const Particles& particles) {
     }
     backgroundDone_ = true;
   });
+  return clock.seconds();
 }
 
 void TreeSolver::buildForLater(TreeBuild& build) {
@@ -773,7 +779,8 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
   const bool nextTreeDue = pipeline && current_->steps > 1 && nextPlannedFor_ != current_->firstCall;
   if (evaluated) {
-    if (nextTreeDue && !cancel_) startBackgroundBuild(particles);  // cancel_: a repair found the motion unpredicted
+    // cancel_: a repair found the motion unpredicted.
+    if (nextTreeDue && !cancel_) report.timings[Phase::motion] += startBackgroundBuild(particles);
   } else {
     // The bodies may have been sorted: take the views after the build.
     const bool advanced = launchedAhead || (engineHeldBodies && advancing() && motionSinceLastCall_);
@@ -783,7 +790,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
       engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, update);
     }
     heldThisCall_ = heldThisCall_ || advanced;
-    if (nextTreeDue) startBackgroundBuild(particles);
+    if (nextTreeDue) report.timings[Phase::motion] += startBackgroundBuild(particles);
     const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
     if (result.advanceMismatch) {
@@ -828,7 +835,11 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     aheadOutput_ = particles.ax.data();
     aheadPotentials_ = potentialsWanted();
   }
-  if (params_.reuse != 1) motion_->record(particles);
+  if (params_.reuse != 1) {
+    const Stopwatch recording;
+    motion_->record(particles);
+    report.timings[Phase::motion] += recording.seconds();
+  }
   idSample_.resize(std::min(kIdSamples, particles.size()));
   for (std::size_t k = 0; k < idSample_.size(); ++k) {
     idSample_[k] = particles.id[k * particles.size() / idSample_.size()];

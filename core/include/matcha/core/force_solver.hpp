@@ -30,6 +30,8 @@ enum class Phase : int {
   kernels,     ///< near-field evaluation: GPU kernel time (CUDA events), or the CPU engine's evaluation
   download,    ///< accelerations and potentials back to the host
   repair,      ///< groups whose lists failed the opening test at this step, walked and evaluated again
+  motion,      ///< the host's record of the bodies' motion for reuse: the last calls' positions and accelerations,
+               ///< the next tree's predicted positions and the inputs its background build copies
   mesh,        ///< periodic TreePM: the particle mesh's long range (deposit, FFTs, interpolation)
   count
 };

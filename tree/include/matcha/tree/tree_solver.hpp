@@ -204,8 +204,9 @@ class TreeSolver final : public ForceSolver {
   /// be made ahead and the GPU works while the host integrates. Returns whether it did; the next call reports the
   /// adoption as its own.
   bool adoptAhead(const Particles& particles);
-  /// Starts building the tree after the current one, for the calls after it, on a thread of its own.
-  void startBackgroundBuild(const Particles& particles);
+  /// Starts building the tree after the current one, for the calls after it, on a thread of its own. Returns the
+  /// seconds this thread spent on it (the predicted positions and the copies of the build's inputs: Phase::motion).
+  double startBackgroundBuild(const Particles& particles);
   /// What that thread runs: `build`'s tree over the predicted positions, from its inputs (inMass, inAx, ...), and
   /// the walk of its lists, kept for adopt().
   void buildForLater(TreeBuild& build);
