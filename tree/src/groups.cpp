@@ -435,21 +435,20 @@ bool setRelativeTolerances(const Particles& previous, double alpha, double G, Gr
   return setRelativeTolerances(AccelerationSet{previous.ax, previous.ay, previous.az}, alpha, G, groups);
 }
 
-bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups) {
-  const std::size_t count = previous.ax.size();
+namespace {
+
+/// setRelativeTolerances over `count` bodies whose |a| is magnitude(i).
+template <typename Magnitude>
+bool setTolerancesFrom(std::size_t count, const Magnitude& magnitude, double alpha, double G, Groups& groups) {
   MATCHA_ASSERT(count == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
   groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
   if (alpha <= 0.0 || groups.size() == 0) return false;
-  const auto accel = [&](std::size_t i) {
-    return std::sqrt(previous.ax[i] * previous.ax[i] + previous.ay[i] * previous.ay[i] +
-                     previous.az[i] * previous.az[i]);
-  };
   // A deterministic reduce over fixed blocks: the floor, and so the lists, must not depend on how the threads split
   // the sum (runs would differ bit by bit from one run or thread count to the next).
   const double sumAccel = tbb::parallel_deterministic_reduce(
       tbb::blocked_range<std::size_t>(0, count, 4096), 0.0,
       [&](const tbb::blocked_range<std::size_t>& block, double sum) {
-        for (std::size_t i = block.begin(); i < block.end(); ++i) sum += accel(i);
+        for (std::size_t i = block.begin(); i < block.end(); ++i) sum += magnitude(i);
         return sum;
       },
       std::plus<>());
@@ -458,10 +457,28 @@ bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double
   tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
     double minAccel = std::numeric_limits<double>::infinity();
     for (std::uint32_t i = groups.ranges[g].first; i < groups.ranges[g].last; ++i)
-      minAccel = std::min(minAccel, accel(i));
+      minAccel = std::min(minAccel, double(magnitude(i)));
     groups.relativeTolerance[g] = alpha * std::max(minAccel, floor) / G;
   });
   return true;
+}
+
+}  // namespace
+
+bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups) {
+  return setTolerancesFrom(
+      previous.ax.size(),
+      [&](std::size_t i) {
+        return std::sqrt(previous.ax[i] * previous.ax[i] + previous.ay[i] * previous.ay[i] +
+                         previous.az[i] * previous.az[i]);
+      },
+      alpha, G, groups);
+}
+
+bool setRelativeTolerances(std::span<const float> accelerationMagnitudes, double alpha, double G, Groups& groups) {
+  return setTolerancesFrom(
+      accelerationMagnitudes.size(), [&](std::size_t i) { return double(accelerationMagnitudes[i]); }, alpha, G,
+      groups);
 }
 
 }  // namespace matcha::tree

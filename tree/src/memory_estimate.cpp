@@ -269,8 +269,8 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
 
   // Per tree (TreeSolver::TreeBuild): keys and sorted keys, the order, the sorter's two (key, index) buffers.
   std::uint64_t keys = n * (2 * sizeof(std::uint64_t) + sizeof(std::uint32_t) + 2 * 16);
-  // A background build's inputs (masses, accelerations) and tree-order copies (x, y, z, mass, ax, ay, az, radius).
-  if (background) keys += n * (4 * sizeof(double) + 7 * sizeof(double) + sizeof(float));
+  // A background build's inputs (masses, |a| as floats) and tree-order copies (x, y, z, mass; |a| and radius).
+  if (background) keys += n * (sizeof(double) + sizeof(float) + 4 * sizeof(double) + 2 * sizeof(float));
   estimate.add("tree keys, sort and copies", numTrees * keys);
 
   // Octree: bodies, firstChild, numChildren, level, centre, halfSide; multipoles, opening radius, b_max, half extent;
@@ -311,10 +311,11 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   // current tree's geometry refitted to exact positions, its walk tree and groups).
   estimate.add("body permutation", n * (sizeof(double) + sizeof(std::uint64_t)));
   if (params.reuse != 1) {
-    // The positions and accelerations of the last call from the first call on; from the second, those of the call
-    // before and the scratch of their permutation.
-    std::uint64_t motion = n * 6 * sizeof(double);
-    if (shape.numForceCalls >= 2) motion += n * 7 * sizeof(double);
+    // The positions (where the motion between calls is not announced: the worst case) and accelerations (floats) of
+    // the last call from the first call on; from the second, those of the call before and the scratch of their
+    // permutation.
+    std::uint64_t motion = n * (3 * sizeof(double) + 3 * sizeof(float));
+    if (shape.numForceCalls >= 2) motion += n * (4 * sizeof(double) + 4 * sizeof(float));
     if (reuse) motion += n * (3 * sizeof(double) + sizeof(float));
     estimate.add("motion history", motion);
   }

@@ -10,6 +10,8 @@
 #include <exception>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <span>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
@@ -42,116 +44,186 @@ constexpr double kAutoMargin = 0.1;
 
 }  // namespace
 
-/// The positions of the last calls, in the caller's order, and the predicted positions and their balls.
+/// What the predictions of trees built for later calls know of the bodies' motion, in the caller's order: how they
+/// moved into this call and the one before, and the predicted positions and their balls.
+///
+/// Where the caller announces its motion between calls (ForceSolver::expectAdvance: a leapfrog's kicks and drift),
+/// the last displacements follow from the bodies' state itself, x_c - x_(c-1) = v drift (the velocity the drift used
+/// is the one the body has at the call) and x_(c-1) - x_(c-2) = (v - a (kicks)) drift_before, a being the accelerations
+/// of the call before (which the kicks used): no history of positions is kept. Otherwise the positions of the last two
+/// calls are recorded at the end of each call (three arrays copied, 48 bytes a body, a memory-bound pass that took
+/// ~7 ms a call at 2^22 bodies on the H200's host). The accelerations of the last two calls are kept as floats: only
+/// their change, which scales the relative test's allowance, is read from them.
 struct TreeSolver::Motion {
-  std::vector<double> previousX, previousY, previousZ;  ///< positions at the call before this one
+  std::vector<double> previousX, previousY, previousZ;  ///< positions at the call before this one (unannounced motion)
   std::vector<double> earlierX, earlierY, earlierZ;     ///< positions at the call before that
-  int numKnown = 0;                                     ///< how many of the two are known (0, 1 or 2)
-  /// The acceleration of each body at the call before this one and at the call before that (as numKnown says): how
-  /// it changes, which the relative test of a tree built in the background must allow for (lowestAccelerations).
-  std::vector<double> previousAx, previousAy, previousAz, earlierAx, earlierAy, earlierAz;
+  int positionsKnown = 0;                               ///< how many of the two are known (0, 1 or 2)
+  /// The announced motion into this call (from the call before) and into the call before (from the one before it).
+  std::optional<BodyAdvance> advanceIn, advanceBefore;
+  /// The acceleration of each body at the call before this one and at the call before that (accelerationsKnown):
+  /// how it changes, which the relative test of a tree built in the background must allow for (lowestAcceleration).
+  std::vector<float> previousAx, previousAy, previousAz, earlierAx, earlierAy, earlierAz;
+  int accelerationsKnown = 0;
   std::vector<double> predictedX, predictedY, predictedZ;
   std::vector<float> radius;
 
-  void reset() { numKnown = 0; }
+  void reset() {
+    positionsKnown = 0;
+    accelerationsKnown = 0;
+    advanceIn.reset();
+    advanceBefore.reset();
+  }
 
-  /// Remembers the positions of `p` as the latest call's.
-  void record(const Particles& p) {
-    previousX.swap(earlierX);
-    previousY.swap(earlierY);
-    previousZ.swap(earlierZ);
-    copyInParallel(p.x, previousX);
-    copyInParallel(p.y, previousY);
-    copyInParallel(p.z, previousZ);
+  /// Whether the last two displacements follow from the announced motion.
+  bool announced() const { return advanceIn.has_value() && advanceBefore.has_value(); }
+  /// Whether predict() has what it needs.
+  bool canPredict() const { return announced() || positionsKnown == 2; }
+
+  /// Remembers what the latest call's bodies tell of their motion: its accelerations, and its positions unless the
+  /// motion into the next call and into this one are both announced (`advanceNext`, and what the last call was told),
+  /// which makes them unnecessary.
+  void record(const Particles& p, const std::optional<BodyAdvance>& advanceNext) {
+    advanceBefore = advanceIn;
+    advanceIn = advanceNext;
+    if (announced()) {
+      positionsKnown = 0;
+    } else {
+      previousX.swap(earlierX);
+      previousY.swap(earlierY);
+      previousZ.swap(earlierZ);
+      copyInParallel(p.x, previousX);
+      copyInParallel(p.y, previousY);
+      copyInParallel(p.z, previousZ);
+      positionsKnown = std::min(positionsKnown + 1, 2);
+    }
     previousAx.swap(earlierAx);
     previousAy.swap(earlierAy);
     previousAz.swap(earlierAz);
-    copyInParallel(p.ax, previousAx);
-    copyInParallel(p.ay, previousAy);
-    copyInParallel(p.az, previousAz);
-    numKnown = std::min(numKnown + 1, 2);
+    const std::size_t n = p.size();
+    for (auto* array : {&previousAx, &previousAy, &previousAz}) array->resize(n);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+        previousAx[i] = static_cast<float>(p.ax[i]);
+        previousAy[i] = static_cast<float>(p.ay[i]);
+        previousAz[i] = static_cast<float>(p.az[i]);
+      }
+    });
+    accelerationsKnown = std::min(accelerationsKnown + 1, 2);
   }
 
-  /// Scales each body's acceleration (ax, ay, az: the latest call's, in the caller's order) down to the smallest |a|
-  /// it reaches over the next `age` calls if it keeps changing at its last rate: with j = a_previous - a_earlier, the
-  /// minimum of |a + j t| over 0 <= t <= age (never scaled up). A tree built in the background scales its relative
+  /// The smallest |a| body i reaches over the next `age` calls if its acceleration (that of `p`, the latest call's)
+  /// keeps changing at its last rate: with j = a_previous - a_earlier, the minimum of |a + j t| over 0 <= t <= age,
+  /// rounded down to a float (|a| itself without two known calls). A tree built in the background scales its relative
   /// test by accelerations that are up to twice its K calls old at its last call; with these the test stays as strict
   /// as with the |a| of then, as far as the last rate tells. The vector's path, not its length's: a body passing the
   /// centre of a cored potential (a = -omega^2 r) sees |a| fall to its closest approach, where the length's rate,
   /// extrapolated, reaches zero; every group holding such a body took the floor's tolerance and the kernels 1.5x longer
-  /// at 2^20 (21.4 against 16.9 ms a step on the H200, reuse 3; 14.0 without any allowance). Without two known calls
-  /// it leaves them alone.
-  void lowestAccelerations(std::vector<double>& ax, std::vector<double>& ay, std::vector<double>& az,
-                           double age) const {
-    if (numKnown < 2 || previousAx.size() != ax.size()) return;
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ax.size(), 8192),
-                      [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                          const double a[3] = {ax[i], ay[i], az[i]};
-                          const double now = std::sqrt(a[0] * a[0] + a[1] * a[1] + a[2] * a[2]);
-                          if (!(now > 0.0)) continue;
-                          const double rate[3] = {previousAx[i] - earlierAx[i], previousAy[i] - earlierAy[i],
-                                                  previousAz[i] - earlierAz[i]};
-                          const double rate2 = rate[0] * rate[0] + rate[1] * rate[1] + rate[2] * rate[2];
-                          const double along = a[0] * rate[0] + a[1] * rate[1] + a[2] * rate[2];
-                          // |a + rate t|^2 is a parabola in t: its lowest point, kept within the calls to come.
-                          const double t = rate2 > 0.0 ? std::clamp(-along / rate2, 0.0, age) : 0.0;
-                          double lowest2 = 0.0;
-                          for (int d = 0; d < 3; ++d) lowest2 += (a[d] + rate[d] * t) * (a[d] + rate[d] * t);
-                          const double scale = std::min(1.0, std::sqrt(lowest2) / now);
-                          ax[i] *= scale;
-                          ay[i] *= scale;
-                          az[i] *= scale;
-                        }
-                      });
+  /// at 2^20 (21.4 against 16.9 ms a step on the H200, reuse 3; 14.0 without any allowance).
+  float lowestAcceleration(const Particles& p, std::size_t i, double age) const {
+    const double a[3] = {p.ax[i], p.ay[i], p.az[i]};
+    const double now2 = a[0] * a[0] + a[1] * a[1] + a[2] * a[2];
+    double lowest2 = now2;
+    if (accelerationsKnown == 2 && now2 > 0.0) {
+      const double rate[3] = {double(previousAx[i]) - double(earlierAx[i]), double(previousAy[i]) - double(earlierAy[i]),
+                              double(previousAz[i]) - double(earlierAz[i])};
+      const double rate2 = rate[0] * rate[0] + rate[1] * rate[1] + rate[2] * rate[2];
+      const double along = a[0] * rate[0] + a[1] * rate[1] + a[2] * rate[2];
+      // |a + rate t|^2 is a parabola in t: its lowest point, kept within the calls to come.
+      const double t = rate2 > 0.0 ? std::clamp(-along / rate2, 0.0, age) : 0.0;
+      double atT2 = 0.0;
+      for (int d = 0; d < 3; ++d) atT2 += (a[d] + rate[d] * t) * (a[d] + rate[d] * t);
+      lowest2 = std::min(now2, atT2);
+    }
+    const double lowest = std::sqrt(lowest2);
+    float rounded = static_cast<float>(lowest);
+    if (double(rounded) > lowest) rounded = std::nextafter(rounded, 0.0f);
+    return rounded;
   }
 
   /// Puts the remembered and predicted positions into the order the bodies were just given (new[i] = old[order[i]]).
   void permute(std::span<const std::uint32_t> order, std::vector<double>& scratch) {
     for (auto* array : {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY,
-                        &predictedZ, &previousAx, &previousAy, &previousAz, &earlierAx, &earlierAy, &earlierAz}) {
+                        &predictedZ}) {
       if (array->size() == order.size()) gatherInPlace(*array, order, scratch);
     }
-    if (radius.size() == order.size()) {
-      std::vector<float> floats;
-      gatherInPlace(radius, order, floats);
+    std::vector<float> floats;
+    for (auto* array : {&radius, &previousAx, &previousAy, &previousAz, &earlierAx, &earlierAy, &earlierAz}) {
+      if (array->size() == order.size()) gatherInPlace(*array, order, floats);
     }
   }
 
-  /// The positions over calls `first` .. `last` from now (call 0 being `p` as it is), extrapolated from the last
-  /// three calls' positions: with displacement d1 = x - x_previous and second difference d2 = d1 - (x_previous -
-  /// x_earlier), call k is at x + k d1 + k (k + 1) / 2 d2, exact for a leapfrog step under constant acceleration.
-  /// Each body's path over those calls becomes a ball: the midpoint of its first and last positions, with a radius
-  /// that holds the path (half the chord plus the parabola's sag, |d2| (last - first)^2 / 8) and the prediction's
-  /// error should the acceleration change by kAccelerationChange of itself (|d2| last (last + 1) / 2 times that).
+  /// The positions over calls `first` .. `last` from now (call 0 being `p` as it is), extrapolated from the last two
+  /// displacements: with d1 = x - x_previous and the second difference d2 = d1 - (x_previous - x_earlier), call k is at
+  /// x + k d1 + k (k + 1) / 2 d2, exact for a leapfrog step under constant acceleration. Each body's path over those
+  /// calls becomes a ball: the midpoint of its first and last positions, with a radius that holds the path (half the
+  /// chord plus the parabola's sag, |d2| (last - first)^2 / 8) and the prediction's error should the acceleration
+  /// change by kAccelerationChange of itself (|d2| last (last + 1) / 2 times that). Needs canPredict().
   void predict(const Particles& p, std::uint32_t first, std::uint32_t last) {
     const std::size_t n = p.size();
     for (auto* array : {&predictedX, &predictedY, &predictedZ}) array->resize(n);
     radius.resize(n);
-    const double k0 = first, k1 = last;
-    const double room = predictionRoom(k0, k1);
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
+      predictRange(p, r.begin(), r.end(), first, last);
+    });
+  }
+
+  /// predict(), and in the same pass over the bodies the inputs a background build copies: the masses, and each
+  /// body's lowestAcceleration over `age` calls.
+  void predictWithInputs(const Particles& p, std::uint32_t first, std::uint32_t last, double age,
+                         std::vector<double>& mass, std::vector<float>& acceleration) {
+    const std::size_t n = p.size();
+    for (auto* array : {&predictedX, &predictedY, &predictedZ, &mass}) array->resize(n);
+    radius.resize(n);
+    acceleration.resize(n);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
+      predictRange(p, r.begin(), r.end(), first, last);
       for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        const double x[3] = {p.x[i], p.y[i], p.z[i]};
-        const double previous[3] = {previousX[i], previousY[i], previousZ[i]};
-        const double earlier[3] = {earlierX[i], earlierY[i], earlierZ[i]};
-        double start[3], end[3], chord2 = 0.0, sag2 = 0.0;
-        for (int d = 0; d < 3; ++d) {
-          const double displacement = x[d] - previous[d];
-          const double secondDifference = displacement - (previous[d] - earlier[d]);
-          start[d] = x[d] + k0 * displacement + k0 * (k0 + 1.0) / 2.0 * secondDifference;
-          end[d] = x[d] + k1 * displacement + k1 * (k1 + 1.0) / 2.0 * secondDifference;
-          chord2 += (end[d] - start[d]) * (end[d] - start[d]);
-          sag2 += secondDifference * secondDifference;
-        }
-        predictedX[i] = 0.5 * (start[0] + end[0]);
-        predictedY[i] = 0.5 * (start[1] + end[1]);
-        predictedZ[i] = 0.5 * (start[2] + end[2]);
-        const double ball = 0.5 * std::sqrt(chord2) + room * std::sqrt(sag2);
-        // Rounded up, with a relative margin for the rounding of the midpoint and the float.
-        radius[i] = std::nextafter(static_cast<float>(ball * (1.0 + 1e-6)), std::numeric_limits<float>::infinity());
+        mass[i] = p.mass[i];
+        acceleration[i] = lowestAcceleration(p, i, age);
       }
     });
+  }
+
+ private:
+  void predictRange(const Particles& p, std::size_t begin, std::size_t end, std::uint32_t first,
+                    std::uint32_t last) {
+    const double k0 = first, k1 = last;
+    const double room = predictionRoom(k0, k1);
+    const bool fromAdvance = announced();
+    // The announced motion: a leapfrog's drift into this call used the velocity the body has now; the drift before it
+    // used that velocity less this interval's kicks (made with the accelerations `p` still holds).
+    const double driftIn = fromAdvance ? advanceIn->drift : 0.0;
+    const double kicksIn = fromAdvance ? advanceIn->firstKick + advanceIn->secondKick : 0.0;
+    const double driftBefore = fromAdvance ? advanceBefore->drift : 0.0;
+    const double* position[3] = {p.x.data(), p.y.data(), p.z.data()};
+    const double* velocity[3] = {p.vx.data(), p.vy.data(), p.vz.data()};
+    const double* acceleration[3] = {p.ax.data(), p.ay.data(), p.az.data()};
+    const double* previous[3] = {previousX.data(), previousY.data(), previousZ.data()};
+    const double* earlier[3] = {earlierX.data(), earlierY.data(), earlierZ.data()};
+    double* predicted[3] = {predictedX.data(), predictedY.data(), predictedZ.data()};
+    for (std::size_t i = begin; i != end; ++i) {
+      double start[3], finish[3], chord2 = 0.0, sag2 = 0.0;
+      for (int d = 0; d < 3; ++d) {
+        const double x = position[d][i];
+        double displacement, displacementBefore;
+        if (fromAdvance) {
+          displacement = velocity[d][i] * driftIn;
+          displacementBefore = (velocity[d][i] - acceleration[d][i] * kicksIn) * driftBefore;
+        } else {
+          displacement = x - previous[d][i];
+          displacementBefore = previous[d][i] - earlier[d][i];
+        }
+        const double secondDifference = displacement - displacementBefore;
+        start[d] = x + k0 * displacement + k0 * (k0 + 1.0) / 2.0 * secondDifference;
+        finish[d] = x + k1 * displacement + k1 * (k1 + 1.0) / 2.0 * secondDifference;
+        chord2 += (finish[d] - start[d]) * (finish[d] - start[d]);
+        sag2 += secondDifference * secondDifference;
+      }
+      for (int d = 0; d < 3; ++d) predicted[d][i] = 0.5 * (start[d] + finish[d]);
+      const double ball = 0.5 * std::sqrt(chord2) + room * std::sqrt(sag2);
+      // Rounded up, with a relative margin for the rounding of the midpoint and the float.
+      radius[i] = std::nextafter(static_cast<float>(ball * (1.0 + 1e-6)), std::numeric_limits<float>::infinity());
+    }
   }
 };
 
@@ -159,11 +231,12 @@ struct TreeSolver::Motion {
 /// background, the inputs and tree-order copies it was built from.
 struct TreeSolver::TreeBuild {
   // A background build's inputs, copied in the caller's order before it starts (the caller's arrays change while it
-  // runs): masses and the accelerations the relative test scales by.
-  std::vector<double> inMass, inAx, inAy, inAz;
+  // runs): masses and the |a| the relative test scales by (Motion::lowestAcceleration).
+  std::vector<double> inMass;
+  std::vector<float> inAcceleration;
   // In the tree's order (background builds; a build within a call uses the sorted particles instead).
-  std::vector<double> x, y, z, mass, ax, ay, az;
-  std::vector<float> radius;
+  std::vector<double> x, y, z, mass;
+  std::vector<float> acceleration, radius;
   std::vector<std::uint64_t> keys, sortedKeys;
   std::vector<std::uint32_t> order;
   KeySorter sorter;
@@ -285,7 +358,7 @@ bool TreeSolver::sameBodies(const Particles& particles) const {
 }
 
 void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
-                           const AccelerationSet& accelerationsIn, const float* radius) {
+                           const float* accelerations, const float* radius) {
   const std::size_t n = positions.count;
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
@@ -300,7 +373,6 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   phaseDone(Phase::keys);
   build.sorter.sort(build.keys, build.sortedKeys, build.order);
   SourceView sorted;
-  AccelerationSet accelerations;
   if (sortCaller != nullptr) {
     // The caller's bodies, their history and their predicted positions go into the tree's order.
     permuter_.permute(*sortCaller, build.order);
@@ -309,16 +381,13 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
                                             motion_->predictedZ.data(), sortCaller->mass.data(), n}
                                : sortCaller->sources();
     if (radius != nullptr) radius = motion_->radius.data();
-    accelerations = {sortCaller->ax, sortCaller->ay, sortCaller->az};
   } else {
-    // Every input into the tree's order in one pass: each body's index read once for the eight arrays (~10% faster
-    // than eight gathers on the build machine).
-    for (auto* array : {&build.x, &build.y, &build.z, &build.mass, &build.ax, &build.ay, &build.az}) array->resize(n);
+    // Every input into the tree's order in one pass: each body's index read once for the six arrays (~10% faster
+    // than six gathers on the build machine). 40 bytes a body: |a| comes as a float, not as three doubles.
+    for (auto* array : {&build.x, &build.y, &build.z, &build.mass}) array->resize(n);
+    build.acceleration.resize(n);
     build.radius.resize(radius != nullptr ? n : 0);
     const std::uint32_t* order = build.order.data();
-    const double* inAx = accelerationsIn.ax.data();
-    const double* inAy = accelerationsIn.ay.data();
-    const double* inAz = accelerationsIn.az.data();
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t i = r.begin(); i != r.end(); ++i) {
         const std::uint32_t from = order[i];
@@ -326,15 +395,12 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
         build.y[i] = positions.y[from];
         build.z[i] = positions.z[from];
         build.mass[i] = positions.mass[from];
-        build.ax[i] = inAx[from];
-        build.ay[i] = inAy[from];
-        build.az[i] = inAz[from];
+        build.acceleration[i] = accelerations[from];
         if (radius != nullptr) build.radius[i] = radius[from];
       }
     });
     if (radius != nullptr) radius = build.radius.data();
     sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
-    accelerations = {build.ax, build.ay, build.az};
   }
   phaseDone(Phase::sort);
   buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
@@ -343,7 +409,11 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   phaseDone(Phase::multipoles);
   makeGroups(build.tree, sorted, params_.ncrit, build.groups);
   if (radius != nullptr) setGroupBoxesOfBalls(sorted, radius, build.groups);
-  build.tolerancesSet = setRelativeTolerances(accelerations, params_.alpha, gravity_.G, build.groups);
+  build.tolerancesSet =
+      sortCaller != nullptr
+          ? setRelativeTolerances(AccelerationSet{sortCaller->ax, sortCaller->ay, sortCaller->az}, params_.alpha,
+                                  gravity_.G, build.groups)
+          : setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
   buildWalkTree(build.tree, build.walkTree);
   phaseDone(Phase::groups);
 
@@ -382,7 +452,7 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   reset();
   TreeBuild& build = *current_;
-  buildTree(build, &particles, particles.sources(), {particles.ax, particles.ay, particles.az}, nullptr);
+  buildTree(build, &particles, particles.sources(), nullptr, nullptr);
   stats_ = build.stats;
   if (build.plans.empty()) build.plans.resize(1);
   build.planBuilder.build(build.walkTree, build.groups, 0, static_cast<std::uint32_t>(build.groups.size()),
@@ -572,7 +642,7 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
   next_->valid = false;
   next_->error = nullptr;
 
-  const bool predict = steps > 1 && motion_->numKnown == 2;
+  const bool predict = steps > 1 && motion_->canPredict();
   if (!predict) steps = 1;
   if (predict) {
     const Stopwatch predicting;
@@ -584,8 +654,7 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
                                                     particles.mass.data(), particles.size()}
                                        : particles.sources();
   TreeBuild& build = *next_;
-  buildTree(build, &particles, positions, {particles.ax, particles.ay, particles.az},
-            predict ? m.radius.data() : nullptr);
+  buildTree(build, &particles, positions, nullptr, predict ? m.radius.data() : nullptr);
   build.steps = steps;
   build.firstCall = call_;
   build.lastCall = call_ + steps - 1;
@@ -633,7 +702,6 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   if (steps <= 1) return clock.seconds();  // the next tree is built within its call, for exact positions
   // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
   const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call_);
-  motion_->predict(particles, first, first + steps - 1);
   TreeBuild& build = *next_;
   build.steps = steps;
   build.firstCall = current.lastCall + 1;
@@ -641,15 +709,12 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   build.valid = false;
   build.error = nullptr;
   cancel_ = false;
-  // What the thread reads of the caller's bodies is copied first: they change while it runs (the accelerations at
-  // the end of this very call). The predicted positions are the solver's own until the next prediction, which waits
-  // for this build.
-  copyInParallel(particles.mass, build.inMass);
-  copyInParallel(particles.ax, build.inAx);
-  copyInParallel(particles.ay, build.inAy);
-  copyInParallel(particles.az, build.inAz);
-  // Those accelerations are one call old now and up to lastCall - call_ + 1 more at the tree's last call.
-  motion_->lowestAccelerations(build.inAx, build.inAy, build.inAz, double(build.lastCall - call_ + 1));
+  // What the thread reads of the caller's bodies is copied first, with the prediction: they change while it runs (the
+  // accelerations at the end of this very call). The predicted positions are the solver's own until the next
+  // prediction, which waits for this build. The accelerations are one call old now and up to lastCall - call_ + 1
+  // more at the tree's last call.
+  motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), build.inMass,
+                             build.inAcceleration);
   backgroundDone_ = false;
   background_ = std::thread([this, &build] {
     try {
@@ -666,7 +731,7 @@ void TreeSolver::buildForLater(TreeBuild& build) {
   const Motion& m = *motion_;
   const std::size_t n = build.inMass.size();
   buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
-            {build.inAx, build.inAy, build.inAz}, m.radius.data());
+            build.inAcceleration.data(), m.radius.data());
   build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
 }
 
@@ -776,7 +841,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   // longest time to hide it in. Always from that call, whatever the build and the calls take, so that its predicted
   // positions, and with them every force, do not depend on timing: a run and its restart (saveState) build the same
   // trees.
-  const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->numKnown == 2 && !background_.joinable();
+  const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->canPredict() && !background_.joinable();
   const bool nextTreeDue = pipeline && current_->steps > 1 && nextPlannedFor_ != current_->firstCall;
   if (evaluated) {
     // cancel_: a repair found the motion unpredicted.
@@ -837,7 +902,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   }
   if (params_.reuse != 1) {
     const Stopwatch recording;
-    motion_->record(particles);
+    motion_->record(particles, advance_);
     report.timings[Phase::motion] += recording.seconds();
   }
   idSample_.resize(std::min(kIdSamples, particles.size()));
@@ -887,23 +952,37 @@ void TreeSolver::saveState(CheckpointState& state) {
   joinBackgroundBuild();
   const Motion& m = *motion_;
   state.set(stateName("call"), double(call_));
-  state.set(stateName("motion_known"), m.numKnown);
-  if (m.numKnown >= 1) {
-    state.doubles[stateName("previous_ax")] = m.previousAx;
-    state.doubles[stateName("previous_ay")] = m.previousAy;
-    state.doubles[stateName("previous_az")] = m.previousAz;
+  state.set(stateName("motion_positions_known"), m.positionsKnown);
+  if (m.positionsKnown >= 1) {
     state.doubles[stateName("previous_x")] = m.previousX;
     state.doubles[stateName("previous_y")] = m.previousY;
     state.doubles[stateName("previous_z")] = m.previousZ;
   }
-  if (m.numKnown >= 2) {
-    state.doubles[stateName("earlier_ax")] = m.earlierAx;
-    state.doubles[stateName("earlier_ay")] = m.earlierAy;
-    state.doubles[stateName("earlier_az")] = m.earlierAz;
+  if (m.positionsKnown >= 2) {
     state.doubles[stateName("earlier_x")] = m.earlierX;
     state.doubles[stateName("earlier_y")] = m.earlierY;
     state.doubles[stateName("earlier_z")] = m.earlierZ;
   }
+  state.set(stateName("motion_accelerations_known"), m.accelerationsKnown);
+  if (m.accelerationsKnown >= 1) {
+    state.floats[stateName("previous_ax")] = m.previousAx;
+    state.floats[stateName("previous_ay")] = m.previousAy;
+    state.floats[stateName("previous_az")] = m.previousAz;
+  }
+  if (m.accelerationsKnown >= 2) {
+    state.floats[stateName("earlier_ax")] = m.earlierAx;
+    state.floats[stateName("earlier_ay")] = m.earlierAy;
+    state.floats[stateName("earlier_az")] = m.earlierAz;
+  }
+  const auto saveAdvance = [&](const char* name, const std::optional<BodyAdvance>& advance) {
+    state.set(stateName(name), advance ? 1.0 : 0.0);
+    if (!advance) return;
+    state.set(stateName(name) + "_first_kick", advance->firstKick);
+    state.set(stateName(name) + "_second_kick", advance->secondKick);
+    state.set(stateName(name) + "_drift", advance->drift);
+  };
+  saveAdvance("advance_in", m.advanceIn);
+  saveAdvance("advance_before", m.advanceBefore);
   // The next call adopts the background build when it is valid, fits and is due then; else it builds within the
   // call. A restored solver makes the same choice from the same inputs.
   // A tree the last call put to use ahead (adoptAhead) is saved as that next tree: its inputs are kept with it, and the
@@ -919,9 +998,7 @@ void TreeSolver::saveState(CheckpointState& state) {
     state.doubles[stateName("next_predicted_z")] = m.predictedZ;
     state.floats[stateName("next_radius")] = m.radius;
     state.doubles[stateName("next_mass")] = next.inMass;
-    state.doubles[stateName("next_ax")] = next.inAx;
-    state.doubles[stateName("next_ay")] = next.inAy;
-    state.doubles[stateName("next_az")] = next.inAz;
+    state.floats[stateName("next_acceleration")] = next.inAcceleration;
   }
   state.set(stateName("auto_best_steps"), bestSteps_);
   state.set(stateName("auto_best_call_seconds"), bestCallSeconds_);
@@ -944,26 +1021,48 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
     }
     return array;
   };
+  const auto floatBodyArray = [&](const std::string& name) -> const std::vector<float>& {
+    const std::vector<float>& array = state.floatArray(stateName(name.c_str()));
+    if (array.size() != n) {
+      throw InputError("the checkpoint's " + stateName(name.c_str()) + " has " + std::to_string(array.size()) +
+                       " entries for " + std::to_string(n) + " bodies");
+    }
+    return array;
+  };
   Motion& m = *motion_;
-  const std::uint64_t known = state.count(stateName("motion_known"));
-  if (known > 2) throw InputError("the checkpoint's " + stateName("motion_known") + " is not 0, 1 or 2");
-  if (known >= 1) {
-    m.previousAx = bodyArray("previous_ax");
-    m.previousAy = bodyArray("previous_ay");
-    m.previousAz = bodyArray("previous_az");
+  const std::uint64_t positionsKnown = state.count(stateName("motion_positions_known"));
+  const std::uint64_t accelerationsKnown = state.count(stateName("motion_accelerations_known"));
+  if (positionsKnown > 2 || accelerationsKnown > 2)
+    throw InputError("the checkpoint's " + stateName("motion_*_known") + " counts are not 0, 1 or 2");
+  if (positionsKnown >= 1) {
     m.previousX = bodyArray("previous_x");
     m.previousY = bodyArray("previous_y");
     m.previousZ = bodyArray("previous_z");
   }
-  if (known >= 2) {
-    m.earlierAx = bodyArray("earlier_ax");
-    m.earlierAy = bodyArray("earlier_ay");
-    m.earlierAz = bodyArray("earlier_az");
+  if (positionsKnown >= 2) {
     m.earlierX = bodyArray("earlier_x");
     m.earlierY = bodyArray("earlier_y");
     m.earlierZ = bodyArray("earlier_z");
   }
-  m.numKnown = static_cast<int>(known);
+  if (accelerationsKnown >= 1) {
+    m.previousAx = floatBodyArray("previous_ax");
+    m.previousAy = floatBodyArray("previous_ay");
+    m.previousAz = floatBodyArray("previous_az");
+  }
+  if (accelerationsKnown >= 2) {
+    m.earlierAx = floatBodyArray("earlier_ax");
+    m.earlierAy = floatBodyArray("earlier_ay");
+    m.earlierAz = floatBodyArray("earlier_az");
+  }
+  m.positionsKnown = static_cast<int>(positionsKnown);
+  m.accelerationsKnown = static_cast<int>(accelerationsKnown);
+  const auto restoreAdvance = [&](const char* name) -> std::optional<BodyAdvance> {
+    if (state.scalar(stateName(name)) == 0.0) return std::nullopt;
+    return BodyAdvance{state.scalar(stateName(name) + "_first_kick"), state.scalar(stateName(name) + "_second_kick"),
+                       state.scalar(stateName(name) + "_drift")};
+  };
+  m.advanceIn = restoreAdvance("advance_in");
+  m.advanceBefore = restoreAdvance("advance_before");
   bestSteps_ = static_cast<std::uint32_t>(state.count(stateName("auto_best_steps")));
   bestCallSeconds_ = state.scalar(stateName("auto_best_call_seconds"));
   trialSteps_ = static_cast<std::uint32_t>(state.count(stateName("auto_trial_steps")));
@@ -982,9 +1081,7 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
     m.radius = state.floatArray(stateName("next_radius"));
     if (m.radius.size() != n) throw InputError("the checkpoint's " + stateName("next_radius") + " has the wrong size");
     build.inMass = bodyArray("next_mass");
-    build.inAx = bodyArray("next_ax");
-    build.inAy = bodyArray("next_ay");
-    build.inAz = bodyArray("next_az");
+    build.inAcceleration = floatBodyArray("next_acceleration");
     const std::uint64_t steps = state.count(stateName("next_steps"));
     if (steps < 1 || steps > 64) throw InputError("the checkpoint's " + stateName("next_steps") + " is out of range");
     build.steps = static_cast<std::uint32_t>(steps);

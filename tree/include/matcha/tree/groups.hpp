@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "matcha/core/force_error.hpp"
@@ -88,5 +89,7 @@ inline constexpr double kRelativeFloorOfMeanAccel = 0.01;
 bool setRelativeTolerances(const Particles& previous, double alpha, double G, Groups& groups);
 /// The same from accelerations alone, in the groups' order.
 bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups);
+/// The same from each body's |a| (in the groups' order), as a background build carries it (rounded down to a float).
+bool setRelativeTolerances(std::span<const float> accelerationMagnitudes, double alpha, double G, Groups& groups);
 
 }  // namespace matcha::tree

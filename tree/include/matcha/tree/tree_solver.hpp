@@ -180,12 +180,13 @@ class TreeSolver final : public ForceSolver {
   void reset();
   /// Whether `particles` are the bodies of the last call, in the same order (count and a sample of ids).
   bool sameBodies(const Particles& particles) const;
-  /// Builds `build`'s tree over `positions` (the caller's order, with the masses; balls of `radius` where given),
-  /// scaling the relative test by `accelerations` (the caller's order). With `sortCaller` its bodies (and the motion
-  /// history) are permuted into the tree's order; else the build keeps its own copies in the tree's order and the
-  /// topology maps them (TreeTopology::order). Then the walk tree. Times each phase into build.timings.
-  void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
-                 const AccelerationSet& accelerations, const float* radius);
+  /// Builds `build`'s tree over `positions` (the caller's order, with the masses; balls of `radius` where given).
+  /// With `sortCaller` its bodies (and the motion history) are permuted into the tree's order and the relative test
+  /// is scaled by their accelerations; else the build keeps its own copies in the tree's order, the topology maps
+  /// them (TreeTopology::order), and the relative test is scaled by `accelerations` (|a| of each body, the caller's
+  /// order). Then the walk tree. Times each phase into build.timings.
+  void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions, const float* accelerations,
+                 const float* radius);
   /// Walks every group of `build` into its plans, batch by batch (walkBatchGroups). In the background (`particles`
   /// null) the plans are kept for adopt(); returns false when they would take more than TreeParams::maxBatchEntries
   /// (cells + j-bodies) or when the build is cancelled (cancel_). Within a call (`particles` given), `build`'s tree is
