@@ -124,7 +124,8 @@ struct TreeSolver::Motion {
     const double now2 = a[0] * a[0] + a[1] * a[1] + a[2] * a[2];
     double lowest2 = now2;
     if (accelerationsKnown == 2 && now2 > 0.0) {
-      const double rate[3] = {double(previousAx[i]) - double(earlierAx[i]), double(previousAy[i]) - double(earlierAy[i]),
+      const double rate[3] = {double(previousAx[i]) - double(earlierAx[i]),
+                              double(previousAy[i]) - double(earlierAy[i]),
                               double(previousAz[i]) - double(earlierAz[i])};
       const double rate2 = rate[0] * rate[0] + rate[1] * rate[1] + rate[2] * rate[2];
       const double along = a[0] * rate[0] + a[1] * rate[1] + a[2] * rate[2];
@@ -142,8 +143,8 @@ struct TreeSolver::Motion {
 
   /// Puts the remembered and predicted positions into the order the bodies were just given (new[i] = old[order[i]]).
   void permute(std::span<const std::uint32_t> order, std::vector<double>& scratch) {
-    for (auto* array : {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY,
-                        &predictedZ}) {
+    for (auto* array :
+         {&previousX, &previousY, &previousZ, &earlierX, &earlierY, &earlierZ, &predictedX, &predictedY, &predictedZ}) {
       if (array->size() == order.size()) gatherInPlace(*array, order, scratch);
     }
     std::vector<float> floats;
@@ -185,8 +186,7 @@ struct TreeSolver::Motion {
   }
 
  private:
-  void predictRange(const Particles& p, std::size_t begin, std::size_t end, std::uint32_t first,
-                    std::uint32_t last) {
+  void predictRange(const Particles& p, std::size_t begin, std::size_t end, std::uint32_t first, std::uint32_t last) {
     const double k0 = first, k1 = last;
     const double room = predictionRoom(k0, k1);
     const bool fromAdvance = announced();
