@@ -294,6 +294,10 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   for (const TreeParams& params : sweep) {
     Options configuration = options;
     configuration.tree = params;
+    // Each call here is a fresh force evaluation on the same bodies: a tree per call, and no record of the bodies'
+    // motion for trees to come (with reuse on, that record took 24 ms of the timed call at 2^20 bodies and 80 at 2^22
+    // on the H200's host, its buffers touched for the first time).
+    configuration.tree.reuse = 1;
     const std::unique_ptr<ForceSolver> solver = makeSolver(configuration, engine);
     // The untimed first call takes the first-touch allocations, and sorts `bodies` along the Morton curve (the same
     // order for every configuration), which the direct sums below rely on for compact blocks.
