@@ -191,7 +191,8 @@ struct TreeSolver::Motion {
     const double room = predictionRoom(k0, k1);
     const bool fromAdvance = announced();
     // The announced motion: a leapfrog's drift into this call used the velocity the body has now; the drift before it
-    // used that velocity less this interval's kicks (made with the accelerations `p` still holds).
+    // used that velocity less this interval's kicks, made with the accelerations `p` holds before the call writes its
+    // own (after a tree built within this call, `p` holds this call's: a change of a step, which the room covers).
     const double driftIn = fromAdvance ? advanceIn->drift : 0.0;
     const double kicksIn = fromAdvance ? advanceIn->firstKick + advanceIn->secondKick : 0.0;
     const double driftBefore = fromAdvance ? advanceBefore->drift : 0.0;
