@@ -145,12 +145,6 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command
-        .add_option("--refit", options.tree.refit,
-                    "with the pipeline, build up to this many trees in a row without sorting: each keeps the last "
-                    "tree's body order and cells, refitted to the new positions (0: sort every tree)")
-        ->check(CLI::Range(0, 64))
-        ->capture_default_str();
-    command
         .add_option("--device-advance", options.tree.advanceOnDevice,
                     "with reuse on the CUDA engine, let the GPU kick and drift its own copy of the bodies between "
                     "trees (the same bits as the host's) and start each step's kernels as the step before ends (on), "

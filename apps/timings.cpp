@@ -110,9 +110,8 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   row("force call (wall)", force.totalSeconds);
   appendf(table, "GPU busy fraction: %.3f = kernels / step wall time%s\n", busyFraction(summary),
           onGpu ? "" : " (CPU engine: the evaluation)");
-  appendf(table, "rebuilds: %llu of %llu steps (%llu refits); groups walked per step: %.1f; groups repaired: %llu\n",
+  appendf(table, "rebuilds: %llu of %llu steps; groups walked per step: %.1f; groups repaired: %llu\n",
           static_cast<unsigned long long>(summary.rebuilds), static_cast<unsigned long long>(summary.steps),
-          static_cast<unsigned long long>(summary.refits),
           static_cast<double>(summary.groupsWalked) / steps, static_cast<unsigned long long>(summary.groupsRepaired));
   return table;
 }
@@ -136,7 +135,6 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"rebuild_wait_seconds", summary.stepForceTimings.rebuildWaitSeconds},
           {"engine_wait_seconds", summary.stepForceTimings.engineWaitSeconds},
           {"rebuilds", summary.rebuilds},
-          {"refits", summary.refits},
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
           {"groups_repaired", summary.groupsRepaired}};
 }

@@ -51,7 +51,6 @@ void TreeParams::validate() const {
     throw InputError("maxBatchEntries must be in [1, 3 * 2^30] (the engine's arenas are indexed in 32 bits)");
   }
   if (reuse > 64) throw InputError("reuse must be 0 (chosen from measured costs), 1 (off) or a step count up to 64");
-  if (refit > 64) throw InputError("refit must be a tree count from 0 (every tree sorted) to 64");
 }
 
 void IntegratorParams::validate() const {

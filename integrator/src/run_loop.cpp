@@ -76,7 +76,6 @@ class PotentialsWantedScope {
 void addForceCall(OutputTimings& timings, const ForceReport& report) {
   timings.force += report.timings;
   timings.rebuilds += report.rebuilt ? 1 : 0;
-  timings.refits += report.refitted ? 1 : 0;
   timings.groupsWalked += report.numGroupsWalked;
   timings.groupsRepaired += report.numGroupsRepaired;
 }
@@ -87,7 +86,6 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.stepWallSeconds += interval.stepWallSeconds;
   summary.integrationSeconds += interval.integrationSeconds;
   summary.rebuilds += interval.rebuilds;
-  summary.refits += interval.refits;
   summary.groupsWalked += interval.groupsWalked;
   summary.groupsRepaired += interval.groupsRepaired;
 }

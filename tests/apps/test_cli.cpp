@@ -871,8 +871,6 @@ TEST_F(Cli, BadInputCatalogue) {
   // The command line itself (CLI11's parse errors, 104-109 before, are 2 like any bad input).
   expectBadInput("run --bogus 3", "--bogus");
   expectBadInput("run --solver fmm", "--solver");
-  expectBadInput("run -n 64 --refit 65", "--refit");
-  expectBadInput("run -n 64 --refit -1", "--refit");
   expectBadInput("run --ic late.hdf5 -n 64", "excludes");
   expectBadInput("frobnicate", "subcommand");
   expectBadInput("", "subcommand");

@@ -42,21 +42,6 @@ constexpr std::uint64_t kAutoWarmUpTrees = 3;
 /// two trees, a trial of K = 4 cost 8 steps at 1.5x (152 ms a step against 101 at 2^22).
 constexpr double kAutoMargin = 0.1;
 
-/// With TreeParams::refit: a refitted tree whose lists hold this much more pair work than the sorted tree it descends
-/// from is the last refit of its row (its cells have spread with the bodies' motion; a sort makes them tight again).
-constexpr double kRefitGrowth = 0.15;
-
-/// The cell layout of `from` (ranges, children, levels, cubes) into `to`, ready for computeMultipoles.
-void copyCellLayout(const Octree& from, Octree& to) {
-  copyInParallel(from.bodies, to.bodies);
-  copyInParallel(from.firstChild, to.firstChild);
-  copyInParallel(from.numChildren, to.numChildren);
-  copyInParallel(from.level, to.level);
-  copyInParallel(from.centre, to.centre);
-  copyInParallel(from.halfSide, to.halfSide);
-  to.levelOffsets = from.levelOffsets;
-}
-
 }  // namespace
 
 /// What the predictions of trees built for later calls know of the bodies' motion, in the caller's order: how they
@@ -271,13 +256,6 @@ struct TreeSolver::TreeBuild {
   bool fits = true;                           ///< its lists fit TreeParams::maxBatchEntries
   bool tolerancesSet = false;                 ///< the relative test was scaled by accelerations (not all zero)
   std::uint64_t engineEntries = 0;            ///< list entries handed to the engine: the lists and their repairs
-  /// Kept the body order and cells of the tree before it, refitted to its own positions (TreeParams::refit), and
-  /// how many trees in a row have been refitted since one was sorted (0 for a sorted tree).
-  bool refit = false;
-  std::uint32_t refitsInRow = 0;
-  /// Its lists' pair interactions (sum over groups of bodies x list entries), and those of the sorted tree its refits
-  /// descend from: a refit whose lists grew by more than kRefitGrowth over them is the last in its row.
-  double interactions = 0.0, sortedInteractions = 0.0;
   std::exception_ptr error;                   ///< what a background build threw
   // The calls made on this tree and their wall seconds (for TreeParams::reuse 0).
   std::uint64_t costCalls = 0;
@@ -381,8 +359,7 @@ bool TreeSolver::sameBodies(const Particles& particles) const {
 }
 
 void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
-                           const float* accelerations, const float* radius, const TreeBuild* refitFrom) {
-  MATCHA_ASSERT(refitFrom == nullptr || sortCaller == nullptr, "a refitted tree keeps its own copies of the bodies");
+                           const float* accelerations, const float* radius) {
   const std::size_t n = positions.count;
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
@@ -392,17 +369,10 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
     build.timings[phase] += clock.seconds();
     clock.restart();
   };
-  Cube cube;
-  if (refitFrom == nullptr) {
-    cube = computeBoundingCube(positions);
-    computeMortonKeys(positions, cube, build.keys);
-  }
+  const Cube cube = computeBoundingCube(positions);
+  computeMortonKeys(positions, cube, build.keys);
   phaseDone(Phase::keys);
-  if (refitFrom == nullptr) {
-    build.sorter.sort(build.keys, build.sortedKeys, build.order);
-  } else {
-    copyInParallel(refitFrom->order, build.order);
-  }
+  build.sorter.sort(build.keys, build.sortedKeys, build.order);
   SourceView sorted;
   if (sortCaller != nullptr) {
     // The caller's bodies, their history and their predicted positions go into the tree's order.
@@ -434,27 +404,11 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
     sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
   }
   phaseDone(Phase::sort);
-  if (refitFrom == nullptr) {
-    buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
-  } else {
-    // The cells keep their cubes; computeMultipoles widens each cell's extent to the bodies that left it.
-    copyCellLayout(refitFrom->tree, build.tree);
-  }
+  buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
   phaseDone(Phase::octree);
   computeMultipoles(sorted, params_.theta, params_.multipole, build.tree, radius);
   phaseDone(Phase::multipoles);
-  if (refitFrom == nullptr) {
-    makeGroups(build.tree, sorted, params_.ncrit, build.groups);
-  } else {
-    // The groups of the tree before, over the same bodies in the same order; their boxes are taken anew below.
-    MATCHA_ASSERT(radius != nullptr, "refitted trees are built for predicted positions");
-    const Groups& kept = refitFrom->groups;
-    copyInParallel(kept.ranges, build.groups.ranges);
-    build.groups.centre.resize(kept.centre.size());
-    build.groups.halfExtent.resize(kept.halfExtent.size());
-    build.groups.numCandidates = kept.numCandidates;
-    build.groups.numExtentSplits = kept.numExtentSplits;
-  }
+  makeGroups(build.tree, sorted, params_.ncrit, build.groups);
   if (radius != nullptr) setGroupBoxesOfBalls(sorted, radius, build.groups);
   build.tolerancesSet =
       sortCaller != nullptr
@@ -494,7 +448,6 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   for (const BodyRange& range : build.groups.ranges)
     stats.maxGroupSize = std::max<std::uint64_t>(stats.maxGroupSize, range.size());
   stats.background = sortCaller == nullptr;
-  stats.refitted = refitFrom != nullptr;
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
@@ -571,7 +524,6 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   std::uint64_t resident = 0;
   bool streaming = false;
   std::uint64_t sumListBodies = 0, sumListCells = 0;
-  double interactions = 0.0;
   TreeStats& stats = build.stats;
   stats.maxListBodies = stats.maxListCells = 0;
   stats.numBatches = 0;
@@ -614,7 +566,6 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
     for (std::size_t g = 0; g < plan.numGroups(); ++g) {
       const std::uint64_t listBodies = plan.listBodyCounts[g];
       const std::uint64_t listCells = plan.numListCells(g);
-      interactions += double(build.groups.ranges[plan.groupIds[g]].size()) * double(listBodies + listCells);
       entries += listBodies;
       sumListBodies += listBodies;
       sumListCells += listCells;
@@ -651,7 +602,6 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   stats.meanListBodies = double(sumListBodies) / double(numGroups);
   stats.meanListCells = double(sumListCells) / double(numGroups);
   build.engineEntries = streaming ? 0 : resident;
-  build.interactions = interactions;
   return !streaming;
 }
 
@@ -672,7 +622,6 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   }
   report.timings += build->timings;
   report.rebuilt = true;
-  report.refitted = build->refit;
   report.numGroupsWalked += build->groups.size();
   build->valid = true;
   ++treesAdopted_;
@@ -755,8 +704,6 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
   const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call_);
   TreeBuild& build = *next_;
-  build.refit = nextTreeRefits(steps, particles.size());
-  build.refitsInRow = build.refit ? current.refitsInRow + 1 : 0;
   build.steps = steps;
   build.firstCall = current.lastCall + 1;
   build.lastCall = current.lastCall + steps;
@@ -770,11 +717,9 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), build.inMass,
                              build.inAcceleration);
   backgroundDone_ = false;
-  // The tree in use stays as it is until this build is joined (adoption swaps the two after that).
-  const TreeBuild* refitFrom = build.refit ? &current : nullptr;
-  background_ = std::thread([this, &build, refitFrom] {
+  background_ = std::thread([this, &build] {
     try {
-      buildForLater(build, refitFrom);
+      buildForLater(build);
     } catch (...) {
       build.error = std::current_exception();
     }
@@ -783,25 +728,12 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   return clock.seconds();
 }
 
-void TreeSolver::buildForLater(TreeBuild& build, const TreeBuild* refitFrom) {
+void TreeSolver::buildForLater(TreeBuild& build) {
   const Motion& m = *motion_;
   const std::size_t n = build.inMass.size();
   buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
-            build.inAcceleration.data(), m.radius.data(), refitFrom);
+            build.inAcceleration.data(), m.radius.data());
   build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
-  build.sortedInteractions = refitFrom != nullptr ? refitFrom->sortedInteractions : build.interactions;
-}
-
-bool TreeSolver::nextTreeRefits(std::uint32_t steps, std::size_t numBodies) const {
-  const TreeBuild& current = *current_;
-  // Only a tree built in the background has an order that maps the caller's bodies (one built within a call sorted
-  // them); the balls of a different K would make the lists' growth no measure of the cells' spread.
-  if (params_.refit == 0 || !current.valid || !current.stats.background || current.steps != steps ||
-      current.order.size() != numBodies) {
-    return false;
-  }
-  if (current.refitsInRow >= params_.refit) return false;
-  return !current.refit || current.interactions <= (1.0 + kRefitGrowth) * current.sortedInteractions;
 }
 
 void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed, ForceReport& report) {
@@ -817,7 +749,13 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
     gatherInto(particles.z.data(), build.topology.order, build.z);
     exact = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
   }
-  copyCellLayout(build.tree, exactTree_);
+  copyInParallel(build.tree.bodies, exactTree_.bodies);
+  copyInParallel(build.tree.firstChild, exactTree_.firstChild);
+  copyInParallel(build.tree.numChildren, exactTree_.numChildren);
+  copyInParallel(build.tree.level, exactTree_.level);
+  copyInParallel(build.tree.centre, exactTree_.centre);
+  copyInParallel(build.tree.halfSide, exactTree_.halfSide);
+  exactTree_.levelOffsets = build.tree.levelOffsets;
   computeMultipoles(exact, params_.theta, params_.multipole, exactTree_);
   exactGroups_ = build.groups;
   for (const std::uint32_t g : failed) {
@@ -872,7 +810,6 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     // The last call put this call's tree to use as it ended: its adoption is this call's.
     adoptedAhead_ = false;
     report.rebuilt = adoptedReport_.rebuilt;
-    report.refitted = adoptedReport_.refitted;
     report.timings += adoptedReport_.timings;
     report.numGroupsWalked += adoptedReport_.numGroupsWalked;
     stats_ = adoptedStats_;
@@ -1008,10 +945,7 @@ std::string stateName(const char* name) { return std::string(kStatePrefix) + nam
 }  // namespace
 
 bool TreeSolver::atCheckpointBoundary() const {
-  if (current_->valid && call_ < current_->lastCall && !adoptedAhead_) return false;
-  // A restored solver builds the next tree from the saved inputs alone: not one that refits the tree before it.
-  const TreeBuild& next = adoptedAhead_ ? *current_ : *next_;
-  return !(current_->valid && next.refit && next.firstCall == call_ + 1);
+  return !current_->valid || call_ >= current_->lastCall || adoptedAhead_;
 }
 
 void TreeSolver::saveState(CheckpointState& state) {
@@ -1155,8 +1089,6 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
     build.firstCall = call_ + 1;
     build.lastCall = call_ + steps;
     build.error = nullptr;
-    build.refit = false;
-    build.refitsInRow = 0;
     // The build the saving solver ran in the background, run here before the first call (its phases are reported
     // by the call that adopts it, as they would have been).
     buildForLater(build);

@@ -67,7 +67,6 @@ struct ForceReport {
   InteractionCounts counts;
   ForceTimings timings;
   bool rebuilt = false;                 ///< this call put a new tree (and all new lists) to use
-  bool refitted = false;                ///< that tree kept the body order and cells of the one before (TreeParams::refit)
   std::uint64_t numGroupsWalked = 0;    ///< groups whose lists were walked for this call
   std::uint64_t numGroupsRepaired = 0;  ///< groups whose lists failed the opening test at this call (Phase::repair)
 };

@@ -67,13 +67,6 @@ struct TreeParams {
   /// With reuse, build each next tree in the background, on the CPU cores, while the engine evaluates the calls
   /// before it is due (false: every tree is built within the call that needs it).
   bool pipeline = true;
-  /// With the pipeline: up to this many trees in a row are built without sorting, keeping the body order, cells and
-  /// groups of the tree before them, refitted to the new predicted positions (each cell's extent widened to the bodies
-  /// that left its cube, each group's box taken anew), before a tree is sorted anew (0: every tree sorted). Such a
-  /// tree skips the keys, the sort, the octree build and the grouping; its lists are valid like any other's, only
-  /// longer as the cells spread, so a refit whose lists grew by 15% over those of the sorted tree it descends from
-  /// ends the row.
-  std::uint32_t refit = 0;
   /// With reuse and an engine that keeps its own copy of the bodies (the CUDA engine): when the integrator says how it
   /// moves the bodies between calls (ForceSolver::expectAdvance), the engine advances its copy itself instead of
   /// receiving the positions every call, and the next call's evaluation is launched as this call ends, so that the

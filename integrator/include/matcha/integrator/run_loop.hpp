@@ -37,7 +37,6 @@ struct OutputTimings {
   /// the previous output (onProgress without outputPotentials). onTimings itself is not timed.
   double outputSeconds = 0.0;
   std::uint64_t rebuilds = 0;        ///< force calls among them that put a new tree to use (ForceReport::rebuilt)
-  std::uint64_t refits = 0;          ///< those whose tree refitted the last one's cells (ForceReport::refitted)
   std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked, summed over them
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired, summed over them
 };
@@ -93,7 +92,6 @@ struct RunSummary {
   double integrationSeconds = 0.0;   ///< the kicks and drifts of all steps
   double outputSeconds = 0.0;        ///< every OutputTimings::outputSeconds, output 0 included
   std::uint64_t rebuilds = 0;        ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
-  std::uint64_t refits = 0;          ///< those whose tree refitted the last one's cells (ForceReport::refitted)
   std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked over the steps' force calls
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired over the steps' force calls
   double initialEnergy = 0.0;        ///< E at t = 0

@@ -46,7 +46,6 @@ struct TreeStats {
   std::uint32_t reuseSteps = 1;   ///< calls the current tree and lists were built to serve (TreeParams::reuse)
   std::uint32_t callsOnTree = 0;  ///< calls made on the current tree so far, this one included
   bool background = false;        ///< the current tree was built on the CPU cores while earlier calls ran
-  bool refitted = false;          ///< it kept the tree before it's body order and cells (TreeParams::refit)
   /// The call's positions were not sent to the engine: it advanced its own copy of the bodies
   /// (TreeParams::advanceOnDevice), launched as the last call ended (launchedAhead) or within this one.
   bool advancedOnDevice = false;
@@ -185,11 +184,9 @@ class TreeSolver final : public ForceSolver {
   /// With `sortCaller` its bodies (and the motion history) are permuted into the tree's order and the relative test
   /// is scaled by their accelerations; else the build keeps its own copies in the tree's order, the topology maps
   /// them (TreeTopology::order), and the relative test is scaled by `accelerations` (|a| of each body, the caller's
-  /// order). Then the walk tree. Times each phase into build.timings. With `refitFrom` (background builds only) no
-  /// keys are made and nothing is sorted: the build takes that tree's body order, cells and groups and refits them to
-  /// `positions` (TreeParams::refit).
+  /// order). Then the walk tree. Times each phase into build.timings.
   void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions, const float* accelerations,
-                 const float* radius, const TreeBuild* refitFrom = nullptr);
+                 const float* radius);
   /// Walks every group of `build` into its plans, batch by batch (walkBatchGroups). In the background (`particles`
   /// null) the plans are kept for adopt(); returns false when they would take more than TreeParams::maxBatchEntries
   /// (cells + j-bodies) or when the build is cancelled (cancel_). Within a call (`particles` given), `build`'s tree is
@@ -212,10 +209,8 @@ class TreeSolver final : public ForceSolver {
   /// seconds this thread spent on it (the predicted positions and the copies of the build's inputs: Phase::motion).
   double startBackgroundBuild(const Particles& particles);
   /// What that thread runs: `build`'s tree over the predicted positions, from its inputs (inMass, inAx, ...), and
-  /// the walk of its lists, kept for adopt(). With `refitFrom`, the tree in use, whose order and cells it refits.
-  void buildForLater(TreeBuild& build, const TreeBuild* refitFrom = nullptr);
-  /// Whether the tree after the current one keeps its order and cells (TreeParams::refit) rather than sorting anew.
-  bool nextTreeRefits(std::uint32_t steps, std::size_t numBodies) const;
+  /// the walk of its lists, kept for adopt().
+  void buildForLater(TreeBuild& build);
   /// Waits for the background build, if any; rethrows what it threw.
   void joinBackgroundBuild();
   /// Walks the failed groups at the current positions (exact) and evaluates them again.
