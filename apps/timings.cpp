@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "timings.hpp"
 
+#include <tbb/task_arena.h>
+
 #include <cmath>
 #include <cstdio>
 
@@ -28,6 +30,12 @@ Phase phaseAt(int k) { return static_cast<Phase>(k); }
 /// the rest of the time), the CPU engine's evaluation otherwise. 0 without steps.
 double busyFraction(const integrator::RunSummary& summary) {
   return summary.stepWallSeconds > 0.0 ? summary.stepForceTimings[Phase::kernels] / summary.stepWallSeconds : 0.0;
+}
+
+/// Cores the process kept busy over the steps: its CPU time (all threads: the main thread, TBB's workers, a
+/// background tree build) over the steps' wall time. 0 without steps.
+double hostCoresBusy(double cpuSeconds, double wallSeconds) {
+  return wallSeconds > 0.0 ? cpuSeconds / wallSeconds : 0.0;
 }
 
 /// x per step, or null (not NaN, which JSON cannot hold) for a run without steps.
@@ -70,10 +78,12 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
             timings.outputSeconds * 1e3);
   } else {
     appendf(line,
-            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g)",
+            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
+            "host cores busy %.1f",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
-            timings.integrationSeconds * msPer, timings.outputSeconds * msPer);
+            timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
+            hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds));
   }
   return line;
 }
@@ -110,6 +120,8 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   row("force call (wall)", force.totalSeconds);
   appendf(table, "GPU busy fraction: %.3f = kernels / step wall time%s\n", busyFraction(summary),
           onGpu ? "" : " (CPU engine: the evaluation)");
+  appendf(table, "host cores busy: %.2f of %d = process CPU time (every thread) / step wall time\n",
+          hostCoresBusy(summary.stepCpuSeconds, stepWall), tbb::this_task_arena::max_concurrency());
   appendf(table, "rebuilds: %llu of %llu steps; groups walked per step: %.1f; groups repaired: %llu\n",
           static_cast<unsigned long long>(summary.rebuilds), static_cast<unsigned long long>(summary.steps),
           static_cast<double>(summary.groupsWalked) / steps, static_cast<unsigned long long>(summary.groupsRepaired));
@@ -125,6 +137,10 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"force_call_seconds_mean", perStep(summary.stepForceTimings.totalSeconds, steps)},
           {"gpu_busy_fraction", steps > 0 ? nlohmann::json(busyFraction(summary)) : nlohmann::json(nullptr)},
           {"engine_on_gpu", onGpu},
+          {"host_cores_busy", steps > 0 ? nlohmann::json(hostCoresBusy(summary.stepCpuSeconds, summary.stepWallSeconds))
+                                        : nlohmann::json(nullptr)},
+          {"host_cores", tbb::this_task_arena::max_concurrency()},
+          {"step_cpu_seconds", summary.stepCpuSeconds},
           {"step_wall_seconds", summary.stepWallSeconds},
           {"integration_seconds", summary.integrationSeconds},
           {"output_seconds", summary.outputSeconds},

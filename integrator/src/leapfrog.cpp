@@ -148,6 +148,7 @@ StepReport LeapfrogKDK::step(Particles& p) {
   const double halfStep = 0.5 * dt_;
   StepReport report;
   const Stopwatch wall;
+  const double cpuAtStart = processCpuSeconds();
   Stopwatch clock;
   kickThenDrift(p, halfStep, dt_);
   if (boxSize_ > 0.0) wrapIntoBox(p, boxSize_);
@@ -160,6 +161,7 @@ StepReport LeapfrogKDK::step(Particles& p) {
   report.integrationSeconds += clock.seconds();
   ++stepsTaken_;
   report.wallSeconds = wall.seconds();
+  report.cpuSeconds = processCpuSeconds() - cpuAtStart;
   return report;
 }
 

@@ -85,6 +85,7 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.stepForceTimings += interval.force;
   summary.stepWallSeconds += interval.stepWallSeconds;
   summary.integrationSeconds += interval.integrationSeconds;
+  summary.stepCpuSeconds += interval.stepCpuSeconds;
   summary.rebuilds += interval.rebuilds;
   summary.groupsWalked += interval.groupsWalked;
   summary.groupsRepaired += interval.groupsRepaired;
@@ -232,6 +233,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     ++interval.steps;
     interval.stepWallSeconds += stepReport.wallSeconds;
     interval.integrationSeconds += stepReport.integrationSeconds;
+    interval.stepCpuSeconds += stepReport.cpuSeconds;
 
     // Evaluated for every step so the schedule advances even when the final step forces an output anyway.
     const bool scheduled = schedule.isDueAndAdvance(step);

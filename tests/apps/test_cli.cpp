@@ -311,6 +311,13 @@ TEST_F(Cli, TinyRunWritesSnapshotsLogParametersAndJsonSummary) {
   EXPECT_GT(timings["gpu_busy_fraction"].get<double>(), 0.0);
   EXPECT_LE(timings["gpu_busy_fraction"].get<double>(), 1.0);
   EXPECT_EQ(timings["engine_on_gpu"], false);
+  // The CPU engine evaluates on the host: the steps used CPU time, and no more than every core for all their wall time
+  // (5% for the clocks' granularity).
+  EXPECT_GT(timings["host_cores_busy"].get<double>(), 0.0);
+  EXPECT_GE(timings["host_cores"].get<int>(), 1);
+  EXPECT_LE(timings["host_cores_busy"].get<double>(), 1.05 * timings["host_cores"].get<int>());
+  EXPECT_NEAR(timings["host_cores_busy"].get<double>() * timings["step_wall_seconds"].get<double>(),
+              timings["step_cpu_seconds"].get<double>(), 1e-9);
   EXPECT_GE(timings["integration_seconds"].get<double>(), 0.0);
   EXPECT_GT(timings["output_seconds"].get<double>(), 0.0) << "three snapshots were written";
   EXPECT_GT(timings["initial_call_seconds"].get<double>(), 0.0);
@@ -389,6 +396,7 @@ TEST_F(Cli, TimingsPrintALinePerOutputAndAPhaseTable) {
   EXPECT_GT(rows["kernels"][0], 0.0);
   EXPECT_NE(result.err.find("GPU busy fraction: "), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("(CPU engine: the evaluation)"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("host cores busy: "), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("rebuilds: "), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("groups walked per step: "), std::string::npos) << result.err;
   EXPECT_NE(readFile(dir_ / "t" / "used_parameters.toml").find("timings = true"), std::string::npos);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <ctime>
 
 namespace matcha {
 
@@ -16,5 +17,13 @@ class Stopwatch {
   using Clock = std::chrono::steady_clock;
   Clock::time_point start_;
 };
+
+/// CPU seconds this process has used so far, all its threads together (CLOCK_PROCESS_CPUTIME_ID): over an interval,
+/// divided by its wall time, how many cores the process kept busy.
+inline double processCpuSeconds() {
+  timespec now{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) != 0) return 0.0;
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
 
 }  // namespace matcha

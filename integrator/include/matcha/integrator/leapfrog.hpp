@@ -43,6 +43,7 @@ struct StepReport {
   ForceReport force;                ///< the solver's report for the step's force call
   double integrationSeconds = 0.0;  ///< wall time of the two kicks and the drift
   double wallSeconds = 0.0;         ///< wall time of the whole step: kick, drift, force call, kick
+  double cpuSeconds = 0.0;          ///< CPU time the process used over that wall time, all threads (background builds)
   /// The first value of the new state that is not finite: positions, velocities, accelerations and, when the solver
   /// computes them (ForceSolver::potentialsWanted), potentials. Checked within the step's last kick, which reads the
   /// state anyway. Set: the state is unusable and the run must stop.
