@@ -91,14 +91,14 @@ TEST(MemoryEstimate, SampledListSizesAreWithinAFewPercentOfTheFullWalk) {
 
 TEST(MemoryEstimate, BallRadiiFollowThePredictedPath) {
   // One body at speed 1 with |a| = 2, dt = 0.1, a tree for the 3 calls from the next one on (calls 1 .. 3): half the
-  // chord, 0.5 * 2 * 1 * 0.1, plus room (2^2 / 8 + 3 * 4 / 2 = 6.5) times |a| dt^2 = 0.02.
+  // chord, 0.5 * 2 * 1 * 0.1, plus room (2^2 / 8 + kAccelerationChange * 3 * 4 / 2) times |a| dt^2 = 0.02.
   Particles body(1);
   body.mass[0] = 1.0;
   body.vx[0] = 1.0;
   body.az[0] = 2.0;
   const std::vector<float> radius = predictedBallRadii(body, 3, 0.1, GravityParams{}, 1);
   ASSERT_EQ(radius.size(), 1u);
-  EXPECT_NEAR(radius[0], 0.1 + 6.5 * 0.02, 1e-6);
+  EXPECT_NEAR(radius[0], 0.1 + (0.5 + kAccelerationChange * 6.0) * 0.02, 1e-6);
   // One call per tree: points.
   EXPECT_EQ(predictedBallRadii(body, 1, 0.1, GravityParams{})[0], 0.0f);
 
