@@ -17,7 +17,7 @@
 # STEPS=1 (STEP_SIZES, STEP_NCRIT, STEP_THETAS, STEP_RUNS, STEP_T_END; SCALING_FILTER for bench_cpu's core scaling)
 # for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
-# and one force evaluation at 2^28.
+# and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -245,6 +245,41 @@ if [ "${LARGE:-0}" = 1 ]; then
     tail -n 30 "$OUT/force-n$n.log"
     gpu_peak=$(sort -n "$OUT/force-n$n-gpu-memory.txt" | tail -n 1)
     summary+=("force N=$n: exit $status after $((SECONDS - start)) s; peak host $(python3 -c "print('%.1f GiB = %.0f B/body' % ($peak_kib / 2**20, $peak_kib * 1024 / $n))"), peak device ${gpu_peak:-?} MiB; dry run: $(grep -E '^(host|device):' "$OUT/force-dry-run-n$n.log" | tr '\n' ' ')")
+  done
+fi
+
+# PERIODIC=1: TreePM against Ewald and the whole periodic force call. For each N of PERIODIC_SIZES (default 2^20 and
+# 2^24): `matcha compare` with a box (the bodies of `matcha ic PERIODIC_IC` when set, e.g. "clumps", else a Plummer
+# sphere centred in a box of side 1) on PERIODIC_SAMPLE (4096) bodies against the GPU's Ewald sum, with the call's
+# phases; then, at the first N, the same Ewald sum on PERIODIC_EWALD_SAMPLE (256) bodies on the CPU and on the GPU,
+# timed side by side.
+if [ "${PERIODIC:-0}" = 1 ]; then
+  echo "== periodic"
+  matcha="$build/apps/matcha"
+  first=1
+  for n in ${PERIODIC_SIZES:-1048576 16777216}; do
+    if [ -n "${PERIODIC_IC:-}" ]; then
+      ic="${TMPDIR:-/tmp}/matcha-periodic-$n.hdf5"
+      # shellcheck disable=SC2086
+      "$matcha" ic "$PERIODIC_IC" -n "$n" --seed 7 ${PERIODIC_IC_OPTIONS:-} -o "$ic" >"$OUT/periodic-ic-n$n.log" 2>&1
+      bodies=(--ic "$ic")
+    else
+      bodies=(-n "$n" --seed 7 --box 1)
+    fi
+    # shellcheck disable=SC2086
+    timeout "${PERIODIC_TIMEOUT:-300}" "$matcha" compare "${bodies[@]}" --engine cuda --sample "${PERIODIC_SAMPLE:-4096}" \
+      --reference gpu-double ${PERIODIC_OPTIONS:-} --json >"$OUT/periodic-n$n.json" 2>"$OUT/periodic-n$n.log"
+    summary+=("periodic N=$n: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["rows"][0]; print("p50 %.3g p99 %.3g max %.3g; call %.1f ms (%s); Ewald on the GPU %.2f s" % (r["error"]["median"], r["error"]["p99"], r["error"]["max"], 1e3*r["seconds"]["tree_total"], ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0), d["seconds"]["reference"]))' "$OUT/periodic-n$n.json" 2>&1 | head -c 800)")
+    if [ "$first" = 1 ]; then
+      first=0
+      for ref in cpu-double gpu-double; do
+        timeout "${PERIODIC_TIMEOUT:-300}" "$matcha" compare "${bodies[@]}" --engine cuda \
+          --sample "${PERIODIC_EWALD_SAMPLE:-256}" --reference "$ref" --json >"$OUT/periodic-ewald-$ref.json" \
+          2>"$OUT/periodic-ewald-$ref.log"
+        summary+=("Ewald on $ref, N=$n, ${PERIODIC_EWALD_SAMPLE:-256} targets: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f s, TreePM p99 %.3g (%s)" % (d["seconds"]["reference"], d["rows"][0]["error"]["p99"], d["reference_kind"]))' "$OUT/periodic-ewald-$ref.json" 2>&1 | head -c 300)")
+      done
+    fi
+    rm -f "${TMPDIR:-/tmp}/matcha-periodic-$n.hdf5"
   done
 fi
 
