@@ -139,8 +139,21 @@ TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, c
   return gatherTargets(copy, sample);
 }
 
-/// The periodic forces on the targets from all N bodies: Ewald summation in double on the CPU (gpu/ewald.hpp).
-TargetForces ewaldOnTargets(const Particles& bodies, const Sample& sample, const GravityParams& gravity, double box) {
+/// Where the periodic reference runs, from --reference: "ewald-gpu-double" (gpu-double, or auto with a usable GPU)
+/// or "ewald-cpu-double". gpu-double without a GPU is refused here, before the long runs.
+std::string ewaldReferenceKind(const std::string& choice) {
+  const bool gpu = gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available;
+  if (choice == "gpu-double" && !gpu) {
+    throw InputError("--reference gpu-double: no usable CUDA device for the Ewald sum (" +
+                     gpu::queryCudaDevice().description + ")");
+  }
+  return choice == "gpu-double" || (choice == "auto" && gpu) ? "ewald-gpu-double" : "ewald-cpu-double";
+}
+
+/// The periodic forces on the targets from all N bodies: Ewald summation in double (gpu/ewald.hpp), on the GPU or the
+/// CPU as `kind` (ewaldReferenceKind) says.
+TargetForces ewaldOnTargets(const Particles& bodies, const Sample& sample, const GravityParams& gravity, double box,
+                            const std::string& kind) {
   std::vector<std::uint32_t> targets(sample.numTargets);
   for (std::uint32_t i = 0; i < bodies.size(); ++i) {
     const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
@@ -150,8 +163,12 @@ TargetForces ewaldOnTargets(const Particles& bodies, const Sample& sample, const
   for (auto* component : {&forces.ax, &forces.ay, &forces.az}) component->resize(sample.numTargets);
   gpu::EwaldParams ewald = kCompareEwald;
   ewald.boxSize = box;
-  gpu::evaluateEwald(bodies.sources(), gravity, ewald, targets,
-                     ForceView{forces.ax.data(), forces.ay.data(), forces.az.data(), nullptr, sample.numTargets});
+  const ForceView out{forces.ax.data(), forces.ay.data(), forces.az.data(), nullptr, sample.numTargets};
+  if (kind == "ewald-gpu-double") {
+    gpu::evaluateEwaldOnGpu(bodies.sources(), gravity, ewald, targets, out);
+  } else {
+    gpu::evaluateEwald(bodies.sources(), gravity, ewald, targets, out);
+  }
   return forces;
 }
 
@@ -282,7 +299,8 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // see Sample
   const Sample sample = drawSample(n, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
   gpu::EngineChoice engine = makeRunEngine(options);
-  std::string referenceKind = "ewald";  // made first, so that an unusable --reference fails before the long runs
+  // Made first, so that an unusable --reference fails before the long runs.
+  std::string referenceKind = periodic ? ewaldReferenceKind(compare.reference) : "";
   const std::unique_ptr<NearFieldEngine> oracle =
       periodic ? nullptr : makeReferenceEngine(compare.reference, referenceKind);
   info << "matcha compare: " << n << " bodies, errors on "
@@ -324,10 +342,11 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   if (periodic) {
     char boxText[32];
     std::snprintf(boxText, sizeof boxText, "%.9g", box);
-    referenceText = std::string("Ewald summation in double on the CPU (alpha L 6, sums cut at exp(-20)), box ") +
+    referenceText = std::string("Ewald summation in double on the ") +
+                    (referenceKind == "ewald-gpu-double" ? "GPU" : "CPU") + " (alpha L 6, sums cut at exp(-20)), box " +
                     boxText + ", onto " + targets;
     info << "reference: " << referenceText << "..." << std::endl;
-    reference = ewaldOnTargets(bodies, sample, options.gravity, box);
+    reference = ewaldOnTargets(bodies, sample, options.gravity, box, referenceKind);
     direct = reference;  // no periodic direct sum: its row reads 0
   } else {
     info << "direct summation on " << engine.engine->name() << " onto " << targets << "..." << std::endl;
@@ -406,8 +425,8 @@ std::function<int()> addCompareCommand(CLI::App& parent, Options& options) {
   auto compare = std::make_shared<CompareOptions>();
   command
       ->add_option("--reference", compare->reference,
-                   "direct summation in double the errors are measured against: auto (the GPU when there is one), "
-                   "cpu-double or gpu-double")
+                   "direct summation in double the errors are measured against (Ewald summation with a periodic "
+                   "box): auto (the GPU when there is one), cpu-double or gpu-double")
       ->check(CLI::IsMember({"auto", "cpu-double", "gpu-double"}))
       ->capture_default_str();
   command

@@ -13,39 +13,24 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/detail/ewald_terms.hpp"
 
 namespace matcha::gpu {
 
 namespace {
 
 constexpr double kPi = std::numbers::pi;
-constexpr double kTwoOverSqrtPi = std::numbers::inv_sqrtpi * 2.0;
 
-/// A lattice shift nL, n != 0, that can bring an image within the real-space cutoff.
-struct ImageShift {
-  double x, y, z;
-};
+using detail::EwaldSetup;
+using detail::ImageShift;
+using detail::TargetSums;
+using detail::WaveVector;
 
-/// One wave vector of the half space (k and -k summed together): k = 2 pi h / L, and
-///   weight = 2 (4 pi / L^3) exp(-k^2 / 4 alpha^2) / k^2,   the factor 2 for -k.
-struct WaveVector {
-  int hx, hy, hz;
-  double kx, ky, kz;
-  double weight;
-};
+}  // namespace
 
-/// Everything a call precomputes from the params: cutoffs, image shifts, wave vectors.
-struct EwaldSetup {
-  double boxSize = 0, invBoxSize = 0;
-  double alpha = 0;
-  double realCutoff2 = 0;    ///< (X / alpha)^2
-  double backgroundPsi = 0;  ///< -pi / (alpha^2 L^3), psi's constant per unit source mass
-  int maxH = 0;              ///< largest |h_d| of any wave vector
-  std::vector<ImageShift> shifts;
-  std::vector<WaveVector> waves;
-};
+namespace detail {
 
-EwaldSetup makeSetup(const EwaldParams& params) {
+EwaldSetup makeEwaldSetup(const EwaldParams& params) {
   params.validate();
   EwaldSetup setup;
   const double L = params.boxSize;
@@ -105,6 +90,10 @@ EwaldSetup makeSetup(const EwaldParams& params) {
   });
   return setup;
 }
+
+}  // namespace detail
+
+namespace {
 
 /// exp(2 pi i h u) for h = 0..maxH, each from its own sincos (no recurrence: h u stays exact to rounding).
 void fillPhases(double u, int maxH, double* cosines, double* sines, std::size_t stride) {
@@ -170,79 +159,18 @@ void computeStructureFactors(const SourceView& sources, const EwaldSetup& setup,
   }
 }
 
-/// f(x) = erf(x) - 2 x exp(-x^2) / sqrt(pi) = (4 / sqrt(pi)) int_0^x t^2 exp(-t^2) dt, the radial factor of the force
-/// of -erf(alpha r) / r, given erfX = erf(x). Below x = 1/2 the two terms cancel (to ~x^2), so the series
-/// (4 / sqrt(pi)) sum_n (-1)^n x^(2n+3) / (n! (2n+3)) takes over; 14 terms reach 1e-17 relative there.
-double erfMinusGaussian(double x, double erfX) {
-  if (x >= 0.5) return erfX - kTwoOverSqrtPi * x * std::exp(-x * x);
-  const double x2 = x * x;
-  double power = x2 * x;  // (-1)^n x^(2n+3) / n!
-  double sum = 0;
-  for (int n = 0; n < 14; ++n) {
-    sum += power / (2 * n + 3);
-    power *= -x2 / (n + 1);
-  }
-  return 2.0 * kTwoOverSqrtPi * sum;
-}
-
-/// Sums for one target: psi (sum_j m_j psi_j without the nearest images and the background), the gradient of that,
-/// and the nearest images as pair_interaction.hpp writes them (pot negative), all without G.
-struct TargetSums {
-  double gx = 0, gy = 0, gz = 0, psi = 0;
-  double nearAx = 0, nearAy = 0, nearAz = 0, nearPot = 0;
-};
-
 void addRealSpace(const SourceView& sources, const EwaldSetup& setup, double eps2, std::uint32_t target,
                   TargetSums& sums) {
-  const double L = setup.boxSize, invL = setup.invBoxSize, alpha = setup.alpha;
+  const double L = setup.boxSize, invL = setup.invBoxSize;
   const double xi = sources.x[target], yi = sources.y[target], zi = sources.z[target];
   for (std::size_t j = 0; j < sources.count; ++j) {
-    const double m = sources.mass[j];
     // The nearest image: r = x_i - x_j wrapped into [-L/2, L/2] (nearbyint rounds halves to even, so r_ji = -r_ij).
     double rx = xi - sources.x[j], ry = yi - sources.y[j], rz = zi - sources.z[j];
     rx -= L * std::nearbyint(rx * invL);
     ry -= L * std::nearbyint(ry * invL);
     rz -= L * std::nearbyint(rz * invL);
-    const double s2 = rx * rx + ry * ry + rz * rz;
-    if (j == target) {
-      // A body's own term: lim_{r -> 0} (erfc(alpha r) - 1) / r = -2 alpha / sqrt(pi); no force, no nearest image.
-      sums.psi -= m * kTwoOverSqrtPi * alpha;
-    } else {
-      // Nearest image, Newtonian part removed: psi += -erf(alpha s) / s, grad = f(alpha s) r / s^3. Past the cutoff
-      // erfc(alpha s) is dropped, as for the other images: -1/s, grad r / s^3.
-      if (s2 == 0) {
-        sums.psi -= m * kTwoOverSqrtPi * alpha;  // the limit, as for the body's own term
-      } else {
-        const double s = std::sqrt(s2);
-        const double invS = 1.0 / s;
-        const double invS3 = invS * invS * invS;
-        const bool inside = s2 < setup.realCutoff2;
-        const double erfX = inside ? std::erf(alpha * s) : 1.0;
-        sums.psi -= m * erfX * invS;
-        const double radial = m * (inside ? erfMinusGaussian(alpha * s, erfX) : 1.0) * invS3;
-        sums.gx += radial * rx;
-        sums.gy += radial * ry;
-        sums.gz += radial * rz;
-      }
-      // ... and the nearest image itself, Plummer-softened, with the direct sum's rules for zero separation.
-      accumulatePairInteraction<double>(-rx, -ry, -rz, m, eps2, sums.nearAx, sums.nearAy, sums.nearAz, sums.nearPot);
-    }
-    // Further images within the cutoff: psi += erfc(alpha s) / s, grad = -(erfc(alpha s) + 2 alpha s exp(-alpha^2 s^2)
-    // / sqrt(pi)) s_vec / s^3.
-    for (const ImageShift& shift : setup.shifts) {
-      const double sx = rx + shift.x, sy = ry + shift.y, sz = rz + shift.z;
-      const double t2 = sx * sx + sy * sy + sz * sz;
-      if (t2 >= setup.realCutoff2) continue;
-      const double t = std::sqrt(t2);
-      const double invT = 1.0 / t;
-      const double erfcTerm = std::erfc(alpha * t);
-      sums.psi += m * erfcTerm * invT;
-      const double radial =
-          -m * (erfcTerm + kTwoOverSqrtPi * alpha * t * std::exp(-alpha * alpha * t2)) * invT * invT * invT;
-      sums.gx += radial * sx;
-      sums.gy += radial * sy;
-      sums.gz += radial * sz;
-    }
+    detail::addRealSpaceSource(rx, ry, rz, sources.mass[j], j == target, setup.alpha, setup.realCutoff2, eps2,
+                               setup.shifts.data(), setup.shifts.size(), sums);
   }
 }
 
@@ -287,7 +215,7 @@ void addFourierSpace(const SourceView& sources, const EwaldSetup& setup, const s
 void evaluate(const SourceView& sources, const GravityParams& gravity, const EwaldParams& params,
               const std::uint32_t* targets, std::size_t numTargets, const ForceView& out) {
   gravity.validate();
-  const EwaldSetup setup = makeSetup(params);
+  const EwaldSetup setup = detail::makeEwaldSetup(params);
   MATCHA_ASSERT(out.count == numTargets, "evaluateEwald: the output size differs from the number of targets");
   for (std::size_t k = 0; k < numTargets; ++k) {
     const std::uint32_t i = targets == nullptr ? static_cast<std::uint32_t>(k) : targets[k];
@@ -332,7 +260,7 @@ void EwaldParams::validate() const {
 }
 
 EwaldTerms ewaldTerms(const EwaldParams& params) {
-  const EwaldSetup setup = makeSetup(params);
+  const EwaldSetup setup = detail::makeEwaldSetup(params);
   EwaldTerms terms;
   terms.realCutoff = std::sqrt(setup.realCutoff2);
   terms.waveCutoff = 2.0 * setup.alpha * params.cutoff;

@@ -2,6 +2,7 @@
 // Stand-ins for the CUDA seam in a build without a CUDA compiler.
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
+#include "matcha/gpu/ewald.hpp"
 
 namespace matcha::gpu::detail {
 
@@ -18,3 +19,12 @@ std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision) {
 }
 
 }  // namespace matcha::gpu::detail
+
+namespace matcha::gpu {
+
+void evaluateEwaldOnGpu(const SourceView&, const GravityParams&, const EwaldParams&, std::span<const std::uint32_t>,
+                        const ForceView&) {
+  throw InputError("Ewald summation on the GPU: this build has no CUDA support (no nvcc at configure time)");
+}
+
+}  // namespace matcha::gpu

@@ -1315,14 +1315,25 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
   const Result compare = matcha("compare --ic periodic.hdf5 --sample 200 --json");
   ASSERT_EQ(compare.exitCode, 0) << compare.err;
   const nlohmann::json report = nlohmann::json::parse(compare.out);
-  EXPECT_EQ(report["reference_kind"], "ewald");
+  // auto: the GPU's Ewald sum where there is a GPU, the CPU's elsewhere.
+  const std::string kind = report["reference_kind"];
+  EXPECT_TRUE(kind == "ewald-gpu-double" || kind == "ewald-cpu-double") << kind;
+  EXPECT_NE(report["reference"].get<std::string>().find("Ewald summation in double"), std::string::npos);
   EXPECT_EQ(report["box"], 2.0);
   // Measured 5.5e-4 (seed 3); TreePM's p99 on the tests' clustered boxes is 2e-4 to 8e-4.
   EXPECT_LT(report["rows"][0]["error"]["p99"].get<double>(), 3e-3);
   EXPECT_GT(report["rows"][0]["phases"]["mesh"].get<double>(), 0.0);
   const Result open = matcha("compare --ic periodic.hdf5 --sample 200 --open --json");
   ASSERT_EQ(open.exitCode, 0) << open.err;
-  EXPECT_NE(nlohmann::json::parse(open.out)["reference_kind"], "ewald");
+  EXPECT_EQ(nlohmann::json::parse(open.out)["reference_kind"].get<std::string>().find("ewald"), std::string::npos);
+  const Result cpu = matcha("compare --ic periodic.hdf5 --sample 50 --reference cpu-double --json");
+  ASSERT_EQ(cpu.exitCode, 0) << cpu.err;
+  EXPECT_EQ(nlohmann::json::parse(cpu.out)["reference_kind"], "ewald-cpu-double");
+  if (kind == "ewald-cpu-double") {  // no usable GPU here: asking for it is refused with one line
+    const Result gpu = matcha("compare --ic periodic.hdf5 --sample 50 --reference gpu-double --json");
+    EXPECT_NE(gpu.exitCode, 0);
+    EXPECT_NE(gpu.err.find("--reference gpu-double: no usable CUDA device"), std::string::npos) << gpu.err;
+  }
 }
 
 // A periodic run continued from its checkpoint (the box from used_parameters.toml and the checkpoint's header) ends

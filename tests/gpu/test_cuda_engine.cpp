@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -1326,6 +1327,89 @@ TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
     EXPECT_LT(stats.median, 2e-4);
     EXPECT_LT(stats.p99, 1.5e-3);
   }
+}
+
+// The GPU's Ewald sum (evaluateEwaldOnGpu) against the CPU's on a clustered box spread over several images, with the
+// default sums (alpha L 12, the nearest image and 25,270 wave vectors) and compare's (alpha L 6, X 4.5: further images
+// in real space), softened and not: the same sums to rounding, and the same bits on a second call.
+TEST_F(CudaEngineTest, EwaldOnGpuMatchesTheCpu) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 2.0;
+  const Particles p = testing::clumpyBox(seed, L, 1500, 2000);
+  std::mt19937_64 random(seed + 1);
+  std::vector<std::uint32_t> targets(300);
+  for (std::uint32_t& t : targets) t = static_cast<std::uint32_t>(random() % p.size());
+  targets[0] = targets[1];  // a repeated target
+  const std::size_t m = targets.size();
+  for (const EwaldParams& params : {EwaldParams{L, 12.0, 6.0}, EwaldParams{L, 6.0, 4.5}}) {
+    for (const double eps : {0.0, 1e-3 * L}) {
+      SCOPED_TRACE("alpha L " + std::to_string(params.alphaTimesBox) + ", eps " + std::to_string(eps));
+      GravityParams gravity;
+      gravity.eps = eps;
+      gravity.G = 1.5;
+      std::vector<double> cpu(4 * m), gpu(4 * m, kNaN), again(4 * m, kNaN);
+      const auto view = [m](std::vector<double>& v) {
+        return ForceView{v.data(), v.data() + m, v.data() + 2 * m, v.data() + 3 * m, m};
+      };
+      evaluateEwald(p.sources(), gravity, params, targets, view(cpu));
+      evaluateEwaldOnGpu(p.sources(), gravity, params, targets, view(gpu));
+      evaluateEwaldOnGpu(p.sources(), gravity, params, targets, view(again));
+      double rmsAcceleration = 0.0, rmsPotential = 0.0, worstAcceleration = 0.0, worstPotential = 0.0;
+      for (std::size_t k = 0; k < m; ++k) {
+        rmsAcceleration += cpu[k] * cpu[k] + cpu[m + k] * cpu[m + k] + cpu[2 * m + k] * cpu[2 * m + k];
+        rmsPotential += cpu[3 * m + k] * cpu[3 * m + k];
+      }
+      rmsAcceleration = std::sqrt(rmsAcceleration / double(m));
+      rmsPotential = std::sqrt(rmsPotential / double(m));
+      for (std::size_t k = 0; k < m; ++k) {
+        const double da = std::hypot(gpu[k] - cpu[k], gpu[m + k] - cpu[m + k], gpu[2 * m + k] - cpu[2 * m + k]);
+        worstAcceleration = std::max(worstAcceleration, da / rmsAcceleration);
+        worstPotential = std::max(worstPotential, std::abs(gpu[3 * m + k] - cpu[3 * m + k]) / rmsPotential);
+      }
+      std::printf(
+          "Ewald GPU vs CPU (alpha L %g, X %g, eps %g, %zu bodies): worst acceleration %.2e, potential %.2e of "
+          "the rms\n",
+          params.alphaTimesBox, params.cutoff, eps, p.size(), worstAcceleration, worstPotential);
+      EXPECT_LT(worstAcceleration, 1e-11);
+      EXPECT_LT(worstPotential, 1e-11);
+      for (std::size_t k = 0; k < 4 * m; ++k) ASSERT_EQ(gpu[k], again[k]) << "entry " << k << ": not deterministic";
+      for (std::size_t c = 0; c < 4; ++c)
+        EXPECT_EQ(gpu[c * m], gpu[c * m + 1]) << "the repeated target, component " << c;
+    }
+  }
+}
+
+// The GPU's Ewald sum on the checks: a simple cubic lattice feels no force, a body alone in the box has the
+// lattice constant's potential +2.8372975 G m / L, and a target that is not a source is refused with one line.
+TEST_F(CudaEngineTest, EwaldOnGpuLatticeAndLoneBody) {
+  const double L = 3.0;
+  const int side = 6;
+  Particles lattice(side * side * side);
+  for (int i = 0; i < side * side * side; ++i) {
+    lattice.x[i] = (i % side + 0.25) * L / side;
+    lattice.y[i] = (i / side % side + 0.25) * L / side;
+    lattice.z[i] = (i / (side * side) + 0.25) * L / side;
+    lattice.mass[i] = 1.0 / (side * side * side);
+  }
+  std::vector<std::uint32_t> all(lattice.size());
+  std::iota(all.begin(), all.end(), 0u);
+  GravityParams gravity;
+  evaluateEwaldOnGpu(lattice.sources(), gravity, EwaldParams{L}, all, lattice.forces());
+  for (std::size_t i = 0; i < lattice.size(); ++i) {
+    ASSERT_LT(std::hypot(lattice.ax[i], lattice.ay[i], lattice.az[i]), 1e-12) << "body " << i;
+  }
+  Particles lone(1);
+  lone.x[0] = 0.3;
+  lone.y[0] = 2.9;
+  lone.z[0] = -1.0;
+  lone.mass[0] = 2.0;
+  const std::vector<std::uint32_t> first{0};
+  evaluateEwaldOnGpu(lone.sources(), gravity, EwaldParams{L}, first, lone.forces());
+  EXPECT_NEAR(lone.pot[0], -kEwaldSelfConstant * 2.0 / L, 1e-10);
+  EXPECT_LT(std::hypot(lone.ax[0], lone.ay[0], lone.az[0]), 1e-13);
+  const std::vector<std::uint32_t> outside{1};
+  EXPECT_THROW(evaluateEwaldOnGpu(lone.sources(), gravity, EwaldParams{L}, outside, lone.forces()), InputError);
 }
 
 // What the CUDA engine refuses for periodic gravity, with one-line InputErrors: double precision (no such kernels) and

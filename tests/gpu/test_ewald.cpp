@@ -14,6 +14,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/engine_factory.hpp"
 #include "matcha/gpu/ewald.hpp"
 #include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
@@ -413,6 +414,31 @@ TEST(Ewald, CoincidentBodiesWithoutSofteningStayFinite) {
   for (std::size_t b = 0; b < 2; ++b) {
     EXPECT_NEAR(q.pot[b], -kEwaldSelfConstant * 2 * 0.5, 1e-12);
     EXPECT_LT(norm(q.ax[b], q.ay[b], q.az[b]), 1e-13);
+  }
+}
+
+}  // namespace
+}  // namespace matcha::gpu
+
+namespace matcha::gpu {
+namespace {
+
+// Without a usable GPU (a build without CUDA, or no device) the GPU's Ewald sum refuses with one line; with one,
+// tests/gpu/test_cuda_engine.cpp checks it against the CPU's.
+TEST(Ewald, OnGpuWithoutADeviceRefusesWithOneLine) {
+  if (cudaEngineBuilt() && queryCudaDevice().available)
+    GTEST_SKIP() << "a CUDA device is present: test_cuda_engine checks it";
+  Particles p(2);
+  p.x = {0.1, 0.6};
+  p.mass = {1.0, 1.0};
+  const std::vector<std::uint32_t> targets{0, 1};
+  try {
+    evaluateEwaldOnGpu(p.sources(), GravityParams{}, EwaldParams{}, targets, p.forces());
+    FAIL() << "no error";
+  } catch (const InputError& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("Ewald summation on the GPU"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }
 

@@ -83,6 +83,14 @@ void evaluateEwald(const SourceView& sources, const GravityParams& gravity, cons
 void evaluateEwald(const SourceView& sources, const GravityParams& gravity, const EwaldParams& ewald,
                    std::span<const std::uint32_t> targets, const ForceView& out);
 
+/// The subset form on the GPU (gpu/cuda/ewald_kernels.cu), for large N: the same sums in double (the real-space term
+/// is the CPU's own function, detail/ewald_terms.hpp), each in a fixed order, so a call gives the same bits every
+/// time; against the CPU it differs by rounding (its phases come from sincospi per axis and pair, its sums run in
+/// another order). Allocates its device buffers per call. Throws InputError for invalid params or targets, and in a
+/// build without CUDA or on a machine without a usable device.
+void evaluateEwaldOnGpu(const SourceView& sources, const GravityParams& gravity, const EwaldParams& ewald,
+                        std::span<const std::uint32_t> targets, const ForceView& out);
+
 /// lim_{r -> 0} (psi(r) - 1/r) L for the simple cubic lattice with a neutralising background (Nijboer & de Wette
 /// 1957): the potential of a body alone in a box of side L is -G m kEwaldSelfConstant / L.
 inline constexpr double kEwaldSelfConstant = -2.837297479480620;
