@@ -72,7 +72,10 @@ void ClumpsParams::validate() const {
   if (!(std::isfinite(scaleMin) && scaleMin > 0.0)) {
     throw InputError("--scale-min must be > 0 (got " + formatNumber(scaleMin) + ")");
   }
-  if (!(std::isfinite(scaleMax) && scaleMax >= scaleMin)) {
+  if (!(std::isfinite(scaleMax) && scaleMax > 0.0)) {
+    throw InputError("--scale-max must be > 0 (got " + formatNumber(scaleMax) + ")");
+  }
+  if (scaleMax < scaleMin) {
     throw InputError("--scale-max must be at least --scale-min (got " + formatNumber(scaleMax) + " < " +
                      formatNumber(scaleMin) + ")");
   }

@@ -445,9 +445,11 @@ TEST(Clumps, RefusesBadParameters) {
   params = {};
   params.scaleMax = 0.03;
   refuses(params, "at most 0.025");
-  params = {};
-  params.scaleMax = nan;
-  refuses(params, "--scale-max");
+  for (const double scale : {0.0, -0.01, nan, inf}) {
+    params = {};
+    params.scaleMax = scale;
+    refuses(params, "--scale-max must be > 0");
+  }
 
   // The edges that are allowed.
   params = {};
