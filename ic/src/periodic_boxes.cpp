@@ -4,10 +4,12 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "matcha/core/errors.hpp"
 #include "sampling.hpp"
@@ -42,6 +44,12 @@ void requireBox(double boxSize) {
   }
 }
 
+void requireBackgroundFraction(double fraction) {
+  if (!(std::isfinite(fraction) && fraction >= 0.0 && fraction < 1.0)) {
+    throw InputError("--background must be a fraction in [0, 1) (got " + formatNumber(fraction) + ")");
+  }
+}
+
 /// A block of at most kBodiesPerStream bodies [begin, begin + count) with its own stream: one of a clump's blocks
 /// (clump >= 0) or of the background (clump = -1).
 struct Block {
@@ -66,9 +74,7 @@ void ClumpsParams::validate() const {
   if (numBodies == 0) throw InputError("a clumps box needs at least one body (-n)");
   requireBox(boxSize);
   if (numClumps < 1) throw InputError("--clumps must be at least 1 (got 0)");
-  if (!(std::isfinite(backgroundFraction) && backgroundFraction >= 0.0 && backgroundFraction < 1.0)) {
-    throw InputError("--background must be a fraction in [0, 1) (got " + formatNumber(backgroundFraction) + ")");
-  }
+  requireBackgroundFraction(backgroundFraction);
   if (!(std::isfinite(scaleMin) && scaleMin > 0.0)) {
     throw InputError("--scale-min must be > 0 (got " + formatNumber(scaleMin) + ")");
   }
@@ -94,6 +100,7 @@ void ClumpsParams::validate() const {
 }
 
 std::size_t numBackgroundBodies(const ClumpsParams& params) {
+  requireBackgroundFraction(params.backgroundFraction);
   const double background = std::floor(params.backgroundFraction * static_cast<double>(params.numBodies));
   // F < 1, but F N can round up to N itself; validate() then finds no clump body.
   return std::min(params.numBodies, static_cast<std::size_t>(background));

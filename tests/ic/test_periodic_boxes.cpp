@@ -432,6 +432,7 @@ TEST(Clumps, RefusesBadParameters) {
     params = {};
     params.backgroundFraction = fraction;
     refuses(params, "--background");
+    EXPECT_THROW(matcha::ic::numBackgroundBodies(params), InputError);
   }
   for (const double scale : {0.0, -0.01, nan, inf}) {
     params = {};

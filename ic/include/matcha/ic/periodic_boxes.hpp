@@ -52,8 +52,8 @@ struct ClumpsParams {
   void validate() const;
 };
 
-/// floor(F N), computed in double (F N is exact for F with few bits, e.g. 0.2 N rounds as 0.2 does): the bodies of
-/// the uniform background.
+/// floor(F N), computed in double (F N is rounded once, so e.g. 0.2 N is floor(N / 5) for every N up to 2^31): the
+/// bodies of the uniform background. Throws InputError unless F is in [0, 1).
 std::size_t numBackgroundBodies(const ClumpsParams& params);
 
 /// One clump of a clumps box.
