@@ -1336,6 +1336,104 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
   }
 }
 
+// `ic clumps` and `ic lattice` (issue 15): files that record their box, with every body inside it, that `run` and
+// `compare` take as periodic; the same file for the same seed; --config and the defaults (BoxSize 1).
+TEST_F(Cli, IcClumpsAndLatticeWritePeriodicBoxes) {
+  const std::string clumps = "ic clumps -n 3000 --clumps 6 --background 0.25 --seed 11 --box 2";
+  ASSERT_EQ(matcha(clumps + " --out clumps.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(clumps + " -o again.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha("ic lattice -n 4096 --perturbation 0.2 --seed 5 --box 2 -o lattice.hdf5").exitCode, 0);
+  for (const char* name : {"clumps.hdf5", "lattice.hdf5"}) {
+    SCOPED_TRACE(name);
+    const matcha::io::Snapshot file = matcha::io::readSnapshot(dir_ / name);
+    EXPECT_EQ(file.boxSize, 2.0);
+    const matcha::Particles& bodies = file.particles;
+    ASSERT_EQ(bodies.size(), std::string(name) == "clumps.hdf5" ? 3000u : 4096u);
+    std::size_t atRest = 0;
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      for (const double coordinate : {bodies.x[i], bodies.y[i], bodies.z[i]}) {
+        ASSERT_TRUE(coordinate >= 0.0 && coordinate < 2.0) << "body " << i << " at " << coordinate;
+      }
+      ASSERT_EQ(bodies.mass[i], 1.0 / static_cast<double>(bodies.size()));
+      atRest += bodies.vx[i] == 0.0 && bodies.vy[i] == 0.0 && bodies.vz[i] == 0.0 ? 1 : 0;
+    }
+    // The clumps' background, floor(0.25 * 3000) bodies, is at rest and nothing else is; the lattice is at rest.
+    EXPECT_EQ(atRest, std::string(name) == "clumps.hdf5" ? 750u : 4096u);
+  }
+  expectSameStateBitForBit(dir_ / "clumps.hdf5", dir_ / "again.hdf5");
+
+  const Result dry = matcha("run --ic clumps.hdf5 --dry-run --out r1");
+  ASSERT_EQ(dry.exitCode, 0) << dry.err;
+  EXPECT_NE(dry.out.find("TreePM"), std::string::npos) << dry.out;
+  const Result run = matcha(
+      "run --ic lattice.hdf5 --engine cpu --dt 0.03125 --t-end 0.0625 --output-interval 0.03125 --out r2 --json");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  EXPECT_GT(nlohmann::json::parse(run.out)["timings"]["steps_mean_ms"]["mesh"].get<double>(), 0.0) << run.out;
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "r2" / "snapshot_002.hdf5").boxSize, 2.0);
+  const Result compare = matcha("compare --ic clumps.hdf5 --engine cpu --sample 100 --json");
+  ASSERT_EQ(compare.exitCode, 0) << compare.err;
+  const nlohmann::json report = nlohmann::json::parse(compare.out);
+  EXPECT_EQ(report["reference_kind"], "ewald");
+  EXPECT_EQ(report["box"], 2.0);
+  EXPECT_LT(report["rows"][0]["error"]["p99"].get<double>(), 1e-2);
+
+  // Defaults: a box of side 1 in clumps.hdf5 / lattice.hdf5 of the working directory; a parameter file's keys.
+  fs::remove(dir_ / "clumps.hdf5");
+  ASSERT_EQ(matcha("ic clumps -n 1000").exitCode, 0);
+  ASSERT_EQ(matcha("ic lattice -n 27").exitCode, 0);
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "clumps.hdf5").boxSize, 1.0);
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "lattice.hdf5").boxSize, 1.0);
+  writeText("box.toml", "bodies = 200\nclumps = 4\nbackground = 0.5\nbox = 3\nout = \"runfolder\"\n");
+  ASSERT_EQ(matcha("ic clumps --config box.toml -o configured.hdf5").exitCode, 0);
+  const matcha::io::Snapshot configured = matcha::io::readSnapshot(dir_ / "configured.hdf5");
+  EXPECT_EQ(configured.boxSize, 3.0);
+  ASSERT_EQ(configured.particles.size(), 200u);
+  EXPECT_NE(configured.particles.vx[99], 0.0);  // the last clump body (100 in the background)
+  EXPECT_EQ(configured.particles.vx[100], 0.0);
+  EXPECT_FALSE(fs::exists(dir_ / "runfolder"));
+}
+
+// Every bad input of `ic clumps` and `ic lattice`: one line, exit 2, nothing written.
+TEST_F(Cli, IcClumpsAndLatticeRefuseBadInput) {
+  for (const std::string command : {"ic clumps", "ic lattice"}) {
+    expectBadInput(command + " -n 0", "bodies");
+    expectBadInput(command + " -n 2147483648", "2^31 - 1");
+    expectBadInput(command + " -n 1e6", "whole number of bodies written in digits");
+    for (const std::string box : {"0", "-1", "nan", "inf", "-inf", "1e400"}) {
+      expectBadInput(command + " -n 64 --box " + box, "--box must be a finite box side > 0");
+    }
+    expectBadInput(command + " -n 64 --box two", "--box");
+    expectBadInput(command + " -n 64 --seed -1", "--seed: must be a whole number");
+    expectBadInput(command + " -n 64 --out ''", "--out: the output file must be named");
+  }
+  expectBadInput("ic clumps -n 100 --clumps 0", "--clumps must be at least 1 (got 0)");
+  expectBadInput("ic clumps -n 100 --clumps -3", "--clumps must be at least 1 (got -3)");
+  expectBadInput("ic clumps -n 100 --clumps 1.5", "--clumps");
+  expectBadInput("ic clumps -n 40 --clumps 33", "--clumps 33 exceeds the 32 clump bodies");
+  expectBadInput("ic clumps -n 10 --clumps 2 --background 0.9", "--clumps 2 exceeds the 1 clump bodies");
+  for (const std::string fraction : {"1", "-0.1", "1.5", "nan", "inf"}) {
+    expectBadInput("ic clumps -n 100 --clumps 4 --background " + fraction, "--background must be a fraction in [0, 1)");
+  }
+  for (const std::string scale : {"0", "-0.01", "nan"}) {
+    expectBadInput("ic clumps -n 100 --clumps 4 --scale-min " + scale, "--scale-min must be > 0");
+  }
+  expectBadInput("ic clumps -n 100 --clumps 4 --scale-min 0.02 --scale-max 0.01",
+                 "--scale-max must be at least --scale-min (got 0.01 < 0.02)");
+  expectBadInput("ic clumps -n 100 --clumps 4 --scale-max 0.03", "--scale-max must be at most 0.025");
+  expectBadInput("ic lattice -n 1000001",
+                 "-n 1000001 is not a perfect cube, as a lattice needs; the nearest cubes are 1000000 (100^3) and "
+                 "1030301 (101^3)");
+  expectBadInput("ic lattice -n 2", "the nearest cubes are 1 (1^3) and 8 (2^3)");
+  for (const std::string amplitude : {"0.5", "-0.1", "nan", "inf"}) {
+    expectBadInput("ic lattice -n 8 --perturbation " + amplitude, "--perturbation must be in [0, 0.5)");
+  }
+  // Memory, checked before a body is made: 1080^3 and 2 * 10^9 bodies in 1 GiB.
+  expectBadInput("ic lattice -n 1259712000", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
+  expectBadInput("ic clumps -n 2000000000", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
+  EXPECT_FALSE(fs::exists(dir_ / "clumps.hdf5"));
+  EXPECT_FALSE(fs::exists(dir_ / "lattice.hdf5"));
+}
+
 // A periodic run continued from its checkpoint (the box from used_parameters.toml and the checkpoint's header) ends
 // with the bodies of the run that went on, bit for bit: the periodic solver keeps no state between steps but the
 // accelerations the checkpoint holds, which its relative opening test reads.
