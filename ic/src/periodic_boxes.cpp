@@ -186,12 +186,7 @@ Particles makeClumps(const ClumpsParams& params) {
           for (std::size_t i = block.begin; i < end; ++i) {
             const detail::PhasePoint body = plummer ? detail::samplePlummerBody(plummerLogMassCut, engine)
                                                     : detail::sampleHernquistBody(hernquistMassCut, engine);
-            particles.x[i] = body.x * a;
-            particles.y[i] = body.y * a;
-            particles.z[i] = body.z * a;
-            particles.vx[i] = body.vx * velocityScale;
-            particles.vy[i] = body.vy * velocityScale;
-            particles.vz[i] = body.vz * velocityScale;
+            body.storeScaled(particles, i, a, velocityScale);
             sums[0] += particles.x[i];
             sums[1] += particles.y[i];
             sums[2] += particles.z[i];

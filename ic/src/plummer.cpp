@@ -54,12 +54,7 @@ Particles makePlummer(const PlummerParams& params) {
 
   for (std::size_t i = 0; i < numBodies; ++i) {
     const detail::PhasePoint body = detail::samplePlummerBody(logMassCut, engine);
-    particles.x[i] = body.x * kPlummerScaleRadius;
-    particles.y[i] = body.y * kPlummerScaleRadius;
-    particles.z[i] = body.z * kPlummerScaleRadius;
-    particles.vx[i] = body.vx * velocityScale;
-    particles.vy[i] = body.vy * velocityScale;
-    particles.vz[i] = body.vz * velocityScale;
+    body.storeScaled(particles, i, kPlummerScaleRadius, velocityScale);
     particles.mass[i] = bodyMass;
     particles.id[i] = i;
   }

@@ -4,7 +4,10 @@
 // isotropic distribution function. makePlummer and makeClumps share them, so a Plummer sphere is sampled one way only.
 #pragma once
 
+#include <cstddef>
 #include <random>
+
+#include "matcha/core/particles.hpp"
 
 namespace matcha::ic::detail {
 
@@ -26,6 +29,16 @@ double plummerRadiusFromLogMass(double logMassFraction);
 struct PhasePoint {
   double x = 0.0, y = 0.0, z = 0.0;
   double vx = 0.0, vy = 0.0, vz = 0.0;
+
+  /// Writes this point as body i of `p`, positions times `length` and velocities times `speed` (the model's units).
+  void storeScaled(Particles& p, std::size_t i, double length, double speed) const {
+    p.x[i] = x * length;
+    p.y[i] = y * length;
+    p.z[i] = z * length;
+    p.vx[i] = vx * speed;
+    p.vy[i] = vy * speed;
+    p.vz[i] = vz * speed;
+  }
 };
 
 /// One body of a Plummer sphere in units G = M = a = 1 (M: the mass of the untruncated sphere), sampled as Aarseth,

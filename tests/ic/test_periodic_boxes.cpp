@@ -18,8 +18,8 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/ic/periodic_boxes.hpp"
-#include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/test_environment.hpp"
 
 namespace {
 
@@ -32,17 +32,7 @@ using matcha::ic::ClumpsParams;
 using matcha::ic::LatticeParams;
 namespace testing_ = matcha::testing;
 
-/// Turns NaN, division by zero and overflow into SIGFPE for the whole binary, so a NaN fails loudly (STYLE.md 11).
-class FloatingPointTraps : public ::testing::Environment {
- public:
-  void SetUp() override { matcha::testing::enableFloatingPointTraps(); }
-};
-[[maybe_unused]] const auto* const kTraps = ::testing::AddGlobalTestEnvironment(new FloatingPointTraps);
-
-/// Traces the seed on failure and records it in the XML report, so a failure can be replayed.
-#define MATCHA_TRACE_SEED(seed)            \
-  SCOPED_TRACE(testing_::seedTrace(seed)); \
-  RecordProperty("seed", std::to_string(seed))
+[[maybe_unused]] const auto* const kTraps = matcha::testing::trapFloatingPointInEveryTest();
 
 /// The separation x - c folded to its nearest image, in [-L/2, L/2].
 double nearestImage(double x, double c, double box) {

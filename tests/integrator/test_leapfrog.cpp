@@ -19,8 +19,8 @@
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/integrator/run_loop.hpp"
-#include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/test_environment.hpp"
 
 namespace {
 
@@ -29,12 +29,7 @@ using matcha::InputError;
 using matcha::Particles;
 namespace mi = matcha::integrator;
 
-/// Turns NaN, division by zero and overflow into SIGFPE for the whole binary, so a NaN fails loudly (STYLE.md 11).
-class FloatingPointTraps : public ::testing::Environment {
- public:
-  void SetUp() override { matcha::testing::enableFloatingPointTraps(); }
-};
-[[maybe_unused]] const auto* const kTraps = ::testing::AddGlobalTestEnvironment(new FloatingPointTraps);
+[[maybe_unused]] const auto* const kTraps = matcha::testing::trapFloatingPointInEveryTest();
 
 constexpr double kPi = std::numbers::pi;
 
