@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <numbers>
+#include <random>
 #include <string>
 
 #include "matcha/core/pair_interaction.hpp"
@@ -124,6 +126,103 @@ TEST(TruncatedPair, SofteningCutAndZeroDistance) {
                                              self[3]);
   EXPECT_EQ(self[0], 0.0);
   EXPECT_DOUBLE_EQ(self[3], selfPairPotential(m, eps * eps));
+}
+
+/// A cloud of 24 bodies of radius b around its centre of mass, target at distance d in the directions below.
+struct Cloud {
+  std::array<std::array<double, 3>, 24> offset;  // from the centre of mass
+  std::array<double, 24> mass;
+  Quadrupole<double> q{};
+  double totalMass = 0;
+};
+
+Cloud makeCloud(double b, std::uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  Cloud cloud;
+  double com[3] = {0, 0, 0};
+  for (std::size_t k = 0; k < cloud.mass.size(); ++k) {
+    double y[3];
+    do {
+      for (double& c : y) c = uniform(engine);
+    } while (norm(y[0], y[1], y[2]) > 1.0);
+    cloud.mass[k] = 0.5 + 0.5 * (uniform(engine) + 1.0);
+    for (int c = 0; c < 3; ++c) {
+      cloud.offset[k][c] = b * y[c];
+      com[c] += cloud.mass[k] * b * y[c];
+    }
+    cloud.totalMass += cloud.mass[k];
+  }
+  for (std::size_t k = 0; k < cloud.mass.size(); ++k) {
+    auto& y = cloud.offset[k];
+    for (int c = 0; c < 3; ++c) y[c] -= com[c] / cloud.totalMass;
+    const double m = cloud.mass[k], y2 = y[0] * y[0] + y[1] * y[1] + y[2] * y[2];
+    cloud.q.xx += m * (3 * y[0] * y[0] - y2);
+    cloud.q.yy += m * (3 * y[1] * y[1] - y2);
+    cloud.q.zz += m * (3 * y[2] * y[2] - y2);
+    cloud.q.xy += m * 3 * y[0] * y[1];
+    cloud.q.xz += m * 3 * y[0] * y[2];
+    cloud.q.yz += m * 3 * y[1] * y[2];
+    cloud.q.trace += m * y2;
+  }
+  return cloud;
+}
+
+// The truncated quadrupole cell is the expansion of the truncated pair to second order: its error against the exact
+// sum of the cloud's truncated pairs falls as (b / d)^3 (8x per halving of b), at separations from inside the split
+// radius to beyond the cut and with softening, in float as in double up to float rounding. (f times the Newtonian
+// quadrupole, the earlier approximation, fell as (b / d)^2 at d ~ r_s..4 r_s.) Errors in units of the cell's Newtonian
+// pull M / d^2 (and potential M / d), as the walk's relative test bounds them.
+TEST(TruncatedPair, QuadrupoleCellIsThirdOrder) {
+  FloatingPointTraps traps;
+  const double rs = 0.05;
+  for (const double eps : {0.0, 0.004}) {
+    for (const double distanceInSplits : {0.3, 1.0, 2.0, 3.0, 4.5, 6.0}) {
+      const double d = distanceInSplits * rs;
+      const double direction[3] = {0.48, -0.6, 0.64};
+      double previousError = 0, previousPotentialError = 0;
+      for (const double ratio : {0.2, 0.1, 0.05}) {
+        const Cloud cloud = makeCloud(ratio * d, 17);
+        double exact[4] = {0, 0, 0, 0}, cell[4] = {0, 0, 0, 0};
+        for (std::size_t k = 0; k < cloud.mass.size(); ++k) {
+          double y[3];
+          for (int c = 0; c < 3; ++c) y[c] = d * direction[c] + cloud.offset[k][c];
+          accumulateTruncatedPairInteraction<double>(y[0], y[1], y[2], cloud.mass[k], eps * eps, 0.5 / rs, 1e300,
+                                                     exact[0], exact[1], exact[2], exact[3]);
+        }
+        accumulateTruncatedQuadrupoleInteraction<double>(d * direction[0], d * direction[1], d * direction[2],
+                                                         cloud.totalMass, cloud.q, eps * eps, 0.5 / rs, cell[0],
+                                                         cell[1], cell[2], cell[3]);
+        const double pull = cloud.totalMass / (d * d);
+        const double error = norm(cell[0] - exact[0], cell[1] - exact[1], cell[2] - exact[2]) / pull;
+        const double potentialError = std::fabs(cell[3] - exact[3]) / (pull * d);
+        SCOPED_TRACE("d = " + std::to_string(distanceInSplits) + " r_s, b / d = " + std::to_string(ratio) +
+                     ", eps = " + std::to_string(eps));
+        // The third-order remainder: (b / d)^3 times a factor of order one.
+        EXPECT_LT(error, 2.0 * ratio * ratio * ratio);
+        EXPECT_LT(potentialError, 2.0 * ratio * ratio * ratio);
+        if (previousError > 0 && error > 1e-12) {
+          EXPECT_GT(previousError / error, 5.0);
+        }
+        if (previousPotentialError > 0 && potentialError > 1e-12) {
+          EXPECT_GT(previousPotentialError / potentialError, 5.0);
+        }
+        previousError = error;
+        previousPotentialError = potentialError;
+        std::printf("d %.1f r_s eps %.3f b/d %.2f: force %.2e potential %.2e\n", distanceInSplits, eps, ratio, error,
+                    potentialError);
+
+        float fl[4] = {0, 0, 0, 0};
+        const Quadrupole<float> qf{float(cloud.q.xx), float(cloud.q.yy), float(cloud.q.zz),   float(cloud.q.xy),
+                                   float(cloud.q.xz), float(cloud.q.yz), float(cloud.q.trace)};
+        accumulateTruncatedQuadrupoleInteraction<float>(float(d * direction[0]), float(d * direction[1]),
+                                                        float(d * direction[2]), float(cloud.totalMass), qf,
+                                                        float(eps * eps), float(0.5 / rs), fl[0], fl[1], fl[2], fl[3]);
+        EXPECT_LT(norm(fl[0] - cell[0], fl[1] - cell[1], fl[2] - cell[2]) / pull, 1e-5);
+        EXPECT_LT(std::fabs(fl[3] - cell[3]) / (pull * d), 1e-5);
+      }
+    }
+  }
 }
 
 // The polynomial erfc the CUDA kernels use in float (shortRangeFactorsPolynomial), evaluated in float on the host,

@@ -28,14 +28,10 @@ PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups
   if (std::sqrt(distance2) - tree.bmax[cell] >= split.cutoffRadius) return PeriodicVisit::skip;
   const double tolerance =
       groups.relativeTolerance.empty() ? std::numeric_limits<double>::infinity() : groups.relativeTolerance[group];
-  // The relative test bounds the second-order term M b^2 / d^4 even for quadrupole cells: a truncated cell is good to
-  // second order only (pair_interaction.hpp: accumulateTruncatedQuadrupoleInteraction). Measured on the same eight
-  // clustered boxes of 2^13 bodies (tests/mesh/test_treepm.cpp): p99 against Ewald 4.6e-4 - 7.9e-4 with the
-  // quadrupole's third-order term, 2.2e-4 - 3.0e-4 with this; on a Plummer sphere of 2^15 in a box of 3 scale radii
-  // 2.6e-3 -> 1.4e-3, for 12% more interactions.
-  constexpr bool kSecondOrderTest = false;
+  // The relative test takes the cells' own order: a truncated quadrupole cell is the expansion of the truncated pair
+  // to second order (pair_interaction.hpp: accumulateTruncatedQuadrupoleInteraction), good to third.
   return passesOpeningCriterion(distance2, tree.openingRadius[cell], tree.multipoles.mass[cell], tree.bmax[cell],
-                                tolerance, kSecondOrderTest)
+                                tolerance, tree.multipoles.hasQuadrupole)
              ? PeriodicVisit::accept
              : PeriodicVisit::open;
 }

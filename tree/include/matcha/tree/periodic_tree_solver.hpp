@@ -29,7 +29,7 @@ enum class PeriodicVisit {
 /// (opening_criterion.hpp: periodicDistanceToBox2) from the cell's centre of mass. A cell is skipped when that
 /// distance minus b_max (all its bodies lie within b_max of the centre of mass, so each of their images is at least
 /// that far) is at least r_cut; a cell holding any of the group's bodies is always opened. The relative test takes the
-/// monopole's power (M b^2 / d^4) for quadrupole cells too: the truncated cell's error is second order.
+/// power of the cells' own order (M b^3 / d^5 for quadrupole cells: the truncated expansion is good to third order).
 PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
                             const PeriodicSplit& split);
 
