@@ -291,6 +291,9 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   }
   // With a periodic box (--box, or the --ic file's): TreePM against Ewald instead of the tree against direct sums.
   const double box = resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
+  if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
+    std::cerr << warning << '\n';
+  }
   const bool periodic = box > 0.0;
   requireBodiesFit(ic.numBodies);
   Particles bodies = loadInitialConditions(options, info);

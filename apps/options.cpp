@@ -169,7 +169,30 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     }
   }
   if (sets & kGravity) {
-    command.add_option("--eps", options.gravity.eps, "Plummer softening length, >= 0")->capture_default_str();
+    command
+        .add_option_function<std::string>(
+            "--eps",
+            [&options](const std::string& text) {
+              options.epsAuto = text == "auto";
+              options.gravity.eps = options.epsAuto ? GravityParams{}.eps : std::stod(text);
+            },
+            "Plummer softening length, >= 0, or auto: " + formatNumber(GravityParams{}.eps) +
+                " with open boundaries, 1/" + formatNumber(kPeriodicSofteningPerSpacing) +
+                " of the mean spacing L / N^(1/3) in a periodic box (well below the mesh's split radius r_s, "
+                "where TreePM's softened short range meets Ewald's softened force law)")
+        ->check(CLI::Validator(
+            [](std::string& text) {
+              if (text == "auto") return std::string();
+              try {
+                std::size_t used = 0;
+                std::stod(text, &used);
+                if (used == text.size()) return std::string();
+              } catch (const std::exception&) {
+              }
+              return "must be a number or auto (got '" + text + "')";
+            },
+            "EPS|auto"))
+        ->default_str("auto");
   }
   if (sets & kIntegrator) {
     command.add_option("--dt", options.integrator.dt, "leapfrog time step, > 0")->capture_default_str();
@@ -489,10 +512,27 @@ double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t nu
   options.mesh.boxSize = box;
   options.mesh.grid = options.pmGrid > 0 ? options.pmGrid : mesh::defaultPmGrid(numBodies, options.mesh);
   options.gravity.periodic = mesh::periodicSplit(options.mesh);
+  if (options.epsAuto) options.gravity.eps = periodicSoftening(box, numBodies);
   options.integrator.boxSize = box;
   // One tree per call (tree/periodic_tree_solver.hpp says why): the memory estimate is then sized for that.
   options.tree.reuse = 1;
   return box;
+}
+
+double periodicSoftening(double boxSize, std::uint64_t numBodies) {
+  return boxSize / std::cbrt(static_cast<double>(std::max<std::uint64_t>(numBodies, 1))) / kPeriodicSofteningPerSpacing;
+}
+
+std::string periodicSofteningWarning(const Options& options, std::uint64_t numBodies) {
+  const PeriodicSplit& split = options.gravity.periodic;
+  if (!split.enabled() || !(options.gravity.eps > 0.1 * split.splitRadius)) return "";
+  std::ostringstream text;
+  text.precision(3);
+  text << "warning: eps " << options.gravity.eps << " is " << options.gravity.eps / split.splitRadius << " r_s (r_s "
+       << split.splitRadius << "): TreePM softens only the short range, so its forces part from a "
+       << "softened Newtonian law (Ewald's) by ~(eps/r_s)^2/10; --eps auto gives "
+       << periodicSoftening(split.boxSize, numBodies);
+  return text.str();
 }
 
 gpu::EngineChoice makeRunEngine(const Options& options) { return gpu::makeEngine(options.engine); }

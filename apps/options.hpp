@@ -37,6 +37,7 @@ struct Options {
   EngineKind engine = EngineKind::automatic;
   TreeParams tree;
   GravityParams gravity;
+  bool epsAuto = true;  ///< --eps auto (the default): GravityParams' eps, or periodicSoftening in a periodic box
   IntegratorParams integrator;
   DiagnosticPotential diagnosticPotential = DiagnosticPotential::automatic;  ///< --diagnostic-potential (run)
   bool timings = false;  ///< --timings (run): a timings line per output and a table of the phases at the end
@@ -147,6 +148,18 @@ std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::Ap
 /// wrap), and returns L; else it clears them and returns 0. Throws InputError (one line) for a mesh that cannot be
 /// (a grid out of range, r_cut >= L/2) or periodic gravity with the direct solver.
 double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies);
+
+/// --eps auto in a periodic box: 1/kPeriodicSofteningPerSpacing of the mean spacing L / N^(1/3) (cosmological runs
+/// take 1/25 to 1/50). TreePM softens only the short-range share of each pair (GADGET's convention), so it departs from
+/// a softened Newtonian force law, as Ewald sums it, by ~(eps / r_s)^2 / 10 of the pull of the bodies a few r_s away:
+/// with the default mesh (r_s ~ 0.6 of the spacing) eps is ~0.04 r_s and that departure ~1e-4 (on a clumpy box of
+/// 2^18 bodies, theta 0.2: median 2.3e-4 at eps 0.05 r_s, 4.9e-5 at 0.02 r_s; 1/256 of the box at 2^20 is 0.65 r_s).
+inline constexpr double kPeriodicSofteningPerSpacing = 40.0;
+double periodicSoftening(double boxSize, std::uint64_t numBodies);
+
+/// A one-line warning for a periodic run whose softening reaches past r_s / 10 (where TreePM's and Ewald's force laws
+/// part by more than ~1e-3), or "" (open boundaries, or a softening well below r_s).
+std::string periodicSofteningWarning(const Options& options, std::uint64_t numBodies);
 
 /// The engine of --engine (gpu::makeEngine): auto takes the CUDA engine where a device is present, for periodic runs
 /// too (its float kernels evaluate the TreePM short range).

@@ -398,6 +398,9 @@ int resumeSimulation(const CLI::App& command, Options options) {
   if (run.count("bodies") != particles.size()) throw InputError("--restart: the checkpoint's body count is corrupt");
   options.integrator.tStart = run.scalar("t_start");
   resolvePeriodicBox(options, checkpoint.snapshot.boxSize, particles.size());
+  if (const std::string warning = periodicSofteningWarning(options, particles.size()); !warning.empty()) {
+    std::cerr << warning << '\n';
+  }
   options.integrator.validate();
   const std::uint64_t numSteps =
       integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
@@ -446,6 +449,9 @@ int runSimulation(const CLI::App& command, const Options& given) {
   const InitialConditionsInfo ic = inspectInitialConditions(options);
   options.integrator.tStart = ic.time;
   resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
+  if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
+    std::cerr << warning << '\n';
+  }
   options.integrator.validate();
   requireWholeStepsFromStart(options);
 
