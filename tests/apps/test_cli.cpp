@@ -1320,12 +1320,21 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
   EXPECT_TRUE(kind == "ewald-gpu-double" || kind == "ewald-cpu-double") << kind;
   EXPECT_NE(report["reference"].get<std::string>().find("Ewald summation in double"), std::string::npos);
   EXPECT_EQ(report["box"], 2.0);
+  // --eps auto in a box: 1/40 of the mean spacing L / N^(1/3); with open boundaries 1/256.
+  EXPECT_DOUBLE_EQ(report["eps"].get<double>(), 2.0 / std::cbrt(1500.0) / 40.0);
+  EXPECT_EQ(compare.err.find("warning"), std::string::npos) << compare.err;
   // Measured 5.5e-4 (seed 3); TreePM's p99 on the tests' clustered boxes is 2e-4 to 8e-4.
   EXPECT_LT(report["rows"][0]["error"]["p99"].get<double>(), 3e-3);
   EXPECT_GT(report["rows"][0]["phases"]["mesh"].get<double>(), 0.0);
   const Result open = matcha("compare --ic periodic.hdf5 --sample 200 --open --json");
   ASSERT_EQ(open.exitCode, 0) << open.err;
   EXPECT_EQ(nlohmann::json::parse(open.out)["reference_kind"].get<std::string>().find("ewald"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(open.out)["eps"].get<double>(), 1.0 / 256.0);
+  // A softening past r_s / 10 runs, with one warning line; a word that is not a number or auto is refused.
+  const Result soft = matcha("compare --ic periodic.hdf5 --sample 20 --eps 0.05 --json");
+  ASSERT_EQ(soft.exitCode, 0) << soft.err;
+  EXPECT_NE(soft.err.find("warning: eps 0.05 is "), std::string::npos) << soft.err;
+  expectBadInput("compare --ic periodic.hdf5 --eps soft", "--eps");
   const Result cpu = matcha("compare --ic periodic.hdf5 --sample 50 --reference cpu-double --json");
   ASSERT_EQ(cpu.exitCode, 0) << cpu.err;
   EXPECT_EQ(nlohmann::json::parse(cpu.out)["reference_kind"], "ewald-cpu-double");
