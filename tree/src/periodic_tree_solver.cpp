@@ -155,15 +155,19 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   phaseDone(Phase::multipoles);
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
   bool tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
+  buildWalkTree(tree_, walkTree_, gravity_.periodic);
   phaseDone(Phase::groups);
 
   const ForceView out = forcesToWrite(particles);
   const auto walkAndEvaluate = [&] {
-    buildPeriodicPlan(tree_, groups_, gravity_.periodic, plan_);
+    planBuilder_.build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plan_);
     phaseDone(Phase::walk);
     const InteractionCounts counts = engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, out);
     report.counts += counts;
-    report.timings[Phase::kernels] += engine_.lastTimings().kernelSeconds;
+    const EngineTimings& engineTimings = engine_.lastTimings();
+    report.timings[Phase::upload] += engineTimings.uploadSeconds;
+    report.timings[Phase::kernels] += engineTimings.kernelSeconds;
+    report.timings[Phase::download] += engineTimings.downloadSeconds;
     clock.restart();
   };
   if (!tolerancesSet && params_.alpha > 0.0) {
@@ -172,7 +176,7 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     const Stopwatch estimate;
     walkAndEvaluate();
     tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
-    report.timings[Phase::walk] = report.timings[Phase::kernels] = 0.0;
+    for (const Phase phase : {Phase::walk, Phase::upload, Phase::kernels, Phase::download}) report.timings[phase] = 0.0;
     report.timings[Phase::estimate] += estimate.seconds();
     clock.restart();
   }

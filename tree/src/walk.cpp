@@ -72,9 +72,18 @@ constexpr double kSlackSpacings = 8.0;
 
 }  // namespace
 
-void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
+void buildWalkTree(const Octree& tree, WalkTree& walkTree, const PeriodicSplit& periodic) {
   MATCHA_ASSERT(tree.multipoles.size() == tree.numCells() && tree.bmax.size() == tree.numCells(),
                 "buildWalkTree needs computeMultipoles first");
+  walkTree.periodic = periodic.enabled();
+  if (walkTree.periodic) {
+    MATCHA_ASSERT(tree.numCells() > 0 && tree.halfSide[0] == 0.5 * periodic.boxSize,
+                  "a periodic walk tree needs the periodic cube as its root");
+    // The root's half side is L / 2 exactly, so L is 2 in scaled units; r_cut is rounded up (the skip errs towards
+    // opening).
+    walkTree.periodicBox = 2.0f;
+    walkTree.cutoff = roundUp(periodic.cutoffRadius / tree.halfSide[0] * kRadiusFactor);
+  }
   const std::size_t numCells = tree.numCells();
   walkTree.lengthScale = tree.halfSide[0] > 0.0 ? tree.halfSide[0] : 1.0;
   walkTree.massScale = tree.multipoles.mass[0] > 0.0 ? tree.multipoles.mass[0] : 1.0;
@@ -116,6 +125,7 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
       block.next[k] = block.cell[k] = WalkTree::kEmpty;
       block.truncation[k] = 0.0f;
       block.comSpread[k] = 0.0f;
+      block.bmax[k] = 0.0f;
     }
     block.laneMask = block.leafMask = 0;
   };
@@ -135,6 +145,7 @@ void buildWalkTree(const Octree& tree, WalkTree& walkTree) {
     const double bPower = power == 3 ? b * b * b : b * b;
     block.truncation[k] = roundUp(tree.multipoles.mass[cell] * invMass * bPower * kRadiusFactor);
     block.comSpread[k] = roundUp(spread);
+    block.bmax[k] = roundUp(b * kRadiusFactor);
     block.laneMask |= 1u << k;
     if (tree.isLeaf(cell)) block.leafMask |= 1u << k;
   };
@@ -162,21 +173,31 @@ struct GroupTest {
   int power;  ///< p + 2: the power of the distance in the relative test
 };
 
+/// The lanes of a block a group accepts, and (periodic walks) those it skips: neither go on to be opened.
+struct LaneVerdict {
+  unsigned accepted = 0;
+  unsigned skipped = 0;
+};
+
 /// The lanes of `block` the group accepts: outside the opening sphere, holding none of the group's bodies (empty
 /// lanes never pass: their radius is infinite) and, with the relative test, with a truncation term within the
-/// tolerance at the distance lowered by its rounding error and the cell's centre-of-mass spread. SSE2 (the x86-64
-/// baseline) on two 4-wide halves.
-[[gnu::always_inline]] inline unsigned acceptedLanes(const WalkTree::Block& block, const GroupTest& group) {
+/// tolerance at the distance lowered by its rounding error and the cell's centre-of-mass spread. kPeriodic: each
+/// offset at its nearest image (min(|dx|, L - |dx|), exact in float for L = 2), and the lanes whose bodies all lie
+/// beyond r_cut (the distance lowered by its rounding error, less b_max, at least the rounded-up cut) skipped, as
+/// visitPeriodic does. SSE2 (the x86-64 baseline) on two 4-wide halves.
+template <bool kPeriodic>
+[[gnu::always_inline]] inline LaneVerdict judgeLanes(const WalkTree::Block& block, const GroupTest& group,
+                                                     const WalkTree& walkTree) {
+  LaneVerdict verdict;
 #if defined(__SSE2__)
   const __m128 signBit = _mm_set1_ps(-0.0f);
   const __m128 zero = _mm_setzero_ps();
   const __m128i first = _mm_set1_epi32(static_cast<int>(group.first));  // bodies < 2^31: signed compares suffice
   const __m128i last = _mm_set1_epi32(static_cast<int>(group.last));
-  unsigned mask = 0;
   for (int h = 0; h < WalkTree::kLanes; h += 4) {
     const auto gap = [&](const float* coordinate, int d) {
-      const __m128 offset =
-          _mm_andnot_ps(signBit, _mm_sub_ps(_mm_load_ps(coordinate + h), _mm_set1_ps(group.centre[d])));
+      __m128 offset = _mm_andnot_ps(signBit, _mm_sub_ps(_mm_load_ps(coordinate + h), _mm_set1_ps(group.centre[d])));
+      if constexpr (kPeriodic) offset = _mm_min_ps(offset, _mm_sub_ps(_mm_set1_ps(walkTree.periodicBox), offset));
       return _mm_max_ps(_mm_sub_ps(offset, _mm_set1_ps(group.half[d])), zero);
     };
     const __m128 dx = gap(block.x, 0), dy = gap(block.y, 1), dz = gap(block.z, 2);
@@ -186,37 +207,55 @@ struct GroupTest {
         _mm_and_si128(_mm_cmplt_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(block.first + h)), last),
                       _mm_cmplt_epi32(first, _mm_load_si128(reinterpret_cast<const __m128i*>(block.last + h))));
     accept = _mm_andnot_ps(_mm_castsi128_ps(holdsGroup), accept);
+    // The distance lowered by its rounding error: the relative test and the periodic skip take it.
+    const auto lowerDistance = [&] {
+      return _mm_sub_ps(_mm_mul_ps(_mm_sqrt_ps(distance2), _mm_set1_ps(1.0f - 0x1p-20f)), _mm_set1_ps(group.slack));
+    };
+    if constexpr (kPeriodic) {
+      // A cell holding one of the group's bodies is opened, never skipped (visitPeriodic); empty lanes have no
+      // bodies to skip.
+      const __m128 beyond =
+          _mm_cmpge_ps(_mm_sub_ps(lowerDistance(), _mm_load_ps(block.bmax + h)), _mm_set1_ps(walkTree.cutoff));
+      const unsigned skipped =
+          static_cast<unsigned>(_mm_movemask_ps(_mm_andnot_ps(_mm_castsi128_ps(holdsGroup), beyond)));
+      verdict.skipped |= (skipped & (block.laneMask >> h) & 0xfu) << h;
+      accept = _mm_andnot_ps(beyond, accept);
+    }
     if (group.relative && _mm_movemask_ps(accept) != 0) {
-      const __m128 distance = _mm_sub_ps(
-          _mm_sub_ps(_mm_mul_ps(_mm_sqrt_ps(distance2), _mm_set1_ps(1.0f - 0x1p-20f)), _mm_set1_ps(group.slack)),
-          _mm_load_ps(block.comSpread + h));
+      const __m128 distance = _mm_sub_ps(lowerDistance(), _mm_load_ps(block.comSpread + h));
       __m128 bound = _mm_set1_ps(group.tolerance);
       for (int e = 0; e < group.power; ++e) bound = _mm_mul_ps(bound, distance);
       accept = _mm_and_ps(
           accept, _mm_and_ps(_mm_cmpgt_ps(distance, zero), _mm_cmple_ps(_mm_load_ps(block.truncation + h), bound)));
     }
-    mask |= static_cast<unsigned>(_mm_movemask_ps(accept)) << h;
+    verdict.accepted |= static_cast<unsigned>(_mm_movemask_ps(accept)) << h;
   }
-  return mask;
 #else
-  unsigned mask = 0;
   for (int k = 0; k < WalkTree::kLanes; ++k) {
-    const float dx = std::max(std::fabs(block.x[k] - group.centre[0]) - group.half[0], 0.0f);
-    const float dy = std::max(std::fabs(block.y[k] - group.centre[1]) - group.half[1], 0.0f);
-    const float dz = std::max(std::fabs(block.z[k] - group.centre[2]) - group.half[2], 0.0f);
+    const auto gap = [&](const float* coordinate, int d) {
+      float offset = std::fabs(coordinate[k] - group.centre[d]);
+      if constexpr (kPeriodic) offset = std::min(offset, walkTree.periodicBox - offset);
+      return std::max(offset - group.half[d], 0.0f);
+    };
+    const float dx = gap(block.x, 0), dy = gap(block.y, 1), dz = gap(block.z, 2);
     const float distance2 = dx * dx + dy * dy + dz * dz;
     const bool holdsGroup = block.first[k] < group.last && group.first < block.last[k];
+    const float lowered = std::sqrt(distance2) * (1.0f - 0x1p-20f) - group.slack;
+    if (kPeriodic && !holdsGroup && (block.laneMask >> k & 1u) != 0 && lowered - block.bmax[k] >= walkTree.cutoff) {
+      verdict.skipped |= 1u << k;
+      continue;
+    }
     bool accept = distance2 > block.openingRadius2[k] && !holdsGroup;
     if (accept && group.relative) {
-      const float distance = std::sqrt(distance2) * (1.0f - 0x1p-20f) - group.slack - block.comSpread[k];
+      const float distance = lowered - block.comSpread[k];
       float bound = group.tolerance;
       for (int e = 0; e < group.power; ++e) bound *= distance;
       accept = distance > 0.0f && block.truncation[k] <= bound;
     }
-    mask |= unsigned(accept) << k;
+    verdict.accepted |= unsigned(accept) << k;
   }
-  return mask;
 #endif
+  return verdict;
 }
 
 }  // namespace
@@ -241,6 +280,7 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
   const double invLength = 1.0 / walkTree.lengthScale;
   const float slack = walkTree.slack;
   const int power = walkTree.truncationPower;
+  const bool periodic = walkTree.periodic;
   // The relative test's tolerance in the walk tree's scaled units: M b^p / d^(p+2) <= tol becomes
   // M' b'^p / d'^(p+2) <= tol L^2 / M_total.
   const double toleranceScale = walkTree.lengthScale * walkTree.lengthScale / walkTree.massScale;
@@ -295,11 +335,13 @@ void PlanBuilder::build(const WalkTree& walkTree, const Groups& groups, std::spa
       unsigned openedInternal = 0;
       for (unsigned active = entry.groups; active != 0; active &= active - 1) {
         const int g = __builtin_ctz(active);
-        const unsigned accepted = acceptedLanes(block, tests[g]);
+        const LaneVerdict verdict =
+            periodic ? judgeLanes<true>(block, tests[g], walkTree) : judgeLanes<false>(block, tests[g], walkTree);
+        const unsigned accepted = verdict.accepted;
         std::vector<std::uint32_t>& cells = fragment.groupCells[g];
         for (unsigned lanes = accepted; lanes != 0; lanes &= lanes - 1)
           cells.push_back(block.cell[__builtin_ctz(lanes)]);
-        opened[g] = block.laneMask & ~accepted;
+        opened[g] = block.laneMask & ~accepted & ~verdict.skipped;
         openedInternal |= opened[g] & ~block.leafMask;
         std::vector<BodyRange>& ranges = fragment.groupRanges[g];
         for (unsigned lanes = opened[g] & block.leafMask; lanes != 0; lanes &= lanes - 1) {

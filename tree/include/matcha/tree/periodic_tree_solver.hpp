@@ -15,6 +15,7 @@
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
+#include "matcha/tree/walk.hpp"
 
 namespace matcha::tree {
 
@@ -35,7 +36,9 @@ PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups
 
 /// Walks the tree for every group and writes the short-range lists into `plan` (cleared first): accepted cells, and
 /// the bodies of opened leaves as ranges (consecutive leaves merged), with nothing beyond r_cut. The tree's root must
-/// be the periodic cube (its bodies within [0, L)^3). Parallel over groups (TBB); allocates.
+/// be the periodic cube (its bodies within [0, L)^3). Parallel over groups (TBB); allocates. The reference walk, in
+/// double, one group and one cell at a time: the solver walks the float WalkTree instead (walk.hpp: buildWalkTree
+/// with the split), whose lists tests check against this one.
 void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicSplit& split, InteractionPlan& plan);
 
 /// The periodic short-range solver. Each call builds a tree (root: the cube [0, L)^3), its groups and their lists, and
@@ -72,6 +75,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   BodyPermuter permuter_;
   Octree tree_;
   Groups groups_;
+  WalkTree walkTree_;
+  PlanBuilder planBuilder_;
   InteractionPlan plan_;
   TreeStats stats_;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "matcha/core/interaction_plan.hpp"
+#include "matcha/core/params.hpp"
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
 
@@ -48,6 +49,7 @@ struct WalkTree {
     /// 1 / d^(p+2))
     float truncation[kLanes];
     float comSpread[kLanes];  ///< Octree::comSpread in scaled units, rounded up (0 for exact positions)
+    float bmax[kLanes];       ///< b_max + comSpread in scaled units, rounded up (periodic walks skip by it)
     std::uint32_t laneMask;   ///< bit k: lane k holds a cell
     std::uint32_t leafMask;   ///< bit k: lane k holds a leaf
   };
@@ -60,10 +62,18 @@ struct WalkTree {
   /// Absolute error bound of a float coordinate or box edge, in scaled units, plus the rounding of the distance.
   float slack = 0.0f;
   int truncationPower = 3;  ///< p: 3 for quadrupole cells, 2 for monopoles
+  /// The periodic short range (buildWalkTree with a PeriodicSplit): the walk takes every cell at the nearest image of
+  /// its centre of mass relative to the group's box, and skips it when its bodies all lie beyond r_cut.
+  bool periodic = false;
+  float periodicBox = 0.0f;  ///< L in scaled units (2: the root is the periodic cube)
+  float cutoff = 0.0f;       ///< r_cut in scaled units, rounded up
 };
 
 /// Lays `tree` out as a WalkTree (reusing the capacity of `walkTree`). Needs computeMultipoles first. Parallel.
-void buildWalkTree(const Octree& tree, WalkTree& walkTree);
+/// With `periodic` enabled the tree's root must be the periodic cube [0, L)^3 (PeriodicTreeSolver builds it so), and
+/// the walk becomes the float twin of visitPeriodic (tree/periodic_tree_solver.hpp): a cell it accepts passes
+/// visitPeriodic's test, a cell it skips visitPeriodic skips too (a cell at the boundary is opened instead).
+void buildWalkTree(const Octree& tree, WalkTree& walkTree, const PeriodicSplit& periodic = PeriodicSplit{});
 
 /// Walks the tree for groups [firstGroup, lastGroup) and writes their lists into `plan` (cleared first): accepted
 /// cells go to the cell list, leaves that must be opened to the body list as ranges (disjoint; sibling leaves merged
