@@ -124,7 +124,8 @@ TEST(TreePm, ClusteredBoxMatchesEwald) {
   GravityParams gravity;
   const ForceErrorStats stats = defaultTreePmErrors(p, L, seed, "clustered", gravity);
   EXPECT_LT(stats.median, 2e-4);
-  EXPECT_LT(stats.p99, 1.5e-3);
+  // Measured 2.2e-4 - 2.7e-4 over 10 seeds (up to 8.1e-4 when cells were f(r) times the Newtonian quadrupole).
+  EXPECT_LT(stats.p99, 8e-4);
   // The split of the error: the same mesh with the short range summed exactly (theta 0.02, double engine) leaves the
   // mesh's own error, which sets most of TreePM's.
   TreeParams exact;
