@@ -265,8 +265,7 @@ TEST(PeriodicWalk, FloatWalkIsTheDoubleWalksConservativeTwin) {
     std::vector<std::uint64_t> keys;
     tree::computeMortonKeys(p.sources(), cube, keys);
     Particles sorted = p;
-    sorted.permute(tree::sortByKey(keys));
-    tree::computeMortonKeys(sorted.sources(), cube, keys);
+    sorted.permute(tree::sortByKey(keys));  // keys are now sorted too
     tree::Octree octree;
     tree::buildOctree(keys, cube, 8, octree);
     tree::computeMultipoles(sorted.sources(), 0.6, multipole, octree);
