@@ -349,8 +349,10 @@ __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Re
 /// image and the erfc-truncated pair, checked (accumulateTruncatedPairInteraction's selects skip the zero-distance
 /// pairs of eps = 0 and the pairs beyond the cut), as the CPU engine's evaluateGroupPeriodic does per pair. No
 /// near-pair search and no second look: the checked pair is needed for the cut anyway, and periodic plans are tree
-/// plans.
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+/// plans. kWrap = false: the caller has shown that no separation of the tile lies beyond half a box
+/// (runPlanTask: wrapFreeLimit), where nearestImage returns it unchanged, so the six compares and selects per pair
+/// that it costs are left out with the same sums.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kWrap = true>
 __device__ __forceinline__ void evaluatePeriodicTile(const typename Packed4<Real>::type* tile, int first,
                                                      const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                                      const Real (&zi)[kBodies], Real eps2, Real box, Real invTwoSplit,
@@ -361,16 +363,18 @@ __device__ __forceinline__ void evaluatePeriodicTile(const typename Packed4<Real
     const auto source = tile[first + j * kStride];
 #pragma unroll
     for (int k = 0; k < kBodies; ++k) {
-      accumulateTruncatedPairInteraction<Real>(nearestImage(source.x - xi[k], box), nearestImage(source.y - yi[k], box),
-                                               nearestImage(source.z - zi[k], box), source.w, eps2, invTwoSplit,
-                                               cutoff2, acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
+      const Real dx = source.x - xi[k], dy = source.y - yi[k], dz = source.z - zi[k];
+      accumulateTruncatedPairInteraction<Real>(kWrap ? nearestImage(dx, box) : dx, kWrap ? nearestImage(dy, box) : dy,
+                                               kWrap ? nearestImage(dz, box) : dz, source.w, eps2, invTwoSplit, cutoff2,
+                                               acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
     }
   }
 }
 
 /// evaluateQuadrupoleTile for the periodic short range: each cell at its nearest image, monopole + quadrupole times
 /// the truncation factors at its centre of mass (accumulateTruncatedQuadrupoleInteraction, as the CPU engine).
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+/// kWrap as for evaluatePeriodicTile.
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kWrap = true>
 __device__ __forceinline__ void evaluatePeriodicQuadrupoleTile(const typename Packed4<Real>::type* cellTile, int first,
                                                                const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                                                const Real (&zi)[kBodies], Real eps2, Real box,
@@ -386,8 +390,9 @@ __device__ __forceinline__ void evaluatePeriodicQuadrupoleTile(const typename Pa
                              offDiagonal.y, offDiagonal.z, diagonal.w};
 #pragma unroll
     for (int k = 0; k < kBodies; ++k) {
+      const Real dx = centre.x - xi[k], dy = centre.y - yi[k], dz = centre.z - zi[k];
       accumulateTruncatedQuadrupoleInteraction<Real>(
-          nearestImage(centre.x - xi[k], box), nearestImage(centre.y - yi[k], box), nearestImage(centre.z - zi[k], box),
+          kWrap ? nearestImage(dx, box) : dx, kWrap ? nearestImage(dy, box) : dy, kWrap ? nearestImage(dz, box) : dz,
           centre.w, q, eps2, invTwoSplit, acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
     }
   }
@@ -793,6 +798,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   constexpr int kEntries = kTile / kQ;
   constexpr int kFlushTiles = flushInterval(kEntries);
   constexpr int kUnroll = kI >= 4 ? 4 : 8;
+  constexpr int kLongUnroll = kI >= 4 ? 1 : 2;
   const std::uint32_t group = task.x;
   const std::uint32_t firstBody = task.y;
   const std::uint32_t numRows = task.z;
@@ -826,6 +832,26 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       zi[k] = valid ? static_cast<Real>(args.sources.z[i] - cz) : Real(0);
     }
   }
+
+  // Periodic plans: a staged source (nearest image relative to the group centre c) whose coordinates all lie within
+  // wrapFreeLimit of c is within half a box of every body of the task on every axis (|s - b| <= |s| + |b| < L/2, the
+  // factor 0.9999 leaving ~1e-4 L for the float rounding), so nearestImage would return its separations unchanged: a
+  // tile of such sources (a warp vote while it is staged) skips the per-pair wrap. With r_cut and cells much smaller
+  // than the box that is every tile; small boxes (r_cut near L/2) keep the wrap where it matters.
+  Real wrapFreeLimit = Real(0);
+  if constexpr (kPeriodic) {
+    Real extent = Real(0);
+#pragma unroll
+    for (int k = 0; k < kI; ++k) extent = fmax(extent, fmax(fabs(xi[k]), fmax(fabs(yi[k]), fabs(zi[k]))));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      extent = fmax(extent, __shfl_xor_sync(0xffffffffu, extent, offset));
+    }
+    wrapFreeLimit = (Real(0.5) * args.box - extent) * Real(0.9999);
+  }
+  const auto needsWrap = [&](bool valid, const Vec& source) {
+    return valid && fmax(fabs(source.x), fmax(fabs(source.y), fabs(source.z))) > wrapFreeLimit;
+  };
 
   // Near sources: those within nearRadius of the group centre, where R is the task's largest |x_i - c|. Only they
   // can be at zero distance from one of its bodies (or, in accurate plans, closer than a body's closePairThreshold,
@@ -903,7 +929,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   if (numTiles > 1) loadIndices(1);
   for (std::uint32_t t = 0; t < numTiles; ++t) {
     __syncwarp();  // the warp is done reading the previous tile (or the previous task's last one)
-    bool nearSource = false;
+    bool nearSource = false, wrapSource = false;
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const Vec source =
@@ -912,8 +938,10 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       if constexpr (kFarTiles) {
         nearSource = nearSource || source.x * source.x + source.y * source.y + source.z * source.z <= nearRadius2;
       }
+      if constexpr (kPeriodic) wrapSource = wrapSource || needsWrap(pvalid[l], source);
     }
     const bool nearTile = !kFarTiles || __any_sync(0xffffffffu, nearSource);
+    const bool wrapTile = kPeriodic && __any_sync(0xffffffffu, wrapSource);
     __syncwarp();
     if (t + 1 < numTiles) loadSources(t + 1);
     if (t + 2 < numTiles) loadIndices(t + 2);
@@ -937,8 +965,13 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       }
     };
     if constexpr (kPeriodic) {
-      evaluatePeriodicTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, args.box,
-                                                            args.invTwoSplit, args.cutoff2, acc);
+      if (wrapTile) {
+        evaluatePeriodicTile<Real, kI, kEntries, kQ, kLongUnroll, true>(tile, slice, xi, yi, zi, args.eps2, args.box,
+                                                                        args.invTwoSplit, args.cutoff2, acc);
+      } else {
+        evaluatePeriodicTile<Real, kI, kEntries, kQ, kLongUnroll, false>(tile, slice, xi, yi, zi, args.eps2, args.box,
+                                                                         args.invTwoSplit, args.cutoff2, acc);
+      }
     } else if (nearTile) {
       evaluateTile<Real, kI, kEntries, kQ, kUnroll, false>(tile, slice, xi, yi, zi, args.eps2, rule, acc, exactSource);
     } else {
@@ -962,6 +995,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     if (numCellTiles > 0) loadCellIds(0);
     for (std::uint32_t t = 0; t < numCellTiles; ++t) {
       __syncwarp();
+      bool wrapCell = false;
 #pragma unroll
       for (int l = 0; l < kLoads; ++l) {
         const int slot = lane + 32 * l;
@@ -977,18 +1011,25 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
                          static_cast<Real>(q.trace[c])};
           offDiagonal =
               Vec{static_cast<Real>(q.xy[c]), static_cast<Real>(q.xz[c]), static_cast<Real>(q.yz[c]), Real(0)};
+          if constexpr (kPeriodic) wrapCell = wrapCell || needsWrap(true, centre);
         }
         cellTile[3 * slot] = centre;
         cellTile[3 * slot + 1] = diagonal;
         cellTile[3 * slot + 2] = offDiagonal;
       }
       if (t + 1 < numCellTiles) loadCellIds(t + 1);
+      const bool wrapTile = kPeriodic && __any_sync(0xffffffffu, wrapCell);
       __syncwarp();
       if constexpr (kPeriodic) {
-        evaluatePeriodicQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2,
-                                                                        args.box, args.invTwoSplit, acc);
+        if (wrapTile) {
+          evaluatePeriodicQuadrupoleTile<Real, kI, kEntries, kQ, kLongUnroll, true>(
+              cellTile, slice, xi, yi, zi, args.eps2, args.box, args.invTwoSplit, acc);
+        } else {
+          evaluatePeriodicQuadrupoleTile<Real, kI, kEntries, kQ, kLongUnroll, false>(
+              cellTile, slice, xi, yi, zi, args.eps2, args.box, args.invTwoSplit, acc);
+        }
       } else {
-        evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
+        evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kLongUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
       }
       accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
     }
