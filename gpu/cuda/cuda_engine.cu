@@ -340,11 +340,18 @@ struct CudaEngine::Impl {
     return {outX.data(), outY.data(), outZ.data(), out.pot != nullptr ? outPot.data() : nullptr};
   }
 
-  void downloadRange(const ForceView& out, std::size_t first, std::size_t count) {
-    copyToHost(out.ax + first, outX.data() + first, count);
-    copyToHost(out.ay + first, outY.data() + first, count);
-    copyToHost(out.az + first, outZ.data() + first, count);
-    if (out.pot != nullptr) copyToHost(out.pot + first, outPot.data() + first, count);
+  /// The outputs of bodies [first, first + count) into `out`; `staged`: through the page-locked staging buffers
+  /// (downloadStaged), returning when they are in `out`.
+  void downloadRange(const ForceView& out, std::size_t first, std::size_t count, bool staged = false) {
+    double* to[4] = {out.ax, out.ay, out.az, out.pot};
+    const double* from[4] = {outX.data(), outY.data(), outZ.data(), outPot.data()};
+    for (int c = 0; c < (out.pot != nullptr ? 4 : 3); ++c) {
+      if (staged && count * sizeof(double) >= config.stagedDownloadPieceBytes) {
+        downloadStaged(to[c] + first, from[c] + first, count * sizeof(double));
+      } else {
+        copyToHost(to[c] + first, from[c] + first, count);
+      }
+    }
   }
 
   void finishCall() {
@@ -614,7 +621,7 @@ struct CudaEngine::Impl {
       const std::uint32_t first = runs[k].first;
       std::uint32_t last = runs[k].last;
       for (++k; k < runs.size() && runs[k].first <= last; ++k) last = std::max(last, runs[k].last);
-      downloadRange(out, first, last - first);
+      downloadRange(out, first, last - first, staged);
     }
     finishCall();
     stats.numTasks = numTasks;
@@ -748,9 +755,14 @@ struct CudaEngine::Impl {
     uploadFromHost(buffer.data(), values.data(), values.size());
   }
 
+  /// Uploads of at least this many bytes go through the page-locked staging buffers (uploadFromHost).
+  static constexpr std::size_t kStagedBytes = std::size_t{1} << 20;
+  /// The staging buffers' piece: large enough that a piece's DMA runs at the bus's speed, small enough that the host
+  /// copy of one overlaps the DMA of the next.
+  static constexpr std::size_t kStagingPiece = std::size_t{64} << 20;
+
   template <class T>
   void uploadFromHost(T* device, const T* host, std::size_t count) {
-    constexpr std::size_t kStagedBytes = std::size_t{1} << 20;
     if (count * sizeof(T) >= kStagedBytes) {
       uploadStaged(device, host, count * sizeof(T));
     } else {
@@ -761,7 +773,7 @@ struct CudaEngine::Impl {
   /// Copies `bytes` from host memory to the device through the two page-locked staging buffers in turns: the host
   /// fills one (on all cores) while the DMA of the other runs. Returns when the last piece is queued.
   void uploadStaged(void* device, const void* host, std::size_t bytes) {
-    constexpr std::size_t kPiece = std::size_t{64} << 20;
+    constexpr std::size_t kPiece = kStagingPiece;
     auto* to = static_cast<char*>(device);
     const auto* from = static_cast<const char*>(host);
     for (std::size_t done = 0; done < bytes; done += kPiece) {
@@ -776,6 +788,35 @@ struct CudaEngine::Impl {
       res.listStagingFree[b].record(stream.get());
       stats.bytesToDevice += size;
     }
+  }
+  /// Copies `bytes` from the device to host memory through the two page-locked staging buffers in turns: the DMA of
+  /// one piece runs while the host copies the one before it out (on all cores). A DMA into pageable memory runs at
+  /// 6-10 GB/s on the H200's host (a periodic call's 512 MB of forces at 2^24 took 50-90 ms). Returns when every
+  /// byte is in host memory (the stream is then idle).
+  void downloadStaged(void* host, const void* device, std::size_t bytes) {
+    // Smaller pieces than uploads' (16 MiB by default): the host copy of the last piece is not overlapped (~1 ms).
+    const std::size_t pieceBytes = std::clamp<std::size_t>(config.stagedDownloadPieceBytes, 8, kStagingPiece);
+    auto* to = static_cast<char*>(host);
+    const auto* from = static_cast<const char*>(device);
+    const auto copyOut = [&](std::size_t piece) {
+      const int b = static_cast<int>(piece % 2);
+      const std::size_t done = piece * pieceBytes;
+      res.listStagingFree[b].synchronize();  // the piece has landed
+      detail::parallelCopy(to + done, res.listStaging[b].data(), std::min(pieceBytes, bytes - done));
+    };
+    const std::size_t numPieces = (bytes + pieceBytes - 1) / pieceBytes;
+    for (std::size_t piece = 0; piece < numPieces; ++piece) {
+      const int b = static_cast<int>(piece % 2);
+      const std::size_t done = piece * pieceBytes;
+      res.listStagingFree[b].synchronize();  // an earlier DMA through this buffer (an upload's) is done
+      res.listStaging[b].reserve(kStagingPiece);
+      MATCHA_CUDA_CHECK(cudaMemcpyAsync(res.listStaging[b].data(), from + done, std::min(pieceBytes, bytes - done),
+                                        cudaMemcpyDeviceToHost, stream.get()));
+      res.listStagingFree[b].record(stream.get());
+      stats.bytesFromDevice += std::min(pieceBytes, bytes - done);
+      if (piece > 0) copyOut(piece - 1);
+    }
+    if (numPieces > 0) copyOut(numPieces - 1);
   }
 
   void setTree(const TreeTopology& topology, const SourceView& bodies) {

@@ -41,6 +41,9 @@ struct CudaKernelConfig {
   int device = 0;                       ///< CUDA device ordinal
   bool poisonDeviceOutputs = false;     ///< tests: fill device outputs with NaN before each call
   bool synchronizeAfterLaunch = false;  ///< debug: wait for and check every kernel right after its launch
+  /// Periodic calls download their forces through the page-locked staging buffers in pieces of this many bytes (at
+  /// most 64 MiB), arrays of at least one piece; tests set a few KiB so that small calls take that path.
+  std::size_t stagedDownloadPieceBytes = std::size_t{16} << 20;
 };
 
 /// Bytes and timings of the last evaluatePlan/evaluateDirect call.
