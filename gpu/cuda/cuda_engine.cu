@@ -789,6 +789,7 @@ struct CudaEngine::Impl {
       stats.bytesToDevice += size;
     }
   }
+
   /// Copies `bytes` from the device to host memory through the two page-locked staging buffers in turns: the DMA of
   /// one piece runs while the host copies the one before it out (on all cores). A DMA into pageable memory runs at
   /// 6-10 GB/s on the H200's host (a periodic call's 512 MB of forces at 2^24 took 50-90 ms). Returns when every

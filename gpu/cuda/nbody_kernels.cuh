@@ -801,9 +801,9 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   // task kinds, each with its near, far, cell and periodic loops), and warps running different kinds share the
   // instruction cache: the cell and truncated loops (35-90 instructions per interaction) at 4-8 sources per iteration
   // stalled on instruction fetch (Nsight Compute on the H200: 0.85 cycles per issued instruction for the quadrupole
-  // plan, 7.4 for the periodic one, against 0.12 and ~0 unrolled 1-2). The pair loops of the 128-row kind ran 5-7%
-  // faster at 2 than at 4 sources (ncrit 256-1024 acceleration-only plans), those of the smaller kinds 2-4% slower at 4
-  // than at 8.
+  // plan, 7.4 for the periodic one; the quadrupole plan 0.12 unrolled 1-2). The pair
+  // loops of the 128-row kind ran 5-7% faster at 2 than at 4 sources (ncrit 256-1024 acceleration-only plans), those of
+  // the smaller kinds 2-4% slower at 4 than at 8.
   constexpr int kUnroll = kI >= 4 ? 2 : 8;
   constexpr int kLongUnroll = kI >= 4 ? 1 : 2;
   const std::uint32_t group = task.x;
