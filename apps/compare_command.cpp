@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "force_reference.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
 #include "matcha/core/stopwatch.hpp"
@@ -36,11 +37,6 @@ namespace {
 
 constexpr unsigned kCompareOptions = kBodies | kTree | kTreeSweep | kGravity | kEngine | kJson | kPeriodic;
 
-/// The Ewald reference of periodic compares: alpha L = 6 and both sums cut at exp(-4.5^2) = 1.6e-9, a 20th of the
-/// default's wave vectors (gpu/ewald.hpp), far below TreePM's 1e-4 errors; the sample's cost is then N x 1,330 wave
-/// vectors plus targets x N nearest images.
-const gpu::EwaldParams kCompareEwald{1.0, 6.0, 4.5};
-
 /// compare's own options, beside the shared ones.
 struct CompareOptions {
   std::string reference = "auto";  ///< --reference: auto, cpu-double or gpu-double
@@ -57,12 +53,6 @@ struct Sample {
   std::vector<std::uint32_t> slotOfId;  ///< per id: the target's slot in [0, numTargets), or kNone
 
   bool all() const { return numTargets == slotOfId.size(); }
-};
-
-/// Accelerations of the targets, by slot.
-struct TargetForces {
-  std::vector<double> ax, ay, az;
-  AccelerationSet view() const { return {ax, ay, az}; }
 };
 
 /// One tree configuration's results.
@@ -90,86 +80,14 @@ Sample drawSample(std::size_t numBodies, std::size_t numTargets, std::uint64_t s
   return sample;
 }
 
-TargetForces gatherTargets(const Particles& bodies, const Sample& sample) {
-  TargetForces forces;
-  for (auto* component : {&forces.ax, &forces.ay, &forces.az}) component->resize(sample.numTargets);
-  for (std::size_t i = 0; i < bodies.size(); ++i) {
-    const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
-    if (slot == Sample::kNone) continue;
-    forces.ax[slot] = bodies.ax[i];
-    forces.ay[slot] = bodies.ay[i];
-    forces.az[slot] = bodies.az[i];
-  }
-  return forces;
-}
-
-/// The forces on the targets from all N bodies, by direct summation on `engine`. For every body that is plain
-/// evaluateDirect; for a sample it costs K x N instead of N^2, which is what makes N = 2^22 feasible.
-TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, const Sample& sample,
-                             const GravityParams& gravity) {
-  Particles copy = bodies;
-  if (sample.all()) {
-    engine.evaluateDirect(copy.sources(), gravity, copy.forces());
-    return gatherTargets(copy, sample);
-  }
-  // Targets first, kept in the bodies' order: after the tree's Morton sort that makes each block of targets as
-  // compact as the sample allows, and so the float engine's coordinates relative to the block centre as precise.
-  std::vector<std::uint32_t> order;
-  order.reserve(copy.size());
-  for (const bool targets : {true, false}) {
-    for (std::uint32_t i = 0; i < copy.size(); ++i) {
-      if ((sample.slotOfId[copy.id[i]] != Sample::kNone) == targets) order.push_back(i);
-    }
-  }
-  copy.permute(order);
-  constexpr std::uint32_t kBlockSize = 256;
-  // The CUDA engine expands every group's body ranges into 4-byte indices: at most 2^28 list entries per call keeps
-  // that at 1 GiB and within its 32-bit offsets.
-  constexpr std::uint64_t kMaxListEntries = std::uint64_t{1} << 28;
-  const std::uint64_t blocksPerCall = std::max<std::uint64_t>(1, kMaxListEntries / copy.size());
-  const auto numTargets = static_cast<std::uint32_t>(sample.numTargets);
-  const auto targetsPerCall =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(numTargets, blocksPerCall * kBlockSize));
-  for (std::uint32_t first = 0; first < numTargets;) {
-    const std::uint32_t last = first + std::min(targetsPerCall, numTargets - first);
-    const InteractionPlan plan = gpu::makeDirectPlan(copy.sources(), kBlockSize, BodyRange{first, last});
-    engine.evaluatePlan(copy.sources(), CellMultipoles{}, plan, gravity, copy.forces());
-    first = last;
-  }
-  return gatherTargets(copy, sample);
-}
-
-/// Where the periodic reference runs, from --reference: "ewald-gpu-double" (gpu-double, or auto with a usable GPU)
-/// or "ewald-cpu-double". gpu-double without a GPU is refused here, before the long runs.
-std::string ewaldReferenceKind(const std::string& choice) {
-  const bool gpu = gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available;
-  if (choice == "gpu-double" && !gpu) {
-    throw InputError("--reference gpu-double: no usable CUDA device for the Ewald sum (" +
-                     gpu::queryCudaDevice().description + ")");
-  }
-  return choice == "gpu-double" || (choice == "auto" && gpu) ? "ewald-gpu-double" : "ewald-cpu-double";
-}
-
-/// The periodic forces on the targets from all N bodies: Ewald summation in double (gpu/ewald.hpp), on the GPU or the
-/// CPU as `kind` (ewaldReferenceKind) says.
-TargetForces ewaldOnTargets(const Particles& bodies, const Sample& sample, const GravityParams& gravity, double box,
-                            const std::string& kind) {
+/// The sample's targets as indices into `bodies` as they are now (the solver may have reordered them), by slot.
+std::vector<std::uint32_t> targetIndices(const Particles& bodies, const Sample& sample) {
   std::vector<std::uint32_t> targets(sample.numTargets);
   for (std::uint32_t i = 0; i < bodies.size(); ++i) {
     const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
     if (slot != Sample::kNone) targets[slot] = i;
   }
-  TargetForces forces;
-  for (auto* component : {&forces.ax, &forces.ay, &forces.az}) component->resize(sample.numTargets);
-  gpu::EwaldParams ewald = kCompareEwald;
-  ewald.boxSize = box;
-  const ForceView out{forces.ax.data(), forces.ay.data(), forces.az.data(), nullptr, sample.numTargets};
-  if (kind == "ewald-gpu-double") {
-    gpu::evaluateEwaldOnGpu(bodies.sources(), gravity, ewald, targets, out);
-  } else {
-    gpu::evaluateEwald(bodies.sources(), gravity, ewald, targets, out);
-  }
-  return forces;
+  return targets;
 }
 
 /// What a compared solver's tree looked like: the open-boundary tree solver's, or TreePM's short range's.
@@ -177,26 +95,6 @@ tree::TreeStats treeStatsOf(ForceSolver& solver) {
   if (auto* open = dynamic_cast<tree::TreeSolver*>(&solver)) return open->lastStats();
   auto& treePm = dynamic_cast<mesh::TreePmSolver&>(solver);
   return dynamic_cast<tree::PeriodicTreeSolver&>(treePm.shortRange()).lastStats();
-}
-
-/// The double-precision direct-summation engine the errors are measured against: `cpu-double` (the CPU oracle),
-/// `gpu-double` (the CUDA engine in double, far faster at large N; InputError where there is none) or `auto`
-/// (gpu-double when the CUDA engine is built and a device is present, else cpu-double).
-std::unique_ptr<NearFieldEngine> makeReferenceEngine(const std::string& choice, std::string& used) {
-  if (choice == "cpu-double") {
-    used = "cpu-double";
-    return std::make_unique<gpu::CpuEngine>(gpu::Precision::float64);
-  }
-  if (choice == "gpu-double" || (gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available)) {
-    used = "gpu-double";
-    try {
-      return gpu::makeCudaEngine(gpu::Precision::float64);
-    } catch (const InputError& error) {
-      throw InputError(std::string("--reference gpu-double: ") + error.what());
-    }
-  }
-  used = "cpu-double";
-  return std::make_unique<gpu::CpuEngine>(gpu::Precision::float64);
 }
 
 nlohmann::json toJson(const ForceErrorStats& e) {
@@ -329,7 +227,7 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
     row.report = solver->computeForces(bodies);
     row.seconds = clock.seconds();
     row.stats = treeStatsOf(*solver);
-    treeForces.push_back(gatherTargets(bodies, sample));
+    treeForces.push_back(gatherTargets(bodies, targetIndices(bodies, sample)));
     rows.push_back(row);
     info << solver->describe() << ": " << row.seconds << " s" << std::endl;
   }
@@ -349,17 +247,17 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
                     (referenceKind == "ewald-gpu-double" ? "GPU" : "CPU") + " (alpha L 6, sums cut at exp(-20)), box " +
                     boxText + ", onto " + targets;
     info << "reference: " << referenceText << "..." << std::endl;
-    reference = ewaldOnTargets(bodies, sample, options.gravity, box, referenceKind);
+    reference = ewaldOnTargets(bodies, targetIndices(bodies, sample), options.gravity, box, referenceKind);
     direct = reference;  // no periodic direct sum: its row reads 0
   } else {
     info << "direct summation on " << engine.engine->name() << " onto " << targets << "..." << std::endl;
-    direct = directOnTargets(*engine.engine, bodies, sample, options.gravity);
+    direct = directOnTargets(*engine.engine, bodies, targetIndices(bodies, sample), options.gravity);
     directSeconds = clock.seconds();
     referenceText = "direct summation, double precision, " + oracle->name() + ", onto " + targets;
     info << "reference (" << referenceKind << "): direct summation in double on " << oracle->name() << "..."
          << std::endl;
     clock.restart();
-    reference = directOnTargets(*oracle, bodies, sample, options.gravity);
+    reference = directOnTargets(*oracle, bodies, targetIndices(bodies, sample), options.gravity);
   }
   const double referenceSeconds = clock.seconds();
 

@@ -48,6 +48,7 @@ struct Options {
   bool overwrite = false;       ///< --overwrite (run): remove another run's files from --out first
   std::string commandLine;      ///< the arguments as given (main), for the run folder's RUNNING marker
   std::string restartDir;       ///< --restart (run): the run folder whose newest checkpoint the run continues
+  std::int64_t forceCheck = 0;  ///< --force-check (run): bodies whose forces are checked at each tree's last step
   // Periodic TreePM (kPeriodic). resolvePeriodicBox turns them into mesh and gravity.periodic for the bodies at hand.
   double box = 0.0;   ///< --box: side L of the periodic box, > 0; 0: not given (an --ic file's own box applies)
   bool open = false;  ///< --open: open boundaries, also for an --ic file that records a periodic box

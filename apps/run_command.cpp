@@ -9,12 +9,16 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "commands.hpp"
+#include "force_reference.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/force_error.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/gpu/engine_factory.hpp"
@@ -77,6 +81,65 @@ class DirectPotentials {
   double seconds_ = 0.0;
 };
 
+/// `matcha run --force-check K`: after the last step on each tree (where a tree reused over several steps is least
+/// accurate; with reuse off, every step), the accelerations of K bodies drawn at random, a fresh draw each time,
+/// against the exact ones: direct summation in double (the GPU's when there is one), or Ewald summation in a periodic
+/// box. The error percentiles go to the log and to summary.json; the time to the output column, not to the steps
+/// (the reference shares the GPU with the next step's kernels, which may slow that step a little).
+class ForceCheck {
+ public:
+  ForceCheck(std::size_t sample, const GravityParams& gravity, double box, std::uint64_t seed)
+      : sample_(sample), gravity_(gravity), box_(box), seed_(seed) {
+    if (box_ > 0.0) {
+      kind_ = ewaldReferenceKind("auto");
+    } else {
+      oracle_ = makeReferenceEngine("auto", kind_);
+    }
+  }
+
+  /// Measures the forces `p` holds after `step`; returns the log line.
+  std::string operator()(const Particles& p, double time, std::uint64_t step) {
+    const Stopwatch clock;
+    const std::vector<std::uint32_t> targets = drawTargets(p.size(), std::min(sample_, p.size()), seed_ ^ step);
+    const TargetForces exact = box_ > 0.0 ? ewaldOnTargets(p, targets, gravity_, box_, kind_)
+                                          : directOnTargets(*oracle_, p, targets, gravity_);
+    const ForceErrorStats error = summariseForceErrors(gatherTargets(p, targets).view(), exact.view());
+    const double seconds = clock.seconds();
+    checks_.push_back({{"step", step},
+                       {"time", time},
+                       {"median", error.median},
+                       {"p90", error.p90},
+                       {"p99", error.p99},
+                       {"max", error.max},
+                       {"seconds", seconds}});
+    for (const char* key : {"median", "p90", "p99", "max"}) {
+      worst_[key] = std::max(worst_.value(key, 0.0), checks_.back()[key].get<double>());
+    }
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "# force check after step %llu (t = %.6g, the last on its tree): |a - a_exact| / |a_exact| median "
+                  "%.3e, 90%% %.3e, 99%% %.3e, max %.3e on %zu bodies (%s, %.2f s)",
+                  static_cast<unsigned long long>(step), time, error.median, error.p90, error.p99, error.max,
+                  targets.size(), kind_.c_str(), seconds);
+    return line;
+  }
+
+  nlohmann::json json() const {
+    return {
+        {"sample", sample_}, {"reference", kind_}, {"count", checks_.size()}, {"worst", worst_}, {"checks", checks_}};
+  }
+
+ private:
+  std::size_t sample_;
+  GravityParams gravity_;
+  double box_;
+  std::uint64_t seed_;
+  std::string kind_;
+  std::unique_ptr<NearFieldEngine> oracle_;
+  nlohmann::json checks_ = nlohmann::json::array();
+  nlohmann::json worst_ = nlohmann::json::object();
+};
+
 // One progress line at most per second (and at the last step); rewritten in place on a terminal.
 class ProgressLine {
  public:
@@ -112,6 +175,14 @@ void requireWholeStepsFromStart(const Options& options) {
     message << std::setprecision(12) << "--t-end " << p.tEnd << " is absolute time and " << options.icFile
             << " starts at t = " << p.tStart << ": t-end - " << p.tStart << " must be a multiple of dt = " << p.dt;
     throw InputError(message.str());
+  }
+}
+
+/// --force-check K needs 0 <= K <= N.
+void requireForceCheckSample(const Options& options, std::uint64_t numBodies) {
+  if (options.forceCheck < 0 || std::uint64_t(options.forceCheck) > numBodies) {
+    throw InputError("--force-check " + std::to_string(options.forceCheck) + ": must be 0 (off) to the run's " +
+                     std::to_string(numBodies) + " bodies");
   }
 }
 
@@ -240,6 +311,16 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       info << line << std::endl;
     };
   }
+  std::optional<ForceCheck> forceCheck;
+  if (options.forceCheck > 0) {
+    forceCheck.emplace(static_cast<std::size_t>(options.forceCheck), options.gravity, options.integrator.boxSize,
+                       options.seed);
+    callbacks.onLastCallOnTree = [&](const Particles& state, double time, std::uint64_t step) {
+      const std::string line = (*forceCheck)(state, time, step);
+      log << line << std::endl;
+      info << line << std::endl;
+    };
+  }
   DirectPotentials outputPotentials(*engine.engine, options.gravity);
   if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
   // A value that is not finite stops the run; the last good state is saved so that nothing is lost.
@@ -327,6 +408,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       {"interactions", {{"body_body", summary.interactions.bodyBody}, {"body_cell", summary.interactions.bodyCell}}},
       {"interactions_per_second", interactionsPerSecond},
       {"timings", timingsJson(summary, engine.onGpu)},
+      {"force_checks", forceCheck ? forceCheck->json() : nlohmann::json(nullptr)},
       {"output_dir", outDir.string()}};
   log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
   log.close();
@@ -419,6 +501,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
                      " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
   }
   gpu::requireFloatRange(particles, options.gravity);
+  requireForceCheckSample(options, particles.size());
   gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
@@ -458,6 +541,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   // The memory the run needs, from a tree built over its bodies and a sample of its lists, before any force call
   // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
   requireBodiesFit(ic.numBodies);
+  requireForceCheckSample(options, ic.numBodies);
   Particles particles = loadInitialConditions(options, info);
   gpu::requireFloatRange(particles, options.gravity);
   gpu::EngineChoice engine = makeRunEngine(options);
@@ -496,6 +580,12 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       ->add_option("--checkpoint-interval", options.integrator.checkpointInterval,
                    "wall-clock seconds between checkpoints (OUT/checkpoint.hdf5, for --restart); 0: as often as the "
                    "solver allows; checkpoints also follow the first output and any output a minute after the last")
+      ->capture_default_str();
+  command
+      ->add_option("--force-check", options.forceCheck,
+                   "after the last step on each tree (every step with --reuse off), measure the accelerations of this "
+                   "many bodies drawn at random against direct summation in double (Ewald in a periodic box); "
+                   "percentiles in the log and summary.json; 0: off")
       ->capture_default_str();
   command->add_option("--restart", options.restartDir,
                       "continue the run in this folder from its checkpoint, bit for bit as if it had not stopped "

@@ -176,7 +176,7 @@ if [ "${STEPS:-0}" = 1 ]; then
         --output-interval 0.15625 --diagnostic-potential solver --timings --json ${spec#*=} \
         --overwrite --out "${TMPDIR:-/tmp}/matcha-steps-$n-$label" >"$OUT/run-n$n-$label.json" 2>"$OUT/run-n$n-$label.log"
       tail -n 24 "$OUT/run-n$n-$label.log"
-      summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; import re; last=[l for l in open(sys.argv[2]) if l.startswith("# timings since last output")]; steady=re.search(r"([0-9.e+]+) ms/step", last[-1]).group(1) if len(last) > 1 else "n/a"; print("step %.1f ms (force %.1f ms), last interval %s ms/step, GPU busy %.2f, rebuilds %d, repaired %d" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], steady, t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"]))' "$OUT/run-n$n-$label.json" "$OUT/run-n$n-$label.log" 2>&1 | head -c 300)")
+      summary+=("run N=$n $label (${spec#*=}): $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; import re; last=[l for l in open(sys.argv[2]) if l.startswith("# timings since last output")]; steady=re.search(r"([0-9.e+]+) ms/step", last[-1]).group(1) if len(last) > 1 else "n/a"; fc=json.load(open(sys.argv[1])).get("force_checks"); checks="" if not fc else ", force checks: worst p99 %.3g, max %.3g over %d" % (fc["worst"]["p99"], fc["worst"]["max"], fc["count"]); print("step %.1f ms (force %.1f ms), last interval %s ms/step, GPU busy %.2f, rebuilds %d, repaired %d%s" % (1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], steady, t["gpu_busy_fraction"], t["rebuilds"], t["groups_repaired"], checks))' "$OUT/run-n$n-$label.json" "$OUT/run-n$n-$label.log" 2>&1 | head -c 400)")
     done
   done
 fi

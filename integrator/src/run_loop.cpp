@@ -235,6 +235,12 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     interval.integrationSeconds += stepReport.integrationSeconds;
     interval.stepCpuSeconds += stepReport.cpuSeconds;
 
+    if (callbacks.onLastCallOnTree && solver.atCheckpointBoundary()) {
+      const Stopwatch checking;
+      callbacks.onLastCallOnTree(p, runTime(leapfrog.time()), step);
+      interval.outputSeconds += checking.seconds();
+      summary.outputSeconds += checking.seconds();
+    }
     // Evaluated for every step so the schedule advances even when the final step forces an output anyway.
     const bool scheduled = schedule.isDueAndAdvance(step);
     const bool isOutput = scheduled || step == numSteps;

@@ -327,6 +327,71 @@ TEST_F(Cli, TinyRunWritesSnapshotsLogParametersAndJsonSummary) {
   EXPECT_TRUE(timings.contains("groups_repaired"));
 }
 
+// --force-check: after the last step on each tree, fresh random bodies against direct summation in double (Ewald in
+// a box). Reuse 3 checks every third step once trees are reused (the run's last step need not end one), reuse off
+// every step; the errors are a tree's
+// (a mismatched body would read ~1, an unchecked one 0), in the log and in summary.json.
+TEST_F(Cli, ForceChecksMeasureTheLastStepOnEachTree) {
+  const std::string run = "run -n 2048 --dt 0.0078125 --t-end 0.09375 --output-interval 0.046875 --engine cpu ";
+  for (const std::string reuse : {"3", "off"}) {
+    SCOPED_TRACE("--reuse " + reuse);
+    const Result result = matcha(run + "--reuse " + reuse + " --force-check 256 --json --out fc" + reuse);
+    ASSERT_EQ(result.exitCode, 0) << result.err;
+    const nlohmann::json checks = nlohmann::json::parse(result.out)["force_checks"];
+    ASSERT_TRUE(checks.is_object()) << result.out;
+    EXPECT_EQ(checks["sample"], 256);
+    EXPECT_EQ(checks["reference"], "cpu-double");
+    const std::size_t count = checks["checks"].size();
+    EXPECT_EQ(checks["count"], count);
+    if (reuse == "off") {
+      EXPECT_EQ(count, 12u);
+    } else {
+      EXPECT_GE(count, 3u);
+      EXPECT_LE(count, 8u);
+    }
+    std::uint64_t previous = 0;
+    double worstP99 = 0.0;
+    for (const nlohmann::json& check : checks["checks"]) {
+      const auto step = check["step"].get<std::uint64_t>();
+      EXPECT_GT(step, previous);
+      previous = step;
+      EXPECT_DOUBLE_EQ(check["time"].get<double>(), double(step) * 0.0078125);
+      EXPECT_GT(check["median"].get<double>(), 0.0) << check;
+      EXPECT_LE(check["median"].get<double>(), check["p99"].get<double>());
+      EXPECT_LT(check["p99"].get<double>(), 2e-3) << check;
+      worstP99 = std::max(worstP99, check["p99"].get<double>());
+    }
+    if (reuse == "off") EXPECT_EQ(previous, 12u);
+    EXPECT_DOUBLE_EQ(checks["worst"]["p99"].get<double>(), worstP99);
+    EXPECT_NE(result.err.find("# force check after step " + std::to_string(previous) + " (t = "), std::string::npos)
+        << result.err;
+    const std::string log = readFile(dir_ / ("fc" + reuse) / "diagnostics.log");
+    std::size_t logged = 0;
+    for (std::size_t at = log.find("# force check after step "); at != std::string::npos;
+         at = log.find("# force check after step ", at + 1)) {
+      ++logged;
+    }
+    EXPECT_EQ(logged, count);
+  }
+  // A periodic box: the reference is Ewald's.
+  ASSERT_EQ(matcha("ic clumps -n 2048 --seed 3 --out clumps.hdf5").exitCode, 0);
+  const Result box = matcha(
+      "run --ic clumps.hdf5 --dt 0.0078125 --t-end 0.015625 --output-interval 0.015625 --engine cpu --force-check 128 "
+      "--json --out fcbox");
+  ASSERT_EQ(box.exitCode, 0) << box.err;
+  const nlohmann::json boxChecks = nlohmann::json::parse(box.out)["force_checks"];
+  EXPECT_EQ(boxChecks["reference"], "ewald-cpu-double");
+  EXPECT_EQ(boxChecks["count"], 2);
+  EXPECT_GT(boxChecks["worst"]["p99"].get<double>(), 0.0);
+  EXPECT_LT(boxChecks["worst"]["p99"].get<double>(), 1e-2);
+  // Off by default; a sample larger than the bodies, or negative, is refused before the run.
+  const Result plain = matcha(std::string(kTinyRun) + " --engine cpu --json --out plain");
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  EXPECT_TRUE(nlohmann::json::parse(plain.out)["force_checks"].is_null());
+  expectBadInput(std::string(kTinyRun) + " --force-check 257 --out big", "--force-check 257");
+  expectBadInput(std::string(kTinyRun) + " --force-check -1 --out negative", "--force-check -1");
+}
+
 TEST_F(Cli, TimingsPrintALinePerOutputAndAPhaseTable) {
   // With --json the human-readable lines go to stderr, and the JSON says which phases took time.
   const Result result = matcha(std::string(kTinyRun) + " --engine cpu --out t --timings --json");

@@ -965,6 +965,27 @@ TEST(RunLeapfrog, CheckpointsFollowTheIntervalTheFirstOutputAndTheSolversBoundar
   }
 }
 
+// The last step on each tree: after every step whose call ends a tree (here every third), the last step included,
+// with the state after the step; its time is output time, and the forces it sees are the step's own.
+TEST(RunLeapfrog, TheLastCallOnEachTreeIsReportedWithTheStateAfterIt) {
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 64.0;
+  params.tEnd = 33.0 / 64.0;
+  params.outputInterval = 11.0 / 64.0;
+  Particles p = TwoBody{}.make();
+  EveryThirdCallSolver solver;
+  std::vector<std::uint64_t> steps;
+  mi::RunCallbacks callbacks;
+  callbacks.onLastCallOnTree = [&](const Particles& state, double time, std::uint64_t step) {
+    EXPECT_EQ(time, double(step) * params.dt);
+    EXPECT_EQ(state.ax, p.ax);
+    steps.push_back(step);
+  };
+  const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
+  EXPECT_EQ(steps, (std::vector<std::uint64_t>{3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33}));
+  EXPECT_GE(summary.outputSeconds, 0.0);
+}
+
 // A periodic box: every drift folds the bodies back into [0, L)^3, so a body that leaves through a face comes back
 // through the opposite one, with its velocity; without a box (0) the same step leaves the positions where the drift
 // put them, bit for bit.

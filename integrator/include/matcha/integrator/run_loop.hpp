@@ -35,7 +35,8 @@ struct OutputTimings {
   double integrationSeconds = 0.0;  ///< their kicks and drifts
   double stepCpuSeconds = 0.0;      ///< CPU time of the process over those steps, all threads (StepReport::cpuSeconds)
   /// This output's outputPotentials, diagnostics and onOutput, plus the diagnostics measured after each step since
-  /// the previous output (onProgress without outputPotentials). onTimings itself is not timed.
+  /// the previous output (onProgress without outputPotentials) and the onLastCallOnTree calls since then. onTimings
+  /// itself is not timed.
   double outputSeconds = 0.0;
   std::uint64_t rebuilds = 0;        ///< force calls among them that put a new tree to use (ForceReport::rebuilt)
   std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked, summed over them
@@ -80,6 +81,11 @@ struct RunCallbacks {
   /// (ForceSolver::atCheckpointBoundary): the state after step `position.step` at time `time`. Never after the last
   /// step.
   std::function<void(const Particles&, double time, const RunPosition& position)> onCheckpoint;
+  /// Optional: called after every step whose force call was the last on its tree (ForceSolver::atCheckpointBoundary:
+  /// the next call puts a new tree to use; for a solver without state, every step), with the state after the step:
+  /// where a tree reused over several steps is least accurate, so that a caller can measure the forces there
+  /// (`matcha run --force-check`). It must not change `p`. Its time counts as output time, not step time.
+  std::function<void(const Particles&, double time, std::uint64_t step)> onLastCallOnTree;
 };
 
 /// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: MIT
+#include "force_reference.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <unordered_set>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/gpu/engine_factory.hpp"
+#include "matcha/gpu/ewald.hpp"
+
+namespace matcha::app {
+
+namespace {
+
+/// alpha L = 6 and both sums cut at exp(-4.5^2) = 1.6e-9: a 20th of the default's wave vectors (gpu/ewald.hpp); the
+/// cost is then N x 1,330 wave vectors plus targets x N nearest images.
+const gpu::EwaldParams kReferenceEwald{1.0, 6.0, 4.5};
+
+TargetForces sized(std::size_t count) {
+  TargetForces forces;
+  for (auto* component : {&forces.ax, &forces.ay, &forces.az}) component->resize(count);
+  return forces;
+}
+
+}  // namespace
+
+std::unique_ptr<NearFieldEngine> makeReferenceEngine(const std::string& choice, std::string& used) {
+  if (choice == "cpu-double") {
+    used = "cpu-double";
+    return std::make_unique<gpu::CpuEngine>(gpu::Precision::float64);
+  }
+  if (choice == "gpu-double" || (gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available)) {
+    used = "gpu-double";
+    try {
+      return gpu::makeCudaEngine(gpu::Precision::float64);
+    } catch (const InputError& error) {
+      throw InputError(std::string("--reference gpu-double: ") + error.what());
+    }
+  }
+  used = "cpu-double";
+  return std::make_unique<gpu::CpuEngine>(gpu::Precision::float64);
+}
+
+std::string ewaldReferenceKind(const std::string& choice) {
+  const bool gpu = gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available;
+  if (choice == "gpu-double" && !gpu) {
+    throw InputError("--reference gpu-double: no usable CUDA device for the Ewald sum (" +
+                     gpu::queryCudaDevice().description + ")");
+  }
+  return choice == "gpu-double" || (choice == "auto" && gpu) ? "ewald-gpu-double" : "ewald-cpu-double";
+}
+
+TargetForces gatherTargets(const Particles& bodies, std::span<const std::uint32_t> targets) {
+  TargetForces forces = sized(targets.size());
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    forces.ax[k] = bodies.ax[targets[k]];
+    forces.ay[k] = bodies.ay[targets[k]];
+    forces.az[k] = bodies.az[targets[k]];
+  }
+  return forces;
+}
+
+TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, std::span<const std::uint32_t> targets,
+                             const GravityParams& gravity) {
+  Particles copy = bodies;
+  if (targets.size() == bodies.size()) {
+    engine.evaluateDirect(copy.sources(), gravity, copy.forces());
+    return gatherTargets(copy, targets);
+  }
+  // Targets first, kept in the bodies' order: after the tree's Morton sort that makes each block of targets as
+  // compact as the sample allows, and so the float engine's coordinates relative to the block centre as precise.
+  constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> slotOf(copy.size(), kNone);
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    MATCHA_ASSERT(targets[k] < copy.size() && slotOf[targets[k]] == kNone, "targets must be distinct body indices");
+    slotOf[targets[k]] = static_cast<std::uint32_t>(k);
+  }
+  std::vector<std::uint32_t> order;
+  order.reserve(copy.size());
+  for (const bool target : {true, false}) {
+    for (std::uint32_t i = 0; i < copy.size(); ++i) {
+      if ((slotOf[i] != kNone) == target) order.push_back(i);
+    }
+  }
+  copy.permute(order);
+  constexpr std::uint32_t kBlockSize = 256;
+  // The CUDA engine expands every group's body ranges into 4-byte indices: at most 2^28 list entries per call keeps
+  // that at 1 GiB and within its 32-bit offsets.
+  constexpr std::uint64_t kMaxListEntries = std::uint64_t{1} << 28;
+  const std::uint64_t blocksPerCall = std::max<std::uint64_t>(1, kMaxListEntries / copy.size());
+  const auto numTargets = static_cast<std::uint32_t>(targets.size());
+  const auto targetsPerCall =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(numTargets, blocksPerCall * kBlockSize));
+  for (std::uint32_t first = 0; first < numTargets;) {
+    const std::uint32_t last = first + std::min(targetsPerCall, numTargets - first);
+    const InteractionPlan plan = gpu::makeDirectPlan(copy.sources(), kBlockSize, BodyRange{first, last});
+    engine.evaluatePlan(copy.sources(), CellMultipoles{}, plan, gravity, copy.forces());
+    first = last;
+  }
+  TargetForces forces = sized(targets.size());
+  for (std::uint32_t j = 0; j < numTargets; ++j) {
+    const std::uint32_t slot = slotOf[order[j]];
+    forces.ax[slot] = copy.ax[j];
+    forces.ay[slot] = copy.ay[j];
+    forces.az[slot] = copy.az[j];
+  }
+  return forces;
+}
+
+TargetForces ewaldOnTargets(const Particles& bodies, std::span<const std::uint32_t> targets,
+                            const GravityParams& gravity, double box, const std::string& kind) {
+  TargetForces forces = sized(targets.size());
+  gpu::EwaldParams ewald = kReferenceEwald;
+  ewald.boxSize = box;
+  const ForceView out{forces.ax.data(), forces.ay.data(), forces.az.data(), nullptr, targets.size()};
+  if (kind == "ewald-gpu-double") {
+    gpu::evaluateEwaldOnGpu(bodies.sources(), gravity, ewald, targets, out);
+  } else {
+    gpu::evaluateEwald(bodies.sources(), gravity, ewald, targets, out);
+  }
+  return forces;
+}
+
+std::vector<std::uint32_t> drawTargets(std::size_t numBodies, std::size_t count, std::uint64_t seed) {
+  MATCHA_ASSERT(count <= numBodies && numBodies <= std::numeric_limits<std::uint32_t>::max() + std::size_t{1},
+                "more targets than bodies");
+  std::mt19937_64 random(seed);
+  std::unordered_set<std::uint32_t> chosen;
+  chosen.reserve(count);
+  for (std::size_t j = numBodies - count; j < numBodies; ++j) {
+    const auto t = static_cast<std::uint32_t>(std::uniform_int_distribution<std::size_t>(0, j)(random));
+    chosen.insert(chosen.count(t) != 0 ? static_cast<std::uint32_t>(j) : t);
+  }
+  std::vector<std::uint32_t> targets(chosen.begin(), chosen.end());
+  std::sort(targets.begin(), targets.end());
+  return targets;
+}
+
+}  // namespace matcha::app

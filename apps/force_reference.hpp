@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// Exact forces on a few target bodies, the oracle that `matcha compare` and `matcha run --force-check` measure the
+// solver against: direct summation in double (CPU oracle or CUDA engine), or Ewald summation with a periodic box.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "matcha/core/force_error.hpp"
+#include "matcha/core/near_field_engine.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/core/particles.hpp"
+
+namespace matcha::app {
+
+/// Accelerations of the targets, in the order the targets were given.
+struct TargetForces {
+  std::vector<double> ax, ay, az;
+  AccelerationSet view() const { return {ax, ay, az}; }
+};
+
+/// The double-precision direct-summation engine the errors are measured against: `cpu-double` (the CPU oracle),
+/// `gpu-double` (the CUDA engine in double, far faster at large N; InputError where there is none) or `auto`
+/// (gpu-double when the CUDA engine is built and a device is present, else cpu-double). `used` gets the kind.
+std::unique_ptr<NearFieldEngine> makeReferenceEngine(const std::string& choice, std::string& used);
+
+/// Where the periodic reference runs, for `choice` as makeReferenceEngine takes it: "ewald-gpu-double" (gpu-double,
+/// or auto with a usable GPU) or "ewald-cpu-double". InputError for gpu-double without a GPU.
+std::string ewaldReferenceKind(const std::string& choice);
+
+/// The accelerations `bodies` hold for each of `targets` (indices into the bodies).
+TargetForces gatherTargets(const Particles& bodies, std::span<const std::uint32_t> targets);
+
+/// The forces on `targets` (distinct indices into the bodies) from all N bodies, by direct summation on `engine`:
+/// K x N pairs for K targets (every body: plain evaluateDirect), which is what makes N = 2^22 feasible.
+TargetForces directOnTargets(NearFieldEngine& engine, const Particles& bodies, std::span<const std::uint32_t> targets,
+                             const GravityParams& gravity);
+
+/// The periodic forces on `targets` from all N bodies in a box of side `box`: Ewald summation in double
+/// (gpu/ewald.hpp; alpha L = 6 and both sums cut at exp(-4.5^2) = 1.6e-9, far below TreePM's 1e-4 errors), on the GPU
+/// or the CPU as `kind` (ewaldReferenceKind) says.
+TargetForces ewaldOnTargets(const Particles& bodies, std::span<const std::uint32_t> targets,
+                            const GravityParams& gravity, double box, const std::string& kind);
+
+/// `count` distinct indices in [0, numBodies), uniformly at random from `seed` (Floyd's algorithm: O(count) work and
+/// memory whatever numBodies), in increasing order. count <= numBodies.
+std::vector<std::uint32_t> drawTargets(std::size_t numBodies, std::size_t count, std::uint64_t seed);
+
+}  // namespace matcha::app
