@@ -117,7 +117,7 @@ class ForceCheck {
     }
     char line[256];
     std::snprintf(line, sizeof line,
-                  "# force check after step %llu (t = %.6g, the last on its tree): |a - a_exact| / |a_exact| median "
+                  "# force check after step %llu (t = %.6g): |a - a_exact| / |a_exact| median "
                   "%.3e, 90%% %.3e, 99%% %.3e, max %.3e on %zu bodies (%s, %.2f s)",
                   static_cast<unsigned long long>(step), time, error.median, error.p90, error.p99, error.max,
                   targets.size(), kind_.c_str(), seconds);
