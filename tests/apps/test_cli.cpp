@@ -361,7 +361,9 @@ TEST_F(Cli, ForceChecksMeasureTheLastStepOnEachTree) {
       EXPECT_LT(check["p99"].get<double>(), 2e-3) << check;
       worstP99 = std::max(worstP99, check["p99"].get<double>());
     }
-    if (reuse == "off") EXPECT_EQ(previous, 12u);
+    if (reuse == "off") {
+      EXPECT_EQ(previous, 12u);
+    }
     EXPECT_DOUBLE_EQ(checks["worst"]["p99"].get<double>(), worstP99);
     EXPECT_NE(result.err.find("# force check after step " + std::to_string(previous) + " (t = "), std::string::npos)
         << result.err;
