@@ -163,6 +163,7 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
     memory.reuseSteps = shape.reachesReuse() ? shape.reuseSteps : 1;
     memory.sizes = tree::estimateTreeSolverMemory(particles, options.tree, options.gravity, shape, estimate);
     gpu::addEngineTreeMemory(memory.sizes, onGpu, estimate);
+    if (options.tree.sortOnDevice) gpu::addEngineKeySortMemory(n, onGpu, estimate);
   } else {
     // The direct solver sorts the bodies along a Hilbert curve before each sum (run_command.cpp: makeSolver): keys,
     // and for the sort its (key, index) pairs and their scratch, the sorted keys and the order; then the bodies'

@@ -152,6 +152,12 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command
+        .add_option("--device-sort", options.tree.sortOnDevice,
+                    "sort each tree's space-filling-curve keys on the GPU (on: the same order as the host's sort, "
+                    "sooner) or on the host's cores (off); the CPU engine always sorts on the host")
+        ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->capture_default_str();
+    command
         .add_option("--alpha", options.tree.alpha,
                     "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
                     "|a_old|; 0 = theta alone")

@@ -413,7 +413,55 @@ void registerPlan(Precision precision, std::size_t n, double theta, std::uint32_
       ->MinTime(0.05);
 }
 
+/// The tree's key sort (NearFieldEngine::sortKeys) on the device, transfers included, against the host's KeySorter on
+/// all cores: Plummer Morton keys as a tree built from the last tree's order sees them (sorted, then every body moved
+/// by v dt, dt = 1/128). Wall time per sort; counter: keys per second.
+void runKeySort(benchmark::State& state, std::size_t n, bool onDevice) {
+  Particles p = plummer(n);
+  const auto mortonKeys = [&] {
+    std::vector<std::uint64_t> keys;
+    tree::computeMortonKeys(p.sources(), tree::computeBoundingCube(p.sources()), keys);
+    return keys;
+  };
+  std::vector<std::uint64_t> initialKeys = mortonKeys();
+  p.permute(tree::sortByKey(initialKeys));
+  for (std::size_t i = 0; i < n; ++i) {
+    p.x[i] += p.vx[i] / 128.0;
+    p.y[i] += p.vy[i] / 128.0;
+    p.z[i] += p.vz[i] / 128.0;
+  }
+  const std::vector<std::uint64_t> keys = mortonKeys();
+  std::vector<std::uint64_t> sorted(n);
+  std::vector<std::uint32_t> order(n);
+  tree::KeySorter host;
+  CudaEngine& cuda = engine(Precision::float32);
+  const auto sort = [&] {
+    if (onDevice) {
+      if (!cuda.sortKeys(keys, 3 * tree::kMaxLevel, sorted, order)) state.SkipWithError("the engine did not sort");
+    } else {
+      host.sort(keys, sorted, order);
+    }
+  };
+  sort();  // the first sort allocates
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    sort();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  state.counters["keys/s"] = benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 void registerAll() {
+  for (int log2n = 16; log2n <= 24; log2n += 2) {
+    for (const bool onDevice : {true, false}) {
+      const std::size_t n = std::size_t{1} << log2n;
+      const std::string name = std::string("keysort/") + (onDevice ? "device" : "host") + "/N:" + std::to_string(n);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) { runKeySort(state, n, onDevice); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.1);
+    }
+  }
   // Direct, float: every shape for N = 2^12 ... 2^20, the engine's own choice at 2^22 (9 s a call on an H100).
   const auto floatShapes = CudaEngine::supportedDirectConfigs(Precision::float32);
   for (int log2n = 12; log2n <= 20; log2n += 2) {

@@ -17,6 +17,7 @@
 #include "cuda_check.cuh"
 #include "device_memory.cuh"
 #include "kernel_variants.cuh"
+#include "key_sort.cuh"
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
@@ -1355,6 +1356,7 @@ struct CudaEngine::Impl {
   CudaKernelConfig config;
   DeviceSelection selection;
   detail::CudaStream stream;
+  detail::DeviceKeySorter keySorter{config.device};
   detail::CudaEvent start, kernelsStart, kernelsStop, stop;
   std::unordered_map<const void*, int> occupancy;
   CudaCallStats stats;
@@ -1475,6 +1477,13 @@ double CudaEngine::lastKernelMilliseconds() const { return impl_->stats.kernelMi
 const CudaCallStats& CudaEngine::lastCallStats() const { return impl_->stats; }
 
 Precision CudaEngine::precision() const { return impl_->precision; }
+
+bool CudaEngine::sortKeys(std::span<const std::uint64_t> keys, int keyBits, std::span<std::uint64_t> sorted,
+                          std::span<std::uint32_t> order) {
+  if (keys.size() < kMinSortKeys) return false;
+  impl_->keySorter.sort(keys, keyBits, sorted, order);
+  return true;
+}
 
 bool CudaEngine::periodicShortRange() const { return impl_->precision == Precision::float32; }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "matcha/core/interaction_plan.hpp"
+#include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/detail/memory_bridge.hpp"
 
 namespace matcha::gpu {
@@ -96,6 +97,16 @@ void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, MemoryEstimate& est
   double pinned = withRoom(7.0 * n * sizeof(double)) + withRoom(kListStagingBytes) +
                   withRoom(largestBatch * 2 * sizeof(std::uint32_t)) + withRoom(groups * sizeof(std::uint32_t));
   estimate.add("engine: page-locked staging", bytes(pinned + groups * (sizeof(BodyRange) + 2 * sizeof(std::uint64_t))));
+}
+
+void addEngineKeySortMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate) {
+  if (!onGpu || numBodies < CudaEngine::kMinSortKeys) return;
+  // key_sort.cu: two key and two index buffers; CUB's scratch for double buffers is its digit histograms and tile
+  // states, well under a byte a key (one byte a key is allowed).
+  const double n = double(numBodies);
+  estimate.add(
+      "engine: key sort", 0,
+      static_cast<std::uint64_t>(withRoom(n * 2 * (sizeof(std::uint64_t) + sizeof(std::uint32_t))) + withRoom(n)));
 }
 
 void addEngineDirectMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate) {

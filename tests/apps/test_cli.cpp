@@ -180,6 +180,7 @@ TEST_F(Cli, RejectsUnknownOptionsAndValues) {
   expectOneLineError("run --multipole hex", "multipole");
   expectOneLineError("run --multipole both", "multipole");  // one order per run; `both` is for compare
   expectOneLineError("compare --multipole quadrupole", "multipole");
+  expectOneLineError("run --device-sort maybe", "device-sort");
   expectOneLineError("run -n abc", "bodies");
   expectOneLineError("frobnicate", "subcommand");
 }

@@ -146,7 +146,7 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   cube.side = boxSize;
   computeMortonKeys(particles.sources(), cube, keys_);
   phaseDone(Phase::keys);
-  sorter_.sort(keys_, sortedKeys_, order_);
+  sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
   permuter_.permute(particles, order_);
   phaseDone(Phase::sort);
   buildOctree(sortedKeys_, cube, params_.nleaf, tree_);

@@ -259,6 +259,15 @@ void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint6
   });
 }
 
+bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::uint64_t> keys,
+                std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order) {
+  sorted.resize(keys.size());
+  order.resize(keys.size());
+  if (engine != nullptr && engine->sortKeys(keys, 3 * kMaxLevel, sorted, order)) return true;
+  host.sort(keys, sorted, order);
+  return false;
+}
+
 void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> order) {
   MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
   for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz,

@@ -372,7 +372,7 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   const Cube cube = computeBoundingCube(positions);
   computeMortonKeys(positions, cube, build.keys);
   phaseDone(Phase::keys);
-  build.sorter.sort(build.keys, build.sortedKeys, build.order);
+  sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, build.sorter, build.keys, build.sortedKeys, build.order);
   SourceView sorted;
   if (sortCaller != nullptr) {
     // The caller's bodies, their history and their predicted positions go into the tree's order.

@@ -3,6 +3,7 @@
 // that tree/ can hand plans to an engine without knowing which one (DESIGN.md §2).
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -126,6 +127,17 @@ class NearFieldEngine {
   /// Whether the engine keeps its own copy of the bodies and can advance it (BodyMotion::advanced), which pays where
   /// the positions would cross a bus: the CUDA engine. An engine that reads the caller's arrays does not.
   virtual bool advancesBodies() const { return false; }
+
+  /// Sorts a tree's space-filling-curve keys where the engine's device does it faster than the host (the tree solver
+  /// sorts on the host otherwise): ascending, equal keys in the order of their indices, sorted[k] = keys[order[k]];
+  /// only the low `keyBits` bits of each key are compared. The same result, bit for bit, as tree::KeySorter. Returns
+  /// false, writing nothing, where the engine does not sort (the CPU engine) or would not be faster (few keys). Safe to
+  /// call from another thread while the engine evaluates (a tree built in the background): the CUDA engine sorts on
+  /// a stream and in buffers of its own. Synchronous.
+  virtual bool sortKeys(std::span<const std::uint64_t> /*keys*/, int /*keyBits*/, std::span<std::uint64_t> /*sorted*/,
+                        std::span<std::uint32_t> /*order*/) {
+    return false;
+  }
 
   /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i, times G: a distinct
   /// body at the same point counts with its softened -m_j/eps when eps > 0 and is skipped when eps = 0 (singular).

@@ -72,6 +72,9 @@ struct TreeParams {
   /// receiving the positions every call, and the next call's evaluation is launched as this call ends, so that the
   /// GPU works while the host kicks and drifts (false: positions are uploaded at every call, after the drift).
   bool advanceOnDevice = true;
+  /// Sort each tree's space-filling-curve keys on the engine's device where it offers that (NearFieldEngine::sortKeys:
+  /// the CUDA engine, from 2^16 bodies) instead of on the host's cores; the same order either way, so the same forces.
+  bool sortOnDevice = true;
   /// With advanceOnDevice: at a tree's last call, wait for the next tree's background build and launch the next call
   /// on it ahead (true), rather than do so only when the build is already done (false). Waiting there puts the host's
   /// integration after the build instead of beside it, which at reuse 2 (the CPU building all the time) made the step

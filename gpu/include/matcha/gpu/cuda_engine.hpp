@@ -103,6 +103,12 @@ class CudaEngine final : public NearFieldEngine {
   void discardResident() override;
   bool advancesBodies() const override { return true; }
 
+  /// As NearFieldEngine::sortKeys: CUB's radix sort on a stream of the device's highest priority, from kMinSortKeys
+  /// keys on (below, the host's sort is as fast as the transfers alone).
+  bool sortKeys(std::span<const std::uint64_t> keys, int keyBits, std::span<std::uint64_t> sorted,
+                std::span<std::uint32_t> order) override;
+  static constexpr std::size_t kMinSortKeys = std::size_t{1} << 16;
+
   /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                    const ForceView& out) override;

@@ -18,6 +18,11 @@ namespace matcha::gpu {
 /// j-body; on the host it keeps page-locked staging for positions, outputs and lists.
 void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, MemoryEstimate& estimate);
 
+/// Adds what the CUDA engine keeps to sort the keys of a tree of `numBodies` bodies on the device
+/// (CudaEngine::sortKeys, from CudaEngine::kMinSortKeys bodies on): the keys and their indices twice each (CUB's double
+/// buffers) and CUB's scratch. Nothing on the CPU engine, which leaves the sort to the host.
+void addEngineKeySortMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate);
+
 /// Adds what a direct sum over `numBodies` bodies keeps on the engine (the direct solver, or direct potentials at a
 /// run's outputs): on the CUDA engine its own source, output and partial-sum buffers on the device; on the CPU
 /// engine nothing that grows with the bodies.

@@ -43,9 +43,10 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 
 /// The periodic short-range solver. Each call builds a tree (root: the cube [0, L)^3), its groups and their lists, and
 /// has the engine evaluate them with gravity.periodic. Trees and lists are not reused across calls
-/// (TreeParams::reuse, pipeline and advanceOnDevice are ignored): reuse refits cells to moved bodies and checks lists
-/// in the engine with the open-boundary criterion, and a body that crosses a face re-enters at the opposite one, so a
-/// refitted cell would span the box. A call's bodies must lie in [0, L)^3 (the integrator wraps them at each drift).
+/// (TreeParams::reuse, pipeline and advanceOnDevice are ignored; sortOnDevice is not): reuse refits cells to moved
+/// bodies and checks lists in the engine with the open-boundary criterion, and a body that crosses a face re-enters at
+/// the opposite one, so a refitted cell would span the box. A call's bodies must lie in [0, L)^3 (the integrator wraps
+/// them at each drift).
 class PeriodicTreeSolver final : public ForceSolver {
  public:
   /// `engine` must outlive the solver and support the periodic short range (NearFieldEngine::periodicShortRange).

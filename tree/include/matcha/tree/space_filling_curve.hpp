@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/particles.hpp"
 
 namespace matcha::tree {
@@ -62,6 +63,11 @@ class KeySorter {
   static KeyIndex* sortRange(KeyIndex* data, KeyIndex* temp, std::size_t count, int shift, bool copyBack);
   std::vector<KeyIndex> pairs_, scratch_;
 };
+
+/// KeySorter::sort's result, from the device of `engine` where it is given and sorts (NearFieldEngine::sortKeys: the
+/// CUDA engine, from 2^16 keys on; TreeParams::sortOnDevice), else from `host`. Returns whether the device sorted.
+bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::uint64_t> keys,
+                std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order);
 
 /// Puts every array of a Particles into a new order, in parallel, swapping each array with one scratch array, so that
 /// once sizes settle nothing is allocated or freed (Particles::permute allocates a scratch array per call and runs on

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+// The tree's key sort on the GPU (NearFieldEngine::sortKeys, CUB's radix sort) against the host's (tree::KeySorter),
+// which is its reference: the same sorted keys and the same order, bit for bit, so that a tree is the same whichever
+// sorted its keys. Skips, saying why, without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "matcha/gpu/cuda_engine.hpp"
+#include "matcha/gpu/engine_factory.hpp"
+#include "matcha/integrator/leapfrog.hpp"
+#include "matcha/testing/generators.hpp"
+#include "matcha/testing/restart_check.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
+#include "matcha/tree/tree_solver.hpp"
+
+namespace matcha::gpu {
+namespace {
+
+class DeviceKeySortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CudaDeviceInfo device = queryCudaDevice();
+    if (!device.available) GTEST_SKIP() << "no CUDA device, GPU test skipped: " << device.description;
+  }
+};
+
+std::vector<std::uint64_t> mortonKeys(const Particles& p) {
+  std::vector<std::uint64_t> keys;
+  tree::computeMortonKeys(p.sources(), tree::computeBoundingCube(p.sources()), keys);
+  return keys;
+}
+
+void expectSameSort(CudaEngine& engine, const std::vector<std::uint64_t>& keys, int keyBits, const std::string& what) {
+  SCOPED_TRACE(what + ", " + std::to_string(keys.size()) + " keys");
+  std::vector<std::uint64_t> hostSorted, deviceSorted(keys.size(), 0xdeadbeefull);
+  std::vector<std::uint32_t> hostOrder, deviceOrder(keys.size(), 0xdeadbeefu);
+  tree::KeySorter().sort(keys, hostSorted, hostOrder);
+  ASSERT_TRUE(engine.sortKeys(keys, keyBits, deviceSorted, deviceOrder));
+  EXPECT_TRUE(deviceSorted == hostSorted) << "sorted keys differ";
+  EXPECT_TRUE(deviceOrder == hostOrder) << "orders differ (ties must follow the indices)";
+}
+
+TEST_F(DeviceKeySortTest, SortsAsTheHostDoesBitForBit) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  CudaEngine engine;
+  // Sizes around the threshold and an odd one; Morton keys use 63 bits.
+  for (const std::size_t n : {CudaEngine::kMinSortKeys, 3 * CudaEngine::kMinSortKeys + 17, std::size_t{1} << 20}) {
+    Particles p = testing::plummer(n, seed);
+    std::vector<std::uint64_t> keys = mortonKeys(p);
+    expectSameSort(engine, keys, 63, "Plummer in the generator's order");
+    // As a tree built from the last tree's order sees them: sorted once, then moved a little.
+    std::vector<std::uint64_t> sorted;
+    std::vector<std::uint32_t> order;
+    tree::KeySorter().sort(keys, sorted, order);
+    p.permute(order);
+    for (std::size_t i = 0; i < n; ++i) {
+      p.x[i] += p.vx[i] / 128.0;
+      p.y[i] += p.vy[i] / 128.0;
+      p.z[i] += p.vz[i] / 128.0;
+    }
+    expectSameSort(engine, mortonKeys(p), 63, "Plummer nearly sorted");
+    // Many equal keys (coincident bodies, a clump at the deepest level): ties are where the order is decided.
+    std::mt19937_64 rng(seed + n);
+    std::vector<std::uint64_t> repeated(n);
+    for (auto& key : repeated) key = (rng() % 97) << 50 | (rng() % 3);
+    expectSameSort(engine, repeated, 63, "few distinct keys");
+    expectSameSort(engine, std::vector<std::uint64_t>(n, 42), 63, "all keys equal");
+    std::vector<std::uint64_t> full(n);
+    for (auto& key : full) key = rng();
+    expectSameSort(engine, full, 64, "all 64 bits");
+  }
+}
+
+TEST_F(DeviceKeySortTest, FewKeysAreLeftToTheHost) {
+  CudaEngine engine;
+  const std::vector<std::uint64_t> keys(CudaEngine::kMinSortKeys - 1, 7);
+  std::vector<std::uint64_t> sorted(keys.size(), 1);
+  std::vector<std::uint32_t> order(keys.size(), 1);
+  EXPECT_FALSE(engine.sortKeys(keys, 63, sorted, order));
+  EXPECT_TRUE(std::all_of(sorted.begin(), sorted.end(), [](std::uint64_t k) { return k == 1; }));
+}
+
+// A run whose trees are built in the background sorts from that thread while the engine evaluates on its own stream:
+// the run is the run of host sorts, bit for bit, with trees built in the background and within the call.
+TEST_F(DeviceKeySortTest, RunsWithDeviceSortsAreTheRunsOfHostSorts) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  for (const std::uint32_t reuse : {3u, 1u}) {
+    SCOPED_TRACE("reuse " + std::to_string(reuse));
+    TreeParams params;
+    params.alpha = 1e-3;
+    params.reuse = reuse;
+    Particles onDevice = testing::plummer(std::size_t{1} << 17, seed);
+    Particles onHost = onDevice;
+    CudaEngine deviceEngine, hostEngine;
+    tree::TreeSolver deviceSorting(deviceEngine, params, GravityParams{});
+    params.sortOnDevice = false;
+    tree::TreeSolver hostSorting(hostEngine, params, GravityParams{});
+    const double dt = 1.0 / 128.0;
+    integrator::LeapfrogKDK deviceRun(deviceSorting, dt), hostRun(hostSorting, dt);
+    deviceRun.initialize(onDevice);
+    hostRun.initialize(onHost);
+    int background = 0;
+    for (int step = 1; step <= 24; ++step) {
+      deviceRun.step(onDevice);
+      hostRun.step(onHost);
+      background += deviceSorting.lastStats().background ? 1 : 0;
+    }
+    if (reuse > 1) {
+      EXPECT_GT(background, 0) << "no tree was built in the background";
+    }
+    testing::expectSameBodiesBitForBit(onHost, onDevice, "from the run that sorted on the host");
+  }
+}
+
+}  // namespace
+}  // namespace matcha::gpu
