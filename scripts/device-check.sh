@@ -25,27 +25,30 @@ root=$PWD
 if [ "${1:-}" = bundle ]; then
   build=${2:-build-cuda}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-  cmake --build "$build" -j "$(nproc)" --target test_cuda_engine bench_cuda bench_cpu matcha || exit 1
+  gpu_tests=(test_cuda_engine test_device_key_sort)
+  cmake --build "$build" -j "$(nproc)" --target "${gpu_tests[@]}" bench_cuda bench_cpu matcha || exit 1
   rm -rf build-device
   mkdir -p build-device/tests/gpu build-device/bench build-device/apps build-device/lib-all
-  cp "$build/tests/gpu/test_cuda_engine" "$build/tests/gpu/test_cuda_engine[1]_include.cmake" \
-     "$build/tests/gpu/test_cuda_engine[1]_tests.cmake" build-device/tests/gpu/
+  for test in "${gpu_tests[@]}"; do
+    cp "$build/tests/gpu/$test" "$build/tests/gpu/$test[1]_include.cmake" "$build/tests/gpu/$test[1]_tests.cmake" \
+      build-device/tests/gpu/
+    echo "include(\"@BUILD@/tests/gpu/$test[1]_include.cmake\")" >>build-device/tests/gpu/CTestTestfile.cmake
+  done
   cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
   cp "$build/apps/matcha" build-device/apps/
-  echo 'include("@BUILD@/tests/gpu/test_cuda_engine[1]_include.cmake")' >build-device/tests/gpu/CTestTestfile.cmake
   grep -A1 bench_cuda_smoke "$build/bench/CTestTestfile.cmake" >build-device/bench/CTestTestfile.cmake
   printf 'subdirs("tests/gpu")\nsubdirs("bench")\n' >build-device/CTestTestfile.cmake
   # Absolute paths of this build become a placeholder that the GPU machine fills in.
   sed -i "s|$root/$build|@BUILD@|g" build-device/tests/gpu/*.cmake build-device/bench/CTestTestfile.cmake
   # Every shared library outside the C runtime; the GPU machine links only those it lacks. Not cuFFT (the mesh's
   # GPU backend): 286 MB, over the device tool's limit; the GPU machine takes its own (see MATCHA_PREBUILT below).
-  ldd build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/bench/bench_cpu \
-    build-device/apps/matcha |
+  ldd "${gpu_tests[@]/#/build-device/tests/gpu/}" build-device/bench/bench_cuda build-device/bench/bench_cpu build-device/apps/matcha |
     awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
     grep -v '/libcufft\.so' | xargs -r cp -L -t build-device/lib-all/
   # Each binary carries every kernel variant as SASS and PTX (~20 MB, a quarter of that gzipped): the device tool
   # carries at most 64 MiB.
-  gzip -9 build-device/tests/gpu/test_cuda_engine build-device/bench/bench_cuda build-device/apps/matcha
+  for test in "${gpu_tests[@]}"; do gzip -9 "build-device/tests/gpu/$test"; done
+  gzip -9 build-device/bench/bench_cuda build-device/apps/matcha
   du -sh build-device
   exit 0
 fi
