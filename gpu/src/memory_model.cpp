@@ -102,10 +102,10 @@ void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, MemoryEstimate& est
 void addEngineKeySortMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate) {
   if (!onGpu || numBodies < CudaEngine::kMinSortKeys) return;
   // key_sort.cu: two key and two index buffers; CUB's scratch for double buffers is its digit histograms and tile
-  // states, well under a byte a key (one byte a key is allowed).
+  // states, well under a byte a key (one byte a key is allowed); on the host two page-locked 8 MiB staging pieces.
   const double n = double(numBodies);
   estimate.add(
-      "engine: key sort", 0,
+      "engine: key sort", static_cast<std::uint64_t>(withRoom(2.0 * double(std::uint64_t{8} << 20))),
       static_cast<std::uint64_t>(withRoom(n * 2 * (sizeof(std::uint64_t) + sizeof(std::uint32_t))) + withRoom(n)));
 }
 
