@@ -130,7 +130,8 @@ class NearFieldEngine {
 
   /// Sorts a tree's space-filling-curve keys where the engine's device does it faster than the host (the tree solver
   /// sorts on the host otherwise): ascending, equal keys in the order of their indices, sorted[k] = keys[order[k]];
-  /// only the low `keyBits` bits of each key are compared. The same result, bit for bit, as tree::KeySorter. Returns
+  /// only the low `keyBits` bits of each key are compared (the tree's Morton keys have none above 3 kMaxLevel = 63),
+  /// so for keys without higher bits the result is tree::KeySorter's, bit for bit. Returns
   /// false, writing nothing, where the engine does not sort (the CPU engine) or would not be faster (few keys). Safe to
   /// call from another thread while the engine evaluates (a tree built in the background): the CUDA engine sorts on
   /// a stream and in buffers of its own. Synchronous.
