@@ -194,6 +194,37 @@ void forEachWarpTask(BodyRange group, Emit&& emit) {
   }
 }
 
+/// Task kinds 0 .. kOneThreadPerBodyKinds - 1 give each row a thread of its own (128, 64 and 32 rows): each body's
+/// sum runs over the same tiles in the same order in any of them, so they give the same sums: bit for bit with
+/// monopole cells, to float rounding with quadrupole cells (their loops are unrolled differently, and the compiler
+/// fuses the quadrupole terms' products differently: relative 1e-7 at most on the H200).
+constexpr int kOneThreadPerBodyKinds = 3;
+static_assert(detail::kPlanTaskKinds[kOneThreadPerBodyKinds - 1].threadsPerBody == 1 &&
+                  detail::kPlanTaskKinds[kOneThreadPerBodyKinds].threadsPerBody > 1,
+              "the kinds of one thread per body come first");
+
+/// forEachWarpTask, with every task of one thread per body whose cost (entries x taskCostPerEntry) exceeds `longest`
+/// cut into tasks of 64 or 32 rows. The groups with the longest lists (the densest places, and the relative test's
+/// smallest tolerances) hold tasks as long as a warp's share of the whole launch: started first (longest first) they
+/// still ran alone at the end. At 2^20 with reused lists (Plummer, theta 1.0, ncrit 1024, nleaf 16, alpha 2e-3,
+/// reuse 3) a step's kernels took 13.6 ms on the H200 before the cut and 8.9 after; at 2^22 and beyond a warp's share
+/// is larger than any task, and nothing is cut.
+template <class Real, class Emit>
+void forEachBalancedWarpTask(BodyRange group, double entries, double longest, Emit&& emit) {
+  forEachWarpTask<Real>(group, [&](std::uint32_t first, std::uint32_t rows, int kind) {
+    int piece = kind;
+    while (piece < kOneThreadPerBodyKinds - 1 && entries * taskCostPerEntry(piece) > longest) ++piece;
+    if (piece == kind) {
+      emit(first, rows, kind);
+      return;
+    }
+    const auto pieceRows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[piece].rows());
+    for (std::uint32_t done = 0; done < rows; done += pieceRows) {
+      emit(first + done, std::min(pieceRows, rows - done), piece);
+    }
+  });
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -246,12 +277,26 @@ struct CudaEngine::Impl {
     }
     const bool planOk = isFloat ? findPlanVariant<float>(candidate.planTileSize, false) != nullptr
                                 : findPlanVariant<double>(candidate.planTileSize, false) != nullptr;
+    if (!(candidate.longestTaskShare >= 0.0) || !std::isfinite(candidate.longestTaskShare)) {
+      throw InputError("CUDA longestTaskShare must be a finite number >= 0 (got " +
+                       std::to_string(candidate.longestTaskShare) + ")");
+    }
     if (!planOk) {
       std::string list;
       for (auto tile : CudaEngine::supportedPlanTileSizes(precision)) list.append(" ").append(std::to_string(tile));
       throw InputError("CUDA plan tile size " + std::to_string(candidate.planTileSize) +
                        " is not compiled in; available:" + list);
     }
+  }
+
+  /// The cost (taskCostPerEntry units) above which forEachBalancedWarpTask cuts a task: config.longestTaskShare of
+  /// one resident warp's share of `totalCost`.
+  template <class Variant>
+  double longestTaskCost(double totalCost, const Variant& variant) {
+    if (!(config.longestTaskShare > 0.0)) return std::numeric_limits<double>::infinity();
+    const double warps =
+        double(selection.numSMs) * blocksPerSM(variant.kernel, variant.threads) * (variant.threads / 32);
+    return config.longestTaskShare * totalCost / std::max(1.0, warps);
   }
 
   int blocksPerSM(const void* kernel, int threads) {
@@ -490,7 +535,14 @@ struct CudaEngine::Impl {
     std::uint32_t listBodies = 0;
     std::uint64_t numTasks = 0;
     bucketCounts.assign(kNumBuckets, 0);
-    const auto forEachTask = [&](std::size_t g, auto&& emit) { forEachWarpTask<Real>(plan.groups[g], emit); };
+    double totalCost = 0.0;
+    const auto entriesOf = [&](std::size_t g) {
+      return double(hostGroupLists[g].y) + double(hostGroupLists[g].w) * (quadrupole ? kQuadrupoleEntryWeight : 1.0);
+    };
+    double longestTask = std::numeric_limits<double>::infinity();
+    const auto forEachTask = [&](std::size_t g, auto&& emit) {
+      forEachBalancedWarpTask<Real>(plan.groups[g], entriesOf(g), longestTask, emit);
+    };
     const auto bucketOf = [](double cost) {
       if (cost < 1.0) return 0;
       return std::min(kNumBuckets - 1, 1 + static_cast<int>(std::log2(cost)));
@@ -513,10 +565,13 @@ struct CudaEngine::Impl {
       bodyBody += group.size() * groupListBodies;
       bodyCell += group.size() * groupListCells;
       packedBytes += 16 * groupListBodies + (quadrupole ? 40 : 16) * groupListCells;  // float4, or 10 floats
-      const double entries =
-          double(groupListBodies) + double(groupListCells) * (quadrupole ? kQuadrupoleEntryWeight : 1.0);
+      forEachWarpTask<Real>(
+          group, [&](std::uint32_t, std::uint32_t, int kind) { totalCost += entriesOf(g) * taskCostPerEntry(kind); });
+    }
+    longestTask = longestTaskCost(totalCost, *variant);
+    for (std::size_t g = 0; g < numGroups; ++g) {
       forEachTask(g, [&](std::uint32_t, std::uint32_t, int kind) {
-        ++bucketCounts[bucketOf(entries * taskCostPerEntry(kind))];
+        ++bucketCounts[bucketOf(entriesOf(g) * taskCostPerEntry(kind))];
         ++numTasks;
       });
     }
@@ -532,8 +587,7 @@ struct CudaEngine::Impl {
       position += bucketCounts[b];
     }
     for (std::size_t g = 0; g < numGroups; ++g) {
-      const double entries =
-          double(plan.numListCells(g)) * (quadrupole ? kQuadrupoleEntryWeight : 1.0) + double(hostGroupLists[g].y);
+      const double entries = entriesOf(g);
       forEachTask(g, [&](std::uint32_t first, std::uint32_t rows, int kind) {
         hostTasks[next[bucketOf(entries * taskCostPerEntry(kind))]++] =
             uint4{static_cast<unsigned>(g), first, rows, static_cast<unsigned>(kind)};
@@ -713,7 +767,10 @@ struct CudaEngine::Impl {
     DeviceBuffer<std::uint32_t> taskKeys, sortedKeys, subsetGroups, taskCounter;
     std::uint32_t numTasks = 0;
     bool tasksSorted = false;
-    std::vector<uint4> hostSubsetTasks, hostSortedSubsetTasks;
+    /// The cost above which the last whole launch on this tree cut a task (forEachBalancedWarpTask); launches of a
+    /// subset of the groups cut theirs the same way (none before the tree's first whole launch).
+    double longestTask = std::numeric_limits<double>::infinity();
+    std::vector<uint4> hostTasks, hostSubsetTasks, hostSortedSubsetTasks;
     std::vector<double> hostSubsetCosts;
     std::vector<std::uint32_t> subsetOrder;
     // The check's results.
@@ -880,23 +937,9 @@ struct CudaEngine::Impl {
     r.hostFailed.reserve(std::size_t{r.numGroups} + 1);
     r.listBodies.assign(r.numGroups, 0);
     r.listCells.assign(r.numGroups, 0);
-    // The warp tasks depend on the groups' sizes alone.
-    std::vector<uint4> treeTasks;
-    for (std::uint32_t g = 0; g < r.numGroups; ++g) {
-      const auto emit = [&](std::uint32_t first, std::uint32_t rows, int kind) {
-        treeTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
-      };
-      if (precision == Precision::float32) {
-        forEachWarpTask<float>(topology.groups[g], emit);
-      } else {
-        forEachWarpTask<double>(topology.groups[g], emit);
-      }
-    }
-    r.numTasks = static_cast<std::uint32_t>(treeTasks.size());
-    uploadTreeVector(r.tasks, treeTasks);
-    r.sortedTasks.reserve(std::max<std::uint32_t>(r.numTasks, 1));
-    r.taskKeys.reserve(std::max<std::uint32_t>(r.numTasks, 1));
-    r.sortedKeys.reserve(std::max<std::uint32_t>(r.numTasks, 1));
+    // The warp tasks come with the lists (launchResidentIn): the longest are cut by the lists' lengths.
+    r.numTasks = 0;
+    r.longestTask = std::numeric_limits<double>::infinity();
     r.tasksSorted = false;
     r.taskCounter.reserve(1);
     r.hasTree = true;
@@ -1043,10 +1086,12 @@ struct CudaEngine::Impl {
       for (const std::uint32_t g : groups) {
         MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
         const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
-        forEachWarpTask<Real>(r.groups[g], [&](std::uint32_t first, std::uint32_t rows, int kind) {
-          r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
-          r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
-        });
+        // Cut as in the last whole launch: a group whose lists did not change gets the same sums.
+        forEachBalancedWarpTask<Real>(r.groups[g], entries, r.longestTask,
+                                      [&](std::uint32_t first, std::uint32_t rows, int kind) {
+                                        r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
+                                        r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
+                                      });
       }
       r.subsetOrder.resize(r.hostSubsetTasks.size());
       std::iota(r.subsetOrder.begin(), r.subsetOrder.end(), 0u);
@@ -1091,7 +1136,37 @@ struct CudaEngine::Impl {
         copyOnDevice(r.z.data(), r.callerZ.data(), n);
       }
     }
+    const detail::PlanVariant<Real>* variant =
+        findPlanVariant<Real>(config.planTileSize, r.quadrupole, false, out.pot != nullptr);
+    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
     if (all && !r.tasksSorted) {
+      // The groups' warp tasks for their current lists, the longest cut (forEachBalancedWarpTask), then ordered by
+      // cost on the device.
+      const double cellWeight = r.quadrupole ? kQuadrupoleEntryWeight : 1.0;
+      const auto entriesOf = [&](std::uint32_t g) {
+        return double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
+      };
+      double totalCost = 0.0;
+      for (std::uint32_t g = 0; g < r.numGroups; ++g) {
+        forEachWarpTask<Real>(r.groups[g], [&](std::uint32_t, std::uint32_t, int kind) {
+          totalCost += entriesOf(g) * taskCostPerEntry(kind);
+        });
+      }
+      const double longest = longestTaskCost(totalCost, *variant);
+      r.longestTask = longest;
+      r.hostTasks.clear();
+      for (std::uint32_t g = 0; g < r.numGroups; ++g) {
+        forEachBalancedWarpTask<Real>(r.groups[g], entriesOf(g), longest,
+                                      [&](std::uint32_t first, std::uint32_t rows, int kind) {
+                                        r.hostTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
+                                      });
+      }
+      MATCHA_ASSERT(r.hostTasks.size() <= std::numeric_limits<std::uint32_t>::max(), "too many warp tasks");
+      r.numTasks = static_cast<std::uint32_t>(r.hostTasks.size());
+      numTasks = r.numTasks;
+      uploadVector(r.tasks, r.hostTasks);
+      for (auto* buffer : {&r.taskKeys, &r.sortedKeys}) buffer->reserve(std::max<std::uint32_t>(r.numTasks, 1));
+      r.sortedTasks.reserve(std::max<std::uint32_t>(r.numTasks, 1));
       detail::TaskCostModel model{};
       model.cellWeight = r.quadrupole ? kQuadrupoleEntryWeight : 1.0;
       for (int kind = 0; kind < detail::kNumPlanTaskKinds; ++kind) model.costPerEntry[kind] = taskCostPerEntry(kind);
@@ -1102,6 +1177,7 @@ struct CudaEngine::Impl {
       detail::sortTasks(r.scratch.data(), sortBytes, r.taskKeys.data(), r.sortedKeys.data(), r.tasks.data(),
                         r.sortedTasks.data(), r.numTasks, stream.get());
       r.tasksSorted = true;
+      taskList = r.sortedTasks.data();  // reserved anew above
     }
     // Refit, deepest level first.
     const RefitBodies refitBodies{r.x.data(), r.y.data(), r.z.data(), r.mass.data(), nullptr};
@@ -1158,9 +1234,6 @@ struct CudaEngine::Impl {
     detail::launchCheckLists(check, r.quadrupole, stream.get());
     MATCHA_CUDA_CHECK_LAUNCH("checkListsKernel", config.synchronizeAfterLaunch);
     // The group x list kernel.
-    const detail::PlanVariant<Real>* variant =
-        findPlanVariant<Real>(config.planTileSize, r.quadrupole, false, out.pot != nullptr);
-    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
     if (config.poisonDeviceOutputs) {
       for (auto* buffer : {&r.outX, &r.outY, &r.outZ, &r.outPot}) {
         MATCHA_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0xff, n * sizeof(double), stream.get()));

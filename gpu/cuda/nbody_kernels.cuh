@@ -748,7 +748,7 @@ __global__ void __launch_bounds__(kCancelledSumThreads)
 struct PlanTaskKind {
   int threadsPerBody;  ///< q
   int bodiesPerThread;
-  int rows() const { return 32 / threadsPerBody * bodiesPerThread; }
+  constexpr int rows() const { return 32 / threadsPerBody * bodiesPerThread; }
 };
 inline constexpr int kNumPlanTaskKinds = 8;
 /// rows: 128, 64, 32, 16, 8, 4, 2, 1. Keeping 2 bodies per thread in the tasks of 2..32 rows (q doubled: two

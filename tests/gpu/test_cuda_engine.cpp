@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -514,6 +515,73 @@ TEST_F(CudaEngineTest, CpuAndGpuFloatAgreeOnTheSamePlan) {
     std::printf("GPU float vs CPU float on one %s plan: max %.3e, median %.3e\n", toString(multipole).c_str(),
                 c.accelerationMax, c.accelerationMedian);
     expectClose(c, 2e-5, 2e-7, "GPU vs CPU float, " + toString(multipole));
+  }
+}
+
+// A warp task longer than its share of the launch is cut into tasks of fewer rows, one thread per body in each
+// (cuda_engine.cu: forEachBalancedWarpTask): every body's sum runs over the same tiles in the same order, so the
+// forces are those of the uncut tasks, on plans (evaluatePlan) and on resident lists (a tree solver's call): bit for
+// bit with monopole cells; with quadrupole cells to float rounding (the kinds' loops are unrolled differently, and
+// the compiler fuses the quadrupole terms' products differently: 1-ulp differences on the H200). A clump in a halo at
+// ncrit 1024 with the relative test gives lists of very different lengths.
+TEST_F(CudaEngineTest, LongTasksCutIntoFewerRowsGiveTheSameForcesBitForBit) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const Particles bodies = testing::clumpInHalo(60000, seed);
+  const auto engineWithShare = [](double share) {
+    CudaKernelConfig config = testConfig();
+    config.longestTaskShare = share;
+    return std::make_unique<CudaEngine>(Precision::float32, config);
+  };
+  MultipoleOrder multipole = MultipoleOrder::monopole;
+  const auto expectSameForces = [&](const Particles& test, const Particles& reference, const std::string& what) {
+    ASSERT_EQ(test.id, reference.id) << what;
+    if (multipole == MultipoleOrder::monopole) {
+      EXPECT_EQ(test.ax, reference.ax) << what;
+      EXPECT_EQ(test.ay, reference.ay) << what;
+      EXPECT_EQ(test.az, reference.az) << what;
+      EXPECT_EQ(test.pot, reference.pot) << what;
+    } else {
+      const Comparison c = compare(test, reference);
+      std::printf("%s: cut against uncut tasks, max %.3e, median %.3e\n", what.c_str(), c.accelerationMax,
+                  c.accelerationMedian);
+      expectClose(c, 1e-6, 1e-7, what);
+    }
+  };
+  for (const MultipoleOrder order : {MultipoleOrder::monopole, MultipoleOrder::quadrupole}) {
+    multipole = order;
+    const std::string what = toString(multipole);
+    // Plans: uncut (share 0), cut where the default share says, and every task of one thread per body cut to 32 rows.
+    auto uncut = engineWithShare(0.0);
+    TreePlan tp(bodies, 0.5, 1024, *uncut, multipole);
+    Particles reference = tp.particles;
+    poison(reference);
+    const CellMultipoles& cells = tp.solver.octree().multipoles;
+    uncut->evaluatePlan(reference.sources(), cells, tp.plan, GravityParams{}, reference.forces());
+    const std::uint64_t uncutTasks = uncut->lastCallStats().numTasks;
+    for (const double share : {0.5, 1e-12}) {
+      auto engine = engineWithShare(share);
+      Particles test = tp.particles;
+      poison(test);
+      engine->evaluatePlan(test.sources(), cells, tp.plan, GravityParams{}, test.forces());
+      if (share < 1e-6) EXPECT_GT(engine->lastCallStats().numTasks, uncutTasks) << what << ": nothing was cut";
+      expectSameForces(test, reference, what + " plan, share " + std::to_string(share));
+    }
+    // Resident lists, through the tree solver (a tree built within each call), with the relative test.
+    TreeParams params;
+    params.ncrit = 1024;
+    params.nleaf = 16;
+    params.alpha = 2e-3;
+    params.multipole = multipole;
+    params.reuse = 1;
+    Particles residentReference = bodies;
+    tree::TreeSolver(*uncut, params, GravityParams{}).computeForces(residentReference);
+    for (const double share : {0.5, 1e-12}) {
+      auto engine = engineWithShare(share);
+      Particles test = bodies;
+      tree::TreeSolver(*engine, params, GravityParams{}).computeForces(test);
+      expectSameForces(test, residentReference, what + " resident, share " + std::to_string(share));
+    }
   }
 }
 
@@ -1492,6 +1560,11 @@ TEST_F(CudaEngineTest, UnsupportedShapesAreInputErrors) {
   config = CudaKernelConfig{};
   config.planTileSize = 128;
   EXPECT_THROW(CudaEngine(Precision::float64, config), InputError);  // double: tile 64 only
+  for (const double share : {-1.0, std::numeric_limits<double>::infinity(), kNaN}) {
+    config = CudaKernelConfig{};
+    config.longestTaskShare = share;
+    EXPECT_THROW(engine.setConfig(config), InputError) << share;
+  }
 }
 
 TEST(CudaEngineWithoutDevice, AskingForCudaFailsClearly) {

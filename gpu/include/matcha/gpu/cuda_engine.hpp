@@ -44,6 +44,10 @@ struct CudaKernelConfig {
   /// Periodic calls download their forces through the page-locked staging buffers in pieces of this many bytes (at
   /// most 64 MiB), arrays of at least one piece; tests set a few KiB so that small calls take that path.
   std::size_t stagedDownloadPieceBytes = std::size_t{16} << 20;
+  /// The longest warp task of a group x list launch, as a fraction of one resident warp's share of the launch's
+  /// work: a longer task of one thread per body is cut into tasks of fewer rows (the same sums: bit for bit with
+  /// monopole cells, to float rounding with quadrupoles). 0: no cut.
+  double longestTaskShare = 0.5;
 };
 
 /// Bytes and timings of the last evaluatePlan/evaluateDirect call.
