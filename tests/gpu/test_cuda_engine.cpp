@@ -520,10 +520,10 @@ TEST_F(CudaEngineTest, CpuAndGpuFloatAgreeOnTheSamePlan) {
 
 // A warp task longer than its share of the launch is cut into tasks of fewer rows, one thread per body in each
 // (cuda_engine.cu: forEachBalancedWarpTask): every body's sum runs over the same tiles in the same order, so the
-// forces are those of the uncut tasks, on plans (evaluatePlan) and on resident lists (a tree solver's call): bit for
-// bit with monopole cells; with quadrupole cells to float rounding (the kinds' loops are unrolled differently, and
-// the compiler fuses the quadrupole terms' products differently: 1-ulp differences on the H200). A clump in a halo at
-// ncrit 1024 with the relative test gives lists of very different lengths.
+// forces are those of the uncut tasks, on plans (evaluatePlan) and on resident lists (a whole launch): bit for bit
+// with monopole cells; with quadrupole cells to float rounding (the kinds' loops are unrolled differently, and the
+// compiler fuses the quadrupole terms' products differently: up to 1.1e-7 relative on the H200). A clump in a halo
+// at ncrit 1024 gives lists of very different lengths.
 TEST_F(CudaEngineTest, LongTasksCutIntoFewerRowsGiveTheSameForcesBitForBit) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -567,19 +567,28 @@ TEST_F(CudaEngineTest, LongTasksCutIntoFewerRowsGiveTheSameForcesBitForBit) {
       if (share < 1e-6) EXPECT_GT(engine->lastCallStats().numTasks, uncutTasks) << what << ": nothing was cut";
       expectSameForces(test, reference, what + " plan, share " + std::to_string(share));
     }
-    // Resident lists, through the tree solver (a tree built within each call), with the relative test.
-    TreeParams params;
-    params.ncrit = 1024;
-    params.nleaf = 16;
-    params.alpha = 2e-3;
-    params.multipole = multipole;
-    params.reuse = 1;
-    Particles residentReference = bodies;
-    tree::TreeSolver(*uncut, params, GravityParams{}).computeForces(residentReference);
+    // Resident lists: the same tree and lists installed, then one launch of every group (where tasks are cut).
+    TreeTopology topology = tp.solver.topology();
+    InteractionPlan lists = tp.plan;
+    lists.groupIds.resize(lists.numGroups());
+    std::iota(lists.groupIds.begin(), lists.groupIds.end(), 0u);
+    const auto residentForces = [&](CudaEngine& engine) {
+      Particles p = tp.particles;
+      poison(p);
+      engine.setTree(topology, p.sources());
+      engine.setLists(lists);
+      engine.launchResident(p.sources(), GravityParams{}, p.forces(), {}, BodyMotion::moved);
+      EXPECT_TRUE(engine.finishResident().failedGroups.empty()) << what;
+      return p;
+    };
+    const Particles residentReference = residentForces(*uncut);
+    const std::uint64_t uncutResidentTasks = uncut->lastCallStats().numTasks;
     for (const double share : {0.5, 1e-12}) {
       auto engine = engineWithShare(share);
-      Particles test = bodies;
-      tree::TreeSolver(*engine, params, GravityParams{}).computeForces(test);
+      const Particles test = residentForces(*engine);
+      if (share < 1e-6) {
+        EXPECT_GT(engine->lastCallStats().numTasks, uncutResidentTasks) << what << ": nothing was cut";
+      }
       expectSameForces(test, residentReference, what + " resident, share " + std::to_string(share));
     }
   }
