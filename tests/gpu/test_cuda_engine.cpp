@@ -524,7 +524,7 @@ TEST_F(CudaEngineTest, CpuAndGpuFloatAgreeOnTheSamePlan) {
 // with monopole cells; with quadrupole cells to float rounding (the kinds' loops are unrolled differently, and the
 // compiler fuses the quadrupole terms' products differently: up to 1.1e-7 relative on the H200). A clump in a halo
 // at ncrit 1024 gives lists of very different lengths.
-TEST_F(CudaEngineTest, LongTasksCutIntoFewerRowsGiveTheSameForcesBitForBit) {
+TEST_F(CudaEngineTest, LongTasksCutIntoFewerRowsGiveTheSameForces) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const Particles bodies = testing::clumpInHalo(60000, seed);
