@@ -564,7 +564,9 @@ TEST_F(CudaEngineTest, LongTasksCutIntoFewerRowsGiveTheSameForces) {
       Particles test = tp.particles;
       poison(test);
       engine->evaluatePlan(test.sources(), cells, tp.plan, GravityParams{}, test.forces());
-      if (share < 1e-6) EXPECT_GT(engine->lastCallStats().numTasks, uncutTasks) << what << ": nothing was cut";
+      if (share < 1e-6) {
+        EXPECT_GT(engine->lastCallStats().numTasks, uncutTasks) << what << ": nothing was cut";
+      }
       expectSameForces(test, reference, what + " plan, share " + std::to_string(share));
     }
     // Resident lists: the same tree and lists installed, then one launch of every group (where tasks are cut).
