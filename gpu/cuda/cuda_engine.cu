@@ -23,6 +23,7 @@
 #include "matcha/gpu/detail/cuda_bridge.hpp"
 #include "matcha/gpu/detail/host_copy.hpp"
 #include "resident_kernels.cuh"
+#include "staged_copy.cuh"
 
 namespace matcha::gpu {
 
@@ -786,9 +787,7 @@ struct CudaEngine::Impl {
     PinnedBuffer<double> hostPositions;  ///< 3 n
     /// 4 n: all outputs in the caller's order, or a subset's in the tree's order when the caller's order differs.
     PinnedBuffer<double> hostForces;
-    std::array<PinnedBuffer<char>, 2> listStaging;
-    std::array<detail::CudaEvent, 2> listStagingFree;
-    int nextListStaging = 0;
+    detail::StagedCopier staging{kStagingPiece};  ///< large uploads (lists, trees) and periodic downloads
     InteractionCounts counts64;
     std::vector<std::uint64_t> listBodies, listCells;  ///< per group, for the interaction counts
     detail::CudaEvent start, kernelsStart, kernelsStop, stop;
@@ -831,21 +830,8 @@ struct CudaEngine::Impl {
   /// Copies `bytes` from host memory to the device through the two page-locked staging buffers in turns: the host
   /// fills one (on all cores) while the DMA of the other runs. Returns when the last piece is queued.
   void uploadStaged(void* device, const void* host, std::size_t bytes) {
-    constexpr std::size_t kPiece = kStagingPiece;
-    auto* to = static_cast<char*>(device);
-    const auto* from = static_cast<const char*>(host);
-    for (std::size_t done = 0; done < bytes; done += kPiece) {
-      const int b = res.nextListStaging;
-      res.nextListStaging ^= 1;
-      const std::size_t size = std::min(kPiece, bytes - done);
-      res.listStagingFree[b].synchronize();  // its last DMA is done (a never-recorded event counts as done)
-      res.listStaging[b].reserve(kPiece);
-      detail::parallelCopy(res.listStaging[b].data(), from + done, size);
-      MATCHA_CUDA_CHECK(
-          cudaMemcpyAsync(to + done, res.listStaging[b].data(), size, cudaMemcpyHostToDevice, stream.get()));
-      res.listStagingFree[b].record(stream.get());
-      stats.bytesToDevice += size;
-    }
+    res.staging.upload(device, host, bytes, stream.get());
+    stats.bytesToDevice += bytes;
   }
 
   /// Copies `bytes` from the device to host memory through the two page-locked staging buffers in turns: the DMA of
@@ -854,28 +840,8 @@ struct CudaEngine::Impl {
   /// byte is in host memory (the stream is then idle).
   void downloadStaged(void* host, const void* device, std::size_t bytes) {
     // Smaller pieces than uploads' (16 MiB by default): the host copy of the last piece is not overlapped (~1 ms).
-    const std::size_t pieceBytes = std::clamp<std::size_t>(config.stagedDownloadPieceBytes, 8, kStagingPiece);
-    auto* to = static_cast<char*>(host);
-    const auto* from = static_cast<const char*>(device);
-    const auto copyOut = [&](std::size_t piece) {
-      const int b = static_cast<int>(piece % 2);
-      const std::size_t done = piece * pieceBytes;
-      res.listStagingFree[b].synchronize();  // the piece has landed
-      detail::parallelCopy(to + done, res.listStaging[b].data(), std::min(pieceBytes, bytes - done));
-    };
-    const std::size_t numPieces = (bytes + pieceBytes - 1) / pieceBytes;
-    for (std::size_t piece = 0; piece < numPieces; ++piece) {
-      const int b = static_cast<int>(piece % 2);
-      const std::size_t done = piece * pieceBytes;
-      res.listStagingFree[b].synchronize();  // an earlier DMA through this buffer (an upload's) is done
-      res.listStaging[b].reserve(kStagingPiece);
-      MATCHA_CUDA_CHECK(cudaMemcpyAsync(res.listStaging[b].data(), from + done, std::min(pieceBytes, bytes - done),
-                                        cudaMemcpyDeviceToHost, stream.get()));
-      res.listStagingFree[b].record(stream.get());
-      stats.bytesFromDevice += std::min(pieceBytes, bytes - done);
-      if (piece > 0) copyOut(piece - 1);
-    }
-    if (numPieces > 0) copyOut(numPieces - 1);
+    res.staging.download(host, device, bytes, stream.get(), config.stagedDownloadPieceBytes);
+    stats.bytesFromDevice += bytes;
   }
 
   void setTree(const TreeTopology& topology, const SourceView& bodies) {

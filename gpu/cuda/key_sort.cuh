@@ -11,6 +11,7 @@
 #include <span>
 
 #include "device_memory.cuh"
+#include "staged_copy.cuh"
 
 namespace matcha::gpu::detail {
 
@@ -37,13 +38,9 @@ class DeviceKeySorter {
   DeviceBuffer<std::uint64_t> keys_[2];
   DeviceBuffer<std::uint32_t> indices_[2];
   DeviceBuffer<unsigned char> scratch_;
-  // Page-locked staging, in pieces taken in turns, so that the host copies one piece (on all cores) while the DMA of
-  // the other runs: from pageable memory the DMA alone ran at ~7 GB/s on the H200's host.
-  PinnedBuffer<char> staging_[2];
-  CudaEvent stagingFree_[2];
-
-  void upload(void* device, const void* host, std::size_t bytes);
-  void download(void* host, const void* device, std::size_t bytes);
+  /// Pieces large enough that a piece's DMA runs at the bus's speed, small enough that the copy of the last one,
+  /// which nothing overlaps, is short.
+  StagedCopier staging_{std::size_t{8} << 20};
 };
 
 }  // namespace matcha::gpu::detail
