@@ -171,18 +171,30 @@ struct TreeSolver::Motion {
   /// predict(), and in the same pass over the bodies the inputs a background build copies: the masses, and each
   /// body's lowestAcceleration over `age` calls.
   void predictWithInputs(const Particles& p, std::uint32_t first, std::uint32_t last, double age,
-                         std::vector<double>& mass, std::vector<float>& acceleration) {
+                         std::vector<double>* mass, std::vector<float>& acceleration) {
     const std::size_t n = p.size();
-    for (auto* array : {&predictedX, &predictedY, &predictedZ, &mass}) array->resize(n);
+    for (auto* array : {&predictedX, &predictedY, &predictedZ}) array->resize(n);
+    if (mass != nullptr) mass->resize(n);
     radius.resize(n);
     acceleration.resize(n);
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
       predictRange(p, r.begin(), r.end(), first, last);
       for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        mass[i] = p.mass[i];
+        if (mass != nullptr) (*mass)[i] = p.mass[i];
         acceleration[i] = lowestAcceleration(p, i, age);
       }
     });
+  }
+
+  /// Each body's lowestAcceleration over `age` calls, in the caller's order (a build for exact positions).
+  void accelerationInputs(const Particles& p, double age, std::vector<float>& acceleration) const {
+    acceleration.resize(p.size());
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), 8192),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          acceleration[i] = lowestAcceleration(p, i, age);
+                        }
+                      });
   }
 
  private:
@@ -238,6 +250,10 @@ struct TreeSolver::TreeBuild {
   // In the tree's order (background builds; a build within a call uses the sorted particles instead).
   std::vector<double> x, y, z, mass;
   std::vector<float> acceleration, radius;
+  /// The bodies the tree was built over, in its order (the sorted caller or the copies above), and their balls (null
+  /// for exact positions).
+  SourceView bodies;
+  const float* bodyRadius = nullptr;
   std::vector<std::uint64_t> keys, sortedKeys;
   std::vector<std::uint32_t> order;
   KeySorter sorter;
@@ -310,8 +326,7 @@ void TreeSolver::joinBackgroundBuild() {
 void TreeSolver::expectAdvance(const std::optional<BodyAdvance>& advance) { advance_ = advance; }
 
 bool TreeSolver::advancing() const {
-  return advance_.has_value() && params_.advanceOnDevice && params_.reuse != 1 && engine_.advancesBodies() &&
-         !advanceMismatch_;
+  return advance_.has_value() && params_.advanceOnDevice && engine_.advancesBodies() && !advanceMismatch_;
 }
 
 BodyUpdate TreeSolver::movedBodies(const Particles& particles) {
@@ -345,6 +360,7 @@ void TreeSolver::reset() {
   motion_->reset();
   idSample_.clear();
   nextPlannedFor_ = kNoCall;
+  callerOrdered_ = false;
 }
 
 bool TreeSolver::sameBodies(const Particles& particles) const {
@@ -404,6 +420,8 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
     sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
   }
   phaseDone(Phase::sort);
+  build.bodies = sorted;
+  build.bodyRadius = radius;
   buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
   phaseDone(Phase::octree);
   computeMultipoles(sorted, params_.theta, params_.multipole, build.tree, radius);
@@ -447,13 +465,14 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   stats.meanGroupSize = double(n) / double(build.groups.size());
   for (const BodyRange& range : build.groups.ranges)
     stats.maxGroupSize = std::max<std::uint64_t>(stats.maxGroupSize, range.size());
-  stats.background = sortCaller == nullptr;
+  stats.background = false;  // buildForLater says otherwise
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   reset();
   TreeBuild& build = *current_;
   buildTree(build, &particles, particles.sources(), nullptr, nullptr);
+  callerOrdered_ = true;
   stats_ = build.stats;
   if (build.plans.empty()) build.plans.resize(1);
   build.planBuilder.build(build.walkTree, build.groups, 0, static_cast<std::uint32_t>(build.groups.size()),
@@ -512,7 +531,7 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
 }
 
 bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out, ForceReport* report,
-                               std::vector<std::uint32_t>* failed) {
+                               std::vector<std::uint32_t>* failed, bool bodiesAdvanced) {
   const bool evaluate = particles != nullptr;
   MATCHA_ASSERT(!evaluate || (report != nullptr && failed != nullptr), "an evaluating walk needs a report");
   const auto numGroups = static_cast<std::uint32_t>(build.groups.size());
@@ -531,19 +550,28 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   build.fits = true;
   // The engine evaluates one batch while the CPU walks the next. The first launch uploads the positions and refits
   // the cells; the later ones reuse that.
-  bool launched = false, inFlight = false;
+  bool launched = false, inFlight = false, mismatch = false;
+  const InteractionCounts countsBefore = evaluate ? report->counts : InteractionCounts{};
   const auto finishBatch = [&] {
     if (!inFlight) return;
     inFlight = false;
     const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
     report->timings.engineWaitSeconds += wait.seconds();
+    mismatch = mismatch || result.advanceMismatch;
     addResult(result, *report);
     failed->insert(failed->end(), result.failedGroups.begin(), result.failedGroups.end());
   };
+  const auto firstUpdate = [&] {
+    if (!bodiesAdvanced) return movedBodies(*particles);
+    BodyUpdate update(BodyMotion::advanced);
+    update.advance = *motionSinceLastCall_;
+    heldThisCall_ = true;
+    return update;
+  };
   const auto launchBatch = [&](const InteractionPlan& lists) {
     engine_.launchResident(particles->sources(), gravity_, out, lists.groupIds,
-                           launched ? BodyUpdate(BodyMotion::unchanged) : movedBodies(*particles));
+                           launched ? BodyUpdate(BodyMotion::unchanged) : firstUpdate());
     launched = inFlight = true;
   };
   if (evaluate) {
@@ -599,6 +627,15 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
     first = end;
   }
   if (evaluate) finishBatch();
+  if (mismatch) {
+    // The engine's copy of the bodies was not the caller's (NearFieldEngine: the sampled positions differ): every
+    // batch was evaluated at the wrong positions. All again, with the positions sent, as they are from now on.
+    advanceMismatch_ = true;
+    heldThisCall_ = false;
+    report->counts = countsBefore;
+    failed->clear();
+    return walkAllGroups(build, particles, out, report, failed, false);
+  }
   stats.meanListBodies = double(sumListBodies) / double(numGroups);
   stats.meanListCells = double(sumListCells) / double(numGroups);
   build.engineEntries = streaming ? 0 : resident;
@@ -635,7 +672,7 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   stats_.callsOnTree = 0;
 }
 
-void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport& report) {
+bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engineHeldBodies, ForceReport& report) {
   // A background build for another window would be stale: wait for it and drop it.
   cancel_ = true;
   if (background_.joinable()) background_.join();
@@ -645,17 +682,33 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
 
   const bool predict = steps > 1 && motion_->canPredict();
   if (!predict) steps = 1;
-  if (predict) {
-    const Stopwatch predicting;
-    motion_->predict(particles, 0, steps - 1);
-    report.timings[Phase::motion] += predicting.seconds();
-  }
+  // Only the first tree sorts the caller's bodies: later ones are built from them in the order that tree gave them,
+  // as background builds are (a tree's gather of 40 bytes a body from that order cost less than permuting the caller's
+  // twelve arrays and the motion history, 2^22: ~5 against ~11 ms, and the engine keeps its copy of the bodies, which
+  // a permuted caller makes it send again).
+  const bool sortCaller = !callerOrdered_;
+  TreeBuild& build = *next_;
   const Motion& m = *motion_;
+  const Stopwatch predicting;
+  if (predict && sortCaller) {
+    motion_->predict(particles, 0, steps - 1);
+  } else if (predict) {
+    // The relative test scaled by the accelerations the bodies have (rounded down to floats), as when sorted.
+    motion_->predictWithInputs(particles, 0, steps - 1, 0.0, nullptr, build.inAcceleration);
+  } else if (!sortCaller) {
+    motion_->accelerationInputs(particles, 0.0, build.inAcceleration);
+  }
+  if (predict || !sortCaller) report.timings[Phase::motion] += predicting.seconds();
   const SourceView positions = predict ? SourceView{m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(),
                                                     particles.mass.data(), particles.size()}
                                        : particles.sources();
-  TreeBuild& build = *next_;
-  buildTree(build, &particles, positions, nullptr, predict ? m.radius.data() : nullptr);
+  const float* radius = predict ? m.radius.data() : nullptr;
+  if (sortCaller) {
+    buildTree(build, &particles, positions, nullptr, radius);
+    callerOrdered_ = true;
+  } else {
+    buildTree(build, nullptr, positions, build.inAcceleration.data(), radius);
+  }
   build.steps = steps;
   build.firstCall = call_;
   build.lastCall = call_ + steps - 1;
@@ -666,7 +719,7 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
     // pass that fails the check still gives |a| to a few percent, which is all the estimate is for.
     const Stopwatch estimate;
     ForceReport pass;
-    computeMultipoles(particles.sources(), kEstimateTheta, MultipoleOrder::monopole, build.tree);
+    computeMultipoles(build.bodies, kEstimateTheta, MultipoleOrder::monopole, build.tree, build.bodyRadius);
     build.topology.theta = kEstimateTheta;
     build.topology.multipole = MultipoleOrder::monopole;
     buildWalkTree(build.tree, build.walkTree);
@@ -675,24 +728,36 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
     std::vector<std::uint32_t> ignored;
     walkAllGroups(build, &particles, accelerations, &pass, &ignored);
     report.counts += pass.counts;
-    computeMultipoles(particles.sources(), params_.theta, params_.multipole, build.tree);
+    computeMultipoles(build.bodies, params_.theta, params_.multipole, build.tree, build.bodyRadius);
     build.topology.theta = params_.theta;
     build.topology.multipole = params_.multipole;
-    setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
+    if (sortCaller) {
+      setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
+    } else {
+      // The estimate's accelerations are in the caller's order: their magnitudes into the tree's.
+      motion_->accelerationInputs(particles, 0.0, build.inAcceleration);
+      gatherInto(build.inAcceleration.data(), build.order, build.acceleration);
+      setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
+    }
     build.topology.relativeTolerance = build.groups.relativeTolerance;
     buildWalkTree(build.tree, build.walkTree);
     build.timings[Phase::walk] = 0.0;  // the estimate's walk is part of the estimate
     report.timings[Phase::estimate] += estimate.seconds();
     build.stats.estimatePass = true;
+    engineHeldBodies = false;  // the estimate's launch sent the positions
   }
+  // The engine's copy of the bodies serves if it has them as the caller does (in the caller's order, advanced as
+  // announced): no positions cross the bus.
+  const bool advanced = !sortCaller && engineHeldBodies && advancing() && motionSinceLastCall_.has_value();
   std::vector<std::uint32_t> failed;
-  if (!walkAllGroups(build, &particles, forcesToWrite(particles), &report, &failed)) {
+  if (!walkAllGroups(build, &particles, forcesToWrite(particles), &report, &failed, advanced)) {
     // The lists streamed: this call's forces are done, and nothing stays to reuse.
     build.lastCall = call_;
     build.steps = 1;
   }
   adopt(next_, particles, report, false);
   if (!failed.empty()) repair(particles, std::move(failed), report);
+  return advanced && !advanceMismatch_;
 }
 
 double TreeSolver::startBackgroundBuild(const Particles& particles) {
@@ -714,7 +779,7 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   // accelerations at the end of this very call). The predicted positions are the solver's own until the next
   // prediction, which waits for this build. The accelerations are one call old now and up to lastCall - call_ + 1
   // more at the tree's last call.
-  motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), build.inMass,
+  motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), &build.inMass,
                              build.inAcceleration);
   backgroundDone_ = false;
   background_ = std::thread([this, &build] {
@@ -733,6 +798,7 @@ void TreeSolver::buildForLater(TreeBuild& build) {
   const std::size_t n = build.inMass.size();
   buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
             build.inAcceleration.data(), m.radius.data());
+  build.stats.background = true;
   build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
 }
 
@@ -818,6 +884,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   engineHoldsBodies_ = false;
   heldThisCall_ = false;
   bool evaluated = false;  // a tree built within this call evaluates the call's forces as it walks
+  bool evaluatedOnHeldBodies = false;
   const bool needTree = !current_->valid || call_ > current_->lastCall;
   if (needTree) {
     const Stopwatch wait;
@@ -828,7 +895,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
       adopt(next_, particles, report, true);
     } else {
       cancel_ = false;
-      buildNow(particles, chooseReuseSteps(), report);
+      evaluatedOnHeldBodies = buildNow(particles, chooseReuseSteps(), engineHeldBodies, report);
       evaluated = true;
     }
   }
@@ -836,7 +903,8 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (!needTree) {
     stats_.estimatePass = false;
   }
-  stats_.advancedOnDevice = false;
+  stats_.advancedOnDevice = evaluatedOnHeldBodies;
+  stats_.advanceMismatch = advanceMismatch_;
   stats_.launchedAhead = launchedAhead;
   // The next tree is built on the CPU cores from the first call of the current one on, while the engine works: the
   // longest time to hide it in. Always from that call, whatever the build and the calls take, so that its predicted
@@ -1097,6 +1165,8 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
   current_->lastCall = call_;
   idSample_.resize(std::min(kIdSamples, n));
   for (std::size_t k = 0; k < idSample_.size(); ++k) idSample_[k] = particles.id[k * n / idSample_.size()];
+  // The bodies come in the saving run's order, which its trees after the first kept: so do this run's.
+  callerOrdered_ = true;
   restored_ = true;
 }
 

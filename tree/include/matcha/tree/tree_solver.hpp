@@ -196,11 +196,16 @@ class TreeSolver final : public ForceSolver {
   /// handed to the engine first and each batch is evaluated (writing `out`) while the CPU walks the next; the lists
   /// stay in the engine unless they would take more than maxBatchEntries: from there on each batch is evaluated and
   /// dropped (the lists stream), and it returns false. Groups whose lists failed the engine's check go to `failed`.
+  /// `bodiesAdvanced`: the engine's copy of the bodies is advanced as announced for the first launch instead of being
+  /// sent (if its sampled positions then differ from the caller's, everything is evaluated again with them sent).
   bool walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out, ForceReport* report,
-                     std::vector<std::uint32_t>* failed);
+                     std::vector<std::uint32_t>* failed, bool bodiesAdvanced = false);
   /// Builds a tree for calls [call_, call_ + steps - 1] within this call, evaluates this call's forces with it as it
-  /// walks, and puts it to use (lists that had to stream serve this call alone).
-  void buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
+  /// walks, and puts it to use (lists that had to stream serve this call alone). The run's first tree sorts the
+  /// caller's bodies into its order; later ones keep the caller's order (TreeTopology::order), and with
+  /// `engineHeldBodies` (the engine's copy is the last call's bodies) the engine advances its copy instead of being
+  /// sent the positions. Returns whether it did.
+  bool buildNow(Particles& particles, std::uint32_t steps, bool engineHeldBodies, ForceReport& report);
   /// Makes `build` the current tree; a tree built in the background is handed to the engine first (`upload`).
   void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report, bool upload);
   /// At the end of a tree's last call, with the engine holding the bodies and the next tree's build done (or waited
@@ -255,7 +260,9 @@ class TreeSolver final : public ForceSolver {
   /// The firstCall of the tree whose successor was planned (startBackgroundBuild), kNoCall when none was.
   static constexpr std::uint64_t kNoCall = ~std::uint64_t{0};
   std::uint64_t nextPlannedFor_ = kNoCall;
-  bool restored_ = false;               ///< restoreState ran and no call since
+  bool restored_ = false;  ///< restoreState ran and no call since
+  /// The caller's bodies are in the order a tree of this run gave them (or a restored run's): builds keep it.
+  bool callerOrdered_ = false;
   std::optional<BodyAdvance> advance_;  ///< expectAdvance's word
   /// The motion from the end of the last call to this one: expectAdvance's word as the last call ended.
   std::optional<BodyAdvance> motionSinceLastCall_;
