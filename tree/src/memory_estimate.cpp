@@ -270,10 +270,10 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
 
   // Per tree (TreeSolver::TreeBuild): keys and sorted keys, the order, the sorter's two (key, index) buffers.
   std::uint64_t keys = n * (2 * sizeof(std::uint64_t) + sizeof(std::uint32_t) + 2 * 16);
-  // A build from the caller's order: its |a| as floats, and tree-order copies (x, y, z, mass; |a| and radius); in the
-  // background, a copy of the masses too.
-  if (gathered) keys += n * (sizeof(float) + 4 * sizeof(double) + 2 * sizeof(float));
-  if (background) keys += n * sizeof(double);
+  // A build from the caller's order: tree-order copies (x, y, z, mass; the accelerations, three doubles within a
+  // call, |a| as a float in the background; the radius); in the background, its inputs (masses, |a|) too.
+  if (gathered) keys += n * (7 * sizeof(double) + 2 * sizeof(float));
+  if (background) keys += n * (sizeof(double) + sizeof(float));
   estimate.add("tree keys, sort and copies", numTrees * keys);
 
   // Octree: bodies, firstChild, numChildren, level, centre, halfSide; multipoles, opening radius, b_max, half extent;

@@ -171,30 +171,18 @@ struct TreeSolver::Motion {
   /// predict(), and in the same pass over the bodies the inputs a background build copies: the masses, and each
   /// body's lowestAcceleration over `age` calls.
   void predictWithInputs(const Particles& p, std::uint32_t first, std::uint32_t last, double age,
-                         std::vector<double>* mass, std::vector<float>& acceleration) {
+                         std::vector<double>& mass, std::vector<float>& acceleration) {
     const std::size_t n = p.size();
-    for (auto* array : {&predictedX, &predictedY, &predictedZ}) array->resize(n);
-    if (mass != nullptr) mass->resize(n);
+    for (auto* array : {&predictedX, &predictedY, &predictedZ, &mass}) array->resize(n);
     radius.resize(n);
     acceleration.resize(n);
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
       predictRange(p, r.begin(), r.end(), first, last);
       for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        if (mass != nullptr) (*mass)[i] = p.mass[i];
+        mass[i] = p.mass[i];
         acceleration[i] = lowestAcceleration(p, i, age);
       }
     });
-  }
-
-  /// Each body's lowestAcceleration over `age` calls, in the caller's order (a build for exact positions).
-  void accelerationInputs(const Particles& p, double age, std::vector<float>& acceleration) const {
-    acceleration.resize(p.size());
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), 8192),
-                      [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                          acceleration[i] = lowestAcceleration(p, i, age);
-                        }
-                      });
   }
 
  private:
@@ -250,6 +238,7 @@ struct TreeSolver::TreeBuild {
   // In the tree's order (background builds; a build within a call uses the sorted particles instead).
   std::vector<double> x, y, z, mass;
   std::vector<float> acceleration, radius;
+  std::vector<double> ax, ay, az;  ///< a build within a call: the caller's accelerations (the relative test's |a|)
   /// The bodies the tree was built over, in its order (the sorted caller or the copies above), and their balls (null
   /// for exact positions).
   SourceView bodies;
@@ -375,7 +364,7 @@ bool TreeSolver::sameBodies(const Particles& particles) const {
 }
 
 void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
-                           const float* accelerations, const float* radius) {
+                           const float* accelerations, const float* radius, const Particles* callerAccelerations) {
   const std::size_t n = positions.count;
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
@@ -399,24 +388,25 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
                                : sortCaller->sources();
     if (radius != nullptr) radius = motion_->radius.data();
   } else {
-    // Every input into the tree's order in one pass: each body's index read once for the six arrays (~10% faster
-    // than six gathers on the build machine). 40 bytes a body: |a| comes as a float, not as three doubles.
-    for (auto* array : {&build.x, &build.y, &build.z, &build.mass}) array->resize(n);
-    build.acceleration.resize(n);
-    build.radius.resize(radius != nullptr ? n : 0);
-    const std::uint32_t* order = build.order.data();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        const std::uint32_t from = order[i];
-        build.x[i] = positions.x[from];
-        build.y[i] = positions.y[from];
-        build.z[i] = positions.z[from];
-        build.mass[i] = positions.mass[from];
-        build.acceleration[i] = accelerations[from];
-        if (radius != nullptr) build.radius[i] = radius[from];
-      }
-    });
-    if (radius != nullptr) radius = build.radius.data();
+    // Every input into the tree's order, one array at a time: on the H200's 16-core host one pass over the six arrays
+    // (each index read once) ran 3-4x slower per array than these gathers (2^24: ~120 against ~5 ms an array).
+    const std::span<const std::uint32_t> order(build.order);
+    gatherInto(positions.x, order, build.x);
+    gatherInto(positions.y, order, build.y);
+    gatherInto(positions.z, order, build.z);
+    gatherInto(positions.mass, order, build.mass);
+    if (accelerations != nullptr) {
+      gatherInto(accelerations, order, build.acceleration);
+    } else {
+      gatherInto(callerAccelerations->ax.data(), order, build.ax);
+      gatherInto(callerAccelerations->ay.data(), order, build.ay);
+      gatherInto(callerAccelerations->az.data(), order, build.az);
+    }
+    build.radius.clear();
+    if (radius != nullptr) {
+      gatherInto(radius, order, build.radius);
+      radius = build.radius.data();
+    }
     sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
   }
   phaseDone(Phase::sort);
@@ -428,11 +418,16 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   phaseDone(Phase::multipoles);
   makeGroups(build.tree, sorted, params_.ncrit, build.groups);
   if (radius != nullptr) setGroupBoxesOfBalls(sorted, radius, build.groups);
-  build.tolerancesSet =
-      sortCaller != nullptr
-          ? setRelativeTolerances(AccelerationSet{sortCaller->ax, sortCaller->ay, sortCaller->az}, params_.alpha,
-                                  gravity_.G, build.groups)
-          : setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
+  if (sortCaller != nullptr) {
+    build.tolerancesSet = setRelativeTolerances(AccelerationSet{sortCaller->ax, sortCaller->ay, sortCaller->az},
+                                                params_.alpha, gravity_.G, build.groups);
+  } else if (accelerations != nullptr) {
+    build.tolerancesSet =
+        setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
+  } else {
+    build.tolerancesSet =
+        setRelativeTolerances(AccelerationSet{build.ax, build.ay, build.az}, params_.alpha, gravity_.G, build.groups);
+  }
   buildWalkTree(build.tree, build.walkTree);
   phaseDone(Phase::groups);
 
@@ -688,17 +683,12 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
   // a permuted caller makes it send again).
   const bool sortCaller = !callerOrdered_;
   TreeBuild& build = *next_;
-  const Motion& m = *motion_;
-  const Stopwatch predicting;
-  if (predict && sortCaller) {
+  if (predict) {
+    const Stopwatch predicting;
     motion_->predict(particles, 0, steps - 1);
-  } else if (predict) {
-    // The relative test scaled by the accelerations the bodies have (rounded down to floats), as when sorted.
-    motion_->predictWithInputs(particles, 0, steps - 1, 0.0, nullptr, build.inAcceleration);
-  } else if (!sortCaller) {
-    motion_->accelerationInputs(particles, 0.0, build.inAcceleration);
+    report.timings[Phase::motion] += predicting.seconds();
   }
-  if (predict || !sortCaller) report.timings[Phase::motion] += predicting.seconds();
+  const Motion& m = *motion_;
   const SourceView positions = predict ? SourceView{m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(),
                                                     particles.mass.data(), particles.size()}
                                        : particles.sources();
@@ -707,7 +697,8 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
     buildTree(build, &particles, positions, nullptr, radius);
     callerOrdered_ = true;
   } else {
-    buildTree(build, nullptr, positions, build.inAcceleration.data(), radius);
+    // The relative test scaled by the accelerations the bodies have, as when they are sorted.
+    buildTree(build, nullptr, positions, nullptr, radius, &particles);
   }
   build.steps = steps;
   build.firstCall = call_;
@@ -734,10 +725,11 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
     if (sortCaller) {
       setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
     } else {
-      // The estimate's accelerations are in the caller's order: their magnitudes into the tree's.
-      motion_->accelerationInputs(particles, 0.0, build.inAcceleration);
-      gatherInto(build.inAcceleration.data(), build.order, build.acceleration);
-      setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
+      // The estimate's accelerations are in the caller's order.
+      gatherInto(particles.ax.data(), build.order, build.ax);
+      gatherInto(particles.ay.data(), build.order, build.ay);
+      gatherInto(particles.az.data(), build.order, build.az);
+      setRelativeTolerances(AccelerationSet{build.ax, build.ay, build.az}, params_.alpha, gravity_.G, build.groups);
     }
     build.topology.relativeTolerance = build.groups.relativeTolerance;
     buildWalkTree(build.tree, build.walkTree);
@@ -779,7 +771,7 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   // accelerations at the end of this very call). The predicted positions are the solver's own until the next
   // prediction, which waits for this build. The accelerations are one call old now and up to lastCall - call_ + 1
   // more at the tree's last call.
-  motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), &build.inMass,
+  motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), build.inMass,
                              build.inAcceleration);
   backgroundDone_ = false;
   background_ = std::thread([this, &build] {

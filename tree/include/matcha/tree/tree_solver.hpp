@@ -187,9 +187,10 @@ class TreeSolver final : public ForceSolver {
   /// With `sortCaller` its bodies (and the motion history) are permuted into the tree's order and the relative test
   /// is scaled by their accelerations; else the build keeps its own copies in the tree's order, the topology maps
   /// them (TreeTopology::order), and the relative test is scaled by `accelerations` (|a| of each body, the caller's
-  /// order). Then the walk tree. Times each phase into build.timings.
+  /// order), or, where that is null, by those of `callerAccelerations`. Then the walk tree. Times each phase into
+  /// build.timings.
   void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions, const float* accelerations,
-                 const float* radius);
+                 const float* radius, const Particles* callerAccelerations = nullptr);
   /// Walks every group of `build` into its plans, batch by batch (walkBatchGroups). In the background (`particles`
   /// null) the plans are kept for adopt(); returns false when they would take more than TreeParams::maxBatchEntries
   /// (cells + j-bodies) or when the build is cancelled (cancel_). Within a call (`particles` given), `build`'s tree is
