@@ -787,8 +787,6 @@ struct CudaEngine::Impl {
     PinnedBuffer<double> hostPositions;  ///< 3 n
     /// 4 n: all outputs in the caller's order, or a subset's in the tree's order when the caller's order differs.
     PinnedBuffer<double> hostForces;
-    /// n: where the caller's order differs from the tree's, the order of a subset's bodies (as hostForces holds them).
-    PinnedBuffer<std::uint32_t> hostOrder;
     detail::StagedCopier staging{kStagingPiece};  ///< large uploads (lists, trees) and periodic downloads
     InteractionCounts counts64;
     std::vector<std::uint64_t> listBodies, listCells;  ///< per group, for the interaction counts
@@ -1277,9 +1275,7 @@ struct CudaEngine::Impl {
       // A subset's outputs, in the tree's order, into page-locked staging too: a copy into pageable memory would hold
       // the host until the kernels are done, and the solver walks the next batch meanwhile.
       r.hostForces.reserve(4 * std::size_t{n});
-      if (r.gathered) r.hostOrder.reserve(n);
       for (const BodyRange range : r.subsetRuns) {
-        if (r.gathered) copyToHost(r.hostOrder.data() + range.first, r.order.data() + range.first, range.size());
         for (int c = 0; c < 4; ++c) {
           if (c == 3 && out.pot == nullptr) continue;
           const double* from = (c == 0 ? r.outX : c == 1 ? r.outY : c == 2 ? r.outZ : r.outPot).data();
@@ -1349,12 +1345,22 @@ struct CudaEngine::Impl {
         }
       }
     } else {
-      // In the tree's order, with the caller's index of each (a walk batch's subset is a quarter of the bodies).
-      const std::size_t n = r.numBodies;
-      const double* from[4] = {r.hostForces.data(), r.hostForces.data() + n, r.hostForces.data() + 2 * n,
-                               r.hostForces.data() + 3 * n};
-      double* const to[4] = {r.out.ax, r.out.ay, r.out.az, r.out.pot};
-      detail::scatterRuns(r.subsetRuns, r.hostOrder.data(), from, to, r.out.pot != nullptr ? 4 : 3);
+      const std::uint32_t n = r.numBodies;
+      // The order is kept on the device only; fetch what the subset needs, run by run (the CUDA engine owns no thread
+      // pool; a repair's subset is few bodies).
+      std::vector<std::uint32_t> order;
+      for (const BodyRange range : r.subsetRuns) {
+        order.resize(range.size());
+        MATCHA_CUDA_CHECK(cudaMemcpy(order.data(), r.order.data() + range.first, range.size() * sizeof(std::uint32_t),
+                                     cudaMemcpyDeviceToHost));
+        for (std::uint32_t i = range.first; i < range.last; ++i) {
+          const std::uint32_t j = order[i - range.first];
+          r.out.ax[j] = r.hostForces.data()[i];
+          r.out.ay[j] = r.hostForces.data()[std::size_t{n} + i];
+          r.out.az[j] = r.hostForces.data()[2 * std::size_t{n} + i];
+          if (r.out.pot != nullptr) r.out.pot[j] = r.hostForces.data()[3 * std::size_t{n} + i];
+        }
+      }
     }
     ResidentResult result;
     if (r.sampleTaken) {

@@ -27,17 +27,4 @@ void parallelCopy(void* destination, const void* source, std::size_t bytes) {
                     });
 }
 
-void scatterRuns(std::span<const BodyRange> runs, const std::uint32_t* order, const double* const (&from)[4],
-                 double* const (&to)[4], int components) {
-  constexpr std::size_t kBodiesPerTask = 16384;
-  for (const BodyRange run : runs) {
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(run.first, run.last, kBodiesPerTask),
-                      [&](const tbb::blocked_range<std::size_t>& block) {
-                        for (int c = 0; c < components; ++c) {
-                          for (std::size_t i = block.begin(); i != block.end(); ++i) to[c][order[i]] = from[c][i];
-                        }
-                      });
-  }
-}
-
 }  // namespace matcha::gpu::detail

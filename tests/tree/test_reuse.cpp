@@ -675,56 +675,6 @@ TEST(AdvanceOnDevice, ABrokenWordIsCaughtAndTheForcesAreTheCallersPositions) {
   EXPECT_GT(mirror.numMoved(), moved) << "positions are not sent after the copy differed";
 }
 
-// Without reuse every call builds its tree within the call. Only the first sorts the caller's bodies; the later ones
-// keep that order (TreeTopology::order), so the engine keeps its copy of the bodies and advances it as announced: no
-// positions are sent after the first calls, and the run is the run of an engine that is sent them, bit for bit. A
-// caller that then moves its bodies otherwise than it said gets the forces of its positions all the same.
-TEST(AdvanceOnDevice, TreesBuiltEveryCallKeepTheCallersOrderAndTheEnginesCopy) {
-  const std::uint64_t seed = testing::freshSeed();
-  SCOPED_TRACE(testing::seedTrace(seed));
-  const GravityParams gravity;
-  TreeParams params;
-  params.reuse = 1;
-  Particles sent = testing::plummer(3000, seed);
-  Particles advanced = sent;
-  gpu::CpuEngine plainInner(gpu::Precision::float32), innerEngine(gpu::Precision::float32);
-  testing::MirroringEngine plainEngine(plainInner), mirror(innerEngine);
-  TreeSolver advancing(mirror, params, gravity);
-  params.advanceOnDevice = false;
-  TreeSolver plain(plainEngine, params, gravity);
-  const double dt = 1.0 / 128.0;
-  integrator::LeapfrogKDK sentRun(plain, dt), advancedRun(advancing, dt);
-  sentRun.initialize(sent);
-  advancedRun.initialize(advanced);
-  const std::vector<std::uint64_t> firstOrder = advanced.id;
-  int onDevice = 0;
-  constexpr int kSteps = 12;
-  for (int step = 1; step <= kSteps; ++step) {
-    EXPECT_TRUE(sentRun.step(sent).force.rebuilt);
-    EXPECT_TRUE(advancedRun.step(advanced).force.rebuilt);
-    onDevice += advancing.lastStats().advancedOnDevice;
-  }
-  EXPECT_EQ(advanced.id, firstOrder) << "a tree after the first sorted the caller's bodies";
-  EXPECT_FALSE(advancing.lastStats().advanceMismatch);
-  EXPECT_EQ(onDevice, kSteps);
-  // The initial call sends the positions twice (the estimate pass, then the call itself).
-  EXPECT_LE(mirror.numMoved(), 2u) << "positions were sent after the first call";
-  testing::expectSameBodiesBitForBit(sent, advanced, "from the run that sent its positions");
-
-  std::mt19937_64 random(seed);
-  std::normal_distribution<double> jump(0.0, 0.01);
-  for (std::size_t i = 0; i < advanced.size(); ++i) advanced.x[i] += jump(random);
-  advancedRun.step(advanced);
-  EXPECT_TRUE(advancing.lastStats().advanceMismatch) << "the engine's copy was not compared with the caller's bodies";
-  EXPECT_FALSE(advancing.lastStats().advancedOnDevice);
-  Particles exact = advanced;
-  gpu::CpuEngine oracle(gpu::Precision::float64);
-  oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
-  const ForceErrorStats errors =
-      summariseForceErrors({advanced.ax, advanced.ay, advanced.az}, {exact.ax, exact.ay, exact.az});
-  EXPECT_LT(errors.p99, 3e-3) << "the forces are not those of the caller's positions";
-}
-
 // A launch made ahead for a call that does not come as announced is discarded, and the call is evaluated anew: the
 // word taken back (expectAdvance(nullopt)) and the bodies left where they were.
 TEST(AdvanceOnDevice, ALaunchAheadForACallThatDidNotComeIsDiscarded) {

@@ -253,7 +253,6 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   const std::uint64_t numGroups = sizes.numGroups;
   const bool reuse = shape.reachesReuse();
   const bool background = shape.buildsInBackground(params);
-  const bool gathered = shape.keepsCallerOrder();
   // From the second call on the next tree is built while the current one (and its lists) stays: two trees.
   const std::uint64_t numTrees = shape.numForceCalls >= 2 ? 2 : 1;
   const std::uint64_t quadrupoleDoubles = sizes.quadrupole ? 7 : 0;
@@ -270,10 +269,8 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
 
   // Per tree (TreeSolver::TreeBuild): keys and sorted keys, the order, the sorter's two (key, index) buffers.
   std::uint64_t keys = n * (2 * sizeof(std::uint64_t) + sizeof(std::uint32_t) + 2 * 16);
-  // A build from the caller's order: tree-order copies (x, y, z, mass; the accelerations, three doubles within a
-  // call, |a| as a float in the background; the radius); in the background, its inputs (masses, |a|) too.
-  if (gathered) keys += n * (7 * sizeof(double) + 2 * sizeof(float));
-  if (background) keys += n * (sizeof(double) + sizeof(float));
+  // A background build's inputs (masses, |a| as floats) and tree-order copies (x, y, z, mass; |a| and radius).
+  if (background) keys += n * (sizeof(double) + sizeof(float) + 4 * sizeof(double) + 2 * sizeof(float));
   estimate.add("tree keys, sort and copies", numTrees * keys);
 
   // Octree: bodies, firstChild, numChildren, level, centre, halfSide; multipoles, opening radius, b_max, half extent;
@@ -284,10 +281,10 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   const std::uint64_t groupBytes = sizeof(BodyRange) + 7 * sizeof(double);
   const std::uint64_t walkTree = sizes.numBlocks * sizeof(WalkTree::Block) + cells * sizeof(std::uint32_t);
   // The topology handed to the engine: cell ranges, first child, child count, centre, half side; group ranges and
-  // tolerances; the order of the caller's bodies (trees after the first).
+  // tolerances; the order of the caller's bodies when the tree was built in the background.
   const std::uint64_t topology = cells * (sizeof(BodyRange) + sizeof(std::uint32_t) + 1 + 4 * sizeof(double)) +
                                  numGroups * (sizeof(BodyRange) + sizeof(double)) +
-                                 (gathered ? n * sizeof(std::uint32_t) : 0);
+                                 (background ? n * sizeof(std::uint32_t) : 0);
   estimate.add("octree, groups, walk tree, topology",
                numTrees * (cells * octreeCell + numGroups * groupBytes + walkTree + topology));
 
@@ -345,7 +342,7 @@ TreeSizes estimateTreeSolverMemory(const Particles& particles, const TreeParams&
     radius = predictedBallRadii(particles, shape.reuseSteps, shape.dt, gravity, params.pipeline ? 1 : 0);
   }
   TreeSizes sizes = measureTreeSizes(particles, params, gravity, radius);
-  sizes.gathered = shape.keepsCallerOrder();
+  sizes.gathered = shape.buildsInBackground(params);
   addTreeSolverMemory(sizes, params, shape, estimate);
   return sizes;
 }

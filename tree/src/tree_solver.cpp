@@ -238,11 +238,6 @@ struct TreeSolver::TreeBuild {
   // In the tree's order (background builds; a build within a call uses the sorted particles instead).
   std::vector<double> x, y, z, mass;
   std::vector<float> acceleration, radius;
-  std::vector<double> ax, ay, az;  ///< a build within a call: the caller's accelerations (the relative test's |a|)
-  /// The bodies the tree was built over, in its order (the sorted caller or the copies above), and their balls (null
-  /// for exact positions).
-  SourceView bodies;
-  const float* bodyRadius = nullptr;
   std::vector<std::uint64_t> keys, sortedKeys;
   std::vector<std::uint32_t> order;
   KeySorter sorter;
@@ -315,7 +310,8 @@ void TreeSolver::joinBackgroundBuild() {
 void TreeSolver::expectAdvance(const std::optional<BodyAdvance>& advance) { advance_ = advance; }
 
 bool TreeSolver::advancing() const {
-  return advance_.has_value() && params_.advanceOnDevice && engine_.advancesBodies() && !advanceMismatch_;
+  return advance_.has_value() && params_.advanceOnDevice && params_.reuse != 1 && engine_.advancesBodies() &&
+         !advanceMismatch_;
 }
 
 BodyUpdate TreeSolver::movedBodies(const Particles& particles) {
@@ -349,7 +345,6 @@ void TreeSolver::reset() {
   motion_->reset();
   idSample_.clear();
   nextPlannedFor_ = kNoCall;
-  callerOrdered_ = false;
 }
 
 bool TreeSolver::sameBodies(const Particles& particles) const {
@@ -364,7 +359,7 @@ bool TreeSolver::sameBodies(const Particles& particles) const {
 }
 
 void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions,
-                           const float* accelerations, const float* radius, const Particles* callerAccelerations) {
+                           const float* accelerations, const float* radius) {
   const std::size_t n = positions.count;
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
@@ -388,46 +383,38 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
                                : sortCaller->sources();
     if (radius != nullptr) radius = motion_->radius.data();
   } else {
-    // Every input into the tree's order, one array at a time: on the H200's 16-core host one pass over the six arrays
-    // (each index read once) ran 3-4x slower per array than these gathers (2^24: ~120 against ~5 ms an array).
-    const std::span<const std::uint32_t> order(build.order);
-    gatherInto(positions.x, order, build.x);
-    gatherInto(positions.y, order, build.y);
-    gatherInto(positions.z, order, build.z);
-    gatherInto(positions.mass, order, build.mass);
-    if (accelerations != nullptr) {
-      gatherInto(accelerations, order, build.acceleration);
-    } else {
-      gatherInto(callerAccelerations->ax.data(), order, build.ax);
-      gatherInto(callerAccelerations->ay.data(), order, build.ay);
-      gatherInto(callerAccelerations->az.data(), order, build.az);
-    }
-    build.radius.clear();
-    if (radius != nullptr) {
-      gatherInto(radius, order, build.radius);
-      radius = build.radius.data();
-    }
+    // Every input into the tree's order in one pass: each body's index read once for the six arrays (~10% faster
+    // than six gathers on the build machine). 40 bytes a body: |a| comes as a float, not as three doubles.
+    for (auto* array : {&build.x, &build.y, &build.z, &build.mass}) array->resize(n);
+    build.acceleration.resize(n);
+    build.radius.resize(radius != nullptr ? n : 0);
+    const std::uint32_t* order = build.order.data();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
+      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+        const std::uint32_t from = order[i];
+        build.x[i] = positions.x[from];
+        build.y[i] = positions.y[from];
+        build.z[i] = positions.z[from];
+        build.mass[i] = positions.mass[from];
+        build.acceleration[i] = accelerations[from];
+        if (radius != nullptr) build.radius[i] = radius[from];
+      }
+    });
+    if (radius != nullptr) radius = build.radius.data();
     sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
   }
   phaseDone(Phase::sort);
-  build.bodies = sorted;
-  build.bodyRadius = radius;
   buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
   phaseDone(Phase::octree);
   computeMultipoles(sorted, params_.theta, params_.multipole, build.tree, radius);
   phaseDone(Phase::multipoles);
   makeGroups(build.tree, sorted, params_.ncrit, build.groups);
   if (radius != nullptr) setGroupBoxesOfBalls(sorted, radius, build.groups);
-  if (sortCaller != nullptr) {
-    build.tolerancesSet = setRelativeTolerances(AccelerationSet{sortCaller->ax, sortCaller->ay, sortCaller->az},
-                                                params_.alpha, gravity_.G, build.groups);
-  } else if (accelerations != nullptr) {
-    build.tolerancesSet =
-        setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
-  } else {
-    build.tolerancesSet =
-        setRelativeTolerances(AccelerationSet{build.ax, build.ay, build.az}, params_.alpha, gravity_.G, build.groups);
-  }
+  build.tolerancesSet =
+      sortCaller != nullptr
+          ? setRelativeTolerances(AccelerationSet{sortCaller->ax, sortCaller->ay, sortCaller->az}, params_.alpha,
+                                  gravity_.G, build.groups)
+          : setRelativeTolerances(std::span<const float>(build.acceleration), params_.alpha, gravity_.G, build.groups);
   buildWalkTree(build.tree, build.walkTree);
   phaseDone(Phase::groups);
 
@@ -460,14 +447,13 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   stats.meanGroupSize = double(n) / double(build.groups.size());
   for (const BodyRange& range : build.groups.ranges)
     stats.maxGroupSize = std::max<std::uint64_t>(stats.maxGroupSize, range.size());
-  stats.background = false;  // buildForLater says otherwise
+  stats.background = sortCaller == nullptr;
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
   reset();
   TreeBuild& build = *current_;
   buildTree(build, &particles, particles.sources(), nullptr, nullptr);
-  callerOrdered_ = true;
   stats_ = build.stats;
   if (build.plans.empty()) build.plans.resize(1);
   build.planBuilder.build(build.walkTree, build.groups, 0, static_cast<std::uint32_t>(build.groups.size()),
@@ -526,7 +512,7 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
 }
 
 bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out, ForceReport* report,
-                               std::vector<std::uint32_t>* failed, bool bodiesAdvanced) {
+                               std::vector<std::uint32_t>* failed) {
   const bool evaluate = particles != nullptr;
   MATCHA_ASSERT(!evaluate || (report != nullptr && failed != nullptr), "an evaluating walk needs a report");
   const auto numGroups = static_cast<std::uint32_t>(build.groups.size());
@@ -545,28 +531,19 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
   build.fits = true;
   // The engine evaluates one batch while the CPU walks the next. The first launch uploads the positions and refits
   // the cells; the later ones reuse that.
-  bool launched = false, inFlight = false, mismatch = false;
-  const InteractionCounts countsBefore = evaluate ? report->counts : InteractionCounts{};
+  bool launched = false, inFlight = false;
   const auto finishBatch = [&] {
     if (!inFlight) return;
     inFlight = false;
     const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
     report->timings.engineWaitSeconds += wait.seconds();
-    mismatch = mismatch || result.advanceMismatch;
     addResult(result, *report);
     failed->insert(failed->end(), result.failedGroups.begin(), result.failedGroups.end());
   };
-  const auto firstUpdate = [&] {
-    if (!bodiesAdvanced) return movedBodies(*particles);
-    BodyUpdate update(BodyMotion::advanced);
-    update.advance = *motionSinceLastCall_;
-    heldThisCall_ = true;
-    return update;
-  };
   const auto launchBatch = [&](const InteractionPlan& lists) {
     engine_.launchResident(particles->sources(), gravity_, out, lists.groupIds,
-                           launched ? BodyUpdate(BodyMotion::unchanged) : firstUpdate());
+                           launched ? BodyUpdate(BodyMotion::unchanged) : movedBodies(*particles));
     launched = inFlight = true;
   };
   if (evaluate) {
@@ -622,15 +599,6 @@ bool TreeSolver::walkAllGroups(TreeBuild& build, const Particles* particles, con
     first = end;
   }
   if (evaluate) finishBatch();
-  if (mismatch) {
-    // The engine's copy of the bodies was not the caller's (NearFieldEngine: the sampled positions differ): every
-    // batch was evaluated at the wrong positions. All again, with the positions sent, as they are from now on.
-    advanceMismatch_ = true;
-    heldThisCall_ = false;
-    report->counts = countsBefore;
-    failed->clear();
-    return walkAllGroups(build, particles, out, report, failed, false);
-  }
   stats.meanListBodies = double(sumListBodies) / double(numGroups);
   stats.meanListCells = double(sumListCells) / double(numGroups);
   build.engineEntries = streaming ? 0 : resident;
@@ -667,7 +635,7 @@ void TreeSolver::adopt(std::unique_ptr<TreeBuild>& build, const Particles& parti
   stats_.callsOnTree = 0;
 }
 
-bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engineHeldBodies, ForceReport& report) {
+void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport& report) {
   // A background build for another window would be stale: wait for it and drop it.
   cancel_ = true;
   if (background_.joinable()) background_.join();
@@ -677,12 +645,6 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
 
   const bool predict = steps > 1 && motion_->canPredict();
   if (!predict) steps = 1;
-  // Only the first tree sorts the caller's bodies: later ones are built from them in the order that tree gave them,
-  // as background builds are (a tree's gather of 40 bytes a body from that order cost less than permuting the caller's
-  // twelve arrays and the motion history, 2^22: ~5 against ~11 ms, and the engine keeps its copy of the bodies, which
-  // a permuted caller makes it send again).
-  const bool sortCaller = !callerOrdered_;
-  TreeBuild& build = *next_;
   if (predict) {
     const Stopwatch predicting;
     motion_->predict(particles, 0, steps - 1);
@@ -692,14 +654,8 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
   const SourceView positions = predict ? SourceView{m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(),
                                                     particles.mass.data(), particles.size()}
                                        : particles.sources();
-  const float* radius = predict ? m.radius.data() : nullptr;
-  if (sortCaller) {
-    buildTree(build, &particles, positions, nullptr, radius);
-    callerOrdered_ = true;
-  } else {
-    // The relative test scaled by the accelerations the bodies have, as when they are sorted.
-    buildTree(build, nullptr, positions, nullptr, radius, &particles);
-  }
+  TreeBuild& build = *next_;
+  buildTree(build, &particles, positions, nullptr, predict ? m.radius.data() : nullptr);
   build.steps = steps;
   build.firstCall = call_;
   build.lastCall = call_ + steps - 1;
@@ -710,7 +666,7 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
     // pass that fails the check still gives |a| to a few percent, which is all the estimate is for.
     const Stopwatch estimate;
     ForceReport pass;
-    computeMultipoles(build.bodies, kEstimateTheta, MultipoleOrder::monopole, build.tree, build.bodyRadius);
+    computeMultipoles(particles.sources(), kEstimateTheta, MultipoleOrder::monopole, build.tree);
     build.topology.theta = kEstimateTheta;
     build.topology.multipole = MultipoleOrder::monopole;
     buildWalkTree(build.tree, build.walkTree);
@@ -719,37 +675,24 @@ bool TreeSolver::buildNow(Particles& particles, std::uint32_t steps, bool engine
     std::vector<std::uint32_t> ignored;
     walkAllGroups(build, &particles, accelerations, &pass, &ignored);
     report.counts += pass.counts;
-    computeMultipoles(build.bodies, params_.theta, params_.multipole, build.tree, build.bodyRadius);
+    computeMultipoles(particles.sources(), params_.theta, params_.multipole, build.tree);
     build.topology.theta = params_.theta;
     build.topology.multipole = params_.multipole;
-    if (sortCaller) {
-      setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
-    } else {
-      // The estimate's accelerations are in the caller's order.
-      gatherInto(particles.ax.data(), build.order, build.ax);
-      gatherInto(particles.ay.data(), build.order, build.ay);
-      gatherInto(particles.az.data(), build.order, build.az);
-      setRelativeTolerances(AccelerationSet{build.ax, build.ay, build.az}, params_.alpha, gravity_.G, build.groups);
-    }
+    setRelativeTolerances(particles, params_.alpha, gravity_.G, build.groups);
     build.topology.relativeTolerance = build.groups.relativeTolerance;
     buildWalkTree(build.tree, build.walkTree);
     build.timings[Phase::walk] = 0.0;  // the estimate's walk is part of the estimate
     report.timings[Phase::estimate] += estimate.seconds();
     build.stats.estimatePass = true;
-    engineHeldBodies = false;  // the estimate's launch sent the positions
   }
-  // The engine's copy of the bodies serves if it has them as the caller does (in the caller's order, advanced as
-  // announced): no positions cross the bus.
-  const bool advanced = !sortCaller && engineHeldBodies && advancing() && motionSinceLastCall_.has_value();
   std::vector<std::uint32_t> failed;
-  if (!walkAllGroups(build, &particles, forcesToWrite(particles), &report, &failed, advanced)) {
+  if (!walkAllGroups(build, &particles, forcesToWrite(particles), &report, &failed)) {
     // The lists streamed: this call's forces are done, and nothing stays to reuse.
     build.lastCall = call_;
     build.steps = 1;
   }
   adopt(next_, particles, report, false);
   if (!failed.empty()) repair(particles, std::move(failed), report);
-  return advanced && !advanceMismatch_;
 }
 
 double TreeSolver::startBackgroundBuild(const Particles& particles) {
@@ -790,7 +733,6 @@ void TreeSolver::buildForLater(TreeBuild& build) {
   const std::size_t n = build.inMass.size();
   buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
             build.inAcceleration.data(), m.radius.data());
-  build.stats.background = true;
   build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
 }
 
@@ -876,7 +818,6 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   engineHoldsBodies_ = false;
   heldThisCall_ = false;
   bool evaluated = false;  // a tree built within this call evaluates the call's forces as it walks
-  bool evaluatedOnHeldBodies = false;
   const bool needTree = !current_->valid || call_ > current_->lastCall;
   if (needTree) {
     const Stopwatch wait;
@@ -887,7 +828,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
       adopt(next_, particles, report, true);
     } else {
       cancel_ = false;
-      evaluatedOnHeldBodies = buildNow(particles, chooseReuseSteps(), engineHeldBodies, report);
+      buildNow(particles, chooseReuseSteps(), report);
       evaluated = true;
     }
   }
@@ -895,8 +836,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (!needTree) {
     stats_.estimatePass = false;
   }
-  stats_.advancedOnDevice = evaluatedOnHeldBodies;
-  stats_.advanceMismatch = advanceMismatch_;
+  stats_.advancedOnDevice = false;
   stats_.launchedAhead = launchedAhead;
   // The next tree is built on the CPU cores from the first call of the current one on, while the engine works: the
   // longest time to hide it in. Always from that call, whatever the build and the calls take, so that its predicted
@@ -1157,8 +1097,6 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
   current_->lastCall = call_;
   idSample_.resize(std::min(kIdSamples, n));
   for (std::size_t k = 0; k < idSample_.size(); ++k) idSample_[k] = particles.id[k * n / idSample_.size()];
-  // The bodies come in the saving run's order, which its trees after the first kept: so do this run's.
-  callerOrdered_ = true;
   restored_ = true;
 }
 

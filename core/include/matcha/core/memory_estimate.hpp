@@ -29,8 +29,8 @@ struct TreeSizes {
   std::uint64_t largestBatchGroups = 0;
   /// Batches of the walk, each a plan (and, on the CUDA engine, an upload of its own), in walk order: groups in each.
   std::vector<std::uint64_t> batchGroups;
-  /// Trees after the run's first keep the caller's order of the bodies, which then differs from the tree's
-  /// (TreeTopology::order): engines keep tree-order copies of positions and outputs.
+  /// Bodies whose trees are built for predicted positions in the background: the caller's order then differs from
+  /// the tree's (TreeTopology::order), and engines keep tree-order copies of positions and outputs.
   bool gathered = false;
   std::uint64_t numSampledGroups = 0;  ///< groups walked to estimate the lists (numGroups: all of them)
   /// Bytes the walk's per-task buffers keep per group of a batch (their capacity, from the sample's lists).

@@ -57,9 +57,6 @@ struct TreeRunShape {
   bool buildsInBackground(const TreeParams& params) const {
     return reachesReuse() && params.pipeline && numForceCalls >= 4;
   }
-  /// Trees after the run's first keep the caller's order of the bodies (tree_solver.hpp: buildNow): tree-order
-  /// copies on the host, the caller's order mapped in the engine.
-  bool keepsCallerOrder() const { return numForceCalls >= 2; }
 };
 
 /// K a run with TreeParams::reuse 0 (auto) is sized for: the search of K (tree_solver.hpp: chooseReuseSteps) starts
@@ -82,7 +79,7 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
                          MemoryEstimate& estimate);
 
 /// Both for a run: measures the trees its peak is sized by over `particles` (trees of balls, predictedBallRadii, for
-/// runs that reach reuse; their TreeSizes::gathered set for runs with a second tree) and adds the solver's memory to
+/// runs that reach reuse; their TreeSizes::gathered set for background builds) and adds the solver's memory to
 /// `estimate`. Returns the sizes, for the engine's share (gpu/memory_model.hpp).
 TreeSizes estimateTreeSolverMemory(const Particles& particles, const TreeParams& params, const GravityParams& gravity,
                                    const TreeRunShape& shape, MemoryEstimate& estimate);

@@ -187,26 +187,20 @@ class TreeSolver final : public ForceSolver {
   /// With `sortCaller` its bodies (and the motion history) are permuted into the tree's order and the relative test
   /// is scaled by their accelerations; else the build keeps its own copies in the tree's order, the topology maps
   /// them (TreeTopology::order), and the relative test is scaled by `accelerations` (|a| of each body, the caller's
-  /// order), or, where that is null, by those of `callerAccelerations`. Then the walk tree. Times each phase into
-  /// build.timings.
+  /// order). Then the walk tree. Times each phase into build.timings.
   void buildTree(TreeBuild& build, Particles* sortCaller, const SourceView& positions, const float* accelerations,
-                 const float* radius, const Particles* callerAccelerations = nullptr);
+                 const float* radius);
   /// Walks every group of `build` into its plans, batch by batch (walkBatchGroups). In the background (`particles`
   /// null) the plans are kept for adopt(); returns false when they would take more than TreeParams::maxBatchEntries
   /// (cells + j-bodies) or when the build is cancelled (cancel_). Within a call (`particles` given), `build`'s tree is
   /// handed to the engine first and each batch is evaluated (writing `out`) while the CPU walks the next; the lists
   /// stay in the engine unless they would take more than maxBatchEntries: from there on each batch is evaluated and
   /// dropped (the lists stream), and it returns false. Groups whose lists failed the engine's check go to `failed`.
-  /// `bodiesAdvanced`: the engine's copy of the bodies is advanced as announced for the first launch instead of being
-  /// sent (if its sampled positions then differ from the caller's, everything is evaluated again with them sent).
   bool walkAllGroups(TreeBuild& build, const Particles* particles, const ForceView& out, ForceReport* report,
-                     std::vector<std::uint32_t>* failed, bool bodiesAdvanced = false);
+                     std::vector<std::uint32_t>* failed);
   /// Builds a tree for calls [call_, call_ + steps - 1] within this call, evaluates this call's forces with it as it
-  /// walks, and puts it to use (lists that had to stream serve this call alone). The run's first tree sorts the
-  /// caller's bodies into its order; later ones keep the caller's order (TreeTopology::order), and with
-  /// `engineHeldBodies` (the engine's copy is the last call's bodies) the engine advances its copy instead of being
-  /// sent the positions. Returns whether it did.
-  bool buildNow(Particles& particles, std::uint32_t steps, bool engineHeldBodies, ForceReport& report);
+  /// walks, and puts it to use (lists that had to stream serve this call alone).
+  void buildNow(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Makes `build` the current tree; a tree built in the background is handed to the engine first (`upload`).
   void adopt(std::unique_ptr<TreeBuild>& build, const Particles& particles, ForceReport& report, bool upload);
   /// At the end of a tree's last call, with the engine holding the bodies and the next tree's build done (or waited
@@ -261,9 +255,7 @@ class TreeSolver final : public ForceSolver {
   /// The firstCall of the tree whose successor was planned (startBackgroundBuild), kNoCall when none was.
   static constexpr std::uint64_t kNoCall = ~std::uint64_t{0};
   std::uint64_t nextPlannedFor_ = kNoCall;
-  bool restored_ = false;  ///< restoreState ran and no call since
-  /// The caller's bodies are in the order a tree of this run gave them (or a restored run's): builds keep it.
-  bool callerOrdered_ = false;
+  bool restored_ = false;               ///< restoreState ran and no call since
   std::optional<BodyAdvance> advance_;  ///< expectAdvance's word
   /// The motion from the end of the last call to this one: expectAdvance's word as the last call ended.
   std::optional<BodyAdvance> motionSinceLastCall_;
