@@ -37,32 +37,66 @@ void addScaled(std::vector<double>& outX, std::vector<double>& outY, std::vector
                     });
 }
 
-/// kick(p, kickDt) then drift(p, driftDt) in one pass over the bodies, rounded as the two: each velocity's sum is
-/// stored before the drift reads it, as a double, whatever the compiler may fuse (the integrator builds with
-/// -ffp-contract=off, which the bit-for-bit engines' copies rely on). One pass reads x, v and a once (9 arrays) where
-/// the two read 12: at 2^22 bodies the step's host integration is memory bound (~10 ms on the H200's host).
-void kickThenDrift(Particles& p, double kickDt, double driftDt) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask),
-                    [&](const tbb::blocked_range<std::size_t>& block) {
-                      // Distinct arrays: restrict lets the loop vectorise without reloading what it just stored.
-                      double* __restrict x = p.x.data();
-                      double* __restrict y = p.y.data();
-                      double* __restrict z = p.z.data();
-                      double* __restrict vx = p.vx.data();
-                      double* __restrict vy = p.vy.data();
-                      double* __restrict vz = p.vz.data();
-                      const double* __restrict ax = p.ax.data();
-                      const double* __restrict ay = p.ay.data();
-                      const double* __restrict az = p.az.data();
-                      for (std::size_t i = block.begin(); i < block.end(); ++i) {
-                        vx[i] += ax[i] * kickDt;
-                        vy[i] += ay[i] * kickDt;
-                        vz[i] += az[i] * kickDt;
-                        x[i] += vx[i] * driftDt;
-                        y[i] += vy[i] * driftDt;
-                        z[i] += vz[i] * driftDt;
-                      }
-                    });
+/// Whether x - x is 0 for every value summed into `probe`: x - x is 0 for a finite x and NaN otherwise, so one sum
+/// per block, which the loops vectorise, carries every check.
+inline bool allFinite(double probe) { return probe == 0.0; }  // NaN == 0 is false
+
+/// [kick(p, closingDt)] then kick(p, openingDt) then drift(p, driftDt), in one pass over the bodies (kClosing: with the
+/// closing kick, a step's last, which LeapfrogKDK::step may leave to the next step's pass), rounded as the separate
+/// passes: each velocity's sum is stored as a double before the next operation reads it, whatever the compiler may
+/// fuse (the integrator builds with -ffp-contract=off, which the bit-for-bit engines' copies rely on). Returns whether
+/// every new position and velocity is finite. One pass reads x, v and a once (9 arrays, 6 written back) where the
+/// separate kicks and drift read 12 or 15: at 2^22 bodies the step's host integration is memory bound (~10 ms on the
+/// H200's host with two passes a step).
+template <bool kClosing>
+bool kicksThenDrift(Particles& p, double closingDt, double openingDt, double driftDt) {
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), true,
+      [&](const tbb::blocked_range<std::size_t>& block, bool finite) {
+        // Distinct arrays: restrict lets the loop vectorise without reloading what it just stored.
+        double* __restrict x = p.x.data();
+        double* __restrict y = p.y.data();
+        double* __restrict z = p.z.data();
+        double* __restrict vx = p.vx.data();
+        double* __restrict vy = p.vy.data();
+        double* __restrict vz = p.vz.data();
+        const double* __restrict ax = p.ax.data();
+        const double* __restrict ay = p.ay.data();
+        const double* __restrict az = p.az.data();
+        double probe = 0.0;
+        for (std::size_t i = block.begin(); i < block.end(); ++i) {
+          if constexpr (kClosing) {
+            vx[i] += ax[i] * closingDt;
+            vy[i] += ay[i] * closingDt;
+            vz[i] += az[i] * closingDt;
+          }
+          vx[i] += ax[i] * openingDt;
+          vy[i] += ay[i] * openingDt;
+          vz[i] += az[i] * openingDt;
+          x[i] += vx[i] * driftDt;
+          y[i] += vy[i] * driftDt;
+          z[i] += vz[i] * driftDt;
+          probe += (x[i] - x[i]) + (y[i] - y[i]) + (z[i] - z[i]) + (vx[i] - vx[i]) + (vy[i] - vy[i]) + (vz[i] - vz[i]);
+        }
+        return finite && allFinite(probe);
+      },
+      [](bool a, bool b) { return a && b; });
+}
+
+/// Whether every acceleration (and with `checkPotential` every potential) is finite: what a step whose closing kick
+/// waits checks right after its force call, reading 3-4 arrays instead of the kick's 10.
+bool forcesFinite(const Particles& p, bool checkPotential) {
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), true,
+      [&](const tbb::blocked_range<std::size_t>& block, bool finite) {
+        double probe = 0.0;
+        for (std::size_t i = block.begin(); i < block.end(); ++i) {
+          probe += (p.ax[i] - p.ax[i]) + (p.ay[i] - p.ay[i]) + (p.az[i] - p.az[i]) +
+                   (checkPotential ? p.pot[i] - p.pot[i] : 0.0);
+        }
+        return finite && allFinite(probe);
+      },
+      [](bool a, bool b) { return a && b; });
 }
 
 /// The kick of kick(), also telling whether the kicked state holds a value that is not finite: x - x is 0 for a
@@ -132,6 +166,7 @@ LeapfrogKDK::LeapfrogKDK(ForceSolver& solver, double dt, double boxSize) : solve
 LeapfrogKDK::~LeapfrogKDK() { solver_.expectAdvance(std::nullopt); }
 
 ForceReport LeapfrogKDK::initialize(Particles& p) {
+  synchronize(p);  // a closing kick left needs the accelerations this call overwrites
   announceAdvance(true);
   const ForceReport report = solver_.computeForces(p);
   announceAdvance();  // from the end of step 1's call on
@@ -143,26 +178,42 @@ std::optional<NonFiniteValue> LeapfrogKDK::findNonFiniteForces(const Particles& 
   return findNonFinite(p, solver_.potentialsWanted());
 }
 
-StepReport LeapfrogKDK::step(Particles& p) {
+StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
   MATCHA_ASSERT(initialized_, "LeapfrogKDK::step called before initialize");
   const double halfStep = 0.5 * dt_;
   StepReport report;
   const Stopwatch wall;
   const double cpuAtStart = processCpuSeconds();
   Stopwatch clock;
-  kickThenDrift(p, halfStep, dt_);
+  bool finite = closingKickPending_ ? kicksThenDrift<true>(p, halfStep, halfStep, dt_)
+                                    : kicksThenDrift<false>(p, 0.0, halfStep, dt_);
+  closingKickPending_ = false;
   if (boxSize_ > 0.0) wrapIntoBox(p, boxSize_);
   report.integrationSeconds = clock.seconds();
   // The solver may permute the bodies here; kick and drift are elementwise, so nothing indexed survives the call.
   report.force = solver_.computeForces(p);
   clock.restart();
   const bool checkPotential = solver_.potentialsWanted();
-  if (kickAndCheckFinite(p, halfStep, checkPotential)) report.nonFinite = findNonFinite(p, checkPotential);
+  if (closing == ClosingKick::now) {
+    finite = !kickAndCheckFinite(p, halfStep, checkPotential) && finite;
+  } else {
+    finite = forcesFinite(p, checkPotential) && finite;
+    closingKickPending_ = true;
+  }
+  if (!finite) report.nonFinite = findNonFinite(p, checkPotential);
   report.integrationSeconds += clock.seconds();
   ++stepsTaken_;
   report.wallSeconds = wall.seconds();
   report.cpuSeconds = processCpuSeconds() - cpuAtStart;
   return report;
+}
+
+double LeapfrogKDK::synchronize(Particles& p) {
+  if (!closingKickPending_) return 0.0;
+  const Stopwatch clock;
+  kick(p, 0.5 * dt_);
+  closingKickPending_ = false;
+  return clock.seconds();
 }
 
 }  // namespace matcha::integrator

@@ -226,7 +226,9 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   bool outputSinceCheckpoint = false;
   bool checkpointed = false;  ///< the first output is always followed by a checkpoint
   for (std::uint64_t step = firstStep; step <= numSteps; ++step) {
-    const StepReport stepReport = leapfrog.step(p);
+    // The closing kick waits for the next step's pass over the bodies (LeapfrogKDK::step) unless something reads
+    // the state first: then synchronise() makes it, rounded the same, so the run is the same bit for bit.
+    const StepReport stepReport = leapfrog.step(p, ClosingKick::deferred);
     if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
     account(stepReport.force);
     addForceCall(interval, stepReport.force);
@@ -234,8 +236,14 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     interval.stepWallSeconds += stepReport.wallSeconds;
     interval.integrationSeconds += stepReport.integrationSeconds;
     interval.stepCpuSeconds += stepReport.cpuSeconds;
+    const auto synchronise = [&] {
+      const double seconds = leapfrog.synchronize(p);
+      interval.stepWallSeconds += seconds;
+      interval.integrationSeconds += seconds;
+    };
 
     if (callbacks.onLastCallOnTree && solver.atCheckpointBoundary()) {
+      synchronise();
       const Stopwatch checking;
       callbacks.onLastCallOnTree(p, runTime(leapfrog.time()), step);
       interval.outputSeconds += checking.seconds();
@@ -249,6 +257,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     const bool progressEnergy = callbacks.onProgress && !callbacks.outputPotentials &&
                                 wall.seconds() - lastProgressEnergy >= kProgressEnergySeconds;
     if (isOutput || progressEnergy) {
+      synchronise();
       if (progressEnergy) lastProgressEnergy = wall.seconds();
       outputClock.restart();
       const Diagnostics now =
@@ -275,6 +284,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     // whole step's kicks and drift), so the last good state is refreshed every kLastGoodEverySteps steps and at each
     // output, not every step.
     if (isOutput || step % kLastGoodEverySteps == 0) {
+      synchronise();
       copyState(p, lastGood);
       lastGoodTime = runTime(leapfrog.time());
       lastGoodStep = step;
@@ -285,6 +295,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
         (outputSinceCheckpoint &&
          (!checkpointed || sinceCheckpoint >= std::min(params.checkpointInterval, kOutputCheckpointSeconds)));
     if (callbacks.onCheckpoint && step < numSteps && checkpointDue && solver.atCheckpointBoundary()) {
+      synchronise();
       callbacks.onCheckpoint(p, runTime(leapfrog.time()), RunPosition{step, outputIndex, summary.initial});
       lastCheckpoint = wall.seconds();
       outputSinceCheckpoint = false;
@@ -304,6 +315,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     }
   }
 
+  leapfrog.synchronize(p);  // the last step is an output, which synchronised already
   summary.steps = leapfrog.stepsTaken();
   summary.wallSeconds = wall.seconds();
   summary.initialEnergy = summary.initial.total;

@@ -50,8 +50,15 @@ struct StepReport {
   std::optional<NonFiniteValue> nonFinite;
 };
 
+/// When a step makes its closing half kick (LeapfrogKDK::step).
+enum class ClosingKick {
+  now,       ///< within the step: positions and velocities are synchronised when it returns
+  deferred,  ///< at the next step's opening kick, in the same pass, or at LeapfrogKDK::synchronize()
+};
+
 /// Second-order symplectic KDK leapfrog with a fixed step. One force call per step; velocities and positions are
-/// synchronised (both at time()) between steps, so diagnostics and outputs can be taken there.
+/// synchronised (both at time()) between steps, so diagnostics and outputs can be taken there, unless a step deferred
+/// its closing kick (ClosingKick::deferred: runLeapfrog synchronises before anything reads the state).
 ///
 /// The solver may reorder the bodies inside computeForces (all arrays together); the integrator keeps no per-body
 /// state and no indices across force calls, so that is safe. Time is computed as stepsTaken() * dt, not summed,
@@ -79,16 +86,31 @@ class LeapfrogKDK {
   std::optional<NonFiniteValue> findNonFiniteForces(const Particles& p) const;
 
   /// One step: kick dt/2, drift dt, forces, kick dt/2; advances time() by dt. May reorder p (through the solver).
-  /// @param p  in/out: the state at time(), advanced to time() + dt
+  /// With ClosingKick::deferred the last kick waits: the velocities stay half a step behind until synchronize() or
+  /// the next step, whose pass over the bodies makes it before its own kick and drift, rounded as if made here (each
+  /// sum stored as a double), so a run's trajectory is the same bit for bit wherever it synchronises. That saves a
+  /// pass over the bodies a step (the host's share of a step is memory bound at 2^22 bodies and up); the step's
+  /// check then reads its new accelerations (and potentials) alone, the next step's pass its new positions and
+  /// velocities.
+  /// @param p        in/out: the state at time(), advanced to time() + dt
+  /// @param closing  in: make the closing kick now (the state is synchronised on return) or leave it to the next step
   /// @return the solver's report for the step's force call and the step's wall times
   /// @throws InvariantError when initialize() was not called first
-  StepReport step(Particles& p);
+  StepReport step(Particles& p, ClosingKick closing = ClosingKick::now);
+
+  /// Makes the closing kick a deferred step left, so that positions and velocities are both at time(); nothing when
+  /// none is left. Returns its wall seconds.
+  double synchronize(Particles& p);
+
+  /// Whether positions and velocities are both at time() (no closing kick left).
+  bool synchronized() const { return !closingKickPending_; }
 
   /// Instead of initialize(): continues a run at step `stepsTaken` from a state that carries that step's forces (a
   /// checkpoint), as if the steps had been taken here.
   void resume(std::uint64_t stepsTaken) {
     stepsTaken_ = stepsTaken;
     initialized_ = true;
+    closingKickPending_ = false;
     announceAdvance();
   }
 
@@ -102,6 +124,7 @@ class LeapfrogKDK {
   double boxSize_;
   std::uint64_t stepsTaken_ = 0;
   bool initialized_ = false;
+  bool closingKickPending_ = false;  ///< the last step's closing kick is left to synchronize() or the next step
 
   /// Tells the solver how the bodies move between its calls (ForceSolver::expectAdvance), rounded as kick() and
   /// drift() round it: a step's closing half kick (none after initialize()), the next step's opening half kick and
