@@ -60,6 +60,8 @@ class KeplerSolver : public matcha::ForceSolver {
     }
     ++calls_;
     if (potentialsWanted()) ++callsWithPotentials_;
+    wanted_.push_back(potentialsWanted());
+    expectedNext_.push_back(nextPotentialsWanted());
     ForceReport report;
     report.counts.bodyBody = 2;
     // A fixed, fake duration so that the run summary's sum can be checked without timing anything.
@@ -70,11 +72,15 @@ class KeplerSolver : public matcha::ForceSolver {
   std::string describe() const override { return "exact two-body test solver"; }
   int calls() const { return calls_; }
   int callsWithPotentials() const { return callsWithPotentials_; }
+  /// Per call: whether it wanted potentials, and what the caller said the next call would want.
+  const std::vector<bool>& wanted() const { return wanted_; }
+  const std::vector<bool>& expectedNext() const { return expectedNext_; }
 
  private:
   bool reverseOrder_;
   int calls_ = 0;
   int callsWithPotentials_ = 0;
+  std::vector<bool> wanted_, expectedNext_;
 };
 
 /// Bodies of masses m1 (id 0) and m2 (id 1) at pericentre of a Kepler orbit with semi-major axis 1 and eccentricity
@@ -594,11 +600,51 @@ TEST(RunLeapfrog, ProgressAfterEveryStep) {
   }
   EXPECT_EQ(run.progress.back().etaSeconds, 0.0);
   EXPECT_EQ(run.progress.back().relativeEnergyError, run.summary.relativeEnergyError);
-  // The energy is measured at most once a second besides the outputs: step 1 (the first) and step 2 (an output) are
-  // measured, step 3, microseconds later, reports step 2's error again; a run that measured every step would not.
+  // The energy is measured at most once a second besides the outputs, planned a step ahead: step 2 (the first so
+  // planned, and an output) is measured, step 3, microseconds later, reports step 2's error again; a run that
+  // measured every step would not.
   EXPECT_NE(run.progress[1].relativeEnergyError, run.progress[0].relativeEnergyError);
   EXPECT_EQ(run.progress[2].relativeEnergyError, run.progress[1].relativeEnergyError);
   EXPECT_NE(run.progress[3].relativeEnergyError, run.progress[2].relativeEnergyError) << "step 4 is an output";
+}
+
+// A run that takes its potentials from the solver asks for them only where it measures energies: the initial call,
+// the outputs, the last step and the progress line's steps (the first planned before step 1, for step 2; later ones
+// a second of wall time apart, none in this run), and says so a call ahead, rightly, so that a solver may start the
+// next call's work early. The trajectory is the same bit for bit as that of a solver that always computes them.
+TEST(RunLeapfrog, SolverPotentialsOnlyWhereEnergiesAreMeasuredAndAnnouncedACallAhead) {
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 16.0;
+  params.tEnd = 19.0 / 16.0;
+  params.outputInterval = 0.5;  // steps 8 and 16, then the last, 19
+  Particles p = TwoBody{}.make();
+  KeplerSolver solver;
+  std::vector<double> progressErrors;
+  mi::RunCallbacks callbacks;
+  callbacks.onProgress = [&](const mi::ProgressInfo& info) { progressErrors.push_back(info.relativeEnergyError); };
+  mi::runLeapfrog(p, solver, params, callbacks);
+
+  ASSERT_EQ(solver.calls(), 20);
+  std::vector<bool> expected(20, false);
+  for (const int step : {0, 2, 8, 16, 19}) expected[step] = true;  // call k + 1 is step k's
+  EXPECT_EQ(solver.wanted(), expected);
+  for (std::size_t call = 0; call + 1 < expected.size(); ++call) {
+    EXPECT_EQ(solver.expectedNext()[call], expected[call + 1]) << "the word given at call " << call + 1;
+  }
+  EXPECT_TRUE(solver.potentialsWanted()) << "the run gives the solver back as it found it";
+  EXPECT_EQ(solver.nextPotentialsWanted(), true) << "and takes its word back";
+  ASSERT_EQ(progressErrors.size(), 19u);
+  EXPECT_EQ(progressErrors[0], 0.0) << "step 1 repeats the initial energy";
+  EXPECT_NE(progressErrors[1], 0.0) << "step 2 is measured";
+  for (std::size_t k = 2; k < 7; ++k) EXPECT_EQ(progressErrors[k], progressErrors[1]) << "step " << k + 1;
+
+  Particles always = TwoBody{}.make();
+  KeplerSolver alwaysSolver;
+  mi::LeapfrogKDK leapfrog(alwaysSolver, params.dt);
+  leapfrog.initialize(always);
+  for (int s = 0; s < 19; ++s) leapfrog.step(always);
+  EXPECT_EQ(p.x, always.x);
+  EXPECT_EQ(p.vy, always.vy);
 }
 
 TEST(RunLeapfrog, OutputPotentialsReplaceTheSolversAtOutputsOnly) {
@@ -638,7 +684,7 @@ TEST(RunLeapfrog, OutputPotentialsReplaceTheSolversAtOutputsOnly) {
   EXPECT_EQ(solver.calls(), 9);
   EXPECT_EQ(solver.callsWithPotentials(), 0);
   EXPECT_TRUE(solver.potentialsWanted());
-  EXPECT_EQ(plainSolver.callsWithPotentials(), plainSolver.calls());
+  EXPECT_EQ(plainSolver.callsWithPotentials(), 5) << "without the hook, the initial call and the outputs' compute them";
   const double totalMass = p.mass[0] + p.mass[1];
   ASSERT_EQ(outputPotentialEnergies.size(), 5u);
   for (std::size_t k = 0; k < outputPotentialEnergies.size(); ++k) {

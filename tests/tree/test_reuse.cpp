@@ -16,6 +16,7 @@
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/leapfrog.hpp"
+#include "matcha/integrator/run_loop.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/mirroring_engine.hpp"
 #include "matcha/testing/restart_check.hpp"
@@ -702,6 +703,57 @@ TEST(AdvanceOnDevice, ALaunchAheadForACallThatDidNotComeIsDiscarded) {
   EXPECT_EQ(p.ax, before.ax);
   EXPECT_EQ(p.ay, before.ay);
   EXPECT_EQ(p.az, before.az);
+}
+
+// A run that wants the solver's potentials at its outputs only (integrator::runLeapfrog) says so a call ahead: the
+// calls launched ahead compute them where the next call wants them and not elsewhere, none is discarded, and the run
+// is the run of a solver that computes them at every call, bit for bit (the kernels' accelerations do not depend on
+// the potentials). A call that comes wanting potentials against the word is evaluated anew, with them.
+TEST(AdvanceOnDevice, PotentialsAtTheCallsThatWantThemWithTheLaunchesAheadKept) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const GravityParams gravity;
+  TreeParams params;
+  params.alpha = 1e-3;
+  params.reuse = 3;
+  params.adoptAheadWaits = true;
+  Particles outputsOnly = testing::plummer(3000, seed);
+  Particles always = outputsOnly;
+  gpu::CpuEngine innerA(gpu::Precision::float32), innerB(gpu::Precision::float32);
+  testing::MirroringEngine mirrorA(innerA), mirrorB(innerB);
+  TreeSolver solverA(mirrorA, params, gravity), solverB(mirrorB, params, gravity);
+  IntegratorParams run;
+  run.dt = 1.0 / 128.0;
+  run.tEnd = 24.0 / 128.0;
+  run.outputInterval = 8.0 / 128.0;
+  int outputs = 0;
+  integrator::RunCallbacks callbacks;
+  callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics&, std::uint64_t) {
+    ++outputs;
+    EXPECT_TRUE(std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); }));
+  };
+  integrator::runLeapfrog(outputsOnly, solverA, run, callbacks);
+  EXPECT_EQ(outputs, 4);
+  EXPECT_EQ(mirrorA.numDiscarded(), 0u) << "a launch ahead guessed the potentials wrong";
+  EXPECT_GE(mirrorA.numAdvanced(), 18u);
+
+  integrator::LeapfrogKDK reference(solverB, run.dt);
+  reference.initialize(always);
+  for (int step = 0; step < 24; ++step) reference.step(always);
+  testing::expectSameBodiesBitForBit(always, outputsOnly, "from the run with potentials at every call");
+  EXPECT_EQ(always.pot, outputsOnly.pot) << "the last step is an output";
+
+  // Against the word: the launch ahead of the next call leaves the potentials out, the call wants them.
+  integrator::LeapfrogKDK again(solverA, run.dt);
+  again.initialize(outputsOnly);
+  solverA.setPotentialsWanted(false);
+  for (int step = 0; step < 4; ++step) again.step(outputsOnly);
+  EXPECT_TRUE(std::isnan(outputsOnly.pot[0]));
+  const std::uint64_t discarded = mirrorA.numDiscarded();
+  solverA.setPotentialsWanted(true);
+  again.step(outputsOnly);
+  EXPECT_EQ(mirrorA.numDiscarded(), discarded + 1) << "the launch without potentials was used";
+  EXPECT_TRUE(std::all_of(outputsOnly.pot.begin(), outputsOnly.pot.end(), [](double v) { return std::isfinite(v); }));
 }
 
 // A restart continues bit for bit with the engine advancing its copy of the bodies too.

@@ -896,10 +896,10 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (engineHoldsBodies_ && current_->valid && call_ < current_->lastCall && !cancel_) {
     BodyUpdate update(BodyMotion::advanced);
     update.advance = *motionSinceLastCall_;
-    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, update);
+    engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles, nextPotentialsWanted()), {}, update);
     launchedAheadFor_ = call_ + 1;
     aheadOutput_ = particles.ax.data();
-    aheadPotentials_ = potentialsWanted();
+    aheadPotentials_ = nextPotentialsWanted();
   }
   if (params_.reuse != 1) {
     const Stopwatch recording;

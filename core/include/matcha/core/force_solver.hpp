@@ -86,6 +86,13 @@ class ForceSolver {
   void setPotentialsWanted(bool wanted) { potentialsWanted_ = wanted; }
   bool potentialsWanted() const { return potentialsWanted_; }
 
+  /// The caller's word on what the next call will want (setPotentialsWanted before it), for a solver that starts the
+  /// next call's work as this call ends (the tree solver's launch ahead); nullopt: the same as this call. A run that
+  /// wants potentials only at its outputs (integrator::runLeapfrog) says so one step ahead. A call that comes wanting
+  /// otherwise is still served right, with its work started anew.
+  void expectPotentials(std::optional<bool> nextCall) { potentialsNext_ = nextCall; }
+  bool nextPotentialsWanted() const { return potentialsNext_.value_or(potentialsWanted_); }
+
   /// The integrator's word that from the end of each call to the next it moves the bodies by `advance` and nothing
   /// else (particles.hpp: BodyAdvance, rounded as it says), or nullopt to take it back. A word given during a call's
   /// gap applies from the end of the next call (the motion to the next call was fixed as the last one ended); nullopt
@@ -111,10 +118,12 @@ class ForceSolver {
   virtual void restoreState(const CheckpointState& /*state*/, const Particles& /*particles*/) {}
 
  protected:
-  /// Where an engine writes for `particles`: its forces, without the potential when it is not wanted.
-  ForceView forcesToWrite(Particles& particles) const {
+  /// Where an engine writes for `particles`: its forces, without the potential when it is not wanted (`potentials`:
+  /// this call's wish, or another call's for work started ahead).
+  ForceView forcesToWrite(Particles& particles) const { return forcesToWrite(particles, potentialsWanted_); }
+  static ForceView forcesToWrite(Particles& particles, bool potentials) {
     ForceView view = particles.forces();
-    if (!potentialsWanted_) view.pot = nullptr;
+    if (!potentials) view.pot = nullptr;
     return view;
   }
   /// Ends a call: pot = NaN for every body when potentials were not wanted.
@@ -125,6 +134,7 @@ class ForceSolver {
 
  private:
   bool potentialsWanted_ = true;
+  std::optional<bool> potentialsNext_;
 };
 
 }  // namespace matcha

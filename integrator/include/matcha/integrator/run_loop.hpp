@@ -58,7 +58,9 @@ struct RunCallbacks {
   /// Called at the start (after the first force call), at every output time and at the end (once, also when the end is
   /// an output time). outputIndex counts the calls: 0, 1, 2, ... The particles may be in any order (use ids).
   std::function<void(const Particles&, const Diagnostics&, std::uint64_t outputIndex)> onOutput;
-  /// Called after every step; the caller throttles printing.
+  /// Called after every step; the caller throttles printing. Without outputPotentials, its energy error is measured
+  /// at most once per second of wall time, on a step planned one step ahead, whose force call then computes
+  /// potentials (the solver computes them only where energies are measured: at outputs and those steps).
   std::function<void(const ProgressInfo&)> onProgress;
   /// Optional: called before the diagnostics of every output (t = 0 and the end included) to overwrite p.pot with
   /// potentials more accurate than the solver's, e.g. a direct sum while the run uses a tree (whose potential error
@@ -72,7 +74,8 @@ struct RunCallbacks {
   std::function<void(const OutputTimings&)> onTimings;
   /// Optional: called once when the run stops on a value that is not finite, right before runLeapfrog throws
   /// NumericalError, with the last good state kept (every kLastGoodEverySteps steps and at each output: its
-  /// positions, velocities, accelerations and potentials as they were after that step's force call; at step 0 before
+  /// positions, velocities, accelerations and potentials as they were after that step's force call, potentials NaN
+  /// where that call computed none (between outputs); at step 0 before
   /// the first force call, the initial conditions as given), its time and its step, so that it can be saved. What it
   /// throws replaces NumericalError.
   std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
