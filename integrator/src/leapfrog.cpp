@@ -99,12 +99,12 @@ bool forcesFinite(const Particles& p, bool checkPotential) {
       [](bool a, bool b) { return a && b; });
 }
 
-/// The kick of kick(), also telling whether the kicked state holds a value that is not finite: x - x is 0 for a
-/// finite x and NaN otherwise, so one sum per block, which the loop vectorises, carries every check.
+/// The kick of kick(), also telling whether the kicked state, positions, velocities, accelerations and (with
+/// `checkPotential`) potentials, is all finite (allFinite).
 bool kickAndCheckFinite(Particles& p, double dt, bool checkPotential) {
   return tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), false,
-      [&](const tbb::blocked_range<std::size_t>& block, bool bad) {
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), true,
+      [&](const tbb::blocked_range<std::size_t>& block, bool finite) {
         double probe = 0.0;
         for (std::size_t i = block.begin(); i < block.end(); ++i) {
           p.vx[i] += p.ax[i] * dt;
@@ -114,9 +114,9 @@ bool kickAndCheckFinite(Particles& p, double dt, bool checkPotential) {
                    (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]) + (p.ax[i] - p.ax[i]) + (p.ay[i] - p.ay[i]) +
                    (p.az[i] - p.az[i]) + (checkPotential ? p.pot[i] - p.pot[i] : 0.0);
         }
-        return bad || probe != 0.0;  // NaN != 0
+        return finite && allFinite(probe);
       },
-      [](bool a, bool b) { return a || b; });
+      [](bool a, bool b) { return a && b; });
 }
 
 }  // namespace
@@ -195,7 +195,7 @@ StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
   clock.restart();
   const bool checkPotential = solver_.potentialsWanted();
   if (closing == ClosingKick::now) {
-    finite = !kickAndCheckFinite(p, halfStep, checkPotential) && finite;
+    finite = kickAndCheckFinite(p, halfStep, checkPotential) && finite;
   } else {
     finite = forcesFinite(p, checkPotential) && finite;
     closingKickPending_ = true;

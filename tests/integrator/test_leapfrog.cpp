@@ -317,7 +317,7 @@ TEST(LeapfrogKepler, DeferredClosingKicksGiveTheSameTrajectoryBitForBit) {
     ASSERT_EQ(deferred.x[k], kicked.x[i]) << "step " << s;
     ASSERT_NE(deferred.vx[k], kicked.vx[i]) << "step " << s << ": the closing kick was made";
     if (s % 7 == 0 || s % 11 == 0 || s == 400) {
-      EXPECT_GT(deferredRun.synchronize(deferred), -1.0);
+      deferredRun.synchronize(deferred);
       ++synchronisations;
       ASSERT_TRUE(deferredRun.synchronized());
       for (std::uint64_t id = 0; id < 2; ++id) {

@@ -583,6 +583,16 @@ TEST(Restart, ContinuesBitForBitWithoutThePipeline) {
                                      2000, 30, seed);
 }
 
+/// Reuse 3 with every tree's first call launched ahead whatever the timing (adoptAheadWaits): the settings of the
+/// launch-ahead tests, whose counts and checkpoints must not depend on how fast the background builds run.
+TreeParams launchingAhead() {
+  TreeParams params;
+  params.alpha = 1e-3;
+  params.reuse = 3;
+  params.adoptAheadWaits = true;
+  return params;
+}
+
 // TreeParams::advanceOnDevice, on an engine that keeps its own copy of the bodies (testing::MirroringEngine, the CUDA
 // engine's contract on the CPU): calls after a tree's first are launched as the call before them ends, on positions
 // the engine advanced itself, and the run is the run of an engine that is sent the positions, bit for bit.
@@ -590,10 +600,7 @@ TEST(AdvanceOnDevice, LaunchesAheadOnTheEnginesOwnCopyGiveTheSameRunBitForBit) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const GravityParams gravity;
-  TreeParams params;
-  params.alpha = 1e-3;
-  params.reuse = 3;
-  params.adoptAheadWaits = true;  // every tree's first call ahead, whatever the timing
+  TreeParams params = launchingAhead();
   Particles sent = testing::plummer(3000, seed);
   Particles advanced = sent;
   // Both through a MirroringEngine, whose outputs reach the caller at finishResident (the CPU engine writes them at
@@ -713,10 +720,7 @@ TEST(AdvanceOnDevice, PotentialsAtTheCallsThatWantThemWithTheLaunchesAheadKept) 
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const GravityParams gravity;
-  TreeParams params;
-  params.alpha = 1e-3;
-  params.reuse = 3;
-  params.adoptAheadWaits = true;
+  const TreeParams params = launchingAhead();
   Particles outputsOnly = testing::plummer(3000, seed);
   Particles always = outputsOnly;
   gpu::CpuEngine innerA(gpu::Precision::float32), innerB(gpu::Precision::float32);
@@ -760,10 +764,8 @@ TEST(AdvanceOnDevice, PotentialsAtTheCallsThatWantThemWithTheLaunchesAheadKept) 
 TEST(Restart, ContinuesBitForBitWithTheBodiesAdvancedOnTheEngine) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
-  TreeParams params;
-  params.alpha = 1e-3;
-  params.reuse = 3;
-  params.adoptAheadWaits = true;  // the checkpoints fall where the next tree was put to use ahead (adoptAhead)
+  // The checkpoints fall where the next tree was put to use ahead (adoptAhead).
+  const TreeParams params = launchingAhead();
   testing::expectBitIdenticalRestart(
       [] {
         return std::make_unique<testing::MirroringEngine>(std::make_unique<gpu::CpuEngine>(gpu::Precision::float32));
