@@ -161,23 +161,19 @@ struct ChunkTable {
   }
 };
 
-template <class Real>
-int firstAllowedKind() {
-  return std::is_same_v<Real, double> ? 1 : 0;  // double: no 4-bodies-per-thread kind (registers)
+/// The cheapest cuts for plans whose tasks start at kind 0 and at kind 1 (detail::firstPlanTaskKind).
+const ChunkTable& chunkTable(int firstKind) {
+  static const ChunkTable tables[2] = {ChunkTable(0), ChunkTable(1)};
+  return tables[firstKind];
 }
 
-template <class Real>
-const ChunkTable& chunkTable() {
-  static const ChunkTable table(firstAllowedKind<Real>());
-  return table;
-}
-
-/// Calls emit(firstBody, rows, kind) for each warp task of a group: the cheapest cut of its bodies into task kinds
-/// (ChunkTable), the largest kind repeated for groups beyond kMaxDecomposed bodies.
+/// Calls emit(firstBody, rows, kind) for each warp task of a group evaluated by `variant`: the cheapest cut of its
+/// bodies into the task kinds that variant runs (ChunkTable), the largest kind repeated for groups beyond
+/// kMaxDecomposed bodies.
 template <class Real, class Emit>
-void forEachWarpTask(BodyRange group, Emit&& emit) {
-  const ChunkTable& table = chunkTable<Real>();
-  const int largestKind = firstAllowedKind<Real>();
+void forEachWarpTask(BodyRange group, const detail::PlanVariant<Real>& variant, Emit&& emit) {
+  const int largestKind = detail::firstPlanTaskKind<Real>(variant.quadrupole, variant.periodic);
+  const ChunkTable& table = chunkTable(largestKind);
   const auto largestRows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[largestKind].rows());
   std::uint32_t first = group.first;
   std::uint32_t remaining = group.size();
@@ -211,8 +207,9 @@ static_assert(detail::kPlanTaskKinds[kOneThreadPerBodyKinds - 1].threadsPerBody 
 /// reuse 3) a step's kernels took 13.6 ms on the H200 before the cut and 8.9 after; at 2^22 and beyond a warp's share
 /// is larger than any task, and nothing is cut.
 template <class Real, class Emit>
-void forEachBalancedWarpTask(BodyRange group, double entries, double longest, Emit&& emit) {
-  forEachWarpTask<Real>(group, [&](std::uint32_t first, std::uint32_t rows, int kind) {
+void forEachBalancedWarpTask(BodyRange group, const detail::PlanVariant<Real>& variant, double entries, double longest,
+                             Emit&& emit) {
+  forEachWarpTask<Real>(group, variant, [&](std::uint32_t first, std::uint32_t rows, int kind) {
     int piece = kind;
     while (piece < kOneThreadPerBodyKinds - 1 && entries * taskCostPerEntry(piece) > longest) ++piece;
     if (piece == kind) {
@@ -542,7 +539,7 @@ struct CudaEngine::Impl {
     };
     double longestTask = std::numeric_limits<double>::infinity();
     const auto forEachTask = [&](std::size_t g, auto&& emit) {
-      forEachBalancedWarpTask<Real>(plan.groups[g], entriesOf(g), longestTask, emit);
+      forEachBalancedWarpTask<Real>(plan.groups[g], *variant, entriesOf(g), longestTask, emit);
     };
     const auto bucketOf = [](double cost) {
       if (cost < 1.0) return 0;
@@ -566,8 +563,9 @@ struct CudaEngine::Impl {
       bodyBody += group.size() * groupListBodies;
       bodyCell += group.size() * groupListCells;
       packedBytes += 16 * groupListBodies + (quadrupole ? 40 : 16) * groupListCells;  // float4, or 10 floats
-      forEachWarpTask<Real>(
-          group, [&](std::uint32_t, std::uint32_t, int kind) { totalCost += entriesOf(g) * taskCostPerEntry(kind); });
+      forEachWarpTask<Real>(group, *variant, [&](std::uint32_t, std::uint32_t, int kind) {
+        totalCost += entriesOf(g) * taskCostPerEntry(kind);
+      });
     }
     longestTask = longestTaskCost(totalCost, *variant);
     for (std::size_t g = 0; g < numGroups; ++g) {
@@ -1040,6 +1038,9 @@ struct CudaEngine::Impl {
         copyToDevice(onDevice[d], slot, n);
       }
     }
+    const detail::PlanVariant<Real>* variant =
+        findPlanVariant<Real>(config.planTileSize, r.quadrupole, false, out.pot != nullptr);
+    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
     // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
     std::uint32_t numTasks = r.numTasks;
     const uint4* taskList = r.sortedTasks.data();
@@ -1053,7 +1054,7 @@ struct CudaEngine::Impl {
         MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
         const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
         // Cut as in the last whole launch: a group whose lists did not change gets the same sums.
-        forEachBalancedWarpTask<Real>(r.groups[g], entries, r.longestTask,
+        forEachBalancedWarpTask<Real>(r.groups[g], *variant, entries, r.longestTask,
                                       [&](std::uint32_t first, std::uint32_t rows, int kind) {
                                         r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
                                         r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
@@ -1102,9 +1103,6 @@ struct CudaEngine::Impl {
         copyOnDevice(r.z.data(), r.callerZ.data(), n);
       }
     }
-    const detail::PlanVariant<Real>* variant =
-        findPlanVariant<Real>(config.planTileSize, r.quadrupole, false, out.pot != nullptr);
-    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
     if (all && !r.tasksSorted) {
       // The groups' warp tasks for their current lists, the longest cut (forEachBalancedWarpTask), then ordered by
       // cost on the device.
@@ -1114,7 +1112,7 @@ struct CudaEngine::Impl {
       };
       double totalCost = 0.0;
       for (std::uint32_t g = 0; g < r.numGroups; ++g) {
-        forEachWarpTask<Real>(r.groups[g], [&](std::uint32_t, std::uint32_t, int kind) {
+        forEachWarpTask<Real>(r.groups[g], *variant, [&](std::uint32_t, std::uint32_t, int kind) {
           totalCost += entriesOf(g) * taskCostPerEntry(kind);
         });
       }
@@ -1122,7 +1120,7 @@ struct CudaEngine::Impl {
       r.longestTask = longest;
       r.hostTasks.clear();
       for (std::uint32_t g = 0; g < r.numGroups; ++g) {
-        forEachBalancedWarpTask<Real>(r.groups[g], entriesOf(g), longest,
+        forEachBalancedWarpTask<Real>(r.groups[g], *variant, entriesOf(g), longest,
                                       [&](std::uint32_t first, std::uint32_t rows, int kind) {
                                         r.hostTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
                                       });

@@ -104,9 +104,37 @@ __host__ __device__ constexpr int flushInterval(int termsPerTile) {
 
 /// Per-thread accumulators for kBodies i-bodies: float partial sums of the current tile, the current bag, and the
 /// wide total (DESIGN.md §3). For Real = double the tile sums go straight into the total.
-template <class Real, int kBodies>
+///
+/// kSharedTotals = 0: the totals live in registers (the direct kernel, most plan tasks). kSharedTotals = n > 0 (plan
+/// tasks of 4 bodies per thread): the first n components (3 without the potential, 4 with it) live in the warp's
+/// slice of shared memory, `sharedTotal` pointing at this lane's first slot, and reach the registers only at the end
+/// (loadSharedTotals). A double total is two registers, and 4 bodies per thread need 24-32 of them beside the pair
+/// loop's: at the plan kernel's 96 registers the compiler then evaluated those tasks' pairs one after the other, each
+/// waiting on the last (Nsight Compute on the H200: 6.7 cycles per issued instruction against ~2.5 in the 64-row
+/// tasks' loop); with shared totals it interleaves the 4 bodies' pairs. Components beyond n are never written, as a
+/// register total nobody reads would be dropped by the compiler.
+template <class Real, int kBodies, int kSharedTotals = 0>
 struct Accumulators {
+  static constexpr int kTotals = kSharedTotals > 0 ? kSharedTotals : 4;  ///< components summed in double
   double total[4][kBodies];
+  double* sharedTotal = nullptr;  ///< kSharedTotals > 0: slot (c, k) at sharedTotal[(c * kBodies + k) * 32]
+  __device__ __forceinline__ double& totalAt(int c, int k) {
+    if constexpr (kSharedTotals > 0) {
+      return sharedTotal[(c * kBodies + k) * 32];
+    } else {
+      return total[c][k];
+    }
+  }
+  /// Copies the shared totals into `total` (nothing to do for register totals); the rest of `total` is 0.
+  __device__ __forceinline__ void loadSharedTotals() {
+    if constexpr (kSharedTotals > 0) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+#pragma unroll
+        for (int k = 0; k < kBodies; ++k) total[c][k] = c < kTotals ? totalAt(c, k) : 0.0;
+      }
+    }
+  }
   Real bag[4][kBodies];
   Real tile[4][kBodies];
   /// What the float partial sums added into `total` summed, |x| + |y| + |z| of each (pair_interaction.hpp:
@@ -118,7 +146,7 @@ struct Accumulators {
     for (int c = 0; c < 4; ++c) {
 #pragma unroll
       for (int k = 0; k < kBodies; ++k) {
-        total[c][k] = 0.0;
+        if (c < kTotals) totalAt(c, k) = 0.0;
         bag[c][k] = Real(0);
       }
     }
@@ -151,7 +179,7 @@ struct Accumulators {
     for (int c = 0; c < 4; ++c) {
 #pragma unroll
       for (int k = 0; k < kBodies; ++k) {
-        total[c][k] += static_cast<double>(bag[c][k]);
+        if (c < kTotals) totalAt(c, k) += static_cast<double>(bag[c][k]);
         bag[c][k] = Real(0);
       }
     }
@@ -192,10 +220,11 @@ __device__ __forceinline__ Real nearPairThreshold(Real xi, Real yi, Real zi, Rea
 /// `first`, against the thread's bodies with accumulatePairInteractionUnchecked. With kMins = 1 or kBodies it also
 /// keeps the smallest r^2 + eps^2 over the thread's bodies or per body (one FMNMX per pair; a ?: select would cost a
 /// compare and a select), for evaluateTile's near-pair search; with kMins = 0 it keeps nothing else.
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, int kMins>
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, int kMins, int kSharedTotals = 0>
 __device__ __forceinline__ void sumTilePairs(const typename Packed4<Real>::type* tile, int first,
                                              const Real (&xi)[kBodies], const Real (&yi)[kBodies],
-                                             const Real (&zi)[kBodies], Real eps2, Accumulators<Real, kBodies>& acc,
+                                             const Real (&zi)[kBodies], Real eps2,
+                                             Accumulators<Real, kBodies, kSharedTotals>& acc,
                                              Real (&minSoftenedR2)[kMins > 0 ? kMins : 1]) {
   acc.clearTile();
 #pragma unroll
@@ -220,11 +249,11 @@ __device__ __forceinline__ void sumTilePairs(const typename Packed4<Real>::type*
 /// bodies (softenedR2LowerBound for the direct kernel, the warp's near-source vote for plans): the fast path alone.
 /// It leaves out the FMNMX per pair that evaluateTile needs to find such pairs, one of the ~15 instructions an
 /// interaction issues, and gives the same sums as evaluateTile would (that tile would not be evaluated again).
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, int kSharedTotals = 0>
 __device__ __forceinline__ void evaluateFarTile(const typename Packed4<Real>::type* tile, int first,
                                                 const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                                 const Real (&zi)[kBodies], Real eps2,
-                                                Accumulators<Real, kBodies>& acc) {
+                                                Accumulators<Real, kBodies, kSharedTotals>& acc) {
   Real noMinimum[1];
   sumTilePairs<Real, kBodies, kEntries, kStride, kUnroll, 0>(tile, first, xi, yi, zi, eps2, acc, noMinimum);
 }
@@ -240,11 +269,12 @@ __device__ __forceinline__ void evaluateFarTile(const typename Packed4<Real>::ty
 ///    of eps = 0 and otherwise gives the fast path's sums).
 /// In practice that is the tile holding the body itself (the self pair) and, rarely, one more.
 template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kPerBodyMin, class Rule,
-          class ExactSource>
+          class ExactSource, int kSharedTotals = 0>
 __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type* tile, int first,
                                              const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                              const Real (&zi)[kBodies], Real eps2, const Rule& rule,
-                                             Accumulators<Real, kBodies>& acc, const ExactSource& exactSource) {
+                                             Accumulators<Real, kBodies, kSharedTotals>& acc,
+                                             const ExactSource& exactSource) {
   constexpr int kMins = kPerBodyMin ? kBodies : 1;
   Real minSoftenedR2[kMins];
   sumTilePairs<Real, kBodies, kEntries, kStride, kUnroll, kMins>(tile, first, xi, yi, zi, eps2, acc, minSoftenedR2);
@@ -289,10 +319,10 @@ __device__ __forceinline__ void evaluateTile(const typename Packed4<Real>::type*
                                           acc.tile[3][k]);
         }
       }
-      acc.total[0][k] += ax;
-      acc.total[1][k] += ay;
-      acc.total[2][k] += az;
-      acc.total[3][k] += pot;
+      acc.totalAt(0, k) += ax;
+      acc.totalAt(1, k) += ay;
+      acc.totalAt(2, k) += az;
+      if (acc.kTotals > 3) acc.totalAt(3, k) += pot;
     } else {
 #pragma unroll 1
       for (int j = 0; j < kEntries; ++j) {
@@ -323,11 +353,11 @@ inline constexpr Real kFarTileMargin = Real(1.0 - 1.0e-5);
 /// Evaluates the quadrupole cells of a shared-memory tile (three vectors per cell: centre of mass and mass, then
 /// (qxx, qyy, qzz, trace), then (qxy, qxz, qyz, -)) against the thread's i-bodies. Cells pass the opening criterion, so
 /// none is close to an i-body and no pair needs a second look.
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll>
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, int kSharedTotals = 0>
 __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Real>::type* cellTile, int first,
                                                        const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                                        const Real (&zi)[kBodies], Real eps2,
-                                                       Accumulators<Real, kBodies>& acc) {
+                                                       Accumulators<Real, kBodies, kSharedTotals>& acc) {
   acc.clearTile();
 #pragma unroll kUnroll
   for (int j = 0; j < kEntries; ++j) {
@@ -352,11 +382,11 @@ __device__ __forceinline__ void evaluateQuadrupoleTile(const typename Packed4<Re
 /// plans. kWrap = false: the caller has shown that no separation of the tile lies beyond half a box
 /// (runPlanTask: wrapFreeLimit), where nearestImage returns it unchanged, so the six compares and selects per pair
 /// that it costs are left out with the same sums.
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kWrap = true>
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kWrap = true, int kSharedTotals = 0>
 __device__ __forceinline__ void evaluatePeriodicTile(const typename Packed4<Real>::type* tile, int first,
                                                      const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                                      const Real (&zi)[kBodies], Real eps2, Real box, Real invTwoSplit,
-                                                     Real cutoff2, Accumulators<Real, kBodies>& acc) {
+                                                     Real cutoff2, Accumulators<Real, kBodies, kSharedTotals>& acc) {
   acc.clearTile();
 #pragma unroll kUnroll
   for (int j = 0; j < kEntries; ++j) {
@@ -374,11 +404,12 @@ __device__ __forceinline__ void evaluatePeriodicTile(const typename Packed4<Real
 /// evaluateQuadrupoleTile for the periodic short range: each cell at its nearest image, monopole + quadrupole times
 /// the truncation factors at its centre of mass (accumulateTruncatedQuadrupoleInteraction, as the CPU engine).
 /// kWrap as for evaluatePeriodicTile.
-template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kWrap = true>
+template <class Real, int kBodies, int kEntries, int kStride, int kUnroll, bool kWrap = true, int kSharedTotals = 0>
 __device__ __forceinline__ void evaluatePeriodicQuadrupoleTile(const typename Packed4<Real>::type* cellTile, int first,
                                                                const Real (&xi)[kBodies], const Real (&yi)[kBodies],
                                                                const Real (&zi)[kBodies], Real eps2, Real box,
-                                                               Real invTwoSplit, Accumulators<Real, kBodies>& acc) {
+                                                               Real invTwoSplit,
+                                                               Accumulators<Real, kBodies, kSharedTotals>& acc) {
   acc.clearTile();
 #pragma unroll kUnroll
   for (int j = 0; j < kEntries; ++j) {
@@ -401,15 +432,17 @@ __device__ __forceinline__ void evaluatePeriodicQuadrupoleTile(const typename Pa
 /// Adds the tile sums into the bag and flushes the bag every kFlushTiles tiles (Real = double: straight into the
 /// total). kTrackMagnitude (float): also adds what each float partial sum going into the total summed into
 /// acc.floatMagnitude.
-template <class Real, int kBodies, int kFlushTiles, bool kTrackMagnitude = false>
-__device__ __forceinline__ void accumulateTile(Accumulators<Real, kBodies>& acc, int& tilesInBag) {
+template <class Real, int kBodies, int kFlushTiles, bool kTrackMagnitude = false, int kSharedTotals = 0>
+__device__ __forceinline__ void accumulateTile(Accumulators<Real, kBodies, kSharedTotals>& acc, int& tilesInBag) {
   constexpr bool kTrack = kTrackMagnitude && std::is_same_v<Real, float>;
   if constexpr (std::is_same_v<Real, double> || kFlushTiles == 1) {
     if constexpr (kTrack) acc.addMagnitudeOf(acc.tile);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
 #pragma unroll
-      for (int k = 0; k < kBodies; ++k) acc.total[c][k] += static_cast<double>(acc.tile[c][k]);
+      for (int k = 0; k < kBodies; ++k) {
+        if (c < acc.kTotals) acc.totalAt(c, k) += static_cast<double>(acc.tile[c][k]);
+      }
     }
   } else {
     acc.addTileToBag();
@@ -756,6 +789,20 @@ inline constexpr int kNumPlanTaskKinds = 8;
 inline constexpr PlanTaskKind kPlanTaskKinds[kNumPlanTaskKinds] = {{1, 4}, {1, 2}, {1, 1},  {2, 1},
                                                                    {4, 1}, {8, 1}, {16, 1}, {32, 1}};
 
+/// The first task kind a plan kernel runs: the kinds before it are not compiled in, and the host cuts groups into
+/// the others (cuda_engine.cu: forEachWarpTask). Tasks of 4 bodies per thread (kind 0, 128 rows) keep their double
+/// totals in shared memory (runPlanTask), and their pair loops, with 4 bodies per source, interleave well; the other
+/// kinds keep them in registers. With quadrupole cells (and in periodic plans) kind 0 ran 2-4% faster than 64-row
+/// tasks; with monopole cells 5-15% slower (Plummer 2^20, theta 0.5, ncrit 256 and 1024, H200), and is left out.
+/// Double plans leave it out too (registers).
+template <class Real>
+__host__ __device__ constexpr int firstPlanTaskKind(bool quadrupole, bool periodic) {
+  return std::is_same_v<Real, float> && (quadrupole || periodic) ? 0 : 1;
+}
+
+/// Doubles of shared memory per lane for the totals of 4-bodies-per-thread tasks: 4 components for each body.
+inline constexpr int kPlanTotalsPerLane = 16;
+
 template <class Real>
 struct PlanArgs {
   DeviceSoA sources;
@@ -791,7 +838,7 @@ template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential
           bool kPeriodic = false>
 __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const uint4 task,
                                             typename Packed4<Real>::type* tile, typename Packed4<Real>::type* cellTile,
-                                            int lane) {
+                                            double* warpTotals, int lane) {
   using Vec = typename Packed4<Real>::type;
   constexpr int kRowsPerPass = 32 / kQ;
   constexpr int kLoads = kTile / 32;
@@ -863,10 +910,16 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   // Near sources: those within nearRadius of the group centre, where R is the task's largest |x_i - c|. Only they
   // can be at zero distance from one of its bodies (or, in accurate plans, closer than a body's closePairThreshold,
   // whose largest value is eps^2 + max(24 eps^2, R^2 / 16^2)); the 1e-4 covers the rounding of the distances. A
-  // tile with none is evaluated without the near-pair search (evaluateFarTile): in a tree plan that is every tile
-  // but the one or two that hold the group's own bodies. Worth its ~10 instructions per lane and tile only where a
-  // lane's share of a tile is long.
+  // tile with none is evaluated without the near-pair search (evaluateFarTile). Worth its ~10 instructions per lane
+  // and tile only where a lane's share of a tile is long.
   constexpr bool kFarTiles = kEntries * kI >= 16 && !kPeriodic;
+  // A tree plan with eps > 0 needs no search at all. Its only near pairs are those at zero distance, where the fast
+  // path's r^2 + eps^2 is eps^2, as the checked pair's is: no pull and -m/eps, the same terms to the rounding of the
+  // other pairs' r^2. The search found near sources in a quarter of the 128-row tasks' tiles (the bodies of
+  // neighbouring leaves lie within R), and each tile holding the task's own bodies was evaluated again at three
+  // times a tile's cost: 6-7% of the instructions of the plan kernel (Plummer 2^20, ncrit 256, Nsight Compute on the
+  // H200). Accurate plans (direct summation onto a subsample) still look for their close and strong pairs.
+  const bool searchNearPairs = kAccurateNearPairs || !(args.eps2 > Real(0));
   Real nearRadius2 = Real(0);
   if constexpr (kFarTiles) {
     Real radius2 = Real(0);
@@ -896,16 +949,16 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   // back to back would stall the warp on the index at every tile (the list is a gather).
   double px[kLoads], py[kLoads], pz[kLoads], pm[kLoads];
   bool pvalid[kLoads];
-  // The index, with kCellFlag set for a cell (bodies and cells number fewer than 2^31).
-  constexpr std::uint32_t kCellFlag = 0x80000000u;
+  // Whether an entry is a cell follows from its position in the list, so it is worked out again where the source is
+  // loaded: folding a flag into the loaded index made the warp wait for the index's global load right there, a tile
+  // early (Nsight Compute on the H200: a third of the plan kernel's long-scoreboard stalls).
   std::uint32_t nextEntries[kLoads];
   const auto loadIndices = [&](std::uint32_t t) {
 #pragma unroll
     for (int l = 0; l < kLoads; ++l) {
       const std::uint32_t e = t * kTile + lane + 32 * l;
       bool isCell = false;
-      const std::uint32_t index = e < numPointEntries ? pointEntry(e, isCell) : 0u;
-      nextEntries[l] = isCell ? index | kCellFlag : index;
+      nextEntries[l] = e < numPointEntries ? pointEntry(e, isCell) : 0u;
     }
   };
   const auto loadSources = [&](std::uint32_t t) {
@@ -914,8 +967,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       const std::uint32_t e = t * kTile + lane + 32 * l;
       pvalid[l] = e < numPointEntries;
       if (pvalid[l]) {
-        const DeviceSoA& from = (nextEntries[l] & kCellFlag) != 0 ? args.cells : args.sources;
-        const std::uint32_t index = nextEntries[l] & ~kCellFlag;
+        const DeviceSoA& from = e >= numListBodies ? args.cells : args.sources;
+        const std::uint32_t index = nextEntries[l];
         px[l] = from.x[index];
         py[l] = from.y[index];
         pz[l] = from.z[index];
@@ -924,7 +977,12 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     }
   };
 
-  Accumulators<Real, kI> acc;
+  static_assert(kI * 4 <= kPlanTotalsPerLane, "the warp's shared totals hold 4 components per body");
+  // Tasks of 4 bodies per thread keep their totals in shared memory (Accumulators says why); with 1 or 2 bodies per
+  // thread registers are faster (Plummer 2^20, ncrit 256: 64-row tasks 2% slower with shared totals).
+  constexpr bool kShared = kI == 4;
+  Accumulators<Real, kI, kShared ? (kPotential ? 4 : 3) : 0> acc;
+  acc.sharedTotal = warpTotals + lane;
   acc.clearAll();
   int tilesInBag = 0;
   const NearPairRule<kAccurateNearPairs> rule{args.eps2Double};
@@ -947,7 +1005,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       }
       if constexpr (kPeriodic) wrapSource = wrapSource || needsWrap(pvalid[l], source);
     }
-    const bool nearTile = !kFarTiles || __any_sync(0xffffffffu, nearSource);
+    const bool nearTile = searchNearPairs && (!kFarTiles || __any_sync(0xffffffffu, nearSource));
     const bool wrapTile = kPeriodic && __any_sync(0xffffffffu, wrapSource);
     __syncwarp();
     if (t + 1 < numTiles) loadSources(t + 1);
@@ -1042,6 +1100,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     }
   }
   if constexpr (!std::is_same_v<Real, double> && kFlushTiles > 1) acc.flushBag();
+  acc.loadSharedTotals();
   acc.template reduceOverLanes<kQ>();
 
   if (slice == 0) {
@@ -1062,8 +1121,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
 }
 
 /// Persistent kernel: each warp takes the next task (most expensive first, so the tail is short) until none is
-/// left. Warps are independent: no block-wide barrier, each warp has its own tiles of shared memory. Only
-/// kinds below `kFirstKind` are skipped (double precision leaves out the 4-bodies-per-thread kind: registers).
+/// left. Warps are independent: no block-wide barrier, each warp has its own tiles of shared memory. The task kinds
+/// before firstPlanTaskKind are not compiled in.
 /// kMinBlocks: resident blocks per SM the register allocation must allow (occupancy: the inner loop's dependency
 /// chains need about 5 warps per scheduler to keep issuing every cycle).
 /// kPotential = false: accelerations only (out.pot is not written). kPeriodic: the periodic short range (runPlanTask).
@@ -1075,8 +1134,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
   using Vec = typename Packed4<Real>::type;
   __shared__ Vec tiles[kWarps][kTile];
   __shared__ Vec cellTiles[kWarps][kQuadrupole ? 3 * kTile : 1];
+  constexpr bool kFourBodyTasks = firstPlanTaskKind<Real>(kQuadrupole, kPeriodic) == 0;
+  __shared__ double totals[kWarps][kFourBodyTasks ? kPlanTotalsPerLane * 32 : 1];  // runPlanTask's, for kind 0
   Vec* tile = tiles[threadIdx.x / 32];
   Vec* cellTile = cellTiles[threadIdx.x / 32];
+  double* warpTotals = totals[threadIdx.x / 32];
   const int lane = threadIdx.x % 32;
   for (;;) {
     std::uint32_t taskIndex = 0;
@@ -1086,38 +1148,38 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
     const uint4 task = args.tasks[taskIndex];
     switch (task.w) {
       case 0:
-        if constexpr (std::is_same_v<Real, float>) {
-          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 4, kPeriodic>(args, task, tile,
-                                                                                                 cellTile, lane);
+        if constexpr (kFourBodyTasks) {
+          runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 4, kPeriodic>(
+              args, task, tile, cellTile, warpTotals, lane);
         }
         break;
       case 1:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 2, kPeriodic>(args, task, tile,
-                                                                                               cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 2, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
       case 2:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 1, kPeriodic>(args, task, tile,
-                                                                                               cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 1, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
       case 3:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 2, 1, kPeriodic>(args, task, tile,
-                                                                                               cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 2, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
       case 4:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 4, 1, kPeriodic>(args, task, tile,
-                                                                                               cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 4, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
       case 5:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 8, 1, kPeriodic>(args, task, tile,
-                                                                                               cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 8, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
       case 6:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 16, 1, kPeriodic>(args, task, tile,
-                                                                                                cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 16, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
       default:
-        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 32, 1, kPeriodic>(args, task, tile,
-                                                                                                cellTile, lane);
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 32, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane);
         break;
     }
   }
