@@ -6,7 +6,7 @@ Writes a PNG (or any format matplotlib writes, by the extension of --out), atomi
 then a rename).
 
 Usage: /usr/bin/python3 scripts/plot_power.py FILE [FILE ...] [--linear PLIN] [--growth D[,D ...]] [--omega-m OM]
-                                              [--subtract-shot-noise] [--out IMAGE] [--dpi N]
+                                              [--subtract-shot-noise] [-o|--out IMAGE] [--dpi N]
 
 FILE: `matcha analyze power` output: '# key = value' header lines, a column line '# k  P(k)  modes  shot_noise',
 then one line of numbers per bin. Columns are found by name.
@@ -232,7 +232,7 @@ def main():
     parser.add_argument("--omega-m", type=float, metavar="OM",
                         help="Omega_m of flat LCDM, for files whose header gives scale_factor or redshift")
     parser.add_argument("--subtract-shot-noise", action="store_true", help="plot P(k) less the shot noise")
-    parser.add_argument("--out", help="image to write (default: the first FILE with the extension .png)")
+    parser.add_argument("-o", "--out", help="image to write (default: the first FILE with the extension .png)")
     parser.add_argument("--dpi", type=int, default=100, help="resolution (default 100: 640 x 480 pixels)")
     args = parser.parse_args()
 

@@ -82,7 +82,7 @@ result = plot(with_header("eds.txt", "# scale_factor = 0.5"), "--linear", path("
               "--out", path("eds.png"))
 assert result.returncode == 0 and "D1/D1(1) = 0.5)" in result.stdout, (result.stdout, result.stderr)
 # Without linear theory, shot noise subtracted, at another resolution.
-result = plot(first, second, "--subtract-shot-noise", "--out", path("bare.png"), "--dpi", "50")
+result = plot(first, second, "--subtract-shot-noise", "-o", path("bare.png"), "--dpi", "50")
 assert result.returncode == 0, result.stderr
 assert png_size(path("bare.png")) == (320, 240)
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The power spectrum P(k) of the mass density contrast of bodies in a periodic cube, measured on a mesh (as GADGET-4's
-// and Pylians' measurements do): masses deposited with a CIC or TSC window (mesh/'s MassMesh), Fourier transformed,
-// the window deconvolved, optionally interlaced, and |delta_k|^2 averaged over spherical shells in |k|.
+// The power spectrum P(k) of the mass density contrast of bodies in a periodic cube, measured on a mesh: masses
+// deposited with a CIC or TSC window (mesh/'s MassMesh), Fourier transformed, the window deconvolved, optionally
+// interlaced, and |delta_k|^2 averaged over spherical shells in |k|.
 //
 // Conventions (README "Power spectra"):
 //  - A cube of side L, periodic; bodies may lie anywhere (reduced into [0, L)). Mesh of n^3 points, h = L / n.
