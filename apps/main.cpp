@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
   const auto compareCommand = matcha::app::addCompareCommand(app, compareOptions);
   const auto icCommand = matcha::app::addIcCommand(app, icOptions);
   const auto renderCommand = matcha::app::addRenderCommand(app);
+  const auto analyzeCommand = matcha::app::addAnalyzeCommand(app);
 
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
@@ -115,6 +116,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) return runCommand();
     if (app.got_subcommand("compare")) return compareCommand();
     if (app.got_subcommand("render")) return renderCommand();
+    if (app.got_subcommand("analyze")) return analyzeCommand();
     return icCommand();
   } catch (const CLI::Success& success) {  // --help, --help-all, --version: printed, exit 0
     return app.exit(success);

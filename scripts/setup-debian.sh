@@ -12,6 +12,7 @@ packages=(
   libhdf5-dev hdf5-tools         # snapshots; h5dump for the snapshot layout test
   libcli11-dev                   # command line
   libfftw3-dev                   # particle mesh (mesh/): FFTW3 in double, with its threads library
+  libboost-dev                   # cosmology/: Boost.Math quadrature and interpolation, Boost.Odeint (header-only)
   nlohmann-json3-dev             # JSON summaries (--json)
   libcairo2-dev pkg-config fonts-dejavu-core  # matcha render: PNG, text and drawing (found with pkg-config)
   libgtest-dev libgmock-dev      # tests

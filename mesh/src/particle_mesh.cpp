@@ -18,18 +18,10 @@
 #include "gpu_mesh.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
+#include "ordered_deposit.hpp"
 
 namespace matcha::mesh {
 namespace {
-
-/// The deposit bins bodies by mesh plane in at most this many blocks of consecutive bodies (each block counts and
-/// scatters its own bodies): the count table is blocks x chunks, a few megabytes at most.
-constexpr std::size_t kMaxBinBlocks = 256;
-constexpr std::size_t kMinBinBlockSize = std::size_t{1} << 14;
-
-/// Planes per deposit chunk, at least: a body writes the planes from its home plane (its window's first) to home +
-/// support - 1, so a chunk of >= support - 1 = 2 planes (TSC) between two chunks of one phase keeps their writes apart.
-constexpr int kMinChunkPlanes = 2;
 
 constexpr int support(MassAssignment assignment) { return assignment == MassAssignment::cic ? 2 : 3; }
 
@@ -91,12 +83,17 @@ int fftFriendlyGridSize(int n) {
                    " points per side within the limit of " + std::to_string(kMaxGrid));
 }
 
+long long meshPointsForSpacing(std::size_t numBodies, int pointsPerSpacing) {
+  const long double factor = pointsPerSpacing;
+  const long double wanted = static_cast<long double>(numBodies) * factor * factor * factor;
+  auto g = static_cast<long long>(std::ceil(pointsPerSpacing * std::cbrt(static_cast<double>(numBodies))));
+  while (g > 1 && static_cast<long double>(g - 1) * (g - 1) * (g - 1) >= wanted) --g;
+  while (static_cast<long double>(g) * g * g < wanted) ++g;
+  return std::max(g, 1LL);
+}
+
 int defaultPmGrid(std::size_t numBodies, const MeshParams& params) {
-  // The smallest g with g >= 2 N^(1/3), i.e. g^3 >= 8 N, in integers (cbrt of a cube need not be exact).
-  const auto eightN = static_cast<long double>(numBodies) * 8.0L;
-  auto g = static_cast<long long>(std::ceil(2.0 * std::cbrt(static_cast<double>(numBodies))));
-  while (g > 1 && static_cast<long double>(g - 1) * (g - 1) * (g - 1) >= eightN) --g;
-  while (static_cast<long double>(g) * g * g < eightN) ++g;
+  const long long g = meshPointsForSpacing(numBodies, 2);  // GADGET's two mesh cells per mean spacing
   const auto forCutoff = static_cast<long long>(std::ceil(2.0 * params.cutoffFactor * params.aSmooth));
   const long long wanted = std::max({g, forCutoff, static_cast<long long>(kMinGrid)});
   if (wanted > kMaxGrid) {
@@ -132,12 +129,7 @@ struct ParticleMesh::Impl {
   std::vector<double> greenAxis;             ///< greenAxisFactor per index, 0..n-1
   std::vector<double> modeSquared;           ///< signedMode^2 per index
   std::vector<double> derivativeWavenumber;  ///< 2 pi derivativeMode / L per index
-  std::vector<int> chunkOfPlane;             ///< deposit chunk of each x plane
-  int numChunks = 0;
-  std::vector<std::uint32_t> order;     ///< body indices grouped by chunk, in body order within a chunk
-  std::vector<std::size_t> chunkStart;  ///< numChunks + 1 offsets into order
-  std::vector<std::size_t> binCursor;   ///< blocks x chunks counts, then cursors
-  std::vector<std::size_t> firstBad;    ///< per block, the first body with a non-finite position (count if none)
+  detail::OrderedDeposit depositor;          ///< masses onto grid, in an order fixed by the input
 
   explicit Impl(const MeshParams& p)
       : params(validated(p)),
@@ -146,7 +138,8 @@ struct ParticleMesh::Impl {
         half(static_cast<std::size_t>(p.grid) / 2 + 1),
         invBox(1.0 / p.boxSize),
         invCell(p.grid / p.boxSize),
-        grid(p.grid, kFftJobs) {
+        grid(p.grid, kFftJobs),
+        depositor(p.grid, p.boxSize, "particle mesh") {
     if (p.gradient == MeshGradient::fourier) work = std::make_unique<detail::FftwGrid>(n, kFftJobs);
     const int windowOrder = p.assignment == MassAssignment::cic ? 2 : 3;
     greenAxis.resize(n);
@@ -158,91 +151,9 @@ struct ParticleMesh::Impl {
       modeSquared[i] = static_cast<double>(m) * m;
       derivativeWavenumber[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / p.boxSize;
     }
-    // An even number of chunks of >= kMinChunkPlanes planes: chunks of one parity never write one plane, around the
-    // periodic wrap too.
-    numChunks = 2 * std::max(1, n / (2 * kMinChunkPlanes));
-    chunkOfPlane.resize(n);
-    for (int c = 0; c < numChunks; ++c) {
-      const int first = static_cast<int>(static_cast<long long>(c) * n / numChunks);
-      const int last = static_cast<int>(static_cast<long long>(c + 1) * n / numChunks);
-      for (int plane = first; plane < last; ++plane) chunkOfPlane[plane] = c;
-    }
   }
 
   MeshLayout layout() const { return {n, padded}; }
-
-  template <MassAssignment A>
-  int homeChunk(const SourceView& s, std::size_t i, double offset) const {
-    const AxisWeights<double> w = windowWeights<support(A)>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
-    return chunkOfPlane[wrapMeshIndex(w.first, n)];
-  }
-
-  /// Groups the bodies by deposit chunk (a stable counting sort: blocks of consecutive bodies count, then scatter into
-  /// their own ranges), so that each chunk lists its bodies in body order whatever the threads.
-  template <MassAssignment A>
-  void bin(const SourceView& s, double offset) {
-    const std::size_t count = s.count;
-    const std::size_t numBlocks =
-        std::clamp<std::size_t>((count + kMinBinBlockSize - 1) / kMinBinBlockSize, 1, kMaxBinBlocks);
-    const std::size_t blockSize = (count + numBlocks - 1) / numBlocks;
-    const auto chunks = static_cast<std::size_t>(numChunks);
-    binCursor.assign(numBlocks * chunks, 0);
-    firstBad.assign(numBlocks, count);
-    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
-      const std::size_t first = b * blockSize, last = std::min(count, first + blockSize);
-      std::size_t* counts = &binCursor[b * chunks];
-      for (std::size_t i = first; i < last; ++i) {
-        if (!(std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && std::isfinite(s.z[i]))) {
-          firstBad[b] = std::min(firstBad[b], i);
-          continue;
-        }
-        ++counts[homeChunk<A>(s, i, offset)];
-      }
-    });
-    const std::size_t bad = *std::min_element(firstBad.begin(), firstBad.end());
-    if (bad < count) {
-      throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
-    }
-    chunkStart.assign(chunks + 1, 0);
-    std::size_t running = 0;
-    for (std::size_t c = 0; c < chunks; ++c) {
-      chunkStart[c] = running;
-      for (std::size_t b = 0; b < numBlocks; ++b) {
-        const std::size_t blockCount = binCursor[b * chunks + c];
-        binCursor[b * chunks + c] = running;
-        running += blockCount;
-      }
-    }
-    chunkStart[chunks] = running;
-    if (order.size() < count) order.resize(count);
-    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
-      const std::size_t first = b * blockSize, last = std::min(count, first + blockSize);
-      std::size_t* cursor = &binCursor[b * chunks];
-      for (std::size_t i = first; i < last; ++i)
-        order[cursor[homeChunk<A>(s, i, offset)]++] = static_cast<std::uint32_t>(i);
-    });
-  }
-
-  /// Masses onto the mesh: the chunks of even index in parallel, then the odd ones; each chunk adds its bodies in
-  /// order. A mesh point therefore sums the bodies of the (at most two) chunks that reach it in a fixed order.
-  template <MassAssignment A>
-  void deposit(const SourceView& s, double offset) {
-    double* rho = grid.real();
-    const std::size_t plane = static_cast<std::size_t>(n) * padded;
-    tbb::parallel_for(tbb::blocked_range<int>(0, n), [&](const tbb::blocked_range<int>& planes) {
-      std::fill(rho + planes.begin() * plane, rho + planes.end() * plane, 0.0);
-    });
-    for (int phase = 0; phase < 2; ++phase) {
-      tbb::parallel_for(0, numChunks / 2, [&](int pair) {
-        const auto c = static_cast<std::size_t>(2 * pair + phase);
-        for (std::size_t k = chunkStart[c]; k < chunkStart[c + 1]; ++k) {
-          const std::size_t i = order[k];
-          depositBody(rho, layout(), bodyWindow<A>(s, i, invBox, n, offset), s.mass[i],
-                      [](double* point, double value) { *point += value; });
-        }
-      });
-    }
-  }
 
   /// The mass spectrum becomes the potential's: mode m times greenScale W(mx) W(my) W(mz) / |m|^2, 0 for m = 0.
   void applyGreen(double G) {
@@ -282,7 +193,7 @@ struct ParticleMesh::Impl {
   void interpolate(const SourceView& s, double offset, double weight, const double* field, double* out) const {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t slot = r.begin(); slot != r.end(); ++slot) {
-        const std::size_t i = order[slot];
+        const std::size_t i = depositor.order()[slot];
         const double sum = gatherBody(field, layout(), bodyWindow<A>(s, i, invBox, n, offset));
         out[i] += weight * sum;
       }
@@ -295,7 +206,7 @@ struct ParticleMesh::Impl {
     const double* phi = grid.real();
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
       for (std::size_t slot = r.begin(); slot != r.end(); ++slot) {
-        const std::size_t i = order[slot];
+        const std::size_t i = depositor.order()[slot];
         double gradient[3], pot;
         gatherFiniteDifference(phi, layout(), bodyWindow<A>(s, i, invBox, n, offset), invCell, gradient, pot);
         out.ax[i] -= weight * gradient[0];
@@ -311,8 +222,7 @@ struct ParticleMesh::Impl {
   template <MassAssignment A>
   double addPass(const SourceView& s, const GravityParams& gravity, double offset, double weight,
                  const ForceView& out) {
-    bin<A>(s, offset);
-    deposit<A>(s, offset);
+    depositor.deposit(s, A, offset, grid.real());
     grid.forward();
     const double totalMass = grid.spectrum()[0].real();  // the k = 0 mode: the deposited mass, sum m_i to rounding
     applyGreen(gravity.G);

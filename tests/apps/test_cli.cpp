@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -25,6 +26,7 @@
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/version.hpp"
+#include "matcha/cosmology/power_spectrum.hpp"
 #include "matcha/io/density_image.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
@@ -1526,4 +1528,149 @@ TEST_F(Cli, PeriodicRestartIsBitIdentical) {
   ASSERT_EQ(second.exitCode, 0) << second.err;
   expectSameStateBitForBit(dir_ / "full" / "snapshot_002.hdf5", dir_ / "halves" / "snapshot_002.hdf5");
   EXPECT_EQ(matcha::io::readSnapshot(dir_ / "halves" / "snapshot_002.hdf5").boxSize, 3.0);
+}
+
+/// A file of `matcha analyze power`: its `# key = value` header and its rows of numbers.
+struct PowerFile {
+  std::map<std::string, std::string> header;
+  std::string columns;  ///< the comment line that names the columns
+  std::vector<std::vector<double>> rows;
+};
+
+PowerFile readPowerFile(const fs::path& path) {
+  PowerFile file;
+  for (const std::string& line : lines(readFile(path))) {
+    if (line.rfind("# ", 0) == 0) {
+      const std::size_t equals = line.find(" = ");
+      if (equals != std::string::npos) {
+        const std::string value = line.substr(equals + 3);
+        file.header[line.substr(2, equals - 2)] = value.substr(0, value.find("  ("));
+      } else if (line.rfind("# k ", 0) == 0) {
+        file.columns = line;
+      }
+      continue;
+    }
+    std::vector<double> row;
+    std::istringstream numbers(line);
+    for (double value = 0; numbers >> value;) row.push_back(value);
+    file.rows.push_back(row);
+  }
+  return file;
+}
+
+// `analyze power` on a lattice written by `ic lattice`: the file holds, bin by bin, what cosmology's
+// measurePowerSpectrum gives for the snapshot's bodies (the printed digits), with the defaults of the library (grid
+// 2 N^(1/3) = 32, TSC, linear bins of k_F) and the snapshot's box; options reach the measurement; the file sits beside
+// the snapshot unless --out says otherwise, and is replaced only with --overwrite.
+TEST_F(Cli, AnalyzePowerWritesKPowerModesAndShotNoise) {
+  ASSERT_EQ(matcha("ic lattice -n 4096 --perturbation 0.3 --seed 5 --box 50 -o lat.hdf5").exitCode, 0);
+  const Result result = matcha("analyze power lat.hdf5");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  EXPECT_EQ(result.out.rfind("reading snapshot lat.hdf5 (4096 bodies, box 50)...\n", 0), 0u) << result.out;
+  EXPECT_NE(result.out.find("wrote lat.power.txt: 15 bins"), std::string::npos) << result.out;
+  const PowerFile file = readPowerFile(dir_ / "lat.power.txt");
+  EXPECT_EQ(file.columns, "# k  P(k)  modes  shot_noise");
+  EXPECT_EQ(file.header.at("bodies"), "4096");
+  EXPECT_EQ(file.header.at("box"), "50");
+  EXPECT_EQ(file.header.at("grid"), "32");
+  EXPECT_EQ(file.header.at("assignment"), "tsc");
+  EXPECT_EQ(file.header.at("interlace"), "no");
+  EXPECT_EQ(file.header.at("shot_noise_subtracted"), "no");
+  EXPECT_EQ(file.header.at("time"), "0");
+  EXPECT_NEAR(std::stod(file.header.at("k_fundamental")), 2 * std::numbers::pi / 50, 1e-9);
+  EXPECT_NEAR(std::stod(file.header.at("k_nyquist")), std::numbers::pi * 32 / 50, 1e-9);
+
+  const matcha::io::Snapshot snapshot = matcha::io::readSnapshot(dir_ / "lat.hdf5");
+  auto expectRows = [&](const PowerFile& written, const matcha::cosmology::PowerSpectrumParams& params) {
+    const matcha::cosmology::PowerSpectrum spectrum =
+        matcha::cosmology::measurePowerSpectrum(snapshot.particles.sources(), params);
+    EXPECT_NEAR(std::stod(written.header.at("shot_noise")) / spectrum.shotNoise, 1.0, 1e-9);
+    ASSERT_EQ(written.rows.size(), spectrum.bins.size());
+    for (std::size_t b = 0; b < spectrum.bins.size(); ++b) {
+      ASSERT_EQ(written.rows[b].size(), 4u) << "row " << b;
+      EXPECT_NEAR(written.rows[b][0] / spectrum.bins[b].k, 1.0, 1e-9) << "row " << b;
+      const double power = spectrum.bins[b].power;  // less the shot noise, it may be near 0
+      EXPECT_NEAR(written.rows[b][1], power, 1e-9 * (std::abs(power) + spectrum.shotNoise)) << "row " << b;
+      EXPECT_EQ(written.rows[b][2], static_cast<double>(spectrum.bins[b].numModes)) << "row " << b;
+      EXPECT_NEAR(written.rows[b][3] / spectrum.shotNoise, 1.0, 1e-9) << "row " << b;
+    }
+  };
+  matcha::cosmology::PowerSpectrumParams params;
+  params.boxSize = 50;
+  params.grid = 32;
+  expectRows(file, params);
+  EXPECT_NEAR(std::stod(file.header.at("shot_noise")), 50.0 * 50 * 50 / 4096, 1e-6);
+
+  const Result options = matcha(
+      "analyze power lat.hdf5 --grid 24 --assignment cic --interlace --subtract-shot-noise --log-bins 7 --box 50 "
+      "-o spectra/options.txt");
+  ASSERT_EQ(options.exitCode, 0) << options.err;
+  const PowerFile optioned = readPowerFile(dir_ / "spectra" / "options.txt");
+  EXPECT_EQ(optioned.header.at("grid"), "24");
+  EXPECT_EQ(optioned.header.at("assignment"), "cic");
+  EXPECT_EQ(optioned.header.at("interlace"), "yes");
+  EXPECT_EQ(optioned.header.at("shot_noise_subtracted"), "yes");
+  EXPECT_EQ(optioned.header.at("bins"), "logarithmic, 7 per decade, from k_fundamental to k_nyquist");
+  params.grid = 24;
+  params.assignment = matcha::mesh::MassAssignment::cic;
+  params.interlace = true;
+  params.subtractShotNoise = true;
+  params.binning = matcha::cosmology::PowerBinning::logarithmic;
+  params.binsPerDecade = 7;
+  expectRows(optioned, params);
+
+  // Another spectrum over the first only with --overwrite; no temporary file stays behind.
+  expectBadInput("analyze power lat.hdf5", "--out lat.power.txt already exists; pass --overwrite to replace it");
+  ASSERT_EQ(matcha("analyze power lat.hdf5 --overwrite --bin-width 2").exitCode, 0);
+  EXPECT_EQ(readPowerFile(dir_ / "lat.power.txt").header.at("bins"),
+            "linear, width 2 k_fundamental, from k_fundamental to k_nyquist");
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
+
+  // An open-boundary snapshot needs --box; its bodies outside the box are folded in, and the run says so.
+  ASSERT_EQ(matcha("ic plummer -n 2000 --out open.hdf5").exitCode, 0);
+  expectBadInput("analyze power open.hdf5",
+                 "snapshot open.hdf5 records no periodic box (no BoxSize > 0 with MatchaPeriodic 1); give its side "
+                 "with --box L");
+  const Result boxed = matcha("analyze power open.hdf5 --box 4");
+  ASSERT_EQ(boxed.exitCode, 0) << boxed.err;
+  EXPECT_NE(boxed.out.find("bodies lie outside [0, 4)^3; they are folded into the box periodically"), std::string::npos)
+      << boxed.out;
+}
+
+// Every bad input of `analyze power`: one line, exit 2, before the snapshot is read, and nothing written.
+TEST_F(Cli, AnalyzePowerRefusesBadInput) {
+  ASSERT_EQ(matcha("ic lattice -n 512 --box 10 -o lat.hdf5").exitCode, 0);
+  expectBadInput("analyze power missing.hdf5", "snapshot missing.hdf5: no such file");
+  expectBadInput("analyze power lat.hdf5 --grid 11",
+                 "the grid 11 is not FFT-friendly (it has a prime factor other than 2, 3, 5 and 7); the next friendly "
+                 "size is 12");
+  expectBadInput("analyze power lat.hdf5 --grid 4097", "the grid must be 8 to 4096 points per side (got 4097)");
+  expectBadInput("analyze power lat.hdf5 --grid 4", "the grid must be 8 to 4096 points per side (got 4)");
+  expectBadInput("analyze power lat.hdf5 --grid 1e3", "--grid");
+  expectBadInput("analyze power lat.hdf5 --assignment ngp", "--assignment");
+  expectBadInput("analyze power lat.hdf5 --bin-width 0", "the bin width must be a finite number > 0 of k_F (got 0)");
+  expectBadInput("analyze power lat.hdf5 --bin-width nan", "bin width");
+  expectBadInput("analyze power lat.hdf5 --log-bins 0", "logarithmic bins must number 1 to 1000 per decade (got 0)");
+  expectBadInput("analyze power lat.hdf5 --log-bins 5 --bin-width 2", "excludes");
+  for (const std::string box : {"0", "-1", "nan", "inf"}) {
+    expectBadInput("analyze power lat.hdf5 --box " + box, "--box must be a finite box side > 0 (got " + box + ")");
+  }
+  expectBadInput("analyze power lat.hdf5 --box ten", "--box");
+  expectBadInput("analyze power lat.hdf5 --out lat.hdf5", "--out lat.hdf5 is the snapshot itself");
+  fs::create_directories(dir_ / "folder");
+  expectBadInput("analyze power lat.hdf5 --out folder", "--out folder is a folder");
+  writeText("notes.txt", "my notes\n");
+  expectBadInput("analyze power lat.hdf5 --out notes.txt --overwrite",
+                 "--out notes.txt exists and is not a power spectrum of matcha analyze power");
+  EXPECT_EQ(readFile(dir_ / "notes.txt"), "my notes\n");
+  writeText("garbage.hdf5", "not HDF5 at all");
+  expectBadInput("analyze power garbage.hdf5 --out g.txt", "garbage.hdf5");
+  // Memory, checked from the header alone: a 2048^3 grid (64 GiB) in 1 GiB.
+  expectBadInput("analyze power lat.hdf5 --grid 2048 --interlace",
+                 "the power spectrum of 512 bodies on a 2048^3 grid, interlaced, needs ~", "MATCHA_MEMORY_LIMIT=1G");
+  expectBadInput("analyze", "subcommand");
+  EXPECT_FALSE(fs::exists(dir_ / "lat.power.txt"));
+  EXPECT_FALSE(fs::exists(dir_ / "g.txt"));
 }

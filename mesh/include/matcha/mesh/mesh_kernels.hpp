@@ -174,6 +174,25 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE int signedMode(int i, int n) { return 2 * 
 /// momentum (the tests check both).
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE int derivativeMode(int i, int n) { return (2 * i == n) ? 0 : signedMode(i, n); }
 
+/// The square of one axis's factor of the window's Fourier transform, W(k)^2 with W(k) = sinc(k h / 2)^p,
+/// k = 2 pi m / L, p = 2 for CIC and 3 for TSC (windowOrder): what the deposit multiplies a mode by, along one axis
+/// (aliases aside), and so what the force (greenAxisFactor) and a measured power spectrum divide by. 1 at m = 0; for
+/// |m| <= n/2 it lies in [(2/pi)^(2p), 1].
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T windowSquared(int m, int n, int windowOrder) {
+  constexpr T kPi = T(3.14159265358979323846);
+  if (m == 0) return T(1);
+  const T halfKh = kPi * T(m) / T(n);  // k h / 2
+#if defined(__CUDA_ARCH__)
+  const T sinc = sin(halfKh) / halfKh;
+#else
+  const T sinc = std::sin(halfKh) / halfKh;
+#endif
+  T window2 = T(1);
+  for (int k = 0; k < 2 * windowOrder; ++k) window2 *= sinc;
+  return window2;
+}
+
 /// One axis's factor of the long-range Green's function, deconvolved by the window of deposit and interpolation:
 ///   exp(-k^2 r_s^2) / W(k)^2,   W(k) = sinc(k h / 2)^p,   k = 2 pi m / L, r_s = aSmooth h,
 /// p = 2 for CIC and 3 for TSC (windowOrder). exp(-k^2 r_s^2) factorises over the axes, and so does W, so a mode's
@@ -183,18 +202,13 @@ template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T greenAxisFactor(int m, int n, T aSmooth, int windowOrder) {
   constexpr T kPi = T(3.14159265358979323846);
   if (m == 0) return T(1);
-  const T halfKh = kPi * T(m) / T(n);  // k h / 2
-  const T kRs = T(2) * halfKh * aSmooth;
+  const T kRs = T(2) * (kPi * T(m) / T(n)) * aSmooth;
 #if defined(__CUDA_ARCH__)
-  const T sinc = sin(halfKh) / halfKh;
   const T gauss = exp(-kRs * kRs);
 #else
-  const T sinc = std::sin(halfKh) / halfKh;
   const T gauss = std::exp(-kRs * kRs);
 #endif
-  T window2 = T(1);
-  for (int k = 0; k < 2 * windowOrder; ++k) window2 *= sinc;
-  return gauss / window2;
+  return gauss / windowSquared<T>(m, n, windowOrder);
 }
 
 /// The constant of the mode multiplier: -(4 pi G / L^3) exp(-k^2 r_s^2) / k^2 with k^2 = (2 pi / L)^2 |m|^2 is

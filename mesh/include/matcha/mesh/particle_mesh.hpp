@@ -87,6 +87,11 @@ struct MeshParams {
 /// Throws InputError when that would exceed kMaxGrid.
 int fftFriendlyGridSize(int n);
 
+/// The smallest g >= 1 with g^3 >= pointsPerSpacing^3 N: ceil(pointsPerSpacing N^(1/3)) in exact integers (the cube
+/// root of a cube need not round to it), pointsPerSpacing mesh points per mean interparticle spacing. May exceed
+/// kMaxGrid; N = 0 gives 1.
+long long meshPointsForSpacing(std::size_t numBodies, int pointsPerSpacing);
+
 /// The default mesh for N bodies: fftFriendlyGridSize of the larger of ceil(2 N^(1/3)) (GADGET's rule of thumb, two
 /// mesh cells per mean interparticle spacing) and the smallest grid that keeps params' r_cut within L/2 (and of
 /// kMinGrid). Only params.aSmooth and params.cutoffFactor are read. Throws InputError beyond kMaxGrid.

@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/cosmology/power_spectrum.hpp"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <limits>
+#include <numbers>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/mesh/mass_mesh.hpp"
+#include "matcha/mesh/mesh_kernels.hpp"
+
+namespace matcha::cosmology {
+namespace {
+
+/// Bodies per block of the sums over bodies, and x planes per block of the sums over modes: fixed sizes, so that the
+/// partial sums, added in block order, give the same bits whatever the threads.
+constexpr std::size_t kBodyBlock = std::size_t{1} << 14;
+constexpr int kMaxPlaneBlocks = 64;
+
+std::string shortest(double value) {
+  std::ostringstream text;
+  text.precision(17);
+  text << value;
+  return text.str();
+}
+
+/// The shells in units of k_F (|m|): edges[j] to edges[j + 1], the last edge n/2 (k_N).
+struct Shells {
+  PowerBinning binning;
+  double width;        ///< linear: in |m|
+  double perDecade;    ///< logarithmic
+  double nyquistMode;  ///< n / 2
+  int count;
+
+  Shells(const PowerSpectrumParams& p)
+      : binning(p.binning), width(p.binWidth), perDecade(p.binsPerDecade), nyquistMode(0.5 * p.grid) {
+    const double span =
+        binning == PowerBinning::linear ? (nyquistMode - 1.0) / width : perDecade * std::log10(nyquistMode);
+    count = std::max(1, static_cast<int>(std::ceil(span)));
+  }
+
+  /// The shell of a mode with 1 <= |m| <= n/2.
+  int of(double modeNorm) const {
+    const double position =
+        binning == PowerBinning::linear ? (modeNorm - 1.0) / width : perDecade * std::log10(modeNorm);
+    return std::clamp(static_cast<int>(position), 0, count - 1);  // n/2 itself closes the last shell
+  }
+
+  double edge(int j) const {
+    const double e = binning == PowerBinning::linear ? 1.0 + j * width : std::pow(10.0, j / perDecade);
+    return std::min(e, nyquistMode);
+  }
+};
+
+/// Per shell: twice the modes (a stored coefficient is half a mode on the planes that hold both k and -k), and the
+/// matching sums of |m| and of |delta_k|^2 / W^2.
+struct ShellSums {
+  std::vector<std::uint64_t> halfModes;
+  std::vector<double> modeNorm, power;
+  explicit ShellSums(int count) : halfModes(count, 0), modeNorm(count, 0.0), power(count, 0.0) {}
+};
+
+struct BodySums {
+  double mass = 0, massSquared = 0;
+};
+
+/// Sum m and sum m^2 in fixed blocks; throws for the first body with a non-finite position or a bad mass.
+BodySums sumBodies(const SourceView& bodies) {
+  const std::size_t count = bodies.count;
+  const std::size_t numBlocks = (count + kBodyBlock - 1) / kBodyBlock;
+  std::vector<BodySums> partial(numBlocks);
+  std::vector<std::size_t> firstBad(numBlocks, count);
+  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+    const std::size_t first = b * kBodyBlock, last = std::min(count, first + kBodyBlock);
+    BodySums sums;
+    for (std::size_t i = first; i < last; ++i) {
+      const double m = bodies.mass[i];
+      if (!(std::isfinite(bodies.x[i]) && std::isfinite(bodies.y[i]) && std::isfinite(bodies.z[i]) &&
+            std::isfinite(m) && m > 0.0)) {
+        firstBad[b] = i;
+        break;
+      }
+      sums.mass += m;
+      sums.massSquared += m * m;
+    }
+    partial[b] = sums;
+  });
+  const std::size_t bad = *std::min_element(firstBad.begin(), firstBad.end());
+  if (bad < count) {
+    const bool position =
+        !(std::isfinite(bodies.x[bad]) && std::isfinite(bodies.y[bad]) && std::isfinite(bodies.z[bad]));
+    throw InputError("power spectrum: body " + std::to_string(bad) +
+                     (position
+                          ? " has a non-finite position"
+                          : " has a mass that is not a finite number > 0 (got " + shortest(bodies.mass[bad]) + ")"));
+  }
+  BodySums total;
+  for (const BodySums& sums : partial) {
+    total.mass += sums.mass;
+    total.massSquared += sums.massSquared;
+  }
+  if (!(std::isfinite(total.mass) && std::isfinite(total.massSquared))) {
+    throw InputError("power spectrum: the sum of the masses (or of their squares) overflows");
+  }
+  return total;
+}
+
+}  // namespace
+
+void PowerSpectrumParams::validate() const {
+  requireFinite(boxSize, "the box size");
+  if (!(boxSize > 0)) throw InputError("the box size must be > 0 (got " + shortest(boxSize) + ")");
+  if (grid < mesh::kMinGrid || grid > mesh::kMaxGrid) {
+    throw InputError("the grid must be " + std::to_string(mesh::kMinGrid) + " to " + std::to_string(mesh::kMaxGrid) +
+                     " points per side (got " + std::to_string(grid) + ")");
+  }
+  const int friendly = mesh::fftFriendlyGridSize(grid);
+  if (friendly != grid) {
+    throw InputError("the grid " + std::to_string(grid) +
+                     " is not FFT-friendly (it has a prime factor other than 2, 3, 5 and 7); the next friendly size "
+                     "is " +
+                     std::to_string(friendly));
+  }
+  if (binning == PowerBinning::linear) {
+    if (!(std::isfinite(binWidth) && binWidth > 0)) {
+      throw InputError("the bin width must be a finite number > 0 of k_F (got " + shortest(binWidth) + ")");
+    }
+    if ((0.5 * grid - 1.0) / binWidth > kMaxLinearBins) {
+      throw InputError("a bin width of " + shortest(binWidth) + " k_F makes more than " +
+                       std::to_string(kMaxLinearBins) + " bins on a grid of " + std::to_string(grid) +
+                       "; widen the bins");
+    }
+  } else if (binsPerDecade < 1 || binsPerDecade > kMaxBinsPerDecade) {
+    throw InputError("logarithmic bins must number 1 to " + std::to_string(kMaxBinsPerDecade) + " per decade (got " +
+                     std::to_string(binsPerDecade) + ")");
+  }
+}
+
+std::size_t powerSpectrumMemoryBytes(const PowerSpectrumParams& params, std::size_t numBodies) {
+  const std::size_t meshes = params.interlace ? 2 : 1;
+  return meshes * (mesh::massMeshBytes(params.grid) + numBodies * sizeof(std::uint32_t));
+}
+
+int defaultPowerSpectrumGrid(std::size_t numBodies) {
+  const long long wanted = std::max<long long>(mesh::meshPointsForSpacing(numBodies, 2), mesh::kMinGrid);
+  if (wanted > mesh::kMaxGrid) {
+    throw InputError("the default grid for " + std::to_string(numBodies) +
+                     " bodies, 2 N^(1/3) = " + std::to_string(wanted) + ", exceeds " + std::to_string(mesh::kMaxGrid) +
+                     " points per side; choose a grid");
+  }
+  return mesh::fftFriendlyGridSize(static_cast<int>(wanted));
+}
+
+PowerSpectrum measurePowerSpectrum(const SourceView& bodies, const PowerSpectrumParams& params) {
+  params.validate();
+  if (bodies.count == 0) throw InputError("power spectrum: no bodies");
+  if (bodies.count > std::numeric_limits<std::uint32_t>::max()) {
+    throw InputError("power spectrum: at most 2^32 - 1 bodies (got " + std::to_string(bodies.count) + ")");
+  }
+  const BodySums sums = sumBodies(bodies);
+  const int n = params.grid;
+  const double L = params.boxSize;
+
+  // delta_k = F(m) / M for m != 0 (F: the mass mesh's transform, M the total mass): rho_mean is M / n^3 per point.
+  mesh::MassMesh mesh(n, L);
+  mesh.depositAndTransform(bodies, params.assignment, 0.0);
+  std::optional<mesh::MassMesh> shifted;
+  if (params.interlace) {
+    shifted.emplace(n, L);
+    shifted->depositAndTransform(bodies, params.assignment, 0.5);
+  }
+
+  const int windowOrder = params.assignment == mesh::MassAssignment::cic ? 2 : 3;
+  std::vector<double> windowAxis(n);  // W^2 along one axis per index
+  std::vector<int> modeAxis(n);       // the signed mode per index
+  for (int i = 0; i < n; ++i) {
+    modeAxis[i] = mesh::signedMode(i, n);
+    windowAxis[i] = mesh::windowSquared<double>(modeAxis[i], n, windowOrder);
+  }
+  const Shells shells(params);
+  const std::size_t half = static_cast<std::size_t>(n) / 2 + 1;
+  const bool evenGrid = n % 2 == 0;
+  const double nyquistSquared = 0.25 * static_cast<double>(n) * n;  // |m|^2 <= (n/2)^2
+  const double invMassSquared = 1.0 / (sums.mass * sums.mass);
+  const std::complex<double>* F = mesh.spectrum();
+  const std::complex<double>* Fshifted = shifted ? shifted->spectrum() : nullptr;
+
+  const int numBlocks = std::min(n, kMaxPlaneBlocks);
+  std::vector<ShellSums> partial(numBlocks, ShellSums(shells.count));
+  tbb::parallel_for(0, numBlocks, [&](int block) {
+    ShellSums& out = partial[block];
+    const int firstPlane = static_cast<int>(static_cast<long long>(block) * n / numBlocks);
+    const int lastPlane = static_cast<int>(static_cast<long long>(block + 1) * n / numBlocks);
+    for (int ix = firstPlane; ix < lastPlane; ++ix) {
+      const int mx = modeAxis[ix];
+      const bool selfPairedX = ix == 0 || (evenGrid && 2 * ix == n);
+      for (int iy = 0; iy < n; ++iy) {
+        const int my = modeAxis[iy];
+        const bool selfPairedXY = selfPairedX && (iy == 0 || (evenGrid && 2 * iy == n));
+        const double m2xy = static_cast<double>(mx) * mx + static_cast<double>(my) * my;
+        const double windowXY = windowAxis[ix] * windowAxis[iy];
+        const std::size_t row = (static_cast<std::size_t>(ix) * n + iy) * half;
+        for (std::size_t iz = 0; iz < half; ++iz) {
+          const int mz = static_cast<int>(iz);
+          const double m2 = m2xy + static_cast<double>(mz) * mz;
+          if (m2 == 0.0 || m2 > nyquistSquared) continue;
+          // The planes mz = 0 and mz = n/2 hold k and -k both: half a mode each, unless the coefficient is its own
+          // partner. Between them a stored coefficient stands for the pair.
+          const bool edgePlane = iz == 0 || (evenGrid && 2 * iz == static_cast<std::size_t>(n));
+          const std::uint64_t halfModes = edgePlane && !selfPairedXY ? 1 : 2;
+          std::complex<double> value = F[row + iz];
+          if (Fshifted != nullptr) {
+            // The shifted deposit sampled the field at p - h/2: its modes carry exp(-i k.(1,1,1) h/2), undone here;
+            // the odd aliases then enter with opposite signs and cancel in the mean.
+            const double phase = std::numbers::pi * static_cast<double>(mx + my + mz) / n;
+            value = 0.5 * (value + Fshifted[row + iz] * std::polar(1.0, phase));
+          }
+          const double modeNorm = std::sqrt(m2);
+          const int shell = shells.of(modeNorm);
+          out.halfModes[shell] += halfModes;
+          out.modeNorm[shell] += static_cast<double>(halfModes) * modeNorm;
+          out.power[shell] += static_cast<double>(halfModes) * std::norm(value) / (windowXY * windowAxis[iz]);
+        }
+      }
+    }
+  });
+
+  ShellSums total(shells.count);
+  for (const ShellSums& block : partial) {
+    for (int j = 0; j < shells.count; ++j) {
+      total.halfModes[j] += block.halfModes[j];
+      total.modeNorm[j] += block.modeNorm[j];
+      total.power[j] += block.power[j];
+    }
+  }
+
+  PowerSpectrum result;
+  result.fundamental = 2.0 * std::numbers::pi / L;
+  result.nyquist = std::numbers::pi * n / L;
+  result.numBodies = bodies.count;
+  result.totalMass = sums.mass;
+  result.shotNoise = L * L * L * sums.massSquared * invMassSquared;
+  result.shotNoiseSubtracted = params.subtractShotNoise;
+  const double volume = L * L * L;
+  for (int j = 0; j < shells.count; ++j) {
+    if (total.halfModes[j] == 0) continue;
+    const double weight = static_cast<double>(total.halfModes[j]);
+    PowerBin bin;
+    bin.kLow = result.fundamental * shells.edge(j);
+    bin.kHigh = result.fundamental * shells.edge(j + 1);
+    bin.k = result.fundamental * total.modeNorm[j] / weight;
+    bin.power = volume * invMassSquared * total.power[j] / weight;
+    if (params.subtractShotNoise) bin.power -= result.shotNoise;
+    bin.numModes = total.halfModes[j] / 2;
+    result.bins.push_back(bin);
+  }
+  return result;
+}
+
+}  // namespace matcha::cosmology
