@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: MIT
 // `matcha ic`: writes initial conditions as an HDF5 file, as NEMO's mkplummer is used: `plummer` (a Plummer sphere),
 // `clumps` (a periodic box of Plummer and Hernquist clumps in a uniform background) and `lattice` (a perturbed simple
-// cubic lattice in a periodic box). The periodic ones record BoxSize L, so runs from them are periodic.
+// cubic lattice in a periodic box) and `cosmo` (cosmological initial conditions, Zel'dovich or 2LPT, in GADGET's
+// units). The periodic ones record BoxSize L, so runs from them are periodic.
+#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <numbers>
+#include <optional>
+#include <sstream>
 
 #include "commands.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/units.hpp"
+#include "matcha/cosmology/initial_conditions.hpp"
+#include "matcha/cosmology/linear_power.hpp"
 #include "matcha/ic/periodic_boxes.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/io/snapshot.hpp"
@@ -129,6 +138,133 @@ int runLattice(const CLI::App& command, PeriodicBoxOptions& options) {
   return 0;
 }
 
+/// The options of `ic cosmo`; defaults are the library's (CosmologicalIcParams, CosmologyParams, LinearPowerParams).
+struct CosmoOptions {
+  cosmology::CosmologicalIcParams ic;
+  cosmology::LinearPowerParams power;
+  std::string powerSource = "eh";
+  std::string out = "cosmo.hdf5";
+  bool overwrite = false;
+};
+
+CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
+  CLI::App* command = group.add_subcommand(
+      "cosmo",
+      "cosmological initial conditions: n^3 bodies displaced by Zel'dovich or 2LPT from a Gaussian field (GADGET "
+      "units: Mpc/h, 1e10 Msun/h, km/s as v/sqrt(a))");
+  command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command->add_option("--config", "parameter file: `key = value` lines with the long option names");
+  command->add_option("--box", options.ic.boxSize, "side L of the periodic cube, Mpc/h, > 0")->capture_default_str();
+  command->add_option("--grid", options.ic.grid, "n: n^3 bodies on an n^3 grid (prime factors 2, 3, 5, 7 only)")
+      ->capture_default_str();
+  command->add_option("--z-start", options.ic.startRedshift, "redshift of the initial conditions, > 0")
+      ->capture_default_str();
+  addSeedOption(*command, "--seed", options.ic.seed, "random seed of the field, 0 to 2^64 - 1");
+  command->add_option("--lpt", options.ic.lptOrder, "1: Zel'dovich; 2: second-order LPT")->capture_default_str();
+  command
+      ->add_option("--power", options.powerSource,
+                   "linear P(k) at z = 0: eh (Eisenstein & Hu 1998 with wiggles), eh-nowiggle, or a two-column file "
+                   "k [h/Mpc] P [(Mpc/h)^3] (CAMB, CLASS)")
+      ->capture_default_str();
+  command->add_option("--sigma8", options.power.sigma8, "sigma_8 at z = 0, > 0 (a file keeps its own unless given)")
+      ->capture_default_str();
+  command->add_option("--ns", options.power.spectralIndex, "spectral index n_s (EH98 only)")->capture_default_str();
+  command->add_option("--omega-m", options.ic.cosmology.omegaMatter, "Omega_m today, > 0")->capture_default_str();
+  command->add_option("--omega-lambda", options.ic.cosmology.omegaLambda, "Omega_Lambda today")->capture_default_str();
+  command
+      ->add_option("--omega-b", options.power.transfer.omegaBaryon,
+                   "Omega_b today (EH98 only), 0 < Omega_b < "
+                   "Omega_m")
+      ->capture_default_str();
+  command->add_option("--h", options.ic.cosmology.hubbleParam, "h = H0 / (100 km/s/Mpc), > 0")->capture_default_str();
+  command->add_flag("--fixed-amplitude", options.ic.fixedAmplitude,
+                    "every mode's amplitude exactly sqrt(P) (Angulo & Pontzen 2016)");
+  command->add_flag("--invert-phases", options.ic.invertPhases, "delta -> -delta (the partner of a paired run)");
+  command->add_option("-o,--out", options.out, "output file (HDF5, GADGET layout)")->capture_default_str();
+  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
+  return command;
+}
+
+/// The z = 0 spectrum the options name; validates them (InputError, one line).
+cosmology::LinearPowerSpectrum cosmoPowerSpectrum(const CLI::App& command, CosmoOptions& options) {
+  const bool table = options.powerSource != "eh" && options.powerSource != "eh-nowiggle";
+  if (table) {
+    for (const char* name : {"--ns", "--omega-b"}) {
+      if (command.count(name) > 0) {
+        throw InputError(std::string(name) + " applies to the EH98 spectra only, not to a table (--power " +
+                         options.powerSource + ")");
+      }
+    }
+    std::optional<double> sigma8;
+    if (command.count("--sigma8") > 0) sigma8 = options.power.sigma8;
+    return cosmology::LinearPowerSpectrum::fromTable(options.powerSource, sigma8);
+  }
+  options.power.form =
+      options.powerSource == "eh" ? cosmology::TransferForm::withWiggles : cosmology::TransferForm::noWiggle;
+  options.power.transfer.omegaMatter = options.ic.cosmology.omegaMatter;
+  options.power.transfer.hubbleParam = options.ic.cosmology.hubbleParam;
+  return cosmology::LinearPowerSpectrum::eisensteinHu(options.power);
+}
+
+int runCosmo(const CLI::App& command, CosmoOptions& options) {
+  const cosmology::CosmologicalIcParams& params = options.ic;
+  params.validate();
+  if (!(std::isfinite(options.power.sigma8) && options.power.sigma8 > 0)) {
+    std::ostringstream text;
+    text << options.power.sigma8;
+    throw InputError("--sigma8 must be a finite number > 0 (got " + text.str() + ")");
+  }
+  requireOutputFile(options.out);
+  const std::filesystem::path out = options.out;
+  std::error_code ec;
+  if (!options.overwrite && std::filesystem::exists(out, ec)) {
+    throw InputError("--out " + options.out + " already exists; pass --overwrite to replace it");
+  }
+  const std::uint64_t numBodies = static_cast<std::uint64_t>(params.grid) * params.grid * params.grid;
+  requireBodiesFit(numBodies, false);
+  const std::uint64_t needed = cosmology::cosmologicalIcBytes(params);
+  const std::uint64_t available = availableHostBytes();
+  if (available != 0 && needed > available) {
+    throw InputError("initial conditions on a " + std::to_string(params.grid) + "^3 grid need ~" + formatBytes(needed) +
+                     " of host memory (" + formatBytes(available) + " available); choose a smaller --grid");
+  }
+  const cosmology::LinearPowerSpectrum spectrum = cosmoPowerSpectrum(command, options);
+  if (out.has_parent_path()) io::ensureWritableDirectory(out.parent_path());
+
+  const double fundamental = 2.0 * std::numbers::pi / params.boxSize;
+  const double highest = std::sqrt(3.0) * fundamental * (params.grid / 2);
+  if (spectrum.minWavenumber() > fundamental || spectrum.maxWavenumber() < highest) {
+    std::cerr << "warning: the power table covers k = " << spectrum.minWavenumber() << " to "
+              << spectrum.maxWavenumber() << " h/Mpc, the grid's modes " << fundamental << " to " << highest
+              << " h/Mpc; modes outside the table get no power\n";
+  }
+  std::cout << "generating " << params.grid << "^3 bodies in a box of " << params.boxSize
+            << " Mpc/h at z = " << params.startRedshift << " (" << (params.lptOrder == 2 ? "2LPT" : "Zel'dovich")
+            << ", sigma8 " << spectrum.sigma8() << ", seed " << params.seed << ")..." << std::endl;
+  const cosmology::CosmologicalIcs ics =
+      cosmology::makeCosmologicalIcs(params, [&spectrum](double k) { return spectrum.power(k); });
+
+  io::SnapshotMetadata metadata;
+  metadata.time = ics.growth.scaleFactor;
+  metadata.boxSize = params.boxSize;
+  metadata.cosmology = io::CosmologyHeader{params.startRedshift, params.cosmology.omegaMatter,
+                                           params.cosmology.omegaLambda, params.cosmology.hubbleParam};
+  // GADGET's units: Mpc/h, 1e10 Msun/h, km/s (h stays implicit in the lengths and masses, so G needs none).
+  metadata.units.lengthInCm = 1e3 * kKiloparsecInCm;
+  metadata.units.massInGram = 1e10 * kSolarMassInGram;
+  metadata.units.velocityInCmPerS = 1e5;
+  metadata.units.gravitationalConstant =
+      kGravitationalConstantCgs * metadata.units.massInGram /
+      (metadata.units.lengthInCm * metadata.units.velocityInCmPerS * metadata.units.velocityInCmPerS);
+  metadata.parameters = usedParameterList(command);
+  io::SnapshotWriteOptions writeOptions;
+  writeOptions.includeForces = false;
+  io::writeSnapshot(out, ics.particles, metadata, writeOptions);
+  std::cout << "wrote " << ics.particles.size() << " bodies (a = " << ics.growth.scaleFactor
+            << ", D1/D1(1) = " << ics.growth.growthRatio << ", mass " << ics.growth.particleMass << " 1e10 Msun/h) to "
+            << options.out << "\n";
+  return 0;
+}
 }  // namespace
 
 std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
@@ -148,7 +284,10 @@ std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
   const auto boxOptions = std::make_shared<PeriodicBoxOptions>();
   CLI::App* clumps = addClumpsCommand(*group, *boxOptions);
   CLI::App* lattice = addLatticeCommand(*group, *boxOptions);
-  return [command, clumps, lattice, boxOptions, &options] {
+  const auto cosmoOptions = std::make_shared<CosmoOptions>();
+  CLI::App* cosmo = addCosmoCommand(*group, *cosmoOptions);
+  return [command, clumps, lattice, cosmo, boxOptions, cosmoOptions, &options] {
+    if (cosmo->parsed()) return runCosmo(*cosmo, *cosmoOptions);
     if (clumps->parsed()) return runClumps(*clumps, *boxOptions);
     if (lattice->parsed()) return runLattice(*lattice, *boxOptions);
     validateOptions(options, kBodies);

@@ -118,17 +118,7 @@ BodySums sumBodies(const SourceView& bodies) {
 void PowerSpectrumParams::validate() const {
   requireFinite(boxSize, "the box size");
   if (!(boxSize > 0)) throw InputError("the box size must be > 0 (got " + shortest(boxSize) + ")");
-  if (grid < mesh::kMinGrid || grid > mesh::kMaxGrid) {
-    throw InputError("the grid must be " + std::to_string(mesh::kMinGrid) + " to " + std::to_string(mesh::kMaxGrid) +
-                     " points per side (got " + std::to_string(grid) + ")");
-  }
-  const int friendly = mesh::fftFriendlyGridSize(grid);
-  if (friendly != grid) {
-    throw InputError("the grid " + std::to_string(grid) +
-                     " is not FFT-friendly (it has a prime factor other than 2, 3, 5 and 7); the next friendly size "
-                     "is " +
-                     std::to_string(friendly));
-  }
+  mesh::requireFftFriendlyGrid(grid, "the grid");
   if (binning == PowerBinning::linear) {
     if (!(std::isfinite(binWidth) && binWidth > 0)) {
       throw InputError("the bin width must be a finite number > 0 of k_F (got " + shortest(binWidth) + ")");

@@ -338,7 +338,8 @@ void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata&
   writeAttribute(header.get(), "NumPart_Total_HighWord", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalHigh.data(), 6);
   writeAttribute(header.get(), "MassTable", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, massTable.data(), 6);
   writeScalar(header.get(), "Time", meta.time);
-  writeScalar(header.get(), "Redshift", 0.0);
+  const CosmologyHeader cosmology = meta.cosmology.value_or(CosmologyHeader{});
+  writeScalar(header.get(), "Redshift", cosmology.redshift);
   // Open boundaries: a GADGET reader takes [0, BoxSize]^3 as the domain and its side as yt's "unitary" unit, which a
   // BoxSize of 0 breaks; so BoxSize is the side of the smallest origin-centred cube holding every body (twice the
   // largest |coordinate|), and the README's loader gives yt that cube as the bounding box. MatchaPeriodic tells the
@@ -352,9 +353,9 @@ void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata&
     writeAttribute(header.get(), "Step", H5T_STD_U64LE, H5T_NATIVE_UINT64, &step, 0);
   }
   writeAttribute(header.get(), "NumFilesPerSnapshot", H5T_STD_I32LE, H5T_NATIVE_INT32, &numFiles, 0);
-  writeScalar(header.get(), "Omega0", 0.0);
-  writeScalar(header.get(), "OmegaLambda", 0.0);
-  writeScalar(header.get(), "HubbleParam", 1.0);
+  writeScalar(header.get(), "Omega0", cosmology.omega0);
+  writeScalar(header.get(), "OmegaLambda", cosmology.omegaLambda);
+  writeScalar(header.get(), "HubbleParam", cosmology.hubbleParam);
   // Which build wrote the file. Named after matcha, never `Code`: yt takes a Header Code attribute for SWIFT's.
   writeStringAttribute(header.get(), "MatchaVersion", kVersion);
   writeStringAttribute(header.get(), "MatchaGitCommit", kGitCommit);
@@ -702,7 +703,8 @@ struct HeaderInfo {
   double time = 0.0;
   double massTable1 = 0.0;
   std::string matchaVersion, matchaGitCommit;
-  double boxSize = 0.0;  ///< Snapshot::boxSize
+  double boxSize = 0.0;                      ///< Snapshot::boxSize
+  std::optional<CosmologyHeader> cosmology;  ///< Snapshot::cosmology
 };
 
 HeaderInfo readHeader(hid_t file, hsize_t count) {
@@ -760,6 +762,18 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
     if (periodic && !(boxSize > 0.0)) throw InputError("/Header MatchaPeriodic is 1 but BoxSize is not > 0");
   }
   info.boxSize = periodic ? boxSize : 0.0;
+  CosmologyHeader cosmology;
+  for (auto [name, target] :
+       {std::pair{"Redshift", &cosmology.redshift}, std::pair{"Omega0", &cosmology.omega0},
+        std::pair{"OmegaLambda", &cosmology.omegaLambda}, std::pair{"HubbleParam", &cosmology.hubbleParam}}) {
+    if (auto value = readNumericAttribute<double>(h, name, H5T_NATIVE_DOUBLE, where)) {
+      if (value->size() != 1 || !std::isfinite(value->front())) {
+        throw InputError(std::string("/Header ") + name + " is not one finite number");
+      }
+      *target = value->front();
+    }
+  }
+  if (cosmology.omega0 > 0.0) info.cosmology = cosmology;
   return info;
 }
 
@@ -861,6 +875,7 @@ Snapshot readFile(const std::filesystem::path& path) {
   snapshot.matchaVersion = header.matchaVersion;
   snapshot.matchaGitCommit = header.matchaGitCommit;
   snapshot.boxSize = header.boxSize;
+  snapshot.cosmology = header.cosmology;
   snapshot.units = readUnits(file.get());
   snapshot.parameters = readParameters(file.get());
   Particles& p = snapshot.particles;

@@ -83,6 +83,20 @@ int fftFriendlyGridSize(int n) {
                    " points per side within the limit of " + std::to_string(kMaxGrid));
 }
 
+void requireFftFriendlyGrid(int n, const std::string& what) {
+  if (n < kMinGrid || n > kMaxGrid) {
+    throw InputError(what + " must be " + std::to_string(kMinGrid) + " to " + std::to_string(kMaxGrid) +
+                     " points per side (got " + std::to_string(n) + ")");
+  }
+  const int friendly = fftFriendlyGridSize(n);
+  if (friendly != n) {
+    throw InputError(what + " " + std::to_string(n) +
+                     " is not FFT-friendly (it has a prime factor other than 2, 3, 5 and 7); the next friendly size "
+                     "is " +
+                     std::to_string(friendly));
+  }
+}
+
 long long meshPointsForSpacing(std::size_t numBodies, int pointsPerSpacing) {
   const long double factor = pointsPerSpacing;
   const long double wanted = static_cast<long double>(numBodies) * factor * factor * factor;

@@ -26,6 +26,8 @@
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/version.hpp"
+#include "matcha/cosmology/initial_conditions.hpp"
+#include "matcha/cosmology/linear_power.hpp"
 #include "matcha/cosmology/power_spectrum.hpp"
 #include "matcha/io/density_image.hpp"
 #include "matcha/io/snapshot.hpp"
@@ -1673,4 +1675,84 @@ TEST_F(Cli, AnalyzePowerRefusesBadInput) {
   expectBadInput("analyze", "subcommand");
   EXPECT_FALSE(fs::exists(dir_ / "lat.power.txt"));
   EXPECT_FALSE(fs::exists(dir_ / "g.txt"));
+}
+
+// `ic cosmo` writes the library's bodies (the same bits as makeCosmologicalIcs with the spectrum its options name) and
+// a GADGET cosmological header, refuses to overwrite, and refuses bad input with one line before any work.
+TEST_F(Cli, IcCosmoWritesTheLibrarysBodiesAndACosmologicalHeader) {
+  const std::string args = "ic cosmo --box 100 --grid 16 --z-start 9 --seed 5 --omega-m 0.3 --omega-lambda 0.7 --h 0.7";
+  const Result made = matcha(args + " --out c.hdf5");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  const matcha::io::Snapshot snapshot = matcha::io::readSnapshot(dir_ / "c.hdf5");
+  ASSERT_EQ(snapshot.particles.size(), 4096u);
+  EXPECT_EQ(snapshot.boxSize, 100.0);
+  EXPECT_DOUBLE_EQ(snapshot.time, 0.1);  // a = 1 / (1 + z)
+  ASSERT_TRUE(snapshot.cosmology.has_value());
+  EXPECT_EQ(snapshot.cosmology->redshift, 9.0);
+  EXPECT_EQ(snapshot.cosmology->omega0, 0.3);
+  EXPECT_EQ(snapshot.cosmology->omegaLambda, 0.7);
+  EXPECT_EQ(snapshot.cosmology->hubbleParam, 0.7);
+  ASSERT_TRUE(snapshot.units.has_value());
+  EXPECT_DOUBLE_EQ(snapshot.units->lengthInCm, 3.0856775814913673e24);  // Mpc (over h)
+  EXPECT_DOUBLE_EQ(snapshot.units->velocityInCmPerS, 1e5);              // km/s
+  EXPECT_NEAR(snapshot.units->gravitationalConstant, 43.0092, 1e-3);    // Mpc (km/s)^2 / 1e10 Msun
+  bool recordsGrid = false;
+  for (const auto& [name, value] : snapshot.parameters) recordsGrid |= name == "grid" && value == "16";
+  EXPECT_TRUE(recordsGrid);
+
+  matcha::cosmology::CosmologicalIcParams params;
+  params.boxSize = 100;
+  params.grid = 16;
+  params.startRedshift = 9;
+  params.seed = 5;
+  params.cosmology.omegaMatter = 0.3;
+  params.cosmology.omegaLambda = 0.7;
+  params.cosmology.hubbleParam = 0.7;
+  matcha::cosmology::LinearPowerParams power;
+  power.transfer.omegaMatter = 0.3;
+  power.transfer.hubbleParam = 0.7;
+  const auto spectrum = matcha::cosmology::LinearPowerSpectrum::eisensteinHu(power);
+  const auto ics = matcha::cosmology::makeCosmologicalIcs(params, [&](double k) { return spectrum.power(k); });
+  EXPECT_EQ(snapshot.particles.x, ics.particles.x);
+  EXPECT_EQ(snapshot.particles.vz, ics.particles.vz);
+  EXPECT_EQ(snapshot.particles.id, ics.particles.id);
+  EXPECT_EQ(snapshot.particles.mass, ics.particles.mass);
+  EXPECT_NEAR(snapshot.particles.mass[0], 0.3 * 27.7536627 * std::pow(100.0 / 16, 3), 1e-9);
+  for (double x : snapshot.particles.x) ASSERT_TRUE(x >= 0 && x < 100);
+
+  expectBadInput(args + " --out c.hdf5", "--out c.hdf5 already exists; pass --overwrite to replace it");
+  const Result again = matcha(args + " --out c.hdf5 --overwrite");
+  ASSERT_EQ(again.exitCode, 0) << again.err;
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "c.hdf5").particles.y, snapshot.particles.y);
+
+  // Paired runs: Zel'dovich velocities of the inverted field are exactly the negated ones.
+  ASSERT_EQ(matcha(args + " --lpt 1 --out plus.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(args + " --lpt 1 --invert-phases --out minus.hdf5").exitCode, 0);
+  const auto plus = matcha::io::readSnapshot(dir_ / "plus.hdf5");
+  const auto minus = matcha::io::readSnapshot(dir_ / "minus.hdf5");
+  for (std::size_t b = 0; b < plus.particles.size(); ++b) ASSERT_EQ(minus.particles.vx[b], -plus.particles.vx[b]);
+}
+
+TEST_F(Cli, IcCosmoRefusesBadInput) {
+  writeText("table.txt", "0.001 100\n0.01 1000\n1 10\n");
+  writeText("broken.txt", "0.001 100\n0.01 lots\n");
+  for (const std::string box : {"0", "-1", "nan"}) expectBadInput("ic cosmo --box " + box, "--box must be");
+  expectBadInput("ic cosmo --grid 11", "--grid 11 is not FFT-friendly");
+  expectBadInput("ic cosmo --grid 11", "the next friendly size is 12");
+  expectBadInput("ic cosmo --grid 4", "--grid must be 8 to 4096 points per side (got 4)");
+  for (const std::string z : {"0", "-0.5", "nan"}) expectBadInput("ic cosmo --z-start " + z, "--z-start must be");
+  expectBadInput("ic cosmo --lpt 3", "--lpt must be 1 (Zel'dovich) or 2 (2LPT) (got 3)");
+  expectBadInput("ic cosmo --omega-m 0", "Omega_m");
+  expectBadInput("ic cosmo --sigma8 0", "--sigma8 must be a finite number > 0 (got 0)");
+  expectBadInput("ic cosmo --omega-b 0.5", "Omega_b");
+  expectBadInput("ic cosmo --power missing.txt", "missing.txt");
+  expectBadInput("ic cosmo --power broken.txt", "broken.txt");
+  expectBadInput("ic cosmo --power table.txt --ns 1", "--ns applies to the EH98 spectra only");
+  expectBadInput("ic cosmo --grid 128", "initial conditions on a 128^3 grid need ~", "MATCHA_MEMORY_LIMIT=260M");
+  expectBadInput("ic cosmo --out ''", "--out: the output file must be named");
+  EXPECT_FALSE(fs::exists(dir_ / "cosmo.hdf5"));
+  // A table is read and used as it is (a warning names the modes it does not cover).
+  const Result table = matcha("ic cosmo --box 10 --grid 8 --power table.txt --out t.hdf5");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  EXPECT_NE(table.err.find("warning: the power table covers"), std::string::npos) << table.err;
 }

@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using matcha::InputError;
 using matcha::IoError;
 using matcha::Particles;
+using matcha::io::CosmologyHeader;
 using matcha::io::readSnapshot;
 using matcha::io::Snapshot;
 using matcha::io::SnapshotMetadata;
@@ -364,6 +365,24 @@ TEST(SnapshotWrite, SecondWriteReplacesTheFile) {
   writeSnapshot(path, second, someMetadata());
   expectSameParticles(second, readSnapshot(path).particles);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"snap.h5"});
+}
+
+// A cosmological state's /Header Redshift, Omega0, OmegaLambda and HubbleParam read back; a Newtonian one writes
+// GADGET's neutral 0, 0, 0, 1 and reads back without a cosmology.
+TEST(SnapshotWrite, CosmologyHeaderRoundTrips) {
+  std::mt19937_64 rng(testSeed());
+  ScratchDir dir;
+  SnapshotMetadata meta = someMetadata();
+  meta.cosmology = CosmologyHeader{49.0, 0.3, 0.7, 0.6774};
+  writeSnapshot(dir / "cosmo.h5", randomParticles(10, rng), meta);
+  const Snapshot cosmo = readSnapshot(dir / "cosmo.h5");
+  ASSERT_TRUE(cosmo.cosmology.has_value());
+  EXPECT_EQ(cosmo.cosmology->redshift, 49.0);
+  EXPECT_EQ(cosmo.cosmology->omega0, 0.3);
+  EXPECT_EQ(cosmo.cosmology->omegaLambda, 0.7);
+  EXPECT_EQ(cosmo.cosmology->hubbleParam, 0.6774);
+  writeSnapshot(dir / "plain.h5", randomParticles(10, rng), someMetadata());
+  EXPECT_FALSE(readSnapshot(dir / "plain.h5").cosmology.has_value());
 }
 
 // ================================================================================================================

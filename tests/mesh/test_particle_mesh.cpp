@@ -21,6 +21,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/ewald.hpp"
+#include "matcha/mesh/fourier_grid.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/testing/floating_point_traps.hpp"
@@ -667,6 +668,37 @@ TEST(ParticleMesh, ClusteredBoxMatchesEwald) {
     RecordProperty(toString(gradient) + "_max", scientific(worst));
     RecordProperty(toString(gradient) + "_potential_p99", scientific(potentialP99));
   }
+}
+
+// FourierGrid: the public face of the FFTW set-up. A cosine puts n^3 / 2 on m and -m (the forward transform is
+// unnormalised), and the inverse brings back n^3 times the field.
+TEST(FourierGrid, TransformsACosineBothWays) {
+  const int n = 12;
+  FourierGrid grid(n);
+  EXPECT_EQ(grid.grid(), n);
+  EXPECT_EQ(fourierGridBytes(n), sizeof(double) * n * n * 2 * (n / 2 + 1));
+  const auto field = [n](int px, int py, int pz) {
+    return std::cos(2 * std::numbers::pi * (2 * px + 5 * pz) / n) + 0.25 * std::sin(2 * std::numbers::pi * py / n);
+  };
+  for (int px = 0; px < n; ++px) {
+    for (int py = 0; py < n; ++py) {
+      for (int pz = 0; pz < n; ++pz) grid.real()[grid.realIndex(px, py, pz)] = field(px, py, pz);
+    }
+  }
+  grid.forward();
+  const double volume = double(n) * n * n;
+  EXPECT_NEAR(grid.spectrum()[grid.spectrumIndex(2, 0, 5)].real(), volume / 2, 1e-9);
+  EXPECT_NEAR(grid.spectrum()[grid.spectrumIndex(n - 2, 0, 5)].real(), 0.0, 1e-9);  // (-2, 0, 5) is not in the wave
+  EXPECT_NEAR(grid.spectrum()[grid.spectrumIndex(0, 1, 0)].imag(), -0.25 * volume / 2, 1e-9);
+  grid.inverse();
+  for (int px = 0; px < n; ++px) {
+    for (int py = 0; py < n; ++py) {
+      for (int pz = 0; pz < n; ++pz) {
+        ASSERT_NEAR(grid.real()[grid.realIndex(px, py, pz)] / volume, field(px, py, pz), 1e-12);
+      }
+    }
+  }
+  EXPECT_THROW(FourierGrid(kMinGrid - 1), InputError);
 }
 
 }  // namespace

@@ -2,10 +2,11 @@
 // HDF5 snapshots in the GADGET/SWIFT layout (DESIGN.md §2 and §7). One file per snapshot, every body in PartType1:
 //
 //   /Header      NumPart_ThisFile, NumPart_Total, NumPart_Total_HighWord (6 x uint32, N at index 1),
-//                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift (0), BoxSize (the
+//                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift, BoxSize (the
 //                periodic box's side L; for an open-boundary state the smallest origin-centred cube holding every
 //                body, which yt needs), MatchaPeriodic (int32: 1 periodic, 0 open), NumFilesPerSnapshot (int32 1),
-//                Omega0 (0), OmegaLambda (0), HubbleParam (1), and the build that wrote it: MatchaVersion,
+//                Omega0, OmegaLambda, HubbleParam (a cosmological state's, SnapshotMetadata::cosmology; else 0, 0, 0
+//                and 1, a Newtonian state), and the build that wrote it: MatchaVersion,
 //                MatchaGitCommit, MatchaGitDirty (strings; matcha/core/version.hpp)
 //   /Units       UnitLength_in_cm, UnitMass_in_g, UnitVelocity_in_cm_per_s, UnitTime_in_s, GravitationalConstant
 //   /Parameters  one attribute per run parameter (int64, double or string), in the order given
@@ -31,6 +32,15 @@
 
 namespace matcha::io {
 
+/// A cosmological state's /Header fields, GADGET's meaning: Time is then the scale factor a, Redshift = 1/a - 1,
+/// Omega0 = Omega_m and OmegaLambda today, HubbleParam = h (lengths in Mpc/h, masses in 1e10 M_sun/h).
+struct CosmologyHeader {
+  double redshift = 0.0;
+  double omega0 = 0.0;
+  double omegaLambda = 0.0;
+  double hubbleParam = 1.0;
+};
+
 /// What a snapshot records besides the bodies.
 struct SnapshotMetadata {
   double time = 0.0;  ///< simulation time, written to /Header Time (simulation time units)
@@ -43,6 +53,8 @@ struct SnapshotMetadata {
   /// looks like an integer (optional sign, digits, fits int64) becomes int64, another finite number becomes double,
   /// anything else a string. Names must be unique and non-empty.
   std::vector<std::pair<std::string, std::string>> parameters;
+  /// Set for a cosmological state: written to /Header Redshift, Omega0, OmegaLambda, HubbleParam (unset: 0, 0, 0, 1).
+  std::optional<CosmologyHeader> cosmology;
 };
 
 struct SnapshotWriteOptions {
@@ -91,6 +103,9 @@ struct Snapshot {
   /// finite, else 1); nullopt otherwise (the numbers are then N-body units with no physical reading). Only labels
   /// (`matcha render`) use it; no computation depends on it.
   std::optional<UnitSystem> units;
+  /// /Header Redshift, Omega0, OmegaLambda, HubbleParam when Omega0 is present and > 0 (a cosmological file; each
+  /// missing one takes CosmologyHeader's default); nullopt otherwise.
+  std::optional<CosmologyHeader> cosmology;
 };
 
 /// Reads a snapshot or an initial-condition file written by matcha or by another GADGET-style HDF5 writer.

@@ -87,6 +87,10 @@ struct MeshParams {
 /// Throws InputError when that would exceed kMaxGrid.
 int fftFriendlyGridSize(int n);
 
+/// Throws InputError, one line starting with `what` (e.g. "--grid"), unless n is in [kMinGrid, kMaxGrid] and
+/// FFT-friendly (fftFriendlyGridSize(n) == n); the message names the next friendly size.
+void requireFftFriendlyGrid(int n, const std::string& what);
+
 /// The smallest g >= 1 with g^3 >= pointsPerSpacing^3 N: ceil(pointsPerSpacing N^(1/3)) in exact integers (the cube
 /// root of a cube need not round to it), pointsPerSpacing mesh points per mean interparticle spacing. May exceed
 /// kMaxGrid; N = 0 gives 1.
