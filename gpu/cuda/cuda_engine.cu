@@ -522,7 +522,7 @@ struct CudaEngine::Impl {
     const detail::PlanVariant<Real>* variant =
         findPlanVariant<Real>(tile, quadrupole, accurate, out.pot != nullptr, periodic);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
-    // The plan kernel flags cell entries with the top bit of a 32-bit index.
+    // The kernels index bodies and cells with 32-bit integers, kept below 2^31 as setTree keeps them.
     MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
                   "more than 2^31 bodies or cells in one plan");
 
