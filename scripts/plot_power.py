@@ -165,7 +165,12 @@ def growth_ratio(header, given, omega_m, path):
 def label(path, header):
     for key, symbol in (("scale_factor", "a"), ("redshift", "z"), ("time", "t")):
         if key in header:
-            return "%s (%s = %s)" % (os.path.basename(path), symbol, header[key])
+            # matcha writes 17 digits so the value reads back exactly; a legend needs 4.
+            try:
+                value = "%.4g" % float(header[key])
+            except ValueError:
+                value = header[key]
+            return "%s (%s = %s)" % (os.path.basename(path), symbol, value)
     return os.path.basename(path)
 
 
