@@ -1713,8 +1713,9 @@ TEST_F(Cli, AnalyzePowerComparesWithLinearTheory) {
     EXPECT_NEAR(row[4] / (eh.power(row[0]) * growth * growth), 1.0, 1e-7) << "row " << b;
     // Measured on this field (seed 7): within 5.3% on the 7 bins below k_N(bodies) / 2 (1.033, 1.000, 1.053, 0.996,
     // 1.002, 0.991, 0.977); seeds 1-3 give the same pattern within 1%, so it is systematic, not scatter (fixed
-    // amplitudes have none): P_lin at the bin's mean k against the mean of P_lin over its few discrete modes (13 in
-    // the first bin), and the lattice's aliases towards k_N(bodies). 8% is that margin plus half again.
+    // amplitudes have none): most likely P_lin at the bin's mean k against the mean of P_lin over its few discrete
+    // modes (13 in the first bin), and the lattice's aliases towards k_N(bodies); not separated here. 8% is that margin
+    // plus half again.
     if (row[0] < kNyquistBodies / 2) {
       ++lowBins;
       EXPECT_NEAR(row[1] / row[4], 1.0, 0.08) << "row " << b << ", k = " << row[0];
