@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `matcha analyze power SNAPSHOT`: the power spectrum of a periodic snapshot's mass density
-// (cosmology/power_spectrum.hpp) as a text file: a commented header, then one line per bin, `k P(k) modes shot_noise`.
+// (cosmology/power_spectrum.hpp) as a text file: a commented header, then one line per bin, `k P(k) modes shot_noise`,
+// and with --linear a fifth column, the linear spectrum at the snapshot's time (cosmology/linear_power.hpp scaled by
+// Background's growth factor), so that a measurement is compared with linear theory without any outside file.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,11 +13,16 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
+#include "linear_power_options.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/memory_estimate.hpp"
 #include "matcha/core/stopwatch.hpp"
+#include "matcha/cosmology/background.hpp"
+#include "matcha/cosmology/linear_power.hpp"
 #include "matcha/cosmology/power_spectrum.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
@@ -40,6 +48,23 @@ struct PowerOptions {
   std::optional<double> box;   ///< --box; default: the snapshot's BoxSize
   std::optional<std::string> outPath;
   bool overwrite = false;
+  LinearPowerOptions linear;  ///< --linear (no default: without it no fifth column), --sigma8, --ns, --omega-b
+  // A snapshot without a cosmology (Omega0 = 0) gets one only from all of these: matcha does not guess a cosmology.
+  std::optional<double> omegaMatter, omegaLambda, hubbleParam, redshift, scaleFactor;
+};
+
+/// The snapshot's cosmology and time, from its /Header or from the options, and the linear growth there.
+struct CosmologyAtTime {
+  cosmology::CosmologyParams params;
+  double scaleFactor = 0;
+  double growthRatio = 0;  ///< D1(a) / D1(1), Background::growthFactorRatio
+  bool fromOptions = false;
+};
+
+/// The linear theory of the fifth column.
+struct LinearColumn {
+  std::string description;    ///< describeLinearPower
+  std::vector<double> power;  ///< P_lin(k) D1(a)^2 / D1(1)^2 at each bin's mean k
 };
 
 std::string number(double value, int digits = 6) {
@@ -73,7 +98,8 @@ void checkOutput(const fs::path& out, const fs::path& snapshot, bool overwrite) 
 
 /// The file: `# key = value` header lines, then the column names and one line per bin.
 std::string powerFileText(const PowerOptions& options, const io::SnapshotInfo& info,
-                          const cosmology::PowerSpectrumParams& params, const cosmology::PowerSpectrum& spectrum) {
+                          const cosmology::PowerSpectrumParams& params, const cosmology::PowerSpectrum& spectrum,
+                          const std::optional<CosmologyAtTime>& cosmo, const std::optional<LinearColumn>& linear) {
   std::ostringstream text;
   text << kPowerFileTitle << " P(k) of the mass density contrast, the mass-assignment window divided out\n";
   text << "# snapshot = " << options.snapshot << "\n";
@@ -97,17 +123,111 @@ std::string powerFileText(const PowerOptions& options, const io::SnapshotInfo& i
           "length^3\n";
   text << "# P(k) = L^3 <|delta_k|^2> / W(k)^2 over the bin's independent modes (k and -k count once), "
           "delta_k = (1/grid^3) sum_x delta(x) exp(-i k.x); k is the mean |k| of those modes\n";
-  text << "# k  P(k)  modes  shot_noise\n";
-  char line[160];
-  for (const cosmology::PowerBin& bin : spectrum.bins) {
-    std::snprintf(line, sizeof line, "%.9e %.9e %llu %.9e\n", bin.k, bin.power,
+  if (cosmo) {
+    const char* given = cosmo->fromOptions ? "  (--omega-m, --omega-lambda, --h)" : "  (/Header)";
+    text << "# scale_factor = " << number(cosmo->scaleFactor, 17)
+         << (cosmo->fromOptions ? "  (--scale-factor or --redshift)" : "  (/Header Time)") << "\n";
+    text << "# redshift = " << number(1.0 / cosmo->scaleFactor - 1.0, 17) << "  (1/a - 1)\n";
+    text << "# omega_m = " << number(cosmo->params.omegaMatter, 17) << given << "\n";
+    text << "# omega_lambda = " << number(cosmo->params.omegaLambda, 17) << given << "\n";
+    text << "# hubble_param = " << number(cosmo->params.hubbleParam, 17) << given << "\n";
+    text << "# growth_factor_ratio = " << number(cosmo->growthRatio, 17)
+         << "  (D1(a)/D1(1), linear growing mode of Lambda-CDM with curvature, radiation neglected)\n";
+  }
+  if (linear) {
+    text << "# linear = " << linear->description << "\n";
+    text << "# linear_column = P_lin(k) D1(a)^2/D1(1)^2: the linear spectrum at z = 0 scaled to the snapshot's a by "
+            "growth_factor_ratio^2, at the bin's mean k (0 outside a table's k range)\n";
+  }
+  text << (linear ? "# k  P(k)  modes  shot_noise  P_lin(k)\n" : "# k  P(k)  modes  shot_noise\n");
+  char line[200];
+  for (std::size_t b = 0; b < spectrum.bins.size(); ++b) {
+    const cosmology::PowerBin& bin = spectrum.bins[b];
+    std::snprintf(line, sizeof line, "%.9e %.9e %llu %.9e", bin.k, bin.power,
                   static_cast<unsigned long long>(bin.numModes), spectrum.shotNoise);
     text << line;
+    if (linear) {
+      std::snprintf(line, sizeof line, " %.9e", linear->power[b]);
+      text << line;
+    }
+    text << "\n";
   }
   return text.str();
 }
 
-int analyzePower(const PowerOptions& options) {
+constexpr const char* kCosmologyOptions = "--omega-m, --omega-lambda, --h and --redshift (or --scale-factor)";
+
+/// Checks, before the snapshot is read, that the cosmology options come as a whole and the linear-theory options only
+/// with --linear. Returns whether the cosmology options were given.
+bool checkCosmologyOptions(const CLI::App& command, const PowerOptions& options) {
+  const bool any =
+      options.omegaMatter || options.omegaLambda || options.hubbleParam || options.redshift || options.scaleFactor;
+  if (any) {
+    for (const auto& [given, name] : {std::pair{options.omegaMatter.has_value(), "--omega-m"},
+                                      std::pair{options.omegaLambda.has_value(), "--omega-lambda"},
+                                      std::pair{options.hubbleParam.has_value(), "--h"},
+                                      std::pair{options.redshift || options.scaleFactor, "--redshift"}}) {
+      if (!given) throw InputError(std::string(kCosmologyOptions) + " come together (" + name + " is missing)");
+    }
+  }
+  if (command.count("--linear") > 0) {
+    checkLinearPowerOptions(command, options.linear, "--linear");
+  } else {
+    for (const char* name : {"--sigma8", "--ns", "--omega-b"}) {
+      if (command.count(name) > 0) throw InputError(std::string(name) + " applies only with --linear");
+    }
+  }
+  return any;
+}
+
+/// The cosmology and scale factor of the file's header lines: the snapshot's (/Header Omega0 > 0: Time is a), or the
+/// options' for a snapshot without one; none when neither (then --linear is refused). Throws InputError (one line).
+std::optional<CosmologyAtTime> resolveCosmology(const PowerOptions& options, bool fromOptions,
+                                                const io::SnapshotInfo& info, const fs::path& snapshotPath,
+                                                bool wantsLinear) {
+  CosmologyAtTime cosmo;
+  cosmo.fromOptions = fromOptions;
+  if (info.cosmology) {
+    // Two sources of the same numbers could disagree; the snapshot's are those its bodies evolved under.
+    if (fromOptions) {
+      throw InputError("snapshot " + snapshotPath.string() +
+                       " records its cosmology (/Header Omega0 = " + number(info.cosmology->omega0) + "); " +
+                       kCosmologyOptions + " are only for snapshots without one");
+    }
+    cosmo.params.omegaMatter = info.cosmology->omega0;
+    cosmo.params.omegaLambda = info.cosmology->omegaLambda;
+    cosmo.params.hubbleParam = info.cosmology->hubbleParam;
+    cosmo.scaleFactor = info.time;
+    if (!(std::isfinite(cosmo.scaleFactor) && cosmo.scaleFactor > 0)) {
+      throw InputError("snapshot " + snapshotPath.string() +
+                       " records a cosmology but its /Header Time, the scale factor, is " + number(info.time) +
+                       " (need a finite a > 0)");
+    }
+  } else if (fromOptions) {
+    cosmo.params.omegaMatter = *options.omegaMatter;
+    cosmo.params.omegaLambda = *options.omegaLambda;
+    cosmo.params.hubbleParam = *options.hubbleParam;
+    cosmo.scaleFactor =
+        options.scaleFactor ? *options.scaleFactor : cosmology::scaleFactorFromRedshift(*options.redshift);
+    if (!(std::isfinite(cosmo.scaleFactor) && cosmo.scaleFactor > 0)) {
+      throw InputError("--scale-factor must be a finite number > 0 (got " + number(cosmo.scaleFactor) + ")");
+    }
+  } else {
+    if (wantsLinear) {
+      throw InputError("snapshot " + snapshotPath.string() +
+                       " records no cosmology (/Header Omega0 = 0); --linear needs " + kCosmologyOptions);
+    }
+    return std::nullopt;
+  }
+  // The background serves a in (0, maxScaleFactor]: a snapshot past today (a > 1) needs the range widened.
+  cosmo.params.maxScaleFactor = std::max(1.0, cosmo.scaleFactor);
+  // H0 only sets the unit of time-like results; D1(a)/D1(1) does not depend on it.
+  const cosmology::Background background(cosmo.params, cosmology::hubbleTodayPerSecond(cosmo.params.hubbleParam));
+  cosmo.growthRatio = background.growthFactorRatio(cosmo.scaleFactor);
+  return cosmo;
+}
+
+int analyzePower(const CLI::App& command, const PowerOptions& options) {
   // Every option is checked before the snapshot is read.
   cosmology::PowerSpectrumParams params;
   params.assignment = options.assignment == "cic" ? mesh::MassAssignment::cic : mesh::MassAssignment::tsc;
@@ -126,6 +246,8 @@ int analyzePower(const PowerOptions& options) {
     params.boxSize = *options.box;
   }
   params.validate();  // the grid (when given), the bins and --box; the snapshot's own box below
+  const bool cosmologyFromOptions = checkCosmologyOptions(command, options);
+  const bool wantsLinear = command.count("--linear") > 0;
 
   const fs::path snapshotPath = options.snapshot;
   const fs::path out =
@@ -143,6 +265,11 @@ int analyzePower(const PowerOptions& options) {
   }
   if (!options.grid) params.grid = cosmology::defaultPowerSpectrumGrid(info.numBodies);
   params.validate();
+  const std::optional<CosmologyAtTime> cosmo =
+      resolveCosmology(options, cosmologyFromOptions, info, snapshotPath, wantsLinear);
+  // Built (a table read, or sigma_8 integrated) before the bodies are read, so a bad table costs nothing.
+  std::optional<cosmology::LinearPowerSpectrum> linearSpectrum;
+  if (wantsLinear) linearSpectrum = makeLinearPowerSpectrum(command, options.linear, "--linear", cosmo->params);
   requireBodiesFit(info.numBodies, false);
   const std::uint64_t needed =
       info.numBodies * kBytesPerBody + cosmology::powerSpectrumMemoryBytes(params, info.numBodies);
@@ -179,12 +306,22 @@ int analyzePower(const PowerOptions& options) {
   clock.restart();
   const cosmology::PowerSpectrum spectrum = cosmology::measurePowerSpectrum(bodies, params);
   const double measureSeconds = clock.seconds();
-  io::writeTextFile(out, powerFileText(options, info, params, spectrum));
+  std::optional<LinearColumn> linear;
+  if (linearSpectrum) {
+    linear.emplace();
+    linear->description = describeLinearPower(command, options.linear, *linearSpectrum);
+    const double growth2 = cosmo->growthRatio * cosmo->growthRatio;
+    for (const cosmology::PowerBin& bin : spectrum.bins)
+      linear->power.push_back(linearSpectrum->power(bin.k) * growth2);
+  }
+  io::writeTextFile(out, powerFileText(options, info, params, spectrum, cosmo, linear));
   char timings[96];
   std::snprintf(timings, sizeof timings, "read %.2f s, measure %.2f s", readSeconds, measureSeconds);
   std::cout << "wrote " << out.string() << ": " << spectrum.bins.size() << " bins, k = " << number(spectrum.fundamental)
             << " to " << number(spectrum.nyquist) << ", shot noise " << number(spectrum.shotNoise)
-            << (spectrum.shotNoiseSubtracted ? " (subtracted)" : "") << "; " << timings << std::endl;
+            << (spectrum.shotNoiseSubtracted ? " (subtracted)" : "")
+            << (cosmo ? "; a = " + number(cosmo->scaleFactor) + ", D1(a)/D1(1) = " + number(cosmo->growthRatio) : "")
+            << (linear ? ", linear theory " + options.linear.source : "") << "; " << timings << std::endl;
   return 0;
 }
 
@@ -227,7 +364,18 @@ std::function<int()> addAnalyzeCommand(CLI::App& parent) {
   command->add_option("-o,--out", options->outPath,
                       "output text file (default: SNAPSHOT with the extension .power.txt)");
   command->add_flag("--overwrite", options->overwrite, "replace an earlier power spectrum at --out");
-  return [options] { return analyzePower(*options); };
+  addLinearPowerOptions(*command, options->linear, "--linear",
+                        "add a column P_lin(k) D1(a)^2/D1(1)^2, linear theory at the snapshot's time: eh (Eisenstein "
+                        "& Hu 1998 with wiggles), eh-nowiggle, or a two-column file k [h/Mpc] P [(Mpc/h)^3] at z = 0; "
+                        "defaults as ic cosmo's");
+  command->add_option("--omega-m", options->omegaMatter,
+                      "Omega_m today, for a snapshot without a cosmology (with --omega-lambda, --h and --redshift)");
+  command->add_option("--omega-lambda", options->omegaLambda, "Omega_Lambda today, as --omega-m");
+  command->add_option("--h", options->hubbleParam, "h = H0 / (100 km/s/Mpc), as --omega-m");
+  CLI::Option* redshift = command->add_option("--redshift", options->redshift, "the snapshot's redshift, as --omega-m");
+  command->add_option("--scale-factor", options->scaleFactor, "the snapshot's scale factor, instead of --redshift")
+      ->excludes(redshift);
+  return [command, options] { return analyzePower(*command, *options); };
 }
 
 }  // namespace matcha::app

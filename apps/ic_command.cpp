@@ -8,10 +8,9 @@
 #include <iostream>
 #include <memory>
 #include <numbers>
-#include <optional>
-#include <sstream>
 
 #include "commands.hpp"
+#include "linear_power_options.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/units.hpp"
 #include "matcha/cosmology/initial_conditions.hpp"
@@ -141,8 +140,7 @@ int runLattice(const CLI::App& command, PeriodicBoxOptions& options) {
 /// The options of `ic cosmo`; defaults are the library's (CosmologicalIcParams, CosmologyParams, LinearPowerParams).
 struct CosmoOptions {
   cosmology::CosmologicalIcParams ic;
-  cosmology::LinearPowerParams power;
-  std::string powerSource = "eh";
+  LinearPowerOptions power;  ///< --power, --sigma8, --ns, --omega-b (shared with `analyze power --linear`)
   std::string out = "cosmo.hdf5";
   bool overwrite = false;
 };
@@ -161,21 +159,12 @@ CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
       ->capture_default_str();
   addSeedOption(*command, "--seed", options.ic.seed, "random seed of the field, 0 to 2^64 - 1");
   command->add_option("--lpt", options.ic.lptOrder, "1: Zel'dovich; 2: second-order LPT")->capture_default_str();
-  command
-      ->add_option("--power", options.powerSource,
-                   "linear P(k) at z = 0: eh (Eisenstein & Hu 1998 with wiggles), eh-nowiggle, or a two-column file "
-                   "k [h/Mpc] P [(Mpc/h)^3] (CAMB, CLASS)")
+  addLinearPowerOptions(*command, options.power, "--power",
+                        "linear P(k) at z = 0: eh (Eisenstein & Hu 1998 with wiggles), eh-nowiggle, or a two-column "
+                        "file k [h/Mpc] P [(Mpc/h)^3] (CAMB, CLASS)")
       ->capture_default_str();
-  command->add_option("--sigma8", options.power.sigma8, "sigma_8 at z = 0, > 0 (a file keeps its own unless given)")
-      ->capture_default_str();
-  command->add_option("--ns", options.power.spectralIndex, "spectral index n_s (EH98 only)")->capture_default_str();
   command->add_option("--omega-m", options.ic.cosmology.omegaMatter, "Omega_m today, > 0")->capture_default_str();
   command->add_option("--omega-lambda", options.ic.cosmology.omegaLambda, "Omega_Lambda today")->capture_default_str();
-  command
-      ->add_option("--omega-b", options.power.transfer.omegaBaryon,
-                   "Omega_b today (EH98 only), 0 < Omega_b < "
-                   "Omega_m")
-      ->capture_default_str();
   command->add_option("--h", options.ic.cosmology.hubbleParam, "h = H0 / (100 km/s/Mpc), > 0")->capture_default_str();
   command->add_flag("--fixed-amplitude", options.ic.fixedAmplitude,
                     "every mode's amplitude exactly sqrt(P) (Angulo & Pontzen 2016)");
@@ -185,35 +174,10 @@ CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
   return command;
 }
 
-/// The z = 0 spectrum the options name; validates them (InputError, one line).
-cosmology::LinearPowerSpectrum cosmoPowerSpectrum(const CLI::App& command, CosmoOptions& options) {
-  const bool table = options.powerSource != "eh" && options.powerSource != "eh-nowiggle";
-  if (table) {
-    for (const char* name : {"--ns", "--omega-b"}) {
-      if (command.count(name) > 0) {
-        throw InputError(std::string(name) + " applies to the EH98 spectra only, not to a table (--power " +
-                         options.powerSource + ")");
-      }
-    }
-    std::optional<double> sigma8;
-    if (command.count("--sigma8") > 0) sigma8 = options.power.sigma8;
-    return cosmology::LinearPowerSpectrum::fromTable(options.powerSource, sigma8);
-  }
-  options.power.form =
-      options.powerSource == "eh" ? cosmology::TransferForm::withWiggles : cosmology::TransferForm::noWiggle;
-  options.power.transfer.omegaMatter = options.ic.cosmology.omegaMatter;
-  options.power.transfer.hubbleParam = options.ic.cosmology.hubbleParam;
-  return cosmology::LinearPowerSpectrum::eisensteinHu(options.power);
-}
-
 int runCosmo(const CLI::App& command, CosmoOptions& options) {
   const cosmology::CosmologicalIcParams& params = options.ic;
   params.validate();
-  if (!(std::isfinite(options.power.sigma8) && options.power.sigma8 > 0)) {
-    std::ostringstream text;
-    text << options.power.sigma8;
-    throw InputError("--sigma8 must be a finite number > 0 (got " + text.str() + ")");
-  }
+  checkLinearPowerOptions(command, options.power, "--power");
   requireOutputFile(options.out);
   const std::filesystem::path out = options.out;
   std::error_code ec;
@@ -228,7 +192,8 @@ int runCosmo(const CLI::App& command, CosmoOptions& options) {
     throw InputError("initial conditions on a " + std::to_string(params.grid) + "^3 grid need ~" + formatBytes(needed) +
                      " of host memory (" + formatBytes(available) + " available); choose a smaller --grid");
   }
-  const cosmology::LinearPowerSpectrum spectrum = cosmoPowerSpectrum(command, options);
+  const cosmology::LinearPowerSpectrum spectrum =
+      makeLinearPowerSpectrum(command, options.power, "--power", params.cosmology);
   if (out.has_parent_path()) io::ensureWritableDirectory(out.parent_path());
 
   const double fundamental = 2.0 * std::numbers::pi / params.boxSize;

@@ -11,6 +11,10 @@ Usage: /usr/bin/python3 scripts/plot_power.py FILE [FILE ...] [--linear PLIN] [-
 FILE: `matcha analyze power` output: '# key = value' header lines, a column line '# k  P(k)  modes  shot_noise',
 then one line of numbers per bin. Columns are found by name.
 
+A file written with `matcha analyze power --linear ...` has a fifth column P_lin(k): linear theory already at the
+file's time (P_lin(k; z = 0) D1(a)^2 / D1(1)^2 at each bin's k, computed by matcha). That column is drawn, dashed in
+the file's colour, in preference to everything below: such a file needs no PLIN and no growth ratio.
+
 PLIN: linear theory at z = 0 (a = 1) in the files' units, two columns k and P_lin(k) ('#' comments allowed). Each
 file's curve is P_lin(k) times (D1(a) / D1(1))^2, the growth ratio taken, in this order, from
   --growth (one ratio for every file, or one per file in their order),
@@ -18,7 +22,7 @@ file's curve is P_lin(k) times (D1(a) / D1(1))^2, the growth ratio taken, in thi
   the file's header line '# scale_factor = a' or '# redshift = z', with --omega-m: flat LCDM (Omega_Lambda =
   1 - Omega_m, radiation neglected), D1(a) = (5 Omega_m / 2) E(a) int_0^a da' / (a' E(a'))^3, E^2 = Omega_m a^-3 +
   Omega_Lambda (Heath 1977).
-A file with none of these, when PLIN is given, is an error: the script does not guess a cosmology.
+A file with none of these (and no P_lin(k) column), when PLIN is given, is an error: the script does not guess a cosmology.
 
 Exit codes as matcha's: 0 success, 1 a file cannot be read or the image cannot be written, 2 bad input (a missing
 or malformed file, a bad option): one line on stderr, starting with "plot_power.py: error:". Needs Debian's
@@ -30,6 +34,7 @@ import os
 import sys
 
 COLUMNS = ("k", "P(k)", "modes", "shot_noise")
+LINEAR_COLUMN = "P_lin(k)"  # written by `matcha analyze power --linear`
 
 
 class BadInput(Exception):
@@ -160,8 +165,17 @@ def growth_ratio(header, given, omega_m, path):
 def label(path, header):
     for key, symbol in (("scale_factor", "a"), ("redshift", "z"), ("time", "t")):
         if key in header:
-            return "%s (%s = %s)" % (os.path.basename(path), symbol, header[key])
+            # matcha writes 17 digits so the value reads back exactly; a legend needs 4.
+            try:
+                value = "%.4g" % float(header[key])
+            except ValueError:
+                value = header[key]
+            return "%s (%s = %s)" % (os.path.basename(path), symbol, value)
     return os.path.basename(path)
+
+
+def has_linear_column(columns):
+    return LINEAR_COLUMN in columns
 
 
 def plot(spectra, linear, subtract, out, dpi):
@@ -180,13 +194,21 @@ def plot(spectra, linear, subtract, out, dpi):
         already = header.get("shot_noise_subtracted") == "yes"
         power = [p - shot if subtract and not already else p for p in columns["P(k)"]]
         kept = [(k, p) for k, p in zip(columns["k"], power) if p > 0]
-        title = label(path, header) + ("" if ratio is None or linear is None else ", D/D0 = %.4g" % ratio)
+        own = has_linear_column(columns)
+        title = label(path, header) + ("" if ratio is None or (linear is None and not own) else ", D/D0 = %.4g" % ratio)
         if kept:
             axes.loglog([k for k, _ in kept], [p for _, p in kept], marker="o", markersize=2.5, linewidth=1,
                         color=colour, label=title)
         if not subtract and not already:
             axes.axhline(shot, color=colour, linestyle=":", linewidth=0.8)
-        if linear is not None and ratio is not None:
+        if own:
+            # matcha's own linear theory at this file's time comes first; it has a value at every bin (0 outside a
+            # table's range, which a log axis cannot show, so those are left out).
+            points = [(k, p) for k, p in zip(columns["k"], columns[LINEAR_COLUMN]) if p > 0]
+            if points:
+                axes.loglog([k for k, _ in points], [p for _, p in points], color=colour, linestyle="--",
+                            linewidth=1)
+        elif linear is not None and ratio is not None:
             points = [(k, p * ratio ** 2) for k, p in zip(*linear) if k_min / 2 <= k <= 2 * k_max and p > 0]
             if points:
                 axes.loglog([k for k, _ in points], [p for _, p in points], color=colour, linestyle="--",
@@ -198,7 +220,7 @@ def plot(spectra, linear, subtract, out, dpi):
     axes.set_xlabel("k  [1 / length: h/Mpc for a box in Mpc/h]")
     axes.set_ylabel("P(k)%s  [length^3]" % (" - shot noise" if subtract else ""))
     notes = ["solid: measured"]
-    if linear is not None:
+    if linear is not None or any(has_linear_column(columns) for _, _, columns, _ in spectra):
         notes.append("dashed: linear theory x (D1/D1(a=1))^2")
     if not subtract:
         notes.append("dotted: shot noise")
@@ -256,7 +278,7 @@ def main():
         for path, ratio in zip(args.files, given):
             header, columns = read_power_file(path)
             ratio = growth_ratio(header, ratio, args.omega_m, path)
-            if linear is not None and ratio is None:
+            if linear is not None and ratio is None and not has_linear_column(columns):
                 raise BadInput("%s: no growth factor to scale linear theory by: give --growth, or a header line "
                                "growth_factor_ratio, or scale_factor/redshift with --omega-m" % path)
             spectra.append((path, header, columns, ratio))
@@ -268,9 +290,15 @@ def main():
         plot(spectra, linear, args.subtract_shot_noise, out, args.dpi)
     except (OSError, ValueError) as error:
         fail("cannot write %s: %s" % (out, error), 1)
-    scaled = ", ".join("%.4g" % ratio for _, _, _, ratio in spectra if ratio is not None)
-    print("wrote %s (%d spectra%s)" % (out, len(spectra),
-                                        "; linear theory scaled by D1/D1(1) = " + scaled if linear else ""))
+    own = sum(1 for _, _, columns, _ in spectra if has_linear_column(columns))
+    scaled = ", ".join("%.4g" % ratio for _, _, columns, ratio in spectra
+                       if ratio is not None and not has_linear_column(columns))
+    notes = ""
+    if own:
+        notes += "; linear theory from the P_lin(k) column of %d file%s" % (own, "" if own == 1 else "s")
+    if linear and scaled:
+        notes += "; linear theory scaled by D1/D1(1) = " + scaled
+    print("wrote %s (%d spectra%s)" % (out, len(spectra), notes))
 
 
 if __name__ == "__main__":

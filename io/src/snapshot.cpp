@@ -844,6 +844,7 @@ SnapshotInfo inspectFile(const std::filesystem::path& path) {
   const HeaderInfo header = readHeader(file.get(), coordinates.rows);
   info.time = header.time;
   info.boxSize = header.boxSize;
+  info.cosmology = header.cosmology;
   return info;
 }
 

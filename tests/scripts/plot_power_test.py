@@ -2,7 +2,8 @@
 """scripts/plot_power.py on spectra written by `matcha analyze power`: it writes a PNG of the expected size (default
 FILE.png, or --out), scales linear theory by the growth ratio from --growth, a header growth_factor_ratio or a header
 scale factor with --omega-m (flat LCDM growth: D1 = a for Omega_m = 1; the Carroll, Press & Turner 1992 fit within
-0.5% for Omega_m = 0.3), and refuses missing or malformed files, a linear theory without growth ratios, bad options
+0.5% for Omega_m = 0.3), draws the P_lin(k) column of `analyze power --linear` in preference to --linear/--growth
+(the dashed line's points are that column's), and refuses missing or malformed files, a linear theory without growth ratios, bad options
 and an unwritable output with one line on stderr and matcha's exit codes (2 bad input, 1 I/O).
 Usage: plot_power_test.py MATCHA_BINARY PLOT_POWER_SCRIPT SCRATCH_DIR. Exit 77: matplotlib is not installed (Debian:
 apt-get install python3-matplotlib), the test is skipped."""
@@ -107,6 +108,41 @@ for a in (0.5, 0.25):
     assert exact > a  # growth slows under Lambda: more of it lies in the past
     assert abs(module.growth_ratio({"redshift": repr(1 / a - 1)}, None, 0.3, "x") / exact - 1) < 1e-12
 
+# A spectrum with matcha's own linear theory (`analyze power --linear eh`): its P_lin(k) column is drawn, before
+# --linear and --growth, which still serve the file without one.
+subprocess.run([matcha, "ic", "cosmo", "--grid", "16", "--box", "100", "--z-start", "3", "--seed", "2", "-o",
+                path("cosmo.hdf5")], check=True, stdout=subprocess.DEVNULL)
+subprocess.run([matcha, "analyze", "power", path("cosmo.hdf5"), "--linear", "eh"], check=True,
+               stdout=subprocess.DEVNULL)
+own = path("cosmo.power.txt")
+result = plot(own, "-o", path("own.png"))
+assert result.returncode == 0, result.stderr
+assert result.stdout.strip() == "wrote %s (1 spectra; linear theory from the P_lin(k) column of 1 file)" % path(
+    "own.png"), result.stdout
+assert png_size(path("own.png")) == (640, 480)
+result = plot(own, first, "--linear", path("plin.txt"), "--growth", "0.5", "-o", path("mixed.png"))
+assert result.returncode == 0, result.stderr
+assert result.stdout.strip().endswith(
+    "(2 spectra; linear theory from the P_lin(k) column of 1 file; linear theory scaled by D1/D1(1) = 0.5)"), \
+    result.stdout
+# What is drawn: keep the figure (plot() closes it) and read its dashed lines back.
+import matplotlib.pyplot as plt  # noqa: E402  (after the skip above)
+
+kept = []
+plt.close = kept.append
+header, columns = module.read_power_file(own)
+_, lattice_columns = module.read_power_file(first)
+module.plot([(own, header, columns, 0.5), (first, {}, lattice_columns, 0.5)], module.read_linear_file(path("plin.txt")),
+            False, path("drawn.png"), 50)
+figures = [figure for figure in kept if hasattr(figure, "axes")]  # plt.close("all") may come by too
+assert len(figures) == 1, kept
+dashed = [line for line in figures[0].axes[0].get_lines() if line.get_linestyle() == "--"]
+assert len(dashed) == 2, dashed
+assert list(dashed[0].get_xdata()) == columns["k"] and list(dashed[0].get_ydata()) == columns["P_lin(k)"]
+assert dashed[0].get_color() == "C0" and dashed[1].get_color() == "C1"
+plin_k, plin_p = module.read_linear_file(path("plin.txt"))
+assert abs(dashed[1].get_ydata()[0] / (0.25 * plin_p[list(plin_k).index(dashed[1].get_xdata()[0])]) - 1) < 1e-12
+
 # Bad input: exit 2, one line.
 expect_error([path("missing.txt")], 2, "missing.txt: no such file")
 with open(path("numbers.txt"), "w") as f:
@@ -130,4 +166,5 @@ expect_error([first, "--colour", "red"], 2, "unrecognized arguments")
 # An output that cannot be written: exit 1.
 open(path("a-file"), "w").close()
 expect_error([first, "--out", os.path.join(path("a-file"), "p.png")], 1, "cannot write")
-print("plot_power.py: plots spectra against scaled linear theory (640 x 480 PNG) and refuses bad input with one line")
+print("plot_power.py: plots spectra against scaled linear theory or their own P_lin(k) column (640 x 480 PNG) and "
+      "refuses bad input with one line")

@@ -139,14 +139,15 @@ Checkpoint readCheckpoint(const std::filesystem::path& path);
 
 /// What a snapshot holds, read without its bodies.
 struct SnapshotInfo {
-  std::uint64_t numBodies = 0;  ///< rows of PartType1/Coordinates
-  double time = 0.0;            ///< /Header Time, 0 if absent
-  double boxSize = 0.0;         ///< as Snapshot::boxSize
+  std::uint64_t numBodies = 0;               ///< rows of PartType1/Coordinates
+  double time = 0.0;                         ///< /Header Time, 0 if absent
+  double boxSize = 0.0;                      ///< as Snapshot::boxSize
+  std::optional<CosmologyHeader> cosmology;  ///< as Snapshot::cosmology (set when Omega0 > 0)
 };
 
-/// Reads the body count and the time of a snapshot without reading (or allocating) its bodies: what a run checks
-/// before it loads them. Throws as readSnapshot does for a file that cannot be opened, lacks PartType1/Coordinates
-/// or whose /Header is malformed; the other datasets are not checked here.
+/// Reads the body count, the time, the box and the cosmology of a snapshot without reading (or allocating) its
+/// bodies: what a run checks before it loads them. Throws as readSnapshot does for a file that cannot be opened, lacks
+/// PartType1/Coordinates or whose /Header is malformed; the other datasets are not checked here.
 SnapshotInfo inspectSnapshot(const std::filesystem::path& path);
 
 /// Makes sure `dir` (empty means the current directory) exists and can take new files: creates it and its parents
