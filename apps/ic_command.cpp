@@ -33,10 +33,17 @@ struct PeriodicBoxOptions {
   ic::LatticeParams lattice;
   std::int64_t latticeBodies = static_cast<std::int64_t>(ic::LatticeParams{}.numBodies);
   std::string latticeOut = "lattice.hdf5";
+  bool overwrite = false;  ///< --overwrite: replace an existing --out
 };
 
-void requireOutputFile(const std::string& outPath) {
+/// Checks --out before any work: named, and not an existing file unless --overwrite (initial conditions a user wrote,
+/// perhaps with hours of a generator's time in them, are not replaced by a repeated command).
+void requireOutputFile(const std::string& outPath, bool overwrite) {
   if (outPath.empty()) throw InputError("--out: the output file must be named (got an empty string)");
+  std::error_code ec;
+  if (!overwrite && std::filesystem::exists(std::filesystem::path(outPath), ec)) {
+    throw InputError("--out " + outPath + " already exists; pass --overwrite to replace it");
+  }
 }
 
 /// Writes the bodies (atomically, without forces) with `boxSize` in the header (0: open boundaries) and the
@@ -80,6 +87,7 @@ CLI::App* addClumpsCommand(CLI::App& group, PeriodicBoxOptions& options) {
                    "largest clump scale radius, in units of L, at most 0.025 (clumps are truncated at 20 a)")
       ->capture_default_str();
   command->add_option("-o,--out", options.clumpsOut, "output file (HDF5, GADGET layout)")->capture_default_str();
+  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
   return command;
 }
 
@@ -97,6 +105,7 @@ CLI::App* addLatticeCommand(CLI::App& group, PeriodicBoxOptions& options) {
                    "each coordinate displaced uniformly in [-A, A] grid spacings from its cell's centre, A in [0, 0.5)")
       ->capture_default_str();
   command->add_option("-o,--out", options.latticeOut, "output file (HDF5, GADGET layout)")->capture_default_str();
+  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
   return command;
 }
 
@@ -108,7 +117,7 @@ int runClumps(const CLI::App& command, PeriodicBoxOptions& options) {
   params.numBodies = static_cast<std::size_t>(options.clumpBodies);
   params.numClumps = static_cast<std::size_t>(options.numClumps);
   params.validate();
-  requireOutputFile(options.clumpsOut);
+  requireOutputFile(options.clumpsOut, options.overwrite);
   requireBodiesFit(params.numBodies, false);
   const std::size_t background = ic::numBackgroundBodies(params);
   std::cout << "generating a periodic box of side " << params.boxSize << ": " << params.numBodies - background
@@ -125,7 +134,7 @@ int runLattice(const CLI::App& command, PeriodicBoxOptions& options) {
   ic::LatticeParams params = options.lattice;
   params.numBodies = static_cast<std::size_t>(options.latticeBodies);
   params.validate();
-  requireOutputFile(options.latticeOut);
+  requireOutputFile(options.latticeOut, options.overwrite);
   requireBodiesFit(params.numBodies, false);
   const std::size_t side = ic::exactCubeRoot(params.numBodies);
   std::cout << "generating a " << side << "^3 lattice in a periodic box of side " << params.boxSize << ", perturbation "
@@ -178,12 +187,8 @@ int runCosmo(const CLI::App& command, CosmoOptions& options) {
   const cosmology::CosmologicalIcParams& params = options.ic;
   params.validate();
   checkLinearPowerOptions(command, options.power, "--power");
-  requireOutputFile(options.out);
+  requireOutputFile(options.out, options.overwrite);
   const std::filesystem::path out = options.out;
-  std::error_code ec;
-  if (!options.overwrite && std::filesystem::exists(out, ec)) {
-    throw InputError("--out " + options.out + " already exists; pass --overwrite to replace it");
-  }
   const std::uint64_t numBodies = static_cast<std::uint64_t>(params.grid) * params.grid * params.grid;
   requireBodiesFit(numBodies, false);
   const std::uint64_t needed = cosmology::cosmologicalIcBytes(params);
@@ -242,6 +247,7 @@ std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
   addBodiesOption(*command, options.numBodies, "number of bodies");
   addSeedOption(*command, "--seed", options.seed, "random seed, 0 to 2^64 - 1");
   command->add_option("--out", options.outPath, "output file (HDF5, GADGET layout)")->capture_default_str();
+  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
   addBoxOption(*command, options.box,
                "a periodic box of side L: the sphere is centred in it, its outliers folded back into [0, L)^3, and the "
                "file records BoxSize L (runs from it are periodic)");
@@ -256,7 +262,7 @@ std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
     if (clumps->parsed()) return runClumps(*clumps, *boxOptions);
     if (lattice->parsed()) return runLattice(*lattice, *boxOptions);
     validateOptions(options, kBodies);
-    requireOutputFile(options.outPath);
+    requireOutputFile(options.outPath, options.overwrite);
     requireBodiesFit(static_cast<std::uint64_t>(options.numBodies), false);
     options.integrator.boxSize = options.box;
     const Particles particles = loadInitialConditions(options, std::cout);

@@ -45,7 +45,7 @@ struct Options {
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both
-  bool overwrite = false;       ///< --overwrite (run): remove another run's files from --out first
+  bool overwrite = false;  ///< --overwrite: run, remove another run's files from --out first; ic plummer, replace --out
   std::string commandLine;      ///< the arguments as given (main), for the run folder's RUNNING marker
   std::string restartDir;       ///< --restart (run): the run folder whose newest checkpoint the run continues
   std::int64_t forceCheck = 0;  ///< --force-check (run): bodies whose forces are checked at each tree's last step

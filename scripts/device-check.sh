@@ -264,7 +264,7 @@ if [ "${PERIODIC:-0}" = 1 ]; then
     if [ -n "${PERIODIC_IC:-}" ]; then
       ic="${TMPDIR:-/tmp}/matcha-periodic-$n.hdf5"
       # shellcheck disable=SC2086
-      "$matcha" ic "$PERIODIC_IC" -n "$n" --seed 7 ${PERIODIC_IC_OPTIONS:-} -o "$ic" >"$OUT/periodic-ic-n$n.log" 2>&1
+      "$matcha" ic "$PERIODIC_IC" -n "$n" --seed 7 ${PERIODIC_IC_OPTIONS:-} -o "$ic" --overwrite >"$OUT/periodic-ic-n$n.log" 2>&1
       bodies=(--ic "$ic")
     else
       bodies=(-n "$n" --seed 7 --box 1)

@@ -1461,6 +1461,7 @@ TEST_F(Cli, IcClumpsAndLatticeWritePeriodicBoxes) {
 
   // Defaults: a box of side 1 in clumps.hdf5 / lattice.hdf5 of the working directory; a parameter file's keys.
   fs::remove(dir_ / "clumps.hdf5");
+  fs::remove(dir_ / "lattice.hdf5");  // an existing --out is refused without --overwrite
   ASSERT_EQ(matcha("ic clumps -n 1000").exitCode, 0);
   ASSERT_EQ(matcha("ic lattice -n 27").exitCode, 0);
   EXPECT_EQ(matcha::io::readSnapshot(dir_ / "clumps.hdf5").boxSize, 1.0);
@@ -1476,6 +1477,25 @@ TEST_F(Cli, IcClumpsAndLatticeWritePeriodicBoxes) {
 }
 
 // Every bad input of `ic clumps` and `ic lattice`: one line, exit 2, nothing written.
+// Initial conditions a user wrote are not replaced by a repeated command: every `ic` generator refuses an existing
+// --out, before any work, unless --overwrite, which replaces it with the new bodies.
+TEST_F(Cli, IcGeneratorsReplaceAnExistingFileOnlyWithOverwrite) {
+  for (const std::string command : {"ic plummer -n 64", "ic clumps -n 64 --clumps 2", "ic lattice -n 64"}) {
+    SCOPED_TRACE(command);
+    writeText("mine.hdf5", "a file the user wrote\n");
+    expectBadInput(command + " --seed 1 --out mine.hdf5",
+                   "--out mine.hdf5 already exists; pass --overwrite to replace it");
+    std::ifstream kept(dir_ / "mine.hdf5");
+    std::string line;
+    std::getline(kept, line);
+    EXPECT_EQ(line, "a file the user wrote");
+    const Result replaced = matcha(command + " --seed 1 --out mine.hdf5 --overwrite");
+    ASSERT_EQ(replaced.exitCode, 0) << replaced.err;
+    EXPECT_EQ(matcha::io::readSnapshot(dir_ / "mine.hdf5").particles.size(), 64u);
+    std::filesystem::remove(dir_ / "mine.hdf5");
+  }
+}
+
 TEST_F(Cli, IcClumpsAndLatticeRefuseBadInput) {
   for (const std::string command : {"ic clumps", "ic lattice"}) {
     expectBadInput(command + " -n 0", "bodies");
