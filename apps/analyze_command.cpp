@@ -28,6 +28,7 @@
 #include "matcha/io/snapshot.hpp"
 #include "memory_check.hpp"
 #include "options.hpp"
+#include "output_file.hpp"
 
 namespace matcha::app {
 namespace {
@@ -74,26 +75,12 @@ std::string number(double value, int digits = 6) {
   return text.str();
 }
 
-/// Refuses, before the snapshot is read, an output that would replace the snapshot, a folder, an existing file
-/// without --overwrite, or, even with --overwrite, a file that is not an earlier power spectrum.
-void checkOutput(const fs::path& out, const fs::path& snapshot, bool overwrite) {
-  if (out.filename().empty()) throw InputError("--out: the output file must be named (got '" + out.string() + "')");
-  std::error_code ec;
-  if (fs::exists(snapshot, ec) && fs::equivalent(out, snapshot, ec)) {
-    throw InputError("--out " + out.string() + " is the snapshot itself; name another file");
-  }
-  const fs::file_status status = fs::status(out, ec);
-  if (status.type() == fs::file_type::not_found) return;
-  if (status.type() == fs::file_type::directory)
-    throw InputError("--out " + out.string() + " is a folder; name a file");
-  if (!overwrite) throw InputError("--out " + out.string() + " already exists; pass --overwrite to replace it");
-  std::ifstream file(out);
+/// An earlier power spectrum: what --overwrite may replace.
+bool isPowerSpectrumFile(const fs::path& path) {
+  std::ifstream file(path);
   std::string firstLine;
   std::getline(file, firstLine);
-  if (firstLine.rfind(kPowerFileTitle, 0) != 0) {
-    throw InputError("--out " + out.string() +
-                     " exists and is not a power spectrum of matcha analyze power; --overwrite replaces only those");
-  }
+  return firstLine.rfind(kPowerFileTitle, 0) == 0;
 }
 
 /// The file: `# key = value` header lines, then the column names and one line per bin.
@@ -256,7 +243,8 @@ int analyzePower(const CLI::App& command, const PowerOptions& options) {
   if (fs::status(snapshotPath, ec).type() == fs::file_type::not_found) {
     throw InputError("snapshot " + snapshotPath.string() + ": no such file");
   }
-  checkOutput(out, snapshotPath, options.overwrite);
+  checkOutputFile(out, snapshotPath, options.overwrite, isPowerSpectrumFile,
+                  "a power spectrum of matcha analyze power");
   const io::SnapshotInfo info = asBadInput([&] { return io::inspectSnapshot(snapshotPath); });
   if (!options.box) params.boxSize = info.boxSize;
   if (!(params.boxSize > 0)) {

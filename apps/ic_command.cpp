@@ -19,6 +19,7 @@
 #include "matcha/ic/plummer.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "memory_check.hpp"
+#include "output_file.hpp"
 
 namespace matcha::app {
 
@@ -36,15 +37,9 @@ struct PeriodicBoxOptions {
   bool overwrite = false;  ///< --overwrite: replace an existing --out
 };
 
-/// Checks --out before any work: named, and not an existing file unless --overwrite (initial conditions a user wrote,
-/// perhaps with hours of a generator's time in them, are not replaced by a repeated command).
-void requireOutputFile(const std::string& outPath, bool overwrite) {
-  if (outPath.empty()) throw InputError("--out: the output file must be named (got an empty string)");
-  std::error_code ec;
-  if (!overwrite && std::filesystem::exists(std::filesystem::path(outPath), ec)) {
-    throw InputError("--out " + outPath + " already exists; pass --overwrite to replace it");
-  }
-}
+/// Checks --out before any work: initial conditions a user wrote, perhaps with hours of a generator's time in them, are
+/// not replaced by a repeated command unless it says --overwrite.
+void requireOutputFile(const std::string& outPath, bool overwrite) { checkOutputFile(outPath, {}, overwrite); }
 
 /// Writes the bodies (atomically, without forces) with `boxSize` in the header (0: open boundaries) and the
 /// parameters `command` used.

@@ -16,6 +16,7 @@
 #include "matcha/io/density_image.hpp"
 #include "matcha/io/projection.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "output_file.hpp"
 
 namespace matcha::app {
 namespace {
@@ -66,28 +67,6 @@ std::array<double, 3> parseCentre(const std::string& spec) {
   return centre;
 }
 
-/// Refuses, before the snapshot is read, an output that would replace the snapshot, a folder, an existing file
-/// without --overwrite (as `matcha run` refuses a folder with another run's files), or, even with --overwrite, a file
-/// that is not a PNG: --overwrite replaces an earlier image, never data.
-void checkOutput(const fs::path& out, const fs::path& snapshot, bool overwrite) {
-  if (out.filename().empty()) throw InputError("--out: the output file must be named (got '" + out.string() + "')");
-  std::error_code ec;
-  if (fs::exists(snapshot, ec) && fs::equivalent(out, snapshot, ec)) {
-    throw InputError("--out " + out.string() + " is the snapshot itself; name another file");
-  }
-  const fs::file_status status = fs::status(out, ec);
-  if (status.type() == fs::file_type::not_found) return;
-  if (status.type() == fs::file_type::directory) {
-    throw InputError("--out " + out.string() + " is a folder; name the image file");
-  }
-  if (!overwrite) {
-    throw InputError("--out " + out.string() + " already exists; pass --overwrite to replace it");
-  }
-  if (!io::isPngFile(out)) {
-    throw InputError("--out " + out.string() + " exists and is not a PNG image; --overwrite replaces only PNG files");
-  }
-}
-
 int render(const RenderOptions& options) {
   // Every option is checked before any file is touched.
   io::ProjectionView view;
@@ -116,7 +95,8 @@ int render(const RenderOptions& options) {
   if (fs::status(snapshotPath, ec).type() == fs::file_type::not_found) {
     throw InputError("snapshot " + snapshotPath.string() + ": no such file");
   }
-  checkOutput(out, snapshotPath, options.overwrite);
+  // --overwrite replaces an earlier image, never data (as `matcha run` refuses a folder with another run's files).
+  checkOutputFile(out, snapshotPath, options.overwrite, io::isPngFile, "a PNG image");
   if (out.has_parent_path()) io::ensureWritableDirectory(out.parent_path());
 
   std::cout << "reading snapshot " << snapshotPath.string() << "..." << std::endl;
