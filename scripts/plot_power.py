@@ -33,6 +33,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # figure_file.py lies beside this script
+import figure_file  # noqa: E402
+
 COLUMNS = ("k", "P(k)", "modes", "shot_noise")
 LINEAR_COLUMN = "P_lin(k)"  # written by `matcha analyze power --linear`
 
@@ -42,8 +45,7 @@ class BadInput(Exception):
 
 
 def fail(message, code):
-    print("plot_power.py: error: " + " ".join(str(message).split()), file=sys.stderr)
-    sys.exit(code)
+    figure_file.fail("plot_power.py", message, code)
 
 
 class Parser(argparse.ArgumentParser):
@@ -230,18 +232,7 @@ def plot(spectra, linear, subtract, out, dpi):
     axes.grid(True, which="major", alpha=0.3)
     axes.legend(fontsize=7)
 
-    directory = os.path.dirname(os.path.abspath(out))
-    temporary = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(out), os.getpid()))
-    extension = os.path.splitext(out)[1][1:] or "png"
-    try:
-        figure.savefig(temporary, dpi=dpi, format=extension)
-        os.replace(temporary, out)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-    finally:
-        plt.close(figure)
+    figure_file.save_atomically(figure, out, dpi)
 
 
 def main():

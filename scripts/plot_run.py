@@ -22,6 +22,9 @@ import os
 import sys
 import textwrap
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # figure_file.py lies beside this script
+import figure_file  # noqa: E402
+
 COLUMNS = ("time", "|dE/E|", "2T/|W|", "|P|")
 
 
@@ -30,8 +33,7 @@ class BadLog(Exception):
 
 
 def fail(message, code):
-    print("plot_run.py: error: " + " ".join(str(message).split()), file=sys.stderr)
-    sys.exit(code)
+    figure_file.fail("plot_run.py", message, code)
 
 
 def read_log(path):
@@ -121,18 +123,7 @@ def plot(columns, comments, title, out, dpi):
         heading += textwrap.wrap("run FAILED: " + failed[0][len("failed:"):].strip(), 80)[:2]
     axes[0].set_title("\n".join(heading), fontsize=9)
 
-    directory = os.path.dirname(os.path.abspath(out))
-    temporary = os.path.join(directory, ".%s.tmp-%d" % (os.path.basename(out), os.getpid()))
-    extension = os.path.splitext(out)[1][1:] or "png"
-    try:
-        figure.savefig(temporary, dpi=dpi, format=extension)
-        os.replace(temporary, out)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-    finally:
-        plt.close(figure)
+    figure_file.save_atomically(figure, out, dpi)
 
 
 def main():
