@@ -16,6 +16,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/cosmology/background.hpp"
+#include "matcha/testing/relative_error.hpp"
 #include "matcha/testing/test_environment.hpp"
 
 namespace {
@@ -36,13 +37,6 @@ CosmologyParams model(double omegaMatter, double omegaLambda, double maxScaleFac
   params.maxScaleFactor = maxScaleFactor;
   return params;
 }
-
-double relativeError(double value, double reference) { return std::abs(value / reference - 1.0); }
-
-#define EXPECT_RELATIVE(value, reference, tolerance)                                                               \
-  EXPECT_LE(relativeError((value), (reference)), (tolerance))                                                      \
-      << #value << " = " << std::setprecision(17) << (value) << ", expected " << (reference) << " (" << #reference \
-      << ")"
 
 /// Composite Simpson's rule on n (even) intervals: a rule and a variable (ln a) the library does not use.
 double simpson(const std::function<double(double)>& f, double lower, double upper, int intervals) {

@@ -15,6 +15,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/cosmology/background.hpp"
 #include "matcha/cosmology/comoving_steps.hpp"
+#include "matcha/testing/relative_error.hpp"
 #include "matcha/testing/test_environment.hpp"
 
 namespace {
@@ -52,13 +53,6 @@ ComovingTimelineParams timelineParams(double zStart, double zEnd, std::vector<do
   params.softening = softening;
   return params;
 }
-
-double relativeError(double value, double reference) { return std::abs(value / reference - 1.0); }
-
-#define EXPECT_RELATIVE(value, reference, tolerance)                                                               \
-  EXPECT_LE(relativeError((value), (reference)), (tolerance))                                                      \
-      << #value << " = " << std::setprecision(17) << (value) << ", expected " << (reference) << " (" << #reference \
-      << ")"
 
 /// Every scale factor a run from a_start takes, a_start included, with the largest acceleration accelerationAt(a).
 std::vector<double> stepEnds(const ComovingTimeline& timeline, const std::function<double(double)>& accelerationAt) {

@@ -17,6 +17,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/cosmology/linear_power.hpp"
+#include "matcha/testing/relative_error.hpp"
 #include "matcha/testing/scratch_dir.hpp"
 #include "matcha/testing/test_environment.hpp"
 
@@ -31,13 +32,6 @@ using matcha::cosmology::TransferForm;
 using matcha::testing::ScratchDir;
 
 [[maybe_unused]] const auto* const kTraps = matcha::testing::trapFloatingPointInEveryTest();
-
-double relativeError(double value, double reference) { return std::abs(value / reference - 1.0); }
-
-#define EXPECT_RELATIVE(value, reference, tolerance)                                                               \
-  EXPECT_LE(relativeError((value), (reference)), (tolerance))                                                      \
-      << #value << " = " << std::setprecision(17) << (value) << ", expected " << (reference) << " (" << #reference \
-      << ")"
 
 EisensteinHuParams cosmology(double omegaMatter, double omegaBaryon, double hubbleParam) {
   EisensteinHuParams params;
@@ -253,7 +247,8 @@ TEST(LinearPower, TableRoundTripInterpolatesWithinTolerance) {
     EXPECT_RELATIVE(table.power(wavenumbers[i]), original.power(wavenumbers[i]), 1e-13) << "row " << i;
     if (i + 1 < wavenumbers.size()) {
       const double midpoint = std::sqrt(wavenumbers[i] * wavenumbers[i + 1]);
-      worstMidpoint = std::max(worstMidpoint, relativeError(table.power(midpoint), original.power(midpoint)));
+      worstMidpoint =
+          std::max(worstMidpoint, matcha::testing::relativeError(table.power(midpoint), original.power(midpoint)));
     }
   }
   EXPECT_LT(worstMidpoint, 1e-4);
@@ -275,7 +270,8 @@ TEST(LinearPower, TableRoundTripInterpolatesWithinTolerance) {
   double worstUneven = 0.0;
   for (std::size_t i = 0; i + 1 < uneven.size(); ++i) {
     const double midpoint = std::sqrt(uneven[i] * uneven[i + 1]);
-    worstUneven = std::max(worstUneven, relativeError(unevenTable.power(midpoint), original.power(midpoint)));
+    worstUneven =
+        std::max(worstUneven, matcha::testing::relativeError(unevenTable.power(midpoint), original.power(midpoint)));
   }
   EXPECT_LT(worstUneven, 1e-4);
 
