@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/core/force_solver.hpp"
 
+#include "matcha/core/errors.hpp"
+
 namespace matcha {
+
+void ForceSolver::setSoftening(double /*eps*/) {
+  throw InputError("the softening of " + describe() + " cannot change during a run");
+}
 
 const char* phaseName(Phase phase) {
   switch (phase) {

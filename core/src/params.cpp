@@ -21,6 +21,13 @@ void GravityParams::validate() const {
   periodic.validate();
 }
 
+GravityParams GravityParams::withSoftening(double softening) const {
+  GravityParams changed = *this;
+  changed.eps = softening;
+  changed.validate();
+  return changed;
+}
+
 void PeriodicSplit::validate() const {
   if (!enabled()) return;
   requireFinite(boxSize, "box size");

@@ -24,6 +24,8 @@ ForceReport DirectSolver::computeForces(Particles& particles) {
   return report;
 }
 
+void DirectSolver::setSoftening(double eps) { gravity_ = gravity_.withSoftening(eps); }
+
 std::string DirectSolver::describe() const { return "direct summation on " + engine_.name(); }
 
 }  // namespace matcha::gpu

@@ -43,6 +43,11 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   return report;
 }
 
+void TreePmSolver::setSoftening(double eps) {
+  shortRange_->setSoftening(eps);
+  gravity_ = gravity_.withSoftening(eps);
+}
+
 std::string TreePmSolver::describe() const {
   const MeshParams& p = mesh_.params();
   std::ostringstream text;

@@ -116,6 +116,8 @@ PeriodicTreeSolver::PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams
   }
 }
 
+void PeriodicTreeSolver::setSoftening(double eps) { gravity_ = gravity_.withSoftening(eps); }
+
 std::string PeriodicTreeSolver::describe() const {
   std::ostringstream text;
   text.precision(4);

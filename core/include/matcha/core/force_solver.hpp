@@ -101,6 +101,12 @@ class ForceSolver {
   /// TreeParams::advanceOnDevice). Ignored by default.
   virtual void expectAdvance(const std::optional<BodyAdvance>& /*advance*/) {}
 
+  /// Changes the Plummer softening length eps (>= 0, finite) from the next call on: a comoving run whose softening is
+  /// fixed in physical units once the expansion has grown it to its maximum (ComovingTimelineParams in cosmology/).
+  /// The periodic solvers and the direct solver can; by default (the open-boundary tree solver, whose work for the
+  /// next call may already be under way) InputError.
+  virtual void setSoftening(double eps);
+
   /// Describes the solver and its engine, e.g. "tree (theta 0.5, ncrit 64, nleaf 16) on cpu-float".
   virtual std::string describe() const = 0;
 

@@ -35,6 +35,8 @@ struct GravityParams {
   double eps2() const { return eps * eps; }
   /// Throws InputError on eps < 0, NaN or inf, or G <= 0, or an invalid periodic split.
   void validate() const;
+  /// A copy with softening `softening` (ForceSolver::setSoftening), validated.
+  GravityParams withSoftening(double softening) const;
 };
 
 /// Order of the cells' multipole expansion: monopole (centre of mass) or monopole plus the traceless quadrupole.

@@ -23,6 +23,7 @@ class DirectSolver final : public ForceSolver {
 
   /// O(N^2): overwrites acc and pot of every body; reorders the bodies only through `ordering`.
   ForceReport computeForces(Particles& particles) override;
+  void setSoftening(double eps) override;
   std::string describe() const override;
 
  private:

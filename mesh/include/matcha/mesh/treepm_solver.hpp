@@ -27,6 +27,7 @@ class TreePmSolver final : public ForceSolver {
   /// Overwrites acc and pot with short range + long range at every body (the short-range solver may reorder the
   /// bodies). The report is the short range's, with the mesh's time as Phase::mesh and in totalSeconds.
   ForceReport computeForces(Particles& particles) override;
+  void setSoftening(double eps) override;
   std::string describe() const override;
 
   const MeshParams& meshParams() const { return mesh_.params(); }

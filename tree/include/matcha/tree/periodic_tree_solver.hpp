@@ -58,6 +58,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// (all zero) are evaluated twice, first with theta alone (TreeStats-like estimate: ForceReport phase estimate).
   /// Throws InputError, naming the body, for a body outside [0, L)^3 or with a non-finite coordinate.
   ForceReport computeForces(Particles& particles) override;
+  void setSoftening(double eps) override;
   std::string describe() const override;
 
   const GravityParams& gravity() const { return gravity_; }
