@@ -121,6 +121,34 @@ bool kickAndCheckFinite(Particles& p, double dt, bool checkPotential) {
 
 }  // namespace
 
+double maxAcceleration(const Particles& p) {
+  // Comparisons with a NaN raise FE_INVALID (and max may compile to maxsd, which does so for any NaN), so only finite
+  // squares are compared; the first non-finite one found is kept aside and wins (isfinite tests bits, quietly).
+  struct Largest {
+    double finite = 0.0;
+    double nonFinite = 0.0;  ///< a NaN or inf square, or 0 when none was found
+  };
+  const Largest largest = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), Largest{},
+      [&](const tbb::blocked_range<std::size_t>& block, Largest found) {
+        for (std::size_t i = block.begin(); i < block.end(); ++i) {
+          const double a2 = p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i];
+          if (std::isfinite(a2)) {
+            found.finite = std::max(found.finite, a2);
+          } else if (found.nonFinite == 0.0) {
+            found.nonFinite = a2;
+          }
+        }
+        return found;
+      },
+      [](Largest a, const Largest& b) {
+        a.finite = std::max(a.finite, b.finite);
+        if (a.nonFinite == 0.0) a.nonFinite = b.nonFinite;
+        return a;
+      });
+  return std::sqrt(largest.nonFinite != 0.0 ? largest.nonFinite : largest.finite);
+}
+
 std::optional<NonFiniteValue> findNonFinite(const Particles& p, bool checkPotential) {
   const std::size_t none = std::numeric_limits<std::size_t>::max();
   const auto finiteBody = [&](std::size_t i) {
@@ -163,6 +191,13 @@ LeapfrogKDK::LeapfrogKDK(ForceSolver& solver, double dt, double boxSize) : solve
     throw InputError("box must be > 0, or 0 for open boundaries (got " + std::to_string(boxSize) + ")");
 }
 
+LeapfrogKDK::LeapfrogKDK(ForceSolver& solver, VariableSteps, double boxSize)
+    : solver_(solver), dt_(0.0), boxSize_(boxSize) {
+  requireFinite(boxSize, "box");
+  if (boxSize < 0.0)
+    throw InputError("box must be > 0, or 0 for open boundaries (got " + std::to_string(boxSize) + ")");
+}
+
 LeapfrogKDK::~LeapfrogKDK() { solver_.expectAdvance(std::nullopt); }
 
 ForceReport LeapfrogKDK::initialize(Particles& p) {
@@ -179,14 +214,18 @@ std::optional<NonFiniteValue> LeapfrogKDK::findNonFiniteForces(const Particles& 
 }
 
 StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
+  MATCHA_ASSERT(!variableSteps(), "LeapfrogKDK::step without factors on a leapfrog of variable steps");
+  return step(p, KdkStep{0.5 * dt_, dt_, 0.5 * dt_}, closing);
+}
+
+StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick closing) {
   MATCHA_ASSERT(initialized_, "LeapfrogKDK::step called before initialize");
-  const double halfStep = 0.5 * dt_;
   StepReport report;
   const Stopwatch wall;
   const double cpuAtStart = processCpuSeconds();
   Stopwatch clock;
-  bool finite = closingKickPending_ ? kicksThenDrift<true>(p, halfStep, halfStep, dt_)
-                                    : kicksThenDrift<false>(p, 0.0, halfStep, dt_);
+  bool finite = closingKickPending_ ? kicksThenDrift<true>(p, pendingClosingKick_, factors.openingKick, factors.drift)
+                                    : kicksThenDrift<false>(p, 0.0, factors.openingKick, factors.drift);
   closingKickPending_ = false;
   if (boxSize_ > 0.0) wrapIntoBox(p, boxSize_);
   report.integrationSeconds = clock.seconds();
@@ -195,10 +234,11 @@ StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
   clock.restart();
   const bool checkPotential = solver_.potentialsWanted();
   if (closing == ClosingKick::now) {
-    finite = kickAndCheckFinite(p, halfStep, checkPotential) && finite;
+    finite = kickAndCheckFinite(p, factors.closingKick, checkPotential) && finite;
   } else {
     finite = forcesFinite(p, checkPotential) && finite;
     closingKickPending_ = true;
+    pendingClosingKick_ = factors.closingKick;
   }
   if (!finite) report.nonFinite = findNonFinite(p, checkPotential);
   report.integrationSeconds += clock.seconds();
@@ -211,7 +251,7 @@ StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
 double LeapfrogKDK::synchronize(Particles& p) {
   if (!closingKickPending_) return 0.0;
   const Stopwatch clock;
-  kick(p, 0.5 * dt_);
+  kick(p, pendingClosingKick_);
   closingKickPending_ = false;
   return clock.seconds();
 }

@@ -25,45 +25,6 @@ constexpr double kProgressEnergySeconds = 1.0;
 /// checkpoint is ~0.9 GB and half a second to write, which outputs every few seconds would pay again and again.
 constexpr double kOutputCheckpointSeconds = 60.0;
 
-/// Which steps carry an output: output k (k >= 1) falls on step round(k * outputInterval / dt). Computed from k each
-/// time rather than by adding intervals, so that no rounding drift accumulates over long runs.
-class OutputSchedule {
- public:
-  OutputSchedule(double outputInterval, double dt) : stepsPerOutput_(outputInterval / dt) { nextK_ = firstAfter(0.0); }
-
-  /// True when an output falls on `step` (steps are visited in increasing order); then moves past it. Several k
-  /// landing on the same step (outputInterval < dt) give one output.
-  bool isDueAndAdvance(std::uint64_t step) {
-    const double s = static_cast<double>(step);
-    if (stepsPerOutput_ <= 1.0) return true;  // consecutive outputs are at most one step apart: every step is hit
-    if (stepOf(nextK_) > s) return false;
-    nextK_ = firstAfter(s);
-    return true;
-  }
-
-  /// Whether an output falls on `step`, in any order (isDueAndAdvance's answer, without moving past it).
-  bool isDue(std::uint64_t step) const {
-    if (stepsPerOutput_ <= 1.0) return true;
-    const double s = static_cast<double>(step);
-    return step > 0 && stepOf(firstAfter(s - 1.0)) == s;
-  }
-
- private:
-  double stepOf(double k) const { return std::round(k * stepsPerOutput_); }
-
-  /// Smallest k >= 1 whose step lies after `s`. Only used with stepsPerOutput_ > 1, where k - 1 != k in double for
-  /// every k reached (k <= 2^53 / stepsPerOutput_ + 1), so the adjusting loops end after a step or two.
-  double firstAfter(double s) const {
-    double k = std::max(1.0, std::ceil((s + 0.5) / stepsPerOutput_));
-    while (k > 1.0 && stepOf(k - 1.0) > s) k -= 1.0;
-    while (stepOf(k) <= s) k += 1.0;
-    return k;
-  }
-
-  double stepsPerOutput_;
-  double nextK_ = 1.0;
-};
-
 /// Sets ForceSolver::potentialsWanted for a run and restores it on every path out.
 class PotentialsWantedScope {
  public:
@@ -137,59 +98,54 @@ std::string describeNonFinite(std::uint64_t step, double time, const std::option
   return std::string("a value is not finite at ") + head + body;
 }
 
-/// Largest step count accepted: beyond 2^53, step numbers are no longer exact in double and time = steps * dt lies.
-constexpr double kMaxSteps = 0x1p53;
-
 }  // namespace
-
-std::uint64_t checkedStepCount(double tEnd, double dt) {
-  const double ratio = tEnd / dt;
-  if (!(ratio <= kMaxSteps)) throw InputError("t-end / dt is more than 2^53 steps");
-  const double nearest = std::round(ratio);
-  if (std::abs(ratio - nearest) > 1e-9 * std::max(1.0, ratio)) {
-    char message[160];
-    std::snprintf(message, sizeof message, "t-end must be a multiple of dt (t-end = %.17g, dt = %.17g, ratio %.17g)",
-                  tEnd, dt, ratio);
-    throw InputError(message);
-  }
-  return static_cast<std::uint64_t>(nearest);
-}
 
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params, const RunCallbacks& callbacks,
                        const RunPosition* resumeFrom) {
-  params.validate();
-  const std::uint64_t numSteps = checkedStepCount(params.tEnd - params.tStart, params.dt);
-  // The leapfrog counts time from 0; the run's clock starts at the initial conditions' time.
-  const auto runTime = [&](double sinceStart) { return params.tStart + sinceStart; };
+  FixedSteps schedule(params);
+  return runSteps(p, solver, schedule, params, callbacks, resumeFrom);
+}
 
+RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, const IntegratorParams& params,
+                    const RunCallbacks& callbacks, const RunPosition* resumeFrom) {
   const Stopwatch wall;
   RunSummary summary;
   // With potentials from outputPotentials, no diagnostic reads the solver's: it computes accelerations only.
   const PotentialsWantedScope potentials(solver, !callbacks.outputPotentials);
   // From the solver, potentials only where energies are measured: the initial call, the outputs (and the last step)
-  // and the progress line's steps (progressEnergyStep). The accelerations are the same without them, and sooner: the
-  // CUDA plan kernel with quadrupoles ~15% (H200: 9.49 against 11.1 ms at 2^20), one array fewer to download.
+  // and the progress line's steps (progressEnergyStep), or every step where the schedule measures them so. The
+  // accelerations are the same without them, and sooner: the CUDA plan kernel with quadrupoles ~15% (H200: 9.49
+  // against 11.1 ms at 2^20), one array fewer to download.
   const bool solverPotentials = !callbacks.outputPotentials;
+  const bool everyStep = schedule.diagnosticsEveryStep();
   std::uint64_t progressEnergyStep = 0;  ///< the next step whose energy the progress line shows (0: none planned)
-  LeapfrogKDK leapfrog(solver, params.dt, params.boxSize);
+  // A fixed step lets the leapfrog tell the solver how the bodies move between its calls (expectAdvance).
+  std::optional<LeapfrogKDK> leapfrogHolder;
+  if (const std::optional<double> dt = schedule.fixedStep()) {
+    leapfrogHolder.emplace(solver, *dt, params.boxSize);
+  } else {
+    leapfrogHolder.emplace(solver, LeapfrogKDK::VariableSteps{}, params.boxSize);
+  }
+  LeapfrogKDK& leapfrog = *leapfrogHolder;
+  double time = schedule.startTime();  ///< the run's clock after the steps taken
   auto account = [&summary](const ForceReport& report) {
     summary.forceSeconds += report.timings.totalSeconds;
     summary.interactions += report.counts;
   };
 
-  const auto measureOutput = [&](double time) {
+  const auto measureOutput = [&](double at) {
     if (callbacks.outputPotentials) callbacks.outputPotentials(p);
-    return measureDiagnostics(p, time);
+    return measureDiagnostics(p, at);
   };
 
   // The last state whose values were all finite, what onNonFinite saves.
   Particles lastGood;
-  double lastGoodTime = runTime(0.0);
+  double lastGoodTime = time;
   std::uint64_t lastGoodStep = 0;
   copyState(p, lastGood);
-  const auto stop = [&](std::uint64_t step, double time, const std::optional<NonFiniteValue>& value,
+  const auto stop = [&](std::uint64_t step, double at, const std::optional<NonFiniteValue>& value,
                         const Diagnostics* diagnostics) {
-    const std::string message = describeNonFinite(step, time, value, diagnostics);
+    const std::string message = describeNonFinite(step, at, value, diagnostics);
     if (callbacks.onNonFinite) callbacks.onNonFinite(lastGood, lastGoodTime, lastGoodStep);
     throw NumericalError(message);
   };
@@ -204,32 +160,29 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   std::uint64_t outputIndex = 0;
   std::uint64_t firstStep = 1;
   Stopwatch outputClock;
-  OutputSchedule schedule(params.outputInterval, params.dt);
-  const auto potentialsAt = [&](std::uint64_t step) {
-    return schedule.isDue(step) || step == numSteps || step == progressEnergyStep;
-  };
   if (resumeFrom != nullptr) {
     // A checkpoint's state carries its forces: no initial force call, no output 0.
-    if (resumeFrom->step >= numSteps) throw InputError("the run to resume has no step left before t-end");
+    schedule.resume(resumeFrom->step, resumeFrom->time);
     leapfrog.resume(resumeFrom->step);
-    lastGoodTime = runTime(leapfrog.time());
+    time = resumeFrom->time;
+    lastGoodTime = time;
     lastGoodStep = resumeFrom->step;
     summary.initial = resumeFrom->initial;
     summary.final = summary.initial;
     outputIndex = resumeFrom->nextOutputIndex;
     firstStep = resumeFrom->step + 1;
-    schedule.isDueAndAdvance(resumeFrom->step);  // past the outputs before the checkpoint
   } else {
-    if (solverPotentials) solver.expectPotentials(potentialsAt(firstStep));
+    if (solverPotentials) solver.expectPotentials(everyStep || schedule.mayEndAtOutput(0, time));
     const ForceReport initialReport = leapfrog.initialize(p);
-    if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, runTime(0.0), bad, nullptr);
+    if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, time, bad, nullptr);
     copyState(p, lastGood);
     account(initialReport);
     summary.initialForceTimings = initialReport.timings;
     addForceCall(interval, initialReport);
-    summary.initial = measureOutput(runTime(0.0));
+    summary.initial = measureOutput(time);
     requireFiniteEnergy(summary.initial, 0);
     summary.final = summary.initial;
+    if (callbacks.onDiagnostics) callbacks.onDiagnostics(summary.initial);
     if (callbacks.onOutput) callbacks.onOutput(p, summary.initial, outputIndex);
     interval.outputSeconds = outputClock.seconds();
     summary.outputSeconds += interval.outputSeconds;
@@ -238,26 +191,31 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
   }
   interval = OutputTimings{};
   interval.outputIndex = outputIndex;
+  const double fractionAtStart = schedule.fractionDone(time);
 
   double latestEnergy = summary.initial.total;  ///< for the progress report
   double lastProgressEnergy = -kProgressEnergySeconds;
   double lastCheckpoint = wall.seconds();
   bool outputSinceCheckpoint = false;
   bool checkpointed = false;  ///< the first output is always followed by a checkpoint
-  for (std::uint64_t step = firstStep; step <= numSteps; ++step) {
+  for (std::uint64_t step = firstStep; !schedule.done(step - 1, time); ++step) {
+    const PlannedStep planned = schedule.plan(step - 1, time, p);
     if (solverPotentials) {
       // The progress line's energy is planned a step ahead, so that the next call knows to compute potentials.
       if (callbacks.onProgress && progressEnergyStep < step &&
           wall.seconds() - lastProgressEnergy >= kProgressEnergySeconds) {
         progressEnergyStep = step + 1;
       }
-      solver.setPotentialsWanted(potentialsAt(step));
-      solver.expectPotentials(potentialsAt(step + 1));
+      solver.setPotentialsWanted(everyStep || planned.output || step == progressEnergyStep);
+      solver.expectPotentials(everyStep || (!planned.last && schedule.mayEndAtOutput(step, planned.endTime)) ||
+                              step + 1 == progressEnergyStep);
     }
+    if (planned.softening) solver.setSoftening(*planned.softening);
     // The closing kick waits for the next step's pass over the bodies (LeapfrogKDK::step) unless something reads
     // the state first: then synchronise() makes it, rounded the same, so the run is the same bit for bit.
-    const StepReport stepReport = leapfrog.step(p, ClosingKick::deferred);
-    if (stepReport.nonFinite) stop(step, runTime(leapfrog.time()), stepReport.nonFinite, nullptr);
+    const StepReport stepReport = leapfrog.step(p, planned.factors, ClosingKick::deferred);
+    time = planned.endTime;
+    if (stepReport.nonFinite) stop(step, time, stepReport.nonFinite, nullptr);
     account(stepReport.force);
     addForceCall(interval, stepReport.force);
     ++interval.steps;
@@ -273,24 +231,22 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     if (callbacks.onLastCallOnTree && solver.atCheckpointBoundary()) {
       synchronise();
       const Stopwatch checking;
-      callbacks.onLastCallOnTree(p, runTime(leapfrog.time()), step);
+      callbacks.onLastCallOnTree(p, time, step);
       interval.outputSeconds += checking.seconds();
       summary.outputSeconds += checking.seconds();
     }
-    // Evaluated for every step so the schedule advances even when the final step forces an output anyway.
-    const bool scheduled = schedule.isDueAndAdvance(step);
-    const bool isOutput = scheduled || step == numSteps;
+    const bool isOutput = planned.output || planned.last;
     // The progress line's energy: a pass over every body, so at most once per kProgressEnergySeconds of wall time
     // (the line prints once a second; at 2^22 bodies the pass takes ~10 ms, a fifth of a step).
     const bool progressEnergy = callbacks.onProgress && solverPotentials && step == progressEnergyStep;
-    if (isOutput || progressEnergy) {
+    if (isOutput || progressEnergy || (everyStep && solverPotentials)) {
       synchronise();
       if (progressEnergy) lastProgressEnergy = wall.seconds();
       outputClock.restart();
-      const Diagnostics now =
-          isOutput ? measureOutput(runTime(leapfrog.time())) : measureDiagnostics(p, runTime(leapfrog.time()));
+      const Diagnostics now = isOutput ? measureOutput(time) : measureDiagnostics(p, time);
       requireFiniteEnergy(now, step);
       latestEnergy = now.total;
+      if (callbacks.onDiagnostics) callbacks.onDiagnostics(now);
       if (isOutput) {
         summary.final = now;
         if (callbacks.onOutput) callbacks.onOutput(p, now, outputIndex);
@@ -313,7 +269,7 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     if (isOutput || step % kLastGoodEverySteps == 0) {
       synchronise();
       copyState(p, lastGood);
-      lastGoodTime = runTime(leapfrog.time());
+      lastGoodTime = time;
       lastGoodStep = step;
     }
     const double sinceCheckpoint = wall.seconds() - lastCheckpoint;
@@ -321,9 +277,9 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
         sinceCheckpoint >= params.checkpointInterval ||
         (outputSinceCheckpoint &&
          (!checkpointed || sinceCheckpoint >= std::min(params.checkpointInterval, kOutputCheckpointSeconds)));
-    if (callbacks.onCheckpoint && step < numSteps && checkpointDue && solver.atCheckpointBoundary()) {
+    if (callbacks.onCheckpoint && !planned.last && checkpointDue && solver.atCheckpointBoundary()) {
       synchronise();
-      callbacks.onCheckpoint(p, runTime(leapfrog.time()), RunPosition{step, outputIndex, summary.initial});
+      callbacks.onCheckpoint(p, time, RunPosition{step, outputIndex, summary.initial, time});
       lastCheckpoint = wall.seconds();
       outputSinceCheckpoint = false;
       checkpointed = true;
@@ -331,12 +287,14 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
     if (callbacks.onProgress) {
       ProgressInfo info;
       info.step = step;
-      info.totalSteps = numSteps;
-      info.time = runTime(leapfrog.time());
-      info.tEnd = params.tEnd;
+      info.totalSteps = planned.last ? step : std::max(step + 1, schedule.estimatedSteps(step, time));
+      info.time = time;
+      info.tEnd = schedule.endTime();
       info.elapsedSeconds = wall.seconds();
-      info.etaSeconds =
-          info.elapsedSeconds / static_cast<double>(step - firstStep + 1) * static_cast<double>(numSteps - step);
+      const double fraction = schedule.fractionDone(time);
+      info.etaSeconds = planned.last || !(fraction > fractionAtStart)
+                            ? 0.0
+                            : info.elapsedSeconds * (1.0 - fraction) / (fraction - fractionAtStart);
       info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
       callbacks.onProgress(info);
     }

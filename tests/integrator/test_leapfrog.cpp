@@ -4,6 +4,7 @@
 // solvers live with those solvers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfenv>
 #include <cmath>
 #include <limits>
@@ -1146,4 +1147,142 @@ TEST(LeapfrogPeriodic, DriftFoldsBodiesIntoTheBox) {
     EXPECT_EQ(open.x[i], x0[i] + vx[i] * dt) << "open boundaries: the drift alone";
     EXPECT_EQ(open.z[i], 2.0);
   }
+}
+
+// ---------------------------------------------------------------------------------------------- steps that vary
+
+namespace {
+
+/// A schedule of steps that vary (dt_k = base (1 + 0.5 sin k)), outputs at fixed steps, diagnostics after every
+/// step and, from step `softenFrom` on, a softening the step asks the solver to take: what a comoving run's schedule
+/// does, with times the Kepler problem can check.
+class WobblingSteps final : public mi::StepSchedule {
+ public:
+  WobblingSteps(double base, std::uint64_t numSteps, std::vector<std::uint64_t> outputSteps)
+      : base_(base), numSteps_(numSteps), outputSteps_(std::move(outputSteps)) {}
+
+  double dtOf(std::uint64_t step) const { return base_ * (1.0 + 0.5 * std::sin(double(step))); }
+  double startTime() const override { return 0.0; }
+  double endTime() const override {
+    double t = 0.0;
+    for (std::uint64_t s = 1; s <= numSteps_; ++s) t += dtOf(s);
+    return t;
+  }
+  mi::PlannedStep plan(std::uint64_t stepsTaken, double time, const Particles& /*p*/) override {
+    EXPECT_EQ(stepsTaken, planned_) << "plan is called once per step, in order";
+    const std::uint64_t step = ++planned_;
+    const double dt = dtOf(step);
+    mi::PlannedStep next;
+    next.factors = {0.5 * dt, dt, 0.5 * dt};
+    next.endTime = time + dt;
+    next.last = step == numSteps_;
+    next.output = std::find(outputSteps_.begin(), outputSteps_.end(), step) != outputSteps_.end();
+    if (step == 5) next.softening = 0.01;
+    return next;
+  }
+  bool mayEndAtOutput(std::uint64_t stepsTaken, double) const override {
+    const std::uint64_t step = stepsTaken + 1;
+    return step == numSteps_ || std::find(outputSteps_.begin(), outputSteps_.end(), step) != outputSteps_.end();
+  }
+  bool diagnosticsEveryStep() const override { return true; }
+  bool done(std::uint64_t stepsTaken, double) const override { return stepsTaken >= numSteps_; }
+  double fractionDone(double time) const override { return time / endTime(); }
+  std::uint64_t estimatedSteps(std::uint64_t, double) const override { return numSteps_; }
+  void resume(std::uint64_t stepsTaken, double) override { planned_ = stepsTaken; }
+
+ private:
+  double base_;
+  std::uint64_t numSteps_;
+  std::vector<std::uint64_t> outputSteps_;
+  std::uint64_t planned_ = 0;
+};
+
+/// KeplerSolver that records the softenings it is asked to take (it computes the exact force regardless).
+class SofteningKeplerSolver : public KeplerSolver {
+ public:
+  void setSoftening(double eps) override { softenings.push_back(eps); }
+  std::vector<double> softenings;
+};
+
+}  // namespace
+
+// A leapfrog of variable steps given the fixed step's factors takes the fixed step's trajectory, bit for bit, with its
+// closing kicks deferred or not.
+TEST(LeapfrogKDK, StepsGivenOneByOneWithTheFixedFactorsAreTheFixedStep) {
+  TwoBody eccentric;
+  eccentric.e = 0.6;
+  const double dt = eccentric.period() / 200;
+  Particles fixed = eccentric.make(), given = eccentric.make();
+  KeplerSolver fixedSolver, givenSolver;
+  mi::LeapfrogKDK fixedRun(fixedSolver, dt), givenRun(givenSolver, mi::LeapfrogKDK::VariableSteps{});
+  EXPECT_TRUE(givenRun.variableSteps());
+  EXPECT_FALSE(fixedRun.variableSteps());
+  fixedRun.initialize(fixed);
+  givenRun.initialize(given);
+  for (int s = 1; s <= 250; ++s) {
+    const mi::ClosingKick closing = s % 3 == 0 ? mi::ClosingKick::now : mi::ClosingKick::deferred;
+    fixedRun.step(fixed, closing);
+    givenRun.step(given, mi::KdkStep{0.5 * dt, dt, 0.5 * dt}, closing);
+  }
+  fixedRun.synchronize(fixed);
+  givenRun.synchronize(given);
+  for (const auto member :
+       {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz}) {
+    EXPECT_EQ(fixed.*member, given.*member);
+  }
+}
+
+// runSteps takes the schedule's steps: its clock is theirs, outputs where it says and at the end, diagnostics after
+// every step in time order, potentials at every call, the softening asked for before the step's call; and the
+// leapfrog with steps that vary stays second order (energy error bounded, not drifting).
+TEST(RunSteps, TakesTheSchedulesStepsOutputsDiagnosticsAndSoftening) {
+  TwoBody eccentric;
+  eccentric.e = 0.3;
+  Particles p = eccentric.make();
+  SofteningKeplerSolver solver;
+  WobblingSteps schedule(eccentric.period() / 400, 800, {100, 333, 800});
+  std::vector<double> outputTimes, diagnosticTimes;
+  std::vector<std::uint64_t> outputIndices;
+  mi::RunCallbacks callbacks;
+  callbacks.onOutput = [&](const Particles&, const mi::Diagnostics& d, std::uint64_t index) {
+    outputTimes.push_back(d.time);
+    outputIndices.push_back(index);
+  };
+  callbacks.onDiagnostics = [&](const mi::Diagnostics& d) { diagnosticTimes.push_back(d.time); };
+  std::uint64_t lastProgressTotal = 0;
+  callbacks.onProgress = [&](const mi::ProgressInfo& info) { lastProgressTotal = info.totalSteps; };
+  matcha::IntegratorParams settings;
+  const mi::RunSummary summary = mi::runSteps(p, solver, schedule, settings, callbacks);
+  EXPECT_EQ(summary.steps, 800u);
+  EXPECT_EQ(lastProgressTotal, 800u);
+  ASSERT_EQ(outputIndices, (std::vector<std::uint64_t>{0, 1, 2, 3}));
+  double t = 0.0;
+  std::vector<double> expectedOutputTimes{0.0};
+  for (std::uint64_t s = 1; s <= 800; ++s) {
+    t += schedule.dtOf(s);
+    if (s == 100 || s == 333 || s == 800) expectedOutputTimes.push_back(t);
+  }
+  EXPECT_EQ(outputTimes, expectedOutputTimes);
+  EXPECT_EQ(diagnosticTimes.size(), 801u) << "the start and every step, once each";
+  EXPECT_TRUE(std::is_sorted(diagnosticTimes.begin(), diagnosticTimes.end()));
+  EXPECT_EQ(solver.callsWithPotentials(), solver.calls()) << "potentials at every call";
+  EXPECT_EQ(solver.softenings, std::vector<double>{0.01});
+  EXPECT_LT(summary.relativeEnergyError, 1e-3);
+}
+
+TEST(MaxAcceleration, LargestMagnitudeAndNaNWins) {
+  Particles p(5000);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.ax[i] = std::sin(double(i));
+    p.ay[i] = std::cos(double(i));
+  }
+  p.az[4321] = 3.0;
+  EXPECT_DOUBLE_EQ(mi::maxAcceleration(p),
+                   std::sqrt(9.0 + std::sin(4321.0) * std::sin(4321.0) + std::cos(4321.0) * std::cos(4321.0)));
+  EXPECT_EQ(mi::maxAcceleration(Particles{}), 0.0);
+  p.ax[17] = NAN;  // under this binary's floating-point traps: no comparison may touch it
+  EXPECT_TRUE(std::isnan(mi::maxAcceleration(p)));
+  p.ax[17] = 0.0;
+  p.ay[4000] = INFINITY;
+  EXPECT_EQ(mi::maxAcceleration(p), INFINITY);
 }

@@ -24,6 +24,10 @@ void kick(Particles& p, double dt);
 /// @param dt  in: time interval (any sign; no checks); does not reorder, allocates no per-body storage
 void drift(Particles& p, double dt);
 
+/// The largest |a| over the bodies (0 for none): a comoving step's limit (Power et al. 2003). One parallel pass over
+/// the accelerations; a NaN acceleration gives NaN.
+double maxAcceleration(const Particles& p);
+
 /// The first value of a state that is not finite (NaN or inf).
 struct NonFiniteValue {
   std::size_t index = 0;  ///< the body, in the order of the state checked
@@ -50,15 +54,25 @@ struct StepReport {
   std::optional<NonFiniteValue> nonFinite;
 };
 
+/// The factors of one KDK step: v += a openingKick; x += v drift; forces at the new positions; v += a closingKick. A
+/// fixed step dt has dt/2, dt, dt/2. A comoving step's velocities are momenta p = a^2 dx/dt, and its factors the
+/// integrals of dt/a (kicks) and dt/a^2 (drift) over the step's halves (cosmology/comoving_steps.hpp: KdkFactors).
+struct KdkStep {
+  double openingKick = 0.0;
+  double drift = 0.0;
+  double closingKick = 0.0;
+};
+
 /// When a step makes its closing half kick (LeapfrogKDK::step).
 enum class ClosingKick {
   now,       ///< within the step: positions and velocities are synchronised when it returns
   deferred,  ///< at the next step's opening kick, in the same pass, or at LeapfrogKDK::synchronize()
 };
 
-/// Second-order symplectic KDK leapfrog with a fixed step. One force call per step; velocities and positions are
-/// synchronised (both at time()) between steps, so diagnostics and outputs can be taken there, unless a step deferred
-/// its closing kick (ClosingKick::deferred: runLeapfrog synchronises before anything reads the state).
+/// Second-order symplectic KDK leapfrog, with a fixed step or with steps given one by one (KdkStep). One force call per
+/// step; velocities and positions are synchronised (both at time()) between steps, so diagnostics and outputs can be
+/// taken there, unless a step deferred its closing kick (ClosingKick::deferred: runLeapfrog synchronises before
+/// anything reads the state).
 ///
 /// The solver may reorder the bodies inside computeForces (all arrays together); the integrator keeps no per-body
 /// state and no indices across force calls, so that is safe. Time is computed as stepsTaken() * dt, not summed,
@@ -71,6 +85,10 @@ class LeapfrogKDK {
   ///                 into [0, L)^3 (wrapIntoBox); the open-boundary step is not changed by a single operation
   /// @throws InputError when dt is not finite or not > 0, or boxSize is negative or not finite
   LeapfrogKDK(ForceSolver& solver, double dt, double boxSize = 0.0);
+  /// A leapfrog whose every step comes with its factors (step(p, KdkStep, ...)): a comoving run's, whose steps vary.
+  /// It has no dt (dt() and time() are 0) and gives the solver no word on the motion (expectAdvance: nullopt).
+  struct VariableSteps {};
+  LeapfrogKDK(ForceSolver& solver, VariableSteps, double boxSize = 0.0);
   /// Takes back the word given to the solver (ForceSolver::expectAdvance).
   ~LeapfrogKDK();
   LeapfrogKDK(const LeapfrogKDK&) = delete;
@@ -98,6 +116,10 @@ class LeapfrogKDK {
   /// @throws InvariantError when initialize() was not called first
   StepReport step(Particles& p, ClosingKick closing = ClosingKick::now);
 
+  /// The same step with the given factors (a closing kick deferred by the last step is made first, with that step's
+  /// factor). The fixed-step step() is step(p, {dt/2, dt, dt/2}, closing).
+  StepReport step(Particles& p, const KdkStep& factors, ClosingKick closing = ClosingKick::now);
+
   /// Makes the closing kick a deferred step left, so that positions and velocities are both at time(); nothing when
   /// none is left. Returns its wall seconds.
   double synchronize(Particles& p);
@@ -114,24 +136,29 @@ class LeapfrogKDK {
     announceAdvance();
   }
 
+  /// Whether the steps come with their own factors (the VariableSteps constructor).
+  bool variableSteps() const { return dt_ == 0.0; }
+
   double time() const { return static_cast<double>(stepsTaken_) * dt_; }
   std::uint64_t stepsTaken() const { return stepsTaken_; }
   double dt() const { return dt_; }
 
  private:
   ForceSolver& solver_;
-  double dt_;
+  double dt_;  ///< the fixed step; 0 for VariableSteps
   double boxSize_;
   std::uint64_t stepsTaken_ = 0;
   bool initialized_ = false;
   bool closingKickPending_ = false;  ///< the last step's closing kick is left to synchronize() or the next step
+  double pendingClosingKick_ = 0.0;  ///< its factor
 
   /// Tells the solver how the bodies move between its calls (ForceSolver::expectAdvance), rounded as kick() and
   /// drift() round it: a step's closing half kick (none after initialize()), the next step's opening half kick and
   /// its drift (a zero kick is none).
   void announceAdvance(bool afterInitialize = false) {
-    if (boxSize_ > 0.0) {
-      solver_.expectAdvance(std::nullopt);  // the wrap into the box is not a kick or a drift: no word to give
+    if (boxSize_ > 0.0 || variableSteps()) {
+      // The wrap into the box is not a kick or a drift, and steps given one by one are not known ahead: no word.
+      solver_.expectAdvance(std::nullopt);
       return;
     }
     solver_.expectAdvance(BodyAdvance{afterInitialize ? 0.0 : 0.5 * dt_, 0.5 * dt_, dt_});

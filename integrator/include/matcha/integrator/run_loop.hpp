@@ -11,16 +11,17 @@
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/integrator/diagnostics.hpp"
+#include "matcha/integrator/step_schedule.hpp"
 
 namespace matcha::integrator {
 
 struct ProgressInfo {
   std::uint64_t step = 0;            ///< steps done so far (1 after the first step)
-  std::uint64_t totalSteps = 0;      ///< steps the run will take
+  std::uint64_t totalSteps = 0;      ///< steps the run will take (an estimate where steps vary: StepSchedule)
   double time = 0.0;                 ///< simulation time after this step
   double tEnd = 0.0;                 ///< simulation end time
   double elapsedSeconds = 0.0;       ///< wall time since the run started (first force call included)
-  double etaSeconds = 0.0;           ///< elapsed / step * (totalSteps - step)
+  double etaSeconds = 0.0;           ///< elapsed * (share left) / (share done by this run), StepSchedule::fractionDone
   double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now, or at the latest output (RunCallbacks::outputPotentials)
 };
 
@@ -52,6 +53,7 @@ struct RunPosition {
   std::uint64_t step = 0;             ///< steps taken since the run's tStart
   std::uint64_t nextOutputIndex = 1;  ///< onOutput's index of the next output
   Diagnostics initial;                ///< the run's first diagnostics (its energy is dE/E's reference)
+  double time = 0.0;                  ///< the run's clock after `step` (StepSchedule: a comoving run's a)
 };
 
 struct RunCallbacks {
@@ -89,6 +91,10 @@ struct RunCallbacks {
   /// where a tree reused over several steps is least accurate, so that a caller can measure the forces there
   /// (`matcha run --force-check`). It must not change `p`. Its time counts as output time, not step time.
   std::function<void(const Particles&, double time, std::uint64_t step)> onLastCallOnTree;
+  /// Optional: called with every diagnostics the run measures, in time order, before the output's onOutput where
+  /// there is one: the start, outputs, the progress line's energies, and every step where the schedule asks
+  /// (StepSchedule::diagnosticsEveryStep: a comoving run's Layzer-Irvine integral). At most once per step.
+  std::function<void(const Diagnostics&)> onDiagnostics;
 };
 
 /// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).
@@ -112,11 +118,6 @@ struct RunSummary {
   Diagnostics initial;               ///< at t = 0
   Diagnostics final;                 ///< at tEnd
 };
-
-/// The number of steps from 0 to tEnd: round(tEnd / dt), or InputError when tEnd is not a whole number of steps (to
-/// 1e-9 relative: 0.3 / 0.1 = 2.9999999999999996 must pass, 1 / 0.3 must not) or more than 2^53 of them. The run and
-/// its memory estimate (matcha run --dry-run) count alike.
-std::uint64_t checkedStepCount(double tEnd, double dt);
 
 /// Runs KDK leapfrog from params.tStart to params.tEnd with step params.dt: one initial force call, then
 /// round((tEnd - tStart) / dt) steps; the times reported (diagnostics, progress) are tStart + steps * dt. Output k (k =
@@ -147,5 +148,14 @@ std::uint64_t checkedStepCount(double tEnd, double dt);
 ///                   against resumeFrom->initial. Every later step is then what the uninterrupted run computed.
 RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams& params, const RunCallbacks& callbacks,
                        const RunPosition* resumeFrom = nullptr);
+
+/// The same run with the steps of `schedule` (runLeapfrog is runSteps with FixedSteps(params)): each step is planned
+/// just before it is taken, from the state it starts from; outputs fall where the schedule says, and the last
+/// planned step ends the run. Of `params` only boxSize and checkpointInterval are read here. With
+/// schedule.diagnosticsEveryStep(), the solver computes potentials at every step and the diagnostics are measured
+/// after each (onDiagnostics). A step that sets PlannedStep::softening changes the solver's before its force call.
+/// Throws as runLeapfrog, and what the schedule throws.
+RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, const IntegratorParams& params,
+                    const RunCallbacks& callbacks, const RunPosition* resumeFrom = nullptr);
 
 }  // namespace matcha::integrator
