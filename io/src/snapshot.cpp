@@ -264,9 +264,10 @@ void writeColumn(hid_t group, const char* name, hid_t fileType, hid_t memType, c
   check(H5Dwrite(dataset.get(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "H5Dwrite(" + what + ")");
 }
 
-/// Writes an N x 3 double dataset from three SoA columns, interleaving them block by block.
+/// Writes an N x 3 double dataset from three SoA columns, interleaving them block by block, each value times `scale`
+/// (1: as held, bit for bit).
 void writeTriples(hid_t group, const char* name, const std::vector<double>& x, const std::vector<double>& y,
-                  const std::vector<double>& z) {
+                  const std::vector<double>& z, double scale = 1.0) {
   const std::string what = std::string(kGroup) + "/" + name;
   const hsize_t count = x.size();
   const std::array<hsize_t, 2> dims{count, 3};
@@ -278,9 +279,9 @@ void writeTriples(hid_t group, const char* name, const std::vector<double>& x, c
   for (hsize_t first = 0; first < count; first += kBlockRows) {
     const hsize_t rows = std::min(kBlockRows, count - first);
     for (hsize_t i = 0; i < rows; ++i) {
-      buffer[3 * i + 0] = x[first + i];
-      buffer[3 * i + 1] = y[first + i];
-      buffer[3 * i + 2] = z[first + i];
+      buffer[3 * i + 0] = x[first + i] * scale;
+      buffer[3 * i + 1] = y[first + i] * scale;
+      buffer[3 * i + 2] = z[first + i] * scale;
     }
     const std::array<hsize_t, 2> start{first, 0};
     const std::array<hsize_t, 2> extent{rows, 3};
@@ -420,7 +421,7 @@ void writeFile(const std::filesystem::path& target, const Particles& particles, 
     };
     writeTriples(g, "Coordinates", particles.x, particles.y, particles.z);
     done("Coordinates");
-    writeTriples(g, "Velocities", particles.vx, particles.vy, particles.vz);
+    writeTriples(g, "Velocities", particles.vx, particles.vy, particles.vz, options.velocityScale);
     done("Velocities");
     writeColumn(g, "Masses", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, particles.mass.data(), count);
     done("Masses");
@@ -845,6 +846,7 @@ SnapshotInfo inspectFile(const std::filesystem::path& path) {
   info.time = header.time;
   info.boxSize = header.boxSize;
   info.cosmology = header.cosmology;
+  info.units = readUnits(file.get());
   return info;
 }
 

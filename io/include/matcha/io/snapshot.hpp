@@ -64,6 +64,9 @@ struct SnapshotWriteOptions {
   std::function<void(std::string_view datasetName)> afterDataset;
   /// with includeForces: write Potential too (a state whose potentials were not computed, pot NaN, leaves it out)
   bool includePotential = true;
+  /// Velocities are written times this: a comoving run holds momenta p = a^2 dx/dt and writes GADGET's u = p / a^1.5
+  /// without a scaled copy of its state (1: as held).
+  double velocityScale = 1.0;
   /// A checkpoint (writeCheckpoint): these go to /Checkpoint/Run and /Checkpoint/Solver, each scalar an attribute
   /// (double), each array a dataset (double or float, as held).
   const CheckpointState* checkpointRun = nullptr;
@@ -143,11 +146,12 @@ struct SnapshotInfo {
   double time = 0.0;                         ///< /Header Time, 0 if absent
   double boxSize = 0.0;                      ///< as Snapshot::boxSize
   std::optional<CosmologyHeader> cosmology;  ///< as Snapshot::cosmology (set when Omega0 > 0)
+  std::optional<UnitSystem> units;           ///< as Snapshot::units
 };
 
-/// Reads the body count, the time, the box and the cosmology of a snapshot without reading (or allocating) its
-/// bodies: what a run checks before it loads them. Throws as readSnapshot does for a file that cannot be opened, lacks
-/// PartType1/Coordinates or whose /Header is malformed; the other datasets are not checked here.
+/// Reads the body count, the time, the box, the cosmology and the units of a snapshot without reading (or allocating)
+/// its bodies: what a run checks before it loads them. Throws as readSnapshot does for a file that cannot be opened,
+/// lacks PartType1/Coordinates or whose /Header is malformed; the other datasets are not checked here.
 SnapshotInfo inspectSnapshot(const std::filesystem::path& path);
 
 /// Makes sure `dir` (empty means the current directory) exists and can take new files: creates it and its parents
