@@ -192,6 +192,16 @@ void LayzerIrvine::add(double scaleFactor, double kinetic, double potential) {
   potential_ = potential;
 }
 
+LayzerIrvine LayzerIrvine::resume(double initialEnergy, double integral, double scaleFactor, double kinetic,
+                                  double potential) {
+  LayzerIrvine check(scaleFactor, kinetic, potential);
+  requireFiniteEnergy(initialEnergy, "the initial K + W", scaleFactor);
+  requireFiniteEnergy(integral, "the integral of 2K + W", scaleFactor);
+  check.initialEnergy_ = initialEnergy;
+  check.integral_ = integral;
+  return check;
+}
+
 double LayzerIrvine::relativeViolation() const {
   const double v = violation();
   if (potential_ != 0.0) return v / std::abs(potential_);

@@ -165,6 +165,13 @@ class LayzerIrvine {
   double scaleFactor() const { return scaleFactor_; }
   double kinetic() const { return kinetic_; }
   double potential() const { return potential_; }
+  /// K + W at the first sample.
+  double initialEnergy() const { return initialEnergy_; }
+
+  /// A check continued from its values at the last sample (a checkpoint's): the same as the check that went on.
+  /// @throws as the constructor, and NumericalError for a non-finite initial energy or integral
+  static LayzerIrvine resume(double initialEnergy, double integral, double scaleFactor, double kinetic,
+                             double potential);
 
  private:
   double scaleFactor_;
