@@ -151,11 +151,13 @@ std::uint64_t deviceFreeBytes() {
 
 }  // namespace
 
-RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials) {
+RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials,
+                            std::optional<std::uint64_t> numSteps) {
   RunMemory memory;
   memory.onGpu = onGpu;
-  memory.numSteps =
-      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+  memory.numSteps = numSteps ? *numSteps
+                             : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart,
+                                                            options.integrator.dt);
   MemoryEstimate& estimate = memory.estimate;
   const std::uint64_t n = particles.size();
   if (options.solver == SolverKind::tree) {

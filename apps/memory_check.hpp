@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "matcha/core/memory_estimate.hpp"
@@ -23,8 +24,10 @@ struct RunMemory {
 
 /// Measures the tree (and, for runs that reach reuse, a tree of balls; tree/memory_estimate.hpp) over `particles`
 /// and adds every part. `onGpu`: the CUDA engine; `directPotentials`: direct sums at outputs. Does not modify
-/// `particles`; allocates, and frees again, about 130 bytes per body and a sample's lists.
-RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials);
+/// `particles`; allocates, and frees again, about 130 bytes per body and a sample's lists. `numSteps`: the run's steps
+/// (a comoving run's estimate); unset, the fixed-step count of options.integrator.
+RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials,
+                            std::optional<std::uint64_t> numSteps = std::nullopt);
 
 /// Host memory a run may use: MemAvailable of /proc/meminfo, less where a cgroup limit (memory.max less
 /// memory.current) is tighter, less where the environment variable MATCHA_MEMORY_LIMIT (bytes, or a number with a

@@ -502,6 +502,8 @@ InitialConditionsInfo inspectInitialConditions(const Options& options) {
   info.numBodies = snapshot.numBodies;
   info.time = snapshot.time;
   info.boxSize = snapshot.boxSize;
+  info.cosmology = snapshot.cosmology;
+  info.units = snapshot.units;
   return info;
 }
 

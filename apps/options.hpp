@@ -14,7 +14,9 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
+#include "matcha/cosmology/comoving_steps.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/io/snapshot.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 
 namespace matcha::app {
@@ -55,6 +57,11 @@ struct Options {
   int pmGrid = 0;     ///< --pm-grid: mesh points per side; 0: mesh::defaultPmGrid(N)
   mesh::MeshParams
       mesh;  ///< the mesh of a periodic run (boxSize, grid set by resolvePeriodicBox; assignment by --pm-assignment)
+  // Comoving runs (run): an --ic file with a cosmology (Omega0 > 0 in /Header) runs in comoving coordinates. The
+  // redshifts, step limits and maximum physical softening; softening is the comoving eps (--eps) and the start is
+  // the file's a, both set when the run is prepared.
+  cosmology::ComovingTimelineParams comoving;
+  std::string outputRedshifts;  ///< --output-z: comma-separated redshifts of the snapshots ("": the end only)
 };
 
 /// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.
@@ -107,6 +114,8 @@ struct InitialConditionsInfo {
   std::uint64_t numBodies = 0;
   double time = 0.0;     ///< the IC file's /Header Time; 0 for a Plummer sphere
   double boxSize = 0.0;  ///< the IC file's periodic box (io::SnapshotInfo::boxSize); 0 for open or a Plummer sphere
+  std::optional<io::CosmologyHeader> cosmology;  ///< the IC file's cosmology (a comoving run's), if it has one
+  std::optional<UnitSystem> units;               ///< the IC file's /Units, if complete
 };
 
 /// -n, or the body count and time of --ic read from the file without its bodies. Throws InputError when the count

@@ -11,11 +11,13 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <vector>
 
 #include "commands.hpp"
+#include "comoving_run.hpp"
 #include "force_reference.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
@@ -140,17 +142,27 @@ class ForceCheck {
   nlohmann::json worst_ = nlohmann::json::object();
 };
 
-// One progress line at most per second (and at the last step); rewritten in place on a terminal.
+// One progress line at most per second (and at the last step); rewritten in place on a terminal. A comoving run's
+// (layzerIrvine set) shows the redshift, the steps as an estimate ahead and the Layzer-Irvine check instead of t and
+// dE/E.
 class ProgressLine {
  public:
-  void update(const integrator::ProgressInfo& info) {
+  void update(const integrator::ProgressInfo& info, std::optional<double> layzerIrvine = std::nullopt) {
     const bool last = info.step == info.totalSteps;
     if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
     lastPrinted_ = info.elapsedSeconds;
-    std::fprintf(stderr, "%sstep %llu/%llu  t = %.4f/%.4g  elapsed %.1f s  ETA %s  |dE/E| = %.2e%s",
-                 terminal_ ? "\r" : "", static_cast<unsigned long long>(info.step),
-                 static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd, info.elapsedSeconds,
-                 formatDuration(info.etaSeconds).c_str(), info.relativeEnergyError,
+    char where[128];
+    if (layzerIrvine) {
+      std::snprintf(where, sizeof where, "step %llu/~%llu  z = %.4f -> %.4g",
+                    static_cast<unsigned long long>(info.step), static_cast<unsigned long long>(info.totalSteps),
+                    1.0 / info.time - 1.0, 1.0 / info.tEnd - 1.0);
+    } else {
+      std::snprintf(where, sizeof where, "step %llu/%llu  t = %.4f/%.4g", static_cast<unsigned long long>(info.step),
+                    static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd);
+    }
+    std::fprintf(stderr, "%s%s  elapsed %.1f s  ETA %s  %s = %.2e%s", terminal_ ? "\r" : "", where, info.elapsedSeconds,
+                 formatDuration(info.etaSeconds).c_str(), layzerIrvine ? "Layzer-Irvine |dE|/|W|" : "|dE/E|",
+                 layzerIrvine ? std::abs(*layzerIrvine) : info.relativeEnergyError,
                  terminal_ ? (last ? "\n" : "          ") : "\n");
     std::fflush(stderr);
   }
@@ -159,6 +171,40 @@ class ProgressLine {
   bool terminal_ = ::isatty(STDERR_FILENO) != 0;
   double lastPrinted_ = -1e30;
 };
+
+/// What makes a run comoving: its background, its time line and the units of its file.
+struct ComovingRun {
+  cosmology::ComovingTimeline timeline;
+  io::CosmologyHeader header;  ///< the cosmology the snapshots record (their Redshift set at each output)
+  UnitSystem units;
+};
+
+/// The comoving run of a cosmological file (or checkpoint) starting at scale factor aStart in a box of side boxSize:
+/// G and the softening go to options.gravity (eps_eff(a) at `scaleFactorNow`: the start, or a checkpoint's a), the
+/// redshifts and step limits from options. Throws InputError (one line naming `source`) for an open box, a cosmology
+/// or time line that cannot be, or (checkMass) bodies whose mass is not the box's mean density.
+ComovingRun prepareComovingRun(Options& options, double aStart, double scaleFactorNow,
+                               const io::CosmologyHeader& header, const std::optional<UnitSystem>& fileUnits,
+                               double boxSize, const std::string& source) {
+  if (!(boxSize > 0.0)) {
+    throw InputError(source + " has a cosmology but no periodic box (BoxSize): comoving runs are periodic" +
+                     (options.open ? " (--open was given)" : ""));
+  }
+  const UnitSystem units = fileUnits.value_or(gadgetCosmologicalUnits());
+  options.gravity.G = units.gravitationalConstant;
+  cosmology::ComovingTimelineParams params = options.comoving;
+  params.redshiftStart = cosmology::redshiftFromScaleFactor(aStart);
+  params.outputRedshifts =
+      options.outputRedshifts.empty() ? std::vector<double>{} : parseRedshiftList(options.outputRedshifts);
+  params.softening = options.gravity.eps;
+  if (options.comoving.maxPhysicalSoftening && !(*options.comoving.maxPhysicalSoftening > 0.0)) {
+    params.maxPhysicalSoftening.reset();  // --max-physical-softening 0: none
+  }
+  const cosmology::Background background = comovingBackground(header, units, source);
+  ComovingRun run{cosmology::ComovingTimeline(background, params), header, units};
+  options.gravity.eps = run.timeline.comovingSoftening(scaleFactorNow);
+  return run;
+}
 
 /// summary.json's record of the build and the run's end: "status" is "complete" or "failed" (with "error").
 nlohmann::json buildJson() { return {{"version", kVersion}, {"git_commit", kGitCommit}, {"git_dirty", kGitDirty}}; }
@@ -223,7 +269,7 @@ integrator::Diagnostics loadDiagnostics(const CheckpointState& state) {
 /// output on (written after it) are removed, and the diagnostics log is cut after the last line at or before the
 /// checkpoint's time, so that the continued run appends what the stopped one would have.
 void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosition& position, double time,
-                     double dt) {
+                     double tolerance) {
   const io::RunFolderContents contents = io::inspectRunFolder(dir);
   for (const std::string& name : contents.snapshots) {
     const std::uint64_t index = std::stoull(name.substr(9, name.size() - 9 - 5));  // snapshot_NNN.hdf5
@@ -235,11 +281,11 @@ void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosi
   bool past = false;
   while (!past && std::getline(in, line)) {
     if (!line.empty() && line[0] != '#') {
-      // A diagnostics line starts with its time (10 significant digits): lines more than half a step after the
-      // checkpoint's time belong to the stopped run's steps after it (an output at the checkpoint's own step stays).
+      // A diagnostics line starts with its time: lines more than `tolerance` after the checkpoint's time belong to
+      // the stopped run's steps after it (an output at the checkpoint's own step stays).
       char* end = nullptr;
       const double lineTime = std::strtod(line.c_str(), &end);
-      if (end != line.c_str() && lineTime > time + 0.5 * dt) {
+      if (end != line.c_str() && lineTime > time + tolerance) {
         past = true;
         break;
       }
@@ -254,7 +300,8 @@ void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosi
 /// removing the RUNNING marker.
 int runInFolder(const CLI::App& command, const Options& options, Particles& particles, gpu::EngineChoice& engine,
                 ForceSolver& solver, const RunMemory& memory, bool directPotentials, const std::string& source,
-                std::ostream& info, const integrator::RunPosition* resume) {
+                std::ostream& info, const integrator::RunPosition* resume, const ComovingRun* comoving = nullptr,
+                std::optional<LayzerIrvineCheck> layzerIrvine = std::nullopt) {
   const std::filesystem::path outDir = options.outPath;
   const std::string potentialSource =
       directPotentials
@@ -267,9 +314,19 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
        << " (estimated; --dry-run for the parts)\noutput: " << outDir.string()
        << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
   if (resume != nullptr) {
-    info << "restart: step " << resume->step
-         << " of the run, t = " << options.integrator.tStart + double(resume->step) * options.integrator.dt << ", from "
-         << (outDir / io::kCheckpointName).string() << "\n";
+    info << "restart: step " << resume->step << " of the run, " << (comoving != nullptr ? "a = " : "t = ")
+         << resume->time << ", from " << (outDir / io::kCheckpointName).string() << "\n";
+  } else if (comoving != nullptr) {
+    const cosmology::ComovingTimeline& timeline = comoving->timeline;
+    info << "comoving: z = " << cosmology::redshiftFromScaleFactor(timeline.startScaleFactor()) << " -> "
+         << cosmology::redshiftFromScaleFactor(timeline.endScaleFactor()) << " (Omega_m " << comoving->header.omega0
+         << ", Omega_Lambda " << comoving->header.omegaLambda << ", h " << comoving->header.hubbleParam
+         << "); steps: d ln a <= " << options.comoving.maxDlnA << " and Power et al.'s eta " << options.comoving.eta
+         << " (~" << memory.numSteps << " steps); comoving softening " << options.gravity.eps
+         << (options.comoving.maxPhysicalSoftening
+                 ? ", at most " + std::to_string(*options.comoving.maxPhysicalSoftening) + " physical"
+                 : std::string())
+         << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine\n";
   } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
          << options.integrator.tEnd << " is absolute time: " << memory.numSteps << " steps)\n";
@@ -282,27 +339,54 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     log << "# restarted at step " << resume->step << " by " << versionText() << "\n";
   } else {
     log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
-        << integrator::diagnosticsHeader() << "\n";
+        << (comoving != nullptr ? comovingDiagnosticsHeader() : integrator::diagnosticsHeader()) << "\n";
   }
-  info << integrator::diagnosticsHeader() << "\n";
+  info << (comoving != nullptr ? comovingDiagnosticsHeader() : integrator::diagnosticsHeader()) << "\n";
 
   io::SnapshotMetadata metadata;
   metadata.parameters = usedParameterList(command);
   metadata.boxSize = options.integrator.boxSize;
+  if (comoving != nullptr) {
+    metadata.units = comoving->units;
+    metadata.cosmology = comoving->header;
+  }
+  // A comoving state's metadata at scale factor a: Time a, Redshift, and the momenta written as GADGET's u.
+  const auto stateAt = [&](double time, io::SnapshotMetadata& meta, io::SnapshotWriteOptions& write) {
+    meta.time = time;
+    if (comoving != nullptr) {
+      meta.cosmology->redshift = cosmology::redshiftFromScaleFactor(time);
+      write.velocityScale = storedVelocityPerMomentum(time);
+    }
+  };
   integrator::Diagnostics initial = resume != nullptr ? resume->initial : integrator::Diagnostics{};
   ProgressLine progress;
   integrator::RunCallbacks callbacks;
+  if (comoving != nullptr) {
+    callbacks.onDiagnostics = [&](const integrator::Diagnostics& diagnostics) {
+      if (layzerIrvine) {
+        layzerIrvine->add(diagnostics);
+      } else {
+        layzerIrvine.emplace(diagnostics);
+      }
+    };
+  }
   callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
     if (index == 0) initial = diagnostics;
-    const std::string row = integrator::formatDiagnostics(diagnostics, initial);
+    const std::string row = comoving != nullptr ? formatComovingDiagnostics(diagnostics, *layzerIrvine)
+                                                : integrator::formatDiagnostics(diagnostics, initial);
     log << row << std::endl;
     info << row << std::endl;
     char name[32];
     std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
-    metadata.time = diagnostics.time;
-    io::writeSnapshot(outDir / name, state, metadata);
+    io::SnapshotWriteOptions write;
+    stateAt(diagnostics.time, metadata, write);
+    io::writeSnapshot(outDir / name, state, metadata, write);
   };
-  callbacks.onProgress = [&](const integrator::ProgressInfo& step) { progress.update(step); };
+  callbacks.onProgress = [&](const integrator::ProgressInfo& step) {
+    progress.update(step, comoving != nullptr
+                              ? std::optional<double>(layzerIrvine ? layzerIrvine->relativeViolation() : 0.0)
+                              : std::nullopt);
+  };
   if (options.timings) {
     // After the output's diagnostics line, on the terminal and as a comment in the log.
     callbacks.onTimings = [&](const integrator::OutputTimings& timings) {
@@ -329,11 +413,11 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   std::uint64_t lastGoodStep = 0;
   callbacks.onNonFinite = [&](const Particles& state, double time, std::uint64_t step) {
     io::SnapshotMetadata lastGood = metadata;
-    lastGood.time = time;
+    io::SnapshotWriteOptions write;
+    stateAt(time, lastGood, write);
     lastGood.step = step;
     // Between outputs a run with direct diagnostic potentials has none (pot NaN): the file then has no Potential,
     // so that it still reads back as initial conditions.
-    io::SnapshotWriteOptions write;
     write.includePotential = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
     io::writeSnapshot(lastGoodPath, state, lastGood, write);
     lastGoodTime = time;
@@ -348,13 +432,19 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     run.set("time", time);
     run.set("t_start", options.integrator.tStart);
     run.set("dt", options.integrator.dt);
-    run.set("t_end", options.integrator.tEnd);
+    run.set("t_end", comoving != nullptr ? comoving->timeline.endScaleFactor() : options.integrator.tEnd);
     run.set("bodies", double(state.size()));
     saveDiagnostics(position.initial, run);
+    if (comoving != nullptr) {
+      // The checkpoint's bodies keep the run's momenta (p = a^2 dx/dt, not u): a restart continues from them as held.
+      run.set("comoving", 1.0);
+      layzerIrvine->save(run);
+    }
     CheckpointState solverState;
     solver.saveState(solverState);
     io::SnapshotMetadata saved = metadata;
-    saved.time = time;
+    io::SnapshotWriteOptions unused;  // the checkpoint keeps the momenta as held
+    stateAt(time, saved, unused);
     saved.step = position.step;
     const bool potentials = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
     io::writeCheckpoint(outDir / io::kCheckpointName, state, saved, run, solverState, potentials);
@@ -362,7 +452,12 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
 
   integrator::RunSummary summary;
   try {
-    summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks, resume);
+    if (comoving != nullptr) {
+      ComovingSchedule schedule(comoving->timeline);
+      summary = integrator::runSteps(particles, solver, schedule, options.integrator, callbacks, resume);
+    } else {
+      summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks, resume);
+    }
   } catch (const NumericalError& error) {
     const std::string message = std::string(error.what()) + "; the last good state (step " +
                                 std::to_string(lastGoodStep) + ") is in " + lastGoodPath.string();
@@ -388,7 +483,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   }
   const double interactionsPerSecond =
       summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
-  const nlohmann::json json = {
+  nlohmann::json json = {
       {"bodies", particles.size()},
       {"status", "complete"},
       {"matcha", buildJson()},
@@ -410,12 +505,40 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       {"timings", timingsJson(summary, engine.onGpu)},
       {"force_checks", forceCheck ? forceCheck->json() : nlohmann::json(nullptr)},
       {"output_dir", outDir.string()}};
-  log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+  if (comoving != nullptr) {
+    // A comoving run's energy check is Layzer-Irvine's; its times are scale factors and its steps vary.
+    const cosmology::ComovingTimeline& timeline = comoving->timeline;
+    json["t_start"] = timeline.startScaleFactor();
+    json["t_end"] = timeline.endScaleFactor();
+    json.erase("dt");
+    json.erase("relative_energy_error");
+    json["comoving"] = {{"a_start", timeline.startScaleFactor()},
+                        {"a_end", timeline.endScaleFactor()},
+                        {"z_start", cosmology::redshiftFromScaleFactor(timeline.startScaleFactor())},
+                        {"z_end", cosmology::redshiftFromScaleFactor(timeline.endScaleFactor())},
+                        {"max_dlna", options.comoving.maxDlnA},
+                        {"eta", options.comoving.eta},
+                        {"steps_per_unit_ln_a",
+                         double(summary.steps) / std::log(timeline.endScaleFactor() / timeline.startScaleFactor())},
+                        {"layzer_irvine_relative_violation", layzerIrvine->relativeViolation()},
+                        {"layzer_irvine_integral", layzerIrvine->check().integral()}};
+    log << "# Layzer-Irvine (K + W + int (2K+W) dln a - E0) / |W| = " << layzerIrvine->relativeViolation() << " after "
+        << summary.steps << " steps\n";
+  } else {
+    log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+  }
   log.close();
   io::writeTextFile(outDir / "summary.json", json.dump(2) + "\n");
   io::removeRunningMarker(outDir);
   if (options.json) {
     std::cout << json.dump(2) << std::endl;
+  } else if (comoving != nullptr) {
+    std::printf(
+        "summary: Layzer-Irvine |dE|/|W| = %.3e after %llu steps to z = %g; wall %.2f s (force %.2f s); %.3e "
+        "interactions/s\n",
+        std::abs(layzerIrvine->relativeViolation()), static_cast<unsigned long long>(summary.steps),
+        cosmology::redshiftFromScaleFactor(comoving->timeline.endScaleFactor()), summary.wallSeconds,
+        summary.forceSeconds, interactionsPerSecond);
   } else {
     std::printf(
         "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s, diagnostic potentials %.2f s); "
@@ -468,8 +591,10 @@ int resumeSimulation(const CLI::App& command, Options options) {
   position.step = run.count("step");
   position.nextOutputIndex = run.count("next_output_index");
   position.initial = loadDiagnostics(run);
-  const double dt = run.scalar("dt");
-  if (dt != options.integrator.dt) {
+  position.time = run.scalar("time");
+  const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
+  const double dt = comovingCheckpoint ? 0.0 : run.scalar("dt");
+  if (!comovingCheckpoint && dt != options.integrator.dt) {
     std::ostringstream message;
     message << std::setprecision(17) << "--restart " << dir.string() << ": the checkpoint's run has dt = " << dt
             << " and --dt " << options.integrator.dt
@@ -483,36 +608,65 @@ int resumeSimulation(const CLI::App& command, Options options) {
   if (const std::string warning = periodicSofteningWarning(options, particles.size()); !warning.empty()) {
     std::cerr << warning << '\n';
   }
-  options.integrator.validate();
-  const std::uint64_t numSteps =
-      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
   // A run that ended went past its last checkpoint: it is continued only towards a later end.
   std::ifstream summaryFile(dir / "summary.json");
   const nlohmann::json summary = nlohmann::json::parse(summaryFile, nullptr, false);  // discarded when unreadable
   const bool complete = !summary.is_discarded() && summary.value("status", "") == "complete";
-  if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
-    std::ostringstream message;
-    message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "
-            << run.scalar("t_end") << "); give a later --t-end to continue it";
-    throw InputError(message.str());
-  }
-  if (position.step >= numSteps) {
-    throw InputError("--restart " + dir.string() + ": the checkpoint is at step " + std::to_string(position.step) +
-                     " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
+  std::optional<ComovingRun> comoving;
+  std::optional<LayzerIrvineCheck> layzerIrvine;
+  std::optional<std::uint64_t> comovingSteps;
+  if (comovingCheckpoint) {
+    if (!checkpoint.snapshot.cosmology) throw InputError("--restart: the comoving checkpoint has no cosmology header");
+    const std::string source = "the checkpoint of " + dir.string();
+    comoving.emplace(prepareComovingRun(options, options.integrator.tStart, position.time,
+                                        *checkpoint.snapshot.cosmology, checkpoint.snapshot.units,
+                                        options.integrator.boxSize, source));
+    layzerIrvine = LayzerIrvineCheck::restore(run);
+    const double aEnd = comoving->timeline.endScaleFactor();
+    if (!(position.time < aEnd) || (complete && aEnd <= run.scalar("t_end"))) {
+      std::ostringstream message;
+      message << std::setprecision(12) << "--restart " << dir.string() << ": ";
+      if (complete) {
+        message << "the run is complete (z-end " << cosmology::redshiftFromScaleFactor(run.scalar("t_end")) << ")";
+      } else {
+        message << "the checkpoint is at z = " << cosmology::redshiftFromScaleFactor(position.time);
+      }
+      message << "; give a lower --z-end to continue it";
+      throw InputError(message.str());
+    }
+    comovingSteps = position.step +
+                    static_cast<std::uint64_t>(std::ceil(std::log(aEnd / position.time) / options.comoving.maxDlnA));
+  } else {
+    options.integrator.validate();
+    const std::uint64_t numSteps =
+        integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+    if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
+      std::ostringstream message;
+      message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "
+              << run.scalar("t_end") << "); give a later --t-end to continue it";
+      throw InputError(message.str());
+    }
+    if (position.step >= numSteps) {
+      throw InputError("--restart " + dir.string() + ": the checkpoint is at step " + std::to_string(position.step) +
+                       " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
+    }
   }
   gpu::requireFloatRange(particles, options.gravity);
   requireForceCheckSample(options, particles.size());
   gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
-  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
+  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials, comovingSteps);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
   solver->restoreState(checkpoint.solver, particles);
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   return runGuarded(dir, [&] {
-    rewindRunFolder(dir, position, run.scalar("time"), dt);
+    // The log's lines start with their time: a fixed-step run's lines half a step later, a comoving run's (a, printed
+    // to 11 digits) any later, belong to steps after the checkpoint.
+    rewindRunFolder(dir, position, position.time, comovingCheckpoint ? 1e-9 * position.time : 0.5 * dt);
     return runInFolder(command, options, particles, engine, *solver, memory, directPotentials,
-                       "the checkpoint of " + dir.string(), info, &position);
+                       "the checkpoint of " + dir.string(), info, &position, comoving ? &*comoving : nullptr,
+                       layzerIrvine);
   });
 }
 
@@ -535,18 +689,38 @@ int runSimulation(const CLI::App& command, const Options& given) {
   if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
     std::cerr << warning << '\n';
   }
-  options.integrator.validate();
-  requireWholeStepsFromStart(options);
+  // A file with a cosmology runs in comoving coordinates, its steps set by the time line rather than --dt.
+  std::optional<ComovingRun> comoving;
+  const std::string icSource = "--ic " + options.icFile;
+  if (ic.cosmology) {
+    const double aStart = startScaleFactor(ic.time, *ic.cosmology, icSource);
+    comoving.emplace(
+        prepareComovingRun(options, aStart, aStart, *ic.cosmology, ic.units, options.integrator.boxSize, icSource));
+    options.integrator.tStart = comoving->timeline.startScaleFactor();
+  } else {
+    options.integrator.validate();
+    requireWholeStepsFromStart(options);
+  }
 
   // The memory the run needs, from a tree built over its bodies and a sample of its lists, before any force call
   // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
   requireBodiesFit(ic.numBodies);
   requireForceCheckSample(options, ic.numBodies);
   Particles particles = loadInitialConditions(options, info);
+  std::optional<std::uint64_t> comovingSteps;
+  if (comoving) {
+    const cosmology::ComovingTimeline& timeline = comoving->timeline;
+    requireMeanMatterDensity(std::accumulate(particles.mass.begin(), particles.mass.end(), 0.0),
+                             options.integrator.boxSize, timeline.background(), options.gravity.G, icSource);
+    storedVelocitiesToMomenta(particles, timeline.startScaleFactor());
+    // The fewest steps the limit in ln a allows; the accelerations' limit adds more once structures form.
+    comovingSteps = static_cast<std::uint64_t>(
+        std::ceil(std::log(timeline.endScaleFactor() / timeline.startScaleFactor()) / options.comoving.maxDlnA));
+  }
   gpu::requireFloatRange(particles, options.gravity);
   gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
-  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials);
+  const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials, comovingSteps);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
   const std::string source =
       options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
@@ -560,7 +734,8 @@ int runSimulation(const CLI::App& command, const Options& given) {
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   return runGuarded(outDir, [&] {
-    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info, nullptr);
+    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info, nullptr,
+                       comoving ? &*comoving : nullptr);
   });
 }
 
@@ -587,6 +762,28 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
                    "many bodies drawn at random against direct summation in double (Ewald in a periodic box); "
                    "percentiles in the log and summary.json; 0: off")
       ->capture_default_str();
+  // Comoving runs (an --ic file with a cosmology): defaults from cosmology::ComovingTimelineParams.
+  command
+      ->add_option("--z-end", options.comoving.redshiftEnd,
+                   "comoving runs: the redshift the run ends at (> -1, below the file's)")
+      ->capture_default_str();
+  command->add_option(
+      "--output-z", options.outputRedshifts,
+      "comoving runs: comma-separated redshifts of the snapshots, e.g. 3,1,0.5,0 (the start and the end "
+      "are always written)");
+  command
+      ->add_option("--max-dlna", options.comoving.maxDlnA,
+                   "comoving runs: the largest step in ln a (GADGET's MaxSizeTimestep)")
+      ->capture_default_str();
+  command
+      ->add_option("--eta", options.comoving.eta,
+                   "comoving runs: Power et al. (2003) accuracy parameter, steps dt <= sqrt(2 eta eps / |a|) in "
+                   "physical units")
+      ->capture_default_str();
+  command->add_option(
+      "--max-physical-softening", options.comoving.maxPhysicalSoftening,
+      "comoving runs: the largest physical softening; the comoving --eps then shrinks as 1/a once a eps "
+      "exceeds it (GADGET's SofteningMaxPhys); 0 or unset: none");
   command->add_option("--restart", options.restartDir,
                       "continue the run in this folder from its checkpoint, bit for bit as if it had not stopped "
                       "(its used_parameters.toml gives the parameters; options given here override them)");

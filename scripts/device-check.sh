@@ -17,7 +17,8 @@
 # STEPS=1 (STEP_SIZES, STEP_NCRIT, STEP_THETAS, STEP_RUNS, STEP_T_END; SCALING_FILTER for bench_cpu's core scaling)
 # for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
-# and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU.
+# and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
+# COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -320,6 +321,33 @@ if [ "${ACCURACY:-0}" = 1 ]; then
       --overwrite --out "$runs/$name" --json >"$OUT/$name.json" 2>"$OUT/$name.log"
     cp "$runs/$name/diagnostics.log" "$OUT/$name.diagnostics.log" 2>/dev/null
     summary+=("$name: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("dE/E %.3e, %d steps, force %.1f s, potentials %.2f s" % (d["relative_energy_error"], d["steps"], d["force_seconds"], d["diagnostic_seconds"]))' "$OUT/$name.json" 2>&1 | head -c 300)")
+  done
+fi
+
+# COSMO=1: cosmological runs (issue 16): for each n of COSMO_GRIDS (default 256), `matcha ic cosmo` (n^3 bodies in a
+# box of COSMO_BOX = 100 Mpc/h at z = 49, the defaults) and `matcha run` to COSMO_Z_END (0; e.g. 38 for the first ten
+# steps) on the GPU with its timings, within COSMO_TIMEOUT seconds (550): the wall time, steps and steps per unit ln a
+# from summary.json, the Layzer-Irvine check, and P(k) of the last snapshot against linear theory.
+if [ "${COSMO:-0}" = 1 ]; then
+  echo "== cosmological runs"
+  matcha="$build/apps/matcha"
+  runs=${TMPDIR:-/tmp}/matcha-cosmo
+  mkdir -p "$runs"
+  for n in ${COSMO_GRIDS:-256}; do
+    ic="$runs/ics-$n.hdf5"
+    start=$(date +%s.%N)
+    "$matcha" ic cosmo --grid "$n" --box "${COSMO_BOX:-100}" --seed 7 --out "$ic" --overwrite >"$OUT/cosmo-ic-$n.log" 2>&1
+    ic_seconds=$(python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $start))")
+    timeout "${COSMO_TIMEOUT:-550}" "$matcha" run --ic "$ic" --engine cuda --z-end "${COSMO_Z_END:-0}" \
+      --timings --checkpoint-interval 100000 ${COSMO_OPTIONS:-} --overwrite --out "$runs/run-$n" --json \
+      >"$OUT/cosmo-run-$n.json" 2>"$OUT/cosmo-run-$n.log"
+    status=$?
+    cp "$runs/run-$n/diagnostics.log" "$OUT/cosmo-run-$n.diagnostics.log" 2>/dev/null
+    last=$(ls "$runs/run-$n"/snapshot_*.hdf5 2>/dev/null | tail -1)
+    if [ -n "$last" ]; then
+      "$matcha" analyze power "$last" --linear eh --out "$OUT/cosmo-power-$n.txt" --overwrite >>"$OUT/cosmo-ic-$n.log" 2>&1
+    fi
+    summary+=("cosmo n=$n: ic $ic_seconds s, run exit $status: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["comoving"]; print("%d steps z %.3g -> %.3g, wall %.1f s (force %.1f s), %.1f steps per ln a, Layzer-Irvine %.2e" % (d["steps"], c["z_start"], c["z_end"], d["wall_seconds"], d["force_seconds"], c["steps_per_unit_ln_a"], c["layzer_irvine_relative_violation"]))' "$OUT/cosmo-run-$n.json" 2>&1 | tail -c 300)")
   done
 fi
 

@@ -124,6 +124,16 @@ void expectSameStateBitForBit(const fs::path& expectedPath, const fs::path& actu
   EXPECT_EQ(a.particles.vz, b.particles.vz);
 }
 
+/// A diagnostics log's data lines (its '#' comments left out): what two runs of the same steps must share.
+std::string dataLines(const std::string& text) {
+  std::string lines, line;
+  std::istringstream in(text);
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] != '#') lines += line + "\n";
+  }
+  return lines;
+}
+
 constexpr const char* kTinyRun = "run -n 256 --dt 0.015625 --t-end 0.0625 --output-interval 0.03125";
 
 /// Every phase name of core's Phase, in order (the reports must list each, whatever the phases are).
@@ -877,18 +887,23 @@ void replaceDataset(const fs::path& path, const char* name, hid_t fileType, hid_
   H5Fclose(file);
 }
 
-void setMassTable(const fs::path& path, double mass) {
+/// Overwrites a double attribute (scalar or array, `values` holding all of it) of /Header.
+void writeHeaderDoubles(const fs::path& path, const char* name, const double* values) {
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(file, 0);
   const hid_t header = H5Gopen2(file, "Header", H5P_DEFAULT);
   ASSERT_GE(header, 0);
-  const hid_t attribute = H5Aopen(header, "MassTable", H5P_DEFAULT);
+  const hid_t attribute = H5Aopen(header, name, H5P_DEFAULT);
   EXPECT_GE(attribute, 0);
-  const double table[6] = {0.0, mass, 0.0, 0.0, 0.0, 0.0};
-  EXPECT_GE(H5Awrite(attribute, H5T_NATIVE_DOUBLE, table), 0);
+  EXPECT_GE(H5Awrite(attribute, H5T_NATIVE_DOUBLE, values), 0);
   H5Aclose(attribute);
   H5Gclose(header);
   H5Fclose(file);
+}
+
+void setMassTable(const fs::path& path, double mass) {
+  const double table[6] = {0.0, mass, 0.0, 0.0, 0.0, 0.0};
+  writeHeaderDoubles(path, "MassTable", table);
 }
 
 TEST_F(Cli, BadInputCatalogue) {
@@ -1229,14 +1244,6 @@ TEST_F(Cli, RestartAfterKillNineIsBitIdentical) {
   ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
   EXPECT_FALSE(fs::exists(dir_ / "killed" / "RUNNING"));
   expectSameStateBitForBit(dir_ / "full" / "snapshot_003.hdf5", dir_ / "killed" / "snapshot_003.hdf5");
-  const auto dataLines = [](const std::string& text) {
-    std::string lines, line;
-    std::istringstream in(text);
-    while (std::getline(in, line)) {
-      if (!line.empty() && line[0] != '#') lines += line + "\n";
-    }
-    return lines;
-  };
   EXPECT_EQ(dataLines(readFile(dir_ / "full" / "diagnostics.log")),
             dataLines(readFile(dir_ / "killed" / "diagnostics.log")));
   EXPECT_NE(readFile(dir_ / "killed" / "summary.json").find("\"complete\""), std::string::npos);
@@ -1910,4 +1917,83 @@ TEST_F(Cli, IcCosmoRefusesBadInput) {
   const Result table = matcha("ic cosmo --box 10 --grid 8 --power table.txt --out t.hdf5");
   ASSERT_EQ(table.exitCode, 0) << table.err;
   EXPECT_NE(table.err.find("warning: the power table covers"), std::string::npos) << table.err;
+}
+
+/// Overwrites a scalar double of /Header (a cosmological file made inconsistent).
+void setHeaderDouble(const fs::path& path, const char* name, double value) { writeHeaderDoubles(path, name, &value); }
+
+// A cosmological file runs comoving: snapshots at the start, at each --output-z and at the end, with Time = a, the
+// redshift and the cosmology in /Header and GADGET's stored velocities; the log and summary.json carry the
+// Layzer-Irvine check instead of dE/E.
+TEST_F(Cli, ComovingRunWritesCosmologicalSnapshotsAndTheLayzerIrvineCheck) {
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 3 --out c.hdf5").exitCode, 0);
+  const Result run = matcha("run --ic c.hdf5 --engine cpu --output-z 5,2 --z-end 1 --json --out r");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  const double expectedRedshifts[4] = {9.0, 5.0, 2.0, 1.0};
+  for (int k = 0; k < 4; ++k) {
+    const fs::path path = dir_ / "r" / ("snapshot_00" + std::to_string(k) + ".hdf5");
+    ASSERT_TRUE(fs::exists(path)) << path;
+    const matcha::io::Snapshot snapshot = matcha::io::readSnapshot(path);
+    ASSERT_TRUE(snapshot.cosmology.has_value());
+    EXPECT_NEAR(snapshot.cosmology->redshift, expectedRedshifts[k], 1e-12);
+    EXPECT_NEAR(snapshot.time, 1.0 / (1.0 + expectedRedshifts[k]), 1e-15);
+    EXPECT_EQ(snapshot.boxSize, 100.0);
+  }
+  // The start's snapshot stores the initial velocities as the file did (u = v / sqrt(a)), to rounding.
+  const matcha::io::Snapshot ics = matcha::io::readSnapshot(dir_ / "c.hdf5");
+  matcha::io::Snapshot first = matcha::io::readSnapshot(dir_ / "r" / "snapshot_000.hdf5");
+  std::vector<std::uint32_t> order(first.particles.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[first.particles.id[i]] = static_cast<std::uint32_t>(i);
+  first.particles.permute(order);  // into id order, as the IC file holds them
+  ASSERT_EQ(first.particles.id, ics.particles.id);
+  for (std::size_t i = 0; i < ics.particles.size(); ++i) {
+    EXPECT_NEAR(first.particles.vx[i], ics.particles.vx[i], 1e-12 * (1.0 + std::abs(ics.particles.vx[i])));
+  }
+  const nlohmann::json summary = nlohmann::json::parse(run.out);
+  EXPECT_EQ(summary["status"], "complete");
+  ASSERT_TRUE(summary.contains("comoving")) << summary;
+  EXPECT_NEAR(summary["comoving"]["z_end"].get<double>(), 1.0, 1e-12);
+  EXPECT_LT(std::abs(summary["comoving"]["layzer_irvine_relative_violation"].get<double>()), 1e-2);
+  EXPECT_GT(summary["steps"].get<int>(), int(std::log(0.5 / 0.1) / 0.025));
+  EXPECT_FALSE(summary.contains("relative_energy_error"));
+  const std::string log = readFile(dir_ / "r" / "diagnostics.log");
+  EXPECT_NE(log.find("dE_LI / |W|"), std::string::npos) << log;
+  EXPECT_NE(log.find("# Layzer-Irvine"), std::string::npos) << log;
+}
+
+// A comoving run stopped at a checkpoint and restarted ends where the uninterrupted run ends, bit for bit, with the
+// same diagnostics (Layzer-Irvine integral included).
+TEST_F(Cli, ComovingRestartIsBitIdentical) {
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 4 --out c.hdf5").exitCode, 0);
+  const std::string args = "run --ic c.hdf5 --engine cpu --checkpoint-interval 0";
+  ASSERT_EQ(matcha(args + " --z-end 1 --output-z 4,2 --out full").exitCode, 0);
+  ASSERT_EQ(matcha(args + " --z-end 2 --output-z 4 --out halves").exitCode, 0);
+  const Result resumed = matcha("run --restart halves --z-end 1 --output-z 4,2");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("restart: step"), std::string::npos) << resumed.out;
+  for (const char* name : {"snapshot_002.hdf5", "snapshot_003.hdf5"}) {
+    expectSameStateBitForBit(dir_ / "full" / name, dir_ / "halves" / name);
+  }
+  EXPECT_EQ(dataLines(readFile(dir_ / "full" / "diagnostics.log")),
+            dataLines(readFile(dir_ / "halves" / "diagnostics.log")));
+  expectOneLineError("run --restart halves --z-end 1", "z-end");
+}
+
+TEST_F(Cli, ComovingRunRefusesBadInput) {
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 3 --out c.hdf5").exitCode, 0);
+  const std::string run = "run --ic c.hdf5 --engine cpu --out r ";
+  expectBadInput(run + "--z-end 20", "z_start must be > z_end");
+  expectBadInput(run + "--z-end -1", "z_end must be > -1");
+  expectBadInput(run + "--output-z 3,x", "--output-z");
+  expectBadInput(run + "--output-z 12", "outside the run");
+  expectBadInput(run + "--max-dlna 0", "max-dlna");
+  expectBadInput(run + "--eta -1", "eta");
+  expectBadInput(run + "--open", "periodic");
+  fs::copy_file(dir_ / "c.hdf5", dir_ / "heavy.hdf5");
+  setHeaderDouble(dir_ / "heavy.hdf5", "Omega0", 0.5);
+  setHeaderDouble(dir_ / "heavy.hdf5", "OmegaLambda", 0.5);
+  expectBadInput("run --ic heavy.hdf5 --engine cpu --out r", "mean matter density");
+  fs::copy_file(dir_ / "c.hdf5", dir_ / "late.hdf5");
+  setHeaderDouble(dir_ / "late.hdf5", "Time", 0.2);
+  expectBadInput("run --ic late.hdf5 --engine cpu --out r", "disagree");
 }

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: MIT
+#include "comoving_run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/cosmology/initial_conditions.hpp"
+#include "matcha/integrator/leapfrog.hpp"
+
+namespace matcha::app {
+
+namespace {
+
+/// One megaparsec in cm (1e3 kpc of core/units.hpp).
+constexpr double kMegaparsecInCm = 1e3 * kKiloparsecInCm;
+
+/// A file's total mass may differ from Omega_m rho_crit L^3 by this much (relative) before the run refuses it: the
+/// critical density's digits (kCriticalDensity's 9) and float-written masses stay far below it, other units far above.
+constexpr double kMeanDensityTolerance = 1e-3;
+
+std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", value);
+  return text;
+}
+
+}  // namespace
+
+UnitSystem gadgetCosmologicalUnits() {
+  UnitSystem units;
+  units.lengthInCm = kMegaparsecInCm;
+  units.massInGram = 1e10 * kSolarMassInGram;
+  units.velocityInCmPerS = 1e5;
+  units.gravitationalConstant = kGravitationalConstantCgs * units.massInGram /
+                                (units.lengthInCm * units.velocityInCmPerS * units.velocityInCmPerS);
+  return units;
+}
+
+double hubbleTodayInCodeUnits(const UnitSystem& units) {
+  // 100 km/s per Mpc/h, times the time unit (L / v) with L in Mpc/h: 1e7 cm/s / Mpc * L / v.
+  return 1e7 / kMegaparsecInCm * units.lengthInCm / units.velocityInCmPerS;
+}
+
+double storedVelocityPerMomentum(double scaleFactor) { return 1.0 / (scaleFactor * std::sqrt(scaleFactor)); }
+
+void storedVelocitiesToMomenta(Particles& p, double scaleFactor) {
+  const double factor = scaleFactor * std::sqrt(scaleFactor);
+  for (auto* v : {&p.vx, &p.vy, &p.vz}) {
+    for (double& value : *v) value *= factor;
+  }
+}
+
+cosmology::Background comovingBackground(const io::CosmologyHeader& header, const UnitSystem& units,
+                                         const std::string& source) {
+  cosmology::CosmologyParams params;
+  params.omegaMatter = header.omega0;
+  params.omegaLambda = header.omegaLambda;
+  params.hubbleParam = header.hubbleParam;
+  try {
+    return cosmology::Background(params, hubbleTodayInCodeUnits(units));
+  } catch (const InputError& error) {
+    throw InputError(source + ": its cosmology (Omega0, OmegaLambda, HubbleParam in /Header): " + error.what());
+  }
+}
+
+void requireMeanMatterDensity(double totalMass, double boxSize, const cosmology::Background& background, double G,
+                              const std::string& source) {
+  const double hubble = background.hubbleToday();
+  const double criticalDensity = 3.0 * hubble * hubble / (8.0 * M_PI * G);
+  const double expected = background.params().omegaMatter * criticalDensity * boxSize * boxSize * boxSize;
+  if (!(std::abs(totalMass - expected) <= kMeanDensityTolerance * expected)) {
+    throw InputError(source + ": the bodies' total mass " + formatNumber(totalMass) +
+                     " is not the box's mean matter density Omega_m rho_crit L^3 = " + formatNumber(expected) +
+                     " in the file's units (G = " + formatNumber(G) + ", H0 = " + formatNumber(hubble) +
+                     "): a comoving run needs them to agree");
+  }
+}
+
+double startScaleFactor(double time, const io::CosmologyHeader& header, const std::string& source) {
+  if (!(std::isfinite(time) && time > 0.0 && time <= 1.0)) {
+    throw InputError(source + ": /Header Time " + formatNumber(time) +
+                     " is not a scale factor in (0, 1] (a cosmological file's Time is a)");
+  }
+  const double fromRedshift = cosmology::scaleFactorFromRedshift(header.redshift);
+  if (!(std::abs(fromRedshift - time) <= 1e-6 * time)) {
+    throw InputError(source + ": /Header Time " + formatNumber(time) + " and Redshift " +
+                     formatNumber(header.redshift) + " disagree (a = 1/(1+z) = " + formatNumber(fromRedshift) + ")");
+  }
+  return time;
+}
+
+std::vector<double> parseRedshiftList(const std::string& text) {
+  std::vector<double> redshifts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string entry = text.substr(start, comma - start);
+    std::size_t used = 0;
+    double value = 0.0;
+    try {
+      value = std::stod(entry, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (entry.empty() || used != entry.size() || !std::isfinite(value)) {
+      throw InputError("--output-z: '" + entry + "' is not a redshift (give a comma-separated list, e.g. 3,1,0.5,0)");
+    }
+    redshifts.push_back(value);
+    start = comma + 1;
+  }
+  return redshifts;
+}
+
+ComovingSchedule::ComovingSchedule(const cosmology::ComovingTimeline& timeline)
+    : timeline_(timeline), appliedSoftening_(timeline.comovingSoftening(timeline.startScaleFactor())) {}
+
+integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, double scaleFactor, const Particles& p) {
+  const double largest = integrator::maxAcceleration(p);
+  const double next = timeline_.nextStep(scaleFactor, largest);
+  const cosmology::KdkFactors factors = timeline_.kdkFactors(scaleFactor, next);
+  integrator::PlannedStep planned;
+  planned.factors = integrator::KdkStep{factors.firstKick, factors.drift, factors.secondKick};
+  planned.endTime = next;
+  planned.last = next == timeline_.endScaleFactor();
+  planned.output = planned.last || timeline_.outputIndexAt(next).has_value();
+  // The step's force is computed at its end, with the softening of that scale factor.
+  if (const double softening = timeline_.comovingSoftening(next); softening != appliedSoftening_) {
+    planned.softening = softening;
+    appliedSoftening_ = softening;
+  }
+  lastStepDlnA_ = std::log(next / scaleFactor);
+  return planned;
+}
+
+bool ComovingSchedule::mayEndAtOutput(std::uint64_t /*stepsTaken*/, double scaleFactor) const {
+  // The next stop: the first output after a, or the end. A step reaches it only when the gap is within one step's
+  // limit, which is at most maxDlnA.
+  double stop = timeline_.endScaleFactor();
+  for (const double output : timeline_.outputScaleFactors()) {
+    if (output > scaleFactor) {
+      stop = std::min(stop, output);
+      break;
+    }
+  }
+  return std::log(stop / scaleFactor) <= timeline_.maxStep(scaleFactor, 0.0) * (1.0 + 1e-12);
+}
+
+double ComovingSchedule::fractionDone(double scaleFactor) const {
+  const double span = std::log(timeline_.endScaleFactor() / timeline_.startScaleFactor());
+  return std::clamp(std::log(scaleFactor / timeline_.startScaleFactor()) / span, 0.0, 1.0);
+}
+
+std::uint64_t ComovingSchedule::estimatedSteps(std::uint64_t stepsTaken, double scaleFactor) const {
+  if (!(lastStepDlnA_ > 0.0)) return stepsTaken + 1;
+  const double left = std::log(timeline_.endScaleFactor() / scaleFactor) / lastStepDlnA_;
+  return stepsTaken + static_cast<std::uint64_t>(std::ceil(std::min(left, 1e15)));
+}
+
+void ComovingSchedule::resume(std::uint64_t /*stepsTaken*/, double scaleFactor) {
+  if (!(scaleFactor < timeline_.endScaleFactor())) {
+    throw InputError("the run to resume has no step left before z-end");
+  }
+  appliedSoftening_ = timeline_.comovingSoftening(scaleFactor);
+}
+
+LayzerIrvineCheck::LayzerIrvineCheck(const integrator::Diagnostics& initial)
+    : check_(initial.time, cosmology::LayzerIrvine::kineticEnergy(2.0 * initial.kinetic, initial.time),
+             cosmology::LayzerIrvine::potentialEnergy(initial.potential, initial.time)) {}
+
+void LayzerIrvineCheck::add(const integrator::Diagnostics& d) {
+  if (!(d.time > check_.scaleFactor())) return;  // the same state again (an output right after a step's sample)
+  check_.add(d.time, cosmology::LayzerIrvine::kineticEnergy(2.0 * d.kinetic, d.time),
+             cosmology::LayzerIrvine::potentialEnergy(d.potential, d.time));
+}
+
+void LayzerIrvineCheck::save(CheckpointState& state) const {
+  state.set("layzer_irvine_initial_energy", check_.initialEnergy());
+  state.set("layzer_irvine_integral", check_.integral());
+  state.set("layzer_irvine_scale_factor", check_.scaleFactor());
+  state.set("layzer_irvine_kinetic", check_.kinetic());
+  state.set("layzer_irvine_potential", check_.potential());
+}
+
+LayzerIrvineCheck LayzerIrvineCheck::restore(const CheckpointState& state) {
+  return LayzerIrvineCheck(cosmology::LayzerIrvine::resume(
+      state.scalar("layzer_irvine_initial_energy"), state.scalar("layzer_irvine_integral"),
+      state.scalar("layzer_irvine_scale_factor"), state.scalar("layzer_irvine_kinetic"),
+      state.scalar("layzer_irvine_potential")));
+}
+
+std::string comovingDiagnosticsHeader() {
+  return "#              a                z          K (phys)          W (phys)             K + W  "
+         "int (2K+W) dln a       dE_LI / |W|            2K/|W|               |P|            |x_cm|";
+}
+
+std::string formatComovingDiagnostics(const integrator::Diagnostics& d, const LayzerIrvineCheck& check) {
+  const cosmology::LayzerIrvine& li = check.check();
+  const double a = d.time;
+  const double kinetic = cosmology::LayzerIrvine::kineticEnergy(2.0 * d.kinetic, a);
+  const double potential = cosmology::LayzerIrvine::potentialEnergy(d.potential, a);
+  // The integral and violation are the check's at its latest sample, which is this state's when it was added.
+  const bool current = li.scaleFactor() == a;
+  char line[512];
+  std::snprintf(line, sizeof line, "%17.10e %16.9e %17.9e %17.9e %17.9e %17.9e %17.9e %17.9e %17.9e %17.9e", a,
+                cosmology::redshiftFromScaleFactor(a), kinetic, potential, kinetic + potential,
+                current ? li.integral() : NAN, current ? li.relativeViolation() : NAN,
+                potential != 0.0 ? 2.0 * kinetic / std::abs(potential) : NAN, d.momentum.norm(), d.centreOfMass.norm());
+  return line;
+}
+
+}  // namespace matcha::app

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: MIT
+// What makes `matcha run` comoving (issue 16): cosmology/'s time line as the run loop's step schedule, the units and
+// background of a cosmological initial-conditions file, the conversion between GADGET's stored velocities and the
+// run's momenta, and the Layzer-Irvine check that stands in for energy conservation. apps/ is where the integrator
+// and the cosmology meet (DESIGN.md §2: neither depends on the other).
+//
+// The run's state in a comoving run: positions x comoving (in [0, L)), "velocities" the momenta per unit mass
+// p = a^2 dx/dt, accelerations g = -grad(phi) from the periodic TreePM solver with the file's G, potentials phi
+// comoving (cosmology/comoving_steps.hpp). Files store GADGET's u = v / sqrt(a) with v = a dx/dt = p / a, so
+// p = a^(3/2) u.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "matcha/core/particles.hpp"
+#include "matcha/core/units.hpp"
+#include "matcha/cosmology/background.hpp"
+#include "matcha/cosmology/comoving_steps.hpp"
+#include "matcha/integrator/diagnostics.hpp"
+#include "matcha/integrator/step_schedule.hpp"
+#include "matcha/io/snapshot.hpp"
+
+namespace matcha::app {
+
+/// GADGET's units for cosmological files when a file has no /Units: lengths in Mpc/h, masses in 1e10 M_sun/h,
+/// velocities in km/s (h implicit in lengths and masses, so G needs none: 43.0071).
+UnitSystem gadgetCosmologicalUnits();
+
+/// H0 = 100 h km/s/Mpc in the code units of `units`, whose length unit is h^-1 times its stated value (GADGET's
+/// convention: UnitLength_in_cm 3.085678e24 means 1 Mpc/h): 100 (km/s)/(Mpc/h) times the time unit L/v. GADGET's
+/// Mpc/h and km/s give 100; its kpc/h 0.1.
+double hubbleTodayInCodeUnits(const UnitSystem& units);
+
+/// u = p / a^(3/2): the factor a comoving run's snapshots write their momenta with (io::SnapshotWriteOptions).
+double storedVelocityPerMomentum(double scaleFactor);
+
+/// p = a^(3/2) u for every body: an initial-conditions file's stored velocities into the run's momenta.
+void storedVelocitiesToMomenta(Particles& p, double scaleFactor);
+
+/// The background of a comoving run, from a file's cosmology header (Omega0, OmegaLambda, HubbleParam) and units.
+/// @throws InputError (one line naming `source`) for a cosmology CosmologyParams::validate refuses
+cosmology::Background comovingBackground(const io::CosmologyHeader& header, const UnitSystem& units,
+                                         const std::string& source);
+
+/// Checks that the bodies' total mass is the mean matter density of the box, Omega_m rho_crit L^3 with rho_crit = 3
+/// H0^2 / (8 pi G) in the file's units, to 1e-3: TreePM subtracts the mean density and the comoving equations assume
+/// it, so a file in other units would run silently wrong. @throws InputError (one line, the two masses)
+void requireMeanMatterDensity(double totalMass, double boxSize, const cosmology::Background& background, double G,
+                              const std::string& source);
+
+/// Checks that a file's Time (the scale factor) and its Redshift agree to 1e-6 relative, and returns a.
+/// @throws InputError naming `source`
+double startScaleFactor(double time, const io::CosmologyHeader& header, const std::string& source);
+
+/// --output-z: "3,1,0.5,0" into redshifts (any order; each a finite number). @throws InputError naming the bad entry
+std::vector<double> parseRedshiftList(const std::string& text);
+
+/// cosmology::ComovingTimeline as the run loop's schedule. Each step's limit reads the largest |g| of the state it
+/// starts from (Power et al.'s criterion); its end, factors and output flag are the time line's. The run's clock is
+/// the scale factor. With a maximum physical softening the solver's softening follows eps_eff(a) of the step's end
+/// (the force computed there): the solver must start with eps_eff(a_start) (or, resumed, eps_eff of the checkpoint's
+/// a).
+class ComovingSchedule final : public integrator::StepSchedule {
+ public:
+  /// @param timeline  in: copied (it holds its own background)
+  explicit ComovingSchedule(const cosmology::ComovingTimeline& timeline);
+
+  double startTime() const override { return timeline_.startScaleFactor(); }
+  double endTime() const override { return timeline_.endScaleFactor(); }
+  bool done(std::uint64_t, double scaleFactor) const override { return scaleFactor >= timeline_.endScaleFactor(); }
+  integrator::PlannedStep plan(std::uint64_t stepsTaken, double scaleFactor, const Particles& p) override;
+  bool mayEndAtOutput(std::uint64_t stepsTaken, double scaleFactor) const override;
+  bool diagnosticsEveryStep() const override { return true; }
+  /// ln(a / a_start) / ln(a_end / a_start): the steps are nearly uniform in ln a.
+  double fractionDone(double scaleFactor) const override;
+  /// Steps taken plus ln(a_end / a) over the last step's length in ln a.
+  std::uint64_t estimatedSteps(std::uint64_t stepsTaken, double scaleFactor) const override;
+  void resume(std::uint64_t stepsTaken, double scaleFactor) override;
+
+  const cosmology::ComovingTimeline& timeline() const { return timeline_; }
+
+ private:
+  cosmology::ComovingTimeline timeline_;
+  double lastStepDlnA_ = 0.0;  ///< the last step's length in ln a (estimatedSteps)
+  double appliedSoftening_;    ///< the softening the solver has now
+};
+
+/// The Layzer-Irvine check of a comoving run, fed the run's diagnostics (integrator::Diagnostics of the run's state:
+/// kinetic = (1/2) sum m |p|^2 and potential = (1/2) sum m phi, both comoving, time = a) after every step.
+class LayzerIrvineCheck {
+ public:
+  /// Starts at the initial state's diagnostics.
+  explicit LayzerIrvineCheck(const integrator::Diagnostics& initial);
+  /// Continues a check saved at a checkpoint (names as save() writes them).
+  static LayzerIrvineCheck restore(const CheckpointState& state);
+
+  /// Adds the state after a step (a later scale factor; a repeated one is ignored).
+  void add(const integrator::Diagnostics& d);
+  /// (K + W + integral (2K + W) dln a - E_LI(a0)) / |W| at the latest state.
+  double relativeViolation() const { return check_.relativeViolation(); }
+  const cosmology::LayzerIrvine& check() const { return check_; }
+  void save(CheckpointState& state) const;
+
+ private:
+  explicit LayzerIrvineCheck(const cosmology::LayzerIrvine& check) : check_(check) {}
+  cosmology::LayzerIrvine check_;
+};
+
+/// The diagnostics log's columns in a comoving run, one line starting with '#'.
+std::string comovingDiagnosticsHeader();
+/// One line of them: a, z, the physical K = sum m |p|^2 / (2 a^2) and W = W_com / a, K + W, the Layzer-Irvine
+/// integral, its relative violation, 2K/|W|, |P| (sum of the momenta) and the centre of mass.
+std::string formatComovingDiagnostics(const integrator::Diagnostics& d, const LayzerIrvineCheck& check);
+
+}  // namespace matcha::app

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: MIT
+// The comoving run's pieces (apps/comoving_run.hpp): GADGET's units and H0, the stored velocities, the time line as
+// the run loop's schedule (steps that land on every output, factors, the acceleration limit, the softening that
+// follows a maximum physical one), and a run of free bodies through the real run loop whose drift is known exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "comoving_run.hpp"
+#include "matcha/core/errors.hpp"
+#include "matcha/core/force_solver.hpp"
+#include "matcha/cosmology/initial_conditions.hpp"
+#include "matcha/integrator/run_loop.hpp"
+#include "matcha/testing/relative_error.hpp"
+
+namespace {
+
+using matcha::InputError;
+using matcha::Particles;
+namespace app = matcha::app;
+namespace cosmo = matcha::cosmology;
+namespace mi = matcha::integrator;
+
+cosmo::Background einsteinDeSitter() {
+  cosmo::CosmologyParams params;
+  params.omegaMatter = 1.0;
+  params.omegaLambda = 0.0;
+  params.hubbleParam = 0.7;
+  return cosmo::Background(params, 100.0);
+}
+
+cosmo::ComovingTimelineParams timelineParams() {
+  cosmo::ComovingTimelineParams params;
+  params.redshiftStart = 49.0;
+  params.redshiftEnd = 0.0;
+  params.outputRedshifts = {3.0, 1.0};
+  params.softening = 0.05;
+  return params;
+}
+
+Particles bodiesWithAcceleration(double magnitude) {
+  Particles p(3);
+  p.ax = {magnitude, 0.0, 0.0};
+  p.ay = {0.0, -0.5 * magnitude, 0.0};
+  p.mass = {1.0, 1.0, 1.0};
+  return p;
+}
+
+TEST(ComovingUnits, GadgetUnitsGiveTheirGAndHubbleConstant) {
+  const matcha::UnitSystem units = app::gadgetCosmologicalUnits();
+  EXPECT_RELATIVE(units.gravitationalConstant, 43.0071, 1e-4);  // GADGET's 43007.1 for kpc, /1e3 for Mpc
+  EXPECT_RELATIVE(app::hubbleTodayInCodeUnits(units), 100.0, 1e-14);
+  // The critical density 3 H0^2 / (8 pi G) in these units is the one the initial conditions use.
+  const double hubble = app::hubbleTodayInCodeUnits(units);
+  EXPECT_RELATIVE(3.0 * hubble * hubble / (8.0 * M_PI * units.gravitationalConstant), cosmo::kCriticalDensity, 1e-4);
+  matcha::UnitSystem kpc = units;
+  kpc.lengthInCm /= 1e3;
+  EXPECT_RELATIVE(app::hubbleTodayInCodeUnits(kpc), 0.1, 1e-14);
+}
+
+TEST(ComovingUnits, StoredVelocitiesAreMomentaOverASqrtA) {
+  Particles p(2);
+  p.vx = {3.0, -1.0};
+  p.vy = {0.5, 0.0};
+  p.vz = {0.0, 2.0};
+  const double a = 0.02;
+  app::storedVelocitiesToMomenta(p, a);
+  EXPECT_RELATIVE(p.vx[0], 3.0 * std::pow(a, 1.5), 1e-15);
+  EXPECT_RELATIVE(p.vz[1], 2.0 * std::pow(a, 1.5), 1e-15);
+  EXPECT_RELATIVE(p.vx[0] * app::storedVelocityPerMomentum(a), 3.0, 1e-15);
+}
+
+TEST(ComovingUnits, RedshiftListsAndTheirRefusals) {
+  EXPECT_EQ(app::parseRedshiftList("3,1,0.5,0"), (std::vector<double>{3.0, 1.0, 0.5, 0.0}));
+  EXPECT_EQ(app::parseRedshiftList("2"), std::vector<double>{2.0});
+  for (const char* bad : {"3,,1", "a", "1,", "1e999", "nan", "3;1", ""}) {
+    EXPECT_THROW(app::parseRedshiftList(bad), InputError) << bad;
+  }
+}
+
+TEST(ComovingUnits, StartTimeMustBeTheRedshiftsScaleFactor) {
+  matcha::io::CosmologyHeader header{49.0, 0.3, 0.7, 0.7};
+  EXPECT_EQ(app::startScaleFactor(0.02, header, "f"), 0.02);
+  EXPECT_THROW(app::startScaleFactor(0.03, header, "f"), InputError);
+  EXPECT_THROW(app::startScaleFactor(0.0, header, "f"), InputError);
+  EXPECT_THROW(app::startScaleFactor(1.5, header, "f"), InputError);
+}
+
+TEST(ComovingUnits, TotalMassMustBeTheMeanMatterDensity) {
+  const cosmo::Background background = einsteinDeSitter();
+  const double G = app::gadgetCosmologicalUnits().gravitationalConstant;
+  const double critical = 3.0 * 100.0 * 100.0 / (8.0 * M_PI * G);
+  const double box = 64.0;
+  EXPECT_NO_THROW(app::requireMeanMatterDensity(critical * box * box * box, box, background, G, "f"));
+  EXPECT_THROW(app::requireMeanMatterDensity(1.01 * critical * box * box * box, box, background, G, "f"), InputError);
+  EXPECT_THROW(app::requireMeanMatterDensity(critical * box * box * box, 100.0, background, G, "f"), InputError);
+}
+
+// Without accelerations the steps are the d ln a limit's, evened out to land on each output and on the end; each
+// step's factors are the time line's; mayEndAtOutput says yes before every step that ends at a stop.
+TEST(ComovingSchedule, StepsLandOnEveryOutputWithTheTimelinesFactors) {
+  const cosmo::ComovingTimeline timeline(einsteinDeSitter(), timelineParams());
+  app::ComovingSchedule schedule(timeline);
+  const Particles still = bodiesWithAcceleration(0.0);
+  double a = schedule.startTime();
+  std::vector<double> outputs;
+  std::uint64_t steps = 0;
+  while (true) {
+    const bool announced = schedule.mayEndAtOutput(steps, a);
+    const mi::PlannedStep planned = schedule.plan(steps, a, still);
+    ++steps;
+    const cosmo::KdkFactors factors = timeline.kdkFactors(a, planned.endTime);
+    EXPECT_EQ(planned.factors.openingKick, factors.firstKick);
+    EXPECT_EQ(planned.factors.drift, factors.drift);
+    EXPECT_EQ(planned.factors.closingKick, factors.secondKick);
+    EXPECT_LE(std::log(planned.endTime / a), 0.025 * (1 + 1e-12));
+    EXPECT_FALSE(planned.softening) << "no maximum physical softening: eps stays";
+    if (planned.output) {
+      EXPECT_TRUE(announced) << "step " << steps;
+      outputs.push_back(planned.endTime);
+    }
+    a = planned.endTime;
+    if (planned.last) break;
+    ASSERT_LT(steps, 1000u);
+  }
+  ASSERT_EQ(outputs.size(), 3u);
+  EXPECT_EQ(outputs[0], timeline.outputScaleFactors()[0]);
+  EXPECT_EQ(outputs[1], timeline.outputScaleFactors()[1]);
+  EXPECT_EQ(outputs[2], 1.0);
+  // ceil of each gap in ln a over 0.025: the fewest steps within the limit.
+  const double gaps[3] = {std::log(0.25 / 0.02), std::log(0.5 / 0.25), std::log(1.0 / 0.5)};
+  std::uint64_t expected = 0;
+  for (const double gap : gaps) expected += static_cast<std::uint64_t>(std::ceil(gap / 0.025));
+  EXPECT_EQ(steps, expected);
+  EXPECT_EQ(schedule.fractionDone(1.0), 1.0);
+  EXPECT_EQ(schedule.fractionDone(0.02), 0.0);
+  EXPECT_EQ(schedule.estimatedSteps(steps, 1.0), steps);
+}
+
+// Large accelerations: the step is Power et al.'s, H sqrt(2 eta eps a^3 / |g|) in ln a.
+TEST(ComovingSchedule, AccelerationsLimitTheStep) {
+  const cosmo::ComovingTimeline timeline(einsteinDeSitter(), timelineParams());
+  app::ComovingSchedule schedule(timeline);
+  const double g = 1e9;
+  const Particles pulled = bodiesWithAcceleration(g);
+  const double a = 0.5;
+  const mi::PlannedStep planned = schedule.plan(0, a, pulled);
+  const double limit = einsteinDeSitter().hubble(a) * std::sqrt(2.0 * 0.025 * 0.05 * a * a * a / g);
+  ASSERT_LT(limit, 0.025);
+  const double step = std::log(planned.endTime / a);
+  EXPECT_LE(step, limit * (1 + 1e-12));
+  EXPECT_GE(step, 0.5 * limit);
+}
+
+// With a maximum physical softening, the solver is told eps_eff(a) = min(eps, eps_max / a) of each step's end, once
+// per change.
+TEST(ComovingSchedule, SofteningFollowsTheMaximumPhysicalOne) {
+  cosmo::ComovingTimelineParams params = timelineParams();
+  params.maxPhysicalSoftening = 0.02;  // eps_com 0.05 reaches it at a = 0.4
+  const cosmo::ComovingTimeline timeline(einsteinDeSitter(), params);
+  app::ComovingSchedule schedule(timeline);
+  const Particles still = bodiesWithAcceleration(0.0);
+  double a = schedule.startTime();
+  double softening = 0.05;
+  int changes = 0;
+  for (std::uint64_t step = 0;; ++step) {
+    const mi::PlannedStep planned = schedule.plan(step, a, still);
+    const double expected = std::min(0.05, 0.02 / planned.endTime);
+    if (planned.softening) {
+      ++changes;
+      EXPECT_EQ(*planned.softening, expected);
+      EXPECT_NE(*planned.softening, softening);
+      softening = *planned.softening;
+    }
+    EXPECT_EQ(softening, expected) << "a = " << planned.endTime;
+    a = planned.endTime;
+    if (planned.last) break;
+  }
+  EXPECT_GT(changes, 10);
+}
+
+/// No gravity: a comoving body keeps its momentum p, so x(a) = x0 + p drift(a0, a).
+class NoForce : public matcha::ForceSolver {
+ public:
+  matcha::ForceReport computeForces(Particles& p) override {
+    std::fill(p.ax.begin(), p.ax.end(), 0.0);
+    std::fill(p.ay.begin(), p.ay.end(), 0.0);
+    std::fill(p.az.begin(), p.az.end(), 0.0);
+    std::fill(p.pot.begin(), p.pot.end(), 0.0);
+    return {};
+  }
+  std::string describe() const override { return "no force"; }
+};
+
+// The run loop with the comoving schedule: free bodies drift by exactly the sum of the steps' drift factors, which is
+// the drift factor from start to end; the Layzer-Irvine check of free bodies holds (K a^2 constant).
+TEST(ComovingSchedule, FreeBodiesDriftByTheWholeRunsDriftFactor) {
+  const cosmo::Background background = einsteinDeSitter();
+  const cosmo::ComovingTimeline timeline(background, timelineParams());
+  app::ComovingSchedule schedule(timeline);
+  Particles p(2);
+  p.x = {1.0, 2.0};
+  p.y = {3.0, 4.0};
+  p.z = {5.0, 6.0};
+  p.vx = {10.0, -20.0};
+  p.vy = {0.0, 5.0};
+  p.mass = {1.0, 2.0};
+  p.id = {0, 1};
+  const Particles start = p;
+  NoForce solver;
+  std::optional<app::LayzerIrvineCheck> check;
+  mi::RunCallbacks callbacks;
+  callbacks.onDiagnostics = [&](const mi::Diagnostics& d) {
+    if (check) {
+      check->add(d);
+    } else {
+      check.emplace(d);
+    }
+  };
+  matcha::IntegratorParams settings;
+  mi::runSteps(p, solver, schedule, settings, callbacks);
+  const double drift = background.driftFactor(timeline.startScaleFactor(), 1.0);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_RELATIVE(p.x[i], start.x[i] + start.vx[i] * drift, 1e-12);
+    EXPECT_RELATIVE(p.y[i], start.y[i] + start.vy[i] * drift, 1e-12);
+    EXPECT_EQ(p.vx[i], start.vx[i]);
+  }
+  ASSERT_TRUE(check);
+  EXPECT_EQ(check->check().scaleFactor(), 1.0);
+  // K = sum m p^2 / (2 a^2) falls as a^-2; K + integral 2K dln a stays, to the trapezoid's error on exp(-2 ln a):
+  // (2 d ln a)^2 / 12 = 2.1e-4 of the integral for steps of 0.025 (measured 2.04e-4).
+  EXPECT_LT(std::abs(check->check().violation()) / check->check().initialEnergy(), 2.5e-4);
+}
+
+TEST(LayzerIrvineCheck, ASavedCheckContinuesAsTheOneThatWentOn) {
+  mi::Diagnostics d;
+  d.time = 0.1;
+  d.kinetic = 2.0;
+  d.potential = -7.0;
+  app::LayzerIrvineCheck going(d);
+  d.time = 0.2;
+  d.kinetic = 5.0;
+  d.potential = -9.0;
+  going.add(d);
+  matcha::CheckpointState state;
+  going.save(state);
+  app::LayzerIrvineCheck restored = app::LayzerIrvineCheck::restore(state);
+  d.time = 0.3;
+  d.kinetic = 6.0;
+  d.potential = -12.0;
+  going.add(d);
+  restored.add(d);
+  EXPECT_EQ(going.relativeViolation(), restored.relativeViolation());
+  EXPECT_EQ(going.check().integral(), restored.check().integral());
+  // The same state again (an output right after its step's sample) adds nothing.
+  going.add(d);
+  EXPECT_EQ(going.check().integral(), restored.check().integral());
+}
+
+}  // namespace
