@@ -7,8 +7,9 @@
 #  - unperturbed: the unperturbed 32^3 grid in Omega_m = 1 from z = 49 to z = 0 stays put: no body moves by more than
 #    1e-4 of the grid spacing, along or across x.
 # Usage: comoving_pancake_test.sh MATCHA_BINARY SCRATCH_DIR [pancake|unperturbed|all]   (default all)
-# Exit 0 when every check holds, 1 when one fails (each failure named on stderr), 2 on bad usage, 77 (ctest's skip)
-# when /usr/bin/python3, which reads the JSON, is missing.
+# Exit 0 when every check holds, 1 when one fails (each failure named on stderr), 2 on bad usage, matcha's own exit
+# code when one of its commands fails (the first stops the script), 77 (ctest's skip) when /usr/bin/python3, which
+# reads the JSON, is missing.
 #
 # Not registered in CMake yet: it needs `matcha run` to integrate comoving when the IC file's header has Omega0 > 0,
 # with --z-end and --output-z, snapshots DIR/snapshot_NNN.hdf5 (000 the initial state, then one per --output-z in

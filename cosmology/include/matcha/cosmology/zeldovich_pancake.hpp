@@ -15,8 +15,9 @@
 //
 // Why this is exact until then (Zel'dovich 1970; Efstathiou et al. 1985 use it as a code test): write
 // x = q + psi(q, t) in one dimension. The comoving equation of motion is d2x/dt2 + 2 H dx/dt = g with
-// dg/dx = -4 pi G rho_mean delta (Poisson's equation for the comoving peculiar acceleration; comoving_steps.hpp). Mass
-// conservation while the map q -> x is one-to-one gives 1 + delta = 1 / (dx/dq) = 1 / (1 + psi'), so
+// g = -a^-2 dPhi/dx, Phi the peculiar potential of comoving_steps.hpp (lap_r Phi = 4 pi G (rho - rho_mean), lap_r =
+// lap_x / a^2), so dg/dx = -4 pi G rho_mean delta, rho_mean(t) the physical mean density. Mass conservation while the
+// map q -> x is one-to-one gives 1 + delta = 1 / (dx/dq) = 1 / (1 + psi'), so
 // dg/dq = (dg/dx)(dx/dq) = -4 pi G rho_mean ((1 + psi') delta) = 4 pi G rho_mean psi'. Hence g = 4 pi G rho_mean psi
 // (no constant: psi here is odd about q = 0 and the mean acceleration of a periodic box is zero) and
 //   d2psi/dt2 + 2 H dpsi/dt = 4 pi G rho_mean psi,
