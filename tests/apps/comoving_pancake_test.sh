@@ -37,10 +37,12 @@ if [[ ! -x $python ]]; then
   exit 77
 fi
 
-# What to adjust: the problem, the run's options, the outputs and the thresholds.
-grid=32
-pancake_run_options=(--engine cpu)      # e.g. --pm-grid 64, --eps 0.05 (comoving Mpc/h), --max-dlna 0.01
-unperturbed_run_options=(--engine cpu)  # likewise
+# What to adjust: the problem, the run's options, the outputs and the thresholds. PANCAKE_GRID and PANCAKE_ENGINE
+# (default 32 and cpu) give the full-size GPU runs: PANCAKE_GRID=64 PANCAKE_ENGINE=cuda.
+grid=${PANCAKE_GRID:-32}
+engine=${PANCAKE_ENGINE:-cpu}
+pancake_run_options=(--engine "$engine")      # e.g. --pm-grid 64, --eps 0.05 (comoving Mpc/h), --max-dlna 0.01
+unperturbed_run_options=(--engine "$engine")  # likewise
 pancake_output_z=(2 1.5)                # snapshot_001, snapshot_002, ...
 pancake_z_end=1.5
 max_position_error=0.01  # of the wavelength L
