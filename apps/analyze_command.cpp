@@ -3,6 +3,9 @@
 // (cosmology/power_spectrum.hpp) as a text file: a commented header, then one line per bin, `k P(k) modes shot_noise`,
 // and with --linear a fifth column, the linear spectrum at the snapshot's time (cosmology/linear_power.hpp scaled by
 // Background's growth factor), so that a measurement is compared with linear theory without any outside file.
+// `matcha analyze pancake SNAPSHOT`: a snapshot of a run from `ic pancake` against the exact Zel'dovich solution at its
+// scale factor (cosmology/zeldovich_pancake.hpp), or with --unperturbed against the grid at rest: a table of the
+// largest and 99th-percentile errors, or JSON.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -24,6 +28,8 @@
 #include "matcha/cosmology/background.hpp"
 #include "matcha/cosmology/linear_power.hpp"
 #include "matcha/cosmology/power_spectrum.hpp"
+#include "matcha/cosmology/zeldovich_pancake.hpp"
+#include "matcha/ic/periodic_boxes.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "memory_check.hpp"
@@ -313,6 +319,120 @@ int analyzePower(const CLI::App& command, const PowerOptions& options) {
   return 0;
 }
 
+/// The options of `analyze pancake`.
+struct PancakeOptions {
+  std::string snapshot;
+  std::optional<double> causticRedshift;  ///< --z-caustic: required for the pancake
+  bool unperturbed = false;               ///< --unperturbed: the constant comoving volume test instead
+  bool json = false;
+};
+
+/// The pancake's (or the grid's) parameters of a snapshot: box from BoxSize, n from the body count, z_c from the
+/// options. Throws InputError (one line) when the file is not a periodic Einstein-de Sitter box of n^3 bodies.
+cosmology::ZeldovichPancakeParams pancakeParams(const PancakeOptions& options, const io::SnapshotInfo& info,
+                                                const fs::path& snapshotPath) {
+  const std::string name = "snapshot " + snapshotPath.string();
+  if (!(info.boxSize > 0)) throw InputError(name + " records no periodic box (no BoxSize > 0 with MatchaPeriodic 1)");
+  if (!info.cosmology) {
+    throw InputError(name + " records no cosmology (/Header Omega0 = 0), so its Time is no scale factor");
+  }
+  // The solution is Einstein-de Sitter's: another background grows the wave at another rate.
+  if (std::abs(info.cosmology->omega0 - 1.0) > 1e-9 || std::abs(info.cosmology->omegaLambda) > 1e-9) {
+    throw InputError(name + " records Omega0 = " + number(info.cosmology->omega0) +
+                     ", OmegaLambda = " + number(info.cosmology->omegaLambda) +
+                     "; the pancake's solution is for Omega_m = 1, Omega_Lambda = 0");
+  }
+  const std::size_t side = ic::exactCubeRoot(info.numBodies);
+  if (side == 0 || side > static_cast<std::size_t>(cosmology::kMaxPancakeGrid)) {
+    throw InputError(name + " holds " + std::to_string(info.numBodies) + " bodies, not n^3 for a grid of n = 2 to " +
+                     std::to_string(cosmology::kMaxPancakeGrid) + " as ic pancake writes");
+  }
+  cosmology::ZeldovichPancakeParams params;
+  params.boxSize = info.boxSize;
+  params.grid = static_cast<int>(side);
+  params.unperturbed = options.unperturbed;
+  if (options.causticRedshift) params.causticRedshift = *options.causticRedshift;
+  if (!(std::isfinite(info.time) && info.time > 0)) {
+    throw InputError(name + " records a cosmology but its /Header Time, the scale factor, is " + number(info.time) +
+                     " (need a finite a > 0)");
+  }
+  // Checks z_c and a against the caustic before the bodies are read.
+  cosmology::pancakeSolution(params, 0.0, info.time);
+  return params;
+}
+
+nlohmann::json toJson(const cosmology::ErrorSummary& summary) {
+  return {{"max", summary.max}, {"p99", summary.percentile99}};
+}
+
+int analyzePancake(const PancakeOptions& options) {
+  if (!options.unperturbed && !options.causticRedshift) {
+    throw InputError(
+        "--z-caustic is required: the redshift of the pancake's caustic (as given to ic pancake); or "
+        "--unperturbed for an unperturbed grid");
+  }
+  const fs::path snapshotPath = options.snapshot;
+  std::error_code ec;
+  if (fs::status(snapshotPath, ec).type() == fs::file_type::not_found) {
+    throw InputError("snapshot " + snapshotPath.string() + ": no such file");
+  }
+  const io::SnapshotInfo info = asBadInput([&] { return io::inspectSnapshot(snapshotPath); });
+  const cosmology::ZeldovichPancakeParams params = pancakeParams(options, info, snapshotPath);
+  requireBodiesFit(info.numBodies, false);
+  std::ostream& progress = options.json ? std::cerr : std::cout;
+  progress << "reading snapshot " << snapshotPath.string() << " (" << info.numBodies << " bodies, box "
+           << number(params.boxSize) << ", a = " << number(info.time) << ")..." << std::endl;
+  const io::Snapshot snapshot = asBadInput([&] { return io::readSnapshot(snapshotPath); });
+  const cosmology::PancakeErrors errors = cosmology::comparePancake(snapshot.particles, info.time, params);
+
+  const char* positionUnit = errors.unperturbed ? "grid spacing" : "wavelength";
+  const char* velocityUnit = errors.unperturbed ? "km/s" : "peak |u|";
+  if (options.json) {
+    nlohmann::json json = {
+        {"snapshot", snapshotPath.string()},
+        {"problem", errors.unperturbed ? "unperturbed" : "pancake"},
+        {"bodies", errors.numBodies},
+        {"grid", params.grid},
+        {"box", params.boxSize},
+        {"scale_factor", errors.scaleFactor},
+        {"redshift", 1.0 / errors.scaleFactor - 1.0},
+        {"z_caustic", errors.unperturbed ? nlohmann::json(nullptr) : nlohmann::json(params.causticRedshift)},
+        {"growth_ratio", errors.growthRatio},
+        {"spacing", errors.spacing},
+        {"position_unit", positionUnit},
+        {"position_scale", errors.positionScale},
+        {"velocity_unit", velocityUnit},
+        {"velocity_scale", errors.velocityScale},
+        {"position_error", toJson(errors.position)},
+        {"velocity_error", toJson(errors.velocity)},
+        {"transverse_displacement", toJson(errors.transverse)},
+        {"transverse_velocity", errors.transverseVelocity}};
+    std::cout << json.dump(2) << std::endl;
+    return 0;
+  }
+  if (errors.unperturbed) {
+    std::printf("\nunperturbed %d^3 grid at a = %.9g (z = %.6g), box %g Mpc/h: errors against the grid at rest\n",
+                params.grid, errors.scaleFactor, 1.0 / errors.scaleFactor - 1.0, params.boxSize);
+  } else {
+    std::printf("\npancake of %d^3 bodies at a = %.9g (z = %.6g), a/a_c = %.6g (caustic at z = %g), box %g Mpc/h\n",
+                params.grid, errors.scaleFactor, 1.0 / errors.scaleFactor - 1.0, errors.growthRatio,
+                params.causticRedshift, params.boxSize);
+  }
+  std::printf("%-22s %12s %12s  %s\n", "error", "max", "99%", "unit");
+  std::printf("%-22s %12.4e %12.4e  %s (%g Mpc/h)\n", "|x - x_exact|", errors.position.max,
+              errors.position.percentile99, positionUnit, errors.positionScale);
+  const std::string velocityNote = errors.unperturbed
+                                       ? std::string(velocityUnit)
+                                       : std::string(velocityUnit) + " (" + number(errors.velocityScale) + " km/s)";
+  std::printf("%-22s %12.4e %12.4e  %s\n", "|u_x - u_exact|", errors.velocity.max, errors.velocity.percentile99,
+              velocityNote.c_str());
+  std::printf("%-22s %12.4e %12.4e  grid spacing (%g Mpc/h)\n", "|y, z - grid point|", errors.transverse.max,
+              errors.transverse.percentile99, errors.spacing);
+  std::printf("%-22s %12.4e %12s  %s\n", "|u_y|, |u_z|", errors.transverseVelocity, "", velocityUnit);
+  std::printf("(u = v / sqrt(a), GADGET's velocities; x the shorter way round the box)\n");
+  return 0;
+}
+
 }  // namespace
 
 std::function<int()> addAnalyzeCommand(CLI::App& parent) {
@@ -363,7 +483,30 @@ std::function<int()> addAnalyzeCommand(CLI::App& parent) {
   CLI::Option* redshift = command->add_option("--redshift", options->redshift, "the snapshot's redshift, as --omega-m");
   command->add_option("--scale-factor", options->scaleFactor, "the snapshot's scale factor, instead of --redshift")
       ->excludes(redshift);
-  return [command, options] { return analyzePower(*command, *options); };
+
+  CLI::App* pancake = group->add_subcommand(
+      "pancake",
+      "a snapshot of a run from ic pancake against the exact Zel'dovich solution (or, with --unperturbed, against the "
+      "grid at rest): position and velocity errors along the wave, displacements across it");
+  auto pancakeOptions = std::make_shared<PancakeOptions>();
+  pancake->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  pancake->add_option("--config", "parameter file: `key = value` lines with the long option names");
+  pancake
+      ->add_option("snapshot", pancakeOptions->snapshot,
+                   "HDF5 snapshot of an Einstein-de Sitter periodic box of n^3 bodies, /Header Time the scale factor")
+      ->required();
+  CLI::Option* caustic =
+      pancake->add_option("--z-caustic", pancakeOptions->causticRedshift,
+                          "redshift of the pancake's caustic, as given to ic pancake (required unless --unperturbed)");
+  pancake
+      ->add_flag("--unperturbed", pancakeOptions->unperturbed,
+                 "the constant comoving volume test: errors against the grid at rest, in grid spacings and km/s")
+      ->excludes(caustic);
+  pancake->add_flag("--json", pancakeOptions->json, "print the errors as JSON on stdout");
+  return [command, options, pancake, pancakeOptions] {
+    if (pancake->parsed()) return analyzePancake(*pancakeOptions);
+    return analyzePower(*command, *options);
+  };
 }
 
 }  // namespace matcha::app

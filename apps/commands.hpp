@@ -15,7 +15,7 @@ std::function<int()> addCompareCommand(CLI::App& parent, Options& options);
 std::function<int()> addIcCommand(CLI::App& parent, Options& options);
 /// `render` keeps its own options (none are shared with the other subcommands).
 std::function<int()> addRenderCommand(CLI::App& parent);
-/// `analyze` and its measurements (`analyze power`), with their own options.
+/// `analyze` and its measurements (`analyze power`, `analyze pancake`), with their own options.
 std::function<int()> addAnalyzeCommand(CLI::App& parent);
 
 }  // namespace matcha::app

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `matcha ic`: writes initial conditions as an HDF5 file, as NEMO's mkplummer is used: `plummer` (a Plummer sphere),
 // `clumps` (a periodic box of Plummer and Hernquist clumps in a uniform background) and `lattice` (a perturbed simple
-// cubic lattice in a periodic box) and `cosmo` (cosmological initial conditions, Zel'dovich or 2LPT, in GADGET's
-// units). The periodic ones record BoxSize L, so runs from them are periodic.
+// cubic lattice in a periodic box), `cosmo` (cosmological initial conditions, Zel'dovich or 2LPT, in GADGET's
+// units) and `pancake` (the Zel'dovich pancake or the unperturbed grid, test problems of comoving runs with an exact
+// answer, in the same units). The periodic ones record BoxSize L, so runs from them are periodic.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "matcha/core/units.hpp"
 #include "matcha/cosmology/initial_conditions.hpp"
 #include "matcha/cosmology/linear_power.hpp"
+#include "matcha/cosmology/zeldovich_pancake.hpp"
 #include "matcha/ic/periodic_boxes.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/io/snapshot.hpp"
@@ -55,11 +57,25 @@ void writeInitialConditions(const CLI::App& command, const Particles& particles,
   io::writeSnapshot(path, particles, metadata, writeOptions);
 }
 
-CLI::App* addClumpsCommand(CLI::App& group, PeriodicBoxOptions& options) {
-  CLI::App* command = group.add_subcommand(
-      "clumps", "periodic box of Plummer and Hernquist clumps, each in its own equilibrium, in a uniform background");
+/// A generator's subcommand with what every periodic `ic` generator takes first: the last of repeated options wins,
+/// and --config.
+CLI::App* addGeneratorCommand(CLI::App& group, const std::string& name, const std::string& description) {
+  CLI::App* command = group.add_subcommand(name, description);
   command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   command->add_option("--config", "parameter file: `key = value` lines with the long option names");
+  return command;
+}
+
+/// What every periodic `ic` generator takes last: -o/--out (its default the value `out` holds) and --overwrite.
+void addOutputOptions(CLI::App& command, std::string& out, bool& overwrite) {
+  command.add_option("-o,--out", out, "output file (HDF5, GADGET layout)")->capture_default_str();
+  command.add_flag("--overwrite", overwrite, "replace an existing file at --out");
+}
+
+CLI::App* addClumpsCommand(CLI::App& group, PeriodicBoxOptions& options) {
+  CLI::App* command = addGeneratorCommand(
+      group, "clumps",
+      "periodic box of Plummer and Hernquist clumps, each in its own equilibrium, in a uniform background");
   addBodiesOption(*command, options.clumpBodies, "number of bodies, each of mass 1/N");
   addSeedOption(*command, "--seed", options.clumps.seed, "random seed, 0 to 2^64 - 1");
   command->add_option("--box", options.clumps.boxSize, "side L of the periodic cube, > 0; the file records BoxSize L")
@@ -81,16 +97,13 @@ CLI::App* addClumpsCommand(CLI::App& group, PeriodicBoxOptions& options) {
       ->add_option("--scale-max", options.clumps.scaleMax,
                    "largest clump scale radius, in units of L, at most 0.025 (clumps are truncated at 20 a)")
       ->capture_default_str();
-  command->add_option("-o,--out", options.clumpsOut, "output file (HDF5, GADGET layout)")->capture_default_str();
-  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
+  addOutputOptions(*command, options.clumpsOut, options.overwrite);
   return command;
 }
 
 CLI::App* addLatticeCommand(CLI::App& group, PeriodicBoxOptions& options) {
   CLI::App* command =
-      group.add_subcommand("lattice", "perturbed simple cubic lattice in a periodic box, bodies at rest");
-  command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  command->add_option("--config", "parameter file: `key = value` lines with the long option names");
+      addGeneratorCommand(group, "lattice", "perturbed simple cubic lattice in a periodic box, bodies at rest");
   addBodiesOption(*command, options.latticeBodies, "number of bodies, a perfect cube n^3");
   addSeedOption(*command, "--seed", options.lattice.seed, "random seed, 0 to 2^64 - 1");
   command->add_option("--box", options.lattice.boxSize, "side L of the periodic cube, > 0; the file records BoxSize L")
@@ -99,8 +112,7 @@ CLI::App* addLatticeCommand(CLI::App& group, PeriodicBoxOptions& options) {
       ->add_option("--perturbation", options.lattice.perturbation,
                    "each coordinate displaced uniformly in [-A, A] grid spacings from its cell's centre, A in [0, 0.5)")
       ->capture_default_str();
-  command->add_option("-o,--out", options.latticeOut, "output file (HDF5, GADGET layout)")->capture_default_str();
-  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
+  addOutputOptions(*command, options.latticeOut, options.overwrite);
   return command;
 }
 
@@ -141,6 +153,28 @@ int runLattice(const CLI::App& command, PeriodicBoxOptions& options) {
   return 0;
 }
 
+/// Writes cosmological initial conditions (atomically, without forces) in GADGET's units: Time = a of the header's
+/// redshift, BoxSize, the cosmology header, /Units, and the parameters `command` used. `out`'s folder must exist.
+void writeCosmologicalInitialConditions(const CLI::App& command, const Particles& particles,
+                                        const io::CosmologyHeader& cosmology, double boxSize,
+                                        const std::filesystem::path& out) {
+  io::SnapshotMetadata metadata;
+  metadata.time = 1.0 / (1.0 + cosmology.redshift);
+  metadata.boxSize = boxSize;
+  metadata.cosmology = cosmology;
+  // GADGET's units: Mpc/h, 1e10 Msun/h, km/s (h stays implicit in the lengths and masses, so G needs none).
+  metadata.units.lengthInCm = 1e3 * kKiloparsecInCm;
+  metadata.units.massInGram = 1e10 * kSolarMassInGram;
+  metadata.units.velocityInCmPerS = 1e5;
+  metadata.units.gravitationalConstant =
+      kGravitationalConstantCgs * metadata.units.massInGram /
+      (metadata.units.lengthInCm * metadata.units.velocityInCmPerS * metadata.units.velocityInCmPerS);
+  metadata.parameters = usedParameterList(command);
+  io::SnapshotWriteOptions writeOptions;
+  writeOptions.includeForces = false;
+  io::writeSnapshot(out, particles, metadata, writeOptions);
+}
+
 /// The options of `ic cosmo`; defaults are the library's (CosmologicalIcParams, CosmologyParams, LinearPowerParams).
 struct CosmoOptions {
   cosmology::CosmologicalIcParams ic;
@@ -150,12 +184,10 @@ struct CosmoOptions {
 };
 
 CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
-  CLI::App* command = group.add_subcommand(
-      "cosmo",
+  CLI::App* command = addGeneratorCommand(
+      group, "cosmo",
       "cosmological initial conditions: n^3 bodies displaced by Zel'dovich or 2LPT from a Gaussian field (GADGET "
       "units: Mpc/h, 1e10 Msun/h, km/s as v/sqrt(a))");
-  command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  command->add_option("--config", "parameter file: `key = value` lines with the long option names");
   command->add_option("--box", options.ic.boxSize, "side L of the periodic cube, Mpc/h, > 0")->capture_default_str();
   command->add_option("--grid", options.ic.grid, "n: n^3 bodies on an n^3 grid (prime factors 2, 3, 5, 7 only)")
       ->capture_default_str();
@@ -173,8 +205,7 @@ CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
   command->add_flag("--fixed-amplitude", options.ic.fixedAmplitude,
                     "every mode's amplitude exactly sqrt(P) (Angulo & Pontzen 2016)");
   command->add_flag("--invert-phases", options.ic.invertPhases, "delta -> -delta (the partner of a paired run)");
-  command->add_option("-o,--out", options.out, "output file (HDF5, GADGET layout)")->capture_default_str();
-  command->add_flag("--overwrite", options.overwrite, "replace an existing file at --out");
+  addOutputOptions(*command, options.out, options.overwrite);
   return command;
 }
 
@@ -209,25 +240,72 @@ int runCosmo(const CLI::App& command, CosmoOptions& options) {
   const cosmology::CosmologicalIcs ics =
       cosmology::makeCosmologicalIcs(params, [&spectrum](double k) { return spectrum.power(k); });
 
-  io::SnapshotMetadata metadata;
-  metadata.time = ics.growth.scaleFactor;
-  metadata.boxSize = params.boxSize;
-  metadata.cosmology = io::CosmologyHeader{params.startRedshift, params.cosmology.omegaMatter,
-                                           params.cosmology.omegaLambda, params.cosmology.hubbleParam};
-  // GADGET's units: Mpc/h, 1e10 Msun/h, km/s (h stays implicit in the lengths and masses, so G needs none).
-  metadata.units.lengthInCm = 1e3 * kKiloparsecInCm;
-  metadata.units.massInGram = 1e10 * kSolarMassInGram;
-  metadata.units.velocityInCmPerS = 1e5;
-  metadata.units.gravitationalConstant =
-      kGravitationalConstantCgs * metadata.units.massInGram /
-      (metadata.units.lengthInCm * metadata.units.velocityInCmPerS * metadata.units.velocityInCmPerS);
-  metadata.parameters = usedParameterList(command);
-  io::SnapshotWriteOptions writeOptions;
-  writeOptions.includeForces = false;
-  io::writeSnapshot(out, ics.particles, metadata, writeOptions);
+  writeCosmologicalInitialConditions(command, ics.particles,
+                                     io::CosmologyHeader{params.startRedshift, params.cosmology.omegaMatter,
+                                                         params.cosmology.omegaLambda, params.cosmology.hubbleParam},
+                                     params.boxSize, out);
   std::cout << "wrote " << ics.particles.size() << " bodies (a = " << ics.growth.scaleFactor
             << ", D1/D1(1) = " << ics.growth.growthRatio << ", mass " << ics.growth.particleMass << " 1e10 Msun/h) to "
             << options.out << "\n";
+  return 0;
+}
+
+/// The options of `ic pancake`; defaults are ZeldovichPancakeParams'.
+struct PancakeOptions {
+  cosmology::ZeldovichPancakeParams pancake;
+  std::string out = "pancake.hdf5";
+  bool overwrite = false;
+};
+
+CLI::App* addPancakeCommand(CLI::App& group, PancakeOptions& options) {
+  CLI::App* command = addGeneratorCommand(
+      group, "pancake",
+      "Zel'dovich pancake in Einstein-de Sitter: n^3 bodies displaced by one plane wave along x whose wavelength is "
+      "the box, the exact solution until its caustic (or, with --unperturbed, the grid at rest); GADGET units");
+  command->add_option("--box", options.pancake.boxSize, "side L of the periodic cube and the wavelength, Mpc/h, > 0")
+      ->capture_default_str();
+  command
+      ->add_option("--grid", options.pancake.grid,
+                   "n: n^3 bodies on an n^3 grid, 2 to " + std::to_string(cosmology::kMaxPancakeGrid))
+      ->capture_default_str();
+  command->add_option("--z-start", options.pancake.startRedshift, "redshift of the initial conditions, > --z-caustic")
+      ->capture_default_str();
+  command
+      ->add_option("--z-caustic", options.pancake.causticRedshift,
+                   "redshift where the first caustic forms (at x = 0), > -1")
+      ->capture_default_str();
+  command->add_option("--h", options.pancake.hubbleParam, "h = H0 / (100 km/s/Mpc), > 0, for the header only")
+      ->capture_default_str();
+  command->add_flag("--unperturbed", options.pancake.unperturbed,
+                    "the plain grid at rest instead (the constant comoving volume test; --z-caustic is not used)");
+  addOutputOptions(*command, options.out, options.overwrite);
+  return command;
+}
+
+int runPancake(const CLI::App& command, PancakeOptions& options) {
+  const cosmology::ZeldovichPancakeParams& params = options.pancake;
+  params.validate();
+  requireOutputFile(options.out, options.overwrite);
+  const std::filesystem::path out = options.out;
+  const std::uint64_t numBodies = static_cast<std::uint64_t>(params.grid) * params.grid * params.grid;
+  requireBodiesFit(numBodies, false);
+  if (out.has_parent_path()) io::ensureWritableDirectory(out.parent_path());
+  if (params.unperturbed) {
+    std::cout << "generating an unperturbed " << params.grid << "^3 grid at rest in a box of " << params.boxSize
+              << " Mpc/h at z = " << params.startRedshift << " (Omega_m = 1)..." << std::endl;
+  } else {
+    std::cout << "generating a Zel'dovich pancake of " << params.grid << "^3 bodies, wavelength " << params.boxSize
+              << " Mpc/h, at z = " << params.startRedshift << " with its caustic at z = " << params.causticRedshift
+              << " (Omega_m = 1)..." << std::endl;
+  }
+  const Particles particles = cosmology::makeZeldovichPancake(params);
+  // Einstein-de Sitter: Omega0 = 1, OmegaLambda = 0 in the header make a comoving run of the file use it.
+  writeCosmologicalInitialConditions(
+      command, particles, io::CosmologyHeader{params.startRedshift, 1.0, 0.0, params.hubbleParam}, params.boxSize, out);
+  std::cout << "wrote " << particles.size() << " bodies (a = " << params.startScaleFactor() << ", mass "
+            << particles.mass[0] << " 1e10 Msun/h";
+  if (!params.unperturbed) std::cout << ", peak velocity u " << cosmology::pancakePeakVelocity(params) << " km/s";
+  std::cout << ") to " << options.out << "\n";
   return 0;
 }
 }  // namespace
@@ -252,8 +330,11 @@ std::function<int()> addIcCommand(CLI::App& parent, Options& options) {
   CLI::App* lattice = addLatticeCommand(*group, *boxOptions);
   const auto cosmoOptions = std::make_shared<CosmoOptions>();
   CLI::App* cosmo = addCosmoCommand(*group, *cosmoOptions);
-  return [command, clumps, lattice, cosmo, boxOptions, cosmoOptions, &options] {
+  const auto pancakeOptions = std::make_shared<PancakeOptions>();
+  CLI::App* pancake = addPancakeCommand(*group, *pancakeOptions);
+  return [command, clumps, lattice, cosmo, pancake, boxOptions, cosmoOptions, pancakeOptions, &options] {
     if (cosmo->parsed()) return runCosmo(*cosmo, *cosmoOptions);
+    if (pancake->parsed()) return runPancake(*pancake, *pancakeOptions);
     if (clumps->parsed()) return runClumps(*clumps, *boxOptions);
     if (lattice->parsed()) return runLattice(*lattice, *boxOptions);
     validateOptions(options, kBodies);
