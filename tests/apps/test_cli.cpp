@@ -699,6 +699,75 @@ TEST_F(Cli, CompareRejectsBadSweepsAndSamples) {
   expectOneLineError("compare -n 100 --config sweep.toml", "theta");
 }
 
+TEST_F(Cli, TuneChoosesASettingThatMeetsTheTargetAfreshAndWritesAConfigRunAccepts) {
+  // Small and short (a budget of seconds), but able to fail: the chosen setting is measured again by compare on a
+  // sample drawn with another seed, and must meet the target there.
+  // The target is tight enough that the monopole settings and theta 1 with quadrupoles at alpha 2e-3 miss it.
+  constexpr double kTarget = 6e-4;
+  const Result tune = matcha(
+      "tune -n 4096 --engine cpu --target-error 6e-4 --budget 12 --steps 4 --sample 1024 "
+      "--out tuned --json");
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  const nlohmann::json report = nlohmann::json::parse(tune.out);
+  EXPECT_TRUE(report["met"].get<bool>()) << tune.out;
+  EXPECT_LE(report["chosen"]["error"].get<double>(), kTarget);
+  EXPECT_TRUE(report["defaults"]["defaults"].get<bool>());
+  EXPECT_LE(report["chosen"]["step_seconds"].get<double>(), report["defaults"]["step_seconds"].get<double>());
+  EXPECT_LT(report["wall_seconds"].get<double>(), 12.0 + 5.0) << "the budget bounds the tune (a point of slack)";
+  const std::size_t numPoints = report["points"].size();
+  EXPECT_GE(numPoints, 2u);
+  EXPECT_FALSE(report["front"].empty());
+  EXPECT_NE(tune.err.find("setting 1 (coarse grid)"), std::string::npos) << tune.err;
+  EXPECT_NE(tune.err.find("ETA"), std::string::npos) << tune.err;
+  // Every point is in the CSV, and the config names the chosen setting.
+  const auto rows = readCsv(dir_ / "tuned" / "tune.csv");
+  ASSERT_EQ(rows.size(), numPoints);
+  EXPECT_EQ(rows[0].at("defaults"), "1");
+  const std::string toml = readFile(dir_ / "tuned" / "tuned.toml");
+  EXPECT_NE(toml.find("# matcha tune: "), std::string::npos) << toml;
+  EXPECT_NE(toml.find("ncrit = " + std::to_string(report["chosen"]["ncrit"].get<unsigned>())), std::string::npos)
+      << toml;
+
+  const Result check = matcha(
+      "compare --config tuned/tuned.toml --reference cpu-double --sample 2048 "
+      "--sample-seed 99 --json");
+  ASSERT_EQ(check.exitCode, 0) << check.err;
+  const nlohmann::json compared = nlohmann::json::parse(check.out);
+  ASSERT_EQ(compared["rows"].size(), 1u) << check.out;
+  EXPECT_EQ(compared["bodies"], 4096);
+  EXPECT_EQ(compared["rows"][0]["ncrit"], report["chosen"]["ncrit"]);
+  EXPECT_DOUBLE_EQ(compared["rows"][0]["theta"].get<double>(), report["chosen"]["theta"].get<double>());
+  EXPECT_LE(compared["rows"][0]["error"]["p99"].get<double>(), kTarget) << check.out;
+
+  // The file runs unchanged (options after it override it), and the run records the same parameters.
+  const Result run = matcha("run --config tuned/tuned.toml --t-end 0.0234375 --output-interval 0.0078125 --out r");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  const std::string used = readFile(dir_ / "r" / "used_parameters.toml");
+  for (const char* key : {"ncrit", "nleaf", "reuse"}) {
+    EXPECT_NE(used.find(std::string(key) + " = " + report["chosen"][key].dump()), std::string::npos) << key << "\n"
+                                                                                                     << used;
+  }
+  EXPECT_NE(used.find("multipole = \"" + report["chosen"]["multipole"].get<std::string>() + "\""), std::string::npos)
+      << used;
+  EXPECT_NE(used.find("engine = \"cpu\""), std::string::npos) << used;
+  EXPECT_NE(used.find("bodies = 4096"), std::string::npos) << used;
+}
+
+TEST_F(Cli, TuneRefusesBadInputInOneLine) {
+  expectBadInput("tune -n 4096 --target-error 0", "--target-error");
+  expectBadInput("tune -n 4096 --target-error 1", "--target-error");
+  expectBadInput("tune -n 4096 --target-error -0.5", "--target-error");
+  expectBadInput("tune -n 4096 --percentile 0", "--percentile");
+  expectBadInput("tune -n 4096 --time-budget-per-step -1", "--time-budget-per-step");
+  expectBadInput("tune -n 4096 --target-error 1e-3 --time-budget-per-step 0.1", "excludes");
+  expectBadInput("tune -n 100", "at least 1024 bodies");
+  ASSERT_EQ(matcha("ic plummer -n 200 --out few.hdf5").exitCode, 0);
+  expectBadInput("tune --ic few.hdf5", "few.hdf5 holds 200 bodies");
+  expectBadInput("tune -n 4096 --engine cpu --budget 0.01 --out small", "--budget");
+  writeText("file", "not a folder");
+  expectBadInput("tune -n 4096 --out file", "--out file");
+}
+
 TEST_F(Cli, DiagnosticPotentialsComeFromADirectSumWhenAskedOrCheap) {
   // With direct potentials a tree run measures the energy a direct-summation run of the same bodies measures (both
   // float engines; to their rounding); with the tree's own potentials it carries the tree's potential error.
