@@ -38,10 +38,11 @@ namespace matcha::app {
 
 namespace {
 
-std::string formatNumber(double value) {
-  std::ostringstream text;
-  text << value;
-  return text.str();
+/// A number as the user would write it back: "0.0006", "1e-05", "99.9" (printf's %g).
+std::string shortNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
 }
 
 constexpr unsigned kTuneOptions = kBodies | kGravity | kEngine | kJson;
@@ -282,11 +283,7 @@ std::string csvRow(std::size_t index, const Measurement& m, double percentileAsk
   return row.str() + "\n";
 }
 
-std::string percentileName(double q) {
-  std::ostringstream text;
-  text << "p" << q;
-  return text.str();
-}
+std::string percentileName(double q) { return "p" + shortNumber(q); }
 
 /// "3.215 ms", "1296 ms": four significant digits.
 std::string milliseconds(double seconds) {
@@ -309,11 +306,11 @@ std::string goalText(const TuneGoal& goal, const std::string& pName) {
 /// measured in comments.
 std::string tunedToml(const Measurement& chosen, const Measurement& defaults, const TuneGoal& goal,
                       const Options& options, const TuneOptions& tune, const std::string& source,
-                      const std::string& engineName, const std::string& verdict) {
+                      const std::string& engineName, const std::string& verdict, const std::string& search) {
   const TuneSetting& s = chosen.point.setting;
   const std::string pName = percentileName(tune.percentile);
   char line[512];
-  std::string text = "# matcha tune: " + verdict + "\n";
+  std::string text = "# matcha tune: " + verdict + "\n# search: " + search + "\n";
   text += "# goal: " + goalText(goal, pName) + "; bodies: " + source + "; engine " + engineName + "\n";
   std::snprintf(line, sizeof line,
                 "# measured: %.4g ms per step (%llu steady-state steps, %llu rebuilds), %s error %.3g (fresh tree "
@@ -327,7 +324,7 @@ std::string tunedToml(const Measurement& chosen, const Measurement& defaults, co
                 defaults.point.error);
   text += line;
   text += "# " + versionText() + "; use as `matcha run --config tuned.toml` (options given after it override it)\n";
-  std::snprintf(line, sizeof line, "theta = %.17g\nalpha = %.17g\nncrit = %u\nnleaf = %u\nmultipole = \"%s\"\n",
+  std::snprintf(line, sizeof line, "theta = %.10g\nalpha = %.10g\nncrit = %u\nnleaf = %u\nmultipole = \"%s\"\n",
                 s.theta, s.alpha, s.ncrit, s.nleaf, toString(s.multipole).c_str());
   text += line;
   text += "reuse = " + std::to_string(s.reuse) + "\n";
@@ -407,10 +404,10 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
   Options options = givenOptions;
   validateOptions(options, kTuneOptions);
   if (given.targetError && !(*given.targetError > 0.0 && *given.targetError < 1.0)) {
-    throw InputError("--target-error must be > 0 and < 1 (got " + formatNumber(*given.targetError) + ")");
+    throw InputError("--target-error must be > 0 and < 1 (got " + shortNumber(*given.targetError) + ")");
   }
   if (given.stepTime && !(*given.stepTime > 0.0 && std::isfinite(*given.stepTime))) {
-    throw InputError("--time-budget-per-step must be > 0 seconds (got " + formatNumber(*given.stepTime) + ")");
+    throw InputError("--time-budget-per-step must be > 0 seconds (got " + shortNumber(*given.stepTime) + ")");
   }
   if (!(given.percentile > 0.0 && given.percentile <= 100.0)) {
     throw InputError("--percentile must be in (0, 100] (got " + std::to_string(given.percentile) + ")");
@@ -483,10 +480,9 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
     const double needed = wall.seconds() + double(calls) * callSeconds + kFinishSeconds;
     // A budget that cannot hold the defaults' measurement is refused before the sweep starts.
     if (tune.budget > 0.0 && needed > tune.budget) {
-      throw InputError("--budget " + formatNumber(tune.budget) +
-                       " s is too small for one measurement: the set-up and " + std::to_string(calls) +
-                       " force calls of " + milliseconds(callSeconds) + " take ~" + formatDuration(needed) +
-                       " on these bodies");
+      throw InputError("--budget " + shortNumber(tune.budget) + " s is too small for one measurement: the set-up and " +
+                       std::to_string(calls) + " force calls of " + milliseconds(callSeconds) + " take ~" +
+                       formatDuration(needed) + " on these bodies");
     }
   }
   info << "steps: " << PointMeasure::warmUpSteps(std::uint64_t(tune.steps)) << " warm-up + " << tune.steps
@@ -559,7 +555,9 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
   }
 
   io::writeTextFile(outDir / "tuned.toml",
-                    tunedToml(chosen, base, goal, options, tune, source, engine.engine->name(), verdict));
+                    tunedToml(chosen, base, goal, options, tune, source, engine.engine->name(), verdict,
+                              std::to_string(all.size()) + " settings measured in " + formatDuration(wall.seconds()) +
+                                  ", stopped: " + stopReason));
   const std::string plotNote = drawPlot(outDir, goal);
   if (options.json) {
     nlohmann::json json = {
