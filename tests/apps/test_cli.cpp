@@ -753,6 +753,21 @@ TEST_F(Cli, TuneChoosesASettingThatMeetsTheTargetAfreshAndWritesAConfigRunAccept
   EXPECT_NE(used.find("bodies = 4096"), std::string::npos) << used;
 }
 
+TEST_F(Cli, TuneStoppedByCtrlCKeepsTheSettingsMeasuredAndWritesItsResultFromThem) {
+  // SIGINT after 6 s (set-up takes well under a second at this size): the setting being measured is finished, then
+  // the tune ends as if converged, with what it has; an --ic file of the user's is its input.
+  ASSERT_EQ(matcha("ic plummer -n 4096 --seed 5 --out bodies.hdf5").exitCode, 0);
+  const Result stopped = matcha("tune --ic bodies.hdf5 --engine cpu --steps 3 --out ctrl-c", "timeout -s INT 6");
+  EXPECT_FALSE(stopped.crashed);
+  EXPECT_NE(stopped.out.find("stopped: interrupted (Ctrl-C)"), std::string::npos) << stopped.out << stopped.err;
+  const auto rows = readCsv(dir_ / "ctrl-c" / "tune.csv");
+  ASSERT_GE(rows.size(), 1u);
+  EXPECT_NE(stopped.out.find(std::to_string(rows.size()) + " settings in "), std::string::npos) << stopped.out;
+  const std::string toml = readFile(dir_ / "ctrl-c" / "tuned.toml");
+  EXPECT_NE(toml.find("stopped: interrupted (Ctrl-C)"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("ic = \"bodies.hdf5\""), std::string::npos) << toml;
+}
+
 TEST_F(Cli, TuneRefusesBadInputInOneLine) {
   expectBadInput("tune -n 4096 --target-error 0", "--target-error");
   expectBadInput("tune -n 4096 --target-error 1", "--target-error");
