@@ -713,14 +713,14 @@ TEST_F(Cli, TuneChoosesASettingThatMeetsTheTargetAfreshAndWritesAConfigRunAccept
   // The target is tight enough that the monopole settings at theta 0.5 miss it.
   constexpr double kTarget = 6e-4;
   const Result tune = matcha("tune -n 4096 --engine " + engine +
-                             " --target-error 6e-4 --budget 12 --steps 4 --sample 1024 --out tuned --json");
+                             " --target-error 6e-4 --budget 15 --steps 4 --sample 1024 --out tuned --json");
   ASSERT_EQ(tune.exitCode, 0) << tune.err;
   const nlohmann::json report = nlohmann::json::parse(tune.out);
   EXPECT_TRUE(report["met"].get<bool>()) << tune.out;
   EXPECT_LE(report["chosen"]["error"].get<double>(), kTarget);
   EXPECT_TRUE(report["defaults"]["defaults"].get<bool>());
   EXPECT_LE(report["chosen"]["step_seconds"].get<double>(), report["defaults"]["step_seconds"].get<double>());
-  EXPECT_LT(report["wall_seconds"].get<double>(), 12.0 + 5.0) << "the budget bounds the tune (a point of slack)";
+  EXPECT_LT(report["wall_seconds"].get<double>(), 15.0 + 10.0) << "the budget bounds the tune (slack for a point)";
   const std::size_t numPoints = report["points"].size();
   EXPECT_GE(numPoints, 2u);
   EXPECT_FALSE(report["front"].empty());
