@@ -21,18 +21,17 @@ constexpr std::uint32_t kMinNcrit = 16, kMaxNcrit = 8192;
 constexpr std::uint32_t kMaxNleaf = 64;
 constexpr std::uint32_t kMaxReuse = 8;  // tree::kMaxAutoReuse: beyond it the balls make the lists several times longer
 
-/// The refinement's moves, in the order they are tried: the cost parameters first (the coarse grid covered theta).
-constexpr std::array<TuneMove, 11> kMoves{{{TuneMove::Parameter::ncrit, 1},
-                                           {TuneMove::Parameter::ncrit, -1},
-                                           {TuneMove::Parameter::reuse, 1},
-                                           {TuneMove::Parameter::reuse, -1},
-                                           {TuneMove::Parameter::theta, 1},
-                                           {TuneMove::Parameter::theta, -1},
-                                           {TuneMove::Parameter::alpha, 1},
-                                           {TuneMove::Parameter::alpha, -1},
-                                           {TuneMove::Parameter::nleaf, 1},
-                                           {TuneMove::Parameter::nleaf, -1},
-                                           {TuneMove::Parameter::multipole, 1}}};
+/// The refinement's moves, in the order they are tried: the cost parameters first. No theta: each family a move makes
+/// is taken to the limit's theta by snapToLimit, a better step than any fixed one.
+constexpr std::array<TuneMove, 9> kMoves{{{TuneMove::Parameter::ncrit, 1},
+                                          {TuneMove::Parameter::ncrit, -1},
+                                          {TuneMove::Parameter::reuse, 1},
+                                          {TuneMove::Parameter::reuse, -1},
+                                          {TuneMove::Parameter::alpha, 1},
+                                          {TuneMove::Parameter::alpha, -1},
+                                          {TuneMove::Parameter::nleaf, 1},
+                                          {TuneMove::Parameter::nleaf, -1},
+                                          {TuneMove::Parameter::multipole, 1}}};
 
 /// `value` to two significant digits, so that the ladders' products print as the numbers a person would write.
 double twoDigits(double value) {
@@ -252,9 +251,11 @@ std::optional<TuneSnap> snapToLimit(const std::vector<TunePoint>& points, const 
                          : std::ceil(limitTheta / kThetaGrid - 1e-6) * kThetaGrid;
   if (std::isfinite(theta)) theta = std::clamp(theta, kMinTheta, kMaxTheta);
   if (!std::isfinite(theta) || theta <= accurate + 1e-6 || theta >= cheap - 1e-6) {
-    // The line says the limit is at a side already measured: the family is resolved, unless both sides are
-    // measured and the line points outside them (noise), where the midpoint bisects.
-    if (!(accurateMeasured && cheapMeasured)) return std::nullopt;
+    // No grid theta left between the sides where the line puts the limit: where the line agrees with the points
+    // (the limit between the two sides), the family is resolved to the grid; where it does not (noise), the
+    // midpoint bisects, when both sides are measured.
+    const bool agrees = std::isfinite(limitTheta) && limitTheta >= accurate - 1e-6 && limitTheta <= cheap + 1e-6;
+    if (agrees || !(accurateMeasured && cheapMeasured)) return std::nullopt;
     theta = std::round((accurate + cheap) / 2 / kThetaGrid) * kThetaGrid;
   }
   theta = roundTheta(theta);
@@ -270,20 +271,16 @@ std::optional<TuneSnap> snapToLimit(const std::vector<TunePoint>& points, const 
 }
 
 std::vector<TuneSetting> coarseGrid(const TuneSetting& defaults) {
-  std::vector<TuneSetting> grid{defaults};
-  // Two thetas give each order's slope of error and time against theta (snapToLimit's line for the families the
-  // refinement makes); the larger one where treecodes are fastest at p99 errors near 1e-3.
+  // The defaults' order at a second theta gives the slopes of error and time against theta (snapToLimit's line for
+  // the families the refinement makes); the other order at that theta anchors its family. The wider theta is where
+  // treecodes are fastest at p99 errors near 1e-3.
   const double wide =
       defaults.theta + 0.3 <= kMaxTheta ? roundTheta(defaults.theta + 0.3) : roundTheta(defaults.theta - 0.3);
-  for (const MultipoleOrder order : {MultipoleOrder::quadrupole, MultipoleOrder::monopole}) {
-    for (const double theta : {defaults.theta, wide}) {
-      TuneSetting setting = defaults;
-      setting.multipole = order;
-      setting.theta = theta;
-      if (!setting.same(defaults)) grid.push_back(setting);
-    }
-  }
-  return grid;
+  TuneSetting sameOrder = defaults, otherOrder = defaults;
+  sameOrder.theta = otherOrder.theta = wide;
+  otherOrder.multipole =
+      defaults.multipole == MultipoleOrder::monopole ? MultipoleOrder::quadrupole : MultipoleOrder::monopole;
+  return {defaults, sameOrder, otherOrder};
 }
 
 TuneSearch::TuneSearch(const TuneSetting& defaults, const TuneGoal& goal)
@@ -395,7 +392,7 @@ std::optional<std::size_t> TuneSearch::bracket() const {
 }
 
 std::size_t TuneSearch::remaining() const {
-  constexpr std::size_t kFinerMoves = 4;
+  constexpr std::size_t kFinerMoves = 2;  // alpha up and down
   if (!coarseDone_) {
     const auto left = static_cast<std::size_t>(
         std::count_if(coarse_.begin(), coarse_.end(), [&](const TuneSetting& setting) { return !measured(setting); }));

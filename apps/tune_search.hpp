@@ -91,17 +91,17 @@ struct TuneSnap {
 std::optional<TuneSnap> snapToLimit(const std::vector<TunePoint>& points, const TuneSetting& family,
                                     const TuneGoal& goal);
 
-/// The coarse grid the search starts with: `defaults` first, then quad and mono cells at the defaults' theta and at
-/// 0.3 more (less where that passes 1.5), the other parameters the defaults': four settings. Not more: the
-/// refinement takes each family to the target's theta from two points (snapToLimit), and a setting of 2^15 bodies
-/// on two CPU cores takes seconds to measure.
+/// The coarse grid the search starts with: `defaults`, then the defaults' multipole order and the other one at theta
+/// 0.3 larger (smaller where that passes 1.5), the other parameters the defaults'. Three settings, not more: the
+/// refinement takes each family to the target's theta from there (snapToLimit), and a setting of 2^15 bodies on two
+/// CPU cores takes ten seconds and more to measure.
 std::vector<TuneSetting> coarseGrid(const TuneSetting& defaults);
 
 /// The search: the coarse grid, then a compass search around the best point for the goal and around the front point
 /// beyond the goal's limit, each family a move makes (ncrit up, say) first taken to the theta where it meets the
 /// limit (snapToLimit) when that promises to beat the best point by 2%: the best setting of the cost parameters lies
 /// on the limit, which a step of theta alone rarely hits. A move that paid is repeated first; when no neighbour is
-/// left to try, the next level's finer theta and alpha steps, up to kMaxLevel. Tie it to the measurements with next()
+/// left to try, the next level's finer alpha steps, up to kMaxLevel. Tie it to the measurements with next()
 /// and record(): record the point of each setting next() gave, in order.
 class TuneSearch {
  public:
@@ -123,8 +123,8 @@ class TuneSearch {
   /// "coarse grid", "refinement level L" or "converged", for the progress line.
   std::string stage() const;
   /// A guess of the settings still to measure, for the progress line's ETA: what is left of the coarse grid, the
-  /// untried neighbours of the best point and of the front point beyond the limit at this level, and four moves
-  /// (theta and alpha) at each finer level.
+  /// untried neighbours of the best point and of the front point beyond the limit at this level, and two moves
+  /// (alpha) at each finer level.
   std::size_t remaining() const;
 
  private:
