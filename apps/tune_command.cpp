@@ -501,33 +501,34 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
   std::vector<Measurement> all;
   const bool terminal = ::isatty(STDERR_FILENO) != 0;
   std::string stopReason = "the search converged";
-  {
-    const InterruptScope interruptScope;
-    while (const std::optional<TuneSetting> next = search.next()) {
-      if (interrupted) {
-        stopReason = "interrupted (Ctrl-C)";
-        break;
-      }
-      const double elapsed = wall.seconds();
-      const double estimate = estimatePointSeconds(search.points(), *next);
-      if (tune.budget > 0.0 && !all.empty() && elapsed + estimate + kFinishSeconds > tune.budget) {
-        stopReason = "the budget of " + formatDuration(tune.budget) + " would be exceeded by the next setting";
-        break;
-      }
-      double meanPoint = 0.0;
-      for (const TunePoint& p : search.points()) meanPoint += p.pointSeconds / double(search.points().size());
-      const double eta = tune.budget > 0.0 ? tune.budget - elapsed : double(search.remaining()) * meanPoint;
-      std::fprintf(stderr, "%ssetting %zu (%s): %s  elapsed %s  ETA %s%s", terminal ? "\r\033[K" : "", all.size() + 1,
-                   search.stage().c_str(), next->describe().c_str(), formatDuration(elapsed).c_str(),
-                   all.empty() ? "?" : formatDuration(eta).c_str(), terminal ? "" : "\n");
-      std::fflush(stderr);
-      Measurement m = measure(*next);
-      m.stage = search.stage();
-      m.defaults = next->same(defaultSetting);
-      search.record(m.point);
-      all.push_back(m);
-      csv << csvRow(all.size() - 1, m, tune.percentile) << std::flush;
+  // Ctrl-C from here on ends the sweep after the setting being measured; the results are still written.
+  const InterruptScope interruptScope;
+  while (const std::optional<TuneSetting> next = search.next()) {
+    if (interrupted) {
+      stopReason = "interrupted (Ctrl-C)";
+      break;
     }
+    const double elapsed = wall.seconds();
+    const double estimate = estimatePointSeconds(search.points(), *next);
+    if (tune.budget > 0.0 && !all.empty() && elapsed + estimate + kFinishSeconds > tune.budget) {
+      stopReason = "the budget of " + formatDuration(tune.budget) + " would be exceeded by the next setting";
+      break;
+    }
+    double meanPoint = 0.0;
+    for (const TunePoint& p : search.points()) meanPoint += p.pointSeconds / double(search.points().size());
+    // The search's guess of the settings left, at the mean cost so far; the budget, where it ends sooner.
+    double eta = double(search.remaining()) * meanPoint;
+    if (tune.budget > 0.0) eta = std::min(eta, tune.budget - elapsed);
+    std::fprintf(stderr, "%ssetting %zu (%s): %s  elapsed %s  ETA %s%s", terminal ? "\r\033[K" : "", all.size() + 1,
+                 search.stage().c_str(), next->describe().c_str(), formatDuration(elapsed).c_str(),
+                 all.empty() ? "?" : formatDuration(eta).c_str(), terminal ? "" : "\n");
+    std::fflush(stderr);
+    Measurement m = measure(*next);
+    m.stage = search.stage();
+    m.defaults = next->same(defaultSetting);
+    search.record(m.point);
+    all.push_back(m);
+    csv << csvRow(all.size() - 1, m, tune.percentile) << std::flush;
   }
   if (terminal) std::fprintf(stderr, "\n");
   csv.close();

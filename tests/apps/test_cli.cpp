@@ -759,10 +759,11 @@ TEST_F(Cli, TuneChoosesASettingThatMeetsTheTargetAfreshAndWritesAConfigRunAccept
 }
 
 TEST_F(Cli, TuneStoppedByCtrlCKeepsTheSettingsMeasuredAndWritesItsResultFromThem) {
-  // SIGINT after 6 s (set-up takes well under a second at this size): the setting being measured is finished, then
+  // SIGINT after 6 s (set-up takes about a second at this size): the setting being measured is finished, then
   // the tune ends as if converged, with what it has; an --ic file of the user's is its input.
-  ASSERT_EQ(matcha("ic plummer -n 4096 --seed 5 --out bodies.hdf5").exitCode, 0);
-  const Result stopped = matcha("tune --ic bodies.hdf5 --engine cpu --steps 3 --out ctrl-c", "timeout -s INT 6");
+  // 8192 bodies and 6 steps a setting: a search that needs a minute and more, stopped after 6 s.
+  ASSERT_EQ(matcha("ic plummer -n 8192 --seed 5 --out bodies.hdf5").exitCode, 0);
+  const Result stopped = matcha("tune --ic bodies.hdf5 --engine cpu --steps 6 --out ctrl-c", "timeout -s INT 6");
   EXPECT_FALSE(stopped.crashed);
   EXPECT_NE(stopped.out.find("stopped: interrupted (Ctrl-C)"), std::string::npos) << stopped.out << stopped.err;
   const auto rows = readCsv(dir_ / "ctrl-c" / "tune.csv");
