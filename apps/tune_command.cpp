@@ -450,14 +450,15 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
                      ": matcha tune needs at least " + std::to_string(kMinTuneBodies) + " bodies");
   }
   requireBodiesFit(ic.numBodies);
+  // The engines first: an --engine that cannot be is refused before a large sphere is made.
+  gpu::EngineChoice engine = makeRunEngine(options);
+  std::string referenceKind;
+  const std::unique_ptr<NearFieldEngine> oracle = makeReferenceEngine("auto", referenceKind);
   std::ostream& info = options.json ? std::cerr : std::cout;
   Particles bodies = loadInitialConditions(options, info);
   gpu::requireFloatRange(bodies, options.gravity);
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // ids index the error sample (Sample)
   options.integrator.tStart = 0.0;
-  gpu::EngineChoice engine = makeRunEngine(options);
-  std::string referenceKind;
-  const std::unique_ptr<NearFieldEngine> oracle = makeReferenceEngine("auto", referenceKind);
   TuneOptions tune = given;
   if (tune.sample == 0) tune.sample = referenceKind == "gpu-double" ? kSampleGpu : kSampleCpu;
   tune.sample = std::min<std::int64_t>(tune.sample, static_cast<std::int64_t>(bodies.size()));
