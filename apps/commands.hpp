@@ -13,6 +13,8 @@ namespace matcha::app {
 std::function<int()> addRunCommand(CLI::App& parent, Options& options);
 std::function<int()> addCompareCommand(CLI::App& parent, Options& options);
 std::function<int()> addIcCommand(CLI::App& parent, Options& options);
+/// `tune`: the fastest tree setting for the bodies at an error target (apps/tune_command.cpp).
+std::function<int()> addTuneCommand(CLI::App& parent, Options& options);
 /// `render` keeps its own options (none are shared with the other subcommands).
 std::function<int()> addRenderCommand(CLI::App& parent);
 /// `analyze` and its measurements (`analyze power`, `analyze pancake`), with their own options.

@@ -45,16 +45,6 @@ struct CompareOptions {
   std::string csvPath;             ///< --csv: one row per configuration
 };
 
-/// The bodies the errors are measured on (the targets). compare numbers the bodies 0..N-1 in input order, so an id is
-/// also an index into slotOfId however the tree solver reorders the bodies.
-struct Sample {
-  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
-  std::size_t numTargets = 0;
-  std::vector<std::uint32_t> slotOfId;  ///< per id: the target's slot in [0, numTargets), or kNone
-
-  bool all() const { return numTargets == slotOfId.size(); }
-};
-
 /// One tree configuration's results.
 struct Row {
   TreeParams params;
@@ -63,32 +53,6 @@ struct Row {
   tree::TreeStats stats;
   double seconds = 0.0;  ///< wall time of the (second) tree force call
 };
-
-Sample drawSample(std::size_t numBodies, std::size_t numTargets, std::uint64_t seed) {
-  Sample sample;
-  sample.numTargets = numTargets == 0 ? numBodies : numTargets;
-  sample.slotOfId.assign(numBodies, Sample::kNone);
-  if (sample.all()) {
-    std::iota(sample.slotOfId.begin(), sample.slotOfId.end(), 0u);
-    return sample;
-  }
-  std::vector<std::uint32_t> ids(numBodies), chosen;
-  std::iota(ids.begin(), ids.end(), 0u);
-  std::mt19937_64 random(seed);
-  std::sample(ids.begin(), ids.end(), std::back_inserter(chosen), numTargets, random);
-  for (std::size_t k = 0; k < chosen.size(); ++k) sample.slotOfId[chosen[k]] = static_cast<std::uint32_t>(k);
-  return sample;
-}
-
-/// The sample's targets as indices into `bodies` as they are now (the solver may have reordered them), by slot.
-std::vector<std::uint32_t> targetIndices(const Particles& bodies, const Sample& sample) {
-  std::vector<std::uint32_t> targets(sample.numTargets);
-  for (std::uint32_t i = 0; i < bodies.size(); ++i) {
-    const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
-    if (slot != Sample::kNone) targets[slot] = i;
-  }
-  return targets;
-}
 
 /// What a compared solver's tree looked like: the open-boundary tree solver's, or TreePM's short range's.
 tree::TreeStats treeStatsOf(ForceSolver& solver) {

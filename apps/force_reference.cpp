@@ -2,7 +2,9 @@
 #include "force_reference.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <unordered_set>
 
@@ -136,6 +138,31 @@ std::vector<std::uint32_t> drawTargets(std::size_t numBodies, std::size_t count,
   }
   std::vector<std::uint32_t> targets(chosen.begin(), chosen.end());
   std::sort(targets.begin(), targets.end());
+  return targets;
+}
+
+Sample drawSample(std::size_t numBodies, std::size_t numTargets, std::uint64_t seed) {
+  Sample sample;
+  sample.numTargets = numTargets == 0 ? numBodies : numTargets;
+  sample.slotOfId.assign(numBodies, Sample::kNone);
+  if (sample.all()) {
+    std::iota(sample.slotOfId.begin(), sample.slotOfId.end(), 0u);
+    return sample;
+  }
+  std::vector<std::uint32_t> ids(numBodies), chosen;
+  std::iota(ids.begin(), ids.end(), 0u);
+  std::mt19937_64 random(seed);
+  std::sample(ids.begin(), ids.end(), std::back_inserter(chosen), numTargets, random);
+  for (std::size_t k = 0; k < chosen.size(); ++k) sample.slotOfId[chosen[k]] = static_cast<std::uint32_t>(k);
+  return sample;
+}
+
+std::vector<std::uint32_t> targetIndices(const Particles& bodies, const Sample& sample) {
+  std::vector<std::uint32_t> targets(sample.numTargets);
+  for (std::uint32_t i = 0; i < bodies.size(); ++i) {
+    const std::uint32_t slot = sample.slotOfId[bodies.id[i]];
+    if (slot != Sample::kNone) targets[slot] = i;
+  }
   return targets;
 }
 

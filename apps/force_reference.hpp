@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -48,5 +49,22 @@ TargetForces ewaldOnTargets(const Particles& bodies, std::span<const std::uint32
 /// `count` distinct indices in [0, numBodies), uniformly at random from `seed` (Floyd's algorithm: O(count) work and
 /// memory whatever numBodies), in increasing order. count <= numBodies.
 std::vector<std::uint32_t> drawTargets(std::size_t numBodies, std::size_t count, std::uint64_t seed);
+
+/// The bodies the errors are measured on (the targets), by id: `matcha compare` and `matcha tune` number the bodies
+/// 0..N-1 in input order, so an id is also an index into slotOfId however the tree solver reorders the bodies.
+struct Sample {
+  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+  std::size_t numTargets = 0;
+  std::vector<std::uint32_t> slotOfId;  ///< per id: the target's slot in [0, numTargets), or kNone
+
+  bool all() const { return numTargets == slotOfId.size(); }
+};
+
+/// `numTargets` of the ids 0..numBodies-1 drawn at random from `seed` (0: every body, in id order).
+Sample drawSample(std::size_t numBodies, std::size_t numTargets, std::uint64_t seed);
+
+/// The sample's targets as indices into `bodies` as they are now (the solver may have reordered them), by slot.
+/// The bodies' ids must be 0..N-1.
+std::vector<std::uint32_t> targetIndices(const Particles& bodies, const Sample& sample);
 
 }  // namespace matcha::app

@@ -100,11 +100,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", matcha::app::versionText(), "print the version and the git commit, then exit");
   // One options struct per subcommand: their defaults differ (e.g. --out is a folder for run, a file for ic).
-  matcha::app::Options runOptions, compareOptions, icOptions;
+  matcha::app::Options runOptions, compareOptions, icOptions, tuneOptions;
   runOptions.commandLine = joinCommandLine(argc, argv);
   const auto runCommand = matcha::app::addRunCommand(app, runOptions);
   const auto compareCommand = matcha::app::addCompareCommand(app, compareOptions);
   const auto icCommand = matcha::app::addIcCommand(app, icOptions);
+  const auto tuneCommand = matcha::app::addTuneCommand(app, tuneOptions);
   const auto renderCommand = matcha::app::addRenderCommand(app);
   const auto analyzeCommand = matcha::app::addAnalyzeCommand(app);
 
@@ -115,6 +116,7 @@ int main(int argc, char** argv) {
     app.parse(args);
     if (app.got_subcommand("run")) return runCommand();
     if (app.got_subcommand("compare")) return compareCommand();
+    if (app.got_subcommand("tune")) return tuneCommand();
     if (app.got_subcommand("render")) return renderCommand();
     if (app.got_subcommand("analyze")) return analyzeCommand();
     return icCommand();

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -708,6 +709,95 @@ TEST_F(Cli, CompareRejectsBadSweepsAndSamples) {
   expectOneLineError("compare -n 100 --csv no-such-folder/errors.csv", "no-such-folder");
   writeText("sweep.toml", "theta = \"0.3,x\"\n");
   expectOneLineError("compare -n 100 --config sweep.toml", "theta");
+}
+
+TEST_F(Cli, TuneChoosesASettingThatMeetsTheTargetAfreshAndWritesAConfigRunAccepts) {
+  // Small and short (a budget of seconds), but able to fail: the chosen setting is measured again by compare on a
+  // sample drawn with another seed, and must meet the target there.
+  // The CPU engine here; the CUDA engine under ctest's `gpu` label (tune_gpu: MATCHA_TUNE_TEST_ENGINE=cuda).
+  const char* engineVariable = std::getenv("MATCHA_TUNE_TEST_ENGINE");
+  const std::string engine = engineVariable != nullptr ? engineVariable : "cpu";
+  if (engine == "cuda") {
+    const Result probe = matcha("compare -n 64 --engine cuda --json");
+    if (probe.exitCode != 0) GTEST_SKIP() << "no usable CUDA device: " << probe.err;
+  }
+  // The target is tight enough that the monopole settings at theta 0.5 miss it.
+  constexpr double kTarget = 6e-4;
+  const Result tune = matcha("tune -n 4096 --engine " + engine +
+                             " --target-error 6e-4 --budget 15 --steps 4 --sample 1024 --out tuned --json");
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  const nlohmann::json report = nlohmann::json::parse(tune.out);
+  EXPECT_TRUE(report["met"].get<bool>()) << tune.out;
+  EXPECT_LE(report["chosen"]["error"].get<double>(), kTarget);
+  EXPECT_TRUE(report["defaults"]["defaults"].get<bool>());
+  EXPECT_LE(report["chosen"]["step_seconds"].get<double>(), report["defaults"]["step_seconds"].get<double>());
+  EXPECT_LT(report["wall_seconds"].get<double>(), 15.0 + 10.0) << "the budget bounds the tune (slack for a point)";
+  const std::size_t numPoints = report["points"].size();
+  EXPECT_GE(numPoints, 2u);
+  EXPECT_FALSE(report["front"].empty());
+  EXPECT_NE(tune.err.find("setting 1 (coarse grid)"), std::string::npos) << tune.err;
+  EXPECT_NE(tune.err.find("ETA"), std::string::npos) << tune.err;
+  // Every point is in the CSV, and the config names the chosen setting.
+  const auto rows = readCsv(dir_ / "tuned" / "tune.csv");
+  ASSERT_EQ(rows.size(), numPoints);
+  EXPECT_EQ(rows[0].at("defaults"), "1");
+  const std::string toml = readFile(dir_ / "tuned" / "tuned.toml");
+  EXPECT_NE(toml.find("# matcha tune: "), std::string::npos) << toml;
+  EXPECT_NE(toml.find("ncrit = " + std::to_string(report["chosen"]["ncrit"].get<unsigned>())), std::string::npos)
+      << toml;
+
+  const Result check = matcha("compare --config tuned/tuned.toml --sample 2048 --sample-seed 99 --json");
+  ASSERT_EQ(check.exitCode, 0) << check.err;
+  const nlohmann::json compared = nlohmann::json::parse(check.out);
+  ASSERT_EQ(compared["rows"].size(), 1u) << check.out;
+  EXPECT_EQ(compared["bodies"], 4096);
+  EXPECT_EQ(compared["rows"][0]["ncrit"], report["chosen"]["ncrit"]);
+  EXPECT_DOUBLE_EQ(compared["rows"][0]["theta"].get<double>(), report["chosen"]["theta"].get<double>());
+  EXPECT_LE(compared["rows"][0]["error"]["p99"].get<double>(), kTarget) << check.out;
+
+  // The file runs unchanged (options after it override it), and the run records the same parameters.
+  const Result run = matcha("run --config tuned/tuned.toml --t-end 0.0234375 --output-interval 0.0078125 --out r");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  const std::string used = readFile(dir_ / "r" / "used_parameters.toml");
+  for (const char* key : {"ncrit", "nleaf", "reuse"}) {
+    EXPECT_NE(used.find(std::string(key) + " = " + report["chosen"][key].dump()), std::string::npos) << key << "\n"
+                                                                                                     << used;
+  }
+  EXPECT_NE(used.find("multipole = \"" + report["chosen"]["multipole"].get<std::string>() + "\""), std::string::npos)
+      << used;
+  EXPECT_NE(used.find("engine = \"" + engine + "\""), std::string::npos) << used;
+  EXPECT_NE(used.find("bodies = 4096"), std::string::npos) << used;
+}
+
+TEST_F(Cli, TuneStoppedByCtrlCKeepsTheSettingsMeasuredAndWritesItsResultFromThem) {
+  // SIGINT after 6 s (set-up takes about a second at this size): the setting being measured is finished, then
+  // the tune ends as if converged, with what it has; an --ic file of the user's is its input.
+  // 8192 bodies and 6 steps a setting: a search that needs a minute and more, stopped after 6 s.
+  ASSERT_EQ(matcha("ic plummer -n 8192 --seed 5 --out bodies.hdf5").exitCode, 0);
+  const Result stopped = matcha("tune --ic bodies.hdf5 --engine cpu --steps 6 --out ctrl-c", "timeout -s INT 6");
+  EXPECT_FALSE(stopped.crashed);
+  EXPECT_NE(stopped.out.find("stopped: interrupted (Ctrl-C)"), std::string::npos) << stopped.out << stopped.err;
+  const auto rows = readCsv(dir_ / "ctrl-c" / "tune.csv");
+  ASSERT_GE(rows.size(), 1u);
+  EXPECT_NE(stopped.out.find(std::to_string(rows.size()) + " settings in "), std::string::npos) << stopped.out;
+  const std::string toml = readFile(dir_ / "ctrl-c" / "tuned.toml");
+  EXPECT_NE(toml.find("stopped: interrupted (Ctrl-C)"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("ic = \"bodies.hdf5\""), std::string::npos) << toml;
+}
+
+TEST_F(Cli, TuneRefusesBadInputInOneLine) {
+  expectBadInput("tune -n 4096 --target-error 0", "--target-error");
+  expectBadInput("tune -n 4096 --target-error 1", "--target-error");
+  expectBadInput("tune -n 4096 --target-error -0.5", "--target-error");
+  expectBadInput("tune -n 4096 --percentile 0", "--percentile");
+  expectBadInput("tune -n 4096 --time-budget-per-step -1", "--time-budget-per-step");
+  expectBadInput("tune -n 4096 --target-error 1e-3 --time-budget-per-step 0.1", "excludes");
+  expectBadInput("tune -n 100", "at least 1024 bodies");
+  ASSERT_EQ(matcha("ic plummer -n 200 --out few.hdf5").exitCode, 0);
+  expectBadInput("tune --ic few.hdf5", "few.hdf5 holds 200 bodies");
+  expectBadInput("tune -n 4096 --engine cpu --budget 0.01 --out small", "--budget");
+  writeText("file", "not a folder");
+  expectBadInput("tune -n 4096 --out file", "--out file");
 }
 
 TEST_F(Cli, DiagnosticPotentialsComeFromADirectSumWhenAskedOrCheap) {
