@@ -2093,141 +2093,142 @@ TEST_F(Cli, ComovingRunRefusesBadInput) {
   fs::copy_file(dir_ / "c.hdf5", dir_ / "late.hdf5");
   setHeaderDouble(dir_ / "late.hdf5", "Time", 0.2);
   expectBadInput("run --ic late.hdf5 --engine cpu --out r", "disagree");
+}
 
-  // `ic pancake` writes the library's bodies with an Einstein-de Sitter header (Time = a_start, Omega0 = 1, OmegaLambda
-  // = 0) and its options in /Parameters; --unperturbed the grid at rest.
-  TEST_F(Cli, IcPancakeWritesTheLibrarysBodiesAndAnEinsteinDeSitterHeader) {
-    const Result made = matcha("ic pancake --grid 8 --out p.hdf5");
-    ASSERT_EQ(made.exitCode, 0) << made.err;
-    EXPECT_NE(made.out.find("wrote 512 bodies (a = 0.00990099"), std::string::npos) << made.out;
-    const matcha::io::Snapshot snapshot = matcha::io::readSnapshot(dir_ / "p.hdf5");
-    expectCosmologicalHeader(snapshot, 64.0, {100.0, 1.0, 0.0, 0.7});
-    EXPECT_EQ(snapshot.time, 1.0 / 101);
-    const std::map<std::string, std::string> parameters(snapshot.parameters.begin(), snapshot.parameters.end());
-    EXPECT_EQ(parameters.at("grid"), "8");
-    EXPECT_EQ(parameters.at("z-caustic"), "1");
-    EXPECT_EQ(parameters.at("unperturbed"), "false");
-    matcha::cosmology::ZeldovichPancakeParams params;
-    params.grid = 8;
-    const matcha::Particles bodies = matcha::cosmology::makeZeldovichPancake(params);
-    EXPECT_EQ(snapshot.particles.x, bodies.x);
-    EXPECT_EQ(snapshot.particles.y, bodies.y);
-    EXPECT_EQ(snapshot.particles.vx, bodies.vx);
-    EXPECT_EQ(snapshot.particles.id, bodies.id);
-    EXPECT_EQ(snapshot.particles.mass, bodies.mass);
-    expectBadInput("ic pancake --grid 8 --out p.hdf5", "--out p.hdf5 already exists; pass --overwrite to replace it");
+// `ic pancake` writes the library's bodies with an Einstein-de Sitter header (Time = a_start, Omega0 = 1, OmegaLambda
+// = 0) and its options in /Parameters; --unperturbed the grid at rest.
+TEST_F(Cli, IcPancakeWritesTheLibrarysBodiesAndAnEinsteinDeSitterHeader) {
+  const Result made = matcha("ic pancake --grid 8 --out p.hdf5");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  EXPECT_NE(made.out.find("wrote 512 bodies (a = 0.00990099"), std::string::npos) << made.out;
+  const matcha::io::Snapshot snapshot = matcha::io::readSnapshot(dir_ / "p.hdf5");
+  expectCosmologicalHeader(snapshot, 64.0, {100.0, 1.0, 0.0, 0.7});
+  EXPECT_EQ(snapshot.time, 1.0 / 101);
+  const std::map<std::string, std::string> parameters(snapshot.parameters.begin(), snapshot.parameters.end());
+  EXPECT_EQ(parameters.at("grid"), "8");
+  EXPECT_EQ(parameters.at("z-caustic"), "1");
+  EXPECT_EQ(parameters.at("unperturbed"), "false");
+  matcha::cosmology::ZeldovichPancakeParams params;
+  params.grid = 8;
+  const matcha::Particles bodies = matcha::cosmology::makeZeldovichPancake(params);
+  EXPECT_EQ(snapshot.particles.x, bodies.x);
+  EXPECT_EQ(snapshot.particles.y, bodies.y);
+  EXPECT_EQ(snapshot.particles.vx, bodies.vx);
+  EXPECT_EQ(snapshot.particles.id, bodies.id);
+  EXPECT_EQ(snapshot.particles.mass, bodies.mass);
+  expectBadInput("ic pancake --grid 8 --out p.hdf5", "--out p.hdf5 already exists; pass --overwrite to replace it");
 
-    const Result grid = matcha("ic pancake --grid 4 --box 10 --z-start 49 --h 0.6766 --unperturbed --out g.hdf5");
-    ASSERT_EQ(grid.exitCode, 0) << grid.err;
-    const matcha::io::Snapshot still = matcha::io::readSnapshot(dir_ / "g.hdf5");
-    expectCosmologicalHeader(still, 10.0, {49.0, 1.0, 0.0, 0.6766});
-    for (std::size_t b = 0; b < still.particles.size(); ++b) {
-      ASSERT_EQ(still.particles.x[b], static_cast<double>(b / 16) * 2.5);
-      ASSERT_EQ(still.particles.vx[b], 0.0);
-    }
+  const Result grid = matcha("ic pancake --grid 4 --box 10 --z-start 49 --h 0.6766 --unperturbed --out g.hdf5");
+  ASSERT_EQ(grid.exitCode, 0) << grid.err;
+  const matcha::io::Snapshot still = matcha::io::readSnapshot(dir_ / "g.hdf5");
+  expectCosmologicalHeader(still, 10.0, {49.0, 1.0, 0.0, 0.6766});
+  for (std::size_t b = 0; b < still.particles.size(); ++b) {
+    ASSERT_EQ(still.particles.x[b], static_cast<double>(b / 16) * 2.5);
+    ASSERT_EQ(still.particles.vx[b], 0.0);
   }
+}
 
-  // `analyze pancake`: the initial conditions are the solution (no error); a snapshot written here at z = 1.5 with
-  // known errors reads back those errors, in the table and in JSON; the unperturbed grid's in grid spacings and km/s.
-  TEST_F(Cli, AnalyzePancakeMeasuresASnapshotAgainstTheSolution) {
-    ASSERT_EQ(matcha("ic pancake --grid 8 --out p.hdf5").exitCode, 0);
-    const Result table = matcha("analyze pancake p.hdf5 --z-caustic 1");
-    ASSERT_EQ(table.exitCode, 0) << table.err;
-    EXPECT_NE(table.out.find("pancake of 8^3 bodies at a = 0.00990099"), std::string::npos) << table.out;
-    EXPECT_NE(table.out.find("|x - x_exact|            0.0000e+00   0.0000e+00  wavelength (64 Mpc/h)"),
-              std::string::npos)
-        << table.out;
-    EXPECT_NE(table.out.find("peak |u| (2037.18 km/s)"), std::string::npos) << table.out;
+// `analyze pancake`: the initial conditions are the solution (no error); a snapshot written here at z = 1.5 with
+// known errors reads back those errors, in the table and in JSON; the unperturbed grid's in grid spacings and km/s.
+TEST_F(Cli, AnalyzePancakeMeasuresASnapshotAgainstTheSolution) {
+  ASSERT_EQ(matcha("ic pancake --grid 8 --out p.hdf5").exitCode, 0);
+  const Result table = matcha("analyze pancake p.hdf5 --z-caustic 1");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  EXPECT_NE(table.out.find("pancake of 8^3 bodies at a = 0.00990099"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("|x - x_exact|            0.0000e+00   0.0000e+00  wavelength (64 Mpc/h)"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("peak |u| (2037.18 km/s)"), std::string::npos) << table.out;
 
-    // At a = 0.4: every body where the solution puts it, but u_x 0.5% of the peak too high, and one body 1% of the
-    // wavelength off in x and 0.25 spacings in z.
-    matcha::cosmology::ZeldovichPancakeParams params;
-    params.grid = 8;
-    matcha::Particles bodies = matcha::cosmology::makeZeldovichPancake(params);
-    const double peak = matcha::cosmology::pancakePeakVelocity(params);
-    for (std::size_t b = 0; b < bodies.size(); ++b) {
-      bodies.x[b] = matcha::cosmology::pancakeSolution(params, static_cast<double>(b / 64) * 8.0, 0.4).x;
-      bodies.vx[b] += 0.005 * peak;
-    }
-    bodies.x[100] += 0.64;
-    bodies.z[100] += 2.0;
-    matcha::io::SnapshotMetadata metadata;
-    metadata.time = 0.4;
-    metadata.boxSize = 64;
-    metadata.cosmology = matcha::io::CosmologyHeader{1.5, 1.0, 0.0, 0.7};
-    matcha::io::writeSnapshot(dir_ / "s.hdf5", bodies, metadata);
-    const Result json = matcha("analyze pancake s.hdf5 --z-caustic 1 --json");
-    ASSERT_EQ(json.exitCode, 0) << json.err;
-    EXPECT_NE(json.err.find("reading snapshot s.hdf5 (512 bodies, box 64, a = 0.4)"), std::string::npos) << json.err;
-    const nlohmann::json errors = nlohmann::json::parse(json.out);
-    EXPECT_EQ(errors["problem"], "pancake");
-    EXPECT_EQ(errors["grid"], 8);
-    EXPECT_EQ(errors["bodies"], 512);
-    EXPECT_EQ(errors["scale_factor"], 0.4);
-    EXPECT_EQ(errors["z_caustic"], 1.0);
-    EXPECT_NEAR(errors["growth_ratio"].get<double>(), 0.8, 1e-15);
-    EXPECT_EQ(errors["position_unit"], "wavelength");
-    EXPECT_EQ(errors["velocity_unit"], "peak |u|");
-    EXPECT_NEAR(errors["velocity_scale"].get<double>(), peak, 1e-9);
-    EXPECT_NEAR(errors["position_error"]["max"].get<double>(), 0.01, 1e-12);
-    EXPECT_EQ(errors["position_error"]["p99"].get<double>(), 0.0);
-    EXPECT_NEAR(errors["velocity_error"]["max"].get<double>(), 0.005, 1e-12);
-    EXPECT_NEAR(errors["velocity_error"]["p99"].get<double>(), 0.005, 1e-12);
-    EXPECT_NEAR(errors["transverse_displacement"]["max"].get<double>(), 0.25, 1e-12);
-    EXPECT_EQ(errors["transverse_velocity"].get<double>(), 0.0);
-
-    ASSERT_EQ(matcha("ic pancake --grid 4 --z-start 49 --unperturbed --out g.hdf5").exitCode, 0);
-    const Result grid = matcha("analyze pancake g.hdf5 --unperturbed --json");
-    ASSERT_EQ(grid.exitCode, 0) << grid.err;
-    const nlohmann::json still = nlohmann::json::parse(grid.out);
-    EXPECT_EQ(still["problem"], "unperturbed");
-    EXPECT_TRUE(still["z_caustic"].is_null());
-    EXPECT_EQ(still["position_unit"], "grid spacing");
-    EXPECT_EQ(still["position_scale"], 16.0);
-    EXPECT_EQ(still["velocity_unit"], "km/s");
-    EXPECT_EQ(still["position_error"]["max"], 0.0);
-    EXPECT_EQ(still["velocity_error"]["max"], 0.0);
+  // At a = 0.4: every body where the solution puts it, but u_x 0.5% of the peak too high, and one body 1% of the
+  // wavelength off in x and 0.25 spacings in z.
+  matcha::cosmology::ZeldovichPancakeParams params;
+  params.grid = 8;
+  matcha::Particles bodies = matcha::cosmology::makeZeldovichPancake(params);
+  const double peak = matcha::cosmology::pancakePeakVelocity(params);
+  for (std::size_t b = 0; b < bodies.size(); ++b) {
+    bodies.x[b] = matcha::cosmology::pancakeSolution(params, static_cast<double>(b / 64) * 8.0, 0.4).x;
+    bodies.vx[b] += 0.005 * peak;
   }
+  bodies.x[100] += 0.64;
+  bodies.z[100] += 2.0;
+  matcha::io::SnapshotMetadata metadata;
+  metadata.time = 0.4;
+  metadata.boxSize = 64;
+  metadata.cosmology = matcha::io::CosmologyHeader{1.5, 1.0, 0.0, 0.7};
+  matcha::io::writeSnapshot(dir_ / "s.hdf5", bodies, metadata);
+  const Result json = matcha("analyze pancake s.hdf5 --z-caustic 1 --json");
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  EXPECT_NE(json.err.find("reading snapshot s.hdf5 (512 bodies, box 64, a = 0.4)"), std::string::npos) << json.err;
+  const nlohmann::json errors = nlohmann::json::parse(json.out);
+  EXPECT_EQ(errors["problem"], "pancake");
+  EXPECT_EQ(errors["grid"], 8);
+  EXPECT_EQ(errors["bodies"], 512);
+  EXPECT_EQ(errors["scale_factor"], 0.4);
+  EXPECT_EQ(errors["z_caustic"], 1.0);
+  EXPECT_NEAR(errors["growth_ratio"].get<double>(), 0.8, 1e-15);
+  EXPECT_EQ(errors["position_unit"], "wavelength");
+  EXPECT_EQ(errors["velocity_unit"], "peak |u|");
+  EXPECT_NEAR(errors["velocity_scale"].get<double>(), peak, 1e-9);
+  EXPECT_NEAR(errors["position_error"]["max"].get<double>(), 0.01, 1e-12);
+  EXPECT_EQ(errors["position_error"]["p99"].get<double>(), 0.0);
+  EXPECT_NEAR(errors["velocity_error"]["max"].get<double>(), 0.005, 1e-12);
+  EXPECT_NEAR(errors["velocity_error"]["p99"].get<double>(), 0.005, 1e-12);
+  EXPECT_NEAR(errors["transverse_displacement"]["max"].get<double>(), 0.25, 1e-12);
+  EXPECT_EQ(errors["transverse_velocity"].get<double>(), 0.0);
 
-  TEST_F(Cli, IcPancakeAndAnalyzePancakeRefuseBadInput) {
-    for (const std::string box : {"0", "-1", "nan", "inf"}) {
-      expectBadInput("ic pancake --box " + box, "--box must be a finite number > 0");
-    }
-    for (const std::string grid : {"1", "0", "1025"}) {
-      expectBadInput("ic pancake --grid " + grid, "--grid must be 2 to 1024 bodies per side (got " + grid + ")");
-    }
-    expectBadInput("ic pancake --grid 1.5", "--grid");
-    expectBadInput("ic pancake --z-start nan", "--z-start must be a finite number > -1");
-    expectBadInput("ic pancake --z-caustic -1", "--z-caustic must be a finite number > -1");
-    expectBadInput("ic pancake --z-start 1 --z-caustic 2", "--z-start must be above --z-caustic");
-    expectBadInput("ic pancake --h 0", "--h must be a finite number > 0");
-    expectBadInput("ic pancake --out ''", "--out: the output file must be named");
-    expectBadInput("ic pancake --grid 1024", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
-    EXPECT_FALSE(fs::exists(dir_ / "pancake.hdf5"));
+  ASSERT_EQ(matcha("ic pancake --grid 4 --z-start 49 --unperturbed --out g.hdf5").exitCode, 0);
+  const Result grid = matcha("analyze pancake g.hdf5 --unperturbed --json");
+  ASSERT_EQ(grid.exitCode, 0) << grid.err;
+  const nlohmann::json still = nlohmann::json::parse(grid.out);
+  EXPECT_EQ(still["problem"], "unperturbed");
+  EXPECT_TRUE(still["z_caustic"].is_null());
+  EXPECT_EQ(still["position_unit"], "grid spacing");
+  EXPECT_EQ(still["position_scale"], 16.0);
+  EXPECT_EQ(still["velocity_unit"], "km/s");
+  EXPECT_EQ(still["position_error"]["max"], 0.0);
+  EXPECT_EQ(still["velocity_error"]["max"], 0.0);
+}
 
-    ASSERT_EQ(matcha("ic pancake --grid 4 --out p.hdf5").exitCode, 0);
-    expectBadInput("analyze pancake missing.hdf5 --z-caustic 1", "snapshot missing.hdf5: no such file");
-    expectBadInput("analyze pancake p.hdf5", "--z-caustic is required");
-    expectBadInput("analyze pancake p.hdf5 --z-caustic 1 --unperturbed", "excludes");
-    expectBadInput("analyze pancake p.hdf5 --z-caustic nan", "--z-caustic must be a finite number > -1");
-    expectBadInput("analyze pancake p.hdf5 --z-caustic 150", "is past the caustic's");
-    ASSERT_EQ(matcha("ic lattice -n 64 --box 64 --out lat.hdf5").exitCode, 0);
-    expectBadInput("analyze pancake lat.hdf5 --unperturbed", "records no cosmology (/Header Omega0 = 0)");
-    ASSERT_EQ(matcha("ic cosmo --grid 8 --out c.hdf5").exitCode, 0);
-    expectBadInput("analyze pancake c.hdf5 --unperturbed", "the pancake's solution is for Omega_m = 1");
-    ASSERT_EQ(matcha("ic plummer -n 64 --out open.hdf5").exitCode, 0);
-    expectBadInput("analyze pancake open.hdf5 --unperturbed", "records no periodic box");
-    matcha::Particles ten(10);
-    for (std::size_t b = 0; b < ten.size(); ++b) {
-      ten.mass[b] = 1.0;
-      ten.id[b] = b;
-    }
-    matcha::io::SnapshotMetadata metadata;
-    metadata.time = 0.5;
-    metadata.boxSize = 64;
-    metadata.cosmology = matcha::io::CosmologyHeader{1.0, 1.0, 0.0, 0.7};
-    matcha::io::writeSnapshot(dir_ / "ten.hdf5", ten, metadata);
-    expectBadInput("analyze pancake ten.hdf5 --unperturbed", "holds 10 bodies, not n^3 for a grid of n = 2 to 1024");
-    writeText("garbage.hdf5", "not HDF5 at all");
-    expectBadInput("analyze pancake garbage.hdf5 --unperturbed", "garbage.hdf5");
+TEST_F(Cli, IcPancakeAndAnalyzePancakeRefuseBadInput) {
+  for (const std::string box : {"0", "-1", "nan", "inf"}) {
+    expectBadInput("ic pancake --box " + box, "--box must be a finite number > 0");
   }
+  for (const std::string grid : {"1", "0", "1025"}) {
+    expectBadInput("ic pancake --grid " + grid, "--grid must be 2 to 1024 bodies per side (got " + grid + ")");
+  }
+  expectBadInput("ic pancake --grid 1.5", "--grid");
+  expectBadInput("ic pancake --z-start nan", "--z-start must be a finite number > -1");
+  expectBadInput("ic pancake --z-caustic -1", "--z-caustic must be a finite number > -1");
+  expectBadInput("ic pancake --z-start 1 --z-caustic 2", "--z-start must be above --z-caustic");
+  expectBadInput("ic pancake --h 0", "--h must be a finite number > 0");
+  expectBadInput("ic pancake --out ''", "--out: the output file must be named");
+  expectBadInput("ic pancake --grid 1024", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
+  EXPECT_FALSE(fs::exists(dir_ / "pancake.hdf5"));
+
+  ASSERT_EQ(matcha("ic pancake --grid 4 --out p.hdf5").exitCode, 0);
+  expectBadInput("analyze pancake missing.hdf5 --z-caustic 1", "snapshot missing.hdf5: no such file");
+  expectBadInput("analyze pancake p.hdf5", "--z-caustic is required");
+  expectBadInput("analyze pancake p.hdf5 --z-caustic 1 --unperturbed", "excludes");
+  expectBadInput("analyze pancake p.hdf5 --z-caustic nan", "--z-caustic must be a finite number > -1");
+  expectBadInput("analyze pancake p.hdf5 --z-caustic 150", "is past the caustic's");
+  ASSERT_EQ(matcha("ic lattice -n 64 --box 64 --out lat.hdf5").exitCode, 0);
+  expectBadInput("analyze pancake lat.hdf5 --unperturbed", "records no cosmology (/Header Omega0 = 0)");
+  ASSERT_EQ(matcha("ic cosmo --grid 8 --out c.hdf5").exitCode, 0);
+  expectBadInput("analyze pancake c.hdf5 --unperturbed", "the pancake's solution is for Omega_m = 1");
+  ASSERT_EQ(matcha("ic plummer -n 64 --out open.hdf5").exitCode, 0);
+  expectBadInput("analyze pancake open.hdf5 --unperturbed", "records no periodic box");
+  matcha::Particles ten(10);
+  for (std::size_t b = 0; b < ten.size(); ++b) {
+    ten.mass[b] = 1.0;
+    ten.id[b] = b;
+  }
+  matcha::io::SnapshotMetadata metadata;
+  metadata.time = 0.5;
+  metadata.boxSize = 64;
+  metadata.cosmology = matcha::io::CosmologyHeader{1.0, 1.0, 0.0, 0.7};
+  matcha::io::writeSnapshot(dir_ / "ten.hdf5", ten, metadata);
+  expectBadInput("analyze pancake ten.hdf5 --unperturbed", "holds 10 bodies, not n^3 for a grid of n = 2 to 1024");
+  writeText("garbage.hdf5", "not HDF5 at all");
+  expectBadInput("analyze pancake garbage.hdf5 --unperturbed", "garbage.hdf5");
+}
