@@ -11,6 +11,7 @@
 #include <numbers>
 
 #include "commands.hpp"
+#include "comoving_run.hpp"
 #include "linear_power_options.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/units.hpp"
@@ -162,13 +163,7 @@ void writeCosmologicalInitialConditions(const CLI::App& command, const Particles
   metadata.time = 1.0 / (1.0 + cosmology.redshift);
   metadata.boxSize = boxSize;
   metadata.cosmology = cosmology;
-  // GADGET's units: Mpc/h, 1e10 Msun/h, km/s (h stays implicit in the lengths and masses, so G needs none).
-  metadata.units.lengthInCm = 1e3 * kKiloparsecInCm;
-  metadata.units.massInGram = 1e10 * kSolarMassInGram;
-  metadata.units.velocityInCmPerS = 1e5;
-  metadata.units.gravitationalConstant =
-      kGravitationalConstantCgs * metadata.units.massInGram /
-      (metadata.units.lengthInCm * metadata.units.velocityInCmPerS * metadata.units.velocityInCmPerS);
+  metadata.units = gadgetCosmologicalUnits();  // the units comoving runs assume when a file has none
   metadata.parameters = usedParameterList(command);
   io::SnapshotWriteOptions writeOptions;
   writeOptions.includeForces = false;
