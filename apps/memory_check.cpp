@@ -166,6 +166,11 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
     memory.sizes = tree::estimateTreeSolverMemory(particles, options.tree, options.gravity, shape, estimate);
     gpu::addEngineTreeMemory(memory.sizes, onGpu, estimate);
     if (options.tree.sortOnDevice) gpu::addEngineKeySortMemory(n, onGpu, estimate);
+    // Periodic runs build a tree every call (tree/periodic_tree_solver.hpp): no background builds to predict.
+    if (options.tree.predictOnDevice && options.tree.advanceOnDevice && shape.buildsInBackground(options.tree) &&
+        !options.gravity.periodic.enabled()) {
+      gpu::addEngineTreePredictionMemory(n, onGpu, estimate);
+    }
   } else {
     // The direct solver sorts the bodies along a Hilbert curve before each sum (run_command.cpp: makeSolver): keys,
     // and for the sort its (key, index) pairs and their scratch, the sorted keys and the order; then the bodies'

@@ -158,6 +158,13 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command
+        .add_option("--device-predict", options.tree.predictOnDevice,
+                    "with --device-advance on the CUDA engine, predict each background-built tree's positions, keys "
+                    "and their sort on the GPU from its copy of the bodies (on: the same bits as the host's), or on "
+                    "the host's cores (off)")
+        ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->capture_default_str();
+    command
         .add_option("--alpha", options.tree.alpha,
                     "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
                     "|a_old|; 0 = theta alone")

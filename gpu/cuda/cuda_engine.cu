@@ -24,6 +24,7 @@
 #include "matcha/gpu/detail/host_copy.hpp"
 #include "resident_kernels.cuh"
 #include "staged_copy.cuh"
+#include "tree_prediction.cuh"
 
 namespace matcha::gpu {
 
@@ -735,6 +736,8 @@ struct CudaEngine::Impl {
     DeviceBuffer<std::uint8_t> numChildren;
     DeviceBuffer<double> cellCentre, cellHalfSide, tolerance;
     DeviceBuffer<double> x, y, z, mass, callerX, callerY, callerZ;
+    /// The masses in the caller's order where it differs from the tree's (gathered): a tree prediction reads them.
+    DeviceBuffer<double> callerMass;
     DeviceBuffer<double> cellX, cellY, cellZ, cellMass, halfExtent, bmax, openingRadius;
     std::array<DeviceBuffer<double>, 7> quadrupole7;
     DeviceBuffer<double> groupCentre, groupHalf;
@@ -877,11 +880,13 @@ struct CudaEngine::Impl {
            {&r.callerX, &r.callerY, &r.callerZ, &r.callerOutX, &r.callerOutY, &r.callerOutZ, &r.callerOutPot}) {
         buffer->reserve(n);
       }
-      // The masses through the position gather: outX carries them (callerX may hold the engine's copy of the bodies),
-      // y and z land in scratch the first launch overwrites.
-      uploadFromHost(r.outX.data(), bodies.mass, n);
-      detail::launchGatherPositions(r.outX.data(), r.outX.data(), r.outX.data(), r.order.data(), r.numBodies,
-                                    r.mass.data(), r.y.data(), r.z.data(), stream.get());
+      // The masses through the position gather, from callerMass, which keeps them in the caller's order for tree
+      // predictions (callerX may hold the engine's copy of the bodies); y and z land in scratch the first launch
+      // overwrites.
+      r.callerMass.reserve(n);
+      uploadFromHost(r.callerMass.data(), bodies.mass, n);
+      detail::launchGatherPositions(r.callerMass.data(), r.callerMass.data(), r.callerMass.data(), r.order.data(),
+                                    r.numBodies, r.mass.data(), r.y.data(), r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("gatherPositionsKernel", config.synchronizeAfterLaunch);
     } else {
       uploadFromHost(r.mass.data(), bodies.mass, n);
@@ -1091,7 +1096,33 @@ struct CudaEngine::Impl {
       copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
       r.sampleTaken = true;
       r.sampleAgainst = bodies;
+      if (update.prediction != nullptr) {
+        // The next tree's inputs, from the copy as this launch moved it and the accelerations of the launches before,
+        // which the kernels below replace.
+        const TreePredictionRequest& request = *update.prediction;
+        const bool rateKnown = request.earlierAx != nullptr;
+        if (rateKnown) {
+          const float* earlier[3] = {request.earlierAx, request.earlierAy, request.earlierAz};
+          for (int d = 0; d < 3; ++d) {
+            uploadFromHost(treePredictor.earlierAcceleration(d, n), earlier[d], n);
+          }
+        }
+        detail::PredictionBodies predicted;
+        predicted.x = r.callerX.data();
+        predicted.y = r.callerY.data();
+        predicted.z = r.callerZ.data();
+        predicted.vx = r.callerVX.data();
+        predicted.vy = r.callerVY.data();
+        predicted.vz = r.callerVZ.data();
+        predicted.ax = r.callerOutX.data();
+        predicted.ay = r.callerOutY.data();
+        predicted.az = r.callerOutZ.data();
+        predicted.mass = r.gathered ? r.callerMass.data() : r.mass.data();
+        predicted.count = n;
+        treePredictor.enqueue(predicted, request, rateKnown, stream.get());
+      }
     }
+    MATCHA_ASSERT(update.prediction == nullptr || advance, "a tree prediction asked of a launch that does not advance");
     if (refitNeeded && inCallerOrder) {
       if (r.gathered) {
         detail::launchGatherPositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.order.data(), n,
@@ -1394,6 +1425,7 @@ struct CudaEngine::Impl {
   DeviceSelection selection;
   detail::CudaStream stream;
   detail::DeviceKeySorter keySorter{config.device};
+  detail::TreePredictor treePredictor{config.device};
   detail::CudaEvent start, kernelsStart, kernelsStop, stop;
   std::unordered_map<const void*, int> occupancy;
   CudaCallStats stats;
@@ -1514,6 +1546,8 @@ double CudaEngine::lastKernelMilliseconds() const { return impl_->stats.kernelMi
 const CudaCallStats& CudaEngine::lastCallStats() const { return impl_->stats; }
 
 Precision CudaEngine::precision() const { return impl_->precision; }
+
+bool CudaEngine::takeTreePrediction(const PredictedTreeView& out) { return impl_->treePredictor.take(out); }
 
 bool CudaEngine::sortKeys(std::span<const std::uint64_t> keys, int keyBits, std::span<std::uint64_t> sorted,
                           std::span<std::uint32_t> order) {

@@ -109,6 +109,20 @@ void addEngineKeySortMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate&
       static_cast<std::uint64_t>(withRoom(n * 2 * (sizeof(std::uint64_t) + sizeof(std::uint32_t))) + withRoom(n)));
 }
 
+void addEngineTreePredictionMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate) {
+  if (!onGpu) return;
+  // tree_prediction.cu: the balls' centres (3 doubles), radii and lowest |a| (2 floats), the earlier accelerations (3
+  // floats), keys and indices twice each (CUB's double buffers, its scratch under a byte a key), the inputs in the
+  // tree's order (4 doubles, 2 floats); cuda_engine.cu's masses in the caller's order. On the host two page-locked
+  // 16 MiB staging pieces.
+  const double n = double(numBodies);
+  const double perBody = 3 * sizeof(double) + 2 * sizeof(float) + 3 * sizeof(float) +
+                         2 * (sizeof(std::uint64_t) + sizeof(std::uint32_t)) + 4 * sizeof(double) + 2 * sizeof(float) +
+                         sizeof(double) + 1;
+  estimate.add("engine: tree prediction", static_cast<std::uint64_t>(withRoom(2.0 * double(std::uint64_t{16} << 20))),
+               static_cast<std::uint64_t>(withRoom(n * perBody)));
+}
+
 void addEngineDirectMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate) {
   if (!onGpu) return;
   // cuda_engine.cu (evaluateDirectIn): sources (x, y, z, mass) and outputs (4 doubles), one split's partial sums

@@ -809,15 +809,20 @@ TEST_F(CudaEngineTest, BodiesAdvancedOnTheGpuGiveTheRunOfPositionsSentBitForBit)
     integrator::LeapfrogKDK sentRun(plain, dt), advancedRun(advancing, dt);
     sentRun.initialize(sent);
     advancedRun.initialize(advanced);
-    int ahead = 0, onDevice = 0;
+    int ahead = 0, onDevice = 0, predicted = 0;
     constexpr int kSteps = 40;
     for (int step = 1; step <= kSteps; ++step) {
       sentRun.step(sent);
       advancedRun.step(advanced);
       EXPECT_FALSE(plain.lastStats().advancedOnDevice);
+      EXPECT_FALSE(plain.lastStats().predictedOnDevice);
       ahead += advancing.lastStats().launchedAhead;
       onDevice += advancing.lastStats().advancedOnDevice;
+      predicted += advancing.lastStats().predictedOnDevice && advancing.lastStats().callsOnTree == 1;
     }
+    // The advancing run's background trees were predicted on the GPU (TreeParams::predictOnDevice), the plain run's on
+    // the host: the same bits.
+    if (pipeline) EXPECT_GT(predicted, 0) << "no tree was predicted on the GPU";
     EXPECT_FALSE(advancing.lastStats().advanceMismatch) << "the GPU's copy of the bodies differed from the host's";
     // K = 3: every call of a tree but its first is launched ahead; the first is advanced too where the tree was built
     // in the background (the caller's order kept), and sent where it was built within the call (the caller sorted).

@@ -119,5 +119,51 @@ TEST_F(DeviceKeySortTest, RunsWithDeviceSortsAreTheRunsOfHostSorts) {
   }
 }
 
+// TreeParams::predictOnDevice: trees built in the background take their inputs (balls, lowest |a|, keys, their sort,
+// the gather into the tree's order) from the GPU's copy of the bodies, predicted within the launch of the call that
+// starts the build; the run is the run of host predictions, bit for bit. With every tree's first call launched ahead
+// (adoptAheadWaits: the prediction rides on the launch made as the tree before it ends) and without (the launch of
+// the tree's first call), at K = 2 (a build started every other call) and 3.
+TEST_F(DeviceKeySortTest, RunsWithTreesPredictedOnTheDeviceAreTheRunsOfHostPredictions) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  for (const bool waits : {true, false}) {
+    for (const std::uint32_t reuse : {2u, 3u}) {
+      SCOPED_TRACE(std::string(waits ? "adoption ahead waits" : "adoption ahead when done") + ", reuse " +
+                   std::to_string(reuse));
+      TreeParams params;
+      params.alpha = 1e-3;
+      params.reuse = reuse;
+      params.adoptAheadWaits = waits;
+      Particles onDevice = testing::plummer(std::size_t{1} << 16, seed);
+      Particles onHost = onDevice;
+      CudaEngine deviceEngine, hostEngine;
+      tree::TreeSolver devicePredicting(deviceEngine, params, GravityParams{});
+      params.predictOnDevice = false;
+      tree::TreeSolver hostPredicting(hostEngine, params, GravityParams{});
+      const double dt = 1.0 / 128.0;
+      integrator::LeapfrogKDK deviceRun(devicePredicting, dt), hostRun(hostPredicting, dt);
+      deviceRun.initialize(onDevice);
+      hostRun.initialize(onHost);
+      int predicted = 0, trees = 0;
+      for (int step = 1; step <= 24; ++step) {
+        deviceRun.step(onDevice);
+        hostRun.step(onHost);
+        const tree::TreeStats& stats = devicePredicting.lastStats();
+        if (stats.callsOnTree == 1 && stats.background) {
+          ++trees;
+          predicted += stats.predictedOnDevice ? 1 : 0;
+        }
+        EXPECT_FALSE(hostPredicting.lastStats().predictedOnDevice);
+      }
+      EXPECT_FALSE(devicePredicting.lastStats().advanceMismatch);
+      EXPECT_GT(trees, 3) << "too few trees were built in the background";
+      // All but the first: its build starts from a tree built within a call, whose launches send the positions.
+      EXPECT_GE(predicted, trees - 1) << "a background tree was predicted on the host";
+      testing::expectSameBodiesBitForBit(onHost, onDevice, "from the run that predicted on the host");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace matcha::gpu

@@ -47,13 +47,10 @@ std::uint64_t spreadBits(std::uint32_t v) {
 template <typename KeyOf>
 void computeKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys, KeyOf keyOf) {
   keys.resize(sources.count);
-  constexpr double kCells = double(1u << kMaxLevel);
-  const double scale = kCells / cube.side;
-  // Clamped first, then truncated, which is the floor for the non-negative values left: std::floor is a libm call on
+  const double scale = keyScale(cube);
+  // keyCell clamps, then truncates, which is the floor for the non-negative values left: std::floor is a libm call on
   // the baseline x86-64 the project builds for (no SSE4.1 round), and took 40% of the keys' time.
-  const auto toInteger = [&](double coordinate, double lo) {
-    return static_cast<std::uint32_t>(std::clamp((coordinate - lo) * scale, 0.0, kCells - 1.0));
-  };
+  const auto toInteger = [&](double coordinate, double lo) { return keyCell(coordinate, lo, scale); };
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sources.count), [&](const tbb::blocked_range<std::size_t>& r) {
     for (std::size_t i = r.begin(); i != r.end(); ++i) {
       keys[i] = keyOf(toInteger(sources.x[i], cube.lo[0]), toInteger(sources.y[i], cube.lo[1]),
@@ -85,18 +82,7 @@ Cube computeBoundingCube(const SourceView& sources) {
         }
         return a;
       });
-  double side = 0.0;
-  for (int d = 0; d < 3; ++d) side = std::max(side, extent.hi[d] - extent.lo[d]);
-  // A single body (or coincident bodies) has zero extent; any positive side works.
-  if (side <= 0.0) side = 1.0;
-  // The margin keeps the largest coordinate strictly inside, so its integer coordinate stays below 2^21.
-  side *= 1.0 + 1e-6;
-  Cube cube;
-  cube.side = side;
-  for (int d = 0; d < 3; ++d) {
-    const double centre = 0.5 * (extent.lo[d] + extent.hi[d]);
-    cube.lo[d] = centre - 0.5 * side;
-  }
+  const Cube cube = cubeAroundExtent(extent.lo.data(), extent.hi.data());
   return cube;
 }
 

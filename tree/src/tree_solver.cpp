@@ -12,9 +12,11 @@
 #include <numeric>
 #include <optional>
 #include <span>
+#include <type_traits>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
+#include "matcha/core/tree_prediction.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "parallel_arrays.hpp"
 
@@ -79,6 +81,13 @@ struct TreeSolver::Motion {
   /// Whether predict() has what it needs.
   bool canPredict() const { return announced() || positionsKnown == 2; }
 
+  /// The announced motion into this call and the one before, as the prediction reads it (announced() only). The
+  /// accelerations the kicks into this call used are those `p` holds before the call writes its own (after a tree
+  /// built within this call, `p` holds this call's: a change of a step, which the room covers).
+  AnnouncedMotion announcedMotion() const {
+    return {advanceIn->drift, advanceIn->firstKick + advanceIn->secondKick, advanceBefore->drift};
+  }
+
   /// Remembers what the latest call's bodies tell of their motion: its accelerations, and its positions unless the
   /// motion into the next call and into this one are both announced (`advanceNext`, and what the last call was told),
   /// which makes them unnecessary.
@@ -121,24 +130,12 @@ struct TreeSolver::Motion {
   /// at 2^20 (21.4 against 16.9 ms a step on the H200, reuse 3; 14.0 without any allowance).
   float lowestAcceleration(const Particles& p, std::size_t i, double age) const {
     const double a[3] = {p.ax[i], p.ay[i], p.az[i]};
-    const double now2 = a[0] * a[0] + a[1] * a[1] + a[2] * a[2];
-    double lowest2 = now2;
-    if (accelerationsKnown == 2 && now2 > 0.0) {
-      const double rate[3] = {double(previousAx[i]) - double(earlierAx[i]),
-                              double(previousAy[i]) - double(earlierAy[i]),
-                              double(previousAz[i]) - double(earlierAz[i])};
-      const double rate2 = rate[0] * rate[0] + rate[1] * rate[1] + rate[2] * rate[2];
-      const double along = a[0] * rate[0] + a[1] * rate[1] + a[2] * rate[2];
-      // |a + rate t|^2 is a parabola in t: its lowest point, kept within the calls to come.
-      const double t = rate2 > 0.0 ? std::clamp(-along / rate2, 0.0, age) : 0.0;
-      double atT2 = 0.0;
-      for (int d = 0; d < 3; ++d) atT2 += (a[d] + rate[d] * t) * (a[d] + rate[d] * t);
-      lowest2 = std::min(now2, atT2);
-    }
-    const double lowest = std::sqrt(lowest2);
-    float rounded = static_cast<float>(lowest);
-    if (double(rounded) > lowest) rounded = std::nextafter(rounded, 0.0f);
-    return rounded;
+    const bool rateKnown = accelerationsKnown == 2;
+    const float previous[3] = {rateKnown ? previousAx[i] : 0.0f, rateKnown ? previousAy[i] : 0.0f,
+                               rateKnown ? previousAz[i] : 0.0f};
+    const float earlier[3] = {rateKnown ? earlierAx[i] : 0.0f, rateKnown ? earlierAy[i] : 0.0f,
+                              rateKnown ? earlierAz[i] : 0.0f};
+    return matcha::lowestAcceleration(a, previous, earlier, rateKnown, age);
   }
 
   /// Puts the remembered and predicted positions into the order the bodies were just given (new[i] = old[order[i]]).
@@ -187,43 +184,29 @@ struct TreeSolver::Motion {
 
  private:
   void predictRange(const Particles& p, std::size_t begin, std::size_t end, std::uint32_t first, std::uint32_t last) {
-    const double k0 = first, k1 = last;
-    const double room = predictionRoom(k0, k1);
+    const PredictionWindow window = makePredictionWindow(first, last, predictionRoom(first, last));
     const bool fromAdvance = announced();
-    // The announced motion: a leapfrog's drift into this call used the velocity the body has now; the drift before it
-    // used that velocity less this interval's kicks, made with the accelerations `p` holds before the call writes its
-    // own (after a tree built within this call, `p` holds this call's: a change of a step, which the room covers).
-    const double driftIn = fromAdvance ? advanceIn->drift : 0.0;
-    const double kicksIn = fromAdvance ? advanceIn->firstKick + advanceIn->secondKick : 0.0;
-    const double driftBefore = fromAdvance ? advanceBefore->drift : 0.0;
-    const double* position[3] = {p.x.data(), p.y.data(), p.z.data()};
-    const double* velocity[3] = {p.vx.data(), p.vy.data(), p.vz.data()};
-    const double* acceleration[3] = {p.ax.data(), p.ay.data(), p.az.data()};
-    const double* previous[3] = {previousX.data(), previousY.data(), previousZ.data()};
-    const double* earlier[3] = {earlierX.data(), earlierY.data(), earlierZ.data()};
-    double* predicted[3] = {predictedX.data(), predictedY.data(), predictedZ.data()};
+    const AnnouncedMotion motion = fromAdvance ? announcedMotion() : AnnouncedMotion{};
     for (std::size_t i = begin; i != end; ++i) {
-      double start[3], finish[3], chord2 = 0.0, sag2 = 0.0;
-      for (int d = 0; d < 3; ++d) {
-        const double x = position[d][i];
-        double displacement, displacementBefore;
-        if (fromAdvance) {
-          displacement = velocity[d][i] * driftIn;
-          displacementBefore = (velocity[d][i] - acceleration[d][i] * kicksIn) * driftBefore;
-        } else {
-          displacement = x - previous[d][i];
-          displacementBefore = previous[d][i] - earlier[d][i];
+      const double x[3] = {p.x[i], p.y[i], p.z[i]};
+      double displacement[3], displacementBefore[3];
+      if (fromAdvance) {
+        const double v[3] = {p.vx[i], p.vy[i], p.vz[i]};
+        const double a[3] = {p.ax[i], p.ay[i], p.az[i]};
+        announcedDisplacements(v, a, motion, displacement, displacementBefore);
+      } else {
+        const double previous[3] = {previousX[i], previousY[i], previousZ[i]};
+        const double earlier[3] = {earlierX[i], earlierY[i], earlierZ[i]};
+        for (int d = 0; d < 3; ++d) {
+          displacement[d] = x[d] - previous[d];
+          displacementBefore[d] = previous[d] - earlier[d];
         }
-        const double secondDifference = displacement - displacementBefore;
-        start[d] = x + k0 * displacement + k0 * (k0 + 1.0) / 2.0 * secondDifference;
-        finish[d] = x + k1 * displacement + k1 * (k1 + 1.0) / 2.0 * secondDifference;
-        chord2 += (finish[d] - start[d]) * (finish[d] - start[d]);
-        sag2 += secondDifference * secondDifference;
       }
-      for (int d = 0; d < 3; ++d) predicted[d][i] = 0.5 * (start[d] + finish[d]);
-      const double ball = 0.5 * std::sqrt(chord2) + room * std::sqrt(sag2);
-      // Rounded up, with a relative margin for the rounding of the midpoint and the float.
-      radius[i] = std::nextafter(static_cast<float>(ball * (1.0 + 1e-6)), std::numeric_limits<float>::infinity());
+      double centre[3];
+      radius[i] = predictBall(x, displacement, displacementBefore, window, centre);
+      predictedX[i] = centre[0];
+      predictedY[i] = centre[1];
+      predictedZ[i] = centre[2];
     }
   }
 };
@@ -255,8 +238,13 @@ struct TreeSolver::TreeBuild {
   bool valid = false;                         ///< built and handed to the engine (current) or ready (next)
   bool fits = true;                           ///< its lists fit TreeParams::maxBatchEntries
   bool tolerancesSet = false;                 ///< the relative test was scaled by accelerations (not all zero)
-  std::uint64_t engineEntries = 0;            ///< list entries handed to the engine: the lists and their repairs
-  std::exception_ptr error;                   ///< what a background build threw
+  /// Its inputs in the tree's order (x, y, z, mass, acceleration, radius, sortedKeys, order) are the engine's
+  /// prediction (NearFieldEngine::takeTreePrediction), not the host's: inMass, inAcceleration and the motion's
+  /// predicted positions were not made.
+  bool inputsOnDevice = false;
+  std::size_t numBodies = 0;        ///< the bodies a background build is for
+  std::uint64_t engineEntries = 0;  ///< list entries handed to the engine: the lists and their repairs
+  std::exception_ptr error;         ///< what a background build threw
   // The calls made on this tree and their wall seconds (for TreeParams::reuse 0).
   std::uint64_t costCalls = 0;
   double costSeconds = 0.0;
@@ -327,6 +315,7 @@ BodyUpdate TreeSolver::movedBodies(const Particles& particles) {
 
 void TreeSolver::discardLaunchAhead() {
   if (launchedAheadFor_ == kNoCall) return;
+  if (predictionLaunchedFor_ == launchedAheadFor_) predictionLaunchedFor_ = kNoCall;
   engine_.discardResident();
   launchedAheadFor_ = kNoCall;
   engineHoldsBodies_ = false;  // the engine forgot its copy with the launch
@@ -345,6 +334,8 @@ void TreeSolver::reset() {
   motion_->reset();
   idSample_.clear();
   nextPlannedFor_ = kNoCall;
+  nextStepsFor_ = kNoCall;
+  predictionLaunchedFor_ = kNoCall;
 }
 
 bool TreeSolver::sameBodies(const Particles& particles) const {
@@ -369,41 +360,54 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
     build.timings[phase] += clock.seconds();
     clock.restart();
   };
-  const Cube cube = computeBoundingCube(positions);
-  computeMortonKeys(positions, cube, build.keys);
-  phaseDone(Phase::keys);
-  sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, build.sorter, build.keys, build.sortedKeys, build.order);
+  Cube cube;
   SourceView sorted;
-  if (sortCaller != nullptr) {
-    // The caller's bodies, their history and their predicted positions go into the tree's order.
-    permuter_.permute(*sortCaller, build.order);
-    motion_->permute(build.order, permuteScratch_);
-    sorted = radius != nullptr ? SourceView{motion_->predictedX.data(), motion_->predictedY.data(),
-                                            motion_->predictedZ.data(), sortCaller->mass.data(), n}
-                               : sortCaller->sources();
-    if (radius != nullptr) radius = motion_->radius.data();
-  } else {
-    // Every input into the tree's order in one pass: each body's index read once for the six arrays (~10% faster
-    // than six gathers on the build machine). 40 bytes a body: |a| comes as a float, not as three doubles.
-    for (auto* array : {&build.x, &build.y, &build.z, &build.mass}) array->resize(n);
-    build.acceleration.resize(n);
-    build.radius.resize(radius != nullptr ? n : 0);
-    const std::uint32_t* order = build.order.data();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
-      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-        const std::uint32_t from = order[i];
-        build.x[i] = positions.x[from];
-        build.y[i] = positions.y[from];
-        build.z[i] = positions.z[from];
-        build.mass[i] = positions.mass[from];
-        build.acceleration[i] = accelerations[from];
-        if (radius != nullptr) build.radius[i] = radius[from];
-      }
-    });
-    if (radius != nullptr) radius = build.radius.data();
+  if (build.inputsOnDevice) {
+    // The engine predicted, keyed, sorted and gathered the inputs on its device: they arrive in the tree's order (the
+    // sort phase is their transfer).
+    MATCHA_ASSERT(sortCaller == nullptr, "a tree built within a call predicted on the device");
+    const bool taken = engine_.takeTreePrediction(
+        {cube, build.sortedKeys, build.order, build.x, build.y, build.z, build.mass, build.acceleration, build.radius});
+    MATCHA_ASSERT(taken && build.x.size() == n, "the engine's tree prediction is missing");
+    radius = build.radius.data();
     sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
+    phaseDone(Phase::sort);
+  } else {
+    cube = computeBoundingCube(positions);
+    computeMortonKeys(positions, cube, build.keys);
+    phaseDone(Phase::keys);
+    sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, build.sorter, build.keys, build.sortedKeys, build.order);
+    if (sortCaller != nullptr) {
+      // The caller's bodies, their history and their predicted positions go into the tree's order.
+      permuter_.permute(*sortCaller, build.order);
+      motion_->permute(build.order, permuteScratch_);
+      sorted = radius != nullptr ? SourceView{motion_->predictedX.data(), motion_->predictedY.data(),
+                                              motion_->predictedZ.data(), sortCaller->mass.data(), n}
+                                 : sortCaller->sources();
+      if (radius != nullptr) radius = motion_->radius.data();
+    } else {
+      // Every input into the tree's order in one pass: each body's index read once for the six arrays (~10% faster
+      // than six gathers on the build machine). 40 bytes a body: |a| comes as a float, not as three doubles.
+      for (auto* array : {&build.x, &build.y, &build.z, &build.mass}) array->resize(n);
+      build.acceleration.resize(n);
+      build.radius.resize(radius != nullptr ? n : 0);
+      const std::uint32_t* order = build.order.data();
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          const std::uint32_t from = order[i];
+          build.x[i] = positions.x[from];
+          build.y[i] = positions.y[from];
+          build.z[i] = positions.z[from];
+          build.mass[i] = positions.mass[from];
+          build.acceleration[i] = accelerations[from];
+          if (radius != nullptr) build.radius[i] = radius[from];
+        }
+      });
+      if (radius != nullptr) radius = build.radius.data();
+      sorted = {build.x.data(), build.y.data(), build.z.data(), build.mass.data(), n};
+    }
+    phaseDone(Phase::sort);
   }
-  phaseDone(Phase::sort);
   buildOctree(build.sortedKeys, cube, params_.nleaf, build.tree);
   phaseDone(Phase::octree);
   computeMultipoles(sorted, params_.theta, params_.multipole, build.tree, radius);
@@ -448,6 +452,7 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
   for (const BodyRange& range : build.groups.ranges)
     stats.maxGroupSize = std::max<std::uint64_t>(stats.maxGroupSize, range.size());
   stats.background = sortCaller == nullptr;
+  stats.predictedOnDevice = build.inputsOnDevice;
 }
 
 const InteractionPlan& TreeSolver::buildPlanOnly(Particles& particles) {
@@ -695,11 +700,48 @@ void TreeSolver::buildNow(Particles& particles, std::uint32_t steps, ForceReport
   if (!failed.empty()) repair(particles, std::move(failed), report);
 }
 
-double TreeSolver::startBackgroundBuild(const Particles& particles) {
+std::uint32_t TreeSolver::nextTreeSteps() {
+  if (nextStepsFor_ != current_->firstCall) {
+    nextSteps_ = chooseReuseSteps();
+    nextStepsFor_ = current_->firstCall;
+  }
+  return nextSteps_;
+}
+
+const TreePredictionRequest* TreeSolver::predictionRequest(std::uint64_t call,
+                                                           const std::optional<BodyAdvance>& motionIn,
+                                                           const std::optional<BodyAdvance>& motionBefore,
+                                                           bool rateKnown, const std::vector<float>& earlierAx,
+                                                           const std::vector<float>& earlierAy,
+                                                           const std::vector<float>& earlierAz) {
+  if (!params_.predictOnDevice || !engine_.predictsTrees() || !motionIn || !motionBefore) return nullptr;
+  const std::uint32_t steps = nextTreeSteps();
+  if (steps <= 1) return nullptr;
+  // As startBackgroundBuild and Motion::predictWithInputs would make them at `call`.
+  const TreeBuild& current = *current_;
+  const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call);
+  const auto last = first + steps - 1;
+  TreePredictionRequest& request = predictionRequest_;
+  request.window = makePredictionWindow(first, last, predictionRoom(first, last));
+  request.motion = {motionIn->drift, motionIn->firstKick + motionIn->secondKick, motionBefore->drift};
+  request.age = double(current.lastCall + steps - call + 1);
+  request.earlierAx = rateKnown ? earlierAx.data() : nullptr;
+  request.earlierAy = rateKnown ? earlierAy.data() : nullptr;
+  request.earlierAz = rateKnown ? earlierAz.data() : nullptr;
+  return &request;
+}
+
+bool TreeSolver::buildStartsNextCall() const {
+  // computeForces' nextTreeDue, as the next call will find it once this one has put its tree to use ahead.
+  return adoptedAhead_ && params_.pipeline && params_.reuse != 1 && !background_.joinable() && current_->steps > 1 &&
+         current_->firstCall == call_ + 1 && nextPlannedFor_ != current_->firstCall;
+}
+
+double TreeSolver::startBackgroundBuild(const Particles& particles, bool onDevice) {
   const Stopwatch clock;
   const TreeBuild& current = *current_;
   nextPlannedFor_ = current.firstCall;
-  const std::uint32_t steps = chooseReuseSteps();
+  const std::uint32_t steps = nextTreeSteps();
   if (steps <= 1) return clock.seconds();  // the next tree is built within its call, for exact positions
   // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
   const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call_);
@@ -709,13 +751,18 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
   build.lastCall = current.lastCall + steps;
   build.valid = false;
   build.error = nullptr;
+  build.inputsOnDevice = onDevice;
   cancel_ = false;
   // What the thread reads of the caller's bodies is copied first, with the prediction: they change while it runs (the
   // accelerations at the end of this very call). The predicted positions are the solver's own until the next
   // prediction, which waits for this build. The accelerations are one call old now and up to lastCall - call_ + 1
-  // more at the tree's last call.
-  motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), build.inMass,
-                             build.inAcceleration);
+  // more at the tree's last call. A prediction on the engine's device was made by this call's launch, from its copy
+  // of the bodies as they were then.
+  if (!onDevice) {
+    motion_->predictWithInputs(particles, first, first + steps - 1, double(build.lastCall - call_ + 1), build.inMass,
+                               build.inAcceleration);
+  }
+  build.numBodies = particles.size();
   backgroundDone_ = false;
   background_ = std::thread([this, &build] {
     try {
@@ -730,9 +777,12 @@ double TreeSolver::startBackgroundBuild(const Particles& particles) {
 
 void TreeSolver::buildForLater(TreeBuild& build) {
   const Motion& m = *motion_;
-  const std::size_t n = build.inMass.size();
-  buildTree(build, nullptr, {m.predictedX.data(), m.predictedY.data(), m.predictedZ.data(), build.inMass.data(), n},
-            build.inAcceleration.data(), m.radius.data());
+  const std::size_t n = build.numBodies;
+  const SourceView positions = build.inputsOnDevice ? SourceView{nullptr, nullptr, nullptr, nullptr, n}
+                                                    : SourceView{m.predictedX.data(), m.predictedY.data(),
+                                                                 m.predictedZ.data(), build.inMass.data(), n};
+  buildTree(build, nullptr, positions, build.inputsOnDevice ? nullptr : build.inAcceleration.data(),
+            build.inputsOnDevice ? nullptr : m.radius.data());
   build.valid = walkAllGroups(build, nullptr, {}, nullptr, nullptr) && !cancel_;
 }
 
@@ -846,22 +896,36 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   const bool nextTreeDue = pipeline && current_->steps > 1 && nextPlannedFor_ != current_->firstCall;
   if (evaluated) {
     // cancel_: a repair found the motion unpredicted.
-    if (nextTreeDue && !cancel_) report.timings[Phase::motion] += startBackgroundBuild(particles);
+    if (nextTreeDue && !cancel_) report.timings[Phase::motion] += startBackgroundBuild(particles, false);
   } else {
     // The bodies may have been sorted: take the views after the build.
     const bool advanced = launchedAhead || (engineHeldBodies && advancing() && motionSinceLastCall_);
     if (!launchedAhead) {
       BodyUpdate update = advanced ? BodyUpdate(BodyMotion::advanced) : movedBodies(particles);
-      if (advanced) update.advance = *motionSinceLastCall_;
+      predictionLaunchedFor_ = kNoCall;
+      if (advanced) {
+        update.advance = *motionSinceLastCall_;
+        // The next tree's inputs predicted on the device, from the copy this launch moves (the motion is as recorded
+        // at the end of the last call).
+        const Motion& m = *motion_;
+        if (nextTreeDue) {
+          update.prediction = predictionRequest(call_, m.advanceIn, m.advanceBefore, m.accelerationsKnown == 2,
+                                                m.earlierAx, m.earlierAy, m.earlierAz);
+        }
+        if (update.prediction != nullptr) predictionLaunchedFor_ = call_;
+      }
       engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, update);
     }
     heldThisCall_ = heldThisCall_ || advanced;
-    if (nextTreeDue) report.timings[Phase::motion] += startBackgroundBuild(particles);
+    if (nextTreeDue) {
+      report.timings[Phase::motion] += startBackgroundBuild(particles, predictionLaunchedFor_ == call_);
+    }
     const Stopwatch wait;
     ResidentResult result = engine_.finishResident();
     if (result.advanceMismatch) {
-      // The engine's copy is not the caller's bodies: these forces are not theirs. Again with the positions, which
-      // are sent from now on.
+      // The engine's copy is not the caller's bodies: these forces are not theirs, nor is a tree predicted from it (the
+      // next call builds anew). Again with the positions, which are sent from now on.
+      if (predictionLaunchedFor_ == call_) cancel_ = true;
       advanceMismatch_ = true;
       heldThisCall_ = false;
       engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
@@ -896,6 +960,17 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (engineHoldsBodies_ && current_->valid && call_ < current_->lastCall && !cancel_) {
     BodyUpdate update(BodyMotion::advanced);
     update.advance = *motionSinceLastCall_;
+    // The next call starts the next tree's build when this one put its tree to use: its inputs are predicted by this
+    // launch, with the motion as the next call will know it (the record below has not run yet: the motion into the
+    // next call is advance_, the one into this call the motion's advanceIn, and the accelerations of this call's
+    // predecessor are the motion's previous ones).
+    predictionLaunchedFor_ = kNoCall;
+    if (buildStartsNextCall()) {
+      const Motion& m = *motion_;
+      update.prediction = predictionRequest(call_ + 1, advance_, m.advanceIn, m.accelerationsKnown >= 1, m.previousAx,
+                                            m.previousAy, m.previousAz);
+      if (update.prediction != nullptr) predictionLaunchedFor_ = call_ + 1;
+    }
     engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles, nextPotentialsWanted()), {}, update);
     launchedAheadFor_ = call_ + 1;
     aheadOutput_ = particles.ax.data();
@@ -992,7 +1067,22 @@ void TreeSolver::saveState(CheckpointState& state) {
   const bool adoptNext =
       adoptedAhead_ || (current_->valid && next.valid && next.fits && next.firstCall == call_ + 1 && !cancel_);
   state.set(stateName("next_tree"), adoptNext ? 1.0 : 0.0);
-  if (adoptNext) {
+  if (adoptNext && next.inputsOnDevice) {
+    // The engine predicted that tree's inputs: they exist in its order only. Back into the caller's order, where a
+    // restored solver's host prediction would have made them (the same bits).
+    const auto callerOrder = [&](const auto& treeOrder) {
+      std::vector<std::decay_t<decltype(treeOrder[0])>> values(treeOrder.size());
+      tbb::parallel_for(std::size_t{0}, treeOrder.size(), [&](std::size_t k) { values[next.order[k]] = treeOrder[k]; });
+      return values;
+    };
+    state.set(stateName("next_steps"), next.steps);
+    state.doubles[stateName("next_predicted_x")] = callerOrder(next.x);
+    state.doubles[stateName("next_predicted_y")] = callerOrder(next.y);
+    state.doubles[stateName("next_predicted_z")] = callerOrder(next.z);
+    state.floats[stateName("next_radius")] = callerOrder(next.radius);
+    state.doubles[stateName("next_mass")] = callerOrder(next.mass);
+    state.floats[stateName("next_acceleration")] = callerOrder(next.acceleration);
+  } else if (adoptNext) {
     state.set(stateName("next_steps"), next.steps);
     state.doubles[stateName("next_predicted_x")] = m.predictedX;
     state.doubles[stateName("next_predicted_y")] = m.predictedY;
@@ -1089,6 +1179,8 @@ void TreeSolver::restoreState(const CheckpointState& state, const Particles& par
     build.firstCall = call_ + 1;
     build.lastCall = call_ + steps;
     build.error = nullptr;
+    build.inputsOnDevice = false;
+    build.numBodies = n;
     // The build the saving solver ran in the background, run here before the first call (its phases are reported
     // by the call that adopts it, as they would have been).
     buildForLater(build);

@@ -11,6 +11,7 @@
 #include "matcha/core/interaction_plan.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
+#include "matcha/core/tree_prediction.hpp"
 #include "matcha/core/tree_topology.hpp"
 
 namespace matcha {
@@ -44,6 +45,39 @@ enum class BodyMotion {
   advanced,
 };
 
+/// A tree for later calls, predicted on the engine's device from its copy of the bodies
+/// (NearFieldEngine::predictsTrees), asked of a BodyMotion::advanced launch beside its forces: from the positions and
+/// velocities the launch moves the copy to and the accelerations of the launches before it (those the kicks into this
+/// call used), each body's ball over `window` (predictBall of its announcedDisplacements under `motion`) and its
+/// lowestAcceleration over `age` calls; the root cube around the balls' centres (cubeAroundExtent), their Morton keys,
+/// the keys' stable sort, and the centres, masses, lowest |a| and radii gathered into the keys' order. All of it as
+/// tree::TreeSolver's passes on the host make it from the caller's bodies, bit for bit (core/tree_prediction.hpp).
+struct TreePredictionRequest {
+  PredictionWindow window;
+  AnnouncedMotion motion;
+  double age = 0.0;
+  /// The accelerations of the call before the last, as floats in the caller's order: with the last ones (as floats)
+  /// the rate at which each body's acceleration changes. Null: no rate known (lowestAcceleration takes |a| itself).
+  /// Read within launchResident only.
+  const float* earlierAx = nullptr;
+  const float* earlierAy = nullptr;
+  const float* earlierAz = nullptr;
+};
+
+/// Where NearFieldEngine::takeTreePrediction writes, on the host: every array resized to the bodies' number and in the
+/// tree's order (the keys' ascending order), sortedKeys[k] being the key of the caller's body order[k].
+struct PredictedTreeView {
+  Cube& cube;
+  std::vector<std::uint64_t>& sortedKeys;
+  std::vector<std::uint32_t>& order;
+  std::vector<double>& x;  ///< the balls' centres
+  std::vector<double>& y;
+  std::vector<double>& z;
+  std::vector<double>& mass;
+  std::vector<float>& acceleration;  ///< lowest |a|
+  std::vector<float>& radius;        ///< the balls' radii
+};
+
 /// How the bodies of a launchResident relate to what the engine holds. Converts from a BodyMotion.
 ///
 /// An engine that advancesBodies() keeps a copy of the caller's bodies, in the caller's order and whatever the tree:
@@ -63,6 +97,9 @@ struct BodyUpdate {
   const double* vy = nullptr;
   const double* vz = nullptr;
   BodyAdvance advance;  ///< BodyMotion::advanced: what the caller did to its bodies since the last launch
+  /// BodyMotion::advanced on an engine that predictsTrees(): also predict a tree's inputs from the moved copy
+  /// (takeTreePrediction hands them over). Read within launchResident only.
+  const TreePredictionRequest* prediction = nullptr;
 };
 
 class NearFieldEngine {
@@ -127,6 +164,18 @@ class NearFieldEngine {
   /// Whether the engine keeps its own copy of the bodies and can advance it (BodyMotion::advanced), which pays where
   /// the positions would cross a bus: the CUDA engine. An engine that reads the caller's arrays does not.
   virtual bool advancesBodies() const { return false; }
+
+  /// Whether a BodyMotion::advanced launch can predict a tree's inputs on the engine's device (BodyUpdate::prediction):
+  /// the CUDA engine, whose copy of the bodies spares the host its passes over them (at 2^24 bodies: the prediction,
+  /// the keys, and a gather of 670 MB into the tree's order).
+  virtual bool predictsTrees() const { return false; }
+
+  /// Waits for the tree prediction of the last launch that was asked for one and copies it into `out`. Returns false,
+  /// writing nothing, when there is none to take (taken already, or never asked for). Whether the prediction is of the
+  /// caller's bodies is the launch's to say (ResidentResult::advanceMismatch). Safe to call from another thread while
+  /// the engine evaluates, once launchResident has returned (a tree built in the background): it touches only the
+  /// prediction's own stream and buffers, which the next launch asked for a prediction reuses.
+  virtual bool takeTreePrediction(const PredictedTreeView& /*out*/) { return false; }
 
   /// Sorts a tree's space-filling-curve keys where the engine's device does it faster than the host (the tree solver
   /// sorts on the host otherwise): ascending, equal keys in the order of their indices, sorted[k] = keys[order[k]];

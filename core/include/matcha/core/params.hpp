@@ -77,6 +77,11 @@ struct TreeParams {
   /// Sort each tree's space-filling-curve keys on the engine's device where it offers that (NearFieldEngine::sortKeys:
   /// the CUDA engine, from 2^16 bodies) instead of on the host's cores; the same order either way, so the same forces.
   bool sortOnDevice = true;
+  /// With advanceOnDevice: an engine that keeps its own copy of the bodies predicts each background-built tree's inputs
+  /// on its device (NearFieldEngine::predictsTrees: the balls, lowest |a|, keys, their sort and the gather into the
+  /// tree's order) within the launch of the tree's first call, instead of the host's passes over the bodies; the same
+  /// bits either way, so the same trees and forces (false: the host predicts, as with the CPU engine).
+  bool predictOnDevice = true;
   /// With advanceOnDevice: at a tree's last call, wait for the next tree's background build and launch the next call
   /// on it ahead (true), rather than do so only when the build is already done (false). Waiting there puts the host's
   /// integration after the build instead of beside it, which at reuse 2 (the CPU building all the time) made the step

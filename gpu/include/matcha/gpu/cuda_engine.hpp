@@ -106,6 +106,10 @@ class CudaEngine final : public NearFieldEngine {
   ResidentResult finishResident() override;
   void discardResident() override;
   bool advancesBodies() const override { return true; }
+  /// As NearFieldEngine::predictsTrees: the prediction's kernels, the key sort and the gather run on the engine's
+  /// stream within the launch (a few ms at 2^24 bodies), the copies back on a stream of their own.
+  bool predictsTrees() const override { return true; }
+  bool takeTreePrediction(const PredictedTreeView& out) override;
 
   /// As NearFieldEngine::sortKeys: CUB's radix sort on a stream of the device's highest priority, from kMinSortKeys
   /// keys on (at 2^16 the device took 0.28 ms against the host's 3.3 on the H200 machine, bench_cuda keysort/; smaller

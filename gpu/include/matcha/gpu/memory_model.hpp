@@ -23,6 +23,10 @@ void addEngineTreeMemory(const TreeSizes& sizes, bool onGpu, MemoryEstimate& est
 /// buffers) and CUB's scratch. Nothing on the CPU engine, which leaves the sort to the host.
 void addEngineKeySortMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate);
 
+/// Adds what the CUDA engine keeps to predict the trees of a run with reuse on its device (TreeParams::predictOnDevice,
+/// CudaEngine::takeTreePrediction) for `numBodies` bodies. Nothing on the CPU engine, whose trees the host predicts.
+void addEngineTreePredictionMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate);
+
 /// Adds what a direct sum over `numBodies` bodies keeps on the engine (the direct solver, or direct potentials at a
 /// run's outputs): on the CUDA engine its own source, output and partial-sum buffers on the device; on the CPU
 /// engine nothing that grows with the bodies.

@@ -9,18 +9,14 @@
 
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/particles.hpp"
+#include "matcha/core/tree_prediction.hpp"
 
 namespace matcha::tree {
 
-/// Bits per dimension of a Morton key; 3 x 21 = 63 bits, so a key fits in uint64 and the deepest cell is 2^-21 of the
-/// root cube.
-inline constexpr int kMaxLevel = 21;
-
-/// An axis-aligned cube: the root cell of the octree.
-struct Cube {
-  double lo[3] = {0, 0, 0};  ///< lower corner
-  double side = 1.0;         ///< edge length, > 0
-};
+// The key's bits per dimension and the root cube are core's (core/tree_prediction.hpp), which the CUDA engine shares
+// when it predicts a tree's inputs on its device.
+using matcha::Cube;
+using matcha::kMaxLevel;
 
 /// Smallest cube around all sources, widened by a relative margin so no body sits exactly on the upper face.
 /// Parallel (TBB). Throws InvariantError on an empty input.

@@ -46,6 +46,8 @@ struct TreeStats {
   std::uint32_t reuseSteps = 1;   ///< calls the current tree and lists were built to serve (TreeParams::reuse)
   std::uint32_t callsOnTree = 0;  ///< calls made on the current tree so far, this one included
   bool background = false;        ///< the current tree was built on the CPU cores while earlier calls ran
+  /// ... from inputs the engine predicted on its device (TreeParams::predictOnDevice), not from the host's passes.
+  bool predictedOnDevice = false;
   /// The call's positions were not sent to the engine: it advanced its own copy of the bodies
   /// (TreeParams::advanceOnDevice), launched as the last call ended (launchedAhead) or within this one.
   bool advancedOnDevice = false;
@@ -208,9 +210,26 @@ class TreeSolver final : public ForceSolver {
   /// be made ahead and the GPU works while the host integrates. Returns whether it did; the next call reports the
   /// adoption as its own.
   bool adoptAhead(const Particles& particles);
-  /// Starts building the tree after the current one, for the calls after it, on a thread of its own. Returns the
-  /// seconds this thread spent on it (the predicted positions and the copies of the build's inputs: Phase::motion).
-  double startBackgroundBuild(const Particles& particles);
+  /// Starts building the tree after the current one, for the calls after it, on a thread of its own. Its inputs were
+  /// predicted on the engine's device by this call's launch (`onDevice`: predictionRequest) or are predicted here, on
+  /// the host. Returns the seconds this thread spent on it (the host's prediction and copies of the build's inputs:
+  /// Phase::motion).
+  double startBackgroundBuild(const Particles& particles, bool onDevice);
+  /// K of the tree after the current one: chooseReuseSteps, asked once per tree (a launch made ahead asks for it
+  /// before the call that starts the build).
+  std::uint32_t nextTreeSteps();
+  /// The engine's prediction of the next tree's inputs, for the launch of call `call` (the current tree's first call,
+  /// where its successor's build starts): with the motion announced into that call and the one before, and the
+  /// accelerations of the call before the last as floats (`rateKnown`: the rate of |a| is known at `call`). Empty
+  /// where the host predicts (an engine that does not, TreeParams::predictOnDevice off, unannounced motion, K = 1).
+  /// The request lives in predictionRequest_ until the next one.
+  const TreePredictionRequest* predictionRequest(std::uint64_t call, const std::optional<BodyAdvance>& motionIn,
+                                                 const std::optional<BodyAdvance>& motionBefore, bool rateKnown,
+                                                 const std::vector<float>& earlierAx,
+                                                 const std::vector<float>& earlierAy,
+                                                 const std::vector<float>& earlierAz);
+  /// Whether the call after this one starts the next background build (its tree was put to use ahead, here).
+  bool buildStartsNextCall() const;
   /// What that thread runs: `build`'s tree over the predicted positions, from its inputs (inMass, inAx, ...), and
   /// the walk of its lists, kept for adopt().
   void buildForLater(TreeBuild& build);
@@ -255,6 +274,12 @@ class TreeSolver final : public ForceSolver {
   /// The firstCall of the tree whose successor was planned (startBackgroundBuild), kNoCall when none was.
   static constexpr std::uint64_t kNoCall = ~std::uint64_t{0};
   std::uint64_t nextPlannedFor_ = kNoCall;
+  /// nextTreeSteps' K and the firstCall of the tree it was chosen after (kNoCall: none yet).
+  std::uint32_t nextSteps_ = 1;
+  std::uint64_t nextStepsFor_ = kNoCall;
+  /// The call whose launch asked the engine to predict the next tree's inputs (kNoCall: none), and the request.
+  std::uint64_t predictionLaunchedFor_ = kNoCall;
+  TreePredictionRequest predictionRequest_;
   bool restored_ = false;               ///< restoreState ran and no call since
   std::optional<BodyAdvance> advance_;  ///< expectAdvance's word
   /// The motion from the end of the last call to this one: expectAdvance's word as the last call ended.
