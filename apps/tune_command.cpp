@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -387,13 +388,33 @@ void printFront(std::ostream& out, const std::vector<Measurement>& all, const st
   }
 }
 
+/// The project's script `name`: from $MATCHA_SCRIPTS_DIR when set, else the source tree matcha was built from, else
+/// scripts/ two folders above the binary (a build folder copied with its checkout, as onto the GPU machine). Empty
+/// when none holds it.
+std::filesystem::path findScript(const std::string& name) {
+  std::vector<std::filesystem::path> folders;
+  if (const char* fromEnvironment = std::getenv("MATCHA_SCRIPTS_DIR"); fromEnvironment != nullptr) {
+    folders.emplace_back(fromEnvironment);
+  }
+  folders.emplace_back(MATCHA_SCRIPTS_DIR);
+  std::error_code error;
+  const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) folders.push_back(binary.parent_path().parent_path().parent_path() / "scripts");
+  for (const std::filesystem::path& folder : folders) {
+    if (std::filesystem::is_regular_file(folder / name, error)) return folder / name;
+  }
+  return {};
+}
+
 /// tune.png from tune.csv by scripts/plot_tune.py with Debian's python3; a line saying why not where it cannot.
 std::string drawPlot(const std::filesystem::path& dir, const TuneGoal& goal) {
-  const std::filesystem::path script = std::filesystem::path(MATCHA_SCRIPTS_DIR) / "plot_tune.py";
+  const std::filesystem::path script = findScript("plot_tune.py");
   const std::filesystem::path png = dir / "tune.png";
-  if (!std::filesystem::is_regular_file(script) || !std::filesystem::exists("/usr/bin/python3")) {
-    return "tune.png not drawn: /usr/bin/python3 or " + script.string() + " is missing";
+  if (script.empty()) {
+    return std::string("tune.png not drawn: plot_tune.py not found in $MATCHA_SCRIPTS_DIR, ") + MATCHA_SCRIPTS_DIR +
+           " or scripts/ beside the build folder";
   }
+  if (!std::filesystem::exists("/usr/bin/python3")) return "tune.png not drawn: /usr/bin/python3 is missing";
   std::ostringstream command;
   command << "/usr/bin/python3 '" << script.string() << "' '" << (dir / "tune.csv").string() << "' -o '" << png.string()
           << "' " << (goal.kind == TuneGoal::Kind::targetError ? "--target-error " : "--time-budget-per-step ")

@@ -245,7 +245,8 @@ struct TreeSolver::TreeBuild {
   std::size_t numBodies = 0;        ///< the bodies a background build is for
   std::uint64_t engineEntries = 0;  ///< list entries handed to the engine: the lists and their repairs
   std::exception_ptr error;         ///< what a background build threw
-  // The calls made on this tree and their wall seconds (for TreeParams::reuse 0).
+  // The calls made on this tree and the wall seconds of their steps (for TreeParams::reuse 0): each call's time and
+  // the caller's time since the call before ended (TreeSolver::callCost).
   std::uint64_t costCalls = 0;
   double costSeconds = 0.0;
 };
@@ -336,6 +337,7 @@ void TreeSolver::reset() {
   nextPlannedFor_ = kNoCall;
   nextStepsFor_ = kNoCall;
   predictionLaunchedFor_ = kNoCall;
+  lastCallTimed_ = false;
 }
 
 bool TreeSolver::sameBodies(const Particles& particles) const {
@@ -360,12 +362,14 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
     build.timings[phase] += clock.seconds();
     clock.restart();
   };
+  // A build within a call sorts the caller's bodies and predicts on the host; `build` may be a background build's
+  // buffers used again (a build that was not adopted, or a tree's after the swap of adopt).
+  if (sortCaller != nullptr) build.inputsOnDevice = false;
   Cube cube;
   SourceView sorted;
   if (build.inputsOnDevice) {
     // The engine predicted, keyed, sorted and gathered the inputs on its device: they arrive in the tree's order (the
     // sort phase is their transfer).
-    MATCHA_ASSERT(sortCaller == nullptr, "a tree built within a call predicted on the device");
     const bool taken = engine_.takeTreePrediction(
         {cube, build.sortedKeys, build.order, build.x, build.y, build.z, build.mass, build.acceleration, build.radius});
     MATCHA_ASSERT(taken && build.x.size() == n, "the engine's tree prediction is missing");
@@ -845,6 +849,12 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
 
 ForceReport TreeSolver::computeForces(Particles& particles) {
   const Stopwatch total;
+  // What the caller did between the last call and this one (a leapfrog's kicks and drift, and with them the host's
+  // share of the work a background build competes for): part of this call's step. Not known after a call whose
+  // potentials were wanted (the caller measured energies, wrote outputs) or after none; capped at the call's own time
+  // (callerShare) where outputs come without potentials (energies from direct sums).
+  const double callerSeconds = lastCallTimed_ ? sinceLastCall_.seconds() : -1.0;
+  const auto callerShare = [&](double callSeconds) { return std::min(callerSeconds, callSeconds); };
   ForceReport report;
   // A restored state (restoreState) has no current tree to compare the bodies with: restoreState checked them.
   if (!restored_ && !sameBodies(particles)) reset();
@@ -946,8 +956,9 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   if (engineHoldsBodies_ && current_->valid && call_ == current_->lastCall && !cancel_ && background_.joinable() &&
       next_->firstCall == call_ + 1 && (params_.adoptAheadWaits || backgroundDone_)) {
     // This call's cost goes to the tree it ran on, before the adoption closes that tree's account.
-    if (call_ > 2 && report.timings[Phase::estimate] == 0.0) {
-      current_->costSeconds += total.seconds();
+    if (call_ > 2 && report.timings[Phase::estimate] == 0.0 && callerSeconds >= 0.0) {
+      const double seconds = total.seconds();
+      current_->costSeconds += callerShare(seconds) + seconds;
       ++current_->costCalls;
     }
     costCounted = true;
@@ -988,10 +999,12 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   // The first calls (allocation, the estimate pass) would make their K look dear: not measured.
-  if (!costCounted && call_ > 2 && report.timings[Phase::estimate] == 0.0) {
-    current_->costSeconds += report.timings.totalSeconds;
+  if (!costCounted && call_ > 2 && report.timings[Phase::estimate] == 0.0 && callerSeconds >= 0.0) {
+    current_->costSeconds += callerShare(report.timings.totalSeconds) + report.timings.totalSeconds;
     ++current_->costCalls;
   }
+  sinceLastCall_.restart();
+  lastCallTimed_ = !potentialsWanted();
   return report;
 }
 

@@ -17,6 +17,7 @@
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/params.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/core/tree_topology.hpp"
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
@@ -280,6 +281,13 @@ class TreeSolver final : public ForceSolver {
   /// The call whose launch asked the engine to predict the next tree's inputs (kNoCall: none), and the request.
   std::uint64_t predictionLaunchedFor_ = kNoCall;
   TreePredictionRequest predictionRequest_;
+  /// Since the last call ended, and whether the time until the next call is the caller's step (the last call did not
+  /// want potentials: no energies measured, no outputs written after it). Reuse auto's costs are whole steps: a call
+  /// launched ahead ends before the GPU is done with the next one, and a background build slows the caller's
+  /// integration as much as the call, so the calls' own times made K = 4-5 look cheaper than K = 3 (2^22 bodies on
+  /// the H200: 77-103 ms a step against 38).
+  Stopwatch sinceLastCall_;
+  bool lastCallTimed_ = false;
   bool restored_ = false;               ///< restoreState ran and no call since
   std::optional<BodyAdvance> advance_;  ///< expectAdvance's word
   /// The motion from the end of the last call to this one: expectAdvance's word as the last call ended.
