@@ -1,6 +1,4 @@
 // SPDX-License-Identifier: MIT
-#include "tree_prediction.cuh"
-
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
@@ -8,6 +6,7 @@
 #include "cuda_check.cuh"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/tree_prediction.hpp"
+#include "tree_prediction.cuh"
 
 namespace matcha::gpu::detail {
 
@@ -185,23 +184,21 @@ void TreePredictor::enqueue(const PredictionBodies& bodies, const TreePrediction
   hostCube_.reserve(4);
 
   const PredictionParams params{request.window, request.motion, request.age, rateKnown};
-  predictBodiesKernel<<<numBlocks, kThreads, 0, stream>>>(bodies, earlier_[0].data(), earlier_[1].data(),
-                                                          earlier_[2].data(), params, centreX_.data(), centreY_.data(),
-                                                          centreZ_.data(), radius_.data(), lowest_.data(),
-                                                          blockExtents_.data());
+  predictBodiesKernel<<<numBlocks, kThreads, 0, stream>>>(
+      bodies, earlier_[0].data(), earlier_[1].data(), earlier_[2].data(), params, centreX_.data(), centreY_.data(),
+      centreZ_.data(), radius_.data(), lowest_.data(), blockExtents_.data());
   MATCHA_CUDA_CHECK_LAUNCH("predictBodiesKernel", false);
   rootCubeKernel<<<1, kThreads, 0, stream>>>(blockExtents_.data(), numBlocks, cube_.data());
   MATCHA_CUDA_CHECK_LAUNCH("rootCubeKernel", false);
-  mortonKeysKernel<<<blocksFor(n, 1u << 16), kThreads, 0, stream>>>(centreX_.data(), centreY_.data(), centreZ_.data(),
-                                                                    n, cube_.data(), keys_[0].data(),
-                                                                    indices_[0].data());
+  mortonKeysKernel<<<blocksFor(n, 1u << 16), kThreads, 0, stream>>>(
+      centreX_.data(), centreY_.data(), centreZ_.data(), n, cube_.data(), keys_[0].data(), indices_[0].data());
   MATCHA_CUDA_CHECK_LAUNCH("mortonKeysKernel", false);
   // A stable sort of the keys with their indices: equal keys keep the order of their indices, as KeySorter's ties.
   cub::DoubleBuffer<std::uint64_t> keyBuffers(keys_[0].data(), keys_[1].data());
   cub::DoubleBuffer<std::uint32_t> indexBuffers(indices_[0].data(), indices_[1].data());
   std::size_t scratchBytes = 0;
-  MATCHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, scratchBytes, keyBuffers, indexBuffers, static_cast<int>(n),
-                                                    0, 3 * kMaxLevel, stream));
+  MATCHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, scratchBytes, keyBuffers, indexBuffers,
+                                                    static_cast<int>(n), 0, 3 * kMaxLevel, stream));
   scratch_.reserve(std::max<std::size_t>(scratchBytes, 1));
   MATCHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch_.data(), scratchBytes, keyBuffers, indexBuffers,
                                                     static_cast<int>(n), 0, 3 * kMaxLevel, stream));
@@ -211,7 +208,8 @@ void TreePredictor::enqueue(const PredictionBodies& bodies, const TreePrediction
       order_, n, centreX_.data(), centreY_.data(), centreZ_.data(), bodies.mass, lowest_.data(), radius_.data(),
       treeX_.data(), treeY_.data(), treeZ_.data(), treeMass_.data(), treeAcceleration_.data(), treeRadius_.data());
   MATCHA_CUDA_CHECK_LAUNCH("gatherTreeInputsKernel", false);
-  MATCHA_CUDA_CHECK(cudaMemcpyAsync(hostCube_.data(), cube_.data(), 4 * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  MATCHA_CUDA_CHECK(
+      cudaMemcpyAsync(hostCube_.data(), cube_.data(), 4 * sizeof(double), cudaMemcpyDeviceToHost, stream));
   ready_.record(stream);
   pending_ = true;
 }
