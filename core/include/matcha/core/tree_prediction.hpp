@@ -120,8 +120,9 @@ struct AnnouncedMotion {
 
 /// The last two displacements of a body whose motion was announced, from its velocity v and the acceleration a the
 /// kicks into this call used.
-MATCHA_HOST_DEVICE inline void announcedDisplacements(const double v[3], const double a[3], const AnnouncedMotion& motion,
-                                                      double displacement[3], double displacementBefore[3]) {
+MATCHA_HOST_DEVICE inline void announcedDisplacements(const double v[3], const double a[3],
+                                                      const AnnouncedMotion& motion, double displacement[3],
+                                                      double displacementBefore[3]) {
   using namespace detail;
   for (int d = 0; d < 3; ++d) {
     displacement[d] = mulRn(v[d], motion.driftIn);
