@@ -503,10 +503,15 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
   // K stays at the best until kReexplore trees later, when the search starts again.
   const bool measuredBest = bestCallSeconds_ < std::numeric_limits<double>::infinity();
   const bool searching = trialSteps_ != 0 || !searchedOnce_;
+  // On an engine that keeps the bodies (the GPU's), a tree per call is never a contender: it gives up the background
+  // build and the device's prediction and advance (H200, the settings of README "Whole steps": 35 / 108 / 490 ms a
+  // step at 2^20 / 2^22 / 2^24 against 11 / 38 / 164 at K = 3, 3, 2), and a trial of it costs a step at that price
+  // and the next tree's prediction on the host.
+  const std::int64_t lowest = engine_.advancesBodies() ? 2 : 1;
   if (measuredBest && (searching || ++treesAtBest_ % kReexplore == 0)) {
     searchedOnce_ = true;
     std::int64_t next = std::int64_t{bestSteps_} + direction_;
-    if (next < 1 || next > std::int64_t{kMaxAutoReuse}) {
+    if (next < lowest || next > std::int64_t{kMaxAutoReuse}) {
       if (turned_) {
         next = 0;
       } else {
@@ -515,7 +520,7 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
         next = std::int64_t{bestSteps_} + direction_;
       }
     }
-    trialSteps_ = next >= 1 && next <= std::int64_t{kMaxAutoReuse} ? static_cast<std::uint32_t>(next) : 0;
+    trialSteps_ = next >= lowest && next <= std::int64_t{kMaxAutoReuse} ? static_cast<std::uint32_t>(next) : 0;
   }
   return trialSteps_ != 0 ? trialSteps_ : bestSteps_;
 }
