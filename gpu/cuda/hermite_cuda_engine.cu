@@ -18,6 +18,7 @@
 #include "matcha/core/hermite_predictor.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
+#include "matcha/gpu/detail/hermite_checks.hpp"
 #include "matcha/gpu/hermite_cpu_engine.hpp"
 #include "matcha/gpu/hermite_cuda_engine.hpp"
 
@@ -326,10 +327,7 @@ const HermiteCudaCallStats& HermiteCudaEngine::lastCallStats() const { return im
 
 void HermiteCudaEngine::reserve(std::size_t capacity) {
   Impl& m = *impl_;
-  if (capacity > kMaxHermiteSlots) {
-    throw InputError("Hermite j-memory of " + std::to_string(capacity) + " slots exceeds the limit of " +
-                     std::to_string(kMaxHermiteSlots));
-  }
+  detail::checkHermiteCapacity(capacity);
   m.selectDevice();
   if (capacity > m.allocated) {
     // Slots, keys and the predicted copy (padded), with the 1/8 slack DeviceBuffer adds; refuse up front rather than
@@ -350,8 +348,6 @@ void HermiteCudaEngine::reserve(std::size_t capacity) {
     DeviceBuffer<std::uint32_t> keys;
     slots.reserve(grown);
     keys.reserve(grown);
-    MATCHA_CUDA_CHECK(cudaMemset(slots.data(), 0, slots.bytes()));
-    MATCHA_CUDA_CHECK(cudaMemset(keys.data(), 0xFF, keys.bytes()));  // kNoKey until set
     if (m.capacity > 0) {
       MATCHA_CUDA_CHECK(
           cudaMemcpy(slots.data(), m.slots.data(), m.capacity * sizeof(JParticle), cudaMemcpyDeviceToDevice));
@@ -361,6 +357,16 @@ void HermiteCudaEngine::reserve(std::size_t capacity) {
     m.slots = std::move(slots);
     m.slotKeys = std::move(keys);
     m.allocated = grown;
+  }
+  if (capacity > m.capacity) {
+    // New slots hold what a default JParticle holds (mass 0 at the origin, id 0), as on the CPU twin, also where a
+    // shrink left older particles in the memory.
+    m.stream.synchronize();
+    const std::size_t added = capacity - m.capacity;
+    MATCHA_CUDA_CHECK(cudaMemset(m.slots.data() + m.capacity, 0, added * sizeof(JParticle)));
+    const std::vector<std::uint32_t> defaultKeys(added, m.keyOf(JParticle{}.id));
+    MATCHA_CUDA_CHECK(cudaMemcpy(m.slotKeys.data() + m.capacity, defaultKeys.data(), added * sizeof(std::uint32_t),
+                                 cudaMemcpyHostToDevice));
   }
   // Shrinking keeps the memory; the slots beyond the new size are forgotten, staged writes to them dropped.
   if (capacity < m.capacity) {
@@ -386,16 +392,7 @@ void HermiteCudaEngine::reserve(std::size_t capacity) {
 
 void HermiteCudaEngine::setJParticles(std::span<const std::uint32_t> addresses, std::span<const JParticle> particles) {
   Impl& m = *impl_;
-  if (addresses.size() != particles.size()) {
-    throw InputError("setJParticles: " + std::to_string(addresses.size()) + " addresses for " +
-                     std::to_string(particles.size()) + " particles");
-  }
-  for (const std::uint32_t address : addresses) {
-    if (address >= m.capacity) {
-      throw InputError("setJParticles: address " + std::to_string(address) + " outside the j-memory of " +
-                       std::to_string(m.capacity) + " slots");
-    }
-  }
+  detail::checkHermiteSlots(addresses, particles, m.capacity);
   for (std::size_t k = 0; k < addresses.size(); ++k) {
     const std::uint32_t address = addresses[k];
     const std::uint32_t key = m.keyOf(particles[k].id);
@@ -415,11 +412,7 @@ void HermiteCudaEngine::setJParticles(std::span<const std::uint32_t> addresses, 
 
 void HermiteCudaEngine::predict(double time, std::size_t numJ) {
   Impl& m = *impl_;
-  if (numJ > m.capacity) {
-    throw InputError("predict: " + std::to_string(numJ) + " j-particles asked for, the j-memory holds " +
-                     std::to_string(m.capacity));
-  }
-  if (!std::isfinite(time)) throw InputError("predict: the time is not finite");
+  detail::checkHermitePrediction(time, numJ, m.capacity);
   m.selectDevice();
   cudaStream_t stream = m.stream.get();
   const std::size_t numStaged = m.stagedAddresses.size();
@@ -469,17 +462,7 @@ void HermiteCudaEngine::predict(double time, std::size_t numJ) {
 
 void HermiteCudaEngine::launchForces(const IBlockView& block, double eps2, const HermiteForceView& out) {
   Impl& m = *impl_;
-  if (!(eps2 >= 0.0) || !std::isfinite(eps2)) throw InputError("launchForces: eps2 must be finite and >= 0");
-  if (block.count != out.count) {
-    throw InputError("launchForces: " + std::to_string(block.count) + " i-particles but room for " +
-                     std::to_string(out.count) + " results");
-  }
-  if (block.count > 0 && block.pos == nullptr) throw InputError("launchForces: no i-particle positions");
-  if (block.count > 0 && block.vel == nullptr && out.jerk != nullptr) {
-    throw InputError("launchForces: jerks asked for without i-particle velocities");
-  }
-  if (block.count >= (std::size_t{1} << 31)) throw InputError("launchForces: more than 2^31 i-particles");
-  if (m.launched) throw InputError("launchForces: the previous launch was not finished");
+  detail::checkHermiteLaunch(block, eps2, out, m.launched);
   const std::size_t numI = block.count;
   m.pending = out;
   m.pendingStats = HermiteCudaCallStats{};

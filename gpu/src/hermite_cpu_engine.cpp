@@ -12,6 +12,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/hermite_predictor.hpp"
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/gpu/detail/hermite_checks.hpp"
 
 namespace matcha::gpu {
 
@@ -78,10 +79,7 @@ std::string HermiteCpuEngine::name() const {
 }
 
 void HermiteCpuEngine::reserve(std::size_t capacity) {
-  if (capacity > kMaxHermiteSlots) {
-    throw InputError("Hermite j-memory of " + std::to_string(capacity) + " slots exceeds the limit of " +
-                     std::to_string(kMaxHermiteSlots));
-  }
+  detail::checkHermiteCapacity(capacity);
   try {
     slots_.resize(capacity);
   } catch (const std::bad_alloc&) {
@@ -91,25 +89,12 @@ void HermiteCpuEngine::reserve(std::size_t capacity) {
 }
 
 void HermiteCpuEngine::setJParticles(std::span<const std::uint32_t> addresses, std::span<const JParticle> particles) {
-  if (addresses.size() != particles.size()) {
-    throw InputError("setJParticles: " + std::to_string(addresses.size()) + " addresses for " +
-                     std::to_string(particles.size()) + " particles");
-  }
-  for (const std::uint32_t address : addresses) {
-    if (address >= slots_.size()) {
-      throw InputError("setJParticles: address " + std::to_string(address) + " outside the j-memory of " +
-                       std::to_string(slots_.size()) + " slots");
-    }
-  }
+  detail::checkHermiteSlots(addresses, particles, slots_.size());
   for (std::size_t k = 0; k < addresses.size(); ++k) slots_[addresses[k]] = particles[k];
 }
 
 void HermiteCpuEngine::predict(double time, std::size_t numJ) {
-  if (numJ > slots_.size()) {
-    throw InputError("predict: " + std::to_string(numJ) + " j-particles asked for, the j-memory holds " +
-                     std::to_string(slots_.size()));
-  }
-  if (!std::isfinite(time)) throw InputError("predict: the time is not finite");
+  detail::checkHermitePrediction(time, numJ, slots_.size());
   for (auto* array : {&x_, &y_, &z_, &vx_, &vy_, &vz_, &mass_}) array->resize(numJ);
   id_.resize(numJ);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numJ, 1024), [&](const tbb::blocked_range<std::size_t>& r) {
@@ -129,16 +114,7 @@ void HermiteCpuEngine::predict(double time, std::size_t numJ) {
 }
 
 void HermiteCpuEngine::launchForces(const IBlockView& block, double eps2, const HermiteForceView& out) {
-  if (!(eps2 >= 0.0) || !std::isfinite(eps2)) throw InputError("launchForces: eps2 must be finite and >= 0");
-  if (block.count != out.count) {
-    throw InputError("launchForces: " + std::to_string(block.count) + " i-particles but room for " +
-                     std::to_string(out.count) + " results");
-  }
-  if (block.count > 0 && block.pos == nullptr) throw InputError("launchForces: no i-particle positions");
-  if (block.count > 0 && block.vel == nullptr && out.jerk != nullptr) {
-    throw InputError("launchForces: jerks asked for without i-particle velocities");
-  }
-  if (launched_) throw InputError("launchForces: the previous launch was not finished");
+  detail::checkHermiteLaunch(block, eps2, out, launched_);
   const PredictedJ j{x_.data(),  y_.data(),    z_.data(),  vx_.data(),   vy_.data(),
                      vz_.data(), mass_.data(), id_.data(), numPredicted_};
   const double zero[3] = {0.0, 0.0, 0.0};
@@ -163,5 +139,52 @@ void HermiteCpuEngine::finishForces() {
   if (!launched_) throw InputError("finishForces without a launchForces");
   launched_ = false;
 }
+
+namespace detail {
+
+void checkHermiteCapacity(std::size_t capacity) {
+  if (capacity > kMaxHermiteSlots) {
+    throw InputError("Hermite j-memory of " + std::to_string(capacity) + " slots exceeds the limit of " +
+                     std::to_string(kMaxHermiteSlots));
+  }
+}
+
+void checkHermiteSlots(std::span<const std::uint32_t> addresses, std::span<const JParticle> particles,
+                       std::size_t capacity) {
+  if (addresses.size() != particles.size()) {
+    throw InputError("setJParticles: " + std::to_string(addresses.size()) + " addresses for " +
+                     std::to_string(particles.size()) + " particles");
+  }
+  for (const std::uint32_t address : addresses) {
+    if (address >= capacity) {
+      throw InputError("setJParticles: address " + std::to_string(address) + " outside the j-memory of " +
+                       std::to_string(capacity) + " slots");
+    }
+  }
+}
+
+void checkHermitePrediction(double time, std::size_t numJ, std::size_t capacity) {
+  if (numJ > capacity) {
+    throw InputError("predict: " + std::to_string(numJ) + " j-particles asked for, the j-memory holds " +
+                     std::to_string(capacity));
+  }
+  if (!std::isfinite(time)) throw InputError("predict: the time is not finite");
+}
+
+void checkHermiteLaunch(const IBlockView& block, double eps2, const HermiteForceView& out, bool launched) {
+  if (!(eps2 >= 0.0) || !std::isfinite(eps2)) throw InputError("launchForces: eps2 must be finite and >= 0");
+  if (block.count != out.count) {
+    throw InputError("launchForces: " + std::to_string(block.count) + " i-particles but room for " +
+                     std::to_string(out.count) + " results");
+  }
+  if (block.count > 0 && block.pos == nullptr) throw InputError("launchForces: no i-particle positions");
+  if (block.count > 0 && block.vel == nullptr && out.jerk != nullptr) {
+    throw InputError("launchForces: jerks asked for without i-particle velocities");
+  }
+  if (block.count >= (std::size_t{1} << 31)) throw InputError("launchForces: more than 2^31 i-particles");
+  if (launched) throw InputError("launchForces: the previous launch was not finished");
+}
+
+}  // namespace detail
 
 }  // namespace matcha::gpu

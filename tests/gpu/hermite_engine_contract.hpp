@@ -178,6 +178,12 @@ TYPED_TEST_P(HermiteEngineContract, ReserveKeepsTheSlots) {
   engine.reserve(1);
   engine.predict(0.0, 1);
   this->expectClose(forcesOn(engine, IBlock{{0}, {0, 0, 0}, {0, 0, 0}}, 0.0).acc[0], 2.0, 2.0, "after shrinking");
+  // Slots given up and taken again are fresh (mass 0), not what they held.
+  loadSlots(engine, {jParticleAt(4, 2.0, {1, 0, 0}), jParticleAt(5, 3.0, {-1, 0, 0})});
+  engine.reserve(1);
+  engine.reserve(2);
+  engine.predict(0.0, 2);
+  this->expectClose(forcesOn(engine, IBlock{{9}, {0, 0, 0}, {0, 0, 0}}, 0.0).acc[0], 2.0, 2.0, "regrown");
 }
 
 TYPED_TEST_P(HermiteEngineContract, RefusesBadInputWithOneLine) {
