@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // What the C libraries (libmatcha_force, libmatcha_g6) share at their boundary (STYLE.md habit 16): every C++
-// exception turned into a failure kind and a one-line message, and the engine choice read from the environment.
-// Private to lib/: not installed.
+// exception turned into a return code and a one-line message, calls serialised by a lock, and the engine choice read
+// from the environment. Private to lib/: not installed.
 #pragma once
 
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -20,40 +21,57 @@ class EngineError : public Error {
   using Error::Error;
 };
 
-/// What went wrong, for the libraries' return codes.
-enum class Failure { argument, engine, device, memory, internal };
+/// A failure a library reports with a return code of its own (GRAPE-6's "not open", "no calc to finish").
+class CodedError : public Error {
+ public:
+  CodedError(int returnCode, const std::string& message) : Error(message), code(returnCode) {}
+  int code;
+};
 
-/// Runs `body()`; returns true when it returned, false when it threw, with `failure` and `message` (one line) set.
-/// Never throws: this is the one place where exceptions stop on their way to a C or Fortran caller.
+/// A library's return codes for each kind of failure.
+struct ReturnCodes {
+  int ok, argument, engine, device, memory, internal;
+};
+
+/// Runs `body()` holding `mutex` and returns codes.ok, or the code of what it threw (InputError: argument,
+/// EngineError: engine, CudaError: device, bad_alloc: memory, CodedError: its own, anything else: internal), with
+/// `lastError` set to "<call>: <message>" (empty on success). Never throws: this is the one place where exceptions
+/// stop on their way to a C or Fortran caller.
 template <class Body>
-bool runGuarded(Body&& body, Failure& failure, std::string& message) noexcept {
+int runAtBoundary(const char* call, std::mutex& mutex, std::string& lastError, const ReturnCodes& codes,
+                  Body&& body) noexcept {
+  int code = codes.internal;
   try {
     try {
+      const std::lock_guard<std::mutex> lock(mutex);
       body();
-      return true;
+      lastError.clear();
+      return codes.ok;
+    } catch (const CodedError& error) {
+      code = error.code;
+      lastError = error.what();
     } catch (const EngineError& error) {
-      failure = Failure::engine;
-      message = error.what();
+      code = codes.engine;
+      lastError = error.what();
     } catch (const InputError& error) {
-      failure = Failure::argument;
-      message = error.what();
+      code = codes.argument;
+      lastError = error.what();
     } catch (const CudaError& error) {
-      failure = Failure::device;
-      message = error.what();
+      code = codes.device;
+      lastError = error.what();
     } catch (const std::bad_alloc&) {
-      failure = Failure::memory;
-      message = "out of memory";
+      code = codes.memory;
+      lastError = "out of memory";
     } catch (const std::exception& error) {
-      failure = Failure::internal;
-      message = std::string("internal error: ") + error.what();
+      lastError = std::string("internal error: ") + error.what();
     } catch (...) {
-      failure = Failure::internal;
-      message = "internal error: an unknown exception";
+      lastError = "internal error: an unknown exception";
     }
+    lastError.insert(0, std::string(call) + ": ");
   } catch (...) {  // building the message itself failed (out of memory)
-    failure = Failure::memory;
+    code = codes.memory;
   }
-  return false;
+  return code;
 }
 
 /// The engine kind named by the environment variable MATCHA_ENGINE: auto (also when unset or empty), cpu or cuda.

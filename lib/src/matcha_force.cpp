@@ -19,6 +19,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "c_boundary.hpp"
@@ -32,7 +33,6 @@ namespace {
 using matcha::BodyRange;
 using matcha::InputError;
 using matcha::lib::EngineError;
-using matcha::lib::Failure;
 
 /// Everything the library keeps between calls, guarded by `mutex`.
 struct State {
@@ -57,35 +57,14 @@ State& state() {
 
 thread_local std::string lastError;
 
-int codeOf(Failure failure) {
-  switch (failure) {
-    case Failure::argument:
-      return MATCHA_FORCE_ERROR_ARGUMENT;
-    case Failure::engine:
-      return MATCHA_FORCE_ERROR_ENGINE;
-    case Failure::device:
-      return MATCHA_FORCE_ERROR_DEVICE;
-    case Failure::memory:
-      return MATCHA_FORCE_ERROR_MEMORY;
-    case Failure::internal:
-      break;
-  }
-  return MATCHA_FORCE_ERROR_INTERNAL;
-}
+constexpr matcha::lib::ReturnCodes kCodes{MATCHA_FORCE_OK,           MATCHA_FORCE_ERROR_ARGUMENT,
+                                          MATCHA_FORCE_ERROR_ENGINE, MATCHA_FORCE_ERROR_DEVICE,
+                                          MATCHA_FORCE_ERROR_MEMORY, MATCHA_FORCE_ERROR_INTERNAL};
 
 /// Runs `body` under the library's lock; the return code and the thread's last error come from what it threw.
 template <class Body>
 int guarded(const char* call, Body&& body) {
-  Failure failure = Failure::internal;
-  std::string message;
-  const bool ok = matcha::lib::runGuarded(
-      [&] {
-        const std::lock_guard<std::mutex> lock(state().mutex);
-        body();
-      },
-      failure, message);
-  lastError = ok ? std::string() : std::string(call) + ": " + message;
-  return ok ? MATCHA_FORCE_OK : codeOf(failure);
+  return matcha::lib::runAtBoundary(call, state().mutex, lastError, kCodes, std::forward<Body>(body));
 }
 
 /// The engines, made at the first call that needs them (MATCHA_ENGINE read then).
@@ -152,6 +131,20 @@ void requireSoftening(double eps2) {
   if (eps2 > matcha::gpu::kMaxFloatLength * matcha::gpu::kMaxFloatLength) {
     throw InputError("eps2 exceeds 2^60, outside the float engines' range: rescale the lengths");
   }
+}
+
+/// What both calls check: counts, arrays, softening, finite positions in range and finite masses.
+void requireForceCall(const double (*xj)[3], const double* mj, const double (*xi)[3], double eps2, const double (*a)[3],
+                      int ni, int nj) {
+  requireCounts(ni, nj);
+  requireArray(xj, nj, "xj");
+  requireArray(mj, nj, "mj");
+  requireArray(xi, ni, "xi");
+  requireArray(a, ni, "a");
+  requireSoftening(eps2);
+  requireVectors(xj, nj, "xj", true);
+  requireMasses(mj, nj);
+  requireVectors(xi, ni, "xi", true);
 }
 
 /// 21 bits of each coordinate interleaved (Morton order) over the i-particles' bounding box.
@@ -286,15 +279,7 @@ extern "C" {
 int matcha_force(const double xj[][3], const double mj[], const double xi[][3], double eps2, double a[][3], int ni,
                  int nj) {
   return guarded("matcha_force", [&] {
-    requireCounts(ni, nj);
-    requireArray(xj, nj, "xj");
-    requireArray(mj, nj, "mj");
-    requireArray(xi, ni, "xi");
-    requireArray(a, ni, "a");
-    requireSoftening(eps2);
-    requireVectors(xj, nj, "xj", true);
-    requireMasses(mj, nj);
-    requireVectors(xi, ni, "xi", true);
+    requireForceCall(xj, mj, xi, eps2, a, ni, nj);
     if (ni > 0) computeForces(xj, mj, xi, eps2, a, ni, nj);
   });
 }
@@ -303,19 +288,11 @@ int matcha_force_jerk(const double xj[][3], const double vj[][3], const double m
                       const double vi[][3], double eps2, double a[][3], double jerk[][3], double pot[], int ni,
                       int nj) {
   return guarded("matcha_force_jerk", [&] {
-    requireCounts(ni, nj);
-    requireArray(xj, nj, "xj");
+    requireForceCall(xj, mj, xi, eps2, a, ni, nj);
     requireArray(vj, nj, "vj");
-    requireArray(mj, nj, "mj");
-    requireArray(xi, ni, "xi");
     requireArray(vi, ni, "vi");
-    requireArray(a, ni, "a");
     requireArray(jerk, ni, "jerk");
-    requireSoftening(eps2);
-    requireVectors(xj, nj, "xj", true);
     requireVectors(vj, nj, "vj", false);
-    requireMasses(mj, nj);
-    requireVectors(xi, ni, "xi", true);
     requireVectors(vi, ni, "vi", false);
     if (ni > 0) computeForcesAndJerks(xj, vj, mj, xi, vi, eps2, a, jerk, pot, ni, nj);
   });
@@ -326,7 +303,8 @@ const char* matcha_force_last_error(void) { return lastError.c_str(); }
 const char* matcha_force_engine(void) {
   const int status = guarded("matcha_force_engine", [&] {
     State& s = state();
-    s.engineNames = forceEngine(s).name() + "; jerk: " + hermiteEngine(s).name();
+    // Set once per pair of engines, so that a pointer handed out stays valid until matcha_force_close.
+    if (s.engineNames.empty()) s.engineNames = forceEngine(s).name() + "; jerk: " + hermiteEngine(s).name();
   });
   return status == MATCHA_FORCE_OK ? state().engineNames.c_str() : nullptr;
 }

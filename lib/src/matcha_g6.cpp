@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "c_boundary.hpp"
@@ -22,23 +23,12 @@
 namespace {
 
 using matcha::InputError;
+using matcha::lib::CodedError;
 using matcha::lib::EngineError;
-using matcha::lib::Failure;
 
 constexpr int kMaxClusters = 64;
 constexpr long long kDefaultPipes = 256;
 constexpr long long kDefaultNjMax = 4194304;
-
-/// A g6 call on a cluster that is not open (MATCHA_G6_ERROR_NOT_OPEN).
-class NotOpenError : public matcha::Error {
- public:
-  using Error::Error;
-};
-/// g6calc_lasthalf without a matching firsthalf (MATCHA_G6_ERROR_NO_CALC).
-class NoCalcError : public matcha::Error {
- public:
-  using Error::Error;
-};
 
 struct Cluster {
   std::unique_ptr<matcha::HermiteEngine> engine;
@@ -71,45 +61,13 @@ State& state() {
 
 thread_local std::string lastError;
 
-int codeOf(Failure failure) {
-  switch (failure) {
-    case Failure::argument:
-      return MATCHA_G6_ERROR_ARGUMENT;
-    case Failure::engine:
-      return MATCHA_G6_ERROR_ENGINE;
-    case Failure::device:
-      return MATCHA_G6_ERROR_DEVICE;
-    case Failure::memory:
-      return MATCHA_G6_ERROR_MEMORY;
-    case Failure::internal:
-      break;
-  }
-  return MATCHA_G6_ERROR_INTERNAL;
-}
+constexpr matcha::lib::ReturnCodes kCodes{MATCHA_G6_OK,           MATCHA_G6_ERROR_ARGUMENT, MATCHA_G6_ERROR_ENGINE,
+                                          MATCHA_G6_ERROR_DEVICE, MATCHA_G6_ERROR_MEMORY,   MATCHA_G6_ERROR_INTERNAL};
 
 /// Runs `body` under the library's lock; the return code and the thread's last error come from what it threw.
 template <class Body>
 int guarded(const char* call, Body&& body) {
-  Failure failure = Failure::internal;
-  std::string message;
-  int code = MATCHA_G6_OK;
-  const bool ok = matcha::lib::runGuarded(
-      [&] {
-        try {
-          const std::lock_guard<std::mutex> lock(state().mutex);
-          body();
-        } catch (const NotOpenError& error) {
-          code = MATCHA_G6_ERROR_NOT_OPEN;
-          message = error.what();
-        } catch (const NoCalcError& error) {
-          code = MATCHA_G6_ERROR_NO_CALC;
-          message = error.what();
-        }
-      },
-      failure, message);
-  if (!ok) code = codeOf(failure);
-  lastError = code == MATCHA_G6_OK ? std::string() : std::string(call) + ": " + message;
-  return code;
+  return matcha::lib::runAtBoundary(call, state().mutex, lastError, kCodes, std::forward<Body>(body));
 }
 
 void requireClusterId(int clusterid) {
@@ -121,7 +79,8 @@ void requireClusterId(int clusterid) {
 Cluster& openCluster(int clusterid) {
   requireClusterId(clusterid);
   Cluster* cluster = state().clusters[clusterid].get();
-  if (cluster == nullptr) throw NotOpenError("cluster " + std::to_string(clusterid) + " is not open (g6_open)");
+  if (cluster == nullptr)
+    throw CodedError(MATCHA_G6_ERROR_NOT_OPEN, "cluster " + std::to_string(clusterid) + " is not open (g6_open)");
   return *cluster;
 }
 
@@ -274,11 +233,13 @@ int firstHalf(int clusterid, int nj, int ni, const int* index, const double (*xi
 int lastHalf(const char* call, int clusterid, int ni, double (*acc)[3], double (*jerk)[3], double* pot, int* nnbindex) {
   return guarded(call, [&] {
     Cluster& cluster = openCluster(clusterid);
-    if (!cluster.pending) throw NoCalcError("no g6calc_firsthalf to finish on cluster " + std::to_string(clusterid));
+    if (!cluster.pending)
+      throw CodedError(MATCHA_G6_ERROR_NO_CALC,
+                       "no g6calc_firsthalf to finish on cluster " + std::to_string(clusterid));
     if (ni != cluster.pendingNi) {
       dropPending(cluster);
-      throw NoCalcError("ni = " + std::to_string(ni) + " differs from the firsthalf's " +
-                        std::to_string(cluster.pendingNi) + " (the calc is dropped)");
+      throw CodedError(MATCHA_G6_ERROR_NO_CALC, "ni = " + std::to_string(ni) + " differs from the firsthalf's " +
+                                                    std::to_string(cluster.pendingNi) + " (the calc is dropped)");
     }
     const bool complete = ni == 0 || (acc != nullptr && jerk != nullptr && pot != nullptr);
     dropPending(cluster);  // waits for the engine's results

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cunbody1.h"
@@ -121,10 +122,12 @@ TEST_F(MatchaForce, ThePapersTestOnAPlummerSphere) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const Set bodies = setOf(testing::plummer(2048, seed));
-  for (const double eps2 : {0.01, 0.0}) {
+  // Measured on the CPU engine: 1.0e-7..1.1e-7 with eps2 = 0.01, 1.3e-6..1.9e-6 with eps2 = 0 (close pairs pull
+  // hardest there, and only those far closer than their block's size go to double).
+  for (const auto& [eps2, bound] : {std::pair{0.01, 1e-6}, std::pair{0.0, 1e-5}}) {
     const double eMax = maxRelativeError(forcesOf(bodies, bodies, eps2), directSum(bodies, bodies, eps2).acc);
     std::printf("matcha_force on %s, Plummer N = 2048, eps2 = %g: E_max = %.2e\n", matcha_force_engine(), eps2, eMax);
-    EXPECT_LT(eMax, 3e-6) << "eps2 " << eps2;
+    EXPECT_LT(eMax, bound) << "eps2 " << eps2;
   }
 }
 
@@ -145,7 +148,7 @@ TEST_F(MatchaForce, IndependentSetsOfAnySize) {
   for (const auto& [j, i] : cases) {
     for (const double eps2 : {1.0 / 65536, 0.0}) {
       const double eMax = maxRelativeError(forcesOf(*j, *i, eps2), directSum(*j, *i, eps2).acc);
-      EXPECT_LT(eMax, 3e-6) << "ni " << i->size() << ", nj " << j->size() << ", eps2 " << eps2;
+      EXPECT_LT(eMax, 1e-5) << "ni " << i->size() << ", nj " << j->size() << ", eps2 " << eps2;
     }
   }
 }
