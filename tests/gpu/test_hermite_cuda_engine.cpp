@@ -168,14 +168,11 @@ TEST_F(HermiteCudaEngineTest, CoincidentParticlesWithoutSofteningGiveNoNaN) {
   SCOPED_TRACE(testing::seedTrace(seed));
   // A Plummer sphere with five particles on one point and a pair on another (distinct ids), eps = 0.
   Particles bodies = testing::plummer(600, seed);
-  for (std::size_t k = 1; k < 5; ++k) {
-    bodies.x[k] = bodies.x[0];
-    bodies.y[k] = bodies.y[0];
-    bodies.z[k] = bodies.z[0];
-  }
-  bodies.x[11] = bodies.x[10];
-  bodies.y[11] = bodies.y[10];
-  bodies.z[11] = bodies.z[10];
+  const auto moveOnto = [&](std::size_t k, std::size_t target) {
+    for (auto* coordinate : {&bodies.x, &bodies.y, &bodies.z}) (*coordinate)[k] = (*coordinate)[target];
+  };
+  for (std::size_t k = 1; k < 5; ++k) moveOnto(k, 0);
+  moveOnto(11, 10);
   const std::vector<JParticle> js = jParticlesOf(bodies);
   const IBlock block = testing::iBlockOf(js, firstIndices(64));
   HermiteCudaEngine cuda(testConfig());
