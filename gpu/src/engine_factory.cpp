@@ -8,6 +8,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
+#include "matcha/gpu/hermite_cpu_engine.hpp"
 
 namespace matcha::gpu {
 
@@ -55,6 +56,38 @@ EngineChoice makeEngine(EngineKind kind) {
     }
   }
   return {std::make_unique<CpuEngine>(Precision::float32), "CPU engine (auto: " + device.description + ")"};
+}
+
+std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason) {
+  const auto say = [&](const std::string& line) {
+    if (reason != nullptr) *reason = line;
+  };
+  if (kind == EngineKind::cpu) {
+    say("CPU Hermite engine (as asked)");
+    return std::make_unique<HermiteCpuEngine>();
+  }
+  const CudaDeviceInfo device = queryCudaDevice();
+  if (kind == EngineKind::cuda) {
+    if (!detail::cudaEngineCompiledIn()) {
+      throw InputError("engine cuda: this build has no CUDA engine (" + device.description + ")");
+    }
+    if (!device.available) throw InputError("engine cuda: no usable CUDA device (" + device.description + ")");
+    auto engine = detail::makeHermiteCudaEngineImpl();
+    say("CUDA Hermite engine on " + device.description);
+    return engine;
+  }
+  if (detail::cudaEngineCompiledIn() && device.available) {
+    try {
+      auto engine = detail::makeHermiteCudaEngineImpl();
+      say("CUDA Hermite engine on " + device.description + " (auto)");
+      return engine;
+    } catch (const CudaError& error) {
+      say(std::string("CPU Hermite engine (auto: the CUDA engine failed to start: ") + error.what() + ")");
+      return std::make_unique<HermiteCpuEngine>();
+    }
+  }
+  say("CPU Hermite engine (auto: " + device.description + ")");
+  return std::make_unique<HermiteCpuEngine>();
 }
 
 void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
