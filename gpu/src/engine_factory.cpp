@@ -8,6 +8,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/detail/cuda_bridge.hpp"
+#include "matcha/gpu/hermite_cpu_engine.hpp"
 
 namespace matcha::gpu {
 
@@ -55,6 +56,20 @@ EngineChoice makeEngine(EngineKind kind) {
     }
   }
   return {std::make_unique<CpuEngine>(Precision::float32), "CPU engine (auto: " + device.description + ")"};
+}
+
+std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason) {
+  const auto say = [&](const std::string& line) {
+    if (reason != nullptr) *reason = line;
+  };
+  if (kind == EngineKind::cpu) {
+    say("CPU Hermite engine (as asked)");
+    return std::make_unique<HermiteCpuEngine>();
+  }
+  // The CUDA Hermite engine comes with the next step of issue 18; until then `cuda` is refused and `auto` is the CPU.
+  if (kind == EngineKind::cuda) throw InputError("engine cuda: this build has no CUDA Hermite engine");
+  say("CPU Hermite engine (auto: this build has no CUDA Hermite engine)");
+  return std::make_unique<HermiteCpuEngine>();
 }
 
 void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {

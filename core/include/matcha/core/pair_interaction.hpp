@@ -142,6 +142,45 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulatePairInteractionUnchecked(T dx,
   return softenedR2;
 }
 
+/// Adds the pull of source j on target i, its time derivative (the jerk) and the potential, for 4th-order Hermite
+/// integration (Makino & Aarseth 1992; HermiteEngine in hermite_engine.hpp), with s^2 = |r|^2 + eps^2:
+///   a    += m_j r / s^3
+///   jerk += m_j (v / s^3 - 3 (r.v) r / s^5)
+///   phi  -= m_j / s,                              r = x_j - x_i,  v = v_j - v_i.
+/// G is applied by the caller. A pair with s^2 = 0 (eps = 0 and coincident particles) adds nothing, as in
+/// accumulatePairInteraction: the select keeps every lane free of 0/0 (tests trap floating-point exceptions). The
+/// caller skips a source by giving it mass 0 (a particle's own j-copy, which need not sit at r = 0: the caller's
+/// predicted i-position and the engine's predicted j-position can differ in the last bits, and mass 0 times a finite
+/// 1/s^3 adds exactly nothing). About 30 floating-point instructions, one a reciprocal square root.
+///
+/// @param dx,dy,dz     in: x_j - x_i
+/// @param dvx,dvy,dvz  in: v_j - v_i
+/// @param massJ        in: m_j (0: adds nothing)
+/// @param eps2         in: squared Plummer softening length
+/// @param ax..az,jx..jz,pot  in/out: accumulated, never overwritten
+/// @return |r|^2, unsoftened, for the caller's nearest-neighbour search
+template <class T>
+MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulateJerkPairInteraction(T dx, T dy, T dz, T dvx, T dvy, T dvz, T massJ,
+                                                                      T eps2, T& ax, T& ay, T& az, T& jx, T& jy, T& jz,
+                                                                      T& pot) {
+  const T r2 = dx * dx + dy * dy + dz * dz;
+  const T sum = r2 + eps2;
+  const bool counted = sum > T(0);
+  const T invR = counted ? reciprocalSqrt(counted ? sum : T(1)) : T(0);
+  const T invR2 = invR * invR;
+  const T massInvR = massJ * invR;
+  const T massInvR3 = massInvR * invR2;
+  const T rv3 = T(3) * (dx * dvx + dy * dvy + dz * dvz) * invR2;  // 3 (r.v) / s^2
+  ax += massInvR3 * dx;
+  ay += massInvR3 * dy;
+  az += massInvR3 * dz;
+  jx += massInvR3 * (dvx - rv3 * dx);
+  jy += massInvR3 * (dvy - rv3 * dy);
+  jz += massInvR3 * (dvz - rv3 * dz);
+  pot -= massInvR;
+  return r2;
+}
+
 /// The short-range factors of the TreePM force split (Bagla 2002; Springel 2005, GADGET-2 eq. 21-22) at separation r,
 /// with r_s the split radius and x = r / (2 r_s):
 ///   force:     f(r) = erfc(x) + (2 / sqrt(pi)) x exp(-x^2)   [= erfc(r/2r_s) + r exp(-r^2/4r_s^2) / (r_s sqrt(pi))]

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "matcha/core/hermite_engine.hpp"
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
@@ -87,5 +88,11 @@ EngineChoice makeEngine(EngineKind kind);
 /// The CUDA engine in `precision` on device 0, for tools that need one precision (compare's GPU double reference).
 /// @throws InputError when this build has no CUDA engine or the machine no device; CudaError when it fails to start
 std::unique_ptr<NearFieldEngine> makeCudaEngine(Precision precision);
+
+/// The Hermite engine (core/hermite_engine.hpp) for `kind`: `cpu` the double CPU engine (HermiteCpuEngine); `cuda` the
+/// CUDA Hermite engine, or InputError (one line) when this build has none or the machine no device; `automatic` CUDA
+/// when built and a device is present (and the engine starts on it), else CPU. `reason`, when not null, receives one
+/// line saying which engine was chosen and why, for a run log.
+std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason = nullptr);
 
 }  // namespace matcha::gpu
