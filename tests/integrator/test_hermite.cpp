@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The 4th-order Hermite integrator with block time steps (integrator/hermite.hpp) on a HermiteEngine: the block-step
-// rules by hand, Kepler orbits against the analytic solution (energy, phase, 4th order), the block invariants on a
-// Plummer sphere, block steps against a shared-step Hermite written out here, a Plummer sphere's energy against kirin's
-// tables, restarts bit for bit, and the failures (a step below the smallest, a value that is not finite).
+// The 4th-order Hermite integrator with block time steps (integrator/hermite.hpp) on the CPU Hermite engine: the
+// block-step rules by hand, Kepler orbits against the analytic solution (energy, phase, 4th order), the block
+// invariants on a Plummer sphere, block steps against a shared-step Hermite written out here, a Plummer sphere's energy
+// against kirin's tables, restarts bit for bit, and the failures (a step below the smallest, a value that is not
+// finite).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "direct_hermite_engine.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
+#include "matcha/gpu/hermite_cpu_engine.hpp"
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/hermite.hpp"
 #include "matcha/integrator/hermite_run.hpp"
@@ -30,7 +31,7 @@ namespace {
 using matcha::InputError;
 using matcha::NumericalError;
 using matcha::Particles;
-using matcha::testing::DirectHermiteEngine;
+using matcha::gpu::HermiteCpuEngine;
 namespace mi = matcha::integrator;
 
 [[maybe_unused]] const auto* const kTraps = matcha::testing::trapFloatingPointInEveryTest();
@@ -92,7 +93,7 @@ TEST(HermiteRules, LargestStepFromTheOutputInterval) {
 }
 
 TEST(HermiteRules, RejectsBadParameters) {
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   const auto make = [&](auto change) {
     mi::HermiteParams params;
     change(params);
@@ -169,7 +170,7 @@ struct KeplerResult {
 };
 
 KeplerResult runKepler(const Kepler& orbit, double eta, double etaStart, double tEnd) {
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteParams params;
   params.eta = eta;
   params.etaStart = etaStart;
@@ -254,7 +255,7 @@ TEST(HermiteInitialStep, EtaStartTimesAccelerationOverJerkToAPowerOfTwo) {
       p.mass[b] = n == 2 ? 0.5 : 1.0;
       p.id[b] = b;
     }
-    DirectHermiteEngine engine;
+    HermiteCpuEngine engine;
     mi::HermiteParams params;
     params.etaStart = etaStart;
     params.maxStep = maxStep;
@@ -281,7 +282,7 @@ TEST(HermiteInitialStep, ABodyWithoutJerkGetsAarsethsStepFromTheTrial) {
   p.x = {-0.5, 0.5};
   p.mass = {0.5, 0.5};
   p.id = {0, 1};
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteIntegrator integrator(engine, plummerParams(0.25), 1.0, 0.0);
   integrator.initialize(p);
   EXPECT_EQ(integrator.bodyStep(0), 0x1p-4);
@@ -301,7 +302,7 @@ TEST(HermiteBlocks, EveryStepAPowerOfTwoEveryTimeOnItsGridEveryBlockExactlyTheBo
   const std::uint64_t seed = matcha::testing::freshSeed();
   MATCHA_TRACE_SEED(seed);
   Particles p = matcha::testing::plummer(256, seed);
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteIntegrator integrator(engine, plummerParams(), 1.0, 1.0 / 64.0);
   integrator.initialize(p);
   std::set<double> stepsSeen;
@@ -396,7 +397,7 @@ TEST(HermiteBlocks, SmallestBlockForAllIsTheSharedStepHermite) {
     x[3 * i] = p.x[i], x[3 * i + 1] = p.y[i], x[3 * i + 2] = p.z[i];
     v[3 * i] = p.vx[i], v[3 * i + 1] = p.vy[i], v[3 * i + 2] = p.vz[i];
   }
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteParams params;
   params.eta = 1e12;
   params.etaStart = 1e12;
@@ -442,7 +443,7 @@ TEST(HermiteBlocks, MeasuredPotentialsAreTheSynchronisedStates) {
   const std::uint64_t seed = matcha::testing::freshSeed();
   MATCHA_TRACE_SEED(seed);
   Particles p = matcha::testing::plummer(64, seed);
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   const double eps = 1.0 / 64.0;
   mi::HermiteIntegrator integrator(engine, plummerParams(0.0625), 1.0, eps);
   integrator.initialize(p);
@@ -474,7 +475,7 @@ PlummerRun runPlummer(const Particles& initial, double eps, const mi::HermitePar
   Particles p = initial;
   double massSpeed = 0.0;
   for (std::size_t i = 0; i < p.size(); ++i) massSpeed += p.mass[i] * std::hypot(p.vx[i], p.vy[i], p.vz[i]);
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteIntegrator integrator(engine, params, 1.0, eps);
   matcha::IntegratorParams run;
   run.tEnd = tEnd;
@@ -541,7 +542,7 @@ TEST(HermitePlummer, WithoutSofteningWithinKirinsLevel) {
 // parameters are checked before any work.
 TEST(HermiteRun, OutputsOnSynchronisationTimesAndBadRunsRefused) {
   Particles p = matcha::testing::plummer(32, 7);
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteIntegrator integrator(engine, plummerParams(0.125), 1.0, 1.0 / 32.0, 0.5);
   matcha::IntegratorParams run;
   run.tStart = 0.5;
@@ -604,7 +605,7 @@ TEST(HermiteRun, RestartFromACheckpointIsBitIdentical) {
   const double eps = 1.0 / 64.0;
 
   Particles p = initial;
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteIntegrator integrator(engine, params, 1.0, eps);
   std::optional<Particles> saved;
   matcha::CheckpointState savedState;
@@ -625,7 +626,7 @@ TEST(HermiteRun, RestartFromACheckpointIsBitIdentical) {
   ASSERT_TRUE(saved.has_value());
 
   Particles q = *saved;
-  DirectHermiteEngine engine2;
+  HermiteCpuEngine engine2;
   mi::HermiteIntegrator restored(engine2, params, 1.0, eps);
   restored.restore(q, savedState);
   EXPECT_EQ(restored.time(), 0.4375);
@@ -666,7 +667,7 @@ TEST(HermiteRun, StepBelowTheSmallestStopsTheRunNamingTheNeighbour) {
   p.x = {-0.5, 0.5};
   p.mass = {0.5, 0.5};
   p.id = {10, 11};
-  DirectHermiteEngine engine;
+  HermiteCpuEngine engine;
   mi::HermiteParams params = plummerParams(0.25);
   params.minStep = 0x1p-24;
   mi::HermiteIntegrator integrator(engine, params, 1.0, 0.0);
@@ -693,25 +694,41 @@ TEST(HermiteRun, StepBelowTheSmallestStopsTheRunNamingTheNeighbour) {
   EXPECT_EQ(savedTime, 1.0) << "the free fall takes pi/2 sqrt(1/2) = 1.11: the last output is at t = 1";
 }
 
-/// The test engine with a NaN planted in body `body`'s acceleration at force call `call`.
-class PoisonedEngine : public DirectHermiteEngine {
+/// The CPU engine with a NaN planted in body `body`'s acceleration: the first force call from call `call` on whose
+/// block holds the body and asks for accelerations gets it.
+class PoisonedEngine : public matcha::HermiteEngine {
  public:
   PoisonedEngine(int call, std::size_t body) : call_(call), body_(body) {}
-  /// The first call from `call` on whose block holds `body` and asks for accelerations gets the NaN.
+  std::string name() const override { return "poisoned " + engine_.name(); }
+  void reserve(std::size_t capacity) override { engine_.reserve(capacity); }
+  std::size_t capacity() const override { return engine_.capacity(); }
+  void setJParticles(std::span<const std::uint32_t> addresses, std::span<const matcha::JParticle> particles) override {
+    engine_.setJParticles(addresses, particles);
+  }
+  void predict(double time, std::size_t numJ) override { engine_.predict(time, numJ); }
   void launchForces(const matcha::IBlockView& block, double eps2, const matcha::HermiteForceView& out) override {
-    DirectHermiteEngine::launchForces(block, eps2, out);
-    if (poisoned_ || forceCalls() - 1 < call_ || out.acc == nullptr) return;
-    for (std::size_t k = 0; k < block.count; ++k) {
-      if (static_cast<std::size_t>(block.id[k]) != body_) continue;
-      out.acc[3 * k + 1] = std::numeric_limits<double>::quiet_NaN();
+    engine_.launchForces(block, eps2, out);
+    block_ = block;
+    out_ = out;
+  }
+  void finishForces() override {
+    engine_.finishForces();
+    if (poisoned_ || calls_++ < call_ || out_.acc == nullptr) return;
+    for (std::size_t k = 0; k < block_.count; ++k) {
+      if (static_cast<std::size_t>(block_.id[k]) != body_) continue;
+      out_.acc[3 * k + 1] = std::numeric_limits<double>::quiet_NaN();
       poisoned_ = true;
     }
   }
 
  private:
+  HermiteCpuEngine engine_;
   int call_;
   std::size_t body_;
+  int calls_ = 0;
   bool poisoned_ = false;
+  matcha::IBlockView block_;
+  matcha::HermiteForceView out_;
 };
 
 TEST(HermiteRun, NonFiniteValueStopsTheRunInOneLine) {
