@@ -50,18 +50,18 @@ std::string formatNumber(double value) {
 }  // namespace
 
 void HermiteParams::validate() const {
+  // Named as `matcha run`'s options are, without their dashes, as core's params name theirs.
   if (!(std::isfinite(eta) && eta > 0.0))
-    throw InputError("hermite: eta must be finite and > 0 (got " + formatNumber(eta) + ")");
+    throw InputError("eta must be finite and > 0 (got " + formatNumber(eta) + ")");
   if (!(std::isfinite(etaStart) && etaStart > 0.0)) {
-    throw InputError("hermite: the initial step's eta must be finite and > 0 (got " + formatNumber(etaStart) + ")");
+    throw InputError("eta-start must be finite and > 0 (got " + formatNumber(etaStart) + ")");
   }
   if (!isPowerOfTwo(maxStep)) {
-    throw InputError("hermite: the largest step must be a power of two such as 0.125 or 0.0625 (got " +
-                     formatNumber(maxStep) + ")");
+    throw InputError("max-step must be a power of two such as 0.125 or 0.0625 (got " + formatNumber(maxStep) + ")");
   }
   if (!(std::isfinite(minStep) && minStep > 0.0 && minStep <= maxStep)) {
-    throw InputError("hermite: the smallest step must be > 0 and at most the largest step " + formatNumber(maxStep) +
-                     " (got " + formatNumber(minStep) + ")");
+    throw InputError("min-step must be > 0 and at most max-step " + formatNumber(maxStep) + " (got " +
+                     formatNumber(minStep) + ")");
   }
 }
 
@@ -107,7 +107,7 @@ double resolveMaxStep(double outputInterval, double requested) {
   message << "--output-interval " << outputInterval
           << " is not a whole number of any power-of-two step (hermite runs synchronise every body at the outputs, "
              "on multiples of the largest step): give a dyadic interval such as "
-          << powerOfTwoFloor(outputInterval) << " or " << 1.5 * powerOfTwoFloor(outputInterval) << ", or --max-step";
+          << powerOfTwoFloor(outputInterval) << " or " << 2.0 * powerOfTwoFloor(outputInterval);
   throw InputError(message.str());
 }
 
