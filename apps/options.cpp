@@ -63,6 +63,23 @@ void addWordOption(CLI::App& command, const std::string& name, Enum& target, con
       ->default_str(toString(target));
 }
 
+/// A check for an option that takes a number or the word auto: "must be <what> or auto (got 'x')" otherwise. Only the
+/// form is checked here; the value's range is the option's own.
+CLI::Validator numberOrAuto(const std::string& what, const std::string& typeName) {
+  return CLI::Validator(
+      [what](std::string& text) {
+        if (text == "auto") return std::string();
+        try {
+          std::size_t used = 0;
+          std::stod(text, &used);
+          if (used == text.size()) return std::string();
+        } catch (const std::exception&) {
+        }
+        return "must be " + what + " or auto (got '" + text + "')";
+      },
+      typeName);
+}
+
 /// Outputs fall on steps: an interval that is not a whole number of steps would be rounded to one without a word,
 /// so it is refused with the two nearest values that are. An interval below dt (every step) is refused alike.
 void requireWholeOutputInterval(const IntegratorParams& params) {
@@ -188,18 +205,7 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                 " with open boundaries, 1/" + formatNumber(kPeriodicSofteningPerSpacing) +
                 " of the mean spacing L / N^(1/3) in a periodic box (well below the mesh's split radius r_s, "
                 "where TreePM's softened short range meets Ewald's softened force law)")
-        ->check(CLI::Validator(
-            [](std::string& text) {
-              if (text == "auto") return std::string();
-              try {
-                std::size_t used = 0;
-                std::stod(text, &used);
-                if (used == text.size()) return std::string();
-              } catch (const std::exception&) {
-              }
-              return "must be a number or auto (got '" + text + "')";
-            },
-            "EPS|auto"))
+        ->check(numberOrAuto("a number", "EPS|auto"))
         ->default_str("auto");
   }
   if (sets & kIntegrator) {
@@ -220,18 +226,7 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
             [&options](const std::string& text) { options.maxStepRequested = text == "auto" ? 0.0 : std::stod(text); },
             "hermite: the largest step, a power of two dividing --output-interval (every body is synchronised at "
             "its multiples, the outputs among them), or auto: the largest such power of two")
-        ->check(CLI::Validator(
-            [](std::string& text) {
-              if (text == "auto") return std::string();
-              try {
-                std::size_t used = 0;
-                std::stod(text, &used);
-                if (used == text.size()) return std::string();
-              } catch (const std::exception&) {
-              }
-              return "must be a power of two such as 0.125, or auto (got '" + text + "')";
-            },
-            "STEP|auto"))
+        ->check(numberOrAuto("a power of two such as 0.125,", "STEP|auto"))
         ->default_str("auto");
     char minStep[32];
     std::snprintf(minStep, sizeof minStep, "%.17g", hermite.minStep);  // 2^-40 exactly, echoed and read back

@@ -275,14 +275,20 @@ TEST(HermiteInitialStep, EtaStartTimesAccelerationOverJerkToAPowerOfTwo) {
   EXPECT_EQ(firstSteps(0.5, 0.25, 2), (std::vector<double>{0.125, 0.125}));
 }
 
+/// Two bodies of mass 1/2 at rest, a distance 1 apart on the x axis, with ids firstId and firstId + 1.
+Particles pairAtRest(std::uint64_t firstId) {
+  Particles p(2);
+  p.x = {-0.5, 0.5};
+  p.mass = {0.5, 0.5};
+  p.id = {firstId, firstId + 1};
+  return p;
+}
+
 // Two bodies released at rest have no jerk: |a|/|j| would give the largest step. The trial over it sees the snap
 // (a = 1/2 r^-2 grows as they fall: |a2| = 1 for each at the start, a3 = 0 by symmetry) and Aarseth's criterion
 // sqrt(eta |a| / |a2|) = sqrt(0.02 / 2) = 0.1: the first step is 1/16.
 TEST(HermiteInitialStep, ABodyWithoutJerkGetsAarsethsStepFromTheTrial) {
-  Particles p(2);
-  p.x = {-0.5, 0.5};
-  p.mass = {0.5, 0.5};
-  p.id = {0, 1};
+  Particles p = pairAtRest(0);
   HermiteCpuEngine engine;
   mi::HermiteIntegrator integrator(engine, plummerParams(0.25), 1.0, 0.0);
   integrator.initialize(p);
@@ -664,10 +670,7 @@ TEST(HermiteRun, RestartFromACheckpointIsBitIdentical) {
 // Two bodies at rest with eps = 0 fall onto each other: the steps shrink without end, and the run stops with one line
 // naming the body, the smallest step and the nearest neighbour, handing over the last output's state.
 TEST(HermiteRun, StepBelowTheSmallestStopsTheRunNamingTheNeighbour) {
-  Particles p(2);
-  p.x = {-0.5, 0.5};
-  p.mass = {0.5, 0.5};
-  p.id = {10, 11};
+  Particles p = pairAtRest(10);
   HermiteCpuEngine engine;
   mi::HermiteParams params = plummerParams(0.25);
   params.minStep = 0x1p-24;
