@@ -7,12 +7,15 @@
 #include <tbb/parallel_for.h>
 
 #include <array>
+#include <cstdint>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/gpu/hermite_cpu_engine.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
@@ -56,6 +59,39 @@ void BM_DirectCpu(benchmark::State& state, gpu::Precision precision) {
   InteractionCounts counts;
   for (auto _ : state) counts = engine.evaluateDirect(p.sources(), GravityParams{}, p.forces());
   reportRates(state, counts);
+}
+
+/// The CPU Hermite engine (double, TBB over the i-particles): acceleration, jerk, potential and nearest neighbour of
+/// all N bodies of a Plummer sphere from all N (kirin's Table 4 set-up, 60 flops an interaction in its convention).
+void BM_HermiteCpu(benchmark::State& state) {
+  const Particles p = plummer(state.range(0));
+  const std::size_t n = p.size();
+  std::vector<JParticle> js(n);
+  std::vector<std::uint32_t> addresses(n);
+  std::vector<std::int64_t> ids(n), nearestId(n);
+  std::vector<double> pos(3 * n), vel(3 * n), acc(3 * n), jerk(3 * n), pot(n), distance2(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const double x[3] = {p.x[k], p.y[k], p.z[k]}, v[3] = {p.vx[k], p.vy[k], p.vz[k]};
+    js[k].mass = p.mass[k];
+    js[k].id = ids[k] = static_cast<std::int64_t>(k);
+    addresses[k] = static_cast<std::uint32_t>(k);
+    for (int d = 0; d < 3; ++d) {
+      js[k].pos[d] = pos[3 * k + d] = x[d];
+      js[k].vel[d] = vel[3 * k + d] = v[d];
+    }
+  }
+  gpu::HermiteCpuEngine engine;
+  engine.reserve(n);
+  engine.setJParticles(addresses, js);
+  engine.predict(0.0, n);
+  for (auto _ : state) {
+    engine.launchForces({ids.data(), pos.data(), vel.data(), n}, 1.0 / 65536,
+                        {acc.data(), jerk.data(), pot.data(), nearestId.data(), distance2.data(), n});
+    engine.finishForces();
+  }
+  const double interactions = double(n) * double(n) * double(state.iterations());
+  state.counters["interactions/s"] = benchmark::Counter(interactions, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s(60)"] = benchmark::Counter(interactions * 60e-9, benchmark::Counter::kIsRate);
 }
 
 // Args: N, theta * 100, ncrit.
@@ -242,6 +278,12 @@ BENCHMARK_CAPTURE(BM_DirectCpu, float, matcha::gpu::Precision::float32)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_DirectCpu, double, matcha::gpu::Precision::float64)
+    ->ArgName("N")
+    ->RangeMultiplier(4)
+    ->Range(1 << 10, 1 << 14)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_HermiteCpu)
     ->ArgName("N")
     ->RangeMultiplier(4)
     ->Range(1 << 10, 1 << 14)

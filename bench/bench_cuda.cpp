@@ -24,12 +24,14 @@
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/cuda_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/gpu/hermite_cuda_engine.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
+#include "matcha_force.h"
 
 namespace {
 
@@ -165,6 +167,121 @@ void runPlan(benchmark::State& state, Precision precision, std::size_t n, double
   state.counters["call_ms"] = totalMilliseconds / double(state.iterations());  // uploads + kernels + downloads
   state.counters["MB_up"] = double(stats.bytesToDevice) * 1e-6;                // index lists + bodies + cells
   state.counters["MB_packed"] = double(stats.packedListBytes) * 1e-6;          // float4 lists instead
+}
+
+/// Issue slots per Hermite interaction (acceleration, jerk, potential, nearest neighbour) of the CUDA Hermite engine's
+/// force kernel (gpu/cuda/hermite_cuda_engine.cu, hermiteForceKernel<1, true>), counted in its PTX (nvcc 13.0, sm_90;
+/// cuobjdump was not at hand to count the SASS): 3 LDS.128 (the slot's hi, lo and velocity), 9 FP32 for the
+/// double-single separation, 3 for |r|^2, 1 for + eps^2, a compare, a branch and the MUFU.RSQ (the s^2 >= FLT_MIN
+/// rule; ptxas may predicate the branch away), 3 for
+/// the velocity difference, 2 for the id test (compare, mass select), 3 for m/s and m/s^3, 5 for 3 (r.v) / s^2, 3 FFMA
+/// for the pull, 9 for the jerk, 1 for the potential, 6 for the nearest neighbour (two compares, their and, two
+/// selects, the slot index) = 51. kirin counts the same interaction as 60 flops (its Table 4); this is the FP32 floor
+/// restated for it: 13/51 of DESIGN.md's monopole floor.
+constexpr double kHermiteInstructionsPerInteraction = 51.0;
+
+/// The Hermite engine on a Plummer sphere of nj bodies (in Hilbert order) with its first ni bodies as the i-block:
+/// kirin's Table 4 (ni = nj = N, force + potential + jerk, kernel time) and the block-step case (small ni, large nj).
+/// Time is the force and combine kernels' (CUDA events); call_ms adds the i-block's upload and the results' download
+/// (the prediction of the j-particles is outside: once per block step, not per i-block).
+void runHermite(benchmark::State& state, std::size_t ni, std::size_t nj, bool nearest) {
+  gpu::HermiteCudaEngine engine;
+  const Particles& bodies = plummer(nj);
+  std::vector<JParticle> js(nj);
+  std::vector<std::uint32_t> addresses(nj);
+  for (std::size_t k = 0; k < nj; ++k) {
+    js[k].mass = bodies.mass[k];
+    js[k].id = static_cast<std::int64_t>(k);
+    js[k].pos[0] = bodies.x[k], js[k].pos[1] = bodies.y[k], js[k].pos[2] = bodies.z[k];
+    js[k].vel[0] = bodies.vx[k], js[k].vel[1] = bodies.vy[k], js[k].vel[2] = bodies.vz[k];
+    addresses[k] = static_cast<std::uint32_t>(k);
+  }
+  engine.reserve(nj);
+  engine.setJParticles(addresses, js);
+  engine.predict(0.0, nj);
+  std::vector<std::int64_t> ids(ni);
+  std::vector<double> pos(3 * ni), vel(3 * ni), acc(3 * ni), jerk(3 * ni), pot(ni), distance2(ni);
+  std::vector<std::int64_t> nearestId(ni);
+  for (std::size_t i = 0; i < ni; ++i) {
+    ids[i] = js[i].id;
+    for (int d = 0; d < 3; ++d) {
+      pos[3 * i + d] = js[i].pos[d];
+      vel[3 * i + d] = js[i].vel[d];
+    }
+  }
+  const IBlockView block{ids.data(), pos.data(), vel.data(), ni};
+  const HermiteForceView out{
+      acc.data(), jerk.data(), pot.data(), nearest ? nearestId.data() : nullptr, nearest ? distance2.data() : nullptr,
+      ni};
+  engine.launchForces(block, 0.0, out);  // warm-up: device buffers
+  engine.finishForces();
+  double kernelSeconds = 0.0, callSeconds = 0.0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    engine.launchForces(block, 1.0 / 65536, out);
+    engine.finishForces();
+    callSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = engine.lastCallStats().kernelMilliseconds * 1e-3;
+    kernelSeconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  const double interactions = double(ni) * double(nj) * double(state.iterations());
+  state.counters["interactions/s"] = benchmark::Counter(interactions, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s(60)"] = benchmark::Counter(interactions * 60e-9, benchmark::Counter::kIsRate);
+  state.counters["floor%"] = 100.0 * (interactions / kernelSeconds) /
+                             gpu::fp32FloorInteractionsPerSecond(gDevice, kHermiteInstructionsPerInteraction);
+  state.counters["call_ms"] = 1e3 * callSeconds / double(state.iterations());
+  state.counters["splits"] = engine.lastCallStats().numSplits;
+  state.counters["threads/i"] = engine.lastCallStats().threadsPerI;
+}
+
+void registerHermite(std::size_t ni, std::size_t nj, bool nearest = true) {
+  const std::string name = "hermite/ni:" + std::to_string(ni) + "/nj:" + std::to_string(nj) + (nearest ? "" : "/no-nn");
+  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) { runHermite(state, ni, nj, nearest); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->MinTime(0.05);
+}
+
+/// libmatcha_force's matcha_force (CUNBODY-1's force call) on a Plummer sphere, i = j = all N bodies, eps2 = 0.01 (the
+/// paper's program): the call's wall time (uploads and the plan included), interactions/s over it with the paper's 38
+/// flops, and E_max = max_i |a_i - a_ref,i| / |a_ref,i| against the CUDA engine's double direct sum (double precision
+/// like the paper's host, computed once per N).
+void runMatchaForce(benchmark::State& state, std::size_t n) {
+  const Particles& bodies = plummer(n);
+  std::vector<double> x(3 * n), m(bodies.mass), a(3 * n);
+  for (std::size_t k = 0; k < n; ++k) {
+    x[3 * k] = bodies.x[k], x[3 * k + 1] = bodies.y[k], x[3 * k + 2] = bodies.z[k];
+  }
+  const auto* xs = reinterpret_cast<const double(*)[3]>(x.data());
+  auto* as = reinterpret_cast<double(*)[3]>(a.data());
+  const int count = static_cast<int>(n);
+  if (matcha_force(xs, m.data(), xs, 0.01, as, count, count) != MATCHA_FORCE_OK) {
+    state.SkipWithError(matcha_force_last_error());
+    return;
+  }
+  double seconds = 0.0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    matcha_force(xs, m.data(), xs, 0.01, as, count, count);
+    const double call = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds += call;
+    state.SetIterationTime(call);
+  }
+  Particles reference = bodies;
+  GravityParams gravity;
+  gravity.eps = 0.1;
+  engine(Precision::float64).evaluateDirect(reference.sources(), gravity, reference.forces());
+  double eMax = 0.0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const double error =
+        std::hypot(a[3 * k] - reference.ax[k], a[3 * k + 1] - reference.ay[k], a[3 * k + 2] - reference.az[k]);
+    eMax = std::max(eMax, error / std::hypot(reference.ax[k], reference.ay[k], reference.az[k]));
+  }
+  const double interactions = double(n) * double(n) * double(state.iterations());
+  state.counters["interactions/s"] = benchmark::Counter(interactions, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s(38)"] = benchmark::Counter(interactions * 38e-9, benchmark::Counter::kIsRate);
+  state.counters["E_max"] = eMax;
 }
 
 /// FP32 instructions per truncated (periodic short-range) body-body interaction, counted from the source
@@ -462,6 +579,24 @@ void registerAll() {
           ->MinTime(0.1);
     }
   }
+  // The Hermite engine (issue 18): kirin's Table 4 (ni = nj = N, 2^10 ... 2^20), the block-step case (small i-blocks
+  // on 2^16 and 2^20 j-particles: GRAPE-6's 48 pipes, the libraries' 256, 1024), the nearest-neighbour search's cost.
+  for (int log2n = 10; log2n <= 20; log2n += 2) registerHermite(std::size_t{1} << log2n, std::size_t{1} << log2n);
+  for (const std::size_t nj : {std::size_t{1} << 16, std::size_t{1} << 20}) {
+    for (const std::size_t ni : {std::size_t{1}, std::size_t{48}, std::size_t{256}, std::size_t{1024}}) {
+      registerHermite(ni, nj);
+    }
+  }
+  registerHermite(std::size_t{1} << 16, std::size_t{1} << 16, false);
+  // libmatcha_force's E_max and speed beside CUNBODY-1's Table 2 and 3 (N = 2048 ... 131072).
+  for (int log2n = 11; log2n <= 17; ++log2n) {
+    const std::size_t n = std::size_t{1} << log2n;
+    benchmark::RegisterBenchmark(("cunbody/matcha_force/N:" + std::to_string(n)).c_str(),
+                                 [=](benchmark::State& state) { runMatchaForce(state, n); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.05);
+  }
   // Direct, float: every shape for N = 2^12 ... 2^20, the engine's own choice at 2^22 (9 s a call on an H100).
   const auto floatShapes = CudaEngine::supportedDirectConfigs(Precision::float32);
   for (int log2n = 12; log2n <= 20; log2n += 2) {
@@ -546,6 +681,10 @@ int main(int argc, char** argv) {
                 gpu::fp32FloorInteractionsPerSecond(gDevice, kTruncatedInstructionsPerInteraction),
                 kTruncatedInstructionsPerInteraction);
   benchmark::AddCustomContext("fp32_floor_truncated", text);
+  std::snprintf(text, sizeof text, "%.4g interactions/s (%.0f instructions each, PTX)",
+                gpu::fp32FloorInteractionsPerSecond(gDevice, kHermiteInstructionsPerInteraction),
+                kHermiteInstructionsPerInteraction);
+  benchmark::AddCustomContext("fp32_floor_hermite", text);
   registerAll();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # DESIGN.md §2: tree/ and gpu/ never include each other, core/ includes no other module, mesh/ includes core/ only,
-# cosmology/ core/ and mesh/ only (the power spectrum deposits on mesh/'s MassMesh), and no .cpp outside gpu/ includes
-# CUDA headers. Cheap enough to run first in CI.
+# cosmology/ core/ and mesh/ only (the power spectrum deposits on mesh/'s MassMesh), lib/ core/ and gpu/ only, and no
+# .cpp outside gpu/ includes CUDA headers. Cheap enough to run first in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -18,7 +18,8 @@ check core "matcha/(tree|gpu|io|ic|integrator|mesh|cosmology)/" "core/ depends o
 check mesh "matcha/(tree|gpu|io|ic|integrator|cosmology)/" "mesh/ depends on core only"
 check cosmology "matcha/(tree|gpu|io|ic|integrator)/" "cosmology/ depends on core and mesh only"
 check integrator "matcha/(tree|gpu|io|ic)/" "integrator/ sees only core's ForceSolver"
-if grep -rnE --include='*.cpp' --include='*.hpp' '#include [<"](cuda_runtime|cuda)\.h' core tree gpu integrator ic io mesh cosmology apps; then
+check lib "matcha/(tree|io|ic|integrator|mesh|cosmology)/" "lib/ (the C libraries) includes core and gpu only"
+if grep -rnE --include='*.cpp' --include='*.hpp' '#include [<"](cuda_runtime|cuda)\.h' core tree gpu integrator ic io mesh cosmology lib apps; then
   echo "module boundary violated: only gpu/*.cu may include CUDA headers" >&2
   status=1
 fi

@@ -730,10 +730,15 @@ InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSiz
 }
 
 InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize, BodyRange targets) {
+  MATCHA_ASSERT(sources.count <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
+  return makeDirectPlan(sources, blockSize, targets, BodyRange{0, static_cast<std::uint32_t>(sources.count)});
+}
+
+InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize, BodyRange targets, BodyRange list) {
   MATCHA_ASSERT(blockSize >= 1, "block size must be >= 1");
   MATCHA_ASSERT(sources.count <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
   MATCHA_ASSERT(targets.first <= targets.last && targets.last <= sources.count, "direct-sum targets out of range");
-  const auto numBodies = static_cast<std::uint32_t>(sources.count);
+  MATCHA_ASSERT(list.first <= list.last && list.last <= sources.count, "direct-sum sources out of range");
   InteractionPlan plan;
   const std::uint32_t numGroups = (targets.size() + blockSize - 1) / blockSize;
   plan.groups.reserve(numGroups);
@@ -747,7 +752,7 @@ InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSiz
       plan.groupCentres.push_back(std::accumulate(coordinate + first, coordinate + last, 0.0) / double(last - first));
     }
     plan.cellListOffsets.push_back(0);
-    plan.bodyList.push_back({0, numBodies});
+    if (list.size() > 0) plan.bodyList.push_back(list);
     plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(plan.bodyList.size()));
   }
   plan.accurateNearPairs = true;

@@ -66,9 +66,27 @@ std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* r
     say("CPU Hermite engine (as asked)");
     return std::make_unique<HermiteCpuEngine>();
   }
-  // The CUDA Hermite engine comes with the next step of issue 18; until then `cuda` is refused and `auto` is the CPU.
-  if (kind == EngineKind::cuda) throw InputError("engine cuda: this build has no CUDA Hermite engine");
-  say("CPU Hermite engine (auto: this build has no CUDA Hermite engine)");
+  const CudaDeviceInfo device = queryCudaDevice();
+  if (kind == EngineKind::cuda) {
+    if (!detail::cudaEngineCompiledIn()) {
+      throw InputError("engine cuda: this build has no CUDA engine (" + device.description + ")");
+    }
+    if (!device.available) throw InputError("engine cuda: no usable CUDA device (" + device.description + ")");
+    auto engine = detail::makeHermiteCudaEngineImpl();
+    say("CUDA Hermite engine on " + device.description);
+    return engine;
+  }
+  if (detail::cudaEngineCompiledIn() && device.available) {
+    try {
+      auto engine = detail::makeHermiteCudaEngineImpl();
+      say("CUDA Hermite engine on " + device.description + " (auto)");
+      return engine;
+    } catch (const CudaError& error) {
+      say(std::string("CPU Hermite engine (auto: the CUDA engine failed to start: ") + error.what() + ")");
+      return std::make_unique<HermiteCpuEngine>();
+    }
+  }
+  say("CPU Hermite engine (auto: " + device.description + ")");
   return std::make_unique<HermiteCpuEngine>();
 }
 

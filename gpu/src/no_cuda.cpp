@@ -18,6 +18,10 @@ std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision) {
   throw InputError("this build has no CUDA support (no nvcc at configure time)");
 }
 
+std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl() {
+  throw InputError("this build has no CUDA support (no nvcc at configure time)");
+}
+
 }  // namespace matcha::gpu::detail
 
 namespace matcha::gpu {

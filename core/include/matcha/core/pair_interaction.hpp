@@ -142,16 +142,29 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulatePairInteractionUnchecked(T dx,
   return softenedR2;
 }
 
+/// The smallest normal number of T (std::numeric_limits<T>::min(), which device code cannot call).
+template <class T>
+MATCHA_HOST_DEVICE constexpr T smallestNormal() {
+  if constexpr (sizeof(T) == 4) {
+    return T(0x1p-126f);
+  } else {
+    return T(0x1p-1022);
+  }
+}
+
 /// Adds the pull of source j on target i, its time derivative (the jerk) and the potential, for 4th-order Hermite
 /// integration (Makino & Aarseth 1992; HermiteEngine in hermite_engine.hpp), with s^2 = |r|^2 + eps^2:
 ///   a    += m_j r / s^3
 ///   jerk += m_j (v / s^3 - 3 (r.v) r / s^5)
 ///   phi  -= m_j / s,                              r = x_j - x_i,  v = v_j - v_i.
 /// G is applied by the caller. A pair with s^2 = 0 (eps = 0 and coincident particles) adds nothing, as in
-/// accumulatePairInteraction: the select keeps every lane free of 0/0 (tests trap floating-point exceptions). The
-/// caller skips a source by giving it mass 0 (a particle's own j-copy, which need not sit at r = 0: the caller's
-/// predicted i-position and the engine's predicted j-position can differ in the last bits, and mass 0 times a finite
-/// 1/s^3 adds exactly nothing). About 30 floating-point instructions, one a reciprocal square root.
+/// accumulatePairInteraction: the select keeps every lane free of 0/0 (tests trap floating-point exceptions). So does a
+/// pair whose s^2 is below the smallest normal number of T (1.2e-38 in float): there 1/s^3 overflows, and on the GPU
+/// the flush-to-zero reciprocal square root returns inf for it. The caller skips a source by giving it mass 0 (a
+/// particle's own j-copy, which need not sit at r = 0: the caller's predicted i-position and the engine's predicted
+/// j-position can differ in the last bits, and mass 0 times a finite 1/s^3 adds exactly nothing; the rule above keeps
+/// 1/s^3 finite when those bits put the copy 1e-20 away). About 30 floating-point instructions, one a reciprocal
+/// square root.
 ///
 /// @param dx,dy,dz     in: x_j - x_i
 /// @param dvx,dvy,dvz  in: v_j - v_i
@@ -165,7 +178,7 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulateJerkPairInteraction(T dx, T dy
                                                                       T& pot) {
   const T r2 = dx * dx + dy * dy + dz * dz;
   const T sum = r2 + eps2;
-  const bool counted = sum > T(0);
+  const bool counted = sum >= smallestNormal<T>();
   const T invR = counted ? reciprocalSqrt(counted ? sum : T(1)) : T(0);
   const T invR2 = invR * invR;
   const T massInvR = massJ * invR;

@@ -65,5 +65,9 @@ InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSiz
 /// The same onto the targets [targets.first, targets.last) only (every source still in every list): direct sums for
 /// a subsample of bodies placed first.
 InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize, BodyRange targets);
+/// The same with every group's list the sources [list.first, list.last) instead of every source: direct sums onto the
+/// targets from another set of bodies held in the same SourceView (lib/'s CUNBODY-1 call puts its i-bodies, of mass 0,
+/// before its j-bodies, so that each i-body's sum runs over the j-bodies alone).
+InteractionPlan makeDirectPlan(const SourceView& sources, std::uint32_t blockSize, BodyRange targets, BodyRange list);
 
 }  // namespace matcha::gpu

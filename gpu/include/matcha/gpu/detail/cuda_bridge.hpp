@@ -14,5 +14,7 @@ CudaDeviceInfo queryCudaDeviceImpl();
 bool cudaEngineCompiledIn();
 /// The CUDA engine on device 0. @throws CudaError when it cannot start, InputError in a build without CUDA
 std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision precision);
+/// The CUDA Hermite engine on device 0. @throws CudaError when it cannot start, InputError in a build without CUDA
+std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl();
 
 }  // namespace matcha::gpu::detail
