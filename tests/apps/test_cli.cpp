@@ -2255,6 +2255,10 @@ TEST_F(Cli, HermiteRunWritesWhatALeapfrogRunWrites) {
               hermite["body_steps"].get<double>() / hermite["block_steps"].get<double>(), 1e-9);
   EXPECT_EQ(summary["interactions"]["body_body"], hermite["interactions"]);
   EXPECT_EQ(hermite["diagnostic_interactions"], 5 * 256 * 256) << "one potential call on every body per output";
+  ASSERT_EQ(hermite["outputs"].size(), 5u);
+  EXPECT_EQ(hermite["outputs"][2]["time"], 0.25);
+  EXPECT_EQ(hermite["outputs"][4]["block_steps"], hermite["block_steps"]);
+  EXPECT_LE(hermite["outputs"][3]["wall_seconds"].get<double>(), hermite["outputs"][4]["wall_seconds"].get<double>());
   EXPECT_LT(summary["relative_energy_error"].get<double>(), 1e-6);
   EXPECT_NE(result.err.find("block step "), std::string::npos) << "the progress line";
   for (int k = 0; k <= 4; ++k) {
