@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   // One options struct per subcommand: their defaults differ (e.g. --out is a folder for run, a file for ic).
   matcha::app::Options runOptions, compareOptions, icOptions, tuneOptions;
   runOptions.commandLine = joinCommandLine(argc, argv);
+  runOptions.arguments.assign(argv + 1, argv + argc);
   const auto runCommand = matcha::app::addRunCommand(app, runOptions);
   const auto compareCommand = matcha::app::addCompareCommand(app, compareOptions);
   const auto icCommand = matcha::app::addIcCommand(app, icOptions);

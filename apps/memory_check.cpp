@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/hermite_engine.hpp"
 #include "matcha/gpu/memory_model.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
@@ -195,6 +196,25 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   // Direct potentials at outputs take the accelerations into scratch arrays (run_command.cpp: DirectPotentials).
   if (directPotentials) estimate.add("direct potentials' scratch", n * 3 * sizeof(double));
   // The run keeps a copy of the last state whose values were all finite (integrator/run_loop.hpp: onNonFinite).
+  estimate.add("last good state", n * kBytesPerBody);
+  estimate.add("program and libraries", kProgramBytes);
+  return memory;
+}
+
+RunMemory estimateHermiteRunMemory(std::uint64_t numBodies) {
+  RunMemory memory;
+  MemoryEstimate& estimate = memory.estimate;
+  const std::uint64_t n = numBodies;
+  estimate.numBodies = n;
+  estimate.add("bodies", n * kBytesPerBody);
+  // Per body: its time, step and next time, its jerk (HermiteIntegrator); for a block of every body (the first call,
+  // the outputs' potentials): ids, predicted positions and velocities, new accelerations, jerks and potentials, the
+  // criteria, the j-particles handed over, and the block's indices three times over (block, last block, search).
+  constexpr std::uint64_t kIntegratorBytes =
+      6 * sizeof(double) + sizeof(std::int64_t) + 13 * sizeof(double) + sizeof(JParticle) + 4 * sizeof(std::uint32_t);
+  estimate.add("Hermite integrator (per-body state, block scratch)", n * kIntegratorBytes);
+  // The CPU engine's j-memory (one JParticle a slot) and its prediction (positions, velocities, mass, id).
+  estimate.add("Hermite engine (j-particles and their prediction)", n * (sizeof(JParticle) + 8 * sizeof(double)));
   estimate.add("last good state", n * kBytesPerBody);
   estimate.add("program and libraries", kProgramBytes);
   return memory;

@@ -29,6 +29,11 @@ struct RunMemory {
 RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials,
                             std::optional<std::uint64_t> numSteps = std::nullopt);
 
+/// The memory of `matcha run --integrator hermite` on `numBodies` bodies: the bodies and their last good copy, the
+/// Hermite integrator's per-body state and block scratch (integrator/hermite.hpp, sized for a block of every body), and
+/// the Hermite engine's host j-memory (the CPU engine's; the CUDA engine's device memory is not estimated).
+RunMemory estimateHermiteRunMemory(std::uint64_t numBodies);
+
 /// Host memory a run may use: MemAvailable of /proc/meminfo, less where a cgroup limit (memory.max less
 /// memory.current) is tighter, less where the environment variable MATCHA_MEMORY_LIMIT (bytes, or a number with a
 /// K, M, G or T suffix, powers of 1024) is tighter: the limit a batch system or a test imposes. 0 when unknown.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -12,6 +13,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/ic/plummer.hpp"
+#include "matcha/integrator/hermite_run.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
@@ -59,6 +61,23 @@ void addWordOption(CLI::App& command, const std::string& name, Enum& target, con
           description)
       ->check(oneOf(words))
       ->default_str(toString(target));
+}
+
+/// A check for an option that takes a number or the word auto: "must be <what> or auto (got 'x')" otherwise. Only the
+/// form is checked here; the value's range is the option's own.
+CLI::Validator numberOrAuto(const std::string& what, const std::string& typeName) {
+  return CLI::Validator(
+      [what](std::string& text) {
+        if (text == "auto") return std::string();
+        try {
+          std::size_t used = 0;
+          std::stod(text, &used);
+          if (used == text.size()) return std::string();
+        } catch (const std::exception&) {
+        }
+        return "must be " + what + " or auto (got '" + text + "')";
+      },
+      typeName);
 }
 
 /// Outputs fall on steps: an interval that is not a whole number of steps would be rounded to one without a word,
@@ -193,29 +212,43 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                 " with open boundaries, 1/" + formatNumber(kPeriodicSofteningPerSpacing) +
                 " of the mean spacing L / N^(1/3) in a periodic box (well below the mesh's split radius r_s, "
                 "where TreePM's softened short range meets Ewald's softened force law)")
-        ->check(CLI::Validator(
-            [](std::string& text) {
-              if (text == "auto") return std::string();
-              try {
-                std::size_t used = 0;
-                std::stod(text, &used);
-                if (used == text.size()) return std::string();
-              } catch (const std::exception&) {
-              }
-              return "must be a number or auto (got '" + text + "')";
-            },
-            "EPS|auto"))
+        ->check(numberOrAuto("a number", "EPS|auto"))
         ->default_str("auto");
   }
   if (sets & kIntegrator) {
+    addWordOption(command, "--integrator", options.integratorKind, {IntegratorKind::leapfrog, IntegratorKind::hermite},
+                  "leapfrog: kick-drift-kick with the fixed step --dt on --solver; hermite: 4th-order Hermite with "
+                  "block time steps (Makino & Aarseth 1992) on the Hermite engine, with --solver direct, open "
+                  "boundaries (--eta, --eta-start, --max-step, --min-step)");
     command.add_option("--dt", options.integrator.dt, "leapfrog time step, > 0")->capture_default_str();
+    const integrator::HermiteParams hermite;
+    command
+        .add_option("--eta-start", options.hermite.etaStart,
+                    "hermite: each body's first step eta-start |a| / |j| (to a power of two; then tried against "
+                    "Aarseth's criterion), > 0")
+        ->capture_default_str();
+    command
+        .add_option_function<std::string>(
+            "--max-step",
+            [&options](const std::string& text) { options.maxStepRequested = text == "auto" ? 0.0 : std::stod(text); },
+            "hermite: the largest step, a power of two dividing --output-interval (every body is synchronised at "
+            "its multiples, the outputs among them), or auto: the largest such power of two")
+        ->check(numberOrAuto("a power of two such as 0.125,", "STEP|auto"))
+        ->default_str("auto");
+    char minStep[32];
+    std::snprintf(minStep, sizeof minStep, "%.17g", hermite.minStep);  // 2^-40 exactly, echoed and read back
+    command
+        .add_option("--min-step", options.hermite.minStep,
+                    "hermite: the smallest step allowed; a body whose step falls below it (a close encounter with "
+                    "--eps 0) stops the run with one line naming it and its nearest neighbour (default 2^-40)")
+        ->default_str(minStep);
     command
         .add_option("--t-end", options.integrator.tEnd,
                     "end time, absolute (an --ic snapshot starts at its Time); a whole number of steps from the start")
         ->capture_default_str();
     command
         .add_option("--output-interval", options.integrator.outputInterval,
-                    "time between snapshots and diagnostics, a multiple of dt")
+                    "time between snapshots and diagnostics, a multiple of dt (hermite: of --max-step)")
         ->capture_default_str();
   }
   if (sets & kSolver) {
@@ -312,6 +345,8 @@ void addSeedOption(CLI::App& command, const std::string& name, std::uint64_t& ta
       ->default_str(std::to_string(target));
 }
 
+std::string toString(IntegratorKind kind) { return kind == IntegratorKind::hermite ? "hermite" : "leapfrog"; }
+
 std::string toString(DiagnosticPotential choice) {
   switch (choice) {
     case DiagnosticPotential::automatic:
@@ -338,7 +373,68 @@ void validateOptions(const Options& options, unsigned sets) {
   if (sets & kGravity) options.gravity.validate();
   if (sets & kIntegrator) {
     options.integrator.validate();
-    requireWholeOutputInterval(options.integrator);
+    // A Hermite run's outputs fall on multiples of its largest step, not of dt (prepareHermiteRun).
+    if (options.integratorKind == IntegratorKind::leapfrog) requireWholeOutputInterval(options.integrator);
+  }
+}
+
+bool givenOnCommandLine(const Options& options, const std::string& name) {
+  return std::any_of(options.arguments.begin(), options.arguments.end(), [&name](const std::string& argument) {
+    return argument == name || argument.rfind(name + "=", 0) == 0;
+  });
+}
+
+void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic) {
+  const std::string hermite = "--integrator hermite";
+  if (options.solver != SolverKind::direct) {
+    throw InputError(hermite +
+                     " sums the forces directly on the Hermite engine: give --solver direct (the tree "
+                     "solver gives no jerks)");
+  }
+  if (ic.cosmology) {
+    throw InputError(hermite + " does not run comoving: --ic " + options.icFile +
+                     " has a cosmology (comoving runs take the leapfrog)");
+  }
+  if (options.box > 0.0 || (ic.boxSize > 0.0 && !options.open)) {
+    throw InputError(hermite + " runs have open boundaries: " +
+                     (options.box > 0.0 ? std::string("--box cannot be given")
+                                        : "--ic " + options.icFile +
+                                              " records a periodic box; add --open to run it "
+                                              "with open boundaries"));
+  }
+  if (options.timings) {
+    throw InputError(hermite +
+                     ": --timings shows the phases of the leapfrog's force calls; a Hermite run reports its "
+                     "engine and host seconds in its summary and summary.json");
+  }
+  if (options.forceCheck != 0) {
+    throw InputError(hermite + ": --force-check measures a solver's forces; the Hermite engine's are direct sums");
+  }
+  if (givenOnCommandLine(options, "--dt")) {
+    throw InputError(hermite + " chooses each body's step (--eta, --max-step): --dt is the leapfrog's");
+  }
+  options.hermite.eta = options.eta.value_or(integrator::HermiteParams{}.eta);
+  if (!(std::isfinite(options.hermite.eta) && options.hermite.eta > 0.0)) {
+    throw InputError("--eta " + formatNumber(options.hermite.eta) +
+                     ": Aarseth's accuracy parameter of a hermite run must be finite and > 0 (default " +
+                     formatNumber(integrator::HermiteParams{}.eta) + ")");
+  }
+  options.hermite.maxStep = integrator::resolveMaxStep(options.integrator.outputInterval, options.maxStepRequested);
+  integrator::validateHermiteRun(options.integrator, options.hermite);
+}
+
+void prepareLeapfrogRun(Options& options, bool comoving) {
+  for (const char* name : {"--eta-start", "--max-step", "--min-step"}) {
+    if (givenOnCommandLine(options, name)) {
+      throw InputError(std::string(name) + " is an option of --integrator hermite; this run takes the leapfrog");
+    }
+  }
+  if (comoving) {
+    options.comoving.eta = options.eta.value_or(cosmology::ComovingTimelineParams{}.eta);
+  } else if (options.eta && givenOnCommandLine(options, "--eta")) {
+    throw InputError(
+        "--eta is Aarseth's parameter of --integrator hermite and Power et al.'s of comoving runs; this run is "
+        "neither (a leapfrog's step is --dt)");
   }
 }
 

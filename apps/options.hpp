@@ -16,6 +16,7 @@
 #include "matcha/core/particles.hpp"
 #include "matcha/cosmology/comoving_steps.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/integrator/hermite.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 
@@ -28,6 +29,11 @@ enum class DiagnosticPotential {
   direct,     ///< a direct sum on the run's engine at every output
 };
 std::string toString(DiagnosticPotential choice);
+
+/// `matcha run --integrator`: the fixed-step KDK leapfrog on a force solver (integrator/leapfrog.hpp), or the
+/// 4th-order Hermite integrator with block time steps on a Hermite engine (integrator/hermite.hpp).
+enum class IntegratorKind { leapfrog, hermite };
+std::string toString(IntegratorKind kind);
 
 struct Options {
   std::int64_t numBodies = 65536;  ///< -n/--bodies: Plummer bodies when no --ic is given
@@ -62,6 +68,17 @@ struct Options {
   // the file's a, both set when the run is prepared.
   cosmology::ComovingTimelineParams comoving;
   std::string outputRedshifts;  ///< --output-z: comma-separated redshifts of the snapshots ("": the end only)
+  // The integrator (run). --eta has two meanings, each where it applies: Aarseth's accuracy parameter of a Hermite
+  // run (hermite.eta) and Power et al.'s of a comoving leapfrog run (comoving.eta); prepareHermiteRun and the
+  // comoving run's preparation take it (resolveEta), or their default where it was not given.
+  IntegratorKind integratorKind = IntegratorKind::leapfrog;  ///< --integrator
+  std::optional<double> eta;                                 ///< --eta as given (unset: the default of the run's kind)
+  integrator::HermiteParams hermite;  ///< --eta-start, --min-step; eta and maxStep resolved by prepareHermiteRun
+  double maxStepRequested = 0.0;      ///< --max-step: a power of two, or 0 (auto: from --output-interval)
+  /// The arguments after the program's name as the user typed them (main), before a --config file's are spliced in:
+  /// an option of another integrator is refused when the user gave it (givenOnCommandLine), not when a shared
+  /// parameter file (configs/run.toml, used_parameters.toml) carries it.
+  std::vector<std::string> arguments;
 };
 
 /// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.
@@ -170,6 +187,22 @@ double periodicSoftening(double boxSize, std::uint64_t numBodies);
 /// A one-line warning for a periodic run whose softening reaches past r_s / 10 (where TreePM's and Ewald's force laws
 /// part by more than ~1e-3), or "" (open boundaries, or a softening well below r_s).
 std::string periodicSofteningWarning(const Options& options, std::uint64_t numBodies);
+
+/// Whether the user typed option `name` ("--dt") on the command line (Options::arguments), as "--dt X" or "--dt=X".
+bool givenOnCommandLine(const Options& options, const std::string& name);
+
+/// A `matcha run --integrator hermite` on bodies described by `ic`, checked and resolved before any body is made:
+/// refused (InputError, one line) with the tree solver, a periodic box (--box, or an --ic file with a BoxSize without
+/// --open), a cosmological --ic file, --timings, --force-check, or --dt typed on the command line (the leapfrog's
+/// step); options.hermite then gets eta (--eta or its default) and maxStep (--max-step, or
+/// integrator::resolveMaxStep from --output-interval), and the run's times are checked against it
+/// (integrator::validateHermiteRun: outputs and the end on synchronisation times).
+void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic);
+
+/// A leapfrog run refuses the Hermite options typed on the command line (--eta-start, --max-step, --min-step), and
+/// --eta unless `comoving` (a parameter file's are left alone: they may be another run's). Sets options.comoving.eta
+/// from --eta for a comoving run.
+void prepareLeapfrogRun(Options& options, bool comoving);
 
 /// The engine of --engine (gpu::makeEngine): auto takes the CUDA engine where a device is present, for periodic runs
 /// too (its float kernels evaluate the TreePM short range).

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// `matcha run`: initial conditions -> leapfrog with the chosen solver -> snapshots, diagnostics log, summary.
+// `matcha run`: initial conditions -> leapfrog with the chosen solver, or Hermite with block steps on a Hermite engine
+// -> snapshots, diagnostics log, summary.
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/integrator/hermite_run.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
@@ -144,9 +146,11 @@ class ForceCheck {
 
 // One progress line at most per second (and at the last step); rewritten in place on a terminal. A comoving run's
 // (layzerIrvine set) shows the redshift, the steps as an estimate ahead and the Layzer-Irvine check instead of t and
-// dE/E.
+// dE/E; a Hermite run's (blockSteps) its block steps, the bodies they advanced and the |dE/E| of its latest output.
 class ProgressLine {
  public:
+  explicit ProgressLine(bool blockSteps = false) : blockSteps_(blockSteps) {}
+
   void update(const integrator::ProgressInfo& info, std::optional<double> layzerIrvine = std::nullopt) {
     const bool last = info.step == info.totalSteps;
     if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
@@ -156,6 +160,10 @@ class ProgressLine {
       std::snprintf(where, sizeof where, "step %llu/~%llu  z = %.4f -> %.4g",
                     static_cast<unsigned long long>(info.step), static_cast<unsigned long long>(info.totalSteps),
                     1.0 / info.time - 1.0, 1.0 / info.tEnd - 1.0);
+    } else if (blockSteps_) {
+      std::snprintf(where, sizeof where, "block step %llu/~%llu (%.3g body steps)  t = %.4f/%.4g",
+                    static_cast<unsigned long long>(info.step), static_cast<unsigned long long>(info.totalSteps),
+                    static_cast<double>(info.bodySteps), info.time, info.tEnd);
     } else {
       std::snprintf(where, sizeof where, "step %llu/%llu  t = %.4f/%.4g", static_cast<unsigned long long>(info.step),
                     static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd);
@@ -168,8 +176,47 @@ class ProgressLine {
   }
 
  private:
+  bool blockSteps_;
   bool terminal_ = ::isatty(STDERR_FILENO) != 0;
   double lastPrinted_ = -1e30;
+};
+
+/// What integrates a run in its folder: the leapfrog on a force solver (and the solver's engine), or the Hermite
+/// integrator on its engine. Exactly one of `solver` and `hermite` is set; they outlive the run.
+struct RunIntegrator {
+  ForceSolver* solver = nullptr;
+  gpu::EngineChoice* engine = nullptr;  ///< the solver's engine (leapfrog runs)
+  integrator::HermiteIntegrator* hermite = nullptr;
+  std::string hermiteEngineName;    ///< HermiteEngine::name() (Hermite runs)
+  std::string hermiteEngineReason;  ///< gpu::makeHermiteEngine's reason (Hermite runs)
+
+  static RunIntegrator leapfrog(ForceSolver& solver, gpu::EngineChoice& engine) {
+    RunIntegrator runner;
+    runner.solver = &solver;
+    runner.engine = &engine;
+    return runner;
+  }
+  static RunIntegrator hermiteOn(integrator::HermiteIntegrator& integrator, const HermiteEngine& engine,
+                                 std::string reason) {
+    RunIntegrator runner;
+    runner.hermite = &integrator;
+    runner.hermiteEngineName = engine.name();
+    runner.hermiteEngineReason = std::move(reason);
+    return runner;
+  }
+
+  /// The run log's line for what computes the forces and moves the bodies.
+  std::string describe() const {
+    if (hermite == nullptr) return solver->describe();
+    const integrator::HermiteParams& p = hermite->params();
+    std::ostringstream text;
+    text << "Hermite 4th order with block time steps (Makino & Aarseth 1992): Aarseth's eta " << p.eta
+         << ", first steps eta-start " << p.etaStart << ", steps powers of two from min-step " << p.minStep
+         << " to max-step " << p.maxStep << "; direct summation on the Hermite engine";
+    return text.str();
+  }
+  std::string engineReason() const { return hermite != nullptr ? hermiteEngineReason : engine->reason; }
+  std::string engineName() const { return hermite != nullptr ? hermiteEngineName : engine->engine->name(); }
 };
 
 /// What makes a run comoving: its background, its time line and the units of its file.
@@ -296,21 +343,44 @@ void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosi
   io::writeTextFile(logPath, kept);
 }
 
+/// summary.json's record of a Hermite run: its parameters and what its block steps did.
+nlohmann::json hermiteJson(const integrator::HermiteRunSummary& summary, const integrator::HermiteParams& params) {
+  const integrator::HermiteCounters& c = summary.counters;
+  return {{"eta", params.eta},
+          {"eta_start", params.etaStart},
+          {"max_step", params.maxStep},
+          {"min_step", params.minStep},
+          {"block_steps", c.blockSteps},
+          {"body_steps", c.bodySteps},
+          {"mean_block_size", c.meanBlockSize()},
+          {"smallest_step", c.smallestStep},
+          {"largest_step", c.largestStep},
+          {"interactions", c.interactions},
+          {"diagnostic_interactions", c.diagnosticInteractions},
+          {"engine_seconds", c.forceSeconds},
+          {"host_seconds", c.integrationSeconds},
+          {"diagnostic_seconds", c.diagnosticSeconds},
+          {"interactions_per_second", c.forceSeconds > 0.0 ? double(c.interactions) / c.forceSeconds : 0.0}};
+}
+
 /// The run itself, in a folder that prepareRunFolder took over; ends by writing summary.json ("complete") and
 /// removing the RUNNING marker.
-int runInFolder(const CLI::App& command, const Options& options, Particles& particles, gpu::EngineChoice& engine,
-                ForceSolver& solver, const RunMemory& memory, bool directPotentials, const std::string& source,
-                std::ostream& info, const integrator::RunPosition* resume, const ComovingRun* comoving = nullptr,
+int runInFolder(const CLI::App& command, const Options& options, Particles& particles, const RunIntegrator& runner,
+                const RunMemory& memory, bool directPotentials, const std::string& source, std::ostream& info,
+                const integrator::RunPosition* resume, const ComovingRun* comoving = nullptr,
                 std::optional<LayzerIrvineCheck> layzerIrvine = std::nullopt) {
   const std::filesystem::path outDir = options.outPath;
+  integrator::HermiteIntegrator* const hermite = runner.hermite;
   const std::string potentialSource =
-      directPotentials
+      hermite != nullptr ? "the Hermite engine at each output, at the synchronised positions"
+      : directPotentials
           ? "direct summation at each output (the solver computes accelerations only)"
           : (options.solver == SolverKind::tree ? "the tree's (its force error enters W)" : "the solver's");
-  info << "matcha run: " << particles.size() << " bodies from " << source << "\nsolver: " << solver.describe()
-       << "\nengine: " << engine.reason << "\nenergy diagnostics: potentials from " << potentialSource << "\nmemory: ~"
-       << formatBytes(memory.estimate.hostBytes) << " host"
-       << (engine.onGpu ? ", ~" + formatBytes(memory.estimate.deviceBytes) + " device" : std::string())
+  info << "matcha run: " << particles.size() << " bodies from " << source
+       << (hermite != nullptr ? "\nintegrator: " : "\nsolver: ") << runner.describe()
+       << "\nengine: " << runner.engineReason() << "\nenergy diagnostics: potentials from " << potentialSource
+       << "\nmemory: ~" << formatBytes(memory.estimate.hostBytes) << " host"
+       << (memory.onGpu ? ", ~" + formatBytes(memory.estimate.deviceBytes) + " device" : std::string())
        << " (estimated; --dry-run for the parts)\noutput: " << outDir.string()
        << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
   if (resume != nullptr) {
@@ -329,7 +399,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
          << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine\n";
   } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
-         << options.integrator.tEnd << " is absolute time: " << memory.numSteps << " steps)\n";
+         << options.integrator.tEnd << " is absolute time"
+         << (hermite != nullptr ? std::string(")\n") : ": " + std::to_string(memory.numSteps) + " steps)\n");
   }
 
   io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
@@ -338,7 +409,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   if (resume != nullptr) {
     log << "# restarted at step " << resume->step << " by " << versionText() << "\n";
   } else {
-    log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
+    log << "# " << versionText() << "\n# " << runner.describe() << "; potentials from " << potentialSource << "\n"
         << (comoving != nullptr ? comovingDiagnosticsHeader() : integrator::diagnosticsHeader()) << "\n";
   }
   info << (comoving != nullptr ? comovingDiagnosticsHeader() : integrator::diagnosticsHeader()) << "\n";
@@ -359,7 +430,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     }
   };
   integrator::Diagnostics initial = resume != nullptr ? resume->initial : integrator::Diagnostics{};
-  ProgressLine progress;
+  ProgressLine progress(hermite != nullptr);
   integrator::RunCallbacks callbacks;
   if (comoving != nullptr) {
     callbacks.onDiagnostics = [&](const integrator::Diagnostics& diagnostics) {
@@ -370,8 +441,21 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       }
     };
   }
+  // A Hermite run's work and wall time up to each output (summary.json's hermite.outputs): kirin's Table 1 times the
+  // steps from t = 0.25 to 0.5, the difference of two entries. Wall seconds of this process (a restart starts at 0).
+  const Stopwatch runClock;
+  nlohmann::json hermiteOutputs = nlohmann::json::array();
   callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
     if (index == 0) initial = diagnostics;
+    if (hermite != nullptr) {
+      const integrator::HermiteCounters& counters = hermite->counters();
+      hermiteOutputs.push_back({{"time", diagnostics.time},
+                                {"wall_seconds", runClock.seconds()},
+                                {"block_steps", counters.blockSteps},
+                                {"body_steps", counters.bodySteps},
+                                {"interactions", counters.interactions},
+                                {"engine_seconds", counters.forceSeconds}});
+    }
     const std::string row = comoving != nullptr ? formatComovingDiagnostics(diagnostics, *layzerIrvine)
                                                 : integrator::formatDiagnostics(diagnostics, initial);
     log << row << std::endl;
@@ -405,8 +489,16 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       info << line << std::endl;
     };
   }
-  DirectPotentials outputPotentials(*engine.engine, options.gravity);
-  if (directPotentials) callbacks.outputPotentials = std::ref(outputPotentials);
+  std::optional<DirectPotentials> outputPotentials;
+  if (directPotentials) {
+    outputPotentials.emplace(*runner.engine->engine, options.gravity);
+    callbacks.outputPotentials = std::ref(*outputPotentials);
+  }
+  // The potentials' seconds at outputs: a Hermite run's measurePotentials, a tree run's direct sums.
+  const auto diagnosticSeconds = [&] {
+    return hermite != nullptr ? hermite->counters().diagnosticSeconds
+                              : (outputPotentials ? outputPotentials->seconds() : 0.0);
+  };
   // A value that is not finite stops the run; the last good state is saved so that nothing is lost.
   const std::filesystem::path lastGoodPath = outDir / "last_good_state.hdf5";
   double lastGoodTime = options.integrator.tStart;
@@ -431,7 +523,13 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     run.set("next_output_index", double(position.nextOutputIndex));
     run.set("time", time);
     run.set("t_start", options.integrator.tStart);
-    run.set("dt", options.integrator.dt);
+    if (hermite != nullptr) {
+      // A Hermite checkpoint falls on a synchronisation time; its integrator's state goes where a solver's would.
+      run.set("hermite", 1.0);
+      run.set("max_step", hermite->params().maxStep);
+    } else {
+      run.set("dt", options.integrator.dt);
+    }
     run.set("t_end", comoving != nullptr ? comoving->timeline.endScaleFactor() : options.integrator.tEnd);
     run.set("bodies", double(state.size()));
     saveDiagnostics(position.initial, run);
@@ -441,7 +539,11 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       layzerIrvine->save(run);
     }
     CheckpointState solverState;
-    solver.saveState(solverState);
+    if (hermite != nullptr) {
+      hermite->saveState(solverState);
+    } else {
+      runner.solver->saveState(solverState);
+    }
     io::SnapshotMetadata saved = metadata;
     io::SnapshotWriteOptions unused;  // the checkpoint keeps the momenta as held
     stateAt(time, saved, unused);
@@ -451,29 +553,38 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   };
 
   integrator::RunSummary summary;
+  std::optional<integrator::HermiteRunSummary> hermiteSummary;
   try {
-    if (comoving != nullptr) {
+    if (hermite != nullptr) {
+      hermiteSummary = integrator::runHermite(particles, *hermite, options.integrator, callbacks, resume);
+      summary = hermiteSummary->run;
+    } else if (comoving != nullptr) {
       ComovingSchedule schedule(comoving->timeline);
-      summary = integrator::runSteps(particles, solver, schedule, options.integrator, callbacks, resume);
+      summary = integrator::runSteps(particles, *runner.solver, schedule, options.integrator, callbacks, resume);
     } else {
-      summary = integrator::runLeapfrog(particles, solver, options.integrator, callbacks, resume);
+      summary = integrator::runLeapfrog(particles, *runner.solver, options.integrator, callbacks, resume);
     }
   } catch (const NumericalError& error) {
     const std::string message = std::string(error.what()) + "; the last good state (step " +
                                 std::to_string(lastGoodStep) + ") is in " + lastGoodPath.string();
-    const nlohmann::json failed = {{"status", "failed"},
-                                   {"error", message},
-                                   {"matcha", buildJson()},
-                                   {"bodies", particles.size()},
-                                   {"solver", solver.describe()},
-                                   {"engine", engine.engine->name()},
-                                   {"t_start", options.integrator.tStart},
-                                   {"t_end", options.integrator.tEnd},
-                                   {"dt", options.integrator.dt},
-                                   {"last_good_state", lastGoodPath.string()},
-                                   {"last_good_time", lastGoodTime},
-                                   {"last_good_step", lastGoodStep},
-                                   {"output_dir", outDir.string()}};
+    nlohmann::json failed = {{"status", "failed"},
+                             {"error", message},
+                             {"matcha", buildJson()},
+                             {"bodies", particles.size()},
+                             {"integrator", toString(options.integratorKind)},
+                             {"solver", runner.describe()},
+                             {"engine", runner.engineName()},
+                             {"t_start", options.integrator.tStart},
+                             {"t_end", options.integrator.tEnd},
+                             {"dt", options.integrator.dt},
+                             {"last_good_state", lastGoodPath.string()},
+                             {"last_good_time", lastGoodTime},
+                             {"last_good_step", lastGoodStep},
+                             {"output_dir", outDir.string()}};
+    if (hermite != nullptr) {
+      failed.erase("dt");
+      failed["max_step"] = hermite->params().maxStep;
+    }
     log << "# failed: " << message << "\n";
     log.close();
     io::writeTextFile(outDir / "summary.json", failed.dump(2) + "\n");
@@ -487,8 +598,9 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       {"bodies", particles.size()},
       {"status", "complete"},
       {"matcha", buildJson()},
-      {"solver", solver.describe()},
-      {"engine", engine.engine->name()},
+      {"integrator", toString(options.integratorKind)},
+      {"solver", runner.describe()},
+      {"engine", runner.engineName()},
       {"steps", summary.steps},
       {"t_start", options.integrator.tStart},
       {"t_end", options.integrator.tEnd},
@@ -496,15 +608,25 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       {"initial_energy", summary.initialEnergy},
       {"final_energy", summary.finalEnergy},
       {"relative_energy_error", summary.relativeEnergyError},
-      {"diagnostic_potential", directPotentials ? "direct" : "solver"},
-      {"diagnostic_seconds", outputPotentials.seconds()},
+      {"diagnostic_potential", hermite != nullptr ? "engine"
+                               : directPotentials ? "direct"
+                                                  : "solver"},
+      {"diagnostic_seconds", diagnosticSeconds()},
       {"wall_seconds", summary.wallSeconds},
       {"force_seconds", summary.forceSeconds},
       {"interactions", {{"body_body", summary.interactions.bodyBody}, {"body_cell", summary.interactions.bodyCell}}},
       {"interactions_per_second", interactionsPerSecond},
-      {"timings", timingsJson(summary, engine.onGpu)},
+      {"timings", hermite != nullptr ? nlohmann::json(nullptr) : timingsJson(summary, runner.engine->onGpu)},
       {"force_checks", forceCheck ? forceCheck->json() : nlohmann::json(nullptr)},
       {"output_dir", outDir.string()}};
+  if (hermiteSummary) {
+    // A Hermite run has no dt and no force phases: its record says what the block steps did.
+    json.erase("dt");
+    json.erase("timings");
+    json.erase("force_checks");
+    json["hermite"] = hermiteJson(*hermiteSummary, hermite->params());
+    json["hermite"]["outputs"] = hermiteOutputs;
+  }
   if (comoving != nullptr) {
     // A comoving run's energy check is Layzer-Irvine's; its times are scale factors and its steps vary.
     const cosmology::ComovingTimeline& timeline = comoving->timeline;
@@ -525,7 +647,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     log << "# Layzer-Irvine (K + W + int (2K+W) dln a - E0) / |W| = " << layzerIrvine->relativeViolation() << " after "
         << summary.steps << " steps\n";
   } else {
-    log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+    log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps
+        << (hermite != nullptr ? " block steps\n" : " steps\n");
   }
   log.close();
   io::writeTextFile(outDir / "summary.json", json.dump(2) + "\n");
@@ -539,16 +662,25 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
         std::abs(layzerIrvine->relativeViolation()), static_cast<unsigned long long>(summary.steps),
         cosmology::redshiftFromScaleFactor(comoving->timeline.endScaleFactor()), summary.wallSeconds,
         summary.forceSeconds, interactionsPerSecond);
+  } else if (hermiteSummary) {
+    const integrator::HermiteCounters& counters = hermiteSummary->counters;
+    std::printf(
+        "summary: |dE/E| = %.3e after %llu block steps (%llu body steps, %.1f bodies per block, steps %.3g to %.3g) "
+        "to t = %g; wall %.2f s (engine %.2f s, host %.2f s, diagnostic potentials %.2f s); %.3e interactions/s\n",
+        summary.relativeEnergyError, static_cast<unsigned long long>(counters.blockSteps),
+        static_cast<unsigned long long>(counters.bodySteps), counters.meanBlockSize(), counters.smallestStep,
+        counters.largestStep, options.integrator.tEnd, summary.wallSeconds, counters.forceSeconds,
+        counters.integrationSeconds, counters.diagnosticSeconds, interactionsPerSecond);
   } else {
     std::printf(
         "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s, diagnostic potentials %.2f s); "
         "%.3e interactions/s (%.0f body-body + %.0f body-cell per body per step)\n",
         summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
-        summary.wallSeconds, summary.forceSeconds, outputPotentials.seconds(), interactionsPerSecond,
+        summary.wallSeconds, summary.forceSeconds, diagnosticSeconds(), interactionsPerSecond,
         double(summary.interactions.bodyBody) / double(particles.size()) / double(summary.steps + 1),
         double(summary.interactions.bodyCell) / double(particles.size()) / double(summary.steps + 1));
   }
-  if (options.timings) info << formatTimingsTable(summary, engine.onGpu) << std::flush;
+  if (options.timings) info << formatTimingsTable(summary, runner.engine->onGpu) << std::flush;
   return 0;
 }
 
@@ -573,10 +705,117 @@ int runGuarded(const std::filesystem::path& outDir, const std::function<int()>& 
   }
 }
 
+/// Whether the run in `dir` ended (summary.json says "complete"): it went past its last checkpoint.
+bool runIsComplete(const std::filesystem::path& dir) {
+  std::ifstream summaryFile(dir / "summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(summaryFile, nullptr, false);  // discarded when unreadable
+  return !summary.is_discarded() && summary.value("status", "") == "complete";
+}
+
+/// A restart of a run that ended continues it only towards a later end than it had.
+void requireLaterEnd(const std::filesystem::path& dir, const Options& options, const CheckpointState& run,
+                     bool complete) {
+  if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
+    std::ostringstream message;
+    message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "
+            << run.scalar("t_end") << "); give a later --t-end to continue it";
+    throw InputError(message.str());
+  }
+}
+
+/// Sets the value used_parameters.toml echoes for `name` when the user did not give it: an option whose default
+/// depends on the run (--eta: Aarseth's 0.02 for hermite, Power et al.'s 0.025 for comoving runs, none otherwise).
+void echoDefault(CLI::App& command, const std::string& name, double value) {
+  std::ostringstream text;
+  text << std::setprecision(17) << value;
+  command.get_option(name)->default_str(text.str());
+}
+
+/// A default for --help: a double as the stream writes it (0.02, 0.025).
+std::string formatDefault(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+/// The source line of a run's bodies.
+std::string bodiesSource(const Options& options) {
+  return options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
+}
+
+/// `matcha run --integrator hermite`: checked (prepareHermiteRun) before the bodies are made, then run in its folder
+/// on the Hermite engine of --engine.
+int runHermiteSimulation(CLI::App& command, Options options, const InitialConditionsInfo& ic,
+                         const io::RunFolderRequest& folder, std::ostream& info) {
+  prepareHermiteRun(options, ic);
+  if (!options.eta) echoDefault(command, "--eta", options.hermite.eta);
+  requireBodiesFit(ic.numBodies, false);
+  Particles particles = loadInitialConditions(options, info);
+  gpu::requireFloatRange(particles, options.gravity);
+  std::string reason;
+  const std::unique_ptr<HermiteEngine> engine = gpu::makeHermiteEngine(options.engine, &reason);
+  integrator::HermiteIntegrator hermite(*engine, options.hermite, options.gravity.G, options.gravity.eps,
+                                        options.integrator.tStart);
+  const RunIntegrator runner = RunIntegrator::hermiteOn(hermite, *engine, reason);
+  const RunMemory memory = estimateHermiteRunMemory(particles.size());
+  const std::string source = bodiesSource(options);
+  if (options.dryRun) {
+    info << "matcha run --dry-run: " << particles.size() << " bodies from " << source
+         << ", block steps (their number is not known ahead)\nintegrator: " << runner.describe()
+         << "\nengine: " << reason << "\n"
+         << formatRunMemory(memory) << std::flush;
+    if (options.json) std::cout << runMemoryJson(memory) << std::endl;
+    return 0;
+  }
+  requireRunFits(memory);
+  io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+  return runGuarded(options.outPath, [&] {
+    return runInFolder(command, options, particles, runner, memory, false, source, info, nullptr);
+  });
+}
+
+/// `matcha run --restart DIR` of a Hermite run: its checkpoint (a synchronisation time) restores the integrator, which
+/// continues as the run that did not stop, bit for bit.
+int resumeHermite(CLI::App& command, Options options, io::Checkpoint checkpoint,
+                  const integrator::RunPosition& position, std::ostream& info) {
+  const std::filesystem::path dir = options.restartDir;
+  const CheckpointState& run = checkpoint.run;
+  Particles particles = std::move(checkpoint.snapshot.particles);
+  if (run.count("bodies") != particles.size()) throw InputError("--restart: the checkpoint's body count is corrupt");
+  options.integrator.tStart = run.scalar("t_start");
+  InitialConditionsInfo ic;
+  ic.numBodies = particles.size();
+  ic.time = options.integrator.tStart;
+  prepareHermiteRun(options, ic);
+  requireLaterEnd(dir, options, run, runIsComplete(dir));
+  if (!(position.time < options.integrator.tEnd)) {
+    std::ostringstream message;
+    message << std::setprecision(12) << "--restart " << dir.string() << ": the checkpoint is at t = " << position.time
+            << " and t-end " << options.integrator.tEnd << " is no later; give a later --t-end";
+    throw InputError(message.str());
+  }
+  std::string reason;
+  const std::unique_ptr<HermiteEngine> engine = gpu::makeHermiteEngine(options.engine, &reason);
+  integrator::HermiteIntegrator hermite(*engine, options.hermite, options.gravity.G, options.gravity.eps,
+                                        options.integrator.tStart);
+  hermite.restore(particles, checkpoint.solver);
+  const RunIntegrator runner = RunIntegrator::hermiteOn(hermite, *engine, reason);
+  const RunMemory memory = estimateHermiteRunMemory(particles.size());
+  requireRunFits(memory);
+  const io::RunFolderRequest folder{dir, io::RunFolderMode::resume, {}};
+  io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+  return runGuarded(dir, [&] {
+    // Outputs fall on multiples of the largest step: a log line half of one later belongs to the stopped run's steps.
+    rewindRunFolder(dir, position, position.time, 0.5 * options.hermite.maxStep);
+    return runInFolder(command, options, particles, runner, memory, false, "the checkpoint of " + dir.string(), info,
+                       &position);
+  });
+}
+
 /// `matcha run --restart DIR`: the run in DIR continued from its checkpoint. The parameters are the run's own
 /// (main.cpp reads DIR/used_parameters.toml as the config file); the bodies, their forces, the step and the
 /// solver's state come from the checkpoint.
-int resumeSimulation(const CLI::App& command, Options options) {
+int resumeSimulation(CLI::App& command, Options options) {
   const std::filesystem::path dir = options.restartDir;
   options.outPath = dir.string();
   options.icFile.clear();  // the bodies come from the checkpoint
@@ -592,7 +831,15 @@ int resumeSimulation(const CLI::App& command, Options options) {
   position.nextOutputIndex = run.count("next_output_index");
   position.initial = loadDiagnostics(run);
   position.time = run.scalar("time");
+  const bool hermiteCheckpoint = run.scalars.count("hermite") != 0;
+  if (hermiteCheckpoint != (options.integratorKind == IntegratorKind::hermite)) {
+    throw InputError("--restart " + dir.string() + ": the checkpoint is a " +
+                     (hermiteCheckpoint ? "hermite" : "leapfrog") + " run's; --integrator " +
+                     toString(options.integratorKind) + " cannot continue it");
+  }
+  if (hermiteCheckpoint) return resumeHermite(command, options, std::move(checkpoint), position, info);
   const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
+  prepareLeapfrogRun(options, comovingCheckpoint);
   const double dt = comovingCheckpoint ? 0.0 : run.scalar("dt");
   if (!comovingCheckpoint && dt != options.integrator.dt) {
     std::ostringstream message;
@@ -608,10 +855,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
   if (const std::string warning = periodicSofteningWarning(options, particles.size()); !warning.empty()) {
     std::cerr << warning << '\n';
   }
-  // A run that ended went past its last checkpoint: it is continued only towards a later end.
-  std::ifstream summaryFile(dir / "summary.json");
-  const nlohmann::json summary = nlohmann::json::parse(summaryFile, nullptr, false);  // discarded when unreadable
-  const bool complete = !summary.is_discarded() && summary.value("status", "") == "complete";
+  const bool complete = runIsComplete(dir);
   std::optional<ComovingRun> comoving;
   std::optional<LayzerIrvineCheck> layzerIrvine;
   std::optional<std::uint64_t> comovingSteps;
@@ -640,12 +884,7 @@ int resumeSimulation(const CLI::App& command, Options options) {
     options.integrator.validate();
     const std::uint64_t numSteps =
         integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
-    if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
-      std::ostringstream message;
-      message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "
-              << run.scalar("t_end") << "); give a later --t-end to continue it";
-      throw InputError(message.str());
-    }
+    requireLaterEnd(dir, options, run, complete);
     if (position.step >= numSteps) {
       throw InputError("--restart " + dir.string() + ": the checkpoint is at step " + std::to_string(position.step) +
                        " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
@@ -660,17 +899,18 @@ int resumeSimulation(const CLI::App& command, Options options) {
   solver->restoreState(checkpoint.solver, particles);
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+  const RunIntegrator runner = RunIntegrator::leapfrog(*solver, engine);
   return runGuarded(dir, [&] {
     // The log's lines start with their time: a fixed-step run's lines half a step later, a comoving run's (a, printed
     // to 11 digits) any later, belong to steps after the checkpoint.
     rewindRunFolder(dir, position, position.time, comovingCheckpoint ? 1e-9 * position.time : 0.5 * dt);
-    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials,
+    return runInFolder(command, options, particles, runner, memory, directPotentials,
                        "the checkpoint of " + dir.string(), info, &position, comoving ? &*comoving : nullptr,
                        layzerIrvine);
   });
 }
 
-int runSimulation(const CLI::App& command, const Options& given) {
+int runSimulation(CLI::App& command, const Options& given) {
   if (!given.restartDir.empty()) return resumeSimulation(command, given);
   Options options = given;
   validateOptions(options, kRunOptions);
@@ -685,6 +925,10 @@ int runSimulation(const CLI::App& command, const Options& given) {
   // The bodies' count and start time from the IC file's header, before the bodies are read.
   const InitialConditionsInfo ic = inspectInitialConditions(options);
   options.integrator.tStart = ic.time;
+  if (options.integratorKind == IntegratorKind::hermite)
+    return runHermiteSimulation(command, options, ic, folder, info);
+  prepareLeapfrogRun(options, ic.cosmology.has_value());
+  if (ic.cosmology && !options.eta) echoDefault(command, "--eta", options.comoving.eta);
   resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
   if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
     std::cerr << warning << '\n';
@@ -722,8 +966,7 @@ int runSimulation(const CLI::App& command, const Options& given) {
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials, comovingSteps);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
-  const std::string source =
-      options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
+  const std::string source = bodiesSource(options);
   if (options.dryRun) {
     info << "matcha run --dry-run: " << particles.size() << " bodies from " << source << ", " << memory.numSteps
          << " steps\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\n"
@@ -733,8 +976,9 @@ int runSimulation(const CLI::App& command, const Options& given) {
   }
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+  const RunIntegrator runner = RunIntegrator::leapfrog(*solver, engine);
   return runGuarded(outDir, [&] {
-    return runInFolder(command, options, particles, engine, *solver, memory, directPotentials, source, info, nullptr,
+    return runInFolder(command, options, particles, runner, memory, directPotentials, source, info, nullptr,
                        comoving ? &*comoving : nullptr);
   });
 }
@@ -775,11 +1019,14 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       ->add_option("--max-dlna", options.comoving.maxDlnA,
                    "comoving runs: the largest step in ln a (GADGET's MaxSizeTimestep)")
       ->capture_default_str();
-  command
-      ->add_option("--eta", options.comoving.eta,
-                   "comoving runs: Power et al. (2003) accuracy parameter, steps dt <= sqrt(2 eta eps / |a|) in "
-                   "physical units")
-      ->capture_default_str();
+  // One option, two meanings, each where it applies (Options::eta); no default here: the run's kind sets it.
+  command->add_option_function<double>(
+      "--eta", [&options](double value) { options.eta = value; },
+      "--integrator hermite: Aarseth's accuracy parameter, each body's step the power of two at or below sqrt(eta "
+      "(|a||a2| + |j|^2) / (|j||a3| + |a2|^2)) (default " +
+          formatDefault(integrator::HermiteParams{}.eta) +
+          "); comoving runs: Power et al.'s (2003), steps dt <= sqrt(2 eta eps / |a|) in physical units (default " +
+          formatDefault(cosmology::ComovingTimelineParams{}.eta) + "); refused for other runs");
   command->add_option(
       "--max-physical-softening", options.comoving.maxPhysicalSoftening,
       "comoving runs: the largest physical softening; the comoving --eps then shrinks as 1/a once a eps "

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/integrator/run_loop.hpp"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +10,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/integrator/leapfrog.hpp"
+#include "run_support.hpp"
 
 namespace matcha::integrator {
 
@@ -20,10 +18,6 @@ namespace {
 
 /// The progress report's energy is measured at most this often (wall seconds), and at every output.
 constexpr double kProgressEnergySeconds = 1.0;
-
-/// An output is followed by a checkpoint unless the last one is younger than this (wall seconds): at 2^22 bodies a
-/// checkpoint is ~0.9 GB and half a second to write, which outputs every few seconds would pay again and again.
-constexpr double kOutputCheckpointSeconds = 60.0;
 
 /// Sets ForceSolver::potentialsWanted for a run and restores it on every path out.
 class PotentialsWantedScope {
@@ -60,42 +54,6 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.rebuilds += interval.rebuilds;
   summary.groupsWalked += interval.groupsWalked;
   summary.groupsRepaired += interval.groupsRepaired;
-}
-
-/// to <- from, every array, in parallel blocks (the copy of the last good state after every step).
-void copyState(const Particles& from, Particles& to) {
-  const std::size_t n = from.size();
-  if (to.size() != n) to.resize(n);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 8192), [&](const tbb::blocked_range<std::size_t>& block) {
-    const auto first = static_cast<std::ptrdiff_t>(block.begin());
-    const auto last = static_cast<std::ptrdiff_t>(block.end());
-    for (const auto member :
-         {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz, &Particles::mass,
-          &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
-      std::copy((from.*member).begin() + first, (from.*member).begin() + last, (to.*member).begin() + first);
-    }
-    std::copy(from.id.begin() + first, from.id.begin() + last, to.id.begin() + first);
-  });
-}
-
-/// "step 5, t = 0.0390625: body id 17 (index 3): ax = nan" and, when the diagnostics' sums overflowed with every
-/// value finite, the energy instead.
-std::string describeNonFinite(std::uint64_t step, double time, const std::optional<NonFiniteValue>& value,
-                              const Diagnostics* diagnostics) {
-  char head[96];
-  std::snprintf(head, sizeof head, "step %llu, t = %.17g: ", static_cast<unsigned long long>(step), time);
-  char body[160];
-  if (value) {
-    // "nan", not glibc's "-nan" for a NaN with its sign bit set: the sign of a NaN means nothing.
-    const std::string shown = std::isnan(value->value) ? "nan" : (value->value > 0 ? "inf" : "-inf");
-    std::snprintf(body, sizeof body, "body id %llu (index %zu): %s = %s", static_cast<unsigned long long>(value->id),
-                  value->index, value->quantity.c_str(), shown.c_str());
-  } else {
-    std::snprintf(
-        body, sizeof body, "energy E = %g (T = %g, W = %g)", diagnostics != nullptr ? diagnostics->total : 0.0,
-        diagnostics != nullptr ? diagnostics->kinetic : 0.0, diagnostics != nullptr ? diagnostics->potential : 0.0);
-  }
-  return std::string("a value is not finite at ") + head + body;
 }
 
 }  // namespace
@@ -142,10 +100,10 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   Particles lastGood;
   double lastGoodTime = time;
   std::uint64_t lastGoodStep = 0;
-  copyState(p, lastGood);
+  detail::copyState(p, lastGood);
   const auto stop = [&](std::uint64_t step, double at, const std::optional<NonFiniteValue>& value,
                         const Diagnostics* diagnostics) {
-    const std::string message = describeNonFinite(step, at, value, diagnostics);
+    const std::string message = detail::describeNonFinite("step", step, at, value, diagnostics);
     if (callbacks.onNonFinite) callbacks.onNonFinite(lastGood, lastGoodTime, lastGoodStep);
     throw NumericalError(message);
   };
@@ -175,7 +133,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     if (solverPotentials) solver.expectPotentials(everyStep || schedule.mayEndAtOutput(0, time));
     const ForceReport initialReport = leapfrog.initialize(p);
     if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, time, bad, nullptr);
-    copyState(p, lastGood);
+    detail::copyState(p, lastGood);
     account(initialReport);
     summary.initialForceTimings = initialReport.timings;
     addForceCall(interval, initialReport);
@@ -195,9 +153,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
 
   double latestEnergy = summary.initial.total;  ///< for the progress report
   double lastProgressEnergy = -kProgressEnergySeconds;
-  double lastCheckpoint = wall.seconds();
-  bool outputSinceCheckpoint = false;
-  bool checkpointed = false;  ///< the first output is always followed by a checkpoint
+  detail::CheckpointCadence checkpoints(params.checkpointInterval, wall.seconds());
   for (std::uint64_t step = firstStep; !schedule.done(step - 1, time); ++step) {
     const PlannedStep planned = schedule.plan(step - 1, time, p);
     if (solverPotentials) {
@@ -255,7 +211,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       interval.outputSeconds += seconds;
       summary.outputSeconds += seconds;
       if (isOutput) {
-        outputSinceCheckpoint = true;
+        checkpoints.noteOutput();
         addInterval(summary, interval);
         if (callbacks.onTimings) callbacks.onTimings(interval);
         ++outputIndex;
@@ -268,21 +224,14 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     // output, not every step.
     if (isOutput || step % kLastGoodEverySteps == 0) {
       synchronise();
-      copyState(p, lastGood);
+      detail::copyState(p, lastGood);
       lastGoodTime = time;
       lastGoodStep = step;
     }
-    const double sinceCheckpoint = wall.seconds() - lastCheckpoint;
-    const bool checkpointDue =
-        sinceCheckpoint >= params.checkpointInterval ||
-        (outputSinceCheckpoint &&
-         (!checkpointed || sinceCheckpoint >= std::min(params.checkpointInterval, kOutputCheckpointSeconds)));
-    if (callbacks.onCheckpoint && !planned.last && checkpointDue && solver.atCheckpointBoundary()) {
+    if (callbacks.onCheckpoint && !planned.last && checkpoints.due(wall.seconds()) && solver.atCheckpointBoundary()) {
       synchronise();
       callbacks.onCheckpoint(p, time, RunPosition{step, outputIndex, summary.initial, time});
-      lastCheckpoint = wall.seconds();
-      outputSinceCheckpoint = false;
-      checkpointed = true;
+      checkpoints.taken(wall.seconds());
     }
     if (callbacks.onProgress) {
       ProgressInfo info;

@@ -2232,3 +2232,157 @@ TEST_F(Cli, IcPancakeAndAnalyzePancakeRefuseBadInput) {
   writeText("garbage.hdf5", "not HDF5 at all");
   expectBadInput("analyze pancake garbage.hdf5 --unperturbed", "garbage.hdf5");
 }
+
+// `matcha run --integrator hermite` (issue 18) on the CPU Hermite engine: snapshots at every output with every body at
+// its time, the diagnostics log, summary.json with the block steps' counters, used_parameters.toml with the Hermite
+// keys (eta echoed at the default that applied), and the same run from that file as --config.
+TEST_F(Cli, HermiteRunWritesWhatALeapfrogRunWrites) {
+  const std::string args =
+      "run -n 256 --seed 3 --integrator hermite --solver direct --engine cpu --t-end 0.5 --output-interval 0.125";
+  const Result result = matcha(args + " --out h --json");
+  ASSERT_EQ(result.exitCode, 0) << result.err;
+  const nlohmann::json summary = nlohmann::json::parse(result.out);
+  EXPECT_EQ(summary["status"], "complete");
+  EXPECT_EQ(summary["integrator"], "hermite");
+  EXPECT_EQ(summary["diagnostic_potential"], "engine");
+  EXPECT_FALSE(summary.contains("dt"));
+  const nlohmann::json& hermite = summary["hermite"];
+  EXPECT_EQ(hermite["eta"], 0.02);
+  EXPECT_EQ(hermite["max_step"], 0.125);
+  EXPECT_GT(hermite["block_steps"].get<double>(), 100.0);
+  EXPECT_EQ(summary["steps"], hermite["block_steps"]);
+  EXPECT_NEAR(hermite["mean_block_size"].get<double>(),
+              hermite["body_steps"].get<double>() / hermite["block_steps"].get<double>(), 1e-9);
+  EXPECT_EQ(summary["interactions"]["body_body"], hermite["interactions"]);
+  EXPECT_EQ(hermite["diagnostic_interactions"], 5 * 256 * 256) << "one potential call on every body per output";
+  ASSERT_EQ(hermite["outputs"].size(), 5u);
+  EXPECT_EQ(hermite["outputs"][2]["time"], 0.25);
+  EXPECT_EQ(hermite["outputs"][4]["block_steps"], hermite["block_steps"]);
+  EXPECT_LE(hermite["outputs"][3]["wall_seconds"].get<double>(), hermite["outputs"][4]["wall_seconds"].get<double>());
+  EXPECT_LT(summary["relative_energy_error"].get<double>(), 1e-6);
+  EXPECT_NE(result.err.find("block step "), std::string::npos) << "the progress line";
+  for (int k = 0; k <= 4; ++k) {
+    const matcha::io::Snapshot snapshot =
+        matcha::io::readSnapshot(dir_ / "h" / ("snapshot_00" + std::to_string(k) + ".hdf5"));
+    EXPECT_EQ(snapshot.time, 0.125 * k);
+    EXPECT_EQ(snapshot.particles.size(), 256u);
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "h" / "snapshot_005.hdf5"));
+  const std::string log = readFile(dir_ / "h" / "diagnostics.log");
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 3 + 5 + 1)
+      << "version, integrator and header lines, five outputs, the final |dE/E|";
+  const std::string used = readFile(dir_ / "h" / "used_parameters.toml");
+  for (const char* line : {"integrator = \"hermite\"", "eta = 0.02", "max-step = \"auto\"", "eta-start = 0.01"}) {
+    EXPECT_NE(used.find(line), std::string::npos) << line << "\n" << used;
+  }
+  // The file as --config runs the same run, bit for bit; --eta there is the file's, which a hermite run takes.
+  const Result again = matcha("run --config h/used_parameters.toml --out h2");
+  ASSERT_EQ(again.exitCode, 0) << again.err;
+  expectSameStateBitForBit(dir_ / "h" / "snapshot_004.hdf5", dir_ / "h2" / "snapshot_004.hdf5");
+  // eps = 0 runs; the dry run prints the Hermite parts of the memory and writes nothing.
+  ASSERT_EQ(matcha(args + " --eps 0 --t-end 0.25 --out h0").exitCode, 0);
+  const Result dry = matcha(args + " --dry-run --out h3");
+  ASSERT_EQ(dry.exitCode, 0) << dry.err;
+  EXPECT_NE(dry.out.find("Hermite engine (j-particles"), std::string::npos) << dry.out;
+  EXPECT_FALSE(fs::exists(dir_ / "h3"));
+}
+
+// A Hermite run stopped at a checkpoint (a synchronisation time) and restarted ends where the uninterrupted run ends,
+// bit for bit, with the same diagnostics lines; a leapfrog cannot continue it, nor it a leapfrog's.
+// The CPU Hermite engine here; the CUDA one under ctest's `gpu` label (hermite_gpu: MATCHA_HERMITE_TEST_ENGINE=cuda),
+// whose sums must be as deterministic for a restart to be exact.
+TEST_F(Cli, HermiteRestartIsBitIdentical) {
+  const char* engineVariable = std::getenv("MATCHA_HERMITE_TEST_ENGINE");
+  const std::string engine = engineVariable != nullptr ? engineVariable : "cpu";
+  if (engine == "cuda") {
+    const Result probe = matcha("run -n 64 --integrator hermite --solver direct --engine cuda --dry-run --out probe");
+    if (probe.exitCode != 0) GTEST_SKIP() << "no usable CUDA Hermite engine: " << probe.err;
+  }
+  const std::string args = "run -n 256 --seed 4 --integrator hermite --solver direct --engine " + engine +
+                           " --output-interval 0.125 --checkpoint-interval 0";
+  ASSERT_EQ(matcha(args + " --t-end 0.5 --out full").exitCode, 0);
+  ASSERT_EQ(matcha(args + " --t-end 0.25 --out halves").exitCode, 0);
+  const Result resumed = matcha("run --restart halves --t-end 0.5");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("restart: step"), std::string::npos) << resumed.out;
+  for (const char* name : {"snapshot_002.hdf5", "snapshot_003.hdf5", "snapshot_004.hdf5"}) {
+    expectSameStateBitForBit(dir_ / "full" / name, dir_ / "halves" / name);
+  }
+  EXPECT_EQ(dataLines(readFile(dir_ / "full" / "diagnostics.log")),
+            dataLines(readFile(dir_ / "halves" / "diagnostics.log")));
+  const nlohmann::json full = nlohmann::json::parse(readFile(dir_ / "full" / "summary.json"));
+  const nlohmann::json halves = nlohmann::json::parse(readFile(dir_ / "halves" / "summary.json"));
+  EXPECT_EQ(full["hermite"]["block_steps"], halves["hermite"]["block_steps"]);
+  EXPECT_EQ(full["final_energy"], halves["final_energy"]);
+  EXPECT_LT(full["relative_energy_error"].get<double>(), 1e-6) << "eta 0.02, eps 1/256, 256 bodies to t = 0.5";
+  expectOneLineError("run --restart halves --t-end 0.5", "complete");
+  expectOneLineError("run --restart full --t-end 1 --integrator leapfrog", "hermite run's");
+  expectOneLineError("run --restart full --t-end 1 --output-interval 0.0625", "largest step");
+  ASSERT_EQ(matcha("run -n 256 --t-end 0.0625 --output-interval 0.03125 --engine cpu --out leap").exitCode, 0);
+  expectOneLineError("run --restart leap --t-end 0.125 --integrator hermite --solver direct", "leapfrog run's");
+}
+
+// What a Hermite run refuses, each with one line and exit 2 before any work; and the options that belong to one
+// integrator refused on a run of the other when typed (a parameter file's are left alone).
+TEST_F(Cli, HermiteRefusesWhatMakesNoSense) {
+  const std::string run = "run -n 64 --engine cpu --out r --integrator hermite ";
+  const std::string direct = run + "--solver direct ";
+  expectBadInput(run, "give --solver direct");
+  expectBadInput(run + "--solver tree", "give --solver direct");
+  expectBadInput(direct + "--box 1", "open boundaries");
+  expectBadInput(direct + "--eta -1", "--eta -1: Aarseth's");
+  expectBadInput(direct + "--eta 0", "--eta 0: Aarseth's");
+  expectBadInput(direct + "--eta nan", "--eta nan");
+  expectBadInput(direct + "--eta x", "--eta");
+  expectBadInput(direct + "--eta-start 0", "eta-start");
+  expectBadInput(direct + "--dt 0.01", "--dt is the leapfrog's");
+  expectBadInput(direct + "--output-interval 0.1", "--output-interval 0.1 is not a whole number");
+  expectBadInput(direct + "--t-end 0.3", "--t-end 0.3 must lie a whole number of the largest step 0.25");
+  expectBadInput(direct + "--max-step 0.3", "--max-step 0.3 must be a power of two");
+  expectBadInput(direct + "--max-step 0.5", "must divide --output-interval");
+  expectBadInput(direct + "--min-step 0", "min-step");
+  expectBadInput(direct + "--min-step 1e-30 --t-end 100000", "raise --min-step");
+  expectBadInput(direct + "--timings", "--timings");
+  expectBadInput(direct + "--force-check 4", "--force-check");
+  expectBadInput("run -n 64 --engine cpu --out r --integrator rk4", "must be leapfrog or hermite");
+  ASSERT_EQ(matcha("ic clumps -n 512 --clumps 2 --seed 1 --out box.hdf5").exitCode, 0);
+  expectBadInput("run --ic box.hdf5 --engine cpu --out r --integrator hermite --solver direct", "add --open");
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 4 --out c.hdf5").exitCode, 0);
+  expectBadInput("run --ic c.hdf5 --engine cpu --out r --integrator hermite --solver direct", "comoving");
+  // The leapfrog refuses the Hermite options, and --eta outside comoving runs.
+  expectBadInput("run -n 64 --engine cpu --out r --eta 0.02", "this run is neither");
+  expectBadInput("run -n 64 --engine cpu --out r --max-step 0.125", "--max-step is an option of --integrator hermite");
+  expectBadInput("run -n 64 --engine cpu --out r --eta-start 0.1", "--eta-start is an option");
+  EXPECT_FALSE(fs::exists(dir_ / "r"));
+  // configs/run.toml carries dt: a Hermite run from it takes no offence.
+  const Result fromConfig = matcha("run --config '" MATCHA_SOURCE_DIR
+                                   "/configs/run.toml' -n 64 --integrator hermite --solver direct --engine cpu "
+                                   "--t-end 0.25 --out fromconfig");
+  EXPECT_EQ(fromConfig.exitCode, 0) << fromConfig.err;
+}
+
+// Two bodies released at rest without softening fall onto each other: the run stops when a step falls below
+// --min-step, with one line naming the body and its nearest neighbour, exit 3, the last output's state saved.
+TEST_F(Cli, HermiteStepBelowTheSmallestStopsTheRunInOneLine) {
+  matcha::Particles two(2);
+  two.x = {-0.5, 0.5};
+  two.mass = {0.5, 0.5};
+  two.id = {7, 8};
+  matcha::io::writeSnapshot(dir_ / "fall.hdf5", two, {}, {false, {}});
+  const Result result = matcha(
+      "run --ic fall.hdf5 --integrator hermite --solver direct --engine cpu --eps 0 --min-step 1e-7 --t-end 2 "
+      "--output-interval 0.5 --out fall");
+  EXPECT_EQ(result.exitCode, 3) << result.err;
+  // The progress lines come first (the first block step prints one); the error is the last line, and one line.
+  const std::size_t error = result.err.find("matcha: error: ");
+  ASSERT_NE(error, std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find('\n', error), result.err.size() - 1) << result.err;
+  EXPECT_NE(result.err.find("smallest allowed"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("nearest neighbour, body id"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("last_good_state.hdf5"), std::string::npos) << result.err;
+  const nlohmann::json summary = nlohmann::json::parse(readFile(dir_ / "fall" / "summary.json"));
+  EXPECT_EQ(summary["status"], "failed");
+  EXPECT_EQ(summary["last_good_time"], 1.0);
+  EXPECT_EQ(matcha::io::readSnapshot(dir_ / "fall" / "last_good_state.hdf5").time, 1.0);
+  EXPECT_FALSE(fs::exists(dir_ / "fall" / "RUNNING"));
+}

@@ -23,6 +23,7 @@ struct ProgressInfo {
   double elapsedSeconds = 0.0;       ///< wall time since the run started (first force call included)
   double etaSeconds = 0.0;           ///< elapsed * (share left) / (share done by this run), StepSchedule::fractionDone
   double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now, or at the latest output (RunCallbacks::outputPotentials)
+  std::uint64_t bodySteps = 0;       ///< Hermite runs (runHermite): bodies advanced so far; 0 for leapfrog runs
 };
 
 /// Where the wall time went from one output to the next, handed to RunCallbacks::onTimings right after each

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: MIT
+// What the leapfrog's run loop (run_loop.cpp) and the Hermite run (hermite_run.cpp) share: when a checkpoint is due,
+// the copy of the last good state, and the one-line description of a value that is not finite. Private to integrator/.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "matcha/core/particles.hpp"
+#include "matcha/integrator/diagnostics.hpp"
+#include "matcha/integrator/leapfrog.hpp"
+
+namespace matcha::integrator::detail {
+
+/// When a run writes a checkpoint (RunCallbacks::onCheckpoint): every `interval` wall seconds, and after an output
+/// unless the last checkpoint is younger than a minute (or the interval, when that is shorter); the first output is
+/// always followed by one. The caller asks at the places where it can save its state.
+class CheckpointCadence {
+ public:
+  /// @param interval  in: IntegratorParams::checkpointInterval (wall seconds, >= 0)
+  /// @param now       in: the run's wall clock at its start
+  CheckpointCadence(double interval, double now) : interval_(interval), last_(now) {}
+
+  /// An output was written (at wall time irrelevant: it only makes the next boundary a candidate).
+  void noteOutput() { outputSince_ = true; }
+
+  /// Whether a checkpoint is due at wall time `now`.
+  bool due(double now) const {
+    const double since = now - last_;
+    return since >= interval_ || (outputSince_ && (!taken_ || since >= std::min(interval_, kOutputCheckpointSeconds)));
+  }
+
+  /// A checkpoint was written; `now` is the wall time after it.
+  void taken(double now) {
+    last_ = now;
+    outputSince_ = false;
+    taken_ = true;
+  }
+
+ private:
+  /// An output is followed by a checkpoint unless the last one is younger than this (wall seconds): at 2^22 bodies a
+  /// checkpoint is ~0.9 GB and half a second to write, which outputs every few seconds would pay again and again.
+  static constexpr double kOutputCheckpointSeconds = 60.0;
+
+  double interval_;
+  double last_;
+  bool outputSince_ = false;
+  bool taken_ = false;
+};
+
+/// to <- from, every array, in parallel blocks (the copy of the last good state).
+void copyState(const Particles& from, Particles& to);
+
+/// "step 5, t = 0.0390625: body id 17 (index 3): ax = nan" and, when the diagnostics' sums overflowed with every
+/// value finite (value unset), the energy of `diagnostics` instead. `stepName` is "step" or "block step".
+std::string describeNonFinite(const char* stepName, std::uint64_t step, double time,
+                              const std::optional<NonFiniteValue>& value, const Diagnostics* diagnostics);
+
+}  // namespace matcha::integrator::detail
