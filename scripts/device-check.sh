@@ -6,9 +6,10 @@
 #
 #   scripts/device-check.sh [BUILD_DIR]           build here (needs the Debian packages of scripts/setup-debian.sh)
 #   scripts/device-check.sh bundle [BUILD_DIR]    on a build machine without a GPU: build BUILD_DIR (default
-#                                                 build-cuda) and copy what the check needs (test and bench
-#                                                 binaries, their ctest files, the shared libraries they use) into
-#                                                 build-device/, for a GPU machine that lacks the packages
+#                                                 build-cuda) and copy what the check needs (every gpu-labelled
+#                                                 test as scripts/bundle_gpu_tests.py writes it, the benchmarks,
+#                                                 matcha, the shared libraries they use) into build-device/, for a
+#                                                 GPU machine that lacks the packages
 #   MATCHA_PREBUILT=1 scripts/device-check.sh     on the GPU machine: use that build-device/ instead of building
 #
 # Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
@@ -26,30 +27,29 @@ root=$PWD
 if [ "${1:-}" = bundle ]; then
   build=${2:-build-cuda}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
-  gpu_tests=(test_cuda_engine test_device_key_sort)
-  cmake --build "$build" -j "$(nproc)" --target "${gpu_tests[@]}" bench_cuda bench_cpu matcha || exit 1
+  cmake --build "$build" -j "$(nproc)" || exit 1
   rm -rf build-device
-  mkdir -p build-device/tests/gpu build-device/bench build-device/apps build-device/lib-all
-  for test in "${gpu_tests[@]}"; do
-    cp "$build/tests/gpu/$test" "$build/tests/gpu/$test[1]_include.cmake" "$build/tests/gpu/$test[1]_tests.cmake" \
-      build-device/tests/gpu/
-    echo "include(\"@BUILD@/tests/gpu/$test[1]_include.cmake\")" >>build-device/tests/gpu/CTestTestfile.cmake
-  done
+  mkdir -p build-device/bench build-device/apps build-device/lib-all
+  # Every gpu-labelled test (bundle_gpu_tests.py: the executables they run, a ctest file with placeholders), the
+  # benchmarks and matcha.
+  ctest --test-dir "$build" -L gpu --show-only=json-v1 >build-device/gpu-tests.json || exit 1
+  /usr/bin/python3 scripts/bundle_gpu_tests.py build-device/gpu-tests.json "$build" . build-device >build-device/bin.txt ||
+    exit 1
+  mapfile -t test_binaries <build-device/bin.txt
+  rm build-device/gpu-tests.json build-device/bin.txt
   cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
   cp "$build/apps/matcha" build-device/apps/
-  grep -A1 bench_cuda_smoke "$build/bench/CTestTestfile.cmake" >build-device/bench/CTestTestfile.cmake
-  printf 'subdirs("tests/gpu")\nsubdirs("bench")\n' >build-device/CTestTestfile.cmake
-  # Absolute paths of this build become a placeholder that the GPU machine fills in.
-  sed -i "s|$root/$build|@BUILD@|g" build-device/tests/gpu/*.cmake build-device/bench/CTestTestfile.cmake
-  # Every shared library outside the C runtime; the GPU machine links only those it lacks. Not cuFFT (the mesh's
-  # GPU backend): 286 MB, over the device tool's limit; the GPU machine takes its own (see MATCHA_PREBUILT below).
-  ldd "${gpu_tests[@]/#/build-device/tests/gpu/}" build-device/bench/bench_cuda build-device/bench/bench_cpu build-device/apps/matcha |
+  # Every shared library outside the C runtime (ours, matcha_force and matcha_g6, among them); the GPU machine links
+  # only those it lacks. Not cuFFT (the mesh's GPU backend): 286 MB, over the device tool's limit; the GPU machine takes
+  # its own (see MATCHA_PREBUILT below).
+  ldd "${test_binaries[@]}" build-device/bench/bench_cuda build-device/bench/bench_cpu build-device/apps/matcha |
     awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
     grep -v '/libcufft\.so' | xargs -r cp -L -t build-device/lib-all/
-  # Each binary carries every kernel variant as SASS and PTX (~20 MB, a quarter of that gzipped): the device tool
-  # carries at most 64 MiB.
-  for test in "${gpu_tests[@]}"; do gzip -9 "build-device/tests/gpu/$test"; done
-  gzip -9 build-device/bench/bench_cuda build-device/apps/matcha
+  # The benchmark smoke test bundled bench_cuda already: one copy, linked where the checks below look for it. Each
+  # binary carries every kernel variant as SASS and PTX (~20 MB, a quarter of that gzipped): the device tool carries at
+  # most 64 MiB.
+  if [ -f build-device/bin/bench_cuda ]; then ln -sf ../bin/bench_cuda build-device/bench/bench_cuda; fi
+  find build-device/bin build-device/bench build-device/apps build-device/lib-all -type f -exec gzip -9 {} +
   du -sh build-device
   exit 0
 fi
@@ -66,7 +66,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,po
 if [ "${MATCHA_PREBUILT:-0}" = 1 ]; then
   echo "== prebuilt $build (no configure/build here)"
   find "$build" -name '*.gz' -exec gunzip -f {} +
-  sed -i "s|@BUILD@|$root/$build|g" "$build"/CTestTestfile.cmake "$build"/tests/gpu/*.cmake "$build"/bench/*.cmake
+  sed -i -e "s|@BUILD@|$root/$build|g" -e "s|@ROOT@|$root|g" "$build"/CTestTestfile.cmake
+  mkdir -p "$build/work"
+  # test_cli runs the matcha binary it was built beside: here, the bundle's.
+  export MATCHA_TEST_BINARY="$root/$build/apps/matcha"
   mkdir -p "$build/lib"
   for lib in "$build"/lib-all/*; do  # link only the libraries this machine lacks
     name=$(basename "$lib")

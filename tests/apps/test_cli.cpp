@@ -39,6 +39,16 @@
 
 namespace {
 
+/// The matcha binary under test: MATCHA_BINARY, the build's, unless $MATCHA_TEST_BINARY names another (the GPU
+/// machine runs a bundle of this build from another folder: scripts/device-check.sh).
+const std::string& matchaBinary() {
+  static const std::string binary = [] {
+    const char* fromEnvironment = std::getenv("MATCHA_TEST_BINARY");
+    return std::string(fromEnvironment != nullptr ? fromEnvironment : MATCHA_BINARY);
+  }();
+  return binary;
+}
+
 namespace fs = std::filesystem;
 
 struct Result {
@@ -68,8 +78,8 @@ class Cli : public ::testing::Test {
   Result matcha(const std::string& args, const std::string& environment = "") const {
     const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
     // A timeout turns a hang into a failure instead of a stuck test run.
-    const std::string command = "cd '" + dir_.string() + "' && " + environment + " timeout 300 '" MATCHA_BINARY "' " +
-                                args + " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
+    const std::string command = "cd '" + dir_.string() + "' && " + environment + " timeout 300 '" + matchaBinary() +
+                                "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
     const int status = std::system(command.c_str());
     Result result;
     result.crashed = WIFSIGNALED(status);
@@ -902,7 +912,7 @@ TEST_F(Cli, RefusesARunThatWillNotFitBeforeAnyWork) {
 /// Runs matcha with `args` as a child of this process (no shell between) and returns its exit code and its peak
 /// resident set in KiB (ru_maxrss from wait4).
 std::pair<int, long> runMeasuringPeak(const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<std::string> argv{MATCHA_BINARY};
+  std::vector<std::string> argv{matchaBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> pointers;
   for (std::string& arg : argv) pointers.push_back(arg.data());
@@ -912,7 +922,7 @@ std::pair<int, long> runMeasuringPeak(const std::vector<std::string>& args, cons
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, MATCHA_BINARY, &actions, nullptr, pointers.data(), environ);
+  const int spawned = posix_spawn(&pid, matchaBinary().c_str(), &actions, nullptr, pointers.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) return {-1, 0};
   int status = 0;
@@ -1322,7 +1332,7 @@ TEST_F(Cli, RestartAfterKillNineIsBitIdentical) {
   ASSERT_EQ(full.exitCode, 0) << full.err;
 
   const double delay = 0.05 + 0.4 * double(seed % 1000) / 1000.0;
-  const std::string kill = "cd '" + dir_.string() + "' && ( exec '" MATCHA_BINARY "' " + args +
+  const std::string kill = "cd '" + dir_.string() + "' && ( exec '" + matchaBinary() + "' " + args +
                            " --out killed >killed.out 2>killed.err </dev/null ) & pid=$!; "
                            "for i in $(seq 3000); do [ -f '" +
                            (dir_ / "killed" / "checkpoint.hdf5").string() + "' ] && break; sleep 0.01; done; sleep " +

@@ -822,7 +822,9 @@ TEST_F(CudaEngineTest, BodiesAdvancedOnTheGpuGiveTheRunOfPositionsSentBitForBit)
     }
     // The advancing run's background trees were predicted on the GPU (TreeParams::predictOnDevice), the plain run's on
     // the host: the same bits.
-    if (pipeline) EXPECT_GT(predicted, 0) << "no tree was predicted on the GPU";
+    if (pipeline) {
+      EXPECT_GT(predicted, 0) << "no tree was predicted on the GPU";
+    }
     EXPECT_FALSE(advancing.lastStats().advanceMismatch) << "the GPU's copy of the bodies differed from the host's";
     // K = 3: every call of a tree but its first is launched ahead; the first is advanced too where the tree was built
     // in the background (the caller's order kept), and sent where it was built within the call (the caller sorted).
