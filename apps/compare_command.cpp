@@ -88,7 +88,8 @@ nlohmann::json toJson(const Row& row, std::size_t numBodies) {
             {"tree_build", row.report.timings.treeSeconds()},
             {"tree_walk", row.report.timings[Phase::walk]},
             {"tree_engine", row.report.timings.engineSeconds()}}},
-          {"phases", phasesJson(row.report.timings)}};
+          {"phases", phasesJson(row.report.timings)},
+          {"waits", {{"engine", row.report.timings.engineWaitSeconds}, {"mesh", row.report.timings.meshWaitSeconds}}}};
 }
 
 std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::size_t numTargets,

@@ -285,6 +285,18 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     addWordOption(command, "--pm-assignment", options.mesh.assignment,
                   {mesh::MassAssignment::tsc, mesh::MassAssignment::cic},
                   "periodic: the mesh's mass assignment window (tsc: 0.5% force law; cic: cheaper, ~1%)");
+    command
+        .add_option("--mesh-overlap", options.mesh.overlap,
+                    "periodic, mesh on the GPU (CUDA engine): start the mesh as soon as the bodies are sorted, beside "
+                    "the tree's build, walk and kernels (on), or after the short range (off); the same forces")
+        ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->capture_default_str();
+    command
+        .add_option("--walk-overlap", options.tree.overlapWalk,
+                    "periodic: walk the groups in batches, the engine evaluating each batch while the next is walked "
+                    "(on), or walk them all, then evaluate (off); the same forces")
+        ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->capture_default_str();
   }
   if (sets & kDryRun) {
     command.add_flag("--dry-run", options.dryRun,

@@ -97,7 +97,7 @@ enum OptionSet : unsigned {
   kDiagnostics = 1u << 8,  // --diagnostic-potential
   kTimings = 1u << 9,      // --timings
   kDryRun = 1u << 10,      // --dry-run
-  kPeriodic = 1u << 11,    // --box, --open, --pm-grid, --pm-assignment
+  kPeriodic = 1u << 11,    // --box, --open, --pm-grid, --pm-assignment, --mesh-overlap, --walk-overlap
 };
 
 /// "matcha 0.1.0 (git <commit>)", with ", modified" when the build's tracked files differed from the commit, or

@@ -114,6 +114,7 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   for (int k = 0; k < kNumPhases; ++k) row(phaseName(phaseAt(k)), force[phaseAt(k)]);
   row("rebuild wait", force.rebuildWaitSeconds);
   row("engine wait", force.engineWaitSeconds);
+  row("mesh wait", force.meshWaitSeconds);
   row("integration", summary.integrationSeconds);
   row("output", summary.outputSeconds);
   row("step (wall)", stepWall);
@@ -150,6 +151,7 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"steps_mean_ms", meanMs},
           {"rebuild_wait_seconds", summary.stepForceTimings.rebuildWaitSeconds},
           {"engine_wait_seconds", summary.stepForceTimings.engineWaitSeconds},
+          {"mesh_wait_seconds", summary.stepForceTimings.meshWaitSeconds},
           {"rebuilds", summary.rebuilds},
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
           {"groups_repaired", summary.groupsRepaired}};

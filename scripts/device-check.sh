@@ -19,7 +19,8 @@
 # for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
-# COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs.
+# COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
+# (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -288,6 +289,52 @@ if [ "${PERIODIC:-0}" = 1 ]; then
     fi
     rm -f "${TMPDIR:-/tmp}/matcha-periodic-$n.hdf5"
   done
+fi
+
+# OVERLAP=1: the periodic call's overlaps against the sequential call, side by side in one device call (issues 15
+# and 16). For each N of OVERLAP_SIZES (default 2^22 and 2^24), `matcha compare` on the bodies of `matcha ic
+# OVERLAP_IC` (clumps, seed 7) against the GPU's Ewald sum on OVERLAP_SAMPLE (1024) bodies, once for each run of
+# OVERLAP_RUNS ("label=options;...", default: seq = both overlaps off, mesh = the mesh beside the tree only, walk = the
+# walk beside the kernels only, both = the defaults), OVERLAP_OPTIONS added to all, the whole round OVERLAP_REPEAT (2)
+# times; the timed call is compare's second. Then an OVERLAP_COSMO_GRID^3 (256) comoving box (`matcha ic cosmo`, box
+# 100 Mpc/h, seed 7) run from z = 49 to OVERLAP_COSMO_Z_END (45, ~20 steps) with --timings, sequential and overlapped.
+if [ "${OVERLAP:-0}" = 1 ]; then
+  echo "== periodic overlaps"
+  matcha="$build/apps/matcha"
+  IFS=';' read -ra runs <<<"${OVERLAP_RUNS:-seq=--mesh-overlap off --walk-overlap off;mesh=--walk-overlap off;walk=--mesh-overlap off;both=}"
+  for n in ${OVERLAP_SIZES:-4194304 16777216}; do
+    ic="${TMPDIR:-/tmp}/matcha-overlap-$n.hdf5"
+    "$matcha" ic "${OVERLAP_IC:-clumps}" -n "$n" --seed 7 -o "$ic" --overwrite >"$OUT/overlap-ic-n$n.log" 2>&1
+    for repeat in $(seq 1 "${OVERLAP_REPEAT:-2}"); do
+      for spec in "${runs[@]}"; do
+        label=${spec%%=*}
+        name="overlap-n$n-$label-$repeat"
+        # shellcheck disable=SC2086
+        timeout "${PERIODIC_TIMEOUT:-300}" "$matcha" compare --ic "$ic" --engine cuda --sample "${OVERLAP_SAMPLE:-1024}" \
+          --reference gpu-double ${OVERLAP_OPTIONS:-} ${spec#*=} --json >"$OUT/$name.json" 2>"$OUT/$name.log"
+        summary+=("periodic N=$n $label #$repeat (${spec#*=}): $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; w=r.get("waits", {}); print("call %.1f ms, p99 %.3g; waits: engine %.1f, mesh %.1f; %s" % (1e3*r["seconds"]["tree_total"], r["error"]["p99"], 1e3*w.get("engine", 0), 1e3*w.get("mesh", 0), ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/$name.json" 2>&1 | head -c 600)")
+      done
+    done
+    rm -f "$ic"
+  done
+  grid=${OVERLAP_COSMO_GRID:-256}
+  if [ "$grid" -gt 0 ]; then
+    runsdir=${TMPDIR:-/tmp}/matcha-overlap-cosmo
+    mkdir -p "$runsdir"
+    ic="$runsdir/ics-$grid.hdf5"
+    "$matcha" ic cosmo --grid "$grid" --box 100 --seed 7 --out "$ic" --overwrite >"$OUT/overlap-cosmo-ic-$grid.log" 2>&1
+    for spec in "seq=--mesh-overlap off --walk-overlap off" "both="; do
+      label=${spec%%=*}
+      name="overlap-cosmo-$grid-$label"
+      # shellcheck disable=SC2086
+      timeout "${COSMO_TIMEOUT:-550}" "$matcha" run --ic "$ic" --engine cuda --z-end "${OVERLAP_COSMO_Z_END:-45}" \
+        --timings --checkpoint-interval 100000 ${spec#*=} --overwrite --out "$runsdir/run-$label" --json \
+        >"$OUT/$name.json" 2>"$OUT/$name.log"
+      tail -n 32 "$OUT/$name.log"
+      summary+=("cosmo $grid^3 $label (${spec#*=}): $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); t=d["timings"]; m=t["steps_mean_ms"] or {}; print("%d steps, %.1f ms/step (force %.1f ms), GPU busy %.3f, waits per step: engine %.1f ms, mesh %.1f ms; %s" % (t["steps"], 1e3*t["step_seconds_mean"], 1e3*t["force_call_seconds_mean"], t["gpu_busy_fraction"], 1e3*t["engine_wait_seconds"]/max(t["steps"],1), 1e3*t.get("mesh_wait_seconds", 0)/max(t["steps"],1), ", ".join("%s %.1f" % (k, v) for k, v in m.items() if v > 0)))' "$OUT/$name.json" 2>&1 | head -c 700)")
+    done
+    rm -rf "$runsdir"
+  fi
 fi
 
 # ACCURACY=1: the accuracy targets of bench/RESULTS.md (README "Accuracy"): tree error percentiles on a random

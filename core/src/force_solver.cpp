@@ -59,6 +59,7 @@ ForceTimings& ForceTimings::operator+=(const ForceTimings& other) {
   totalSeconds += other.totalSeconds;
   rebuildWaitSeconds += other.rebuildWaitSeconds;
   engineWaitSeconds += other.engineWaitSeconds;
+  meshWaitSeconds += other.meshWaitSeconds;
   return *this;
 }
 

@@ -201,6 +201,11 @@ static_assert(detail::kPlanTaskKinds[kOneThreadPerBodyKinds - 1].threadsPerBody 
                   detail::kPlanTaskKinds[kOneThreadPerBodyKinds].threadsPerBody > 1,
               "the kinds of one thread per body come first");
 
+/// Whether forEachBalancedWarpTask cuts a task of `kind` over a list of `entries` (listEntries) at `longest`.
+bool cutsTask(int kind, double entries, double longest) {
+  return kind < kOneThreadPerBodyKinds - 1 && entries * taskCostPerEntry(kind) > longest;
+}
+
 /// forEachWarpTask, with every task of one thread per body whose cost (entries x taskCostPerEntry) exceeds `longest`
 /// cut into tasks of 64 or 32 rows. The groups with the longest lists (the densest places, and the relative test's
 /// smallest tolerances) hold tasks as long as a warp's share of the whole launch: started first (longest first) they
@@ -212,7 +217,7 @@ void forEachBalancedWarpTask(BodyRange group, const detail::PlanVariant<Real>& v
                              Emit&& emit) {
   forEachWarpTask<Real>(group, variant, [&](std::uint32_t first, std::uint32_t rows, int kind) {
     int piece = kind;
-    while (piece < kOneThreadPerBodyKinds - 1 && entries * taskCostPerEntry(piece) > longest) ++piece;
+    while (cutsTask(piece, entries, longest)) ++piece;
     if (piece == kind) {
       emit(first, rows, kind);
       return;
@@ -223,6 +228,50 @@ void forEachBalancedWarpTask(BodyRange group, const detail::PlanVariant<Real>& v
     }
   });
 }
+
+/// A group's list in the cost model's units (forEachBalancedWarpTask's `entries`): its j-bodies, and its cells, a
+/// quadrupole cell counting kQuadrupoleEntryWeight.
+double listEntries(std::uint64_t listBodies, std::uint64_t listCells, bool quadrupole) {
+  return double(listBodies) + double(listCells) * (quadrupole ? kQuadrupoleEntryWeight : 1.0);
+}
+
+/// Adds a group's uncut tasks' cost to `total`, task by task: a plan's total cost, from which the cut of its long
+/// tasks follows (longestTaskCost), is this sum over its groups in order.
+template <class Real>
+void addGroupCost(double& total, BodyRange group, const detail::PlanVariant<Real>& variant, double entries) {
+  forEachWarpTask<Real>(group, variant,
+                        [&](std::uint32_t, std::uint32_t, int kind) { total += entries * taskCostPerEntry(kind); });
+}
+
+/// Whether forEachBalancedWarpTask cuts any of a group's tasks at `longest`.
+template <class Real>
+bool cutsAnyTask(BodyRange group, const detail::PlanVariant<Real>& variant, double entries, double longest) {
+  bool cut = false;
+  forEachWarpTask<Real>(group, variant,
+                        [&](std::uint32_t, std::uint32_t, int kind) { cut = cut || cutsTask(kind, entries, longest); });
+  return cut;
+}
+
+/// j-bodies in group g's list, from its ranges.
+std::uint64_t listBodiesOf(const InteractionPlan& plan, std::size_t g, std::size_t numBodies) {
+  std::uint64_t count = 0;
+  for (std::uint32_t r = plan.bodyListOffsets[g]; r < plan.bodyListOffsets[g + 1]; ++r) {
+    const BodyRange range = plan.bodyList[r];
+    MATCHA_ASSERT(range.first <= range.last && range.last <= numBodies, "plan body range outside the sources");
+    count += range.size();
+  }
+  return count;
+}
+
+/// How evaluatePlanIn takes a plan that is part of a call's batches (CudaEngine::evaluatePlanBatch); the defaults
+/// take a whole plan.
+struct PlanPart {
+  bool uploadBodies = true;  ///< false: the call's sources and cells are on the device already
+  /// Per group: evaluate it in this launch (null: every group); the lists of the others go over unused.
+  const std::vector<std::uint8_t>* now = nullptr;
+  /// Where forEachBalancedWarpTask cuts; NaN: longestTaskCost of the plan's own cost, as for a whole plan.
+  double longestTask = std::numeric_limits<double>::quiet_NaN();
+};
 
 }  // namespace
 
@@ -506,13 +555,10 @@ struct CudaEngine::Impl {
     return {n64 * n64, 0};
   }
 
+  /// The plan kernel that evaluates `plan` (its cells quadrupoles or not) with `gravity`, writing out.pot or not.
   template <class Real>
-  InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
-                                   const GravityParams& gravity, const ForceView& out) {
-    const std::size_t numGroups = plan.numGroups();
-    const std::size_t numBodies = sources.count;
-    const std::size_t numCells = cells.size();
-    const bool quadrupole = cells.hasQuadrupole;
+  const detail::PlanVariant<Real>* planVariantFor(const InteractionPlan& plan, bool quadrupole,
+                                                  const GravityParams& gravity, const ForceView& out) const {
     // Accurate near pairs matter in float only; those plans (direct sums) have their own tile-64 kernels. The periodic
     // short range has kernels of one tile size (kernel_variants.cuh says why), in float (CudaEngine::evaluatePlan).
     const bool accurate = plan.accurateNearPairs && std::is_same_v<Real, float>;
@@ -523,6 +569,19 @@ struct CudaEngine::Impl {
     const detail::PlanVariant<Real>* variant =
         findPlanVariant<Real>(tile, quadrupole, accurate, out.pot != nullptr, periodic);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
+    return variant;
+  }
+
+  template <class Real>
+  InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
+                                   const GravityParams& gravity, const ForceView& out, const PlanPart& part = {}) {
+    const std::size_t numGroups = plan.numGroups();
+    const std::size_t numBodies = sources.count;
+    const std::size_t numCells = cells.size();
+    const bool quadrupole = cells.hasQuadrupole;
+    const bool periodic = gravity.periodic.enabled();
+    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(plan, quadrupole, gravity, out);
+    const auto now = [&](std::size_t g) { return part.now == nullptr || (*part.now)[g] != 0; };
     // The kernels index bodies and cells with 32-bit integers, kept below 2^31 as setTree keeps them.
     MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
                   "more than 2^31 bodies or cells in one plan");
@@ -536,7 +595,7 @@ struct CudaEngine::Impl {
     bucketCounts.assign(kNumBuckets, 0);
     double totalCost = 0.0;
     const auto entriesOf = [&](std::size_t g) {
-      return double(hostGroupLists[g].y) + double(hostGroupLists[g].w) * (quadrupole ? kQuadrupoleEntryWeight : 1.0);
+      return listEntries(hostGroupLists[g].y, hostGroupLists[g].w, quadrupole);
     };
     double longestTask = std::numeric_limits<double>::infinity();
     const auto forEachTask = [&](std::size_t g, auto&& emit) {
@@ -549,27 +608,22 @@ struct CudaEngine::Impl {
     for (std::size_t g = 0; g < numGroups; ++g) {
       const BodyRange group = plan.groups[g];
       MATCHA_ASSERT(group.first <= group.last && group.last <= numBodies, "plan group outside the sources");
-      std::uint64_t groupListBodies = 0;
-      for (std::uint32_t r = plan.bodyListOffsets[g]; r < plan.bodyListOffsets[g + 1]; ++r) {
-        const BodyRange range = plan.bodyList[r];
-        MATCHA_ASSERT(range.first <= range.last && range.last <= numBodies, "plan body range outside the sources");
-        groupListBodies += range.size();
-      }
+      const std::uint64_t groupListBodies = listBodiesOf(plan, g, numBodies);
       const std::uint64_t groupListCells = plan.numListCells(g);
       MATCHA_ASSERT(std::uint64_t(listBodies) + groupListBodies <= std::numeric_limits<std::uint32_t>::max(),
                     "plan batch too large for 32-bit list offsets");
       hostGroupLists[g] = uint4{listBodies, static_cast<std::uint32_t>(groupListBodies), plan.cellListOffsets[g],
                                 static_cast<std::uint32_t>(groupListCells)};
       listBodies += static_cast<std::uint32_t>(groupListBodies);
+      addGroupCost<Real>(totalCost, group, *variant, entriesOf(g));
+      if (!now(g)) continue;
       bodyBody += group.size() * groupListBodies;
       bodyCell += group.size() * groupListCells;
       packedBytes += 16 * groupListBodies + (quadrupole ? 40 : 16) * groupListCells;  // float4, or 10 floats
-      forEachWarpTask<Real>(group, *variant, [&](std::uint32_t, std::uint32_t, int kind) {
-        totalCost += entriesOf(g) * taskCostPerEntry(kind);
-      });
     }
-    longestTask = longestTaskCost(totalCost, *variant);
+    longestTask = std::isnan(part.longestTask) ? longestTaskCost(totalCost, *variant) : part.longestTask;
     for (std::size_t g = 0; g < numGroups; ++g) {
+      if (!now(g)) continue;
       forEachTask(g, [&](std::uint32_t, std::uint32_t, int kind) {
         ++bucketCounts[bucketOf(entriesOf(g) * taskCostPerEntry(kind))];
         ++numTasks;
@@ -587,6 +641,7 @@ struct CudaEngine::Impl {
       position += bucketCounts[b];
     }
     for (std::size_t g = 0; g < numGroups; ++g) {
+      if (!now(g)) continue;
       const double entries = entriesOf(g);
       forEachTask(g, [&](std::uint32_t first, std::uint32_t rows, int kind) {
         hostTasks[next[bucketOf(entries * taskCostPerEntry(kind))]++] =
@@ -600,7 +655,7 @@ struct CudaEngine::Impl {
     // the H200 (6-10 GB/s). Open-boundary plans keep the direct copies (they may run beside resident launches, whose
     // DMA a staged piece would wait behind).
     const bool staged = periodic;
-    uploadSourcesAndCells(sources, cells, staged);
+    if (part.uploadBodies) uploadSourcesAndCells(sources, cells, staged);
     groupCentres.reserve(3 * numGroups);
     uploadArray(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups, staged);
     bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
@@ -665,8 +720,8 @@ struct CudaEngine::Impl {
 
     // Download only the plan's groups (other outputs stay untouched), merged into runs of consecutive bodies.
     runs.clear();
-    for (const BodyRange& group : plan.groups) {
-      if (group.size() > 0) runs.push_back(group);
+    for (std::size_t g = 0; g < numGroups; ++g) {
+      if (plan.groups[g].size() > 0 && now(g)) runs.push_back(plan.groups[g]);
     }
     if (!std::is_sorted(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; })) {
       std::sort(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; });
@@ -688,6 +743,68 @@ struct CudaEngine::Impl {
                   variant->potential ? "" : ", accelerations only");
     stats.kernel = text;
     return {bodyBody, bodyCell};
+  }
+
+  /// evaluatePlanBatch's record of the batches of the call in progress.
+  struct PlanBatches {
+    bool bodiesOnDevice = false;  ///< the call's sources and cells went over, with its first batch or ahead of it
+    double totalCost = 0.0;       ///< the cost of the call's groups so far, summed as evaluatePlanIn sums a plan's
+    InteractionPlan deferred;     ///< groups held back for the call's last batch (evaluatePlanBatchIn)
+    std::vector<std::uint8_t> now;
+  } batches;
+
+  /// CudaEngine::evaluatePlanBatch. The one plan of the call's groups would cut the tasks longer than
+  /// longestTaskCost(the whole call's cost) into tasks of fewer rows (forEachBalancedWarpTask), which changes the
+  /// rounding of quadrupole cells' sums. The cost is summed here batch by batch in the one plan's order, and it only
+  /// grows: a group none of whose tasks the bound of the cost so far cuts is not cut in the one plan either, and is
+  /// evaluated with its batch, uncut. The others (the longest lists of the first, small batches, mostly) wait for the
+  /// call's last batch, when the whole cost, and with it the one plan's cut, is known.
+  template <class Real>
+  InteractionCounts evaluatePlanBatchIn(const SourceView& sources, const CellMultipoles& cells,
+                                        const InteractionPlan& batch, const GravityParams& gravity,
+                                        const ForceView& out, PlanBatch where) {
+    PlanBatches& b = batches;
+    if (where.first) {
+      b.bodiesOnDevice = false;
+      b.totalCost = 0.0;
+      b.deferred.clear();
+    }
+    const bool quadrupole = cells.hasQuadrupole;
+    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(batch, quadrupole, gravity, out);
+    const std::size_t numGroups = batch.numGroups();
+    std::vector<double> entries(numGroups);
+    for (std::size_t g = 0; g < numGroups; ++g) {
+      entries[g] = listEntries(listBodiesOf(batch, g, sources.count), batch.numListCells(g), quadrupole);
+      addGroupCost<Real>(b.totalCost, batch.groups[g], *variant, entries[g]);
+    }
+    const double bound = longestTaskCost(b.totalCost, *variant);
+    b.now.assign(numGroups, 1);
+    for (std::size_t g = 0; g < numGroups; ++g) {
+      if (!cutsAnyTask<Real>(batch.groups[g], *variant, entries[g], bound)) continue;
+      b.now[g] = 0;
+      appendGroups(batch, g, g + 1, b.deferred);
+    }
+    PlanPart part;
+    part.uploadBodies = !b.bodiesOnDevice;
+    part.now = &b.now;
+    part.longestTask = std::numeric_limits<double>::infinity();
+    InteractionCounts counts = evaluatePlanIn<Real>(sources, cells, batch, gravity, out, part);
+    b.bodiesOnDevice = true;
+    if (where.last && b.deferred.numGroups() > 0) {
+      const CudaCallStats first = stats;
+      counts += evaluatePlanIn<Real>(sources, cells, b.deferred, gravity, out,
+                                     PlanPart{false, nullptr, longestTaskCost(b.totalCost, *variant)});
+      stats.uploadMilliseconds += first.uploadMilliseconds;
+      stats.kernelMilliseconds += first.kernelMilliseconds;
+      stats.downloadMilliseconds += first.downloadMilliseconds;
+      stats.totalMilliseconds += first.totalMilliseconds;
+      stats.bytesToDevice += first.bytesToDevice;
+      stats.bytesFromDevice += first.bytesFromDevice;
+      stats.packedListBytes += first.packedListBytes;
+      stats.numTasks += first.numTasks;
+      b.deferred.clear();
+    }
+    return counts;
   }
 
   CudaDirectConfig directConfigForSize(std::size_t numBodies) const {
@@ -1460,9 +1577,11 @@ std::string CudaEngine::name() const {
          impl_->selection.name + ")";
 }
 
-InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
-                                           const InteractionPlan& plan, const GravityParams& gravity,
-                                           const ForceView& out) {
+namespace {
+
+/// What evaluatePlan and evaluatePlanBatch require of their arguments.
+void requireValidPlanCall(const SourceView& sources, const InteractionPlan& plan, const GravityParams& gravity,
+                          const ForceView& out, Precision precision) {
   MATCHA_ASSERT(plan.groupCentres.size() == 3 * plan.numGroups(), "plan has no centre for some group");
   MATCHA_ASSERT(plan.cellListOffsets.size() == plan.numGroups() + 1, "plan cell offsets malformed");
   MATCHA_ASSERT(plan.bodyListOffsets.size() == plan.numGroups() + 1, "plan body offsets malformed");
@@ -1470,15 +1589,35 @@ InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const Cell
   MATCHA_ASSERT(plan.bodyListOffsets.back() == plan.bodyList.size(), "plan body list size differs from its offsets");
   MATCHA_ASSERT(out.count == sources.count, "output size differs from source count");
   MATCHA_ASSERT(sources.count < (std::size_t{1} << 32), "too many bodies for 32-bit indices");
-  if (gravity.periodic.enabled() && impl_->precision != Precision::float32) {
+  if (gravity.periodic.enabled() && precision != Precision::float32) {
     throw InputError(
         "the CUDA engine's periodic short range runs in float only: use --precision float or --engine cpu");
   }
+}
+
+}  // namespace
+
+InteractionCounts CudaEngine::evaluatePlan(const SourceView& sources, const CellMultipoles& cells,
+                                           const InteractionPlan& plan, const GravityParams& gravity,
+                                           const ForceView& out) {
+  requireValidPlanCall(sources, plan, gravity, out, impl_->precision);
   impl_->stats = CudaCallStats{};
   if (plan.numGroups() == 0) return {};
   impl_->selectDevice();
   if (impl_->precision == Precision::float32) return impl_->evaluatePlanIn<float>(sources, cells, plan, gravity, out);
   return impl_->evaluatePlanIn<double>(sources, cells, plan, gravity, out);
+}
+
+InteractionCounts CudaEngine::evaluatePlanBatch(const SourceView& sources, const CellMultipoles& cells,
+                                                const InteractionPlan& batch, const GravityParams& gravity,
+                                                const ForceView& out, PlanBatch where) {
+  requireValidPlanCall(sources, batch, gravity, out, impl_->precision);
+  impl_->stats = CudaCallStats{};
+  impl_->selectDevice();
+  if (impl_->precision == Precision::float32) {
+    return impl_->evaluatePlanBatchIn<float>(sources, cells, batch, gravity, out, where);
+  }
+  return impl_->evaluatePlanBatchIn<double>(sources, cells, batch, gravity, out, where);
 }
 
 void CudaEngine::setTree(const TreeTopology& topology, const SourceView& bodies) {

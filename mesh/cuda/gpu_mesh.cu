@@ -23,6 +23,7 @@
 
 #include "../src/gpu_mesh.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
 
 namespace matcha::mesh {
@@ -209,6 +210,10 @@ struct GpuMesh::Impl {
   /// Pinned, 4 capacity doubles: the bodies are copied in on all cores and sent at the bus's speed (from the caller's
   /// pageable arrays the upload ran at ~6 GB/s: 85 of the 134 ms of a 512^3 mesh's call at 2^24 bodies on the H200).
   double* hostBodies = nullptr;
+  /// Pinned: the first pass's k = 0 mode (the deposited mass), which the host reads once the launch is done.
+  double* hostMass = nullptr;
+  bool inFlight = false;  ///< a launch whose results collect has not taken yet
+  bool launchedPotentials = false;
   std::vector<cudaEvent_t> events;
   std::vector<Stage> eventStage;  ///< the stage that ends at each event (after the first)
   MeshStageSeconds last;
@@ -262,12 +267,16 @@ struct GpuMesh::Impl {
       table->allocate(n);
       MESH_CUDA_CHECK(cudaMemcpy(table->data, values->data(), n * sizeof(double), cudaMemcpyHostToDevice));
     }
+    MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostMass), sizeof(double)));
   }
 
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   ~Impl() {
+    // Work still queued (a caller that started the mesh and then failed) would write into the buffers freed below.
+    if (inFlight && stream != nullptr) cudaStreamSynchronize(stream);
     for (cudaEvent_t event : events) cudaEventDestroy(event);
+    if (hostMass != nullptr) cudaFreeHost(hostMass);
     if (hostResults != nullptr) cudaFreeHost(hostResults);
     if (hostBodies != nullptr) cudaFreeHost(hostBodies);
   }
@@ -381,10 +390,12 @@ struct GpuMesh::Impl {
     }
   }
 
-  GpuMeshResult compute(const SourceView& s, double G, bool wantPotentials) {
+  void launch(const SourceView& s, double G, bool wantPotentials) {
+    drop();
     reserveBodies(s.count);
     eventStage.clear();
-    mark(kUpload);  // the start
+    mark(kUpload);    // the start
+    inFlight = true;  // from the first queued work on: an error half way leaves it for drop() to wait for
     double* x = bodies.data;
     const double* source[4] = {s.x, s.y, s.z, s.mass};
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, std::size_t{1} << 16),
@@ -403,17 +414,12 @@ struct GpuMesh::Impl {
     // Interlacing as on the CPU: a second solution on the mesh moved by h/2 along each axis, averaged with the first.
     const int passes = params.interlace ? 2 : 1;
     const double weight = 1.0 / passes;
-    double totalMass = 0;  // the first pass's k = 0 mode, as the FFTW backend takes it
     for (int pass = 0; pass < passes; ++pass) {
-      double* mass = pass == 0 ? hostResults : nullptr;  // parked in the pinned results until they arrive
+      double* mass = pass == 0 ? hostMass : nullptr;  // the first pass's k = 0 mode, as the FFTW backend takes it
       if (params.assignment == MassAssignment::cic) {
         addPass<2>(d, G, 0.5 * pass, weight, wantPotentials, results.data, mass);
       } else {
         addPass<3>(d, G, 0.5 * pass, weight, wantPotentials, results.data, mass);
-      }
-      if (pass == 0) {
-        MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
-        totalMass = hostResults[0];
       }
     }
     const int outputs = wantPotentials ? 4 : 3;
@@ -422,7 +428,21 @@ struct GpuMesh::Impl {
                                       cudaMemcpyDeviceToHost, stream));
     }
     mark(kDownload);
+    launchedPotentials = wantPotentials;
+  }
+
+  void drop() {
+    if (!inFlight) return;
+    inFlight = false;
     MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  GpuMeshResult collect(double* waitSeconds) {
+    MATCHA_ASSERT(inFlight, "GpuMesh::collect without a launch in flight");
+    inFlight = false;
+    const Stopwatch waiting;
+    MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (waitSeconds != nullptr) *waitSeconds = waiting.seconds();
     last = {};
     double* stageSeconds[kNumStages] = {&last.upload, &last.assignment,  &last.fft,
                                         &last.green,  &last.interpolate, &last.download};
@@ -438,17 +458,19 @@ struct GpuMesh::Impl {
     result.ax = hostResults;
     result.ay = hostResults + capacity;
     result.az = hostResults + 2 * capacity;
-    result.pot = wantPotentials ? hostResults + 3 * capacity : nullptr;
-    result.depositedMass = totalMass;
+    result.pot = launchedPotentials ? hostResults + 3 * capacity : nullptr;
+    result.depositedMass = *hostMass;
     return result;
   }
 };
 
 GpuMesh::GpuMesh(const MeshParams& params) : impl_(std::make_unique<Impl>(params)) {}
 GpuMesh::~GpuMesh() = default;
-GpuMeshResult GpuMesh::compute(const SourceView& sources, double G, bool wantPotentials) {
-  return impl_->compute(sources, G, wantPotentials);
+void GpuMesh::launch(const SourceView& sources, double G, bool wantPotentials) {
+  impl_->launch(sources, G, wantPotentials);
 }
+GpuMeshResult GpuMesh::collect(double* waitSeconds) { return impl_->collect(waitSeconds); }
+void GpuMesh::drop() { impl_->drop(); }
 MeshStageSeconds GpuMesh::lastStageSeconds() const { return impl_->last; }
 
 }  // namespace detail

@@ -30,9 +30,22 @@ class GpuMesh {
   GpuMesh(const GpuMesh&) = delete;
   GpuMesh& operator=(const GpuMesh&) = delete;
 
-  /// Every step of the mesh for `sources` (finite positions, checked by the caller) with constant G. Synchronous.
-  /// Throws InputError when the bodies' buffers would not fit in the free device memory, CudaError for a failed call.
-  GpuMeshResult compute(const SourceView& sources, double G, bool wantPotentials);
+  /// Every step of the mesh for `sources` (finite positions, checked by the caller) with constant G: copies the
+  /// bodies into page-locked memory (on all cores), queues the uploads, kernels, transforms and the downloads on the
+  /// mesh's stream, and returns; `sources` is not read after it returns. A launch still in flight is waited for and
+  /// dropped first. Throws InputError when the bodies' buffers would not fit in the free device memory, CudaError for
+  /// a failed call.
+  void launch(const SourceView& sources, double G, bool wantPotentials);
+  /// Waits for the last launch and hands over its results (`waitSeconds`: the host's wait for the device). Throws
+  /// InvariantError without a launch in flight.
+  GpuMeshResult collect(double* waitSeconds = nullptr);
+  /// Waits for a launch in flight, if any, and drops it.
+  void drop();
+  /// launch, then collect: the same stream of work, so the same results.
+  GpuMeshResult compute(const SourceView& sources, double G, bool wantPotentials) {
+    launch(sources, G, wantPotentials);
+    return collect();
+  }
 
   MeshStageSeconds lastStageSeconds() const;
 

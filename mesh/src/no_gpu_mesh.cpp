@@ -15,7 +15,10 @@ GpuMesh::GpuMesh(const MeshParams& /*params*/) {
   throw InputError("the cuFFT particle mesh is not built into this binary (configure with CUDA to get it)");
 }
 GpuMesh::~GpuMesh() = default;
-GpuMeshResult GpuMesh::compute(const SourceView& /*sources*/, double /*G*/, bool /*wantPotentials*/) { return {}; }
+// Unreachable: the constructor throws.
+void GpuMesh::launch(const SourceView& /*sources*/, double /*G*/, bool /*wantPotentials*/) {}
+GpuMeshResult GpuMesh::collect(double* /*waitSeconds*/) { return {}; }
+void GpuMesh::drop() {}
 MeshStageSeconds GpuMesh::lastStageSeconds() const { return {}; }
 
 }  // namespace detail

@@ -17,6 +17,7 @@
 #include "fftw_grid.hpp"
 #include "gpu_mesh.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
 #include "ordered_deposit.hpp"
 
@@ -299,13 +300,24 @@ const MeshParams& ParticleMesh::params() const { return params_; }
 
 MeshStageSeconds ParticleMesh::lastStageSeconds() const { return gpu_ ? gpu_->lastStageSeconds() : MeshStageSeconds{}; }
 
+namespace {
+
+/// InputError for more bodies than the deposit order's 32-bit indices hold.
+void requireIndexableCount(std::size_t count) {
+  if (count > std::numeric_limits<std::uint32_t>::max()) {
+    throw InputError("particle mesh: at most 2^32 - 1 bodies (got " + std::to_string(count) + ")");
+  }
+}
+
+}  // namespace
+
+bool ParticleMesh::runsBeside() const { return gpu_ != nullptr && params_.overlap; }
+
 void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
   gravity.validate();
   MATCHA_ASSERT(out.count == sources.count, "ParticleMesh::addLongRange: the output size differs from the sources'");
   if (sources.count == 0) return;
-  if (sources.count > std::numeric_limits<std::uint32_t>::max()) {
-    throw InputError("particle mesh: at most 2^32 - 1 bodies (got " + std::to_string(sources.count) + ")");
-  }
+  requireIndexableCount(sources.count);
   if (impl_) {
     if (params_.assignment == MassAssignment::cic) {
       impl_->run<MassAssignment::cic>(sources, gravity, out);
@@ -314,7 +326,17 @@ void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& 
     }
     return;
   }
-  // The FFTW backend finds a non-finite position while it bins; here the device would silently wrap it, so look first.
+  startLongRange(sources, gravity, out.pot != nullptr);
+  finishLongRange(sources, gravity, out);
+}
+
+void ParticleMesh::startLongRange(const SourceView& sources, const GravityParams& gravity, bool potentials) {
+  MATCHA_ASSERT(gpu_ != nullptr, "ParticleMesh::startLongRange: the FFTW backend runs within addLongRange only");
+  abandonLongRange();
+  gravity.validate();
+  requireIndexableCount(sources.count);
+  const Stopwatch clock;
+  // The FFTW backend finds a non-finite position while it bins; the device would silently wrap it, so look first.
   const std::size_t bad = tbb::parallel_reduce(
       tbb::blocked_range<std::size_t>(0, sources.count, 1 << 14), sources.count,
       [&](const tbb::blocked_range<std::size_t>& r, std::size_t first) {
@@ -327,7 +349,25 @@ void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& 
   if (bad < sources.count) {
     throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
   }
-  const detail::GpuMeshResult result = gpu_->compute(sources, gravity.G, out.pot != nullptr);
+  const double checkSeconds = clock.seconds();
+  // No bodies, no launch (a kernel of zero blocks is a launch error): finishLongRange then adds nothing.
+  if (sources.count > 0) gpu_->launch(sources, gravity.G, potentials);
+  started_ = Started{sources.count, potentials, checkSeconds};
+}
+
+LongRangeTiming ParticleMesh::finishLongRange(const SourceView& sources, const GravityParams& gravity,
+                                              const ForceView& out) {
+  MATCHA_ASSERT(started_.has_value(), "ParticleMesh::finishLongRange without startLongRange");
+  const Started started = *started_;
+  started_.reset();
+  MATCHA_ASSERT(sources.count == started.count && out.count == started.count,
+                "ParticleMesh::finishLongRange: the bodies differ from the start's");
+  MATCHA_ASSERT((out.pot != nullptr) == started.potentials,
+                "ParticleMesh::finishLongRange: potentials asked for differently from the start");
+  LongRangeTiming timing;
+  if (started.count == 0) return timing;
+  const detail::GpuMeshResult result = gpu_->collect(&timing.waitSeconds);
+  const Stopwatch adding;
   const double rs = params_.splitRadius(), L = params_.boxSize, G = gravity.G;
   const double kernelIntegral = shortRangeKernelIntegral(rs, params_.cutoffRadius());
   tbb::parallel_for(
@@ -342,6 +382,17 @@ void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& 
           }
         }
       });
+  timing.seconds = started.checkSeconds + gpu_->lastStageSeconds().total + adding.seconds();
+  return timing;
+}
+
+void ParticleMesh::abandonLongRange() noexcept {
+  if (!started_) return;
+  started_.reset();
+  try {
+    gpu_->drop();
+  } catch (...) {  // a failed device: the caller is already on its way out with its own error
+  }
 }
 
 }  // namespace matcha::mesh

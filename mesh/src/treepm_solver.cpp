@@ -31,13 +31,35 @@ TreePmSolver::TreePmSolver(std::unique_ptr<ForceSolver> shortRange, const MeshPa
 
 ForceReport TreePmSolver::computeForces(Particles& particles) {
   const Stopwatch total;
-  shortRange_->setPotentialsWanted(potentialsWanted());
-  ForceReport report = shortRange_->computeForces(particles);
-  // After the short range, which sorts the bodies along the curve: the mesh's deposit and interpolation then touch
-  // neighbouring mesh points in turn (1.5x faster than random order at 128^3, README "Particle mesh").
+  const bool wantPotentials = potentialsWanted();
+  shortRange_->setPotentialsWanted(wantPotentials);
+  // On the GPU the mesh starts as soon as the short range has put the bodies in their final order (its sort, which
+  // also makes the deposit and interpolation touch neighbouring mesh points in turn: 1.5x faster than random order at
+  // 128^3, README "Particle mesh") and runs beside the tree's build, walk and kernels; its results are added after the
+  // short range, as the sequential call adds them.
+  bool started = false;
+  const bool beside = mesh_.runsBeside() && shortRange_->setSortedBodiesHook([&](const Particles& sorted) {
+    mesh_.startLongRange(sorted.sources(), gravity_, wantPotentials);
+    started = true;
+  });
+  ForceReport report;
+  try {
+    report = shortRange_->computeForces(particles);
+  } catch (...) {
+    if (beside) shortRange_->setSortedBodiesHook({});
+    mesh_.abandonLongRange();
+    throw;
+  }
+  if (beside) shortRange_->setSortedBodiesHook({});
   const Stopwatch clock;
-  mesh_.addLongRange(particles.sources(), gravity_, forcesToWrite(particles));
-  report.timings[Phase::mesh] += clock.seconds();
+  if (started) {
+    const LongRangeTiming timing = mesh_.finishLongRange(particles.sources(), gravity_, forcesToWrite(particles));
+    report.timings[Phase::mesh] += timing.seconds;
+    report.timings.meshWaitSeconds += timing.waitSeconds;
+  } else {
+    mesh_.addLongRange(particles.sources(), gravity_, forcesToWrite(particles));
+    report.timings[Phase::mesh] += clock.seconds();
+  }
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   return report;
@@ -54,7 +76,8 @@ std::string TreePmSolver::describe() const {
   text.precision(4);
   text << "TreePM (mesh " << p.grid << "^3 on " << toString(p.backend) << ", " << toString(p.assignment) << ", "
        << toString(p.gradient) << (p.interlace ? ", interlaced" : "") << ", a_smooth " << p.aSmooth << ", r_cut "
-       << p.cutoffFactor << " r_s) + " << shortRange_->describe();
+       << p.cutoffFactor << " r_s" << (mesh_.runsBeside() ? ", beside the short range" : "") << ") + "
+       << shortRange_->describe();
   return text.str();
 }
 

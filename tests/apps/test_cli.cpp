@@ -465,20 +465,26 @@ TEST_F(Cli, TimingsPrintALinePerOutputAndAPhaseTable) {
   std::map<std::string, std::vector<double>> rows;
   for (const std::string& line : out) {
     std::vector<std::string> names = phaseNames();
-    names.insert(names.end(), {"rebuild wait", "integration", "output", "step (wall)", "force call (wall)"});
+    names.insert(names.end(), {"rebuild wait", "engine wait", "mesh wait", "integration", "output", "step (wall)",
+                               "force call (wall)"});
+    // The longest name that starts the line: "mesh wait" is its row, not the phase mesh's.
+    std::sort(names.begin(), names.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
     for (const std::string& name : names) {
       if (line.rfind("  " + name + " ", 0) != 0) continue;
       std::stringstream numbers(line.substr(2 + name.size()));
       std::vector<double> values;
       for (double value; numbers >> value;) values.push_back(value);
       rows[name] = values;
+      break;
     }
   }
   for (const std::string& name : phaseNames()) {
     ASSERT_EQ(rows[name].size(), 3u) << "row " << name << " in\n" << result.err;
     EXPECT_GE(rows[name][0], 0.0) << name;
   }
-  for (const char* name : {"integration", "output", "step (wall)", "force call (wall)"}) {
+  for (const char* name :
+       {"rebuild wait", "engine wait", "mesh wait", "integration", "output", "step (wall)", "force call (wall)"}) {
     ASSERT_EQ(rows[name].size(), 3u) << "row " << name << " in\n" << result.err;
   }
   // Percentages are of the step's wall time (to the rounding of the printed seconds, 6 decimals, and percent, 1).
@@ -1507,6 +1513,14 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
   // Measured 5.5e-4 (seed 3); TreePM's p99 on the tests' clustered boxes is 2e-4 to 8e-4.
   EXPECT_LT(report["rows"][0]["error"]["p99"].get<double>(), 3e-3);
   EXPECT_GT(report["rows"][0]["phases"]["mesh"].get<double>(), 0.0);
+  EXPECT_GE(report["rows"][0]["waits"]["engine"].get<double>(), 0.0);
+  EXPECT_GE(report["rows"][0]["waits"]["mesh"].get<double>(), 0.0);
+  // The sequential call (both overlaps off, for A/B timings) gives the same forces, so the same errors to the bit.
+  const Result sequential =
+      matcha("compare --ic periodic.hdf5 --sample 200 --walk-overlap off --mesh-overlap off --json");
+  ASSERT_EQ(sequential.exitCode, 0) << sequential.err;
+  EXPECT_EQ(nlohmann::json::parse(sequential.out)["rows"][0]["error"], report["rows"][0]["error"]);
+  expectBadInput("compare --ic periodic.hdf5 --walk-overlap sometimes", "walk-overlap");
   const Result open = matcha("compare --ic periodic.hdf5 --sample 200 --open --json");
   ASSERT_EQ(open.exitCode, 0) << open.err;
   EXPECT_EQ(nlohmann::json::parse(open.out)["reference_kind"].get<std::string>().find("ewald"), std::string::npos);

@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
+#include "matcha/core/interaction_plan.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
 
@@ -155,4 +157,52 @@ TEST(PeriodicSplit, ValidatesTheBoxAndTheCutoff) {
     gravity.periodic = bad;
     EXPECT_THROW(gravity.validate(), matcha::InputError) << bad.boxSize << " " << bad.cutoffRadius;
   }
+}
+
+// A plan of three groups by hand, joined back from its pieces (the periodic solver's batches, lastPlan) and one group
+// picked out (the CUDA engine's deferred groups): offsets go on from the target's own, ids and counts come along, and
+// a range outside the plan is an invariant error.
+TEST(InteractionPlan, AppendGroupsJoinsAndPicksGroups) {
+  matcha::InteractionPlan plan;
+  plan.groups = {{0, 4}, {4, 6}, {6, 9}};
+  plan.groupIds = {7, 8, 9};
+  plan.listBodyCounts = {5, 0, 9};
+  plan.groupCentres = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+  plan.cellList = {11, 12, 13, 14};
+  plan.cellListOffsets = {0, 2, 3, 4};
+  plan.bodyList = {{0, 5}, {0, 6}, {7, 10}};
+  plan.bodyListOffsets = {0, 1, 1, 3};
+  matcha::InteractionPlan joined;
+  joined.clear();
+  matcha::appendGroups(plan, 0, 1, joined);
+  matcha::appendGroups(plan, 1, 1, joined);  // nothing
+  matcha::appendGroups(plan, 1, 3, joined);
+  EXPECT_EQ(joined.groupIds, plan.groupIds);
+  EXPECT_EQ(joined.listBodyCounts, plan.listBodyCounts);
+  EXPECT_EQ(joined.groupCentres, plan.groupCentres);
+  EXPECT_EQ(joined.cellList, plan.cellList);
+  EXPECT_EQ(joined.cellListOffsets, plan.cellListOffsets);
+  EXPECT_EQ(joined.bodyListOffsets, plan.bodyListOffsets);
+  ASSERT_EQ(joined.bodyList.size(), 3u);
+  EXPECT_EQ(joined.bodyList[2].first, 7u);
+  EXPECT_EQ(joined.numGroups(), 3u);
+
+  matcha::InteractionPlan picked;
+  matcha::appendGroups(plan, 2, 3, picked);
+  matcha::appendGroups(plan, 0, 1, picked);
+  EXPECT_EQ(picked.groupIds, (std::vector<std::uint32_t>{9, 7}));
+  EXPECT_EQ(picked.cellListOffsets, (std::vector<std::uint32_t>{0, 1, 3}));
+  EXPECT_EQ(picked.cellList, (std::vector<std::uint32_t>{14, 11, 12}));
+  EXPECT_EQ(picked.bodyListOffsets, (std::vector<std::uint32_t>{0, 2, 3}));
+  EXPECT_EQ(picked.bodyList[0].first, 0u);
+  EXPECT_EQ(picked.bodyList[1].first, 7u);
+  EXPECT_EQ(picked.bodyList[2].last, 5u);
+  EXPECT_EQ(picked.numListBodies(1), 5u);
+  EXPECT_EQ(picked.groupCentres, (std::vector<double>{2, 2, 2, 0, 0, 0}));
+  EXPECT_THROW(matcha::appendGroups(plan, 2, 4, picked), matcha::InvariantError);
+  matcha::InteractionPlan withoutIds = plan;
+  withoutIds.groupIds.clear();
+  matcha::InteractionPlan target;
+  matcha::appendGroups(withoutIds, 0, 1, target);
+  EXPECT_THROW(matcha::appendGroups(plan, 0, 1, target), matcha::InvariantError);  // ids for some groups only
 }

@@ -1431,6 +1431,129 @@ TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
   }
 }
 
+// The overlapped periodic call (the walk in batches evaluated on a second host thread, TreeParams::overlapWalk; the
+// cuFFT mesh started after the sort and run beside the tree, MeshParams::overlap) against the sequential one, on a
+// clumpy and a uniform box, with and without potentials, at a first call (estimate pass) and a second:
+//  - the short range alone on the CUDA engine: bit for bit. Small plans make the one plan cut its longest warp tasks
+//    into tasks of fewer rows (forEachBalancedWarpTask), which with quadrupole cells changes the rounding (up to 1e-7,
+//    LongTasksCutIntoFewerRowsGiveTheSameForces); the batches defer those groups to the last batch, where the whole
+//    call's cut is known (CudaEngine::evaluatePlanBatch). The test checks that the one plan did cut tasks;
+//  - TreePM with the FFTW mesh (after the short range either way): bit for bit;
+//  - TreePM with the cuFFT mesh beside: the short range's bits plus the mesh's, whose deposit adds doubles atomically
+//    in whatever order the warps reach a mesh point, so two sequential calls differ too (~1e-16 of the grid's values):
+//    within 1e-12 of the rms force and potential (a mesh begun before the sort, or added twice, would differ by ~1).
+TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 2.0;
+  struct Box {
+    std::string name;
+    Particles bodies;
+  };
+  std::vector<Box> boxes;
+  boxes.push_back({"clumpy", periodicBox(testing::clumpyBox(seed, L, 3000, 8000), L)});
+  boxes.push_back({"uniform", periodicBox(testing::uniformCube(16384, seed + 1, 0.5 * L), L)});
+  CudaEngine engine(Precision::float32, testConfig());
+  for (Box& box : boxes) {
+    const mesh::MeshParams meshParams = periodicMesh(L, box.bodies.size());
+    GravityParams gravity;
+    gravity.eps = 1e-3 * L;
+    gravity.periodic = mesh::periodicSplit(meshParams);
+    TreeParams sequential;
+    sequential.overlapWalk = false;
+    TreeParams overlapped;
+    overlapped.maxBatchEntries = std::uint64_t{1} << 14;  // ~10 batches of the ~100 groups
+    for (const bool potentials : {true, false}) {
+      const std::string what = box.name + (potentials ? ", potentials" : ", accelerations only");
+      SCOPED_TRACE(what);
+      // The short range alone.
+      tree::PeriodicTreeSolver one(engine, sequential, gravity), batched(engine, overlapped, gravity);
+      one.setPotentialsWanted(potentials);
+      batched.setPotentialsWanted(potentials);
+      Particles expected = box.bodies, test = box.bodies;
+      for (const int call : {1, 2}) {
+        one.computeForces(expected);
+        batched.computeForces(test);
+        EXPECT_EQ(batched.lastStats().estimatePass, call == 1);
+        EXPECT_GT(batched.lastStats().numBatches, 4u);
+        testing::expectSameBodiesBitForBit(expected, test, what + ", short range, call " + std::to_string(call),
+                                           potentials);
+      }
+      // The one plan cut tasks (otherwise the deferral above went untested): more warp tasks than without the cut.
+      CudaKernelConfig uncutConfig = testConfig();
+      uncutConfig.longestTaskShare = 0.0;
+      CudaEngine uncut(Precision::float32, uncutConfig);
+      Particles scratch = expected;
+      const ForceView scratchOut =
+          potentials ? scratch.forces()
+                     : ForceView{scratch.ax.data(), scratch.ay.data(), scratch.az.data(), nullptr, scratch.size()};
+      engine.evaluatePlan(scratch.sources(), one.octree().multipoles, one.lastPlan(), gravity, scratchOut);
+      const std::uint64_t cutTasks = engine.lastCallStats().numTasks;
+      uncut.evaluatePlan(scratch.sources(), one.octree().multipoles, one.lastPlan(), gravity, scratchOut);
+      std::printf("periodic overlap, %s: %llu batches; one plan's warp tasks %llu cut, %llu uncut\n", what.c_str(),
+                  static_cast<unsigned long long>(batched.lastStats().numBatches),
+                  static_cast<unsigned long long>(cutTasks),
+                  static_cast<unsigned long long>(uncut.lastCallStats().numTasks));
+      EXPECT_GT(cutTasks, uncut.lastCallStats().numTasks) << "the one plan cut no task";
+
+      // TreePM, the mesh on FFTW and on cuFFT.
+      for (const mesh::MeshBackend backend : {mesh::MeshBackend::fftw, mesh::MeshBackend::cufft}) {
+        SCOPED_TRACE(mesh::toString(backend));
+        mesh::MeshParams meshOff = meshParams, meshOn = meshParams;
+        meshOff.backend = meshOn.backend = backend;
+        meshOff.overlap = false;
+        mesh::TreePmSolver treePmOff(std::make_unique<tree::PeriodicTreeSolver>(engine, sequential, gravity), meshOff,
+                                     gravity);
+        mesh::TreePmSolver treePmOn(std::make_unique<tree::PeriodicTreeSolver>(engine, overlapped, gravity), meshOn,
+                                    gravity);
+        mesh::TreePmSolver again(std::make_unique<tree::PeriodicTreeSolver>(engine, sequential, gravity), meshOff,
+                                 gravity);
+        const bool beside = backend == mesh::MeshBackend::cufft;
+        EXPECT_EQ(treePmOn.describe().find("beside the short range") != std::string::npos, beside)
+            << treePmOn.describe();
+        for (mesh::TreePmSolver* solver : {&treePmOff, &treePmOn, &again}) solver->setPotentialsWanted(potentials);
+        Particles off = box.bodies, on = box.bodies, offAgain = box.bodies;
+        for (const int call : {1, 2}) {
+          SCOPED_TRACE("call " + std::to_string(call));
+          treePmOff.computeForces(off);
+          const ForceReport report = treePmOn.computeForces(on);
+          again.computeForces(offAgain);
+          EXPECT_GT(report.timings[Phase::mesh], 0.0);
+          EXPECT_GE(report.timings.meshWaitSeconds, 0.0);
+          if (!beside) {
+            testing::expectSameBodiesBitForBit(off, on, what + ", TreePM with the FFTW mesh", potentials);
+            continue;
+          }
+          ASSERT_EQ(on.id, off.id);
+          double squares = 0, potentialSquares = 0, worst = 0, worstPotential = 0, noise = 0;
+          for (std::size_t i = 0; i < off.size(); ++i) {
+            squares += off.ax[i] * off.ax[i] + off.ay[i] * off.ay[i] + off.az[i] * off.az[i];
+            worst = std::max(worst, std::hypot(on.ax[i] - off.ax[i], on.ay[i] - off.ay[i], on.az[i] - off.az[i]));
+            noise = std::max(
+                noise, std::hypot(offAgain.ax[i] - off.ax[i], offAgain.ay[i] - off.ay[i], offAgain.az[i] - off.az[i]));
+            if (potentials) {
+              potentialSquares += off.pot[i] * off.pot[i];
+              worstPotential = std::max(worstPotential, std::abs(on.pot[i] - off.pot[i]));
+            } else {
+              EXPECT_TRUE(std::isnan(on.pot[i])) << i;
+            }
+          }
+          const double rms = std::sqrt(squares / double(off.size()));
+          std::printf(
+              "periodic overlap, %s, cuFFT mesh beside, call %d: max |da| / rms a %.2e (two sequential calls: %.2e)%s",
+              what.c_str(), call, worst / rms, noise / rms, potentials ? "" : "\n");
+          EXPECT_LE(worst, 1e-12 * rms);
+          if (potentials) {
+            const double rmsPotential = std::sqrt(potentialSquares / double(off.size()));
+            std::printf(", max |dphi| / rms phi %.2e\n", worstPotential / rmsPotential);
+            EXPECT_LE(worstPotential, 1e-12 * rmsPotential);
+          }
+        }
+      }
+    }
+  }
+}
+
 // The GPU's Ewald sum (evaluateEwaldOnGpu) against the CPU's on a clustered box spread over several images, with the
 // default sums (alpha L 12, the nearest image and 25,270 wave vectors) and compare's (alpha L 6, X 4.5: further images
 // in real space), softened and not: the same sums to rounding, and the same bits on a second call.

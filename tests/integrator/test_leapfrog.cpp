@@ -742,11 +742,12 @@ class ScriptedTimingsSolver : public KeplerSolver {
     t.totalSeconds = 1.0;
     t.rebuildWaitSeconds = 0.03125;
     t.engineWaitSeconds = 0.015625;
+    t.meshWaitSeconds = 0.0078125;
     return t;
   }
 };
 
-/// Every phase, the total and the rebuild wait of `timings`, each as `times` calls of `one`.
+/// Every phase, the total and the waits of `timings`, each as `times` calls of `one`.
 void expectTimesCalls(const matcha::ForceTimings& timings, const matcha::ForceTimings& one, double times) {
   for (int k = 0; k < matcha::kNumPhases; ++k) {
     const auto phase = static_cast<matcha::Phase>(k);
@@ -755,6 +756,7 @@ void expectTimesCalls(const matcha::ForceTimings& timings, const matcha::ForceTi
   EXPECT_EQ(timings.totalSeconds, times * one.totalSeconds);
   EXPECT_EQ(timings.rebuildWaitSeconds, times * one.rebuildWaitSeconds);
   EXPECT_EQ(timings.engineWaitSeconds, times * one.engineWaitSeconds);
+  EXPECT_EQ(timings.meshWaitSeconds, times * one.meshWaitSeconds);
 }
 
 TEST(RunLeapfrog, SumsTheForceCallsTimingsWithTheInitialCallApart) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <numbers>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/mirroring_engine.hpp"
+#include "matcha/testing/same_bodies.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
@@ -576,6 +578,199 @@ TEST(TreePm, RefusesWhatItCannotDo) {
     p.y[10] = outside;
     EXPECT_THROW(solver.computeForces(p), InputError) << outside;
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The overlapped call (TreeParams::overlapWalk, MeshParams::overlap) against the sequential one.
+
+/// The CPU engine, said to work on a device (NearFieldEngine::evaluatesOnDevice), so that the periodic solver
+/// evaluates its batches on a second host thread while it walks the next, as with the CUDA engine. It checks the
+/// batches' protocol as it goes: each pass's batches are consecutive runs of the groups, in order, the first marked
+/// first and only the last marked last, with no other evaluation among them.
+class BesideEngine final : public NearFieldEngine {
+ public:
+  explicit BesideEngine(gpu::Precision precision) : inner_(precision) {}
+  std::string name() const override { return "beside " + inner_.name(); }
+  bool periodicShortRange() const override { return inner_.periodicShortRange(); }
+  bool evaluatesOnDevice() const override { return true; }
+  InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
+                                 const GravityParams& gravity, const ForceView& out) override {
+    EXPECT_FALSE(inPass_) << "evaluatePlan among a call's batches";
+    return inner_.evaluatePlan(sources, cells, plan, gravity, out);
+  }
+  InteractionCounts evaluatePlanBatch(const SourceView& sources, const CellMultipoles& cells,
+                                      const InteractionPlan& batch, const GravityParams& gravity, const ForceView& out,
+                                      PlanBatch where) override {
+    EXPECT_EQ(where.first, !inPass_) << "a pass starts with its first batch and only there";
+    if (where.first) nextGroup_ = 0;
+    for (const std::uint32_t id : batch.groupIds) EXPECT_EQ(id, nextGroup_++) << "batches out of the groups' order";
+    EXPECT_EQ(batch.groupIds.size(), batch.numGroups());
+    inPass_ = !where.last;
+    ++numBatches_;
+    return inner_.evaluatePlanBatch(sources, cells, batch, gravity, out, where);
+  }
+  InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
+                                   const ForceView& out) override {
+    return inner_.evaluateDirect(sources, gravity, out);
+  }
+  EngineTimings lastTimings() const override { return inner_.lastTimings(); }
+  void setTree(const TreeTopology& topology, const SourceView& bodies) override { inner_.setTree(topology, bodies); }
+  void setLists(const InteractionPlan& plan) override { inner_.setLists(plan); }
+  void dropLists() override { inner_.dropLists(); }
+  void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                      std::span<const std::uint32_t> groups, const BodyUpdate& update) override {
+    inner_.launchResident(bodies, gravity, out, groups, update);
+  }
+  ResidentResult finishResident() override { return inner_.finishResident(); }
+  void discardResident() override { inner_.discardResident(); }
+
+  std::uint64_t numBatches() const { return numBatches_; }
+  bool inPass() const { return inPass_; }
+
+ private:
+  gpu::CpuEngine inner_;
+  bool inPass_ = false;
+  std::uint32_t nextGroup_ = 0;
+  std::uint64_t numBatches_ = 0;
+};
+
+/// Whether two plans hold the same groups, centres and lists (offsets included).
+void expectSamePlans(const InteractionPlan& test, const InteractionPlan& reference) {
+  ASSERT_EQ(test.numGroups(), reference.numGroups());
+  for (std::size_t g = 0; g < reference.numGroups(); ++g) {
+    ASSERT_EQ(test.groups[g].first, reference.groups[g].first) << g;
+    ASSERT_EQ(test.groups[g].last, reference.groups[g].last) << g;
+  }
+  EXPECT_EQ(test.groupIds, reference.groupIds);
+  EXPECT_EQ(test.listBodyCounts, reference.listBodyCounts);
+  EXPECT_EQ(test.groupCentres, reference.groupCentres);
+  EXPECT_EQ(test.cellListOffsets, reference.cellListOffsets);
+  EXPECT_EQ(test.cellList, reference.cellList);
+  EXPECT_EQ(test.bodyListOffsets, reference.bodyListOffsets);
+  ASSERT_EQ(test.bodyList.size(), reference.bodyList.size());
+  for (std::size_t k = 0; k < reference.bodyList.size(); ++k) {
+    ASSERT_EQ(test.bodyList[k].first, reference.bodyList[k].first) << k;
+    ASSERT_EQ(test.bodyList[k].last, reference.bodyList[k].last) << k;
+  }
+}
+
+// The walk in batches, each evaluated while the next is walked, gives the forces of the walk into one plan, bit for
+// bit: on a clumpy box and a uniform one, with and without potentials, at a first call (no accelerations: the estimate
+// pass with theta alone, then the relative test) and at a second (the relative test from the first call's
+// accelerations), with the batches evaluated in turn (the CPU engine) and on a second thread (BesideEngine). The
+// batches' plans, joined, are the one plan. maxBatchEntries 2^11 cuts the groups into batches of a few each.
+TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 2.0;
+  struct Box {
+    std::string name;
+    Particles bodies;
+  };
+  std::vector<Box> boxes;
+  boxes.push_back({"clumpy", testing::clumpyBox(seed, L, 384, 1536)});
+  boxes.push_back({"uniform", testing::uniformCube(3072, seed + 1, 0.5 * L)});
+  for (Box& box : boxes) {
+    wrapIntoBox(box.bodies, L);
+    GravityParams gravity;
+    gravity.eps = 1e-3 * L;
+    gravity.periodic = periodicSplit(defaultMesh(L, box.bodies.size()));
+    for (const bool potentials : {true, false}) {
+      const std::string what = box.name + (potentials ? ", potentials" : ", accelerations only");
+      SCOPED_TRACE(what);
+      TreeParams sequential;
+      sequential.overlapWalk = false;
+      TreeParams batched;
+      batched.maxBatchEntries = std::uint64_t{1} << 11;
+      gpu::CpuEngine cpu(gpu::Precision::float32);
+      BesideEngine beside(gpu::Precision::float32);
+      tree::PeriodicTreeSolver reference(cpu, sequential, gravity);
+      tree::PeriodicTreeSolver inTurn(cpu, batched, gravity);
+      tree::PeriodicTreeSolver onThread(beside, batched, gravity);
+      Particles expected = box.bodies, turned = box.bodies, threaded = box.bodies;
+      for (ForceSolver* solver : {static_cast<ForceSolver*>(&reference), static_cast<ForceSolver*>(&inTurn),
+                                  static_cast<ForceSolver*>(&onThread)}) {
+        solver->setPotentialsWanted(potentials);
+      }
+      for (const int call : {1, 2}) {
+        SCOPED_TRACE("call " + std::to_string(call));
+        const ForceReport one = reference.computeForces(expected);
+        inTurn.computeForces(turned);
+        const std::uint64_t batchesBefore = beside.numBatches();
+        const ForceReport report = onThread.computeForces(threaded);
+        EXPECT_EQ(reference.lastStats().estimatePass, call == 1);
+        EXPECT_EQ(onThread.lastStats().estimatePass, call == 1);
+        EXPECT_FALSE(beside.inPass()) << "a pass ended without its last batch";
+        EXPECT_GT(onThread.lastStats().numBatches, 8u);
+        EXPECT_GT(beside.numBatches() - batchesBefore, onThread.lastStats().numBatches)
+            << "the bodies and cells go ahead of the first batch, in an empty one";
+        EXPECT_EQ(reference.lastStats().numBatches, 1u);
+        testing::expectSameBodiesBitForBit(expected, turned, what + ", batches in turn", potentials);
+        testing::expectSameBodiesBitForBit(expected, threaded, what + ", batches on a second thread", potentials);
+        expectSamePlans(onThread.lastPlan(), reference.lastPlan());
+        expectSamePlans(inTurn.lastPlan(), reference.lastPlan());
+        EXPECT_EQ(report.counts.bodyBody, one.counts.bodyBody);
+        EXPECT_EQ(report.counts.bodyCell, one.counts.bodyCell);
+        EXPECT_EQ(onThread.lastStats().meanListCells, reference.lastStats().meanListCells);
+        EXPECT_EQ(onThread.lastStats().maxListBodies, reference.lastStats().maxListBodies);
+        EXPECT_GT(report.timings[call == 1 ? Phase::estimate : Phase::walk], 0.0);
+        EXPECT_GE(report.timings.engineWaitSeconds, 0.0);
+      }
+    }
+  }
+}
+
+// The sorted-bodies hook (ForceSolver::setSortedBodiesHook, which TreePM uses to start the mesh on the GPU): the
+// periodic solver calls it once per call, after its sort, with the bodies in the order the call leaves them; an empty
+// hook turns it off. TreePM with the FFTW mesh keeps the mesh after the short range whatever MeshParams::overlap says
+// (ParticleMesh::runsBeside: false), with the same forces.
+TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles bodies = testing::clumpyBox(seed, L, 256, 1024);
+  wrapIntoBox(bodies, L);
+  const MeshParams mesh = defaultMesh(L, bodies.size());
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  gravity.periodic = periodicSplit(mesh);
+  gpu::CpuEngine cpu(gpu::Precision::float32);
+  tree::PeriodicTreeSolver solver(cpu, TreeParams{}, gravity);
+  int calls = 0;
+  std::vector<std::uint64_t> idsAtHook;
+  std::vector<double> xAtHook;
+  EXPECT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted) {
+    ++calls;
+    idsAtHook = sorted.id;
+    xAtHook = sorted.x;
+  }));
+  Particles p = bodies;
+  solver.computeForces(p);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(idsAtHook, p.id) << "the hook saw the bodies in another order than the call left them";
+  EXPECT_EQ(xAtHook, p.x);
+  EXPECT_NE(p.id, bodies.id) << "the input was already in Morton order: the test would not see a hook before the sort";
+  solver.computeForces(p);
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(solver.setSortedBodiesHook({}));
+  solver.computeForces(p);
+  EXPECT_EQ(calls, 2);
+
+  MeshParams sequentialMesh = mesh;
+  sequentialMesh.overlap = false;
+  Particles overlapped = bodies, sequential = bodies;
+  for (const bool overlap : {true, false}) {
+    const MeshParams& params = overlap ? mesh : sequentialMesh;
+    TreePmSolver treePm(std::make_unique<tree::PeriodicTreeSolver>(cpu, TreeParams{}, gravity), params, gravity);
+    EXPECT_EQ(treePm.describe().find("beside the short range"), std::string::npos) << treePm.describe();
+    Particles& q = overlap ? overlapped : sequential;
+    treePm.computeForces(q);
+    const ForceReport report = treePm.computeForces(q);
+    EXPECT_GT(report.timings[Phase::mesh], 0.0);
+    EXPECT_EQ(report.timings.meshWaitSeconds, 0.0);
+  }
+  testing::expectSameBodiesBitForBit(sequential, overlapped,
+                                     "TreePM with the FFTW mesh, MeshParams::overlap on and off");
 }
 
 }  // namespace

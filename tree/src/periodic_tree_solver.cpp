@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <future>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/opening_criterion.hpp"
@@ -123,9 +126,131 @@ std::string PeriodicTreeSolver::describe() const {
   text.precision(4);
   text << "periodic tree short range (box " << gravity_.periodic.boxSize << ", r_s " << gravity_.periodic.splitRadius
        << ", r_cut " << gravity_.periodic.cutoffRadius << ", theta " << params_.theta << ", ncrit " << params_.ncrit
-       << ", nleaf " << params_.nleaf << ", " << toString(params_.multipole) << ", alpha " << params_.alpha << ") on "
-       << engine_.name();
+       << ", nleaf " << params_.nleaf << ", " << toString(params_.multipole) << ", alpha " << params_.alpha
+       << (params_.overlapWalk
+               ? (engine_.evaluatesOnDevice() ? ", walked in batches beside the engine" : ", walked in batches")
+               : "")
+       << ") on " << engine_.name();
   return text.str();
+}
+
+bool PeriodicTreeSolver::setSortedBodiesHook(SortedBodiesHook hook) {
+  sortedHook_ = std::move(hook);
+  return true;
+}
+
+const InteractionPlan& PeriodicTreeSolver::lastPlan() const {
+  if (!planJoined_) {
+    plan_.clear();
+    for (std::size_t k = 0; k < numBatches_; ++k) appendGroups(batches_[k], 0, batches_[k].numGroups(), plan_);
+    planJoined_ = true;
+  }
+  return plan_;
+}
+
+namespace {
+
+/// What one evaluation of a plan (or batch) gave, and the engine's timings of it.
+struct Evaluated {
+  InteractionCounts counts;
+  EngineTimings timings;
+};
+
+}  // namespace
+
+PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
+                                                                   ForceReport& report) {
+  const SourceView sources = particles.sources();
+  const auto numGroups = static_cast<std::uint32_t>(groups_.size());
+  ListTotals lists;
+  const auto countLists = [&](const InteractionPlan& plan) {
+    std::uint64_t entries = plan.cellList.size();
+    for (std::size_t g = 0; g < plan.numGroups(); ++g) {
+      const std::uint64_t listBodies = plan.numListBodies(g), listCells = plan.numListCells(g);
+      entries += listBodies;
+      lists.bodies += listBodies;
+      lists.cells += listCells;
+      lists.maxBodies = std::max(lists.maxBodies, listBodies);
+      lists.maxCells = std::max(lists.maxCells, listCells);
+    }
+    ++lists.batches;
+    return entries;
+  };
+  const auto evaluate = [&](const InteractionPlan& plan, PlanBatch where) {
+    Evaluated done;
+    done.counts = params_.overlapWalk ? engine_.evaluatePlanBatch(sources, tree_.multipoles, plan, gravity_, out, where)
+                                      : engine_.evaluatePlan(sources, tree_.multipoles, plan, gravity_, out);
+    done.timings = engine_.lastTimings();  // read by the thread that evaluated, before the next evaluation
+    return done;
+  };
+  const auto take = [&](const Evaluated& done) {
+    report.counts += done.counts;
+    report.timings[Phase::upload] += done.timings.uploadSeconds;
+    report.timings[Phase::kernels] += done.timings.kernelSeconds;
+    report.timings[Phase::download] += done.timings.downloadSeconds;
+  };
+  Stopwatch clock;
+  if (!params_.overlapWalk) {
+    planBuilder_.build(walkTree_, groups_, 0, numGroups, plan_);
+    planJoined_ = true;
+    numBatches_ = 0;
+    report.timings[Phase::walk] += clock.seconds();
+    countLists(plan_);
+    take(evaluate(plan_, PlanBatch{}));
+    return lists;
+  }
+
+  // An engine on a device evaluates each batch on a second host thread while the cores walk the next; the walk waits
+  // only when it is ahead of the engine by a batch. (std::async's future waits for its thread when destroyed: an
+  // exception thrown by the walk leaves no evaluation behind that reads the plans.)
+  const bool beside = engine_.evaluatesOnDevice();
+  std::future<Evaluated> inFlight;
+  const auto hand = [&](const InteractionPlan& plan, PlanBatch where) {
+    if (beside) {
+      inFlight = std::async(std::launch::async, evaluate, std::cref(plan), where);
+    } else {
+      take(evaluate(plan, where));
+    }
+  };
+  const auto collect = [&] {
+    if (!inFlight.valid()) return;
+    const Stopwatch waiting;
+    const Evaluated done = inFlight.get();
+    report.timings.engineWaitSeconds += waiting.seconds();
+    take(done);
+  };
+  PlanBatch where{true, false};
+  if (beside) {
+    hand(noGroups_, where);  // the bodies and cells go over while the first batch is walked
+    where.first = false;
+  }
+  // The open-boundary solver's batches: a small first one, so that the engine starts early, then growing ones of at
+  // most a quarter of the groups and kPlanEntries list entries.
+  const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
+  std::uint32_t first = 0;
+  std::uint64_t lastBatchGroups = 0;
+  double entriesPerGroup = 0.0;
+  numBatches_ = 0;
+  while (first < numGroups) {
+    const auto end = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+        numGroups, first + walkBatchGroups(numGroups, lastBatchGroups, entriesPerGroup, batchEntries, true)));
+    if (batches_.size() <= numBatches_) batches_.emplace_back();
+    InteractionPlan& batch = batches_[numBatches_++];
+    clock.restart();
+    planBuilder_.build(walkTree_, groups_, first, end, batch);
+    report.timings[Phase::walk] += clock.seconds();
+    const std::uint64_t entries = countLists(batch);
+    collect();
+    where.last = end == numGroups;
+    hand(batch, where);
+    where.first = false;
+    entriesPerGroup = double(entries) / double(end - first);
+    lastBatchGroups = end - first;
+    first = end;
+  }
+  collect();
+  planJoined_ = false;
+  return lists;
 }
 
 ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
@@ -151,6 +276,10 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
   permuter_.permute(particles, order_);
   phaseDone(Phase::sort);
+  if (sortedHook_) {
+    sortedHook_(particles);  // its time is the caller's (TreePM's mesh), not the tree's
+    clock.restart();
+  }
   buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
   phaseDone(Phase::octree);
   computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
@@ -161,28 +290,17 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   phaseDone(Phase::groups);
 
   const ForceView out = forcesToWrite(particles);
-  const auto walkAndEvaluate = [&] {
-    planBuilder_.build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), plan_);
-    phaseDone(Phase::walk);
-    const InteractionCounts counts = engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, out);
-    report.counts += counts;
-    const EngineTimings& engineTimings = engine_.lastTimings();
-    report.timings[Phase::upload] += engineTimings.uploadSeconds;
-    report.timings[Phase::kernels] += engineTimings.kernelSeconds;
-    report.timings[Phase::download] += engineTimings.downloadSeconds;
-    clock.restart();
-  };
   if (!tolerancesSet && params_.alpha > 0.0) {
     // No accelerations yet (fresh initial conditions): a first pass with theta alone gives the |a| that the relative
     // test scales by, as the open-boundary solver's estimate pass does; its walk and evaluation count as the estimate.
     const Stopwatch estimate;
-    walkAndEvaluate();
+    walkAndEvaluate(particles, out, report);
     tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
     for (const Phase phase : {Phase::walk, Phase::upload, Phase::kernels, Phase::download}) report.timings[phase] = 0.0;
+    report.timings.engineWaitSeconds = 0.0;
     report.timings[Phase::estimate] += estimate.seconds();
-    clock.restart();
   }
-  walkAndEvaluate();
+  const ListTotals lists = walkAndEvaluate(particles, out, report);
   stats_ = TreeStats{};
   stats_.numBodies = n;
   stats_.numCells = tree_.numCells();
@@ -192,14 +310,12 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   stats_.meanGroupSize = double(n) / double(groups_.size());
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     stats_.maxGroupSize = std::max<std::uint64_t>(stats_.maxGroupSize, groups_.ranges[g].size());
-    stats_.meanListBodies += double(plan_.numListBodies(g));
-    stats_.maxListBodies = std::max(stats_.maxListBodies, plan_.numListBodies(g));
-    stats_.meanListCells += double(plan_.numListCells(g));
-    stats_.maxListCells = std::max(stats_.maxListCells, plan_.numListCells(g));
   }
-  stats_.meanListBodies /= double(groups_.size());
-  stats_.meanListCells /= double(groups_.size());
-  stats_.numBatches = 1;
+  stats_.meanListBodies = double(lists.bodies) / double(groups_.size());
+  stats_.meanListCells = double(lists.cells) / double(groups_.size());
+  stats_.maxListBodies = lists.maxBodies;
+  stats_.maxListCells = lists.maxCells;
+  stats_.numBatches = lists.batches;
   stats_.estimatePass = report.timings[Phase::estimate] > 0.0;
   report.rebuilt = true;
   report.numGroupsWalked = groups_.size();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -51,8 +52,12 @@ struct ForceTimings {
   double rebuildWaitSeconds = 0.0;
   /// Wall time the call's host thread was held in NearFieldEngine::finishResident: the device's work not hidden
   /// behind the host's (a tree built within the call walks its next batch while the engine evaluates the last), and
-  /// the copy of the outputs into the caller's arrays.
+  /// the copy of the outputs into the caller's arrays. The periodic tree solver's overlapped walk counts here the
+  /// time its walk waited for the engine's evaluation of the batch before (on its second host thread).
   double engineWaitSeconds = 0.0;
+  /// Wall time the call's host thread waited, once the rest of the call was done, for a particle mesh started beside
+  /// it (TreePM with the mesh on the GPU: mesh/treepm_solver.hpp); the mesh's whole time is Phase::mesh.
+  double meshWaitSeconds = 0.0;
 
   double& operator[](Phase phase) { return seconds[static_cast<int>(phase)]; }
   double operator[](Phase phase) const { return seconds[static_cast<int>(phase)]; }
@@ -100,6 +105,15 @@ class ForceSolver {
   /// sending the positions, and start a call's work before the call (the tree solver with the CUDA engine:
   /// TreeParams::advanceOnDevice). Ignored by default.
   virtual void expectAdvance(const std::optional<BodyAdvance>& /*advance*/) {}
+
+  /// What a solver that orders the bodies calls, once per call, as soon as they are in the order they keep until the
+  /// call returns (the periodic tree solver: right after its sort), before the rest of its work: the caller may start
+  /// work on them that runs beside that rest (TreePM starts the particle mesh on the GPU). The hook reads the bodies
+  /// and must not change them; the solver changes neither them nor their order until it returns.
+  using SortedBodiesHook = std::function<void(const Particles&)>;
+  /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
+  /// has no such point (the default): the caller then works on the bodies after the call.
+  virtual bool setSortedBodiesHook(SortedBodiesHook /*hook*/) { return false; }
 
   /// Changes the Plummer softening length eps (>= 0, finite) from the next call on: a comoving run whose softening is
   /// fixed in physical units once the expansion has grown it to its maximum (ComovingTimelineParams in cosmology/).

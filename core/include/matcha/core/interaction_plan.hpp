@@ -88,6 +88,12 @@ struct InteractionPlan {
   std::uint64_t numListCells(std::size_t g) const { return cellListOffsets[g + 1] - cellListOffsets[g]; }
 };
 
+/// Appends groups [first, last) of `from` to `to`: their ranges, centres and lists (`to`'s offsets go on from its
+/// own), and their ids and list body counts where `from` has them (`to` must then have them for each of its groups
+/// too, or no groups). Throws InvariantError for a range outside `from`, mismatched ids or counts, or lists beyond
+/// 32-bit offsets. Allocates.
+void appendGroups(const InteractionPlan& from, std::size_t first, std::size_t last, InteractionPlan& to);
+
 /// Interactions evaluated by one force call: the unit of performance (DESIGN.md §3).
 struct InteractionCounts {
   std::uint64_t bodyBody = 0;  ///< body-body pair interactions (self pairs included, as the kernels evaluate them)

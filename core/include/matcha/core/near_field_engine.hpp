@@ -102,6 +102,12 @@ struct BodyUpdate {
   const TreePredictionRequest* prediction = nullptr;
 };
 
+/// Where a plan handed to NearFieldEngine::evaluatePlanBatch lies among its force call's batches.
+struct PlanBatch {
+  bool first = true;  ///< the call's first batch: its sources and cells are new to the engine
+  bool last = true;   ///< the call's last batch: every group of the call is evaluated when it returns
+};
+
 class NearFieldEngine {
  public:
   virtual ~NearFieldEngine() = default;
@@ -123,7 +129,28 @@ class NearFieldEngine {
   /// the periodic solver refuses them with an InputError before any work.
   virtual bool periodicShortRange() const { return false; }
 
-  /// Phases of the last evaluatePlan or evaluateDirect call.
+  /// evaluatePlan for one force call's groups handed over in batches, for a caller that walks the next batch while
+  /// the engine evaluates this one (tree/periodic_tree_solver.hpp). A call's batches hold consecutive runs of its
+  /// groups in order (PlanBuilder's plans of groups [first, last)), all with the same sources, cells, gravity and out,
+  /// and no other evaluation runs on the engine between them; a batch may hold no groups (with `first`: the engine
+  /// takes the sources and cells ahead of the first lists). Each group's outputs are those evaluatePlan gives for the
+  /// one plan of all the batches' groups, bit for bit, and are written by the time the call's last batch returns (an
+  /// engine may write some in a later batch's call than their own: the CUDA engine, whose warp tasks depend on the
+  /// whole call's cost). Returns the interactions evaluated in this call; the batch may be discarded once it returns.
+  /// The default evaluates each batch with evaluatePlan, right for an engine whose groups' sums depend on nothing but
+  /// their own lists (the CPU engine).
+  virtual InteractionCounts evaluatePlanBatch(const SourceView& sources, const CellMultipoles& cells,
+                                              const InteractionPlan& batch, const GravityParams& gravity,
+                                              const ForceView& out, PlanBatch /*where*/) {
+    return evaluatePlan(sources, cells, batch, gravity, out);
+  }
+
+  /// Whether evaluatePlan's work runs on a device rather than on the host's cores: a caller then gains by evaluating
+  /// one batch on a second host thread while its own threads walk the next (the CUDA engine); the CPU engine's
+  /// evaluation would only compete with the walk for the cores.
+  virtual bool evaluatesOnDevice() const { return false; }
+
+  /// Phases of the last evaluatePlan, evaluatePlanBatch or evaluateDirect call.
   virtual EngineTimings lastTimings() const = 0;
 
   // Resident lists: the tree solver's reuse of a tree over several steps (DESIGN.md §4). The engine keeps the tree

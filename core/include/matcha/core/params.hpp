@@ -88,6 +88,12 @@ struct TreeParams {
   /// 10-30% slower on the H200 host; the results are the same bits either way. Tests set it to see every tree's
   /// first call launched ahead, whatever the timing.
   bool adoptAheadWaits = false;
+  /// The periodic tree solver (tree/periodic_tree_solver.hpp) walks its groups in batches and has the engine evaluate
+  /// each batch while it walks the next: an engine on a device (NearFieldEngine::evaluatesOnDevice) evaluates on a
+  /// second host thread, beside the walk on the cores; others evaluate each batch after walking it. The forces are
+  /// those of one plan of all groups, bit for bit (NearFieldEngine::evaluatePlanBatch). false: every group walked into
+  /// one plan, then evaluated (the sequential call, for A/B measurements). The open-boundary solver always overlaps.
+  bool overlapWalk = true;
   /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU, in two
   /// arenas indexed in 32 bits. Repairs add to a tree's entries up to 5/4 of the bound (3.75 * 2^30 < 2^32 at most);
   /// a repair beyond is evaluated on its own and the next call builds anew. Beyond the bound (N ~ 2^25 and up at the

@@ -90,6 +90,16 @@ class CudaEngine final : public NearFieldEngine {
   /// With gravity.periodic enabled: the periodic TreePM short range, as the CPU engine evaluates it (nearest images,
   /// erfc-truncated pairs and cells), in float only (the double engine throws InputError: no such kernels).
   bool periodicShortRange() const override;
+  /// As NearFieldEngine::evaluatePlanBatch: the sources and cells go over once per call (with its first batch, which
+  /// may hold no groups); each batch's lists, kernels and outputs as evaluatePlan's, except the groups whose warp tasks
+  /// the one plan of the whole call might cut into fewer rows (longer than CudaKernelConfig::longestTaskShare of a
+  /// warp's share of the cost so far): those wait for the call's last batch, when the whole cost is known, so that
+  /// every group runs the one plan's tasks and gets its bits. Synchronous, as evaluatePlan.
+  InteractionCounts evaluatePlanBatch(const SourceView& sources, const CellMultipoles& cells,
+                                      const InteractionPlan& batch, const GravityParams& gravity, const ForceView& out,
+                                      PlanBatch where) override;
+  /// True: the kernels and copies run on the GPU, the host thread mostly waits for them.
+  bool evaluatesOnDevice() const override { return true; }
 
   /// Resident lists (NearFieldEngine): the topology, masses and lists stay on the device; each launch uploads the
   /// positions, gathers them into the tree's order, refits every cell level by level (core/cell_refit.hpp), boxes

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "matcha/core/params.hpp"
@@ -67,6 +68,11 @@ struct MeshParams {
   /// leading aliasing error (the mesh's anisotropy) for twice the time and no more memory.
   bool interlace = true;
   MeshBackend backend = MeshBackend::fftw;  ///< where it runs (apps/ choose it with the engine)
+  /// On cuFFT, TreePM (mesh/treepm_solver.hpp) starts the mesh on the GPU as soon as the short range has sorted the
+  /// bodies and adds its results once the short range is done, so that it runs beside the tree's build, walk and
+  /// kernels (ParticleMesh::runsBeside); the same forces as after the short range. false: after the short range (the
+  /// sequential call). The FFTW mesh always runs after the short range: beside the tree it would compete for the cores.
+  bool overlap = true;
   /// r_s / h, the split radius in mesh cells (GADGET's ASMTH), finite and in [0.5, 8]: larger moves more of the force
   /// to the short range (r_cut^3 more pairs) and leaves the mesh smoother, so more accurate.
   double aSmooth = 1.25;
@@ -124,6 +130,14 @@ struct MeshStageSeconds {
   double total = 0;        ///< first event to last, the host's final additions excluded
 };
 
+/// What ParticleMesh::finishLongRange reports of a long range started beside the caller.
+struct LongRangeTiming {
+  /// The whole long range: from startLongRange to its results in host memory (the device's events), then the host's
+  /// additions; it overlaps whatever the caller did meanwhile.
+  double seconds = 0;
+  double waitSeconds = 0;  ///< of which finishLongRange waited for the device
+};
+
 namespace detail {
 class GpuMesh;
 }
@@ -179,6 +193,31 @@ class ParticleMesh {
   /// synchronises with the device.
   void addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out);
 
+  /// Whether a caller should run the mesh beside its other work (startLongRange): the cuFFT backend with
+  /// params().overlap. The FFTW backend's work is on the host's cores, which the caller's work needs.
+  bool runsBeside() const;
+
+  /// addLongRange in two halves, for a caller with other work to do meanwhile (TreePM: the tree's short range).
+  /// cuFFT backend only (InvariantError otherwise). Checks the bodies as addLongRange does, copies them into
+  /// page-locked memory (on all cores), queues every stage on the GPU and returns; `sources` is not read again until
+  /// finishLongRange. A long range started and not finished is waited for and dropped first.
+  /// @param sources     in: positions and masses of sources.count bodies
+  /// @param gravity     in: G
+  /// @param potentials  in: whether the potentials are wanted (finishLongRange's out.pot then non-null)
+  void startLongRange(const SourceView& sources, const GravityParams& gravity, bool potentials);
+
+  /// Waits for the started long range and adds it to `out` exactly as addLongRange adds (the same sums in the same
+  /// order: addLongRange on cuFFT is start then finish).
+  /// @param sources  in: the start's bodies, unchanged (their masses give the potential's self term)
+  /// @param gravity  in: the start's
+  /// @param out      in/out: out.count == sources.count, out.pot non-null exactly when the start wanted potentials;
+  ///                 ADDED to
+  /// Throws InvariantError when nothing was started or the sizes differ from the start's.
+  LongRangeTiming finishLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out);
+
+  /// Drops a started long range, waiting for the device (a caller whose own work failed); never throws.
+  void abandonLongRange() noexcept;
+
   /// The stages of the last call (cuFFT backend; zeros on FFTW).
   MeshStageSeconds lastStageSeconds() const;
 
@@ -187,6 +226,14 @@ class ParticleMesh {
   std::unique_ptr<Impl> impl_;            ///< the FFTW backend (null on cuFFT)
   std::unique_ptr<detail::GpuMesh> gpu_;  ///< the cuFFT backend (null on FFTW)
   MeshParams params_;
+  /// A long range started and not yet finished (startLongRange): its body count, potentials, and the seconds its
+  /// start spent before the device's first event (the bodies' check).
+  struct Started {
+    std::size_t count = 0;
+    bool potentials = false;
+    double checkSeconds = 0;
+  };
+  std::optional<Started> started_;
 };
 
 /// Jobs each FFTW transform is split into (then run by TBB on however many threads there are): a constant, so that

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -47,27 +48,51 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 /// bodies and checks lists in the engine with the open-boundary criterion, and a body that crosses a face re-enters at
 /// the opposite one, so a refitted cell would span the box. A call's bodies must lie in [0, L)^3 (the integrator wraps
 /// them at each drift).
+///
+/// With TreeParams::overlapWalk (the default) the groups are walked in batches cut as the open-boundary solver cuts
+/// them (walkBatchGroups) and each batch goes to NearFieldEngine::evaluatePlanBatch as soon as it is walked: an engine
+/// on a device (evaluatesOnDevice) evaluates it on a second host thread while the cores walk the next batch, and takes
+/// the bodies and cells while the first is walked; another engine evaluates each batch after its walk. Each group's
+/// list does not depend on the batch around it (the walk visits the tree depth first for each group on its own), and
+/// the engines' batches give one plan's sums, so the forces are the sequential call's (overlapWalk false) bit for bit.
 class PeriodicTreeSolver final : public ForceSolver {
  public:
   /// `engine` must outlive the solver and support the periodic short range (NearFieldEngine::periodicShortRange).
   /// Throws InputError for invalid parameters, gravity without a periodic split, or an engine without it.
   PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity);
 
-  /// Overwrites acc and pot with the short-range part at every body; sorts the bodies along the Morton curve. With
-  /// TreeParams::alpha > 0 the accelerations the bodies bring scale the relative opening test; bodies without any
-  /// (all zero) are evaluated twice, first with theta alone (TreeStats-like estimate: ForceReport phase estimate).
-  /// Throws InputError, naming the body, for a body outside [0, L)^3 or with a non-finite coordinate.
+  /// Overwrites acc and pot with the short-range part at every body; sorts the bodies along the Morton curve and then
+  /// calls the sorted-bodies hook, if set. With TreeParams::alpha > 0 the accelerations the bodies bring scale the
+  /// relative opening test; bodies without any (all zero) are evaluated twice, first with theta alone (ForceReport
+  /// phase estimate). With the walk overlapped, Phase::walk is the batches' walks and upload, kernels and download the
+  /// engine's evaluations of them, which ran at the same time; ForceTimings::engineWaitSeconds is what the walk
+  /// waited for the engine. Throws InputError, naming the body, for a body outside [0, L)^3 or with a non-finite
+  /// coordinate.
   ForceReport computeForces(Particles& particles) override;
+  /// Called right after the sort of each call (ForceSolver::setSortedBodiesHook). Always true.
+  bool setSortedBodiesHook(SortedBodiesHook hook) override;
   void setSoftening(double eps) override;
   std::string describe() const override;
 
   const GravityParams& gravity() const { return gravity_; }
-  /// The last call's plan (all groups), for tests.
-  const InteractionPlan& lastPlan() const { return plan_; }
+  /// The last call's plan of all groups, for tests and benchmarks (with the walk overlapped, its batches' plans joined
+  /// on the first request).
+  const InteractionPlan& lastPlan() const;
+  /// The last call's octree, its cells' multipoles included (the cells of lastPlan()), for tests.
+  const Octree& octree() const { return tree_; }
   /// The last call's tree, groups and lists (the reuse fields stay at their defaults: one tree per call).
   const TreeStats& lastStats() const { return stats_; }
 
  private:
+  /// The list lengths of one pass over the groups (TreeStats' list fields), summed over its plans.
+  struct ListTotals {
+    std::uint64_t bodies = 0, cells = 0, maxBodies = 0, maxCells = 0;
+    std::uint64_t batches = 0;
+  };
+  /// One pass over all groups: walks them (one plan, or batches with TreeParams::overlapWalk) and has the engine
+  /// evaluate them into `out`, adding the phases and counts to `report`.
+  ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report);
+
   NearFieldEngine& engine_;
   TreeParams params_;
   GravityParams gravity_;
@@ -79,7 +104,15 @@ class PeriodicTreeSolver final : public ForceSolver {
   Groups groups_;
   WalkTree walkTree_;
   PlanBuilder planBuilder_;
-  InteractionPlan plan_;
+  /// The whole plan: the sequential walk's, or the batches joined by lastPlan().
+  mutable InteractionPlan plan_;
+  mutable bool planJoined_ = true;
+  /// The overlapped walk's plans, batch k in batches_[k] for k < numBatches_: a deque, so that a batch in the engine's
+  /// hands keeps its place while later ones are added.
+  std::deque<InteractionPlan> batches_;
+  std::size_t numBatches_ = 0;
+  InteractionPlan noGroups_;  ///< the empty batch that hands the engine the bodies and cells ahead of the first lists
+  SortedBodiesHook sortedHook_;
   TreeStats stats_;
 };
 

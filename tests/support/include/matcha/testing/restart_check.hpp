@@ -16,23 +16,10 @@
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/same_bodies.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
 namespace matcha::testing {
-
-/// Expects `actual` to hold the bodies of `expected` in the same order with the same positions, velocities and
-/// accelerations (and potentials, `withPotentials`), bit for bit; `what` names the comparison in failures.
-inline void expectSameBodiesBitForBit(const Particles& expected, const Particles& actual, const std::string& what,
-                                      bool withPotentials = true) {
-  ASSERT_EQ(actual.id, expected.id) << "the bodies' order differs " << what;
-  for (const auto member : {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz,
-                            &Particles::ax, &Particles::ay, &Particles::az, &Particles::pot}) {
-    if (member == &Particles::pot && !withPotentials) continue;
-    std::size_t differing = 0;
-    for (std::size_t i = 0; i < expected.size(); ++i) differing += (actual.*member)[i] != (expected.*member)[i];
-    EXPECT_EQ(differing, 0u) << "bodies whose state differs " << what;
-  }
-}
 
 /// Runs `steps` leapfrog steps of a Plummer sphere of n bodies (seed `seed`) with a tree solver of `params` on an
 /// engine from `makeEngine`, checkpointing as often as the solver allows; picks one checkpoint at random (from
