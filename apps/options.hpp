@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cosmological_ics.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
@@ -62,6 +63,10 @@ struct Options {
   // the file's a, both set when the run is prepared.
   cosmology::ComovingTimelineParams comoving;
   std::string outputRedshifts;  ///< --output-z: comma-separated redshifts of the snapshots ("": the end only)
+  // run --cosmology: 2LPT initial conditions made by the run itself from `ic cosmo`'s options (their box and seed are
+  // --box and --seed), run comoving; their state at z-start is the run's first snapshot.
+  bool cosmology = false;  ///< --cosmology
+  CosmologicalIcOptions cosmologicalIcs;
 };
 
 /// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.

@@ -2095,6 +2095,77 @@ TEST_F(Cli, ComovingRunRefusesBadInput) {
   expectBadInput("run --ic late.hdf5 --engine cpu --out r", "disagree");
 }
 
+// `run --cosmology` makes the initial conditions `ic cosmo` makes from the same options (the run's --box and --seed are
+// theirs) and runs them as a run from that file does, bit for bit; snapshot_000 is their state at z-start. The options
+// go to used_parameters.toml and the snapshots, so a restart continues such a run; a plain run records none of them,
+// and `--ic F` on the command line drops a parameter file's `cosmology` with the options that need it.
+TEST_F(Cli, RunCosmologyMakesTheInitialConditionsOfIcCosmoAndRunsThem) {
+  const std::string ics = "--box 100 --grid 8 --z-start 9 --seed 3 --sigma8 0.7";
+  ASSERT_EQ(matcha("ic cosmo " + ics + " --out c.hdf5").exitCode, 0);
+  const std::string run = " --engine cpu --z-end 4 --output-z 6 --checkpoint-interval 0";
+  ASSERT_EQ(matcha("run --ic c.hdf5" + run + " --out from-file").exitCode, 0);
+  const Result made = matcha("run --cosmology " + ics + run + " --out made");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  EXPECT_NE(made.out.find("generating 8^3 bodies in a box of 100 Mpc/h at z = 9 (2LPT, sigma8 0.7, seed 3)..."),
+            std::string::npos)
+      << made.out;
+  EXPECT_NE(made.out.find("512 bodies from 2LPT initial conditions made by the run"), std::string::npos) << made.out;
+  for (const char* name : {"snapshot_000.hdf5", "snapshot_001.hdf5", "snapshot_002.hdf5"}) {
+    SCOPED_TRACE(name);
+    expectSameStateBitForBit(dir_ / "from-file" / name, dir_ / "made" / name);
+  }
+  const matcha::io::Snapshot first = matcha::io::readSnapshot(dir_ / "made" / "snapshot_000.hdf5");
+  expectCosmologicalHeader(first, 100.0, {9.0, 0.3111, 0.6889, 0.6766});
+  std::map<std::string, std::string> recorded(first.parameters.begin(), first.parameters.end());
+  EXPECT_EQ(recorded["cosmology"], "true");
+  EXPECT_EQ(recorded["grid"], "8");
+  EXPECT_EQ(recorded["sigma8"], "0.7");
+  EXPECT_EQ(recorded.count("bodies"), 0u);  // excluded by --cosmology: not a parameter of this run
+  const std::string used = readFile(dir_ / "made" / "used_parameters.toml");
+  for (const char* line : {"cosmology = true\n", "grid = 8\n", "z-start = 9\n", "seed = 3\n", "box = 100\n"}) {
+    EXPECT_NE(used.find(line), std::string::npos) << line << used;
+  }
+  const std::string plain = readFile(dir_ / "from-file" / "used_parameters.toml");
+  for (const char* key : {"cosmology = ", "grid = ", "z-start = ", "sigma8 = ", "invert-phases = "}) {
+    EXPECT_EQ(plain.find(key), std::string::npos) << key << plain;
+  }
+  // A restart reads those parameters back and continues the run bit for bit.
+  ASSERT_EQ(matcha("run --cosmology " + ics + " --engine cpu --z-end 6 --checkpoint-interval 0 --out halves").exitCode,
+            0);
+  const Result resumed = matcha("run --restart halves --z-end 4 --output-z 6");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  expectSameStateBitForBit(dir_ / "made" / "snapshot_002.hdf5", dir_ / "halves" / "snapshot_002.hdf5");
+  // The file's `cosmology` and its options give way to --ic on the command line.
+  const Result replay = matcha("run --config made/used_parameters.toml --ic c.hdf5 --out replay");
+  ASSERT_EQ(replay.exitCode, 0) << replay.err;
+  expectSameStateBitForBit(dir_ / "from-file" / "snapshot_002.hdf5", dir_ / "replay" / "snapshot_002.hdf5");
+}
+
+// What `run --cosmology` cannot be given, and its options without it, are refused in one line before anything is made
+// or written. A file without a cosmology in its /Header does not run comoving from options: matcha does not make a
+// file's bodies comoving (their masses, units, Time and velocities would have to be GADGET's comoving ones).
+TEST_F(Cli, RunCosmologyRefusesWhatItCannotBeGivenBeforeAnyWork) {
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --out c.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha("ic lattice -n 512 --box 100 -o plain.hdf5").exitCode, 0);
+  for (const std::string other : {"--ic c.hdf5", "-n 512", "--open"}) {
+    expectBadInput("run --cosmology --grid 8 " + other + " --out r", "excludes");
+  }
+  expectBadInput("run --cosmology --grid 8 --z-start 5 --z-end 5 --out r",
+                 "--z-end 5 must be below --z-start 5 (the run goes forward in time)");
+  expectBadInput("run --cosmology --grid 8 --z-end 60 --out r", "--z-end 60 must be below --z-start 49");
+  expectBadInput("run --grid 8 --out r", "--grid requires --cosmology");
+  expectBadInput("run --ic plain.hdf5 --omega-m 0.3 --omega-lambda 0.7 --z-start 9 --out r", "requires --cosmology");
+  expectBadInput("run --ic c.hdf5 --sigma8 0.5 --out r", "--sigma8 requires --cosmology");
+  expectBadInput("run --cosmology --grid 11 --out r", "--grid 11 is not FFT-friendly");
+  expectBadInput("run --cosmology --grid 8 --z-start 0 --out r", "--z-start must be");
+  expectBadInput("run --cosmology --grid 8 --sigma8 0 --out r", "--sigma8 must be a finite number > 0");
+  expectBadInput("run --cosmology --grid 8 --power missing.txt --out r", "missing.txt");
+  expectBadInput("run --cosmology --grid 8 --box -1 --out r", "--box");
+  expectBadInput("run --cosmology --grid 128 --out r", "initial conditions on a 128^3 grid need ~",
+                 "MATCHA_MEMORY_LIMIT=260M");
+  EXPECT_FALSE(fs::exists(dir_ / "r"));
+}
+
 // `analyze growth`: the field of one seed at z = 9 and at z = 1 (Zel'dovich, a tiny amplitude: the density is the
 // displacement's divergence to 1e-4) grows mode by mode by D1(a)/D1(a_start): cross ratio D, auto ratio D^2,
 // correlation 1; the inverted field's cross ratio is -D; another seed's modes do not correlate. The start's power is
