@@ -266,6 +266,19 @@ CosmologyAtTime headerCosmology(const io::CosmologyHeader& header, double time, 
   return cosmo;
 }
 
+/// Checks the linear-theory options before any work: with --linear, what needs no file (checkLinearPowerOptions);
+/// without it, none of --sigma8, --ns, --omega-b. Returns whether --linear was given.
+bool checkLinearColumnOptions(const CLI::App& command, const LinearPowerOptions& linear) {
+  if (command.count("--linear") > 0) {
+    checkLinearPowerOptions(command, linear, "--linear");
+    return true;
+  }
+  for (const char* name : {"--sigma8", "--ns", "--omega-b"}) {
+    if (command.count(name) > 0) throw InputError(std::string(name) + " applies only with --linear");
+  }
+  return false;
+}
+
 constexpr const char* kCosmologyOptions = "--omega-m, --omega-lambda, --h and --redshift (or --scale-factor)";
 
 /// Checks, before the snapshot is read, that the cosmology options come as a whole and the linear-theory options only
@@ -281,13 +294,7 @@ bool checkCosmologyOptions(const CLI::App& command, const PowerOptions& options)
       if (!given) throw InputError(std::string(kCosmologyOptions) + " come together (" + name + " is missing)");
     }
   }
-  if (command.count("--linear") > 0) {
-    checkLinearPowerOptions(command, options.linear, "--linear");
-  } else {
-    for (const char* name : {"--sigma8", "--ns", "--omega-b"}) {
-      if (command.count(name) > 0) throw InputError(std::string(name) + " applies only with --linear");
-    }
-  }
+  checkLinearColumnOptions(command, options.linear);
   return any;
 }
 
@@ -424,14 +431,7 @@ int analyzeGrowth(const CLI::App& command, const GrowthOptions& options) {
   if (options.kMax && !(std::isfinite(*options.kMax) && *options.kMax > 0)) {
     throw InputError("--k-max must be a finite wavenumber > 0 (got " + number(*options.kMax) + ")");
   }
-  const bool wantsLinear = command.count("--linear") > 0;
-  if (wantsLinear) {
-    checkLinearPowerOptions(command, options.linear, "--linear");
-  } else {
-    for (const char* name : {"--sigma8", "--ns", "--omega-b"}) {
-      if (command.count(name) > 0) throw InputError(std::string(name) + " applies only with --linear");
-    }
-  }
+  const bool wantsLinear = checkLinearColumnOptions(command, options.linear);
   const GrowthSnapshot start = inspectGrowthSnapshot(options.start);
   const GrowthSnapshot end = inspectGrowthSnapshot(options.end);
   // The same modes at both times need the same box, and D1 the same cosmology.
@@ -649,15 +649,21 @@ int analyzePancake(const PancakeOptions& options) {
 
 }  // namespace
 
+/// A measurement's subcommand with what every one takes first: the last of repeated options wins, and --config.
+CLI::App* addMeasurementCommand(CLI::App& group, const std::string& name, const std::string& description) {
+  CLI::App* command = group.add_subcommand(name, description);
+  command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command->add_option("--config", "parameter file: `key = value` lines with the long option names");
+  return command;
+}
+
 std::function<int()> addAnalyzeCommand(CLI::App& parent) {
   CLI::App* group = parent.add_subcommand("analyze", "measurements on snapshots");
   group->require_subcommand(1);
-  CLI::App* command = group->add_subcommand(
-      "power",
+  CLI::App* command = addMeasurementCommand(
+      *group, "power",
       "the power spectrum P(k) of a periodic snapshot's mass density, as a text file (k, P(k), modes, shot noise)");
   auto options = std::make_shared<PowerOptions>();
-  command->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  command->add_option("--config", "parameter file: `key = value` lines with the long option names");
   command->add_option("snapshot", options->snapshot, "HDF5 snapshot of a periodic box (GADGET layout, PartType1)")
       ->required();
   addMeshOptions(*command, options->mesh);
@@ -681,13 +687,11 @@ std::function<int()> addAnalyzeCommand(CLI::App& parent) {
   command->add_option("--scale-factor", options->scaleFactor, "the snapshot's scale factor, instead of --redshift")
       ->excludes(redshift);
 
-  CLI::App* growth = group->add_subcommand(
-      "growth",
+  CLI::App* growth = addMeasurementCommand(
+      *group, "growth",
       "the growth of each density mode between two snapshots of one box (the same mesh and window), bin by bin, "
       "against the linear growth factor D1(a)/D1(a_start) of their cosmology: cosmic variance cancels");
   auto growthOptions = std::make_shared<GrowthOptions>();
-  growth->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  growth->add_option("--config", "parameter file: `key = value` lines with the long option names");
   growth->add_option("start", growthOptions->start, "HDF5 snapshot at the earlier time (a cosmological periodic box)")
       ->required();
   growth->add_option("end", growthOptions->end, "HDF5 snapshot of the same box at the later time")->required();
@@ -699,13 +703,11 @@ std::function<int()> addAnalyzeCommand(CLI::App& parent) {
                         "eh-nowiggle, or a two-column file k P(k) at z = 0; defaults as ic cosmo's");
   growth->add_flag("--json", growthOptions->json, "print the bins as JSON on stdout");
 
-  CLI::App* pancake = group->add_subcommand(
-      "pancake",
+  CLI::App* pancake = addMeasurementCommand(
+      *group, "pancake",
       "a snapshot of a run from ic pancake against the exact Zel'dovich solution (or, with --unperturbed, against the "
       "grid at rest): position and velocity errors along the wave, displacements across it");
   auto pancakeOptions = std::make_shared<PancakeOptions>();
-  pancake->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  pancake->add_option("--config", "parameter file: `key = value` lines with the long option names");
   pancake
       ->add_option("snapshot", pancakeOptions->snapshot,
                    "HDF5 snapshot of an Einstein-de Sitter periodic box of n^3 bodies, /Header Time the scale factor")

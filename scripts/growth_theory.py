@@ -240,35 +240,30 @@ class Lattice:
         self.real = second[:, None, None] * outer + (first / d)[:, None, None] * (np.eye(3)[None] - outer)
         g = np.arange(-reciprocal, reciprocal + 1)
         self.reciprocal = 2.0 * math.pi * np.array(np.meshgrid(g, g, g, indexing="ij")).reshape(3, -1).T
-        self.phi0 = self._phi(np.zeros(3))
+        self.phi0 = self._phis(np.zeros((1, 3)))[0]
 
-    def _phi(self, k):
-        """sum_{R != 0} grad grad (1/r)(R) e^{-ik.R}, mean density subtracted (the k + G = 0 term left out)."""
-        out = np.einsum("rij,r->ij", self.real, np.cos(self.sites @ k))
-        q = k[None, :] + self.reciprocal
-        q2 = np.sum(q * q, axis=1)
-        keep = q2 > 1e-24
-        q, q2 = q[keep], q2[keep]
-        out += np.einsum("gi,gj,g->ij", q, q, -4.0 * math.pi * np.exp(-q2 / (4.0 * self.alpha**2)) / q2)
+    def _phis(self, ks):
+        """sum_{R != 0} grad grad (1/r)(R) e^{-ik.R} for every row of ks (N, 3), the mean density subtracted (the
+        k + G = 0 term left out)."""
+        k = np.asarray(ks, dtype=float)
+        out = np.einsum("rij,nr->nij", self.real, np.cos(k @ self.sites.T))
+        q = k[:, None, :] + self.reciprocal[None, :, :]
+        q2 = np.sum(q * q, axis=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            weight = np.where(q2 > 1e-24, -4.0 * math.pi * np.exp(-q2 / (4.0 * self.alpha**2)) / q2, 0.0)
+        out += np.einsum("ngi,ngj,ng->nij", q, q, weight)
         return out + 4.0 * self.alpha**3 / (3.0 * math.sqrt(math.pi)) * np.eye(3)  # less the smooth part's R = 0
 
-    def matrix(self, k):
-        return (self.phi0 - self._phi(np.asarray(k, dtype=float))) / (4.0 * math.pi)
-
     def matrices(self, ks, chunk=2048):
-        """matrix() of every row of ks (N, 3), vectorised in chunks."""
+        """D(k) = (Phi(0) - Phi(k)) / (4 pi G rho) of every row of ks (N, 3), in chunks."""
+        ks = np.asarray(ks, dtype=float).reshape(-1, 3)
         out = np.empty((len(ks), 3, 3))
         for first in range(0, len(ks), chunk):
-            k = np.asarray(ks[first:first + chunk], dtype=float)
-            phi = np.einsum("rij,nr->nij", self.real, np.cos(k @ self.sites.T))
-            q = k[:, None, :] + self.reciprocal[None, :, :]
-            q2 = np.sum(q * q, axis=2)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                weight = np.where(q2 > 1e-24, -4.0 * math.pi * np.exp(-q2 / (4.0 * self.alpha**2)) / q2, 0.0)
-            phi += np.einsum("ngi,ngj,ng->nij", q, q, weight)
-            phi += 4.0 * self.alpha**3 / (3.0 * math.sqrt(math.pi)) * np.eye(3)
-            out[first:first + chunk] = (self.phi0[None] - phi) / (4.0 * math.pi)
+            out[first:first + chunk] = (self.phi0[None] - self._phis(ks[first:first + chunk])) / (4.0 * math.pi)
         return out
+
+    def matrix(self, k):
+        return self.matrices(k)[0]
 
     def growth(self, ks, background, a_start, a_end):
         """Per wavevector (rows of ks, in units of 1/spacing): the density mode's growth over the fluid's
