@@ -8,11 +8,10 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <numbers>
 
 #include "commands.hpp"
 #include "comoving_run.hpp"
-#include "linear_power_options.hpp"
+#include "cosmological_ics.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/units.hpp"
 #include "matcha/cosmology/initial_conditions.hpp"
@@ -170,10 +169,9 @@ void writeCosmologicalInitialConditions(const CLI::App& command, const Particles
   io::writeSnapshot(out, particles, metadata, writeOptions);
 }
 
-/// The options of `ic cosmo`; defaults are the library's (CosmologicalIcParams, CosmologyParams, LinearPowerParams).
+/// The options of `ic cosmo`: those shared with `run --cosmology`, the box and the seed, and the output.
 struct CosmoOptions {
-  cosmology::CosmologicalIcParams ic;
-  LinearPowerOptions power;  ///< --power, --sigma8, --ns, --omega-b (shared with `analyze power --linear`)
+  CosmologicalIcOptions ic;
   std::string out = "cosmo.hdf5";
   bool overwrite = false;
 };
@@ -183,62 +181,22 @@ CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
       group, "cosmo",
       "cosmological initial conditions: n^3 bodies displaced by Zel'dovich or 2LPT from a Gaussian field (GADGET "
       "units: Mpc/h, 1e10 Msun/h, km/s as v/sqrt(a))");
-  command->add_option("--box", options.ic.boxSize, "side L of the periodic cube, Mpc/h, > 0")->capture_default_str();
-  command->add_option("--grid", options.ic.grid, "n: n^3 bodies on an n^3 grid (prime factors 2, 3, 5, 7 only)")
-      ->capture_default_str();
-  command->add_option("--z-start", options.ic.startRedshift, "redshift of the initial conditions, > 0")
-      ->capture_default_str();
-  addSeedOption(*command, "--seed", options.ic.seed, "random seed of the field, 0 to 2^64 - 1");
-  command->add_option("--lpt", options.ic.lptOrder, "1: Zel'dovich; 2: second-order LPT")->capture_default_str();
-  addLinearPowerOptions(*command, options.power, "--power",
-                        "linear P(k) at z = 0: eh (Eisenstein & Hu 1998 with wiggles), eh-nowiggle, or a two-column "
-                        "file k [h/Mpc] P [(Mpc/h)^3] (CAMB, CLASS)")
-      ->capture_default_str();
-  command->add_option("--omega-m", options.ic.cosmology.omegaMatter, "Omega_m today, > 0")->capture_default_str();
-  command->add_option("--omega-lambda", options.ic.cosmology.omegaLambda, "Omega_Lambda today")->capture_default_str();
-  command->add_option("--h", options.ic.cosmology.hubbleParam, "h = H0 / (100 km/s/Mpc), > 0")->capture_default_str();
-  command->add_flag("--fixed-amplitude", options.ic.fixedAmplitude,
-                    "every mode's amplitude exactly sqrt(P) (Angulo & Pontzen 2016)");
-  command->add_flag("--invert-phases", options.ic.invertPhases, "delta -> -delta (the partner of a paired run)");
+  command->add_option("--box", options.ic.ic.boxSize, "side L of the periodic cube, Mpc/h, > 0")->capture_default_str();
+  addSeedOption(*command, "--seed", options.ic.ic.seed, "random seed of the field, 0 to 2^64 - 1");
+  addCosmologicalIcOptions(*command, options.ic);
   addOutputOptions(*command, options.out, options.overwrite);
   return command;
 }
 
 int runCosmo(const CLI::App& command, CosmoOptions& options) {
-  const cosmology::CosmologicalIcParams& params = options.ic;
-  params.validate();
-  checkLinearPowerOptions(command, options.power, "--power");
+  checkCosmologicalIcOptions(command, options.ic);
   requireOutputFile(options.out, options.overwrite);
   const std::filesystem::path out = options.out;
-  const std::uint64_t numBodies = static_cast<std::uint64_t>(params.grid) * params.grid * params.grid;
-  requireBodiesFit(numBodies, false);
-  const std::uint64_t needed = cosmology::cosmologicalIcBytes(params);
-  const std::uint64_t available = availableHostBytes();
-  if (available != 0 && needed > available) {
-    throw InputError("initial conditions on a " + std::to_string(params.grid) + "^3 grid need ~" + formatBytes(needed) +
-                     " of host memory (" + formatBytes(available) + " available); choose a smaller --grid");
-  }
-  const cosmology::LinearPowerSpectrum spectrum =
-      makeLinearPowerSpectrum(command, options.power, "--power", params.cosmology);
+  const cosmology::LinearPowerSpectrum spectrum = cosmologicalIcSpectrum(command, options.ic, std::cerr);
   if (out.has_parent_path()) io::ensureWritableDirectory(out.parent_path());
-
-  const double fundamental = 2.0 * std::numbers::pi / params.boxSize;
-  const double highest = std::sqrt(3.0) * fundamental * (params.grid / 2);
-  if (spectrum.minWavenumber() > fundamental || spectrum.maxWavenumber() < highest) {
-    std::cerr << "warning: the power table covers k = " << spectrum.minWavenumber() << " to "
-              << spectrum.maxWavenumber() << " h/Mpc, the grid's modes " << fundamental << " to " << highest
-              << " h/Mpc; modes outside the table get no power\n";
-  }
-  std::cout << "generating " << params.grid << "^3 bodies in a box of " << params.boxSize
-            << " Mpc/h at z = " << params.startRedshift << " (" << (params.lptOrder == 2 ? "2LPT" : "Zel'dovich")
-            << ", sigma8 " << spectrum.sigma8() << ", seed " << params.seed << ")..." << std::endl;
-  const cosmology::CosmologicalIcs ics =
-      cosmology::makeCosmologicalIcs(params, [&spectrum](double k) { return spectrum.power(k); });
-
-  writeCosmologicalInitialConditions(command, ics.particles,
-                                     io::CosmologyHeader{params.startRedshift, params.cosmology.omegaMatter,
-                                                         params.cosmology.omegaLambda, params.cosmology.hubbleParam},
-                                     params.boxSize, out);
+  const cosmology::CosmologicalIcs ics = makeCosmologicalIcs(options.ic, spectrum, std::cout);
+  writeCosmologicalInitialConditions(command, ics.particles, cosmologicalIcHeader(options.ic), options.ic.ic.boxSize,
+                                     out);
   std::cout << "wrote " << ics.particles.size() << " bodies (a = " << ics.growth.scaleFactor
             << ", D1/D1(1) = " << ics.growth.growthRatio << ", mass " << ics.growth.particleMass << " 1e10 Msun/h) to "
             << options.out << "\n";

@@ -508,6 +508,20 @@ std::vector<const CLI::Option*> givenOptions(const CLI::App& command, const std:
   return given;
 }
 
+/// Whether the command line's options `given` override a file's `option`: one of them excludes it, or excludes an
+/// option it needs (`--ic F` drops a file's `cosmology = true` and with it the `grid` that needs it).
+bool overriddenBy(const CLI::Option& option, const std::vector<const CLI::Option*>& given) {
+  const auto excludedByGiven = [&given](const CLI::Option& candidate) {
+    const auto excludes = candidate.get_excludes();  // by value
+    return std::any_of(given.begin(), given.end(), [&excludes](const CLI::Option* other) {
+      return std::find(excludes.begin(), excludes.end(), other) != excludes.end();
+    });
+  };
+  if (excludedByGiven(option)) return true;
+  const auto needs = option.get_needs();  // by value
+  return std::any_of(needs.begin(), needs.end(), [&](const CLI::Option* need) { return excludedByGiven(*need); });
+}
+
 }  // namespace
 
 std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command, const CLI::App& root,
@@ -541,11 +555,7 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
     if (option == nullptr || item.name == "config") {
       throw InputError("--config " + path + ": unknown key '" + item.name + "'");
     }
-    const auto excludes = option->get_excludes();  // by value
-    const bool overridden = std::any_of(given.begin(), given.end(), [&excludes](const CLI::Option* other) {
-      return std::find(excludes.begin(), excludes.end(), other) != excludes.end();
-    });
-    if (overridden) continue;
+    if (overriddenBy(*option, given)) continue;
     if (item.inputs.empty()) throw InputError("--config " + path + ": key '" + item.name + "' needs a value");
     if (option->get_expected_max() == 0) {  // a flag: true/false
       if (item.inputs.size() != 1) throw InputError("--config " + path + ": key '" + item.name + "' needs one value");
@@ -574,6 +584,12 @@ std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::Ap
         option->count() == 0 &&
         std::any_of(excludes.begin(), excludes.end(), [](const CLI::Option* other) { return other->count() > 0; });
     if (excluded) continue;
+    // Nor did one that was not given and needs one that was not (run's --grid without --cosmology).
+    const auto needs = option->get_needs();  // returned by value
+    const bool unused = option->count() == 0 && std::any_of(needs.begin(), needs.end(), [](const CLI::Option* other) {
+                          return other->count() == 0;
+                        });
+    if (unused) continue;
     std::string value;
     if (option->count() > 0) {
       value = option->results().back();

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cosmological_ics.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
@@ -79,6 +80,10 @@ struct Options {
   /// an option of another integrator is refused when the user gave it (givenOnCommandLine), not when a shared
   /// parameter file (configs/run.toml, used_parameters.toml) carries it.
   std::vector<std::string> arguments;
+  // run --cosmology: 2LPT initial conditions made by the run itself from `ic cosmo`'s options (their box and seed are
+  // --box and --seed), run comoving; their state at z-start is the run's first snapshot.
+  bool cosmology = false;  ///< --cosmology
+  CosmologicalIcOptions cosmologicalIcs;
 };
 
 /// Most bodies a run, compare or ic takes: the tree indexes bodies in 32-bit signed integers.

@@ -253,6 +253,30 @@ ComovingRun prepareComovingRun(Options& options, double aStart, double scaleFact
   return run;
 }
 
+/// `run --cosmology`: the initial conditions' box (--box, else ic cosmo's default) and seed (--seed) from the run's
+/// own options; every check of the options before any work (ic cosmo's, and a z-end below z-start); what the run
+/// needs to know of the bodies before they are made, as an --ic file's header would tell it. Throws InputError.
+InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& options) {
+  CosmologicalIcOptions& ics = options.cosmologicalIcs;
+  if (options.box > 0.0) ics.ic.boxSize = options.box;
+  ics.ic.seed = options.seed;
+  checkCosmologicalIcOptions(command, ics);
+  if (!(options.comoving.redshiftEnd < ics.ic.startRedshift)) {
+    std::ostringstream message;
+    message << std::setprecision(12) << "--z-end " << options.comoving.redshiftEnd << " must be below --z-start "
+            << ics.ic.startRedshift << " (the run goes forward in time)";
+    throw InputError(message.str());
+  }
+  InitialConditionsInfo info;
+  const std::uint64_t side = static_cast<std::uint64_t>(ics.ic.grid);
+  info.numBodies = side * side * side;
+  info.time = ics.ic.scaleFactor();
+  info.boxSize = ics.ic.boxSize;
+  info.cosmology = cosmologicalIcHeader(ics);
+  info.units = gadgetCosmologicalUnits();  // the units makeCosmologicalIcs writes in
+  return info;
+}
+
 /// summary.json's record of the build and the run's end: "status" is "complete" or "failed" (with "error").
 nlohmann::json buildJson() { return {{"version", kVersion}, {"git_commit", kGitCommit}, {"git_dirty", kGitDirty}}; }
 
@@ -922,8 +946,12 @@ int runSimulation(CLI::App& command, const Options& given) {
   const io::RunFolderRequest folder{outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh,
                                     options.icFile};
   io::checkRunFolder(folder);
-  // The bodies' count and start time from the IC file's header, before the bodies are read.
-  const InitialConditionsInfo ic = inspectInitialConditions(options);
+  // The bodies' count and start time from the IC file's header, before the bodies are read; with --cosmology from
+  // the options, with the linear spectrum made (a table read) before any body is.
+  std::optional<cosmology::LinearPowerSpectrum> spectrum;
+  const InitialConditionsInfo ic =
+      options.cosmology ? planCosmologicalIcs(command, options) : inspectInitialConditions(options);
+  if (options.cosmology) spectrum = cosmologicalIcSpectrum(command, options.cosmologicalIcs, std::cerr);
   options.integrator.tStart = ic.time;
   if (options.integratorKind == IntegratorKind::hermite)
     return runHermiteSimulation(command, options, ic, folder, info);
@@ -935,7 +963,7 @@ int runSimulation(CLI::App& command, const Options& given) {
   }
   // A file with a cosmology runs in comoving coordinates, its steps set by the time line rather than --dt.
   std::optional<ComovingRun> comoving;
-  const std::string icSource = "--ic " + options.icFile;
+  const std::string icSource = options.cosmology ? "--cosmology" : "--ic " + options.icFile;
   if (ic.cosmology) {
     const double aStart = startScaleFactor(ic.time, *ic.cosmology, icSource);
     comoving.emplace(
@@ -950,7 +978,8 @@ int runSimulation(CLI::App& command, const Options& given) {
   // and before anything is written: a run that will not fit is refused with one line, not killed hours later.
   requireBodiesFit(ic.numBodies);
   requireForceCheckSample(options, ic.numBodies);
-  Particles particles = loadInitialConditions(options, info);
+  Particles particles = options.cosmology ? makeCosmologicalIcs(options.cosmologicalIcs, *spectrum, info).particles
+                                          : loadInitialConditions(options, info);
   std::optional<std::uint64_t> comovingSteps;
   if (comoving) {
     const cosmology::ComovingTimeline& timeline = comoving->timeline;
@@ -966,7 +995,14 @@ int runSimulation(CLI::App& command, const Options& given) {
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials, comovingSteps);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
-  const std::string source = bodiesSource(options);
+  std::string source = bodiesSource(options);
+  if (options.cosmology) {
+    const cosmology::CosmologicalIcParams& made = options.cosmologicalIcs.ic;
+    std::ostringstream text;
+    text << (made.lptOrder == 2 ? "2LPT" : "Zel'dovich") << " initial conditions made by the run (--cosmology: box "
+         << made.boxSize << " Mpc/h, z = " << made.startRedshift << ", seed " << made.seed << ")";
+    source = text.str();
+  }
   if (options.dryRun) {
     info << "matcha run --dry-run: " << particles.size() << " bodies from " << source << ", " << memory.numSteps
          << " steps\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\n"
@@ -1009,7 +1045,7 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   // Comoving runs (an --ic file with a cosmology): defaults from cosmology::ComovingTimelineParams.
   command
       ->add_option("--z-end", options.comoving.redshiftEnd,
-                   "comoving runs: the redshift the run ends at (> -1, below the file's)")
+                   "comoving runs: the redshift the run ends at (> -1, below the file's or --z-start)")
       ->capture_default_str();
   command->add_option(
       "--output-z", options.outputRedshifts,
@@ -1031,6 +1067,19 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       "--max-physical-softening", options.comoving.maxPhysicalSoftening,
       "comoving runs: the largest physical softening; the comoving --eps then shrinks as 1/a once a eps "
       "exceeds it (GADGET's SofteningMaxPhys); 0 or unset: none");
+  // run --cosmology: the initial conditions of ic cosmo, made by the run; --box and --seed are theirs.
+  CLI::Option* cosmology = command->add_flag(
+      "--cosmology", options.cosmology,
+      "make 2LPT initial conditions (the options of ic cosmo, its box --box and seed --seed) and run them comoving "
+      "from --z-start to --z-end; the start is snapshot_000. A file runs comoving only with the cosmology its /Header "
+      "records");
+  for (const char* name : {"--ic", "--bodies", "--open"}) cosmology->excludes(command->get_option(name));
+  command->get_option("--seed")->description(
+      "random seed of the Plummer sphere, or with --cosmology of the initial conditions' field, 0 to 2^64 - 1");
+  CLI::Option* box = command->get_option("--box");
+  box->description(box->get_description() + "; with --cosmology the initial conditions' box in Mpc/h (default " +
+                   std::to_string(static_cast<int>(cosmology::CosmologicalIcParams{}.boxSize)) + ")");
+  addCosmologicalIcOptions(*command, options.cosmologicalIcs, cosmology);
   command->add_option("--restart", options.restartDir,
                       "continue the run in this folder from its checkpoint, bit for bit as if it had not stopped "
                       "(its used_parameters.toml gives the parameters; options given here override them)");

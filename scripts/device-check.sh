@@ -20,7 +20,8 @@
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
 # COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
-# (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential.
+# (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential,
+# GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -410,6 +411,28 @@ if [ "${COSMO:-0}" = 1 ]; then
     fi
     summary+=("cosmo n=$n: ic $ic_seconds s, run exit $status: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["comoving"]; print("%d steps z %.3g -> %.3g, wall %.1f s (force %.1f s), %.1f steps per ln a, Layzer-Irvine %.2e" % (d["steps"], c["z_start"], c["z_end"], d["wall_seconds"], d["force_seconds"], c["steps_per_unit_ln_a"], c["layzer_irvine_relative_violation"]))' "$OUT/cosmo-run-$n.json" 2>&1 | tail -c 300)")
   done
+fi
+
+# GROWTH=1: the linear growth of issue 16 at full size: tests/apps/comoving_growth_test.sh with GROWTH_GRID (default
+# 128) bodies per side on the GPU, GROWTH_MODE (default both): the run at sigma8 / 20 against the lattice's linear
+# theory, and the paired runs at the nominal sigma8 against lattice + one-loop SPT at z = 3, 1, 0.5 and 0
+# (scripts/growth_theory.py; without scipy here the runs and measurements only). analyze growth's JSON files, the
+# runs' logs and summaries go to $OUT/growth/, for growth_theory.py on any machine.
+if [ "${GROWTH:-0}" = 1 ]; then
+  echo "== linear growth"
+  scratch=${TMPDIR:-/tmp}/matcha-growth
+  theory=1
+  /usr/bin/python3 -c "import numpy, scipy" 2>/dev/null || theory=0
+  GROWTH_GRID=${GROWTH_GRID:-128} GROWTH_ENGINE=cuda GROWTH_THEORY=$theory timeout "${GROWTH_TIMEOUT:-570}" \
+    tests/apps/comoving_growth_test.sh "$build/apps/matcha" "$scratch" "${GROWTH_MODE:-both}" 2>&1 | tee "$OUT/growth.log"
+  status=${PIPESTATUS[0]}
+  mkdir -p "$OUT/growth"
+  cp "$scratch"/*.json "$scratch"/*.log "$OUT/growth/" 2>/dev/null
+  for run in low a b; do
+    cp "$scratch/$run/diagnostics.log" "$OUT/growth/$run.diagnostics.log" 2>/dev/null
+    cp "$scratch/$run/summary.json" "$OUT/growth/$run.summary.json" 2>/dev/null
+  done
+  summary+=("growth n=${GROWTH_GRID:-128} (${GROWTH_MODE:-both}): exit $status (theory here: $theory)")
 fi
 
 echo

@@ -2119,6 +2119,162 @@ TEST_F(Cli, ComovingRunRefusesBadInput) {
   expectBadInput("run --ic late.hdf5 --engine cpu --out r", "disagree");
 }
 
+// `run --cosmology` makes the initial conditions `ic cosmo` makes from the same options (the run's --box and --seed are
+// theirs) and runs them as a run from that file does, bit for bit; snapshot_000 is their state at z-start. The options
+// go to used_parameters.toml and the snapshots, so a restart continues such a run; a plain run records none of them,
+// and `--ic F` on the command line drops a parameter file's `cosmology` with the options that need it.
+TEST_F(Cli, RunCosmologyMakesTheInitialConditionsOfIcCosmoAndRunsThem) {
+  const std::string ics = "--box 100 --grid 8 --z-start 9 --seed 3 --sigma8 0.7";
+  ASSERT_EQ(matcha("ic cosmo " + ics + " --out c.hdf5").exitCode, 0);
+  const std::string run = " --engine cpu --z-end 4 --output-z 6 --checkpoint-interval 0";
+  ASSERT_EQ(matcha("run --ic c.hdf5" + run + " --out from-file").exitCode, 0);
+  const Result made = matcha("run --cosmology " + ics + run + " --out made");
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  EXPECT_NE(made.out.find("generating 8^3 bodies in a box of 100 Mpc/h at z = 9 (2LPT, sigma8 0.7, seed 3)..."),
+            std::string::npos)
+      << made.out;
+  EXPECT_NE(made.out.find("512 bodies from 2LPT initial conditions made by the run"), std::string::npos) << made.out;
+  for (const char* name : {"snapshot_000.hdf5", "snapshot_001.hdf5", "snapshot_002.hdf5"}) {
+    SCOPED_TRACE(name);
+    expectSameStateBitForBit(dir_ / "from-file" / name, dir_ / "made" / name);
+  }
+  const matcha::io::Snapshot first = matcha::io::readSnapshot(dir_ / "made" / "snapshot_000.hdf5");
+  expectCosmologicalHeader(first, 100.0, {9.0, 0.3111, 0.6889, 0.6766});
+  std::map<std::string, std::string> recorded(first.parameters.begin(), first.parameters.end());
+  EXPECT_EQ(recorded["cosmology"], "true");
+  EXPECT_EQ(recorded["grid"], "8");
+  EXPECT_EQ(recorded["sigma8"], "0.7");
+  EXPECT_EQ(recorded.count("bodies"), 0u);  // excluded by --cosmology: not a parameter of this run
+  const std::string used = readFile(dir_ / "made" / "used_parameters.toml");
+  for (const char* line : {"cosmology = true\n", "grid = 8\n", "z-start = 9\n", "seed = 3\n", "box = 100\n"}) {
+    EXPECT_NE(used.find(line), std::string::npos) << line << used;
+  }
+  const std::string plain = readFile(dir_ / "from-file" / "used_parameters.toml");
+  for (const char* key : {"cosmology = ", "grid = ", "z-start = ", "sigma8 = ", "invert-phases = "}) {
+    EXPECT_EQ(plain.find(key), std::string::npos) << key << plain;
+  }
+  // A restart reads those parameters back and continues the run bit for bit.
+  ASSERT_EQ(matcha("run --cosmology " + ics + " --engine cpu --z-end 6 --checkpoint-interval 0 --out halves").exitCode,
+            0);
+  const Result resumed = matcha("run --restart halves --z-end 4 --output-z 6");
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.err;
+  expectSameStateBitForBit(dir_ / "made" / "snapshot_002.hdf5", dir_ / "halves" / "snapshot_002.hdf5");
+  // The file's `cosmology` and its options give way to --ic on the command line.
+  const Result replay = matcha("run --config made/used_parameters.toml --ic c.hdf5 --out replay");
+  ASSERT_EQ(replay.exitCode, 0) << replay.err;
+  expectSameStateBitForBit(dir_ / "from-file" / "snapshot_002.hdf5", dir_ / "replay" / "snapshot_002.hdf5");
+}
+
+// What `run --cosmology` cannot be given, and its options without it, are refused in one line before anything is made
+// or written. A file without a cosmology in its /Header does not run comoving from options: matcha does not make a
+// file's bodies comoving (their masses, units, Time and velocities would have to be GADGET's comoving ones).
+TEST_F(Cli, RunCosmologyRefusesWhatItCannotBeGivenBeforeAnyWork) {
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --out c.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha("ic lattice -n 512 --box 100 -o plain.hdf5").exitCode, 0);
+  for (const std::string other : {"--ic c.hdf5", "-n 512", "--open"}) {
+    expectBadInput("run --cosmology --grid 8 " + other + " --out r", "excludes");
+  }
+  expectBadInput("run --cosmology --grid 8 --z-start 5 --z-end 5 --out r",
+                 "--z-end 5 must be below --z-start 5 (the run goes forward in time)");
+  expectBadInput("run --cosmology --grid 8 --z-end 60 --out r", "--z-end 60 must be below --z-start 49");
+  expectBadInput("run --grid 8 --out r", "--grid requires --cosmology");
+  expectBadInput("run --ic plain.hdf5 --omega-m 0.3 --omega-lambda 0.7 --z-start 9 --out r", "requires --cosmology");
+  expectBadInput("run --ic c.hdf5 --sigma8 0.5 --out r", "--sigma8 requires --cosmology");
+  expectBadInput("run --cosmology --grid 11 --out r", "--grid 11 is not FFT-friendly");
+  expectBadInput("run --cosmology --grid 8 --z-start 0 --out r", "--z-start must be");
+  expectBadInput("run --cosmology --grid 8 --sigma8 0 --out r", "--sigma8 must be a finite number > 0");
+  expectBadInput("run --cosmology --grid 8 --power missing.txt --out r", "missing.txt");
+  expectBadInput("run --cosmology --grid 8 --box -1 --out r", "--box");
+  expectBadInput("run --cosmology --grid 128 --out r", "initial conditions on a 128^3 grid need ~",
+                 "MATCHA_MEMORY_LIMIT=260M");
+  EXPECT_FALSE(fs::exists(dir_ / "r"));
+}
+
+// `analyze growth`: the field of one seed at z = 9 and at z = 1 (Zel'dovich, a tiny amplitude: the density is the
+// displacement's divergence to 1e-4) grows mode by mode by D1(a)/D1(a_start): cross ratio D, auto ratio D^2,
+// correlation 1; the inverted field's cross ratio is -D; another seed's modes do not correlate. The start's power is
+// analyze power's on the same mesh, --linear adds analyze power's linear column at the end's a, and --k-max keeps the
+// bins below it.
+TEST_F(Cli, AnalyzeGrowthComparesEachModeWithItsStart) {
+  const std::string ic = "ic cosmo --box 200 --grid 16 --lpt 1 --sigma8 0.001 --fixed-amplitude ";
+  ASSERT_EQ(matcha(ic + "--seed 5 --z-start 9 --out early.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(ic + "--seed 5 --z-start 1 --out late.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(ic + "--seed 5 --z-start 1 --invert-phases --out inverted.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(ic + "--seed 6 --z-start 1 --out other.hdf5").exitCode, 0);
+  const auto growth = [&](const std::string& end, const std::string& options) {
+    const Result result = matcha("analyze growth early.hdf5 " + end + " --grid 32 --json " + options);
+    EXPECT_EQ(result.exitCode, 0) << result.err;
+    return nlohmann::json::parse(result.out);
+  };
+  const nlohmann::json json = growth("late.hdf5", "--linear eh --sigma8 0.001");
+  matcha::cosmology::CosmologyParams cosmo;
+  const matcha::cosmology::Background background(cosmo, matcha::cosmology::hubbleTodayPerSecond(cosmo.hubbleParam));
+  const double linear = background.growthFactorRatio(0.5) / background.growthFactorRatio(0.1);
+  EXPECT_NEAR(json["linear_growth"].get<double>(), linear, 1e-12 * linear);
+  EXPECT_DOUBLE_EQ(json["cosmology"]["scale_factor_start"].get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(json["cosmology"]["scale_factor_end"].get<double>(), 0.5);
+  EXPECT_EQ(json["bodies"], 4096);
+  EXPECT_EQ(json["grid"], 32);
+  const double nyquist = json["k_nyquist"].get<double>();
+  ASSERT_EQ(json["bins"].size(), 15u);  // shells of k_F from k_F to the mesh's k_N = 16 k_F
+  matcha::cosmology::LinearPowerParams power;
+  power.sigma8 = 0.001;
+  const auto spectrum = matcha::cosmology::LinearPowerSpectrum::eisensteinHu(power);
+  const double endGrowth2 = std::pow(background.growthFactorRatio(0.5), 2);
+  for (const nlohmann::json& bin : json["bins"]) {
+    const double k = bin["k"].get<double>();
+    EXPECT_NEAR(bin["linear_power"].get<double>(), spectrum.power(k) * endGrowth2, 1e-12 * spectrum.power(k));
+    if (k > nyquist / 4) continue;  // the lattice's own Nyquist wavenumber is nyquist / 2: its modes end there
+    SCOPED_TRACE("k = " + std::to_string(k));
+    EXPECT_NEAR(bin["cross_error"].get<double>(), 0.0, 1e-4);
+    EXPECT_NEAR(bin["auto_error"].get<double>(), 0.0, 2e-4);
+    EXPECT_NEAR(bin["correlation"].get<double>(), 1.0, 1e-6);
+    EXPECT_NEAR(bin["cross_ratio"].get<double>() / bin["auto_ratio"].get<double>(), 1.0 / linear, 2e-4 / linear);
+  }
+  // The start's power is analyze power's, on the same mesh and shells.
+  ASSERT_EQ(matcha("analyze power early.hdf5 --grid 32 --out early.txt").exitCode, 0);
+  const PowerFile early = readPowerFile(dir_ / "early.txt");
+  ASSERT_EQ(early.rows.size(), json["bins"].size());
+  for (std::size_t b = 0; b < early.rows.size(); ++b) {
+    EXPECT_NEAR(json["bins"][b]["start_power"].get<double>(), early.rows[b][1], 1e-8 * early.rows[b][1]);
+    EXPECT_EQ(json["bins"][b]["modes"].get<double>(), early.rows[b][2]);
+  }
+  const nlohmann::json inverted = growth("inverted.hdf5", "--k-max 0.12");
+  ASSERT_EQ(inverted["bins"].size(), 3u);  // k_F = 0.0314 h/Mpc: the shells from 1, 2 and 3 k_F (mean k 0.108)
+  for (const nlohmann::json& bin : inverted["bins"]) {
+    EXPECT_LT(bin["k"].get<double>(), 0.12);
+    EXPECT_NEAR(bin["cross_error"].get<double>(), -2.0, 1e-4);
+  }
+  const nlohmann::json other = growth("other.hdf5", "--k-max 0.2");
+  double meanCorrelation = 0;
+  for (const nlohmann::json& bin : other["bins"]) meanCorrelation += std::abs(bin["correlation"].get<double>());
+  EXPECT_LT(meanCorrelation / other["bins"].size(), 0.3);
+  // The table: a header with D and one line per bin.
+  const Result table = matcha("analyze growth early.hdf5 late.hdf5 --k-max 0.1");
+  ASSERT_EQ(table.exitCode, 0) << table.err;
+  EXPECT_NE(table.out.find("to a = 0.5 (z = 1): D1(a)/D1(a_start) = "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("cross/D-1"), std::string::npos) << table.out;
+}
+
+TEST_F(Cli, AnalyzeGrowthRefusesBadInput) {
+  const std::string ic = "ic cosmo --grid 8 --z-start 9 ";
+  ASSERT_EQ(matcha(ic + "--box 100 --out a.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(ic + "--box 200 --out wide.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha(ic + "--box 100 --omega-m 0.3 --omega-lambda 0.7 --out other.hdf5").exitCode, 0);
+  ASSERT_EQ(matcha("ic lattice -n 512 --box 100 -o plain.hdf5").exitCode, 0);
+  expectBadInput("analyze growth a.hdf5 missing.hdf5", "snapshot missing.hdf5: no such file");
+  expectBadInput("analyze growth plain.hdf5 a.hdf5", "snapshot plain.hdf5 records no cosmology");
+  expectBadInput("analyze growth a.hdf5 wide.hdf5", "the snapshots' boxes differ");
+  expectBadInput("analyze growth a.hdf5 other.hdf5", "the snapshots' cosmologies differ");
+  expectBadInput("analyze growth a.hdf5 a.hdf5 --k-max 0", "--k-max must be a finite wavenumber > 0");
+  expectBadInput("analyze growth a.hdf5 a.hdf5 --sigma8 0.5", "--sigma8 applies only with --linear");
+  expectBadInput("analyze growth a.hdf5 a.hdf5 --grid 11", "not FFT-friendly");
+  expectBadInput("analyze growth a.hdf5 a.hdf5 --linear nothing.txt", "nothing.txt");
+  expectBadInput("analyze growth a.hdf5", "end");
+  expectBadInput("analyze growth a.hdf5 a.hdf5 --grid 2048",
+                 "the growth of two snapshots' modes on a 2048^3 grid needs ~", "MATCHA_MEMORY_LIMIT=1G");
+}
+
 // `ic pancake` writes the library's bodies with an Einstein-de Sitter header (Time = a_start, Omega0 = 1, OmegaLambda
 // = 0) and its options in /Parameters; --unperturbed the grid at rest.
 TEST_F(Cli, IcPancakeWritesTheLibrarysBodiesAndAnEinsteinDeSitterHeader) {

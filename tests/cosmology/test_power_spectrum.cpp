@@ -2,7 +2,8 @@
 // The power-spectrum measurement (cosmology/power_spectrum.hpp) against inputs whose spectrum is known: a plane wave
 // made by displacing a lattice (all its power in one bin, L^3 A^2 / 4), a few bodies (their direct Fourier sum),
 // Poisson bodies (the shot noise with the window's aliases, Jing 2005, with and without interlacing); mode counts
-// against a brute-force count; the same bits at 1, 2 and 4 threads; and bad input.
+// against a brute-force count; the same bits at 1, 2 and 4 threads; the growth of each mode between two snapshots
+// (measureGrowth) of waves whose amplitudes are known; and bad input.
 #include <gtest/gtest.h>
 #include <tbb/global_control.h>
 
@@ -57,25 +58,40 @@ std::string describe(const PowerSpectrumParams& params) {
          (params.interlace ? ", interlaced" : "");
 }
 
-/// side^3 bodies of mass 1 on the lattice q = (i + 1/2) L / side, moved by the Zel'dovich displacement
-/// psi = -(A / k^2) k sin(k.q + phase) of the plane wave delta = A cos(k.q + phase), k = 2 pi mode / L: to first order
-/// in A their density contrast is that wave (the second harmonic carries A^2 / 2 of amplitude, at 2 k).
-Bodies zeldovichPlaneWave(int side, double L, std::array<int, 3> mode, double A, double phase) {
+/// One plane wave of the density contrast, delta = amplitude cos(k.q + phase), k = 2 pi mode / L.
+struct Wave {
+  std::array<int, 3> mode;
+  double amplitude, phase;
+};
+
+/// side^3 bodies of mass 1 on the lattice q = (i + 1/2) L / side, moved by the Zel'dovich displacements
+/// psi = -(A / k^2) k sin(k.q + phase) of the plane waves delta = A cos(k.q + phase), k = 2 pi mode / L: to first order
+/// in A their density contrast is the sum of the waves (second order: harmonics and beats at k1 +- k2).
+Bodies zeldovichWaves(int side, double L, const std::vector<Wave>& waves) {
   const double kF = 2 * kPi / L;
-  const double k[3] = {kF * mode[0], kF * mode[1], kF * mode[2]};
-  const double k2 = k[0] * k[0] + k[1] * k[1] + k[2] * k[2];
   Bodies bodies;
   const double spacing = L / side;
   for (int i = 0; i < side; ++i) {
     for (int j = 0; j < side; ++j) {
       for (int l = 0; l < side; ++l) {
         const double q[3] = {(i + 0.5) * spacing, (j + 0.5) * spacing, (l + 0.5) * spacing};
-        const double s = std::sin(k[0] * q[0] + k[1] * q[1] + k[2] * q[2] + phase);
-        bodies.add(q[0] - A / k2 * k[0] * s, q[1] - A / k2 * k[1] * s, q[2] - A / k2 * k[2] * s, 1.0);
+        double x[3] = {q[0], q[1], q[2]};
+        for (const Wave& wave : waves) {
+          const double k[3] = {kF * wave.mode[0], kF * wave.mode[1], kF * wave.mode[2]};
+          const double k2 = k[0] * k[0] + k[1] * k[1] + k[2] * k[2];
+          const double s = std::sin(k[0] * q[0] + k[1] * q[1] + k[2] * q[2] + wave.phase);
+          for (int a = 0; a < 3; ++a) x[a] -= wave.amplitude / k2 * k[a] * s;
+        }
+        bodies.add(x[0], x[1], x[2], 1.0);
       }
     }
   }
   return bodies;
+}
+
+/// One plane wave (zeldovichWaves).
+Bodies zeldovichPlaneWave(int side, double L, std::array<int, 3> mode, double A, double phase) {
+  return zeldovichWaves(side, L, {Wave{mode, A, phase}});
 }
 
 /// n bodies uniform in [0, L)^3 with masses uniform in [0.5, 1.5) (a Poisson sample: its spectrum is the shot noise).
@@ -520,6 +536,85 @@ TEST(PowerSpectrum, DefaultGridIsTheFftFriendlySizeAboveTwoCubeRootsOfN) {
   EXPECT_EQ(powerSpectrumMemoryBytes(params, 1000), 8u * 64 * 64 * 66 + 4000u);
   params.interlace = true;
   EXPECT_EQ(powerSpectrumMemoryBytes(params, 1000), 2 * (8u * 64 * 64 * 66 + 4000u));
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The growth of each mode between two snapshots (measureGrowth).
+
+/// Waves in three shells of width k_F (|m| = 1, 2, 3 and sqrt 2, sqrt 5), one with two waves, at the given scale.
+std::vector<Wave> growthWaves(double scale, double phaseShift) {
+  return {Wave{{1, 0, 0}, 1.0e-3 * scale, 0.3 + phaseShift}, Wave{{0, 1, 1}, 0.8e-3 * scale, 1.1 + phaseShift},
+          Wave{{0, 2, 0}, 0.6e-3 * scale, 2.0 + phaseShift}, Wave{{1, 0, 2}, 0.4e-3 * scale, 0.5 + phaseShift},
+          Wave{{3, 0, 0}, 0.3e-3 * scale, 2.9 + phaseShift}};
+}
+
+// The same waves at g times their amplitude grow by g mode by mode: the cross ratio of every bin is g, the auto ratio
+// g^2, the correlation 1, to the second order of the displacements (at most 1.7e-3 here); whatever the amplitudes
+// within the bin (two waves of different amplitude share a shell), as the growth of each mode. The inverted field
+// (every phase + pi) grows by -g; shifted phases decorrelate. The start's power is measurePowerSpectrum's, on the same
+// mesh.
+TEST(Growth, EachModeGrowsByTheRatioOfItsAmplitudes) {
+  FloatingPointTraps traps;
+  const double L = 100.0, g = 3.0;
+  const int side = 32;
+  for (const bool interlace : {false, true}) {
+    const PowerSpectrumParams params = paramsFor(32, L, MassAssignment::tsc, interlace);
+    SCOPED_TRACE(describe(params));
+    const Bodies startBodies = zeldovichWaves(side, L, growthWaves(1.0, 0.0));
+    const MeshDensity start(startBodies.view(), params);
+    const MeshDensity end(zeldovichWaves(side, L, growthWaves(g, 0.0)).view(), params);
+    const GrowthSpectrum growth = measureGrowth(start, end);
+    const PowerSpectrum power = measurePowerSpectrum(startBodies.view(), params);
+    ASSERT_EQ(growth.bins.size(), power.bins.size());
+    EXPECT_DOUBLE_EQ(growth.fundamental, power.fundamental);
+    int checked = 0;
+    for (std::size_t b = 0; b < growth.bins.size(); ++b) {
+      const GrowthBin& bin = growth.bins[b];
+      EXPECT_EQ(bin.numModes, power.bins[b].numModes);
+      EXPECT_DOUBLE_EQ(bin.k, power.bins[b].k);
+      EXPECT_NEAR(bin.startPower, power.bins[b].power, 1e-12 * power.bins[b].power);
+      if (bin.kHigh > 4 * growth.fundamental) continue;  // the waves' own shells: |m| < 4
+      SCOPED_TRACE("shell from " + std::to_string(bin.kLow / growth.fundamental) + " k_F");
+      EXPECT_NEAR(bin.crossRatio(), g, 3e-3 * g);
+      EXPECT_NEAR(bin.autoRatio(), g * g, 6e-3 * g * g);
+      EXPECT_NEAR(bin.correlation(), 1.0, 1e-4);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3);
+    const GrowthSpectrum inverted =
+        measureGrowth(start, MeshDensity(zeldovichWaves(side, L, growthWaves(g, kPi)).view(), params));
+    const GrowthSpectrum shifted =
+        measureGrowth(start, MeshDensity(zeldovichWaves(side, L, growthWaves(g, 0.5 * kPi)).view(), params));
+    for (int b = 0; b < 3; ++b) {
+      EXPECT_NEAR(inverted.bins[b].crossRatio(), -g, 3e-3 * g);
+      EXPECT_NEAR(inverted.bins[b].autoRatio(), g * g, 6e-3 * g * g);
+      EXPECT_LT(std::abs(shifted.bins[b].correlation()), 0.05);  // a quarter period: cos(pi / 2) = 0
+    }
+  }
+}
+
+// Two densities compare only on the same mesh and shells.
+TEST(Growth, RefusesDensitiesOfDifferentMeshes) {
+  const Bodies bodies = zeldovichPlaneWave(8, 1.0, {1, 0, 0}, 0.01, 0.0);
+  const PowerSpectrumParams params = paramsFor(16, 1.0, MassAssignment::tsc, false);
+  const MeshDensity density(bodies.view(), params);
+  auto with = [&params](auto change) {
+    PowerSpectrumParams other = params;
+    change(other);
+    return other;
+  };
+  for (const PowerSpectrumParams& other :
+       {with([](auto& p) { p.grid = 32; }), with([](auto& p) { p.boxSize = 2.0; }),
+        with([](auto& p) { p.assignment = MassAssignment::cic; }), with([](auto& p) { p.interlace = true; }),
+        with([](auto& p) { p.binWidth = 2.0; })}) {
+    try {
+      measureGrowth(density, MeshDensity(bodies.view(), other));
+      ADD_FAILURE() << "no error for " << describe(other);
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find("the same mesh"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_NO_THROW(measureGrowth(density, MeshDensity(bodies.view(), params)));
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The power spectrum P(k) of the mass density contrast of bodies in a periodic cube, measured on a mesh: masses
 // deposited with a CIC or TSC window (mesh/'s MassMesh), Fourier transformed, the window deconvolved, optionally
-// interlaced, and |delta_k|^2 averaged over spherical shells in |k|.
+// interlaced, and |delta_k|^2 averaged over spherical shells in |k|; and the growth of each mode between two snapshots
+// of one box (measureGrowth), on the same mesh, window and shells, so that cosmic variance cancels.
 //
 // Conventions (README "Power spectra"):
 //  - A cube of side L, periodic; bodies may lie anywhere (reduced into [0, L)). Mesh of n^3 points, h = L / n.
@@ -26,11 +27,14 @@
 //    taken as m = +n/2 in the phase.)
 #pragma once
 
+#include <complex>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "matcha/core/particles.hpp"
+#include "matcha/mesh/mass_mesh.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 
 namespace matcha::cosmology {
@@ -83,6 +87,32 @@ struct PowerSpectrum {
   double totalMass = 0;  ///< sum m
 };
 
+/// The density contrast's modes of one set of bodies on the measurement mesh (PowerSpectrumParams' grid, box, window
+/// and interlacing): what measurePowerSpectrum sums, kept so that two snapshots can be compared mode by mode
+/// (measureGrowth) after their bodies are gone. Holds one mesh (two interlaced) and nothing of the bodies.
+class MeshDensity {
+ public:
+  /// Deposits and transforms `bodies` (as measurePowerSpectrum; the same checks and InputErrors). Parallel (TBB); the
+  /// same bits whatever the threads. Allocates powerSpectrumMemoryBytes(params, bodies.count).
+  MeshDensity(const SourceView& bodies, const PowerSpectrumParams& params);
+
+  const PowerSpectrumParams& params() const { return params_; }
+  std::size_t numBodies() const { return numBodies_; }
+  double totalMass() const { return totalMass_; }
+  double shotNoise() const { return shotNoise_; }  ///< L^3 sum m^2 / (sum m)^2
+
+  /// M delta_k (M = sum m) of the stored coefficient `index` (MassMesh's layout), whose signed modes are mx, my, mz:
+  /// the transform, interlaced when asked; the window not divided out.
+  std::complex<double> mode(std::size_t index, int mx, int my, int mz) const;
+
+ private:
+  PowerSpectrumParams params_;
+  std::size_t numBodies_ = 0;
+  double totalMass_ = 0, shotNoise_ = 0;
+  std::optional<mesh::MassMesh> mesh_;     ///< made once the bodies passed their checks
+  std::optional<mesh::MassMesh> shifted_;  ///< the interlaced deposit
+};
+
 /// Measures P(k) of `bodies` (conventions above).
 /// @param bodies  in: positions (anywhere: periodic) and masses (finite, > 0) of 1 to 2^32 - 1 bodies
 /// @param params  in: validated here
@@ -91,6 +121,34 @@ struct PowerSpectrum {
 /// threads (the mesh's ordered deposit and fixed FFT plans, shells summed in a fixed order). Allocates
 /// powerSpectrumMemoryBytes(params, bodies.count).
 PowerSpectrum measurePowerSpectrum(const SourceView& bodies, const PowerSpectrumParams& params);
+
+/// One shell of modes compared between two snapshots of a box: the growth of each mode, summed over the shell.
+struct GrowthBin {
+  double kLow = 0, kHigh = 0;  ///< the shell's edges, as PowerBin's
+  double k = 0;                ///< the mean |k| of its modes
+  std::uint64_t numModes = 0;  ///< independent modes (k and -k once)
+  double startPower = 0;       ///< P(k) of the start, L^3 <|delta_s|^2> / W^2 (no shot noise subtracted)
+  double endPower = 0;         ///< P(k) of the end, alike
+  double crossPower = 0;       ///< L^3 <Re(delta_e conj(delta_s))> / W^2
+  /// Re sum delta_e conj(delta_s) / sum |delta_s|^2: each mode's growth, weighted by its start power. A mode that
+  /// only grows, delta_e = g delta_s, gives g whatever its amplitude: cosmic variance cancels.
+  double crossRatio() const { return crossPower / startPower; }
+  /// sum |delta_e|^2 / sum |delta_s|^2, the growth of the shell's power (the same modes at both times).
+  double autoRatio() const { return endPower / startPower; }
+  /// crossPower / sqrt(startPower endPower): 1 for modes that only grow, less as they decorrelate.
+  double correlation() const;
+};
+
+struct GrowthSpectrum {
+  std::vector<GrowthBin> bins;  ///< the shells that hold modes, by increasing k
+  double fundamental = 0;       ///< k_F = 2 pi / L
+  double nyquist = 0;           ///< k_N = pi n / L
+};
+
+/// Compares two snapshots' density mode by mode on the same mesh and shells (conventions above).
+/// @param start, end  in: measured with the same grid, box, window, interlacing and bins (else InputError, one line)
+/// Parallel (TBB); the same bits whatever the threads. Allocates only the shells' sums.
+GrowthSpectrum measureGrowth(const MeshDensity& start, const MeshDensity& end);
 
 /// Bytes measurePowerSpectrum holds at its peak besides the bodies: one mesh (two interlaced) of
 /// mesh::massMeshBytes(n) and 4 bytes per body per mesh for the deposit order. For a memory check before any work.
