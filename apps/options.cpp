@@ -403,6 +403,9 @@ void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic) {
                      " sums the forces directly on the Hermite engine: give --solver direct (the tree "
                      "solver gives no jerks)");
   }
+  if (options.cosmology) {
+    throw InputError(hermite + " does not run comoving: --cosmology runs take the leapfrog");
+  }
   if (ic.cosmology) {
     throw InputError(hermite + " does not run comoving: --ic " + options.icFile +
                      " has a cosmology (comoving runs take the leapfrog)");

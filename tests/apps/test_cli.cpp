@@ -2529,6 +2529,8 @@ TEST_F(Cli, HermiteRefusesWhatMakesNoSense) {
   expectBadInput("run --ic box.hdf5 --engine cpu --out r --integrator hermite --solver direct", "add --open");
   ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 4 --out c.hdf5").exitCode, 0);
   expectBadInput("run --ic c.hdf5 --engine cpu --out r --integrator hermite --solver direct", "comoving");
+  expectBadInput("run --cosmology --grid 8 --engine cpu --out r --integrator hermite --solver direct",
+                 "--cosmology runs take the leapfrog");
   // The leapfrog refuses the Hermite options, and --eta outside comoving runs.
   expectBadInput("run -n 64 --engine cpu --out r --eta 0.02", "this run is neither");
   expectBadInput("run -n 64 --engine cpu --out r --max-step 0.125", "--max-step is an option of --integrator hermite");
