@@ -1462,6 +1462,7 @@ TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
     TreeParams sequential;
     sequential.overlapWalk = false;
     TreeParams overlapped;
+    overlapped.overlapWalk = true;
     overlapped.maxBatchEntries = std::uint64_t{1} << 14;  // ~10 batches of the ~100 groups
     for (const bool potentials : {true, false}) {
       const std::string what = box.name + (potentials ? ", potentials" : ", accelerations only");

@@ -681,6 +681,7 @@ TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
       TreeParams sequential;
       sequential.overlapWalk = false;
       TreeParams batched;
+      batched.overlapWalk = true;
       batched.maxBatchEntries = std::uint64_t{1} << 11;
       gpu::CpuEngine cpu(gpu::Precision::float32);
       BesideEngine beside(gpu::Precision::float32);
