@@ -141,62 +141,59 @@ TEST_F(DeviceKeySortTest, RunsWithTreesPredictedOnTheDeviceAreTheRunsOfHostPredi
         Case{"adoption ahead when done, reuse 2", false, 2, false},
         Case{"adoption ahead when done, reuse 3", false, 3, false},
         Case{"a jolt at step 12, reuse 3", true, 3, true}}) {
-    {
-      SCOPED_TRACE(c.name);
-      const bool waits = c.waits;
-      TreeParams params;
-      params.alpha = 1e-3;
-      params.reuse = c.reuse;
-      params.adoptAheadWaits = waits;
-      Particles onDevice = testing::plummer(std::size_t{1} << 16, seed);
-      Particles onHost = onDevice;
-      CudaEngine deviceEngine, hostEngine;
-      tree::TreeSolver devicePredicting(deviceEngine, params, GravityParams{});
-      params.predictOnDevice = false;
-      tree::TreeSolver hostPredicting(hostEngine, params, GravityParams{});
-      const double dt = 1.0 / 128.0;
-      integrator::LeapfrogKDK deviceRun(devicePredicting, dt), hostRun(hostPredicting, dt);
-      deviceRun.initialize(onDevice);
-      hostRun.initialize(onHost);
-      int predicted = 0, trees = 0;
-      std::uint64_t repaired = 0, withinCall = 0;
-      std::mt19937_64 random(seed);
-      std::uniform_real_distribution<double> jolt(-0.05, 0.05);
-      for (int step = 1; step <= 24; ++step) {
-        if (c.jolt && step == 12) {
-          for (std::size_t i = 0; i < onDevice.size(); ++i) {
-            const double by[3] = {jolt(random), jolt(random), jolt(random)};
-            for (Particles* p : {&onDevice, &onHost}) {
-              p->x[i] += by[0];
-              p->y[i] += by[1];
-              p->z[i] += by[2];
-            }
+    SCOPED_TRACE(c.name);
+    TreeParams params;
+    params.alpha = 1e-3;
+    params.reuse = c.reuse;
+    params.adoptAheadWaits = c.waits;
+    Particles onDevice = testing::plummer(std::size_t{1} << 16, seed);
+    Particles onHost = onDevice;
+    CudaEngine deviceEngine, hostEngine;
+    tree::TreeSolver devicePredicting(deviceEngine, params, GravityParams{});
+    params.predictOnDevice = false;
+    tree::TreeSolver hostPredicting(hostEngine, params, GravityParams{});
+    const double dt = 1.0 / 128.0;
+    integrator::LeapfrogKDK deviceRun(devicePredicting, dt), hostRun(hostPredicting, dt);
+    deviceRun.initialize(onDevice);
+    hostRun.initialize(onHost);
+    int predicted = 0, trees = 0;
+    std::uint64_t repaired = 0, withinCall = 0;
+    std::mt19937_64 random(seed);
+    std::uniform_real_distribution<double> jolt(-0.05, 0.05);
+    for (int step = 1; step <= 24; ++step) {
+      if (c.jolt && step == 12) {
+        for (std::size_t i = 0; i < onDevice.size(); ++i) {
+          const double by[3] = {jolt(random), jolt(random), jolt(random)};
+          for (Particles* p : {&onDevice, &onHost}) {
+            p->x[i] += by[0];
+            p->y[i] += by[1];
+            p->z[i] += by[2];
           }
         }
-        repaired += deviceRun.step(onDevice).force.numGroupsRepaired;
-        hostRun.step(onHost);
-        const tree::TreeStats& stats = devicePredicting.lastStats();
-        withinCall += stats.callsOnTree == 1 && !stats.background && step > 3 ? 1 : 0;
-        if (stats.callsOnTree == 1 && stats.background) {
-          ++trees;
-          predicted += stats.predictedOnDevice ? 1 : 0;
-        }
-        EXPECT_FALSE(hostPredicting.lastStats().predictedOnDevice);
       }
-      EXPECT_EQ(devicePredicting.lastStats().advanceMismatch, c.jolt);
-      EXPECT_GT(trees, 3) << "too few trees were built in the background";
-      if (c.jolt) {
-        // Trees predicted on the GPU, the repair, a tree built within a call, then trees predicted on the host (the
-        // positions are sent from then on).
-        EXPECT_GT(repaired, 0u) << "the jolt repaired no list";
-        EXPECT_GT(withinCall, 0u) << "no tree was built within a call after the jolt";
-        EXPECT_GT(predicted, 0) << "no tree was predicted on the GPU";
-      } else {
-        // All but the first: its build starts from a tree built within a call, whose launches send the positions.
-        EXPECT_GE(predicted, trees - 1) << "a background tree was predicted on the host";
+      repaired += deviceRun.step(onDevice).force.numGroupsRepaired;
+      hostRun.step(onHost);
+      const tree::TreeStats& stats = devicePredicting.lastStats();
+      withinCall += stats.callsOnTree == 1 && !stats.background && step > 3 ? 1 : 0;
+      if (stats.callsOnTree == 1 && stats.background) {
+        ++trees;
+        predicted += stats.predictedOnDevice ? 1 : 0;
       }
-      testing::expectSameBodiesBitForBit(onHost, onDevice, "from the run that predicted on the host");
+      EXPECT_FALSE(hostPredicting.lastStats().predictedOnDevice);
     }
+    EXPECT_EQ(devicePredicting.lastStats().advanceMismatch, c.jolt);
+    EXPECT_GT(trees, 3) << "too few trees were built in the background";
+    if (c.jolt) {
+      // Trees predicted on the GPU, the repair, a tree built within a call, then trees predicted on the host (the
+      // positions are sent from then on).
+      EXPECT_GT(repaired, 0u) << "the jolt repaired no list";
+      EXPECT_GT(withinCall, 0u) << "no tree was built within a call after the jolt";
+      EXPECT_GT(predicted, 0) << "no tree was predicted on the GPU";
+    } else {
+      // All but the first: its build starts from a tree built within a call, whose launches send the positions.
+      EXPECT_GE(predicted, trees - 1) << "a background tree was predicted on the host";
+    }
+    testing::expectSameBodiesBitForBit(onHost, onDevice, "from the run that predicted on the host");
   }
 }
 

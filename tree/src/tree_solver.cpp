@@ -854,15 +854,15 @@ void TreeSolver::repair(Particles& particles, std::vector<std::uint32_t> failed,
 
 ForceReport TreeSolver::computeForces(Particles& particles) {
   const Stopwatch total;
-  // What the caller did between the last call and this one (a leapfrog's kicks and drift, and with them the host's
-  // share of the work a background build competes for): part of this call's step. Not known after a call whose
-  // potentials were wanted (the caller measured energies, wrote outputs) or after none; capped at the call's own time
-  // (callerShare) where outputs come without potentials (energies from direct sums).
-  const double callerSeconds = lastCallTimed_ ? sinceLastCall_.seconds() : -1.0;
-  const auto callerShare = [&](double callSeconds) { return std::min(callerSeconds, callSeconds); };
   ForceReport report;
   // A restored state (restoreState) has no current tree to compare the bodies with: restoreState checked them.
   if (!restored_ && !sameBodies(particles)) reset();
+  // What the caller did between the last call and this one (a leapfrog's kicks and drift, and with them the host's
+  // share of the work a background build competes for): part of this call's step. Not known after a call whose
+  // potentials were wanted (the caller measured energies, wrote outputs), after none or other bodies; capped at the
+  // call's own time (callerShare) where outputs come without potentials (energies from direct sums).
+  const double callerSeconds = lastCallTimed_ ? sinceLastCall_.seconds() : -1.0;
+  const auto callerShare = [&](double callSeconds) { return std::min(callerSeconds, callSeconds); };
   restored_ = false;
   ++call_;
   // A launch made ahead as the last call ended serves this call if the call came as announced: same bodies (above),
