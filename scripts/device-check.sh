@@ -21,7 +21,9 @@
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
 # COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
 # (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential,
-# GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size.
+# GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
+# (HERMITE_SIZES, HERMITE_TIMEOUT) for kirin's Tables 1-4 and CUNBODY-1's Tables 2-3 beside matcha's Hermite runs and
+# libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for matcha tune against the best hand-picked setting.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -433,6 +435,46 @@ if [ "${GROWTH:-0}" = 1 ]; then
     cp "$scratch/$run/summary.json" "$OUT/growth/$run.summary.json" 2>/dev/null
   done
   summary+=("growth n=${GROWTH_GRID:-128} (${GROWTH_MODE:-both}): exit $status (theory here: $theory)")
+fi
+
+# HERMITE=1: issue 18's tables. bench_cuda's hermite/ rows (force, jerk, potential, neighbour: kirin's k = 60) and
+# cunbody/ rows (matcha_force, force only: k = 38, E_max against a double host), then Hermite runs of kirin's Table 1
+# set-up (Plummer, eps 1/256, eta 0.02, t = 0 to 0.5; the time from 0.25 to 0.5 from summary.json) at each of
+# HERMITE_SIZES, each within HERMITE_TIMEOUT seconds.
+if [ "${HERMITE:-0}" = 1 ]; then
+  echo "== Hermite and the C libraries"
+  "$build/bench/bench_cuda" --benchmark_filter='hermite/|cunbody/' --benchmark_counters_tabular=true \
+    --benchmark_out="$OUT/bench-hermite.json" --benchmark_out_format=json 2>&1 | tee "$OUT/bench-hermite.txt"
+  for n in ${HERMITE_SIZES:-1024 4096 16384 65536 262144 524288 1048576}; do
+    name="hermite-n$n"
+    timeout "${HERMITE_TIMEOUT:-540}" "$build/apps/matcha" run --integrator hermite --solver direct --engine cuda -n "$n" \
+      --seed 7 --eps 0.00390625 --eta 0.02 --t-end 0.5 --output-interval 0.25 --overwrite \
+      --out "${TMPDIR:-/tmp}/matcha-$name" --json >"$OUT/$name.json" 2>"$OUT/$name.log"
+    summary+=("Hermite N=$n: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); h=d["hermite"]; o=h["outputs"]; print("|dE/E| %.3g, t 0.25-0.5 %.4g s, t 0-0.5 %.4g s, %d block steps, %d body steps" % (abs(d["relative_energy_error"]), o[2]["wall_seconds"] - o[1]["wall_seconds"], o[-1]["wall_seconds"], h["block_steps"], h["body_steps"]))' "$OUT/$name.json" 2>&1 | head -c 300)")
+  done
+fi
+
+# TUNE=1: issue 17's target. matcha tune on a Plummer sphere of TUNE_N bodies (2^22) for TUNE_TARGET (p99 4.3e-4)
+# within TUNE_BUDGET seconds, then its tuned.toml and the best hand-picked setting (TUNE_HAND) run side by side, in
+# turns, with force checks at each tree's last step: the same measurement for both.
+if [ "${TUNE:-0}" = 1 ]; then
+  echo "== tune against the hand-picked setting"
+  n=${TUNE_N:-4194304}
+  tune_dir=${TMPDIR:-/tmp}/matcha-tune
+  rm -rf "$tune_dir"
+  timeout 400 "$build/apps/matcha" tune -n "$n" --seed 7 --engine cuda --target-error "${TUNE_TARGET:-4.3e-4}" \
+    --budget "${TUNE_BUDGET:-170}" --out "$tune_dir" 2>&1 | tee "$OUT/tune.log" | tail -n 30
+  cp "$tune_dir/tuned.toml" "$tune_dir/tune.csv" "$OUT/" 2>/dev/null
+  for round in 1 2; do
+    for spec in "tuned=--config $tune_dir/tuned.toml" "hand=${TUNE_HAND:---theta 1.0 --ncrit 1024 --nleaf 16 --alpha 1.5e-3 --reuse 3}"; do
+      label=${spec%%=*}
+      # shellcheck disable=SC2086
+      timeout 200 "$build/apps/matcha" run ${spec#*=} -n "$n" --seed 7 --engine cuda --dt 0.0078125 --t-end 0.46875 \
+        --output-interval 0.15625 --diagnostic-potential solver --timings --force-check 4096 --overwrite \
+        --out "${TMPDIR:-/tmp}/matcha-tune-$label" >"$OUT/tune-run-$label-$round.log" 2>&1
+      summary+=("tune N=$n $label #$round: $(grep 'timings since last output' "$OUT/tune-run-$label-$round.log" | tail -n 2 | grep -o '[0-9.]* ms/step' | paste -sd' '), worst force-check p99 $(grep -o '99% [0-9.e+-]*' "$OUT/tune-run-$label-$round.log" | sort -k2 -g | tail -n 1)")
+    done
+  done
 fi
 
 echo
