@@ -22,8 +22,9 @@
 # COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
 # (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential,
 # GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
-# (HERMITE_SIZES, HERMITE_TIMEOUT) for kirin's Tables 1-4 and CUNBODY-1's Tables 2-3 beside matcha's Hermite runs and
-# libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for matcha tune against the best hand-picked setting.
+# (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
+# Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
+# matcha tune against the best hand-picked setting.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -443,8 +444,10 @@ fi
 # HERMITE_SIZES, each within HERMITE_TIMEOUT seconds.
 if [ "${HERMITE:-0}" = 1 ]; then
   echo "== Hermite and the C libraries"
-  "$build/bench/bench_cuda" --benchmark_filter='hermite/|cunbody/' --benchmark_counters_tabular=true \
-    --benchmark_out="$OUT/bench-hermite.json" --benchmark_out_format=json 2>&1 | tee "$OUT/bench-hermite.txt"
+  if [ "${HERMITE_BENCH:-1}" = 1 ]; then
+    "$build/bench/bench_cuda" --benchmark_filter='hermite/|cunbody/' --benchmark_counters_tabular=true \
+      --benchmark_out="$OUT/bench-hermite.json" --benchmark_out_format=json 2>&1 | tee "$OUT/bench-hermite.txt"
+  fi
   for n in ${HERMITE_SIZES:-1024 4096 16384 65536 262144 524288 1048576}; do
     name="hermite-n$n"
     timeout "${HERMITE_TIMEOUT:-540}" "$build/apps/matcha" run --integrator hermite --solver direct --engine cuda -n "$n" \
