@@ -31,6 +31,7 @@
 #include "matcha/core/version.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/run_folder.hpp"
+#include "matcha/tree/tree_solver.hpp"
 #include "memory_check.hpp"
 #include "timings.hpp"
 #include "tune_search.hpp"
@@ -79,9 +80,10 @@ constexpr double kSettingsPerBudget = 8.0;
 /// about `callSeconds` a force call would not fit in `budget` (0: none) otherwise.
 int autoSteps(double budget, double callSeconds) {
   if (!(budget > 0.0) || !(callSeconds > 0.0)) return kDefaultSteps;
-  // calls per setting ~ 4 + 1.5 timed (PointMeasure::callsPerSetting)
+  // calls per setting ~ 4 + the warm-up (10 at reuse 3) + timed (PointMeasure::callsPerSetting)
   const double calls = budget / kSettingsPerBudget / callSeconds;
-  return std::clamp(static_cast<int>((calls - 4.0) / 1.5), kFewestAutoSteps, kDefaultSteps);
+  return std::clamp(static_cast<int>(calls - 4.0 - (2.0 * tree::kAutoReuseStart + 4.0)), kFewestAutoSteps,
+                    kDefaultSteps);
 }
 
 /// Wall seconds kept from --budget for the end: the files, and tune.png (matplotlib's start-up is most of it).
@@ -175,10 +177,18 @@ class PointMeasure {
 
   /// The force calls measuring a setting makes at the least, with `timed` steps timed: two for the fresh tree, the
   /// run's first, its warm-up and timed steps, and one after them (the last call on a tree may come later).
-  static std::uint64_t callsPerSetting(std::uint64_t timed) { return 4 + warmUpSteps(timed) + timed; }
+  static std::uint64_t callsPerSetting(std::uint64_t timed, std::uint32_t reuse) {
+    return 4 + warmUpSteps(timed, reuse) + timed;
+  }
 
-  /// Steps before the timed ones.
-  static std::uint64_t warmUpSteps(std::uint64_t timed) { return std::max<std::uint64_t>(2, timed / 2); }
+  /// Steps before the timed ones: until trees are built in the background and put to use on time. The first tree is
+  /// built within its call, the second from the motion of the first calls, often within its call or waited for; on
+  /// the H200 at 2^22 with reuse 3 the first 20 steps of a run took 84 ms a step, the next 39. Two trees' worth of
+  /// calls and four more (reuse auto: of its largest K, which its search may try first), at least half the timed.
+  static std::uint64_t warmUpSteps(std::uint64_t timed, std::uint32_t reuse) {
+    const std::uint64_t treeCalls = reuse == 0 ? tree::kMaxAutoReuse : reuse;
+    return std::max<std::uint64_t>(2 * treeCalls + 4, timed / 2);
+  }
 
   Measurement operator()(const TuneSetting& setting) const {
     const Stopwatch clock;
@@ -190,9 +200,9 @@ class PointMeasure {
     // Outputs (whose intervals give the steady-state timings) every `interval` steps: at the end of the warm-up and
     // of the timed steps.
     const std::uint64_t timed = static_cast<std::uint64_t>(tune_.steps);
-    const std::uint64_t warmUp = warmUpSteps(timed);
+    const std::uint64_t warmUp = warmUpSteps(timed, setting.reuse);
     const std::uint64_t interval = std::gcd(warmUp, timed);
-    const std::uint64_t checkSteps = setting.reuse == 0 ? 8 : setting.reuse;  // tree::kMaxAutoReuse for auto
+    const std::uint64_t checkSteps = setting.reuse == 0 ? tree::kMaxAutoReuse : setting.reuse;
     IntegratorParams integrator;
     integrator.dt = tune_.dt;
     integrator.tStart = 0.0;
@@ -507,7 +517,7 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
   if (tune.budget > 0.0 || tune.steps == 0) {
     const double callSeconds = measure.probe(defaultSetting);
     if (tune.steps == 0) tune.steps = autoSteps(tune.budget, callSeconds);
-    const std::uint64_t calls = PointMeasure::callsPerSetting(std::uint64_t(tune.steps));
+    const std::uint64_t calls = PointMeasure::callsPerSetting(std::uint64_t(tune.steps), defaultSetting.reuse);
     const double needed = wall.seconds() + double(calls) * callSeconds + kFinishSeconds;
     // A budget that cannot hold the defaults' measurement is refused before the sweep starts.
     if (tune.budget > 0.0 && needed > tune.budget) {
@@ -516,7 +526,8 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
                        formatDuration(needed) + " on these bodies");
     }
   }
-  info << "steps: " << PointMeasure::warmUpSteps(std::uint64_t(tune.steps)) << " warm-up + " << tune.steps
+  info << "steps: " << PointMeasure::warmUpSteps(std::uint64_t(tune.steps), tree::kAutoReuseStart) << " warm-up ("
+       << PointMeasure::warmUpSteps(std::uint64_t(tune.steps), 0) << " for reuse auto) + " << tune.steps
        << " timed per setting, dt " << tune.dt << "\npoints: " << csvPath.string()
        << " (one row per setting, as it is measured)" << std::endl;
   TuneSearch search(defaultSetting, goal);

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <utility>
 
+#include "matcha/tree/tree_solver.hpp"
+
 namespace matcha::app {
 
 namespace {
@@ -19,7 +21,8 @@ constexpr double kMinPositiveAlpha = 2.5e-4;
 constexpr double kMaxAlpha = 0.02;
 constexpr std::uint32_t kMinNcrit = 16, kMaxNcrit = 8192;
 constexpr std::uint32_t kMaxNleaf = 64;
-constexpr std::uint32_t kMaxReuse = 8;  // tree::kMaxAutoReuse: beyond it the balls make the lists several times longer
+constexpr std::uint32_t kMaxReuse = tree::kMaxAutoReuse;  // beyond it the balls make the lists several times longer
+using tree::kAutoReuseStart;                               // where reuse auto starts its own search
 
 /// The refinement's moves, in the order they are tried: the cost parameters first. No theta: each family a move makes
 /// is taken to the limit's theta by snapToLimit, a better step than any fixed one.
@@ -146,7 +149,7 @@ std::optional<TuneSetting> moveSetting(const TuneSetting& from, const TuneMove& 
       break;
     case TuneMove::Parameter::reuse:
       // auto (0) starts its own search at 3 (tree::kAutoReuseStart): up from auto is 3 fixed, down is 2.
-      to.reuse = from.reuse == 0 ? (up > 0 ? 3u : 2u) : from.reuse + static_cast<std::uint32_t>(up);
+      to.reuse = from.reuse == 0 ? (up > 0 ? kAutoReuseStart : kAutoReuseStart - 1) : from.reuse + static_cast<std::uint32_t>(up);
       if (to.reuse < 1 || to.reuse > kMaxReuse) return std::nullopt;
       break;
     case TuneMove::Parameter::multipole:
@@ -278,6 +281,7 @@ std::vector<TuneSetting> coarseGrid(const TuneSetting& defaults) {
       defaults.theta + 0.3 <= kMaxTheta ? roundTheta(defaults.theta + 0.3) : roundTheta(defaults.theta - 0.3);
   TuneSetting sameOrder = defaults, otherOrder = defaults;
   sameOrder.theta = otherOrder.theta = wide;
+  if (defaults.reuse == 0) sameOrder.reuse = otherOrder.reuse = kAutoReuseStart;
   otherOrder.multipole =
       defaults.multipole == MultipoleOrder::monopole ? MultipoleOrder::quadrupole : MultipoleOrder::monopole;
   return {defaults, sameOrder, otherOrder};

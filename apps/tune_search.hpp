@@ -92,9 +92,12 @@ std::optional<TuneSnap> snapToLimit(const std::vector<TunePoint>& points, const 
                                     const TuneGoal& goal);
 
 /// The coarse grid the search starts with: `defaults`, then the defaults' multipole order and the other one at theta
-/// 0.3 larger (smaller where that passes 1.5), the other parameters the defaults'. Three settings, not more: the
-/// refinement takes each family to the target's theta from there (snapToLimit), and a setting of 2^15 bodies on two
-/// CPU cores takes ten seconds and more to measure.
+/// 0.3 larger (smaller where that passes 1.5), the other parameters the defaults' but reuse: where the defaults choose
+/// it at run time (auto), these two fix it at the K auto starts from (3). Auto searches K in the run itself, which a
+/// tune's short measurement cannot show in its steady state, and a run given the K the tune measured best does not
+/// pay for that search (10-20% of a step on the H200 at 2^22 and 2^24). Three settings, not more: the refinement takes
+/// each family to the target's theta from there (snapToLimit), and a setting of 2^15 bodies on two CPU cores takes ten
+/// seconds and more to measure.
 std::vector<TuneSetting> coarseGrid(const TuneSetting& defaults);
 
 /// The search: the coarse grid, then a compass search around the best point for the goal and around the front point

@@ -127,6 +127,14 @@ TEST(TuneSearch, StartsWithTheDefaultsAndTheCoarseGridAndNeverMeasuresTwice) {
   EXPECT_EQ(grid[1].multipole, MultipoleOrder::quadrupole);
   EXPECT_DOUBLE_EQ(grid[2].theta, 0.8);
   EXPECT_EQ(grid[2].multipole, MultipoleOrder::monopole);
+  // Reuse auto (the defaults') searches K in the run; the grid's other two fix it at auto's start, and keep a K the
+  // defaults fix.
+  EXPECT_EQ(grid[0].reuse, 0u);
+  EXPECT_EQ(grid[1].reuse, 3u);
+  EXPECT_EQ(grid[2].reuse, 3u);
+  TuneSetting fixed = defaults;
+  fixed.reuse = 2;
+  for (const TuneSetting& s : matcha::app::coarseGrid(fixed)) EXPECT_EQ(s.reuse, 2u);
   matcha::app::TuneSearch search(defaults, {TuneGoal::Kind::targetError, 1e-3});
   for (std::size_t k = 0; k < grid.size(); ++k) {
     const auto next = search.next();
