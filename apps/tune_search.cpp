@@ -22,7 +22,7 @@ constexpr double kMaxAlpha = 0.02;
 constexpr std::uint32_t kMinNcrit = 16, kMaxNcrit = 8192;
 constexpr std::uint32_t kMaxNleaf = 64;
 constexpr std::uint32_t kMaxReuse = tree::kMaxAutoReuse;  // beyond it the balls make the lists several times longer
-using tree::kAutoReuseStart;                               // where reuse auto starts its own search
+using tree::kAutoReuseStart;                              // where reuse auto starts its own search
 
 /// The refinement's moves, in the order they are tried: the cost parameters first. No theta: each family a move makes
 /// is taken to the limit's theta by snapToLimit, a better step than any fixed one.
@@ -149,7 +149,8 @@ std::optional<TuneSetting> moveSetting(const TuneSetting& from, const TuneMove& 
       break;
     case TuneMove::Parameter::reuse:
       // auto (0) starts its own search at 3 (tree::kAutoReuseStart): up from auto is 3 fixed, down is 2.
-      to.reuse = from.reuse == 0 ? (up > 0 ? kAutoReuseStart : kAutoReuseStart - 1) : from.reuse + static_cast<std::uint32_t>(up);
+      to.reuse = from.reuse == 0 ? (up > 0 ? kAutoReuseStart : kAutoReuseStart - 1)
+                                 : from.reuse + static_cast<std::uint32_t>(up);
       if (to.reuse < 1 || to.reuse > kMaxReuse) return std::nullopt;
       break;
     case TuneMove::Parameter::multipole:
