@@ -42,15 +42,36 @@ DomainBox domainOf(const tree::Groups& groups) {
   return box;
 }
 
-void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                   const DomainBox& box, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies) {
-  cells.clear();
-  bodies.clear();
-  if (tree.numCells() == 0) return;
-  MATCHA_ASSERT(tree.comSpread.empty(), "local essential trees need a tree of exact positions");
-  const CellMultipoles& m = tree.multipoles;
-  std::vector<std::uint32_t> localCell;  // the tree's id of each exported cell
-  const auto add = [&](std::uint32_t cell) {
+namespace {
+
+/// Whether the cell (centre of mass `com`, opening radius, mass, b_max) passes the walk's double criterion for the box
+/// (centre, half extents) at relative tolerance `tolerance`.
+bool accepts(const double* com, double openingRadius, double mass, double bmax, bool quadrupole, const double* centre,
+             const double* half, double tolerance) {
+  const double distance2 =
+      distanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0], half[1], half[2]);
+  return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole);
+}
+
+/// exportSubtree's depth-first pass: `active` holds the remote groups that reach `cell` (exported as cells[at]).
+class SubtreeExporter {
+ public:
+  SubtreeExporter(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
+                  const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies)
+      : tree_(tree), sorted_(sortedBodies), ids_(ids), remote_(remote), cells_(cells), bodies_(bodies) {}
+
+  void run() {
+    std::vector<std::uint32_t> all(remote_.size());
+    for (std::size_t g = 0; g < all.size(); ++g) all[g] = static_cast<std::uint32_t>(g);
+    // One set of opening groups per level, sized once: a child's visit never moves its parent's set.
+    opening_.resize(kMaxLevel + 2);
+    add(0);
+    visit(0, 0, all, 0);
+  }
+
+ private:
+  void add(std::uint32_t cell) {
+    const CellMultipoles& m = tree_.multipoles;
     ExportedCell out{};
     out.com[0] = m.x[cell];
     out.com[1] = m.y[cell];
@@ -61,38 +82,72 @@ void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std
       std::copy(q, q + 6, out.quadrupole);
       out.trace = m.trace[cell];
     }
-    out.openingRadius = tree.openingRadius[cell];
-    out.bmax = tree.bmax[cell];
+    out.openingRadius = tree_.openingRadius[cell];
+    out.bmax = tree_.bmax[cell];
     out.sourceCell = cell;
-    cells.push_back(out);
-    localCell.push_back(cell);
-  };
-  add(0);
-  // Breadth first: the cells exported so far are visited in order, so each opened cell's children are appended as
-  // one consecutive run.
-  for (std::size_t k = 0; k < cells.size(); ++k) {
-    const std::uint32_t cell = localCell[k];
-    const double distance2 =
-        distanceToBox2(cells[k].com[0], cells[k].com[1], cells[k].com[2], box.centre[0], box.centre[1], box.centre[2],
-                       box.halfExtent[0], box.halfExtent[1], box.halfExtent[2]);
-    if (passesOpeningCriterion(distance2, tree.openingRadius[cell], m.mass[cell], tree.bmax[cell], box.tolerance,
-                               m.hasQuadrupole)) {
-      cells[k].accepted = 1;
-    } else if (tree.isLeaf(cell)) {
-      const BodyRange range = tree.bodies[cell];
-      cells[k].firstBody = static_cast<std::uint32_t>(bodies.size());
-      for (std::uint32_t i = range.first; i < range.last; ++i) {
-        bodies.push_back({sortedBodies.x[i], sortedBodies.y[i], sortedBodies.z[i], sortedBodies.mass[i], ids[i]});
-      }
-      cells[k].lastBody = static_cast<std::uint32_t>(bodies.size());
-    } else {
-      cells[k].firstChild = static_cast<std::uint32_t>(cells.size());
-      cells[k].numChildren = tree.numChildren[cell];
-      for (std::uint32_t c = 0; c < tree.numChildren[cell]; ++c) add(tree.firstChild[cell] + c);
-    }
-    MATCHA_ASSERT(cells.size() < (std::size_t{1} << 32) && bodies.size() < (std::size_t{1} << 32),
-                  "an exported subtree exceeds 32-bit indices");
+    cells_.push_back(out);
+    MATCHA_ASSERT(cells_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
   }
+
+  void visit(std::uint32_t cell, std::size_t at, std::span<const std::uint32_t> active, std::size_t depth) {
+    const bool quadrupole = tree_.multipoles.hasQuadrupole;
+    const ExportedCell c = cells_[at];  // a copy: add() below may move cells_
+    if (accepts(c.com, c.openingRadius, c.mass, c.bmax, quadrupole, remote_.domain.centre, remote_.domain.halfExtent,
+                remote_.domain.tolerance)) {
+      cells_[at].accepted = 1;
+      return;
+    }
+    MATCHA_ASSERT(depth < opening_.size(), "an octree deeper than kMaxLevel");
+    std::vector<std::uint32_t>& opening = opening_[depth];
+    opening.clear();
+    for (const std::uint32_t g : active) {
+      if (!accepts(c.com, c.openingRadius, c.mass, c.bmax, quadrupole, &remote_.centre[3 * g],
+                   &remote_.halfExtent[3 * g], remote_.tolerance[g])) {
+        opening.push_back(g);
+      }
+    }
+    if (opening.empty()) {
+      cells_[at].accepted = 1;
+    } else if (tree_.isLeaf(cell)) {
+      const BodyRange range = tree_.bodies[cell];
+      cells_[at].firstBody = static_cast<std::uint32_t>(bodies_.size());
+      for (std::uint32_t i = range.first; i < range.last; ++i) {
+        bodies_.push_back({sorted_.x[i], sorted_.y[i], sorted_.z[i], sorted_.mass[i], ids_[i]});
+      }
+      MATCHA_ASSERT(bodies_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
+      cells_[at].lastBody = static_cast<std::uint32_t>(bodies_.size());
+    } else {
+      // All children at once, so that they are consecutive; then each is visited by the groups that opened this cell.
+      const auto firstChild = static_cast<std::uint32_t>(cells_.size());
+      const std::uint32_t numChildren = tree_.numChildren[cell];
+      cells_[at].firstChild = firstChild;
+      cells_[at].numChildren = numChildren;
+      for (std::uint32_t k = 0; k < numChildren; ++k) add(tree_.firstChild[cell] + k);
+      for (std::uint32_t k = 0; k < numChildren; ++k) {
+        // opening_[depth] stays as it is while the children's visits use the deeper levels.
+        visit(tree_.firstChild[cell] + k, firstChild + k, opening_[depth], depth + 1);
+      }
+    }
+  }
+
+  const tree::Octree& tree_;
+  const SourceView& sorted_;
+  std::span<const std::uint64_t> ids_;
+  const RemoteGroups& remote_;
+  std::vector<ExportedCell>& cells_;
+  std::vector<ExportedBody>& bodies_;
+  std::vector<std::vector<std::uint32_t>> opening_;  ///< per depth: the groups that open the cell visited there
+};
+
+}  // namespace
+
+void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
+                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies) {
+  cells.clear();
+  bodies.clear();
+  if (tree.numCells() == 0 || remote.size() == 0) return;
+  MATCHA_ASSERT(tree.comSpread.empty(), "local essential trees need a tree of exact positions");
+  SubtreeExporter(tree, sortedBodies, ids, remote, cells, bodies).run();
 }
 
 namespace {
@@ -146,21 +201,55 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
   const int rank = rankOf(comm);
   const int numRanks = numRanksOf(comm);
   Stopwatch clock;
-  std::vector<DomainBox> boxes(numRanks);
-  const DomainBox mine = domainOf(groups);
-  MPI_Datatype boxType;
-  MPI_Type_contiguous(static_cast<int>(sizeof(DomainBox)), MPI_BYTE, &boxType);
-  MPI_Type_commit(&boxType);
-  MPI_Allgather(&mine, 1, boxType, boxes.data(), 1, boxType, comm);
-  MPI_Type_free(&boxType);
+  // Every rank's groups as its walk sees them: box centre, half extents, relative tolerance (7 doubles a group).
+  constexpr int kGroupDoubles = 7;
+  const std::size_t numGroups = groups.size();
+  MATCHA_ASSERT(groups.relativeTolerance.size() == numGroups, "exchange needs the groups' relative tolerances");
+  std::vector<double> mine(kGroupDoubles * numGroups);
+  for (std::size_t g = 0; g < numGroups; ++g) {
+    double* record = &mine[kGroupDoubles * g];
+    for (int d = 0; d < 3; ++d) {
+      record[d] = groups.centre[3 * g + d];
+      record[3 + d] = groups.halfExtent[3 * g + d];
+    }
+    record[6] = groups.relativeTolerance[g];
+  }
+  MATCHA_ASSERT(numGroups < (std::size_t{1} << 31), "too many groups for an MPI count");
+  const int myCount = static_cast<int>(numGroups);
+  std::vector<int> groupCounts(numRanks), groupOffsets(numRanks + 1, 0);
+  MPI_Allgather(&myCount, 1, MPI_INT, groupCounts.data(), 1, MPI_INT, comm);
+  for (int r = 0; r < numRanks; ++r) groupOffsets[r + 1] = groupOffsets[r] + groupCounts[r];
+  std::vector<double> allGroups(kGroupDoubles * static_cast<std::size_t>(groupOffsets[numRanks]));
+  {
+    const RecordType groupType(kGroupDoubles * sizeof(double));
+    MPI_Allgatherv(mine.data(), myCount, groupType.get(), allGroups.data(), groupCounts.data(), groupOffsets.data(),
+                   groupType.get(), comm);
+  }
   stats_.communicationSeconds += clock.seconds();
 
   clock.restart();
   std::vector<std::vector<ExportedCell>> sendCells(numRanks);
   std::vector<std::vector<ExportedBody>> sendBodies(numRanks);
   for (int r = 0; r < numRanks; ++r) {
-    if (r == rank || boxes[r].empty) continue;
-    exportSubtree(tree, sortedBodies, ids, boxes[r], sendCells[r], sendBodies[r]);
+    if (r == rank || groupCounts[r] == 0) continue;
+    // Rank r's groups, field by field, and their domain box.
+    tree::Groups theirs;
+    const auto count = static_cast<std::size_t>(groupCounts[r]);
+    theirs.ranges.resize(count);
+    theirs.centre.resize(3 * count);
+    theirs.halfExtent.resize(3 * count);
+    theirs.relativeTolerance.resize(count);
+    for (std::size_t g = 0; g < count; ++g) {
+      const double* record = &allGroups[kGroupDoubles * (groupOffsets[r] + g)];
+      for (int d = 0; d < 3; ++d) {
+        theirs.centre[3 * g + d] = record[d];
+        theirs.halfExtent[3 * g + d] = record[3 + d];
+      }
+      theirs.relativeTolerance[g] = record[6];
+    }
+    const RemoteGroups remote{domainOf(theirs), theirs.centre, theirs.halfExtent, theirs.relativeTolerance};
+    exportSubtree(tree, sortedBodies, ids, remote, sendCells[r], sendBodies[r]);
+    stats_.remoteGroups += count;
     stats_.cellsSent += sendCells[r].size();
     stats_.bodiesSent += sendBodies[r].size();
   }
@@ -254,16 +343,10 @@ void LocalEssentialTree::buildPlan(const tree::Groups& groups, const Interaction
         const std::uint32_t c = stack.back();
         stack.pop_back();
         const ExportedCell& cell = received_[c - numLocalCells_];
-        // The sender's test for this rank's whole domain holds for this group (exportSubtree says why); any other
-        // cell gets the walk's test (tree/walk.hpp: acceptCell) for the group's own box and tolerance.
-        bool accept = cell.accepted != 0;
-        if (!accept) {
-          const double distance2 = distanceToBox2(cell.com[0], cell.com[1], cell.com[2], centre[0], centre[1],
-                                                  centre[2], half[0], half[1], half[2]);
-          accept = passesOpeningCriterion(distance2, cell.openingRadius, cell.mass, cell.bmax, tolerance,
-                                          cells_.hasQuadrupole);
-        }
-        if (accept) {
+        // The sender ran this group's walk on the same numbers (exportSubtree): a cell it sent as accepted passes for
+        // every group that reaches it; any other cell gets the walk's test for the group's own box and tolerance.
+        if (cell.accepted != 0 || accepts(cell.com, cell.openingRadius, cell.mass, cell.bmax, cells_.hasQuadrupole,
+                                          centre, half, tolerance)) {
           cellList.push_back(c);
         } else if (cell.numChildren == 0) {
           if (cell.lastBody == cell.firstBody) continue;

@@ -17,8 +17,8 @@
 
 namespace matcha::parallel {
 
-/// What another rank's tree is pruned against: the box around all of a rank's groups, and the smallest relative
-/// tolerance among them (+inf where the relative test is off). `empty`: the rank has no groups (no bodies).
+/// The box around all of a rank's groups, and the smallest relative tolerance among them (+inf where the relative test
+/// is off). `empty`: the rank has no groups (no bodies).
 struct DomainBox {
   double centre[3] = {0, 0, 0};
   double halfExtent[3] = {0, 0, 0};
@@ -26,8 +26,19 @@ struct DomainBox {
   int empty = 1;  ///< an int, so that the struct goes through MPI as doubles and ints without padding surprises
 };
 
-/// The box and tolerance of `groups` (their boxes' union; Groups::relativeTolerance's minimum, +inf when empty).
+/// The box and tolerance of `groups` (their boxes' union, rounded outwards; Groups::relativeTolerance's minimum, +inf
+/// when empty).
 DomainBox domainOf(const tree::Groups& groups);
+
+/// What another rank's tree is pruned against: that rank's groups (their boxes and relative tolerances, exactly as its
+/// walk uses them) and the box around them all.
+struct RemoteGroups {
+  DomainBox domain;
+  std::span<const double> centre;      ///< 3 per group
+  std::span<const double> halfExtent;  ///< 3 per group
+  std::span<const double> tolerance;   ///< 1 per group (+inf: the relative test off)
+  std::size_t size() const { return tolerance.size(); }
+};
 
 /// One cell of a pruned subtree as it travels. Child and body indices are within the sender's subtree for that
 /// receiver (cells and bodies numbered from 0).
@@ -52,26 +63,30 @@ struct ExportedBody {
   std::uint64_t id;
 };
 
-/// Appends to `cells` and `bodies` (both cleared first) the subtree of `tree` that a rank whose groups lie in `box`
-/// needs, breadth first from the root: a cell that passes the opening criterion (core/opening_criterion.hpp) for the
-/// whole box goes as accepted, without children; any other cell goes opened, with its children, and an opened leaf
-/// with its bodies (from `sortedBodies`, the tree's order, and `ids`). `tree` needs computeMultipoles, over exact
-/// positions (no comSpread). Serial; allocates.
+/// Appends to `cells` and `bodies` (both cleared first) the subtree of `tree` that the groups `remote` of another rank
+/// need: the union of their walks of `tree`, each with the walk's double criterion (core/opening_criterion.hpp, as
+/// tree/walk.hpp's acceptCell), so that the receiver's walk of the subtree (LocalEssentialTree::buildPlan) makes the
+/// same decisions on the same numbers and never reaches a cell that was not sent. A cell that every group reaching it
+/// accepts goes as accepted, without children; a cell that some group opens goes opened, with all its children
+/// (consecutive), and an opened leaf with its bodies (from `sortedBodies`, the tree's order, and `ids`). `tree` needs
+/// computeMultipoles over exact positions (no comSpread). Serial (depth first); allocates.
 ///
-/// Why an accepted cell serves every group inside the box: the theta test asks that the group's box lie outside the
-/// sphere of radius r_open about the cell's centre of mass, i.e. that the squared distance d^2 from the centre of
-/// mass to the nearest point of the box exceed r_open^2, and the relative test that M b_max^p <= tolerance d^(p+2).
-/// Both hold the more for a larger d and a larger tolerance. A group's box lies inside the domain's box, so its
-/// nearest point is at least as far as the domain's, and its tolerance is at least the domain's smallest.
+/// A cell that passes the criterion for the box around all the groups is accepted for every group without a test per
+/// group. Why that holds: the theta test asks that the group's box lie outside the sphere of radius r_open about the
+/// cell's centre of mass, i.e. that the squared distance d^2 from the centre of mass to the nearest point of the box
+/// exceed r_open^2, and the relative test that M b_max^p <= tolerance d^(p+2). Both hold the more for a larger d and a
+/// larger tolerance. A group's box lies inside the domain's box, so its nearest point is at least as far as the
+/// domain's, and its tolerance is at least the domain's smallest.
 void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                   const DomainBox& box, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies);
+                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies);
 
 /// Sizes of one rank's exchange, for the solver's report and the tests.
 struct LetStats {
   std::uint64_t cellsSent = 0, bodiesSent = 0;
   std::uint64_t cellsReceived = 0, bodiesReceived = 0;
+  std::uint64_t remoteGroups = 0;     ///< the other ranks' groups this rank pruned its tree for
   double buildSeconds = 0.0;          ///< pruning the local tree for the other ranks (exportSubtree)
-  double communicationSeconds = 0.0;  ///< the domain boxes' allgather and the subtrees' all-to-all exchange
+  double communicationSeconds = 0.0;  ///< the group boxes' allgather and the subtrees' all-to-all exchange
   double walkSeconds = 0.0;           ///< walking the received subtrees for the local groups
 };
 
@@ -80,17 +95,19 @@ struct LetStats {
 /// bodies; cells are the local tree's cells followed by the received cells.
 class LocalEssentialTree {
  public:
-  /// Exchanges the pruned subtrees: every rank's DomainBox goes to every rank (MPI_Allgather), each rank prunes its
-  /// tree against every other non-empty rank's box (exportSubtree) and the subtrees go out with MPI_Alltoallv, counts
-  /// first. `tree`, `sortedBodies`, `ids` and `groups` are this rank's (empty for a rank with no bodies; `tree` then
-  /// has no cells). Collective; allocates.
+  /// Exchanges the pruned subtrees: every rank's group boxes and tolerances go to every rank (MPI_Allgatherv), each
+  /// rank prunes its tree for every other rank's groups (exportSubtree) and the subtrees go out with MPI_Alltoallv,
+  /// counts first. `groups` must hold their relative tolerances (one per group) as the walk will use them. `tree`,
+  /// `sortedBodies`, `ids` and `groups` are this rank's (empty for a rank with no bodies; `tree` then has no cells).
+  /// Collective; allocates.
   void exchange(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
                 const tree::Groups& groups, MPI_Comm comm);
 
   /// Each local group's whole list: its list in `localPlan` (the walk of the local tree for groups 0 .. size, in order,
   /// as tree::PlanBuilder makes it), then its walk of each received subtree with the double criterion (tree/walk.hpp:
-  /// acceptCell): a cell accepted for this rank's whole domain is taken as it is, another is tested for the group's
-  /// box and tolerance, and opened (its children, or a leaf's bodies) when it fails. Indices are into sources() and
+  /// acceptCell), which the sender ran for this group too (exportSubtree): a cell sent as accepted is taken as it is,
+  /// another is tested for the group's box and tolerance, and opened (its children, or a leaf's bodies) when it
+  /// fails. Indices are into sources() and
   /// cells(). Overwrites `plan`. Parallel over groups.
   void buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan, InteractionPlan& plan);
 
