@@ -26,16 +26,18 @@ using testing::worldSize;
 
 AccelerationSet accelerations(const Particles& p) { return {p.ax, p.ay, p.az}; }
 
-/// Rank 0's verdict on K ranks' forces (gathered by id) against the oracle and against the one-rank tree solver (reuse
-/// off: a tree per call) on the same bodies; the other ranks only take part in the gathers.
-void expectOneRankAccuracy(const Particles& local, const TreeParams& params, const char* what) {
-  const Particles gathered = testing::gatherById(local);
+/// Rank 0's verdict on K ranks' forces (`result`, gathered by id) against the oracle and against the one-rank tree
+/// solver (reuse off: a tree per call) on the same bodies as they came into the K ranks' call (`input`: the same
+/// positions, and the accelerations that scaled its relative opening test); the other ranks only take part in the
+/// gathers.
+void expectOneRankAccuracy(const Particles& result, const Particles& input, const TreeParams& params,
+                           const char* what) {
+  const Particles gathered = testing::gatherById(result);
+  Particles single = testing::gatherById(input);
   if (worldRank() != 0) return;
   Particles oracle = gathered;
   gpu::CpuEngine exact(gpu::Precision::float64);
   exact.evaluateDirect(oracle.sources(), GravityParams{}, oracle.forces());
-  // The one-rank run starts from the same accelerations the K ranks had (none, or the last call's).
-  Particles single = gathered;
   gpu::CpuEngine engine;
   TreeParams oneRank = params;
   oneRank.reuse = 1;
@@ -53,10 +55,15 @@ void expectOneRankAccuracy(const Particles& local, const TreeParams& params, con
       what, gathered.size(), params.theta, worldSize(), k.median, k.p99, k.max, one.median, one.p99, one.max);
   // Within noise: different trees (each rank's own cells near domain boundaries, its own groups) give a different
   // sample of the same error distribution.
-  EXPECT_LE(k.median, 1.15 * one.median) << what;
+  EXPECT_LE(k.median, 1.05 * one.median) << what;
   EXPECT_LE(k.p99, 1.15 * one.p99) << what;
   EXPECT_LE(k.max, 3.0 * one.max) << what;
   EXPECT_GE(k.median, 0.5 * one.median) << what << ": suspiciously better than one rank";
+  if (worldSize() == 1) {
+    // One rank builds TreeSolver's tree, groups and lists (the relative test's floor may round differently).
+    EXPECT_NEAR(k.median, one.median, 0.01 * one.median) << what;
+    EXPECT_NEAR(k.p99, one.p99, 0.01 * one.p99) << what;
+  }
 }
 
 /// A call's imbalance over the ranks, printed by rank 0.
@@ -82,23 +89,25 @@ TEST(DistributedForces, PlummerMatchesOneRankAgainstDirectSummation) {
   TreeParams params;  // theta 0.5, quadrupole, alpha 1e-3: the defaults
   gpu::CpuEngine engine;
   DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+  Particles input = local;
   solver.computeForces(local);
   EXPECT_TRUE(solver.lastStats().estimatePass);
   reportBalance(solver, "plummer 2^14, first call");
-  expectOneRankAccuracy(local, params, "plummer 2^14 from fresh ICs");
+  expectOneRankAccuracy(local, input, params, "plummer 2^14 from fresh ICs");
 
   // A second call on the bodies it returned: split by the first call's work, relative test from its accelerations.
+  input = local;
   solver.computeForces(local);
   EXPECT_FALSE(solver.lastStats().estimatePass);
   reportBalance(solver, "plummer 2^14, second call (split by work)");
   EXPECT_LE(solver.lastStats().imbalance(), 1.15);
-  expectOneRankAccuracy(local, params, "plummer 2^14 with the last call's accelerations");
+  expectOneRankAccuracy(local, input, params, "plummer 2^14 with the last call's accelerations");
 }
 
 TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));
-  const std::size_t n = 6000;
+  const std::size_t n = std::size_t{1} << 14;
   const Particles all = matcha::testing::clumpInHalo(n, seed);
   Particles local = testing::dealOut(all, worldRank(), worldSize());
   TreeParams params;
@@ -108,12 +117,14 @@ TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {
   solver.computeForces(local);
   // Large drifts (the clump's bodies cross the halo's domains) between calls.
   std::uint64_t migrated = 0;
+  Particles input;
   for (int call = 0; call < 3; ++call) {
     for (std::size_t i = 0; i < local.size(); ++i) {
       local.x[i] += 0.3 * local.vx[i] + 0.05 * std::sin(double(local.id[i]));
       local.y[i] += 0.3 * local.vy[i] - 0.2;
       local.z[i] += 0.3 * local.vz[i];
     }
+    input = local;
     solver.computeForces(local);
     migrated += solver.lastStats().decomposition.bodiesReceived;
   }
@@ -126,7 +137,7 @@ TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {
   ASSERT_EQ(ids.size(), n);
   for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(ids[k], k);
   reportBalance(solver, "clump in halo after 3 drifts");
-  expectOneRankAccuracy(local, params, "clump in halo after drifts");
+  expectOneRankAccuracy(local, input, params, "clump in halo after drifts");
 }
 
 TEST(DistributedForces, RanksWithoutBodiesTakePart) {
@@ -142,11 +153,12 @@ TEST(DistributedForces, RanksWithoutBodiesTakePart) {
   std::vector<double> weights(local.size(), 1.0);
   for (std::size_t i = 0; i < local.size(); ++i) weights[i] = local.id[i] == 7 ? 1e7 : 1.0;
   solver.setWorkWeights(weights);
+  const Particles input = local;
   solver.computeForces(local);
   int empty = local.empty() ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(empty, std::max(0, worldSize() - 2));
-  expectOneRankAccuracy(local, params, "plummer with empty ranks");
+  expectOneRankAccuracy(local, input, params, "plummer with empty ranks");
 }
 
 TEST(DistributedForces, BadInputStopsEveryRankWithOneMessage) {

@@ -113,13 +113,17 @@ TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
   const std::size_t n = 4000;
   Particles all = plummerWithData(n, seed);
   Particles local = dealOut(all, worldRank(), worldSize());
-  decompose(local, nullptr, MPI_COMM_WORLD);
-  // A rotation by 90 degrees about z, and a shift: along the Morton curve nearly every body changes owner.
-  const auto move = [](Particles& p) {
+  const Domain first = decompose(local, nullptr, MPI_COMM_WORLD);
+  // Body i takes the place of body (i + N/2) mod N: the same set of positions (so the same cube and, with unit
+  // weights, the same splitters), but each body now lies where another did, in another rank's range for about a
+  // fraction 1 - 1/K of them (Plummer ids are in random order).
+  const Particles before = all;
+  const auto move = [&](Particles& p) {
     for (std::size_t i = 0; i < p.size(); ++i) {
-      const double x = p.x[i];
-      p.x[i] = -p.y[i] + 0.25;
-      p.y[i] = x;
+      const std::size_t from = (p.id[i] + n / 2) % n;
+      p.x[i] = before.x[from];
+      p.y[i] = before.y[from];
+      p.z[i] = before.z[from];
     }
   };
   move(local);
@@ -127,12 +131,13 @@ TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
   DecompositionStats stats;
   const Domain domain = decompose(local, nullptr, MPI_COMM_WORLD, &stats);
   expectCoveredOnce(local, domain, all);
+  EXPECT_EQ(domain.splitters, first.splitters);
   std::uint64_t moved = stats.bodiesSent, arrived = stats.bodiesReceived;
   MPI_Allreduce(MPI_IN_PLACE, &moved, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &arrived, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(moved, arrived);
   if (worldSize() > 1) {
-    EXPECT_GT(moved, n / 4) << "the rotation should move many bodies to other ranks";
+    EXPECT_GT(moved, n / 4) << "the exchange of places should move many bodies to other ranks";
   }
   // A second call on bodies that did not move moves nothing.
   const Domain again = decompose(local, nullptr, MPI_COMM_WORLD, &stats);
