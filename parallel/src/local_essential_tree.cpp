@@ -38,7 +38,7 @@ DomainBox domainOf(const tree::Groups& groups) {
     box.halfExtent[d] = std::max({half, hi[d] - box.centre[d], box.centre[d] - lo[d]});
     box.halfExtent[d] = std::nextafter(box.halfExtent[d], std::numeric_limits<double>::infinity());
   }
-  box.empty = 0;
+  box.empty = false;
   return box;
 }
 
@@ -151,6 +151,9 @@ void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std
 }
 
 namespace {
+
+static_assert(sizeof(ExportedCell) == 13 * sizeof(double) + 6 * sizeof(std::uint32_t), "ExportedCell has padding");
+static_assert(sizeof(ExportedBody) == 5 * sizeof(double), "ExportedBody has padding");
 
 /// An MPI datatype of `bytes` contiguous bytes (one ExportedCell or ExportedBody), so that counts stay counts of
 /// records, not of bytes, within int range. Freed by its destructor.

@@ -23,7 +23,7 @@ struct DomainBox {
   double centre[3] = {0, 0, 0};
   double halfExtent[3] = {0, 0, 0};
   double tolerance = 0.0;
-  int empty = 1;  ///< an int, so that the struct goes through MPI as doubles and ints without padding surprises
+  bool empty = true;
 };
 
 /// The box and tolerance of `groups` (their boxes' union, rounded outwards; Groups::relativeTolerance's minimum, +inf
@@ -40,8 +40,8 @@ struct RemoteGroups {
   std::size_t size() const { return tolerance.size(); }
 };
 
-/// One cell of a pruned subtree as it travels. Child and body indices are within the sender's subtree for that
-/// receiver (cells and bodies numbered from 0).
+/// One cell of a pruned subtree as it travels (128 bytes, no padding: it goes through MPI as bytes). Child and body
+/// indices are within the sender's subtree for that receiver (cells and bodies numbered from 0).
 struct ExportedCell {
   double com[3];
   double mass;
@@ -54,7 +54,9 @@ struct ExportedCell {
   std::uint32_t firstBody;    ///< an opened leaf's bodies [firstBody, lastBody); empty otherwise
   std::uint32_t lastBody;
   std::uint32_t sourceCell;  ///< the cell's id in the sender's tree (for the tests' coverage check)
-  std::uint32_t accepted;    ///< 1: passes the opening criterion for the receiver's whole domain
+  /// 1: every receiving group that reaches the cell accepts it (the receiver takes it without a test); 0: some group
+  /// opens it, so its children (or a leaf's bodies) came with it
+  std::uint32_t accepted;
 };
 
 /// One body of a pruned subtree: where it is, its mass, and its id (the tests' coverage check).
