@@ -53,8 +53,8 @@ bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particl
   return true;
 }
 
-InteractionCounts DistributedTreeSolver::evaluatePass(const Particles& particles, double theta, MultipoleOrder order,
-                                                      const ForceView& out, ForceReport& report) {
+InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, double theta, MultipoleOrder order,
+                                                      bool potentials, ForceReport& report) {
   const std::size_t n = particles.size();
   Stopwatch clock;
   if (n > 0) {
@@ -75,9 +75,17 @@ InteractionCounts DistributedTreeSolver::evaluatePass(const Particles& particles
   let_.buildPlan(groups_, localPlan_, plan_);
   stats_.walkSeconds += let_.stats().walkSeconds;
   report.timings[Phase::walk] += let_.stats().walkSeconds;
-  // The engine writes the outputs of the plan's groups, which are this rank's bodies: indices below n, the front of
-  // the sources (the received bodies behind them are sources only).
+  // The engine writes the outputs of the plan's groups, this rank's bodies: the front of the sources (the received
+  // bodies behind them are sources only). Its outputs span all the sources, as the engine contract has them.
+  const std::size_t numSources = let_.sources().count;
+  for (auto* array : {&outAx_, &outAy_, &outAz_}) array->resize(numSources);
+  outPot_.resize(potentials ? numSources : 0);
+  const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
   const InteractionCounts counts = engine_.evaluatePlan(let_.sources(), let_.cells(), plan_, gravity_, out);
+  std::copy_n(outAx_.begin(), n, particles.ax.begin());
+  std::copy_n(outAy_.begin(), n, particles.ay.begin());
+  std::copy_n(outAz_.begin(), n, particles.az.begin());
+  if (potentials) std::copy_n(outPot_.begin(), n, particles.pot.begin());
   const EngineTimings timings = engine_.lastTimings();
   stats_.kernelSeconds += timings.kernelSeconds;
   report.timings[Phase::upload] += timings.uploadSeconds;
@@ -100,7 +108,8 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
 
   // The last call's interactions per body weigh the split when these are the bodies it returned.
   Stopwatch clock;
-  if (work_.size() != particles.size()) work_.clear();
+  if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
+  weightsGiven_ = false;
   domain_ = decompose(particles, &work_, comm_, &stats_.decomposition);
   stats_.decompositionSeconds = clock.seconds();
   report.timings[Phase::keys] += stats_.decompositionSeconds;
@@ -124,22 +133,20 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   }
   stats_.localBuildSeconds += clock.seconds();
 
-  const ForceView out = forcesToWrite(particles);
   bool tolerancesSet = setGlobalRelativeTolerances(particles);
   if (!tolerancesSet && params_.alpha > 0.0) {
     // No accelerations on any rank (fresh initial conditions): a cheap pass first for the |a| the relative test
     // scales by, as TreeSolver's estimate pass (monopole cells at kEstimateTheta).
     const Stopwatch estimate;
-    ForceView accelerations = particles.forces();
-    accelerations.pot = nullptr;
     ForceReport pass;
-    evaluatePass(particles, tree::kEstimateTheta, MultipoleOrder::monopole, accelerations, pass);
+    evaluatePass(particles, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
     report.counts += pass.counts;
     tolerancesSet = setGlobalRelativeTolerances(particles);
     report.timings[Phase::estimate] += estimate.seconds();
     stats_.estimatePass = true;
   }
-  const InteractionCounts counts = evaluatePass(particles, params_.theta, params_.multipole, out, report);
+  const InteractionCounts counts =
+      evaluatePass(particles, params_.theta, params_.multipole, potentialsWanted(), report);
   stats_.let = let_.stats();
 
   // Each body's work for the next split: the length of its group's whole list.

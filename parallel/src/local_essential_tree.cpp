@@ -233,8 +233,9 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
   clock.restart();
   std::vector<std::vector<ExportedCell>> sendCells(numRanks);
   std::vector<std::vector<ExportedBody>> sendBodies(numRanks);
-  for (int r = 0; r < numRanks; ++r) {
-    if (r == rank || groupCounts[r] == 0) continue;
+  // One subtree per other rank, each pruned on its own (in parallel over the ranks).
+  tbb::parallel_for(0, numRanks, [&](int r) {
+    if (r == rank || groupCounts[r] == 0) return;
     // Rank r's groups, field by field, and their domain box.
     tree::Groups theirs;
     const auto count = static_cast<std::size_t>(groupCounts[r]);
@@ -252,7 +253,9 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
     }
     const RemoteGroups remote{domainOf(theirs), theirs.centre, theirs.halfExtent, theirs.relativeTolerance};
     exportSubtree(tree, sortedBodies, ids, remote, sendCells[r], sendBodies[r]);
-    stats_.remoteGroups += count;
+  });
+  for (int r = 0; r < numRanks; ++r) {
+    if (r != rank) stats_.remoteGroups += static_cast<std::uint64_t>(groupCounts[r]);
     stats_.cellsSent += sendCells[r].size();
     stats_.bodiesSent += sendBodies[r].size();
   }

@@ -179,6 +179,10 @@ TEST(DistributedForces, BadInputStopsEveryRankWithOneMessage) {
   if (worldSize() > 1) {
     EXPECT_EQ(message.rfind("rank " + std::to_string(worldSize() - 1) + ": ", 0), 0u) << message;
   }
+  // Weights that do not match the bodies.
+  local = testing::dealOut(all, worldRank(), worldSize());
+  solver.setWorkWeights(std::vector<double>(local.size() + 1, 1.0));
+  EXPECT_THROW(solver.computeForces(local), InputError);
   // Fewer bodies than ranks.
   Particles few = worldRank() == 0 && worldSize() > 1 ? matcha::testing::plummer(worldSize() - 1, 5) : Particles{};
   EXPECT_THROW(solver.computeForces(few), InputError);

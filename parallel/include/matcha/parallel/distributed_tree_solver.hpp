@@ -67,9 +67,13 @@ class DistributedTreeSolver final : public ForceSolver {
   std::string describe() const override;
 
   /// Weights for the next call's split instead of the last call's work: one per body, in the order the next call
-  /// will bring them (finite, >= 0; checked by that call). For a caller that knows its bodies' costs, and for the tests
-  /// (a split that leaves ranks empty).
-  void setWorkWeights(std::vector<double> weights) { work_ = std::move(weights); }
+  /// will bring them (that call throws InputError on every rank when a weight is negative or not finite, or their
+  /// number is not its bodies'). For a caller that knows its bodies' costs, and for the tests (a split that leaves
+  /// ranks empty).
+  void setWorkWeights(std::vector<double> weights) {
+    work_ = std::move(weights);
+    weightsGiven_ = true;
+  }
 
   const DistributedStats& lastStats() const { return stats_; }
   // The last call's pieces, for tests and diagnostics.
@@ -86,8 +90,9 @@ class DistributedTreeSolver final : public ForceSolver {
   /// its own bodies' mean, which on K ranks would give each rank a different floor). Returns false, the test off,
   /// when alpha is 0 or every rank's accelerations are all zero. Collective.
   bool setGlobalRelativeTolerances(const Particles& particles);
-  /// Multipoles at `theta` and `order`, the walks, the exchange and the evaluation into `out`. Collective.
-  InteractionCounts evaluatePass(const Particles& particles, double theta, MultipoleOrder order, const ForceView& out,
+  /// Multipoles at `theta` and `order`, the walks, the exchange and the evaluation into particles' acc (and pot when
+  /// `potentials`). Collective.
+  InteractionCounts evaluatePass(Particles& particles, double theta, MultipoleOrder order, bool potentials,
                                  ForceReport& report);
 
   NearFieldEngine& engine_;
@@ -96,7 +101,11 @@ class DistributedTreeSolver final : public ForceSolver {
   MPI_Comm comm_;
   int numRanks_ = 1;
 
-  std::vector<double> work_;  ///< each body's interactions in the last call, in the order it returned them
+  std::vector<double> work_;   ///< each body's interactions in the last call, in the order it returned them
+  bool weightsGiven_ = false;  ///< work_ came from setWorkWeights for the next call
+  /// The engine's outputs, one per source of the local essential tree (the local bodies, then the received ones: the
+  /// engines' index space, NearFieldEngine::evaluatePlan); the local bodies' are copied into the particles.
+  std::vector<double> outAx_, outAy_, outAz_, outPot_;
   Domain domain_;
   std::vector<std::uint64_t> keys_, sortedKeys_;
   std::vector<std::uint32_t> order_;
