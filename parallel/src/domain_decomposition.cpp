@@ -139,30 +139,52 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   tree::KeySorter sorter;
   std::vector<std::uint64_t> sortedKeys;
   std::vector<std::uint32_t> order;
-  if (n > 0) sorter.sort(keys, sortedKeys, order);
-  std::vector<double> prefix(n + 1, 0.0);
-  for (std::size_t k = 0; k < n; ++k) prefix[k + 1] = prefix[k] + weight[order[k]];
+  std::vector<double> prefix(1, 0.0);
+  if (numRanks > 1 && n > 0) {  // one rank owns the whole curve: no splitters to find
+    sorter.sort(keys, sortedKeys, order);
+    prefix.resize(n + 1);
+    for (std::size_t k = 0; k < n; ++k) prefix[k + 1] = prefix[k] + weight[order[k]];
+  }
   domain.splitters = balancedSplitters(sortedKeys, prefix, totalWeight, numRanks, comm);
 
-  // Bodies by destination rank (a counting sort that keeps each rank's bodies in their order), then one exchange.
+  // Only the bodies that change owner travel (after a drift, a few near the boundaries): those that stay are
+  // compacted in place, in their order, and the others' are packed by destination rank (a counting sort that keeps
+  // each rank's bodies in their order) for one exchange.
   const int rank = rankOf(comm);
   std::vector<int> destination(n);
   std::vector<int> sendCounts(numRanks, 0), receiveCounts(numRanks, 0);
-  for (std::size_t i = 0; i < n; ++i) ++sendCounts[destination[i] = domain.ownerOf(keys[i])];
+  for (std::size_t i = 0; i < n; ++i) {
+    destination[i] = domain.ownerOf(keys[i]);
+    if (destination[i] != rank) ++sendCounts[destination[i]];
+  }
   MPI_Alltoall(sendCounts.data(), 1, MPI_INT, receiveCounts.data(), 1, MPI_INT, comm);
   std::vector<int> sendOffsets(numRanks + 1, 0), receiveOffsets(numRanks + 1, 0);
   for (int r = 0; r < numRanks; ++r) {
     sendOffsets[r + 1] = sendOffsets[r] + sendCounts[r];
     receiveOffsets[r + 1] = receiveOffsets[r] + receiveCounts[r];
   }
-  std::vector<double> sendBuffer(std::size_t(kRecordDoubles) * n);
+  const auto numSent = static_cast<std::size_t>(sendOffsets[numRanks]);
+  const auto numReceived = static_cast<std::size_t>(receiveOffsets[numRanks]);
+  std::vector<double> sendBuffer(std::size_t(kRecordDoubles) * numSent);
+  std::size_t kept = 0;
   {
     std::vector<int> cursor(sendOffsets.begin(), sendOffsets.end() - 1);
+    std::vector<double>* arrays[11] = {&particles.x,  &particles.y,  &particles.z,    &particles.vx,
+                                       &particles.vy, &particles.vz, &particles.mass, &particles.ax,
+                                       &particles.ay, &particles.az, &particles.pot};
     for (std::size_t i = 0; i < n; ++i) {
-      packBody(particles, i, weight[i], &sendBuffer[std::size_t(kRecordDoubles) * cursor[destination[i]]++]);
+      if (destination[i] != rank) {
+        packBody(particles, i, weight[i], &sendBuffer[std::size_t(kRecordDoubles) * cursor[destination[i]]++]);
+        continue;
+      }
+      if (kept != i) {  // kept < i: body `kept` was packed already, or moved down itself
+        for (std::vector<double>* array : arrays) (*array)[kept] = (*array)[i];
+        particles.id[kept] = particles.id[i];
+        weight[kept] = weight[i];
+      }
+      ++kept;
     }
   }
-  const std::size_t numReceived = static_cast<std::size_t>(receiveOffsets[numRanks]);
   std::vector<double> receiveBuffer(std::size_t(kRecordDoubles) * numReceived);
   MPI_Datatype record;
   MPI_Type_contiguous(kRecordDoubles, MPI_DOUBLE, &record);
@@ -171,26 +193,18 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
                 receiveCounts.data(), receiveOffsets.data(), record, comm);
   MPI_Type_free(&record);
 
-  // This rank's own bodies first, in their order, then the others' by sending rank.
-  particles.resize(numReceived);
-  weight.resize(numReceived);
-  std::size_t next = 0;
-  const auto take = [&](int from) {
-    for (int k = receiveOffsets[from]; k < receiveOffsets[from + 1]; ++k) {
-      unpackBody(&receiveBuffer[std::size_t(kRecordDoubles) * k], particles, next, weight[next]);
-      ++next;
-    }
-  };
-  take(rank);
-  for (int from = 0; from < numRanks; ++from) {
-    if (from != rank) take(from);
+  // The kept bodies first, then the others' by sending rank.
+  particles.resize(kept + numReceived);
+  weight.resize(kept + numReceived);
+  for (std::size_t k = 0; k < numReceived; ++k) {
+    unpackBody(&receiveBuffer[std::size_t(kRecordDoubles) * k], particles, kept + k, weight[kept + k]);
   }
 
   if (stats != nullptr) {
     stats->numBodies = numBodies;
     stats->work = std::accumulate(weight.begin(), weight.end(), 0.0);
-    stats->bodiesSent = n - static_cast<std::uint64_t>(sendCounts[rank]);
-    stats->bodiesReceived = numReceived - static_cast<std::uint64_t>(receiveCounts[rank]);
+    stats->bodiesSent = numSent;
+    stats->bodiesReceived = numReceived;
     double sumAndMax[2] = {stats->work, stats->work};
     MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[0], 1, MPI_DOUBLE, MPI_SUM, comm);
     MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[1], 1, MPI_DOUBLE, MPI_MAX, comm);
