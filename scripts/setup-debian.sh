@@ -17,6 +17,7 @@ packages=(
   libcairo2-dev pkg-config fonts-dejavu-core  # matcha render: PNG, text and drawing (found with pkg-config)
   libgtest-dev libgmock-dev      # tests
   libbenchmark-dev               # bench/
+  libopenmpi-dev openmpi-bin     # parallel/: the distributed solver (MATCHA_MPI), mpirun for its tests
   python3-numpy python3-matplotlib python3-h5py  # scripts/*.py, run with /usr/bin/python3
 )
 

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+// Errors that every rank agrees on: a check that fails on one rank must stop the run on all of them with one message,
+// not leave the others waiting forever in the next collective call.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <string>
+
+namespace matcha::parallel {
+
+/// Runs `check` on this rank, then, collectively over `comm`, throws on every rank when it threw matcha::Error on any:
+/// the lowest failing rank's message, as an InputError when that error was one (else as matcha::Error), prefixed with
+/// "rank r: " where there is more than one rank. An exception that is not a matcha::Error propagates on its own rank
+/// only (a bug: the run then ends by mpirun's abort). Collective: every rank of `comm` must call it.
+void checkOnEveryRank(const std::function<void()>& check, MPI_Comm comm);
+
+/// This rank's index and the number of ranks in `comm`.
+int rankOf(MPI_Comm comm);
+int numRanksOf(MPI_Comm comm);
+
+}  // namespace matcha::parallel

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+// The treecode over several MPI ranks as a ForceSolver (issue 19): each call decomposes the bodies along the
+// space-filling curve (balanced by the last call's work), builds each rank's tree over its own bodies, exchanges the
+// local essential trees, and evaluates each local group's list on the rank's engine.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "matcha/core/force_solver.hpp"
+#include "matcha/core/near_field_engine.hpp"
+#include "matcha/core/params.hpp"
+#include "matcha/parallel/domain_decomposition.hpp"
+#include "matcha/parallel/local_essential_tree.hpp"
+#include "matcha/tree/groups.hpp"
+#include "matcha/tree/octree.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
+#include "matcha/tree/walk.hpp"
+
+namespace matcha::parallel {
+
+/// What one rank did in the last call, and the balance of all ranks.
+struct DistributedStats {
+  // This rank's wall-clock seconds by phase (both passes of a call with an estimate pass).
+  double decompositionSeconds = 0.0;  ///< bounding cube, splitters and the bodies' migration
+  double localBuildSeconds = 0.0;     ///< keys, sort, octree, multipoles, groups, walk tree of the local bodies
+  double letBuildSeconds = 0.0;       ///< pruning the local tree for the other ranks
+  double communicationSeconds = 0.0;  ///< domain boxes and subtrees between ranks
+  double walkSeconds = 0.0;           ///< the local groups' walks: of the local tree and of the received subtrees
+  double kernelSeconds = 0.0;         ///< the engine's evaluation
+
+  std::uint64_t numLocalBodies = 0;
+  std::uint64_t numGroups = 0;
+  /// Interactions this rank evaluated in the call's final pass (body-body + body-cell), and the ranks' largest and
+  /// mean.
+  double work = 0.0, maxWork = 0.0, meanWork = 0.0;
+  bool estimatePass = false;         ///< the call evaluated twice (no accelerations came for the relative test)
+  DecompositionStats decomposition;  ///< the weights' balance the splitters were chosen for (the last call's work)
+  LetStats let;                      ///< the final pass's exchange
+
+  /// max / mean of the ranks' work in the final pass (1: perfect balance).
+  double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
+};
+
+class DistributedTreeSolver final : public ForceSolver {
+ public:
+  /// `engine` (this rank's: the CPU engine, or later the rank's GPU) must outlive the solver; `comm` is the
+  /// communicator whose ranks share the bodies (every rank must construct its solver with the same parameters). Throws
+  /// InputError on invalid parameters. TreeParams::reuse is not used: every call builds its trees.
+  DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity,
+                        MPI_Comm comm);
+
+  /// Collective: every rank of the communicator calls it with its bodies (a rank may bring none). Migrates bodies: on
+  /// return `particles` holds the bodies of this rank's key range (Domain), in the tree's order, with acc and pot
+  /// overwritten (pot NaN when potentials are not wanted). The split balances each body's interactions in the last
+  /// call when the bodies are those it returned (same number on this rank; positions and velocities may have changed),
+  /// else counts bodies. With TreeParams::alpha > 0, bodies that bring no accelerations on any rank are evaluated
+  /// twice, cheaply (monopoles at tree::kEstimateTheta) and then with the relative test, as TreeSolver does.
+  ///
+  /// The report's counts and timings are this rank's. Throws InputError on every rank when any rank's bodies are
+  /// invalid (Particles::validate) or when there are fewer bodies than ranks.
+  ForceReport computeForces(Particles& particles) override;
+  std::string describe() const override;
+
+  /// Weights for the next call's split instead of the last call's work: one per body, in the order the next call
+  /// will bring them (that call throws InputError on every rank when a weight is negative or not finite, or their
+  /// number is not its bodies'). For a caller that knows its bodies' costs, and for the tests (a split that leaves
+  /// ranks empty).
+  void setWorkWeights(std::vector<double> weights) {
+    work_ = std::move(weights);
+    weightsGiven_ = true;
+  }
+
+  const DistributedStats& lastStats() const { return stats_; }
+  // The last call's pieces, for tests and diagnostics.
+  const Domain& domain() const { return domain_; }
+  const tree::Octree& octree() const { return tree_; }
+  const tree::Groups& groups() const { return groups_; }
+  const LocalEssentialTree& localEssentialTree() const { return let_; }
+  /// The final pass's plan: the local groups' whole lists, indexing localEssentialTree()'s sources and cells.
+  const InteractionPlan& lastPlan() const { return plan_; }
+
+ private:
+  /// Sets groups_.relativeTolerance to alpha |a|_min / G per group, |a|_min floored at
+  /// tree::kRelativeFloorOfMeanAccel times the mean |a| of ALL ranks' bodies (tree::setRelativeTolerances floors at
+  /// its own bodies' mean, which on K ranks would give each rank a different floor). Returns false, the test off,
+  /// when alpha is 0 or every rank's accelerations are all zero. Collective.
+  bool setGlobalRelativeTolerances(const Particles& particles);
+  /// Multipoles at `theta` and `order`, the walks, the exchange and the evaluation into particles' acc (and pot when
+  /// `potentials`). Collective.
+  InteractionCounts evaluatePass(Particles& particles, double theta, MultipoleOrder order, bool potentials,
+                                 ForceReport& report);
+
+  NearFieldEngine& engine_;
+  TreeParams params_;
+  GravityParams gravity_;
+  MPI_Comm comm_;
+  int numRanks_ = 1;
+
+  std::vector<double> work_;   ///< each body's interactions in the last call, in the order it returned them
+  bool weightsGiven_ = false;  ///< work_ came from setWorkWeights for the next call
+  /// The engine's outputs, one per source of the local essential tree (the local bodies, then the received ones: the
+  /// engines' index space, NearFieldEngine::evaluatePlan); the local bodies' are copied into the particles.
+  std::vector<double> outAx_, outAy_, outAz_, outPot_;
+  Domain domain_;
+  std::vector<std::uint64_t> keys_, sortedKeys_;
+  std::vector<std::uint32_t> order_;
+  tree::KeySorter sorter_;
+  tree::BodyPermuter permuter_;
+  tree::Octree tree_;
+  tree::Groups groups_;
+  tree::WalkTree walkTree_;
+  tree::PlanBuilder planBuilder_;
+  InteractionPlan localPlan_, plan_;
+  LocalEssentialTree let_;
+  DistributedStats stats_;
+};
+
+}  // namespace matcha::parallel

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: MIT
+// Domain decomposition along the space-filling curve (issue 19): every rank owns one contiguous range of Morton keys
+// in a cube around all ranks' bodies, the ranges chosen so that each holds about the same work.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "matcha/core/particles.hpp"
+#include "matcha/core/tree_prediction.hpp"
+
+namespace matcha::parallel {
+
+/// One past the largest Morton key (keys have 3 kMaxLevel = 63 bits): the end of the last rank's range.
+inline constexpr std::uint64_t kKeyEnd = std::uint64_t{1} << (3 * kMaxLevel);
+
+/// Who owns which bodies: rank r holds every body whose Morton key in `cube` (tree/space_filling_curve.hpp:
+/// computeMortonKeys) lies in [splitters[r], splitters[r + 1]). splitters[0] = 0 and splitters[numRanks] = kKeyEnd; a
+/// range may be empty (a rank with no bodies).
+struct Domain {
+  Cube cube;
+  std::vector<std::uint64_t> splitters;
+
+  int numRanks() const { return static_cast<int>(splitters.size()) - 1; }
+  /// The rank whose range holds `key`.
+  int ownerOf(std::uint64_t key) const;
+};
+
+/// What a decomposition found and moved, seen from one rank.
+struct DecompositionStats {
+  std::uint64_t numBodies = 0;       ///< all ranks together
+  double work = 0.0;                 ///< this rank's work (the sum of its bodies' weights) after the exchange
+  double maxWork = 0.0;              ///< the largest rank's
+  double meanWork = 0.0;             ///< all ranks' work over the number of ranks
+  std::uint64_t bodiesSent = 0;      ///< bodies this rank gave to others
+  std::uint64_t bodiesReceived = 0;  ///< bodies this rank took from others
+
+  /// max / mean of the ranks' work: 1 for a perfect balance (1 too when there is no work).
+  double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
+};
+
+/// The cube around every rank's bodies: cubeAroundExtent (core/tree_prediction.hpp) of the global extent, so that on
+/// one rank it is tree::computeBoundingCube's cube, bit for bit. A rank may hold no bodies; all ranks together must
+/// hold some (InvariantError otherwise). Collective.
+Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
+
+/// Splits the curve among the ranks of `comm` and moves every body to its owner (MPI_Alltoallv of every array of
+/// Particles): on return `particles` holds the bodies of this rank's range, those it kept first (in their order), then
+/// those received, by sending rank. `weights` (in/out, optional): one work weight per body, finite and >= 0 (the
+/// tree's interactions per body from the last force call), moved with the bodies; empty: every body weighs 1. The
+/// splitters put about total / numRanks of the weight before each (the smallest key at which the weight below reaches
+/// r total / numRanks), so each rank's work is within one body's weight of the mean. Calling it again on the current
+/// bodies rebalances and migrates the bodies that crossed a boundary since. Allocates; collective.
+///
+/// Throws InputError, on every rank, when all ranks together hold fewer bodies than there are ranks (run with fewer
+/// ranks), when a weight is negative or not finite, or when `weights` is neither empty nor one per body.
+Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm,
+                 DecompositionStats* stats = nullptr);
+
+/// The Morton keys of `particles` in domain.cube, one per body (resized). Parallel.
+void domainKeys(const Particles& particles, const Domain& domain, std::vector<std::uint64_t>& keys);
+
+}  // namespace matcha::parallel

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/parallel/distributed_tree_solver.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
+#include "matcha/parallel/collective.hpp"
+#include "matcha/tree/tree_solver.hpp"
+
+namespace matcha::parallel {
+
+DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
+                                             const GravityParams& gravity, MPI_Comm comm)
+    : engine_(engine), params_(treeParams), gravity_(gravity), comm_(comm), numRanks_(numRanksOf(comm)) {
+  params_.validate();
+  gravity_.validate();
+  if (gravity_.periodic.enabled()) throw InputError("the distributed tree solver has open boundaries only");
+}
+
+std::string DistributedTreeSolver::describe() const {
+  std::ostringstream text;
+  text << "distributed tree over " << numRanks_ << (numRanks_ == 1 ? " rank" : " ranks") << " (theta " << params_.theta
+       << ", ncrit " << params_.ncrit << ", nleaf " << params_.nleaf << ", " << toString(params_.multipole)
+       << ", alpha " << params_.alpha << ") on " << engine_.name();
+  return text.str();
+}
+
+bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particles) {
+  const std::size_t n = particles.size();
+  groups_.relativeTolerance.assign(groups_.size(), std::numeric_limits<double>::infinity());
+  if (params_.alpha <= 0.0) return false;
+  std::vector<double> magnitude(n);
+  double sums[2] = {0.0, double(n)};  // sum of |a|, bodies
+  for (std::size_t i = 0; i < n; ++i) {
+    magnitude[i] = std::sqrt(particles.ax[i] * particles.ax[i] + particles.ay[i] * particles.ay[i] +
+                             particles.az[i] * particles.az[i]);
+    sums[0] += magnitude[i];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comm_);
+  if (!(sums[0] > 0.0) || !std::isfinite(sums[0])) return false;
+  const double floor = tree::kRelativeFloorOfMeanAccel * sums[0] / sums[1];
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    double lowest = std::numeric_limits<double>::infinity();
+    for (std::uint32_t i = groups_.ranges[g].first; i < groups_.ranges[g].last; ++i) {
+      lowest = std::min(lowest, magnitude[i]);
+    }
+    groups_.relativeTolerance[g] = params_.alpha * std::max(lowest, floor) / gravity_.G;
+  }
+  return true;
+}
+
+InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, double theta, MultipoleOrder order,
+                                                      bool potentials, ForceReport& report) {
+  const std::size_t n = particles.size();
+  Stopwatch clock;
+  if (n > 0) {
+    tree::computeMultipoles(particles.sources(), theta, order, tree_);
+    tree::buildWalkTree(tree_, walkTree_);
+    report.timings[Phase::multipoles] += clock.seconds();
+    stats_.localBuildSeconds += clock.seconds();
+    clock.restart();
+    planBuilder_.build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), localPlan_);
+    stats_.walkSeconds += clock.seconds();
+    report.timings[Phase::walk] += clock.seconds();
+  }
+  let_.exchange(tree_, particles.sources(), particles.id, groups_, comm_);
+  const LetStats& let = let_.stats();
+  stats_.letBuildSeconds += let.buildSeconds;
+  stats_.communicationSeconds += let.communicationSeconds;
+  if (n == 0) return {};
+  let_.buildPlan(groups_, localPlan_, plan_);
+  stats_.walkSeconds += let_.stats().walkSeconds;
+  report.timings[Phase::walk] += let_.stats().walkSeconds;
+  // The engine writes the outputs of the plan's groups, this rank's bodies: the front of the sources (the received
+  // bodies behind them are sources only). Its outputs span all the sources, as the engine contract has them.
+  const std::size_t numSources = let_.sources().count;
+  for (auto* array : {&outAx_, &outAy_, &outAz_}) array->resize(numSources);
+  outPot_.resize(potentials ? numSources : 0);
+  const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
+  const InteractionCounts counts = engine_.evaluatePlan(let_.sources(), let_.cells(), plan_, gravity_, out);
+  std::copy_n(outAx_.begin(), n, particles.ax.begin());
+  std::copy_n(outAy_.begin(), n, particles.ay.begin());
+  std::copy_n(outAz_.begin(), n, particles.az.begin());
+  if (potentials) std::copy_n(outPot_.begin(), n, particles.pot.begin());
+  const EngineTimings timings = engine_.lastTimings();
+  stats_.kernelSeconds += timings.kernelSeconds;
+  report.timings[Phase::upload] += timings.uploadSeconds;
+  report.timings[Phase::kernels] += timings.kernelSeconds;
+  report.timings[Phase::download] += timings.downloadSeconds;
+  report.counts += counts;
+  return counts;
+}
+
+ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
+  const Stopwatch total;
+  ForceReport report;
+  stats_ = DistributedStats{};
+  checkOnEveryRank(
+      [&] {
+        if (particles.size() >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies a rank");
+        particles.validate();
+      },
+      comm_);
+
+  // The last call's interactions per body weigh the split when these are the bodies it returned.
+  Stopwatch clock;
+  if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
+  weightsGiven_ = false;
+  domain_ = decompose(particles, &work_, comm_, &stats_.decomposition);
+  stats_.decompositionSeconds = clock.seconds();
+  report.timings[Phase::keys] += stats_.decompositionSeconds;
+
+  clock.restart();
+  const std::size_t n = particles.size();
+  if (n > 0) {
+    // The tree over this rank's bodies in the global cube: its cells are the one-rank tree's cells wherever they hold
+    // only this rank's bodies.
+    domainKeys(particles, domain_, keys_);
+    sorter_.sort(keys_, sortedKeys_, order_);
+    permuter_.permute(particles, order_);
+    report.timings[Phase::sort] += clock.seconds();
+    clock.restart();
+    tree::buildOctree(sortedKeys_, domain_.cube, params_.nleaf, tree_);
+    tree::makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+    report.timings[Phase::groups] += clock.seconds();
+  } else {
+    tree_ = tree::Octree{};
+    groups_ = tree::Groups{};
+  }
+  stats_.localBuildSeconds += clock.seconds();
+
+  bool tolerancesSet = setGlobalRelativeTolerances(particles);
+  if (!tolerancesSet && params_.alpha > 0.0) {
+    // No accelerations on any rank (fresh initial conditions): a cheap pass first for the |a| the relative test
+    // scales by, as TreeSolver's estimate pass (monopole cells at kEstimateTheta).
+    const Stopwatch estimate;
+    ForceReport pass;
+    evaluatePass(particles, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
+    report.counts += pass.counts;
+    tolerancesSet = setGlobalRelativeTolerances(particles);
+    report.timings[Phase::estimate] += estimate.seconds();
+    stats_.estimatePass = true;
+  }
+  const InteractionCounts counts =
+      evaluatePass(particles, params_.theta, params_.multipole, potentialsWanted(), report);
+  stats_.let = let_.stats();
+
+  // Each body's work for the next split: the length of its group's whole list.
+  work_.assign(n, 0.0);
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const double length = double(plan_.numListCells(g)) + double(plan_.numListBodies(g));
+    for (std::uint32_t i = groups_.ranges[g].first; i < groups_.ranges[g].last; ++i) work_[i] = length;
+  }
+  stats_.numLocalBodies = n;
+  stats_.numGroups = groups_.size();
+  stats_.work = double(counts.total());
+  double sumAndMax[2] = {stats_.work, stats_.work};
+  MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[0], 1, MPI_DOUBLE, MPI_SUM, comm_);
+  MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[1], 1, MPI_DOUBLE, MPI_MAX, comm_);
+  stats_.meanWork = sumAndMax[0] / double(numRanks_);
+  stats_.maxWork = sumAndMax[1];
+
+  report.rebuilt = true;
+  report.numGroupsWalked = groups_.size();
+  clearUnwantedPotentials(particles);
+  report.timings.totalSeconds = total.seconds();
+  return report;
+}
+
+}  // namespace matcha::parallel

@@ -1,0 +1,394 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/parallel/local_essential_tree.hpp"
+
+#include <tbb/enumerable_thread_specific.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/opening_criterion.hpp"
+#include "matcha/core/stopwatch.hpp"
+#include "matcha/parallel/collective.hpp"
+
+namespace matcha::parallel {
+
+DomainBox domainOf(const tree::Groups& groups) {
+  DomainBox box;
+  box.tolerance = std::numeric_limits<double>::infinity();
+  if (groups.size() == 0) return box;
+  double lo[3], hi[3];
+  for (int d = 0; d < 3; ++d) {
+    lo[d] = std::numeric_limits<double>::infinity();
+    hi[d] = -lo[d];
+  }
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (int d = 0; d < 3; ++d) {
+      lo[d] = std::min(lo[d], groups.centre[3 * g + d] - groups.halfExtent[3 * g + d]);
+      hi[d] = std::max(hi[d], groups.centre[3 * g + d] + groups.halfExtent[3 * g + d]);
+    }
+    if (!groups.relativeTolerance.empty()) box.tolerance = std::min(box.tolerance, groups.relativeTolerance[g]);
+  }
+  for (int d = 0; d < 3; ++d) {
+    box.centre[d] = 0.5 * (lo[d] + hi[d]);
+    // Rounded outwards: the box must hold every group's box (exportSubtree's argument rests on it).
+    const double half = 0.5 * (hi[d] - lo[d]);
+    box.halfExtent[d] = std::max({half, hi[d] - box.centre[d], box.centre[d] - lo[d]});
+    box.halfExtent[d] = std::nextafter(box.halfExtent[d], std::numeric_limits<double>::infinity());
+  }
+  box.empty = false;
+  return box;
+}
+
+namespace {
+
+/// Whether the cell (centre of mass `com`, opening radius, mass, b_max) passes the walk's double criterion for the box
+/// (centre, half extents) at relative tolerance `tolerance`.
+bool accepts(const double* com, double openingRadius, double mass, double bmax, bool quadrupole, const double* centre,
+             const double* half, double tolerance) {
+  const double distance2 =
+      distanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0], half[1], half[2]);
+  return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole);
+}
+
+/// exportSubtree's depth-first pass: `active` holds the remote groups that reach `cell` (exported as cells[at]).
+class SubtreeExporter {
+ public:
+  SubtreeExporter(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
+                  const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies)
+      : tree_(tree), sorted_(sortedBodies), ids_(ids), remote_(remote), cells_(cells), bodies_(bodies) {}
+
+  void run() {
+    std::vector<std::uint32_t> all(remote_.size());
+    for (std::size_t g = 0; g < all.size(); ++g) all[g] = static_cast<std::uint32_t>(g);
+    // One set of opening groups per level, sized once: a child's visit never moves its parent's set.
+    opening_.resize(kMaxLevel + 2);
+    add(0);
+    visit(0, 0, all, 0);
+  }
+
+ private:
+  void add(std::uint32_t cell) {
+    const CellMultipoles& m = tree_.multipoles;
+    ExportedCell out{};
+    out.com[0] = m.x[cell];
+    out.com[1] = m.y[cell];
+    out.com[2] = m.z[cell];
+    out.mass = m.mass[cell];
+    if (m.hasQuadrupole) {
+      const double q[6] = {m.qxx[cell], m.qyy[cell], m.qzz[cell], m.qxy[cell], m.qxz[cell], m.qyz[cell]};
+      std::copy(q, q + 6, out.quadrupole);
+      out.trace = m.trace[cell];
+    }
+    out.openingRadius = tree_.openingRadius[cell];
+    out.bmax = tree_.bmax[cell];
+    out.sourceCell = cell;
+    cells_.push_back(out);
+    MATCHA_ASSERT(cells_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
+  }
+
+  void visit(std::uint32_t cell, std::size_t at, std::span<const std::uint32_t> active, std::size_t depth) {
+    const bool quadrupole = tree_.multipoles.hasQuadrupole;
+    const ExportedCell c = cells_[at];  // a copy: add() below may move cells_
+    if (accepts(c.com, c.openingRadius, c.mass, c.bmax, quadrupole, remote_.domain.centre, remote_.domain.halfExtent,
+                remote_.domain.tolerance)) {
+      cells_[at].accepted = 1;
+      return;
+    }
+    MATCHA_ASSERT(depth < opening_.size(), "an octree deeper than kMaxLevel");
+    std::vector<std::uint32_t>& opening = opening_[depth];
+    opening.clear();
+    for (const std::uint32_t g : active) {
+      if (!accepts(c.com, c.openingRadius, c.mass, c.bmax, quadrupole, &remote_.centre[3 * g],
+                   &remote_.halfExtent[3 * g], remote_.tolerance[g])) {
+        opening.push_back(g);
+      }
+    }
+    if (opening.empty()) {
+      cells_[at].accepted = 1;
+    } else if (tree_.isLeaf(cell)) {
+      const BodyRange range = tree_.bodies[cell];
+      cells_[at].firstBody = static_cast<std::uint32_t>(bodies_.size());
+      for (std::uint32_t i = range.first; i < range.last; ++i) {
+        bodies_.push_back({sorted_.x[i], sorted_.y[i], sorted_.z[i], sorted_.mass[i], ids_[i]});
+      }
+      MATCHA_ASSERT(bodies_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
+      cells_[at].lastBody = static_cast<std::uint32_t>(bodies_.size());
+    } else {
+      // All children at once, so that they are consecutive; then each is visited by the groups that opened this cell.
+      const auto firstChild = static_cast<std::uint32_t>(cells_.size());
+      const std::uint32_t numChildren = tree_.numChildren[cell];
+      cells_[at].firstChild = firstChild;
+      cells_[at].numChildren = numChildren;
+      for (std::uint32_t k = 0; k < numChildren; ++k) add(tree_.firstChild[cell] + k);
+      for (std::uint32_t k = 0; k < numChildren; ++k) {
+        // opening_[depth] stays as it is while the children's visits use the deeper levels.
+        visit(tree_.firstChild[cell] + k, firstChild + k, opening_[depth], depth + 1);
+      }
+    }
+  }
+
+  const tree::Octree& tree_;
+  const SourceView& sorted_;
+  std::span<const std::uint64_t> ids_;
+  const RemoteGroups& remote_;
+  std::vector<ExportedCell>& cells_;
+  std::vector<ExportedBody>& bodies_;
+  std::vector<std::vector<std::uint32_t>> opening_;  ///< per depth: the groups that open the cell visited there
+};
+
+}  // namespace
+
+void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
+                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies) {
+  cells.clear();
+  bodies.clear();
+  if (tree.numCells() == 0 || remote.size() == 0) return;
+  MATCHA_ASSERT(tree.comSpread.empty(), "local essential trees need a tree of exact positions");
+  SubtreeExporter(tree, sortedBodies, ids, remote, cells, bodies).run();
+}
+
+namespace {
+
+static_assert(sizeof(ExportedCell) == 13 * sizeof(double) + 6 * sizeof(std::uint32_t), "ExportedCell has padding");
+static_assert(sizeof(ExportedBody) == 5 * sizeof(double), "ExportedBody has padding");
+
+/// An MPI datatype of `bytes` contiguous bytes (one ExportedCell or ExportedBody), so that counts stay counts of
+/// records, not of bytes, within int range. Freed by its destructor.
+class RecordType {
+ public:
+  explicit RecordType(std::size_t bytes) {
+    MPI_Type_contiguous(static_cast<int>(bytes), MPI_BYTE, &type_);
+    MPI_Type_commit(&type_);
+  }
+  ~RecordType() { MPI_Type_free(&type_); }
+  RecordType(const RecordType&) = delete;
+  RecordType& operator=(const RecordType&) = delete;
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MPI_Datatype type_{};
+};
+
+/// Exchanges per-destination blocks of records: `send[r]` goes to rank r; the result holds rank 0's records for this
+/// rank, then rank 1's, ..., and `offsets` where each begins (numRanks + 1 entries).
+template <class Record>
+std::vector<Record> exchangeBlocks(const std::vector<std::vector<Record>>& send, std::vector<int>& offsets,
+                                   MPI_Comm comm) {
+  const int numRanks = static_cast<int>(send.size());
+  std::vector<int> sendCounts(numRanks), receiveCounts(numRanks), sendOffsets(numRanks + 1, 0);
+  for (int r = 0; r < numRanks; ++r) {
+    MATCHA_ASSERT(send[r].size() < (std::size_t{1} << 31), "an exported subtree exceeds an MPI count");
+    sendCounts[r] = static_cast<int>(send[r].size());
+    sendOffsets[r + 1] = sendOffsets[r] + sendCounts[r];
+  }
+  MPI_Alltoall(sendCounts.data(), 1, MPI_INT, receiveCounts.data(), 1, MPI_INT, comm);
+  offsets.assign(numRanks + 1, 0);
+  for (int r = 0; r < numRanks; ++r) offsets[r + 1] = offsets[r] + receiveCounts[r];
+  std::vector<Record> packed(static_cast<std::size_t>(sendOffsets[numRanks]));
+  for (int r = 0; r < numRanks; ++r) std::copy(send[r].begin(), send[r].end(), packed.begin() + sendOffsets[r]);
+  std::vector<Record> received(static_cast<std::size_t>(offsets[numRanks]));
+  const RecordType type(sizeof(Record));
+  MPI_Alltoallv(packed.data(), sendCounts.data(), sendOffsets.data(), type.get(), received.data(), receiveCounts.data(),
+                offsets.data(), type.get(), comm);
+  return received;
+}
+
+}  // namespace
+
+void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& sortedBodies,
+                                  std::span<const std::uint64_t> ids, const tree::Groups& groups, MPI_Comm comm) {
+  stats_ = LetStats{};
+  const int rank = rankOf(comm);
+  const int numRanks = numRanksOf(comm);
+  Stopwatch clock;
+  // Every rank's groups as its walk sees them: box centre, half extents, relative tolerance (7 doubles a group).
+  constexpr int kGroupDoubles = 7;
+  const std::size_t numGroups = groups.size();
+  MATCHA_ASSERT(groups.relativeTolerance.size() == numGroups, "exchange needs the groups' relative tolerances");
+  std::vector<double> mine(kGroupDoubles * numGroups);
+  for (std::size_t g = 0; g < numGroups; ++g) {
+    double* record = &mine[kGroupDoubles * g];
+    for (int d = 0; d < 3; ++d) {
+      record[d] = groups.centre[3 * g + d];
+      record[3 + d] = groups.halfExtent[3 * g + d];
+    }
+    record[6] = groups.relativeTolerance[g];
+  }
+  MATCHA_ASSERT(numGroups < (std::size_t{1} << 31), "too many groups for an MPI count");
+  const int myCount = static_cast<int>(numGroups);
+  std::vector<int> groupCounts(numRanks), groupOffsets(numRanks + 1, 0);
+  MPI_Allgather(&myCount, 1, MPI_INT, groupCounts.data(), 1, MPI_INT, comm);
+  for (int r = 0; r < numRanks; ++r) groupOffsets[r + 1] = groupOffsets[r] + groupCounts[r];
+  std::vector<double> allGroups(kGroupDoubles * static_cast<std::size_t>(groupOffsets[numRanks]));
+  {
+    const RecordType groupType(kGroupDoubles * sizeof(double));
+    MPI_Allgatherv(mine.data(), myCount, groupType.get(), allGroups.data(), groupCounts.data(), groupOffsets.data(),
+                   groupType.get(), comm);
+  }
+  stats_.communicationSeconds += clock.seconds();
+
+  clock.restart();
+  std::vector<std::vector<ExportedCell>> sendCells(numRanks);
+  std::vector<std::vector<ExportedBody>> sendBodies(numRanks);
+  // One subtree per other rank, each pruned on its own (in parallel over the ranks).
+  tbb::parallel_for(0, numRanks, [&](int r) {
+    if (r == rank || groupCounts[r] == 0) return;
+    // Rank r's groups, field by field, and their domain box.
+    tree::Groups theirs;
+    const auto count = static_cast<std::size_t>(groupCounts[r]);
+    theirs.ranges.resize(count);
+    theirs.centre.resize(3 * count);
+    theirs.halfExtent.resize(3 * count);
+    theirs.relativeTolerance.resize(count);
+    for (std::size_t g = 0; g < count; ++g) {
+      const double* record = &allGroups[kGroupDoubles * (groupOffsets[r] + g)];
+      for (int d = 0; d < 3; ++d) {
+        theirs.centre[3 * g + d] = record[d];
+        theirs.halfExtent[3 * g + d] = record[3 + d];
+      }
+      theirs.relativeTolerance[g] = record[6];
+    }
+    const RemoteGroups remote{domainOf(theirs), theirs.centre, theirs.halfExtent, theirs.relativeTolerance};
+    exportSubtree(tree, sortedBodies, ids, remote, sendCells[r], sendBodies[r]);
+  });
+  for (int r = 0; r < numRanks; ++r) {
+    if (r != rank) stats_.remoteGroups += static_cast<std::uint64_t>(groupCounts[r]);
+    stats_.cellsSent += sendCells[r].size();
+    stats_.bodiesSent += sendBodies[r].size();
+  }
+  stats_.buildSeconds += clock.seconds();
+
+  clock.restart();
+  std::vector<int> cellOffsets, bodyOffsets;
+  received_ = exchangeBlocks(sendCells, cellOffsets, comm);
+  const std::vector<ExportedBody> bodies = exchangeBlocks(sendBodies, bodyOffsets, comm);
+  stats_.communicationSeconds += clock.seconds();
+  stats_.cellsReceived = received_.size();
+  stats_.bodiesReceived = bodies.size();
+
+  // Sources: the local bodies, then the received ones; cells: the local tree's, then the received ones, with each
+  // subtree's child and body indices moved to where its cells and bodies now lie.
+  numLocalBodies_ = sortedBodies.count;
+  numLocalCells_ = tree.numCells();
+  const std::size_t numSources = numLocalBodies_ + bodies.size();
+  MATCHA_ASSERT(numSources < (std::size_t{1} << 32) && numLocalCells_ + received_.size() < (std::size_t{1} << 32),
+                "a local essential tree exceeds 32-bit indices");
+  x_.assign(sortedBodies.x, sortedBodies.x + numLocalBodies_);
+  y_.assign(sortedBodies.y, sortedBodies.y + numLocalBodies_);
+  z_.assign(sortedBodies.z, sortedBodies.z + numLocalBodies_);
+  mass_.assign(sortedBodies.mass, sortedBodies.mass + numLocalBodies_);
+  receivedIds_.resize(bodies.size());
+  for (std::size_t b = 0; b < bodies.size(); ++b) {
+    x_.push_back(bodies[b].x);
+    y_.push_back(bodies[b].y);
+    z_.push_back(bodies[b].z);
+    mass_.push_back(bodies[b].mass);
+    receivedIds_[b] = bodies[b].id;
+  }
+  const CellMultipoles& local = tree.multipoles;
+  const bool quadrupole = numLocalCells_ > 0 ? local.hasQuadrupole : false;
+  bool anyQuadrupole = quadrupole;
+  MPI_Allreduce(MPI_IN_PLACE, &anyQuadrupole, 1, MPI_CXX_BOOL, MPI_LOR, comm);
+  cells_ = local;
+  if (numLocalCells_ == 0) cells_.resize(0, anyQuadrupole);
+  const std::size_t numCells = numLocalCells_ + received_.size();
+  cells_.resize(numCells, anyQuadrupole);
+  cellOwner_.resize(received_.size());
+  subtreeRoots_.clear();
+  for (int from = 0; from < numRanks; ++from) {
+    if (cellOffsets[from] < cellOffsets[from + 1]) {
+      subtreeRoots_.push_back(static_cast<std::uint32_t>(numLocalCells_ + cellOffsets[from]));
+    }
+    for (int k = cellOffsets[from]; k < cellOffsets[from + 1]; ++k) {
+      ExportedCell& cell = received_[k];
+      cellOwner_[k] = from;
+      if (cell.numChildren > 0) cell.firstChild += static_cast<std::uint32_t>(numLocalCells_ + cellOffsets[from]);
+      const auto bodyShift = static_cast<std::uint32_t>(numLocalBodies_ + bodyOffsets[from]);
+      cell.firstBody += bodyShift;
+      cell.lastBody += bodyShift;
+      const std::size_t c = numLocalCells_ + k;
+      cells_.x[c] = cell.com[0];
+      cells_.y[c] = cell.com[1];
+      cells_.z[c] = cell.com[2];
+      cells_.mass[c] = cell.mass;
+      if (anyQuadrupole) {
+        cells_.qxx[c] = cell.quadrupole[0];
+        cells_.qyy[c] = cell.quadrupole[1];
+        cells_.qzz[c] = cell.quadrupole[2];
+        cells_.qxy[c] = cell.quadrupole[3];
+        cells_.qxz[c] = cell.quadrupole[4];
+        cells_.qyz[c] = cell.quadrupole[5];
+        cells_.trace[c] = cell.trace;
+      }
+    }
+  }
+}
+
+void LocalEssentialTree::buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan,
+                                   InteractionPlan& plan) {
+  const Stopwatch clock;
+  const std::size_t numGroups = groups.size();
+  MATCHA_ASSERT(localPlan.numGroups() == numGroups, "the local plan must hold every group, in order");
+  std::vector<std::vector<std::uint32_t>> remoteCells(numGroups);
+  std::vector<std::vector<BodyRange>> remoteRanges(numGroups);
+  tbb::enumerable_thread_specific<std::vector<std::uint32_t>> stacks;
+  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
+    std::vector<std::uint32_t>& stack = stacks.local();
+    std::vector<std::uint32_t>& cellList = remoteCells[g];
+    std::vector<BodyRange>& ranges = remoteRanges[g];
+    const double* centre = &groups.centre[3 * g];
+    const double* half = &groups.halfExtent[3 * g];
+    const double tolerance =
+        groups.relativeTolerance.empty() ? std::numeric_limits<double>::infinity() : groups.relativeTolerance[g];
+    for (const std::uint32_t root : subtreeRoots_) {
+      stack.assign(1, root);
+      while (!stack.empty()) {
+        const std::uint32_t c = stack.back();
+        stack.pop_back();
+        const ExportedCell& cell = received_[c - numLocalCells_];
+        // The sender ran this group's walk on the same numbers (exportSubtree): a cell it sent as accepted passes for
+        // every group that reaches it; any other cell gets the walk's test for the group's own box and tolerance.
+        if (cell.accepted != 0 || accepts(cell.com, cell.openingRadius, cell.mass, cell.bmax, cells_.hasQuadrupole,
+                                          centre, half, tolerance)) {
+          cellList.push_back(c);
+        } else if (cell.numChildren == 0) {
+          if (cell.lastBody == cell.firstBody) continue;
+          if (!ranges.empty() && ranges.back().last == cell.firstBody) {
+            ranges.back().last = cell.lastBody;
+          } else {
+            ranges.push_back({cell.firstBody, cell.lastBody});
+          }
+        } else {
+          for (std::uint32_t k = cell.numChildren; k-- > 0;) stack.push_back(cell.firstChild + k);
+        }
+      }
+    }
+  });
+
+  plan.clear();
+  plan.groups = localPlan.groups;
+  plan.groupCentres = localPlan.groupCentres;
+  plan.groupIds = localPlan.groupIds;
+  plan.listBodyCounts.resize(numGroups);
+  for (std::size_t g = 0; g < numGroups; ++g) {
+    std::uint64_t listBodies = localPlan.numListBodies(g);
+    plan.cellList.insert(plan.cellList.end(), localPlan.cellList.begin() + localPlan.cellListOffsets[g],
+                         localPlan.cellList.begin() + localPlan.cellListOffsets[g + 1]);
+    plan.cellList.insert(plan.cellList.end(), remoteCells[g].begin(), remoteCells[g].end());
+    plan.bodyList.insert(plan.bodyList.end(), localPlan.bodyList.begin() + localPlan.bodyListOffsets[g],
+                         localPlan.bodyList.begin() + localPlan.bodyListOffsets[g + 1]);
+    for (const BodyRange& range : remoteRanges[g]) listBodies += range.size();
+    plan.bodyList.insert(plan.bodyList.end(), remoteRanges[g].begin(), remoteRanges[g].end());
+    MATCHA_ASSERT(plan.cellList.size() < (std::size_t{1} << 32) && plan.bodyList.size() < (std::size_t{1} << 32),
+                  "interaction lists exceed 32-bit offsets");
+    plan.cellListOffsets.push_back(static_cast<std::uint32_t>(plan.cellList.size()));
+    plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(plan.bodyList.size()));
+    plan.listBodyCounts[g] = static_cast<std::uint32_t>(listBodies);
+  }
+  stats_.walkSeconds = clock.seconds();
+}
+
+}  // namespace matcha::parallel

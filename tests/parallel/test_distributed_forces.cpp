@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// Forces of the distributed solver against the oracle (double direct summation, DESIGN.md §5) and against the one-rank
+// tree solver on the same bodies: the error percentiles of K ranks must match one rank's within noise. Also after the
+// bodies moved across domains (migration and rebalancing by measured work), with ranks left empty, and on bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "matcha/core/errors.hpp"
+#include "matcha/core/force_error.hpp"
+#include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/parallel/distributed_tree_solver.hpp"
+#include "matcha/tree/tree_solver.hpp"
+#include "mpi_testing.hpp"
+
+namespace matcha::parallel {
+namespace {
+
+using testing::worldRank;
+using testing::worldSize;
+
+AccelerationSet accelerations(const Particles& p) { return {p.ax, p.ay, p.az}; }
+
+/// Rank 0's verdict on K ranks' forces (`result`, gathered by id) against the oracle and against the one-rank tree
+/// solver (reuse off: a tree per call) on the same bodies as they came into the K ranks' call (`input`: the same
+/// positions, and the accelerations that scaled its relative opening test); the other ranks only take part in the
+/// gathers.
+void expectOneRankAccuracy(const Particles& result, const Particles& input, const TreeParams& params,
+                           const char* what) {
+  const Particles gathered = testing::gatherById(result);
+  Particles single = testing::gatherById(input);
+  if (worldRank() != 0) return;
+  Particles oracle = gathered;
+  gpu::CpuEngine exact(gpu::Precision::float64);
+  exact.evaluateDirect(oracle.sources(), GravityParams{}, oracle.forces());
+  gpu::CpuEngine engine;
+  TreeParams oneRank = params;
+  oneRank.reuse = 1;
+  tree::TreeSolver solver(engine, oneRank, GravityParams{});
+  solver.computeForces(single);
+  std::vector<std::uint32_t> byId(single.size());
+  for (std::size_t i = 0; i < single.size(); ++i) byId[single.id[i]] = static_cast<std::uint32_t>(i);
+  Particles singleById = single;
+  singleById.permute(byId);  // back into id order, as `gathered` is
+  const ForceErrorStats k = summariseForceErrors(accelerations(gathered), accelerations(oracle));
+  const ForceErrorStats one = summariseForceErrors(accelerations(singleById), accelerations(oracle));
+  std::printf(
+      "[ forces   ] %s, N %zu, theta %.2f: %d ranks p50 %.3e p99 %.3e max %.3e | 1 rank p50 %.3e p99 %.3e "
+      "max %.3e\n",
+      what, gathered.size(), params.theta, worldSize(), k.median, k.p99, k.max, one.median, one.p99, one.max);
+  // Within noise: different trees (each rank's own cells near domain boundaries, its own groups) give a different
+  // sample of the same error distribution.
+  EXPECT_LE(k.median, 1.05 * one.median) << what;
+  EXPECT_LE(k.p99, 1.15 * one.p99) << what;
+  EXPECT_LE(k.max, 3.0 * one.max) << what;
+  EXPECT_GE(k.median, 0.5 * one.median) << what << ": suspiciously better than one rank";
+  if (worldSize() == 1) {
+    // One rank builds TreeSolver's tree, groups and lists (the relative test's floor may round differently).
+    EXPECT_NEAR(k.median, one.median, 0.01 * one.median) << what;
+    EXPECT_NEAR(k.p99, one.p99, 0.01 * one.p99) << what;
+  }
+}
+
+/// A call's imbalance over the ranks, printed by rank 0.
+void reportBalance(const DistributedTreeSolver& solver, const char* what) {
+  const DistributedStats& s = solver.lastStats();
+  if (worldRank() != 0) return;
+  std::printf(
+      "[ balance  ] %s: work imbalance %.3f (split for %.3f), rank 0: %llu bodies, %llu groups, LET sent %llu "
+      "cells %llu bodies, received %llu cells %llu bodies; s: decomposition %.4f build %.4f let %.4f comm "
+      "%.4f walk %.4f kernels %.4f\n",
+      what, s.imbalance(), s.decomposition.imbalance(), (unsigned long long)s.numLocalBodies,
+      (unsigned long long)s.numGroups, (unsigned long long)s.let.cellsSent, (unsigned long long)s.let.bodiesSent,
+      (unsigned long long)s.let.cellsReceived, (unsigned long long)s.let.bodiesReceived, s.decompositionSeconds,
+      s.localBuildSeconds, s.letBuildSeconds, s.communicationSeconds, s.walkSeconds, s.kernelSeconds);
+}
+
+TEST(DistributedForces, PlummerMatchesOneRankAgainstDirectSummation) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const std::size_t n = std::size_t{1} << 14;
+  const Particles all = matcha::testing::plummer(n, seed);
+  Particles local = testing::dealOut(all, worldRank(), worldSize());
+  TreeParams params;  // theta 0.5, quadrupole, alpha 1e-3: the defaults
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+  Particles input = local;
+  solver.computeForces(local);
+  EXPECT_TRUE(solver.lastStats().estimatePass);
+  reportBalance(solver, "plummer 2^14, first call");
+  expectOneRankAccuracy(local, input, params, "plummer 2^14 from fresh ICs");
+
+  // A second call on the bodies it returned: split by the first call's work, relative test from its accelerations.
+  input = local;
+  solver.computeForces(local);
+  EXPECT_FALSE(solver.lastStats().estimatePass);
+  reportBalance(solver, "plummer 2^14, second call (split by work)");
+  EXPECT_LE(solver.lastStats().imbalance(), 1.15);
+  expectOneRankAccuracy(local, input, params, "plummer 2^14 with the last call's accelerations");
+}
+
+TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const std::size_t n = std::size_t{1} << 14;
+  const Particles all = matcha::testing::clumpInHalo(n, seed);
+  Particles local = testing::dealOut(all, worldRank(), worldSize());
+  TreeParams params;
+  params.theta = 0.6;
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+  solver.computeForces(local);
+  // Large drifts (the clump's bodies cross the halo's domains) between calls.
+  std::uint64_t migrated = 0;
+  Particles input;
+  for (int call = 0; call < 3; ++call) {
+    for (std::size_t i = 0; i < local.size(); ++i) {
+      local.x[i] += 0.3 * local.vx[i] + 0.05 * std::sin(double(local.id[i]));
+      local.y[i] += 0.3 * local.vy[i] - 0.2;
+      local.z[i] += 0.3 * local.vz[i];
+    }
+    input = local;
+    solver.computeForces(local);
+    migrated += solver.lastStats().decomposition.bodiesReceived;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &migrated, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (worldSize() > 1) {
+    EXPECT_GT(migrated, 0u);
+  }
+  std::vector<std::uint64_t> ids = testing::allGather(local.id, MPI_UINT64_T);
+  std::sort(ids.begin(), ids.end());
+  ASSERT_EQ(ids.size(), n);
+  for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(ids[k], k);
+  reportBalance(solver, "clump in halo after 3 drifts");
+  expectOneRankAccuracy(local, input, params, "clump in halo after drifts");
+}
+
+TEST(DistributedForces, RanksWithoutBodiesTakePart) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const std::size_t n = 3000;
+  const Particles all = matcha::testing::plummer(n, seed);
+  Particles local = testing::dealOut(all, worldRank(), worldSize());
+  TreeParams params;
+  params.alpha = 0.0;
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+  std::vector<double> weights(local.size(), 1.0);
+  for (std::size_t i = 0; i < local.size(); ++i) weights[i] = local.id[i] == 7 ? 1e7 : 1.0;
+  solver.setWorkWeights(weights);
+  const Particles input = local;
+  solver.computeForces(local);
+  int empty = local.empty() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(empty, std::max(0, worldSize() - 2));
+  expectOneRankAccuracy(local, input, params, "plummer with empty ranks");
+}
+
+TEST(DistributedForces, BadInputStopsEveryRankWithOneMessage) {
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, TreeParams{}, GravityParams{}, MPI_COMM_WORLD);
+  // A NaN on the last rank: every rank throws the same one-line InputError, naming that rank.
+  const Particles all = matcha::testing::plummer(256, 5);
+  Particles local = testing::dealOut(all, worldRank(), worldSize());
+  if (worldRank() == worldSize() - 1) local.x[0] = std::numeric_limits<double>::quiet_NaN();
+  std::string message;
+  try {
+    solver.computeForces(local);
+  } catch (const InputError& error) {
+    message = error.what();
+  }
+  ASSERT_FALSE(message.empty());
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  if (worldSize() > 1) {
+    EXPECT_EQ(message.rfind("rank " + std::to_string(worldSize() - 1) + ": ", 0), 0u) << message;
+  }
+  // Weights that do not match the bodies.
+  local = testing::dealOut(all, worldRank(), worldSize());
+  solver.setWorkWeights(std::vector<double>(local.size() + 1, 1.0));
+  EXPECT_THROW(solver.computeForces(local), InputError);
+  // Fewer bodies than ranks.
+  Particles few = worldRank() == 0 && worldSize() > 1 ? matcha::testing::plummer(worldSize() - 1, 5) : Particles{};
+  EXPECT_THROW(solver.computeForces(few), InputError);
+}
+
+}  // namespace
+}  // namespace matcha::parallel

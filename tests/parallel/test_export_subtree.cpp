@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// exportSubtree on hand-sized trees (no communication): two clumps of eight bodies far apart, pruned for remote groups
+// placed by hand, where what must travel can be said in advance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "matcha/parallel/local_essential_tree.hpp"
+#include "matcha/tree/octree.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
+
+namespace matcha::parallel {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// Clump A: ids 0-7 on a cube of edge 0.2 around (-10, -3, -3); clump B: ids 8-15 around (10, 3, 3), so that neither
+/// straddles a plane that halves the root cube. Sorted, with their octree (nleaf 4) and monopoles at theta 0.5.
+struct TwoClumps {
+  Particles bodies;
+  tree::Octree octree;
+
+  TwoClumps() : bodies(16) {
+    for (std::size_t i = 0; i < 16; ++i) {
+      const double side = i < 8 ? -1.0 : 1.0;
+      bodies.x[i] = 10.0 * side + 0.1 * ((i & 1) ? 1 : -1);
+      bodies.y[i] = 3.0 * side + 0.1 * ((i & 2) ? 1 : -1);
+      bodies.z[i] = 3.0 * side + 0.1 * ((i & 4) ? 1 : -1);
+      bodies.mass[i] = 1.0 / 16.0;
+      bodies.id[i] = i;
+    }
+    const tree::Cube cube = tree::computeBoundingCube(bodies.sources());
+    std::vector<std::uint64_t> keys;
+    tree::computeMortonKeys(bodies.sources(), cube, keys);
+    const std::vector<std::uint32_t> order = tree::sortByKey(keys);
+    bodies.permute(order);
+    tree::buildOctree(keys, cube, 4, octree);
+    tree::computeMultipoles(bodies.sources(), 0.5, MultipoleOrder::monopole, octree);
+  }
+
+  /// Remote groups: a cube of half edge `half` around each centre, all with tolerance `tolerance`.
+  struct Remote {
+    tree::Groups groups;
+    RemoteGroups view() const { return {domainOf(groups), groups.centre, groups.halfExtent, groups.relativeTolerance}; }
+  };
+  static Remote remote(const std::vector<std::array<double, 3>>& centres, double half, double tolerance = kInf) {
+    Remote r;
+    for (const auto& c : centres) {
+      r.groups.ranges.push_back({0, 1});
+      r.groups.centre.insert(r.groups.centre.end(), c.begin(), c.end());
+      r.groups.halfExtent.insert(r.groups.halfExtent.end(), {half, half, half});
+      r.groups.relativeTolerance.push_back(tolerance);
+    }
+    return r;
+  }
+
+  /// How often each body is covered by the subtree: by an accepted cell that holds it, or as an exported body.
+  std::vector<int> coverage(const std::vector<ExportedCell>& cells, const std::set<std::uint64_t>& ids) const {
+    std::vector<int> count(bodies.size(), 0);
+    for (const ExportedCell& c : cells) {
+      if (!c.accepted) continue;
+      for (std::uint32_t i = octree.bodies[c.sourceCell].first; i < octree.bodies[c.sourceCell].last; ++i) {
+        ++count[bodies.id[i]];
+      }
+    }
+    for (const std::uint64_t id : ids) ++count[id];
+    return count;
+  }
+
+  std::set<std::uint64_t> exportedIds(const Remote& r, std::vector<ExportedCell>& cells) const {
+    std::vector<ExportedBody> sent;
+    exportSubtree(octree, bodies.sources(), bodies.id, r.view(), cells, sent);
+    std::set<std::uint64_t> ids;
+    for (const ExportedBody& b : sent) EXPECT_TRUE(ids.insert(b.id).second) << "body " << b.id << " sent twice";
+    return ids;
+  }
+};
+
+TEST(ExportSubtree, AFarGroupGetsTheRootAlone) {
+  const TwoClumps t;
+  std::vector<ExportedCell> cells;
+  const auto ids = t.exportedIds(TwoClumps::remote({{{1e4, 0, 0}}}, 0.1), cells);
+  ASSERT_EQ(cells.size(), 1u);
+  EXPECT_TRUE(ids.empty());
+  EXPECT_EQ(cells[0].accepted, 1u);
+  EXPECT_EQ(cells[0].sourceCell, 0u);
+  EXPECT_DOUBLE_EQ(cells[0].mass, 1.0);
+}
+
+TEST(ExportSubtree, AGroupBesideOneClumpGetsBodiesOfItAndTheOtherClumpAsACell) {
+  const TwoClumps t;
+  std::vector<ExportedCell> cells;
+  // Beside clump B (0.4 from its face at x = 10.1): some of B's cells open down to their leaves; clump A, 21 away,
+  // passes theta = 0.5 as one cell (the level-2 cell around it: r_open = 2 * 2.5 / 0.5 + an offset of 2.5 ~ 12.6).
+  const auto ids = t.exportedIds(TwoClumps::remote({{{10.6, 3, 3}}}, 0.1), cells);
+  EXPECT_FALSE(ids.empty()) << "the leaves of B's near side must travel";
+  for (const std::uint64_t id : ids) EXPECT_GE(id, 8u) << "a body of clump A travelled";
+  EXPECT_EQ(t.coverage(cells, ids), std::vector<int>(16, 1)) << "every body covered once";
+  bool clumpAccepted = false;
+  for (const ExportedCell& c : cells) {
+    const BodyRange range = t.octree.bodies[c.sourceCell];
+    std::set<std::uint64_t> holds;
+    for (std::uint32_t i = range.first; i < range.last; ++i) holds.insert(t.bodies.id[i]);
+    if (holds == std::set<std::uint64_t>{0, 1, 2, 3, 4, 5, 6, 7} && c.accepted) {
+      clumpAccepted = true;
+      EXPECT_DOUBLE_EQ(c.mass, 0.5);
+    }
+    // Children of an opened cell are consecutive and follow it; an accepted cell has none.
+    if (c.accepted) {
+      EXPECT_EQ(c.numChildren, 0u);
+    }
+    if (c.numChildren > 0) {
+      ASSERT_LE(c.firstChild + c.numChildren, cells.size());
+      for (std::uint32_t k = 0; k < c.numChildren; ++k) {
+        EXPECT_EQ(cells[c.firstChild + k].sourceCell, t.octree.firstChild[c.sourceCell] + k);
+      }
+    }
+  }
+  EXPECT_TRUE(clumpAccepted) << "clump A travels as one accepted cell";
+}
+
+TEST(ExportSubtree, TwoGroupsGetTheUnionOfTheirWalks) {
+  const TwoClumps t;
+  std::vector<ExportedCell> cellsB, cellsA, cellsBoth;
+  const auto idsB = t.exportedIds(TwoClumps::remote({{{10.6, 3, 3}}}, 0.1), cellsB);
+  const auto idsA = t.exportedIds(TwoClumps::remote({{{-10.6, -3, -3}}}, 0.1), cellsA);
+  const auto both = t.exportedIds(TwoClumps::remote({{{10.6, 3, 3}}, {{-10.6, -3, -3}}}, 0.1), cellsBoth);
+  std::set<std::uint64_t> united = idsA;
+  united.insert(idsB.begin(), idsB.end());
+  EXPECT_EQ(both, united);
+  EXPECT_EQ(t.coverage(cellsBoth, both), std::vector<int>(16, 1));
+}
+
+TEST(ExportSubtree, TheRelativeTestOpensWhatThetaAloneAccepts) {
+  const TwoClumps t;
+  std::vector<ExportedCell> thetaAlone, strict;
+  const auto loose = t.exportedIds(TwoClumps::remote({{{10.6, 3, 3}}}, 0.1), thetaAlone);
+  // A tolerance far below any extended cell's truncation term M b^2 / d^4 (monopoles; clump A from the group:
+  // 0.5 * 0.03 / 2e5 ~ 1e-7): only cells of one body (b_max = 0) may stand for their bodies.
+  const auto ids = t.exportedIds(TwoClumps::remote({{{10.6, 3, 3}}}, 0.1, 1e-12), strict);
+  EXPECT_GT(strict.size(), thetaAlone.size());
+  for (const std::uint64_t id : loose) EXPECT_TRUE(ids.count(id)) << "body " << id;
+  for (const ExportedCell& c : strict) {
+    if (c.accepted) {
+      EXPECT_EQ(c.bmax, 0.0) << "cell " << c.sourceCell;
+    }
+  }
+  EXPECT_EQ(t.coverage(strict, ids), std::vector<int>(16, 1));
+}
+
+}  // namespace
+}  // namespace matcha::parallel
