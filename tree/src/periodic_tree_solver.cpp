@@ -39,7 +39,7 @@ PeriodicVisit visitPeriodic(const double* com, double openingRadius, double mass
   // The relative test takes the cells' own order: a truncated quadrupole cell is the expansion of the truncated pair
   // to second order (pair_interaction.hpp: accumulateTruncatedQuadrupoleInteraction), good to third.
   return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole) ? PeriodicVisit::accept
-                                                                                            : PeriodicVisit::open;
+                                                                                             : PeriodicVisit::open;
 }
 
 void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicSplit& split, InteractionPlan& plan) {
