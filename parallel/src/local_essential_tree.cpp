@@ -140,7 +140,16 @@ class SubtreeExporter {
     opening.clear();
     const Visit domain = visit(cell, remote_.domain.centre, domainHalf_, remote_.domain.tolerance);
     if (domain == Visit::skip) return Reach::skippedByAll;
-    if (domain == Visit::accept) return Reach::acceptedByAll;
+    if (domain == Visit::accept) {
+      if (!periodic_.enabled()) return Reach::acceptedByAll;
+      // Each group accepts or skips it: it goes only when one of them does not skip it.
+      for (const std::uint32_t g : reaching) {
+        if (visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]) != Visit::skip) {
+          return Reach::acceptedByAll;
+        }
+      }
+      return Reach::skippedByAll;
+    }
     bool needed = false;  // some group does not skip it
     for (const std::uint32_t g : reaching) {
       const Visit v = visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]);
