@@ -18,21 +18,29 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 /// Clump A: ids 0-7 on a cube of edge 0.2 around (-10, -3, -3); clump B: ids 8-15 around (10, 3, 3), so that neither
-/// straddles a plane that halves the root cube. Sorted, with their octree (nleaf 4) and monopoles at theta 0.5.
+/// straddles a plane that halves the root cube. Sorted, with their octree (nleaf 4) and monopoles at theta 0.5. In a
+/// periodic box of side `boxSize` (the tree's root then): A around (0.3, 1.8, 1.8), beside the face x = 0, and B
+/// around (7, 1.8, 1.8).
 struct TwoClumps {
   Particles bodies;
   tree::Octree octree;
 
-  TwoClumps() : bodies(16) {
+  explicit TwoClumps(double boxSize = 0.0) : bodies(16) {
     for (std::size_t i = 0; i < 16; ++i) {
       const double side = i < 8 ? -1.0 : 1.0;
-      bodies.x[i] = 10.0 * side + 0.1 * ((i & 1) ? 1 : -1);
-      bodies.y[i] = 3.0 * side + 0.1 * ((i & 2) ? 1 : -1);
-      bodies.z[i] = 3.0 * side + 0.1 * ((i & 4) ? 1 : -1);
+      const double centre[3] = {boxSize > 0.0 ? (i < 8 ? 0.3 : 7.0) : 10.0 * side, boxSize > 0.0 ? 1.8 : 3.0 * side,
+                                boxSize > 0.0 ? 1.8 : 3.0 * side};
+      bodies.x[i] = centre[0] + 0.1 * ((i & 1) ? 1 : -1);
+      bodies.y[i] = centre[1] + 0.1 * ((i & 2) ? 1 : -1);
+      bodies.z[i] = centre[2] + 0.1 * ((i & 4) ? 1 : -1);
       bodies.mass[i] = 1.0 / 16.0;
       bodies.id[i] = i;
     }
-    const tree::Cube cube = tree::computeBoundingCube(bodies.sources());
+    tree::Cube cube = tree::computeBoundingCube(bodies.sources());
+    if (boxSize > 0.0) {
+      cube = tree::Cube{};
+      cube.side = boxSize;
+    }
     std::vector<std::uint64_t> keys;
     tree::computeMortonKeys(bodies.sources(), cube, keys);
     const std::vector<std::uint32_t> order = tree::sortByKey(keys);
@@ -70,9 +78,10 @@ struct TwoClumps {
     return count;
   }
 
-  std::set<std::uint64_t> exportedIds(const Remote& r, std::vector<ExportedCell>& cells) const {
+  std::set<std::uint64_t> exportedIds(const Remote& r, std::vector<ExportedCell>& cells,
+                                      const PeriodicSplit& periodic = PeriodicSplit{}) const {
     std::vector<ExportedBody> sent;
-    exportSubtree(octree, bodies.sources(), bodies.id, r.view(), cells, sent);
+    exportSubtree(octree, bodies.sources(), bodies.id, r.view(), cells, sent, periodic);
     std::set<std::uint64_t> ids;
     for (const ExportedBody& b : sent) EXPECT_TRUE(ids.insert(b.id).second) << "body " << b.id << " sent twice";
     return ids;
@@ -149,6 +158,47 @@ TEST(ExportSubtree, TheRelativeTestOpensWhatThetaAloneAccepts) {
     }
   }
   EXPECT_EQ(t.coverage(strict, ids), std::vector<int>(16, 1));
+}
+
+// The periodic short range (box 10, r_s 0.4, r_cut 1.8): a group beside the face x = L sees clump A across the face,
+// 0.4 away at its nearest image, and never clump B (2.5 away): A is covered once, nothing that holds only B's bodies
+// is sent. With open boundaries the same group gets B as well (nothing is skipped), and A from 9.4 away as one cell.
+// A group beyond r_cut of both gets nothing at all.
+TEST(ExportSubtree, PeriodicSendsOnlyWhatLiesWithinTheCutAtTheNearestImage) {
+  const double L = 10.0;
+  const TwoClumps t(L);
+  const PeriodicSplit split{L, 0.4, 1.8};
+  const auto holdsOnlyB = [&](const ExportedCell& c) {
+    const BodyRange range = t.octree.bodies[c.sourceCell];
+    for (std::uint32_t i = range.first; i < range.last; ++i) {
+      if (t.bodies.id[i] < 8) return false;
+    }
+    return true;
+  };
+  std::vector<ExportedCell> cells;
+  const auto ids = t.exportedIds(TwoClumps::remote({{{9.7, 1.8, 1.8}}}, 0.1), cells, split);
+  std::vector<int> onlyA(16, 0);
+  std::fill(onlyA.begin(), onlyA.begin() + 8, 1);
+  EXPECT_EQ(t.coverage(cells, ids), onlyA);
+  ASSERT_FALSE(cells.empty());
+  for (const ExportedCell& c : cells) EXPECT_FALSE(holdsOnlyB(c)) << "cell " << c.sourceCell << " holds B alone";
+
+  std::vector<ExportedCell> open;
+  const auto openIds = t.exportedIds(TwoClumps::remote({{{9.7, 1.8, 1.8}}}, 0.1), open);
+  EXPECT_EQ(t.coverage(open, openIds), std::vector<int>(16, 1));
+  for (const std::uint64_t id : openIds) EXPECT_GE(id, 8u) << "A travelled body by body with open boundaries";
+
+  std::vector<ExportedCell> far;
+  EXPECT_TRUE(t.exportedIds(TwoClumps::remote({{{4.0, 6.0, 6.0}}}, 0.1), far, split).empty());
+  EXPECT_TRUE(far.empty()) << "a group beyond r_cut of every body gets no cell";
+
+  // Both groups: the union box (x from 3.9 to 9.8, not folded) lies 0.5 from A's centre of mass at A's nearest image,
+  // so A is judged group by group; the far group adds nothing.
+  std::vector<ExportedCell> both;
+  const auto bothIds = t.exportedIds(TwoClumps::remote({{{9.7, 1.8, 1.8}}, {{4.0, 6.0, 6.0}}}, 0.1), both, split);
+  EXPECT_EQ(bothIds, ids);
+  EXPECT_EQ(t.coverage(both, bothIds), onlyA);
+  for (const ExportedCell& c : both) EXPECT_FALSE(holdsOnlyB(c)) << "cell " << c.sourceCell << " holds B alone";
 }
 
 }  // namespace
