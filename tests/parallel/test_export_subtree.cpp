@@ -4,11 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
 #include "matcha/parallel/local_essential_tree.hpp"
+#include "matcha/testing/generators.hpp"
+#include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 
@@ -199,6 +204,95 @@ TEST(ExportSubtree, PeriodicSendsOnlyWhatLiesWithinTheCutAtTheNearestImage) {
   EXPECT_EQ(bothIds, ids);
   EXPECT_EQ(t.coverage(both, bothIds), onlyA);
   for (const ExportedCell& c : both) EXPECT_FALSE(holdsOnlyB(c)) << "cell " << c.sourceCell << " holds B alone";
+}
+
+/// One side of a split box: its bodies sorted in the box's Morton order, their octree (the box as its root, nleaf 8,
+/// quadrupoles at theta 0.5) and groups (ncrit 64) with relative tolerances from accelerations drawn over three
+/// decades (alpha 1e-3), as a rank's tree and groups in a periodic run.
+struct BoxSide {
+  Particles bodies;
+  tree::Octree octree;
+  tree::Groups groups;
+
+  BoxSide(const Particles& all, double L, bool (*mine)(double x, double L), std::uint64_t seed) {
+    std::vector<std::uint32_t> taken;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (mine(all.x[i], L)) taken.push_back(static_cast<std::uint32_t>(i));
+    }
+    bodies.resize(taken.size());
+    for (std::size_t k = 0; k < taken.size(); ++k) {
+      const std::size_t i = taken[k];
+      bodies.x[k] = all.x[i], bodies.y[k] = all.y[i], bodies.z[k] = all.z[i];
+      bodies.mass[k] = all.mass[i];
+      bodies.id[k] = all.id[i];
+    }
+    std::mt19937_64 engine(seed);
+    std::uniform_real_distribution<double> exponent(-1.0, 2.0);
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      bodies.ax[i] = std::pow(10.0, exponent(engine));
+      bodies.ay[i] = bodies.az[i] = 0.0;
+    }
+    tree::Cube cube;
+    cube.side = L;
+    std::vector<std::uint64_t> keys;
+    tree::computeMortonKeys(bodies.sources(), cube, keys);
+    bodies.permute(tree::sortByKey(keys));
+    tree::buildOctree(keys, cube, 8, octree);
+    tree::computeMultipoles(bodies.sources(), 0.5, MultipoleOrder::quadrupole, octree);
+    tree::makeGroups(octree, bodies.sources(), 64, groups);
+    EXPECT_TRUE(tree::setRelativeTolerances(bodies, 1e-3, 1.0, groups));
+  }
+};
+
+// The domain box's shortcut in a periodic box changes nothing: one side of a clumpy box (x >= 0.25 L) pruned for the
+// groups of the other (a slab x < 0.25 L by the face x = 0, whose nearest images reach the first side across the face
+// x = L) gives the same subtree, cell by cell and body by body, with the groups' own domain box as with a domain box
+// over the whole cube, at which no cell is skipped or accepted (every group then decides alone).
+TEST(ExportSubtree, PeriodicDomainBoxShortcutChangesNothing) {
+  const double L = 1.5;
+  Particles all = matcha::testing::clumpyBox(7, L, 512, 2048);
+  wrapIntoBox(all, L);
+  const PeriodicSplit split{L, 1.25 * L / 32.0, 4.5 * 1.25 * L / 32.0};
+  const BoxSide sender(
+      all, L, [](double x, double side) { return x >= 0.25 * side; }, 8);
+  const BoxSide receiver(
+      all, L, [](double x, double side) { return x < 0.25 * side; }, 9);
+  ASSERT_GT(sender.bodies.size(), 0u);
+  ASSERT_GT(receiver.groups.size(), 1u);
+  const tree::Groups& theirs = receiver.groups;
+  const RemoteGroups withDomain{domainOf(theirs), theirs.centre, theirs.halfExtent, theirs.relativeTolerance};
+  RemoteGroups withoutShortcut = withDomain;
+  for (int d = 0; d < 3; ++d) {
+    withoutShortcut.domain.centre[d] = 0.5 * L;
+    withoutShortcut.domain.halfExtent[d] = L;
+  }
+  for (const PeriodicSplit& periodic : {split, PeriodicSplit{}}) {
+    SCOPED_TRACE(periodic.enabled() ? "periodic" : "open boundaries");
+    std::vector<ExportedCell> cells, reference;
+    std::vector<ExportedBody> bodies, referenceBodies;
+    exportSubtree(sender.octree, sender.bodies.sources(), sender.bodies.id, withDomain, cells, bodies, periodic);
+    exportSubtree(sender.octree, sender.bodies.sources(), sender.bodies.id, withoutShortcut, reference, referenceBodies,
+                  periodic);
+    ASSERT_EQ(cells.size(), reference.size());
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      ASSERT_EQ(cells[c].sourceCell, reference[c].sourceCell) << "cell " << c;
+      ASSERT_EQ(cells[c].accepted, reference[c].accepted) << "cell " << c;
+      ASSERT_EQ(cells[c].firstChild, reference[c].firstChild) << "cell " << c;
+      ASSERT_EQ(cells[c].numChildren, reference[c].numChildren) << "cell " << c;
+      ASSERT_EQ(cells[c].firstBody, reference[c].firstBody) << "cell " << c;
+      ASSERT_EQ(cells[c].lastBody, reference[c].lastBody) << "cell " << c;
+    }
+    ASSERT_EQ(bodies.size(), referenceBodies.size());
+    for (std::size_t b = 0; b < bodies.size(); ++b) ASSERT_EQ(bodies[b].id, referenceBodies[b].id) << "body " << b;
+    std::printf("[ export   ] %s: %zu of %zu cells and %zu of %zu bodies sent for %zu groups\n",
+                periodic.enabled() ? "periodic" : "open boundaries", cells.size(), sender.octree.numCells(),
+                bodies.size(), sender.bodies.size(), theirs.size());
+    if (periodic.enabled()) {
+      // The cut leaves most of the sender's side behind, and what goes reaches across the face x = L.
+      EXPECT_LT(bodies.size(), sender.bodies.size() / 2);
+      EXPECT_TRUE(std::any_of(bodies.begin(), bodies.end(), [&](const ExportedBody& b) { return b.x > 0.75 * L; }));
+    }
+  }
 }
 
 }  // namespace
