@@ -9,6 +9,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/parallel/collective.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
 namespace matcha::parallel {
@@ -18,14 +19,21 @@ DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const Tree
     : engine_(engine), params_(treeParams), gravity_(gravity), comm_(comm), numRanks_(numRanksOf(comm)) {
   params_.validate();
   gravity_.validate();
-  if (gravity_.periodic.enabled()) throw InputError("the distributed tree solver has open boundaries only");
+  if (gravity_.periodic.enabled() && !engine_.periodicShortRange()) {
+    throw InputError("the " + engine_.name() + " engine has no periodic short-range kernels");
+  }
 }
 
 std::string DistributedTreeSolver::describe() const {
   std::ostringstream text;
-  text << "distributed tree over " << numRanks_ << (numRanks_ == 1 ? " rank" : " ranks") << " (theta " << params_.theta
-       << ", ncrit " << params_.ncrit << ", nleaf " << params_.nleaf << ", " << toString(params_.multipole)
-       << ", alpha " << params_.alpha << ") on " << engine_.name();
+  text << "distributed tree";
+  if (gravity_.periodic.enabled()) {
+    text << " periodic short range (box " << gravity_.periodic.boxSize << ", r_s " << gravity_.periodic.splitRadius
+         << ", r_cut " << gravity_.periodic.cutoffRadius << ")";
+  }
+  text << " over " << numRanks_ << (numRanks_ == 1 ? " rank" : " ranks") << " (theta " << params_.theta << ", ncrit "
+       << params_.ncrit << ", nleaf " << params_.nleaf << ", " << toString(params_.multipole) << ", alpha "
+       << params_.alpha << ") on " << engine_.name();
   return text.str();
 }
 
@@ -59,7 +67,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, doub
   Stopwatch clock;
   if (n > 0) {
     tree::computeMultipoles(particles.sources(), theta, order, tree_);
-    tree::buildWalkTree(tree_, walkTree_);
+    tree::buildWalkTree(tree_, walkTree_, gravity_.periodic);
     report.timings[Phase::multipoles] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
     clock.restart();
@@ -67,7 +75,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, doub
     stats_.walkSeconds += clock.seconds();
     report.timings[Phase::walk] += clock.seconds();
   }
-  let_.exchange(tree_, particles.sources(), particles.id, groups_, comm_);
+  let_.exchange(tree_, particles.sources(), particles.id, groups_, comm_, gravity_.periodic);
   const LetStats& let = let_.stats();
   stats_.letBuildSeconds += let.buildSeconds;
   stats_.communicationSeconds += let.communicationSeconds;
@@ -99,10 +107,12 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   const Stopwatch total;
   ForceReport report;
   stats_ = DistributedStats{};
+  const bool periodic = gravity_.periodic.enabled();
   checkOnEveryRank(
       [&] {
         if (particles.size() >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies a rank");
         particles.validate();
+        if (periodic) tree::requireInsideBox(particles, gravity_.periodic.boxSize);
       },
       comm_);
 
@@ -110,7 +120,11 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   Stopwatch clock;
   if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
   weightsGiven_ = false;
-  domain_ = decompose(particles, &work_, comm_, &stats_.decomposition);
+  // In a periodic box the keys are taken in the box itself, as PeriodicTreeSolver takes them: every rank's tree then
+  // has the box as its root, and its cells never straddle a face (each cell's bodies have one nearest image).
+  Cube box;
+  box.side = gravity_.periodic.boxSize;
+  domain_ = decompose(particles, &work_, comm_, &stats_.decomposition, periodic ? &box : nullptr);
   stats_.decompositionSeconds = clock.seconds();
   report.timings[Phase::keys] += stats_.decompositionSeconds;
 
@@ -135,11 +149,16 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
 
   bool tolerancesSet = setGlobalRelativeTolerances(particles);
   if (!tolerancesSet && params_.alpha > 0.0) {
-    // No accelerations on any rank (fresh initial conditions): a cheap pass first for the |a| the relative test
-    // scales by, as TreeSolver's estimate pass (monopole cells at kEstimateTheta).
+    // No accelerations on any rank (fresh initial conditions): a first pass for the |a| the relative test scales by,
+    // as the one-rank solvers' estimate passes: TreeSolver's cheap one (monopole cells at kEstimateTheta), or
+    // PeriodicTreeSolver's, with theta alone.
     const Stopwatch estimate;
     ForceReport pass;
-    evaluatePass(particles, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
+    if (periodic) {
+      evaluatePass(particles, params_.theta, params_.multipole, false, pass);
+    } else {
+      evaluatePass(particles, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
+    }
     report.counts += pass.counts;
     tolerancesSet = setGlobalRelativeTolerances(particles);
     report.timings[Phase::estimate] += estimate.seconds();

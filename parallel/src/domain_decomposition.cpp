@@ -100,7 +100,8 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sort
 
 }  // namespace
 
-Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats) {
+Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats,
+                 const Cube* keyCube) {
   const int numRanks = numRanksOf(comm);
   const std::size_t n = particles.size();
   std::uint64_t numBodies = n;
@@ -133,7 +134,7 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   }
 
   Domain domain;
-  domain.cube = globalBoundingCube(particles, comm);
+  domain.cube = keyCube != nullptr ? *keyCube : globalBoundingCube(particles, comm);
   std::vector<std::uint64_t> keys;
   domainKeys(particles, domain, keys);
   tree::KeySorter sorter;

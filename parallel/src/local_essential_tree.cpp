@@ -5,6 +5,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -12,6 +13,7 @@
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/parallel/collective.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 
 namespace matcha::parallel {
 
@@ -53,20 +55,49 @@ bool accepts(const double* com, double openingRadius, double mass, double bmax, 
   return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole);
 }
 
-/// exportSubtree's depth-first pass: `active` holds the remote groups that reach `cell` (exported as cells[at]).
+/// What a group makes of a cell: the periodic short range's three answers (tree::visitPeriodic), of which open
+/// boundaries give accept or open.
+using Visit = tree::PeriodicVisit;
+
+/// What all the groups that reach a cell make of it together.
+enum class Reach {
+  skippedByAll,   ///< periodic: every one skips it, so it is not sent
+  acceptedByAll,  ///< none opens it: it goes alone
+  openedBySome,   ///< its children, or a leaf's bodies, go with it
+};
+
+/// exportSubtree's depth-first pass.
 class SubtreeExporter {
  public:
   SubtreeExporter(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                  const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies)
-      : tree_(tree), sorted_(sortedBodies), ids_(ids), remote_(remote), cells_(cells), bodies_(bodies) {}
+                  const RemoteGroups& remote, const PeriodicSplit& periodic, std::vector<ExportedCell>& cells,
+                  std::vector<ExportedBody>& bodies)
+      : tree_(tree),
+        sorted_(sortedBodies),
+        ids_(ids),
+        remote_(remote),
+        periodic_(periodic),
+        cells_(cells),
+        bodies_(bodies) {
+    std::copy(remote.domain.halfExtent, remote.domain.halfExtent + 3, domainHalf_);
+    if (periodic_.enabled()) {
+      // Wider by 8 ulp of L, more than the rounding of the folded offsets (p, c and |p - c| all below L) and of the
+      // groups' union (exportSubtree): the domain's distance then never exceeds a group's, as computed.
+      const double widening = 8.0 * std::numeric_limits<double>::epsilon() * periodic_.boxSize;
+      for (double& half : domainHalf_) half += widening;
+    }
+  }
 
   void run() {
     std::vector<std::uint32_t> all(remote_.size());
     for (std::size_t g = 0; g < all.size(); ++g) all[g] = static_cast<std::uint32_t>(g);
-    // One set of opening groups per level, sized once: a child's visit never moves its parent's set.
+    // The opening groups of each child of the cell being expanded, per level, sized once: a child's expansion never
+    // moves its parent's sets.
     opening_.resize(kMaxLevel + 2);
+    const Reach root = judge(0, all, opening_[0][0]);
+    if (root == Reach::skippedByAll) return;
     add(0);
-    visit(0, 0, all, 0);
+    expand(0, 0, root, opening_[0][0], 0);
   }
 
  private:
@@ -89,26 +120,54 @@ class SubtreeExporter {
     MATCHA_ASSERT(cells_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
   }
 
-  void visit(std::uint32_t cell, std::size_t at, std::span<const std::uint32_t> active, std::size_t depth) {
-    const bool quadrupole = tree_.multipoles.hasQuadrupole;
-    const ExportedCell c = cells_[at];  // a copy: add() below may move cells_
-    if (accepts(c.com, c.openingRadius, c.mass, c.bmax, quadrupole, remote_.domain.centre, remote_.domain.halfExtent,
-                remote_.domain.tolerance)) {
+  /// The walk's test of `cell` for one box and tolerance, on the numbers add() sends (the receiver's test).
+  Visit visit(std::uint32_t cell, const double* centre, const double* half, double tolerance) const {
+    const CellMultipoles& m = tree_.multipoles;
+    const double com[3] = {m.x[cell], m.y[cell], m.z[cell]};
+    if (periodic_.enabled()) {
+      return tree::visitPeriodic(com, tree_.openingRadius[cell], m.mass[cell], tree_.bmax[cell], m.hasQuadrupole,
+                                 centre, half, tolerance, periodic_);
+    }
+    return accepts(com, tree_.openingRadius[cell], m.mass[cell], tree_.bmax[cell], m.hasQuadrupole, centre, half,
+                   tolerance)
+               ? Visit::accept
+               : Visit::open;
+  }
+
+  /// What the groups `reaching` make of `cell`; those that open it go to `opening` (cleared first). The domain box
+  /// answers for all of them when it skips or accepts the cell.
+  Reach judge(std::uint32_t cell, std::span<const std::uint32_t> reaching, std::vector<std::uint32_t>& opening) const {
+    opening.clear();
+    const Visit domain = visit(cell, remote_.domain.centre, domainHalf_, remote_.domain.tolerance);
+    if (domain == Visit::skip) return Reach::skippedByAll;
+    if (domain == Visit::accept) {
+      if (!periodic_.enabled()) return Reach::acceptedByAll;
+      // Each group accepts or skips it: it goes only when one of them does not skip it.
+      for (const std::uint32_t g : reaching) {
+        if (visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]) != Visit::skip) {
+          return Reach::acceptedByAll;
+        }
+      }
+      return Reach::skippedByAll;
+    }
+    bool needed = false;  // some group does not skip it
+    for (const std::uint32_t g : reaching) {
+      const Visit v = visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]);
+      needed = needed || v != Visit::skip;
+      if (v == Visit::open) opening.push_back(g);
+    }
+    if (!opening.empty()) return Reach::openedBySome;
+    return needed ? Reach::acceptedByAll : Reach::skippedByAll;
+  }
+
+  /// Completes cells_[at], the export of `cell`, which the groups `opening` reach and `reach` says what of.
+  void expand(std::uint32_t cell, std::size_t at, Reach reach, std::span<const std::uint32_t> opening,
+              std::size_t depth) {
+    if (reach == Reach::acceptedByAll) {
       cells_[at].accepted = 1;
       return;
     }
-    MATCHA_ASSERT(depth < opening_.size(), "an octree deeper than kMaxLevel");
-    std::vector<std::uint32_t>& opening = opening_[depth];
-    opening.clear();
-    for (const std::uint32_t g : active) {
-      if (!accepts(c.com, c.openingRadius, c.mass, c.bmax, quadrupole, &remote_.centre[3 * g],
-                   &remote_.halfExtent[3 * g], remote_.tolerance[g])) {
-        opening.push_back(g);
-      }
-    }
-    if (opening.empty()) {
-      cells_[at].accepted = 1;
-    } else if (tree_.isLeaf(cell)) {
+    if (tree_.isLeaf(cell)) {
       const BodyRange range = tree_.bodies[cell];
       cells_[at].firstBody = static_cast<std::uint32_t>(bodies_.size());
       for (std::uint32_t i = range.first; i < range.last; ++i) {
@@ -116,16 +175,27 @@ class SubtreeExporter {
       }
       MATCHA_ASSERT(bodies_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
       cells_[at].lastBody = static_cast<std::uint32_t>(bodies_.size());
-    } else {
-      // All children at once, so that they are consecutive; then each is visited by the groups that opened this cell.
-      const auto firstChild = static_cast<std::uint32_t>(cells_.size());
-      const std::uint32_t numChildren = tree_.numChildren[cell];
-      cells_[at].firstChild = firstChild;
-      cells_[at].numChildren = numChildren;
-      for (std::uint32_t k = 0; k < numChildren; ++k) add(tree_.firstChild[cell] + k);
-      for (std::uint32_t k = 0; k < numChildren; ++k) {
-        // opening_[depth] stays as it is while the children's visits use the deeper levels.
-        visit(tree_.firstChild[cell] + k, firstChild + k, opening_[depth], depth + 1);
+      return;
+    }
+    // Each child judged by the groups that opened this cell; those that all of them skip stay behind, the others go
+    // all at once, so that they are consecutive, and are then expanded in turn.
+    MATCHA_ASSERT(depth + 1 < opening_.size(), "an octree deeper than kMaxLevel");
+    const std::uint32_t numChildren = tree_.numChildren[cell];
+    std::array<Reach, 8> reaches{};
+    for (std::uint32_t k = 0; k < numChildren; ++k) {
+      reaches[k] = judge(tree_.firstChild[cell] + k, opening, opening_[depth + 1][k]);
+    }
+    const auto firstChild = static_cast<std::uint32_t>(cells_.size());
+    for (std::uint32_t k = 0; k < numChildren; ++k) {
+      if (reaches[k] != Reach::skippedByAll) add(tree_.firstChild[cell] + k);
+    }
+    cells_[at].firstChild = firstChild;
+    cells_[at].numChildren = static_cast<std::uint32_t>(cells_.size()) - firstChild;
+    std::size_t child = firstChild;
+    for (std::uint32_t k = 0; k < numChildren; ++k) {
+      // opening_[depth + 1] stays as it is while the children's expansions use the deeper levels.
+      if (reaches[k] != Reach::skippedByAll) {
+        expand(tree_.firstChild[cell] + k, child++, reaches[k], opening_[depth + 1][k], depth + 1);
       }
     }
   }
@@ -134,20 +204,26 @@ class SubtreeExporter {
   const SourceView& sorted_;
   std::span<const std::uint64_t> ids_;
   const RemoteGroups& remote_;
+  const PeriodicSplit& periodic_;
+  double domainHalf_[3];  ///< the domain box's half extents as judge() tests them
   std::vector<ExportedCell>& cells_;
   std::vector<ExportedBody>& bodies_;
-  std::vector<std::vector<std::uint32_t>> opening_;  ///< per depth: the groups that open the cell visited there
+  /// Per depth d + 1: the groups that open each child (up to 8) of the cell expanded at depth d.
+  std::vector<std::array<std::vector<std::uint32_t>, 8>> opening_;
 };
 
 }  // namespace
 
 void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies) {
+                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies,
+                   const PeriodicSplit& periodic) {
   cells.clear();
   bodies.clear();
   if (tree.numCells() == 0 || remote.size() == 0) return;
   MATCHA_ASSERT(tree.comSpread.empty(), "local essential trees need a tree of exact positions");
-  SubtreeExporter(tree, sortedBodies, ids, remote, cells, bodies).run();
+  MATCHA_ASSERT(!periodic.enabled() || tree.halfSide[0] == 0.5 * periodic.boxSize,
+                "a periodic export needs the periodic cube as the tree's root");
+  SubtreeExporter(tree, sortedBodies, ids, remote, periodic, cells, bodies).run();
 }
 
 namespace {
@@ -199,8 +275,10 @@ std::vector<Record> exchangeBlocks(const std::vector<std::vector<Record>>& send,
 }  // namespace
 
 void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& sortedBodies,
-                                  std::span<const std::uint64_t> ids, const tree::Groups& groups, MPI_Comm comm) {
+                                  std::span<const std::uint64_t> ids, const tree::Groups& groups, MPI_Comm comm,
+                                  const PeriodicSplit& periodic) {
   stats_ = LetStats{};
+  periodic_ = periodic;
   const int rank = rankOf(comm);
   const int numRanks = numRanksOf(comm);
   Stopwatch clock;
@@ -252,7 +330,7 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
       theirs.relativeTolerance[g] = record[6];
     }
     const RemoteGroups remote{domainOf(theirs), theirs.centre, theirs.halfExtent, theirs.relativeTolerance};
-    exportSubtree(tree, sortedBodies, ids, remote, sendCells[r], sendBodies[r]);
+    exportSubtree(tree, sortedBodies, ids, remote, sendCells[r], sendBodies[r], periodic_);
   });
   for (int r = 0; r < numRanks; ++r) {
     if (r != rank) stats_.remoteGroups += static_cast<std::uint64_t>(groupCounts[r]);
@@ -350,9 +428,18 @@ void LocalEssentialTree::buildPlan(const tree::Groups& groups, const Interaction
         stack.pop_back();
         const ExportedCell& cell = received_[c - numLocalCells_];
         // The sender ran this group's walk on the same numbers (exportSubtree): a cell it sent as accepted passes for
-        // every group that reaches it; any other cell gets the walk's test for the group's own box and tolerance.
-        if (cell.accepted != 0 || accepts(cell.com, cell.openingRadius, cell.mass, cell.bmax, cells_.hasQuadrupole,
-                                          centre, half, tolerance)) {
+        // every group that reaches it (in a periodic box, unless the group skips it); any other cell gets the walk's
+        // test for the group's own box and tolerance.
+        Visit visit = Visit::accept;
+        if (periodic_.enabled()) {
+          visit = tree::visitPeriodic(cell.com, cell.openingRadius, cell.mass, cell.bmax, cells_.hasQuadrupole, centre,
+                                      half, tolerance, periodic_);
+        } else if (cell.accepted == 0 && !accepts(cell.com, cell.openingRadius, cell.mass, cell.bmax,
+                                                  cells_.hasQuadrupole, centre, half, tolerance)) {
+          visit = Visit::open;
+        }
+        if (visit == Visit::skip) continue;
+        if (visit == Visit::accept || cell.accepted != 0) {
           cellList.push_back(c);
         } else if (cell.numChildren == 0) {
           if (cell.lastBody == cell.firstBody) continue;

@@ -4,11 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
 #include "matcha/parallel/local_essential_tree.hpp"
+#include "matcha/testing/generators.hpp"
+#include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 
@@ -18,21 +23,29 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 /// Clump A: ids 0-7 on a cube of edge 0.2 around (-10, -3, -3); clump B: ids 8-15 around (10, 3, 3), so that neither
-/// straddles a plane that halves the root cube. Sorted, with their octree (nleaf 4) and monopoles at theta 0.5.
+/// straddles a plane that halves the root cube. Sorted, with their octree (nleaf 4) and monopoles at theta 0.5. In a
+/// periodic box of side `boxSize` (the tree's root then): A around (0.3, 1.8, 1.8), beside the face x = 0, and B
+/// around (7, 1.8, 1.8).
 struct TwoClumps {
   Particles bodies;
   tree::Octree octree;
 
-  TwoClumps() : bodies(16) {
+  explicit TwoClumps(double boxSize = 0.0) : bodies(16) {
     for (std::size_t i = 0; i < 16; ++i) {
       const double side = i < 8 ? -1.0 : 1.0;
-      bodies.x[i] = 10.0 * side + 0.1 * ((i & 1) ? 1 : -1);
-      bodies.y[i] = 3.0 * side + 0.1 * ((i & 2) ? 1 : -1);
-      bodies.z[i] = 3.0 * side + 0.1 * ((i & 4) ? 1 : -1);
+      const double centre[3] = {boxSize > 0.0 ? (i < 8 ? 0.3 : 7.0) : 10.0 * side, boxSize > 0.0 ? 1.8 : 3.0 * side,
+                                boxSize > 0.0 ? 1.8 : 3.0 * side};
+      bodies.x[i] = centre[0] + 0.1 * ((i & 1) ? 1 : -1);
+      bodies.y[i] = centre[1] + 0.1 * ((i & 2) ? 1 : -1);
+      bodies.z[i] = centre[2] + 0.1 * ((i & 4) ? 1 : -1);
       bodies.mass[i] = 1.0 / 16.0;
       bodies.id[i] = i;
     }
-    const tree::Cube cube = tree::computeBoundingCube(bodies.sources());
+    tree::Cube cube = tree::computeBoundingCube(bodies.sources());
+    if (boxSize > 0.0) {
+      cube = tree::Cube{};
+      cube.side = boxSize;
+    }
     std::vector<std::uint64_t> keys;
     tree::computeMortonKeys(bodies.sources(), cube, keys);
     const std::vector<std::uint32_t> order = tree::sortByKey(keys);
@@ -70,9 +83,10 @@ struct TwoClumps {
     return count;
   }
 
-  std::set<std::uint64_t> exportedIds(const Remote& r, std::vector<ExportedCell>& cells) const {
+  std::set<std::uint64_t> exportedIds(const Remote& r, std::vector<ExportedCell>& cells,
+                                      const PeriodicSplit& periodic = PeriodicSplit{}) const {
     std::vector<ExportedBody> sent;
-    exportSubtree(octree, bodies.sources(), bodies.id, r.view(), cells, sent);
+    exportSubtree(octree, bodies.sources(), bodies.id, r.view(), cells, sent, periodic);
     std::set<std::uint64_t> ids;
     for (const ExportedBody& b : sent) EXPECT_TRUE(ids.insert(b.id).second) << "body " << b.id << " sent twice";
     return ids;
@@ -149,6 +163,136 @@ TEST(ExportSubtree, TheRelativeTestOpensWhatThetaAloneAccepts) {
     }
   }
   EXPECT_EQ(t.coverage(strict, ids), std::vector<int>(16, 1));
+}
+
+// The periodic short range (box 10, r_s 0.4, r_cut 1.8): a group beside the face x = L sees clump A across the face,
+// 0.4 away at its nearest image, and never clump B (2.5 away): A is covered once, nothing that holds only B's bodies
+// is sent. With open boundaries the same group gets B as well (nothing is skipped), and A from 9.4 away as one cell.
+// A group beyond r_cut of both gets nothing at all.
+TEST(ExportSubtree, PeriodicSendsOnlyWhatLiesWithinTheCutAtTheNearestImage) {
+  const double L = 10.0;
+  const TwoClumps t(L);
+  const PeriodicSplit split{L, 0.4, 1.8};
+  const auto holdsOnlyB = [&](const ExportedCell& c) {
+    const BodyRange range = t.octree.bodies[c.sourceCell];
+    for (std::uint32_t i = range.first; i < range.last; ++i) {
+      if (t.bodies.id[i] < 8) return false;
+    }
+    return true;
+  };
+  std::vector<ExportedCell> cells;
+  const auto ids = t.exportedIds(TwoClumps::remote({{{9.7, 1.8, 1.8}}}, 0.1), cells, split);
+  std::vector<int> onlyA(16, 0);
+  std::fill(onlyA.begin(), onlyA.begin() + 8, 1);
+  EXPECT_EQ(t.coverage(cells, ids), onlyA);
+  ASSERT_FALSE(cells.empty());
+  for (const ExportedCell& c : cells) EXPECT_FALSE(holdsOnlyB(c)) << "cell " << c.sourceCell << " holds B alone";
+
+  std::vector<ExportedCell> open;
+  const auto openIds = t.exportedIds(TwoClumps::remote({{{9.7, 1.8, 1.8}}}, 0.1), open);
+  EXPECT_EQ(t.coverage(open, openIds), std::vector<int>(16, 1));
+  for (const std::uint64_t id : openIds) EXPECT_GE(id, 8u) << "A travelled body by body with open boundaries";
+
+  std::vector<ExportedCell> far;
+  EXPECT_TRUE(t.exportedIds(TwoClumps::remote({{{4.0, 6.0, 6.0}}}, 0.1), far, split).empty());
+  EXPECT_TRUE(far.empty()) << "a group beyond r_cut of every body gets no cell";
+
+  // Both groups: the union box (x from 3.9 to 9.8, not folded) lies 0.5 from A's centre of mass at A's nearest image,
+  // so A is judged group by group; the far group adds nothing.
+  std::vector<ExportedCell> both;
+  const auto bothIds = t.exportedIds(TwoClumps::remote({{{9.7, 1.8, 1.8}}, {{4.0, 6.0, 6.0}}}, 0.1), both, split);
+  EXPECT_EQ(bothIds, ids);
+  EXPECT_EQ(t.coverage(both, bothIds), onlyA);
+  for (const ExportedCell& c : both) EXPECT_FALSE(holdsOnlyB(c)) << "cell " << c.sourceCell << " holds B alone";
+}
+
+/// One side of a split box: its bodies sorted in the box's Morton order, their octree (the box as its root, nleaf 8,
+/// quadrupoles at theta 0.5) and groups (ncrit 64) with relative tolerances from accelerations drawn over three
+/// decades (alpha 1e-3), as a rank's tree and groups in a periodic run.
+struct BoxSide {
+  Particles bodies;
+  tree::Octree octree;
+  tree::Groups groups;
+
+  BoxSide(const Particles& all, double L, bool (*mine)(double x, double L), std::uint64_t seed) {
+    std::vector<std::uint32_t> taken;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (mine(all.x[i], L)) taken.push_back(static_cast<std::uint32_t>(i));
+    }
+    bodies.resize(taken.size());
+    for (std::size_t k = 0; k < taken.size(); ++k) {
+      const std::size_t i = taken[k];
+      bodies.x[k] = all.x[i], bodies.y[k] = all.y[i], bodies.z[k] = all.z[i];
+      bodies.mass[k] = all.mass[i];
+      bodies.id[k] = all.id[i];
+    }
+    std::mt19937_64 engine(seed);
+    std::uniform_real_distribution<double> exponent(-1.0, 2.0);
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      bodies.ax[i] = std::pow(10.0, exponent(engine));
+      bodies.ay[i] = bodies.az[i] = 0.0;
+    }
+    tree::Cube cube;
+    cube.side = L;
+    std::vector<std::uint64_t> keys;
+    tree::computeMortonKeys(bodies.sources(), cube, keys);
+    bodies.permute(tree::sortByKey(keys));
+    tree::buildOctree(keys, cube, 8, octree);
+    tree::computeMultipoles(bodies.sources(), 0.5, MultipoleOrder::quadrupole, octree);
+    tree::makeGroups(octree, bodies.sources(), 64, groups);
+    EXPECT_TRUE(tree::setRelativeTolerances(bodies, 1e-3, 1.0, groups));
+  }
+};
+
+// The domain box's shortcut in a periodic box changes nothing: one side of a clumpy box (x >= 0.25 L) pruned for the
+// groups of the other (a slab x < 0.25 L by the face x = 0, whose nearest images reach the first side across the face
+// x = L) gives the same subtree, cell by cell and body by body, with the groups' own domain box as with a domain box
+// over the whole cube, at which no cell is skipped or accepted (every group then decides alone).
+TEST(ExportSubtree, PeriodicDomainBoxShortcutChangesNothing) {
+  const double L = 1.5;
+  Particles all = matcha::testing::clumpyBox(7, L, 512, 2048);
+  wrapIntoBox(all, L);
+  const PeriodicSplit split{L, 1.25 * L / 32.0, 4.5 * 1.25 * L / 32.0};
+  const BoxSide sender(
+      all, L, [](double x, double side) { return x >= 0.25 * side; }, 8);
+  const BoxSide receiver(
+      all, L, [](double x, double side) { return x < 0.25 * side; }, 9);
+  ASSERT_GT(sender.bodies.size(), 0u);
+  ASSERT_GT(receiver.groups.size(), 1u);
+  const tree::Groups& theirs = receiver.groups;
+  const RemoteGroups withDomain{domainOf(theirs), theirs.centre, theirs.halfExtent, theirs.relativeTolerance};
+  RemoteGroups withoutShortcut = withDomain;
+  for (int d = 0; d < 3; ++d) {
+    withoutShortcut.domain.centre[d] = 0.5 * L;
+    withoutShortcut.domain.halfExtent[d] = L;
+  }
+  for (const PeriodicSplit& periodic : {split, PeriodicSplit{}}) {
+    SCOPED_TRACE(periodic.enabled() ? "periodic" : "open boundaries");
+    std::vector<ExportedCell> cells, reference;
+    std::vector<ExportedBody> bodies, referenceBodies;
+    exportSubtree(sender.octree, sender.bodies.sources(), sender.bodies.id, withDomain, cells, bodies, periodic);
+    exportSubtree(sender.octree, sender.bodies.sources(), sender.bodies.id, withoutShortcut, reference, referenceBodies,
+                  periodic);
+    ASSERT_EQ(cells.size(), reference.size());
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      ASSERT_EQ(cells[c].sourceCell, reference[c].sourceCell) << "cell " << c;
+      ASSERT_EQ(cells[c].accepted, reference[c].accepted) << "cell " << c;
+      ASSERT_EQ(cells[c].firstChild, reference[c].firstChild) << "cell " << c;
+      ASSERT_EQ(cells[c].numChildren, reference[c].numChildren) << "cell " << c;
+      ASSERT_EQ(cells[c].firstBody, reference[c].firstBody) << "cell " << c;
+      ASSERT_EQ(cells[c].lastBody, reference[c].lastBody) << "cell " << c;
+    }
+    ASSERT_EQ(bodies.size(), referenceBodies.size());
+    for (std::size_t b = 0; b < bodies.size(); ++b) ASSERT_EQ(bodies[b].id, referenceBodies[b].id) << "body " << b;
+    std::printf("[ export   ] %s: %zu of %zu cells and %zu of %zu bodies sent for %zu groups\n",
+                periodic.enabled() ? "periodic" : "open boundaries", cells.size(), sender.octree.numCells(),
+                bodies.size(), sender.bodies.size(), theirs.size());
+    if (periodic.enabled()) {
+      // The cut leaves most of the sender's side behind, and what goes reaches across the face x = L.
+      EXPECT_LT(bodies.size(), sender.bodies.size() / 2);
+      EXPECT_TRUE(std::any_of(bodies.begin(), bodies.end(), [&](const ExportedBody& b) { return b.x > 0.75 * L; }));
+    }
+  }
 }
 
 }  // namespace

@@ -23,20 +23,23 @@ PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups
   const BodyRange cellBodies = tree.bodies[cell];
   const BodyRange groupBodies = groups.ranges[group];
   if (cellBodies.first < groupBodies.last && groupBodies.first < cellBodies.last) return PeriodicVisit::open;
-  const double* centre = &groups.centre[3 * group];
-  const double* half = &groups.halfExtent[3 * group];
-  const double distance2 =
-      periodicDistanceToBox2(tree.multipoles.x[cell], tree.multipoles.y[cell], tree.multipoles.z[cell], centre[0],
-                             centre[1], centre[2], half[0], half[1], half[2], split.boxSize);
-  if (std::sqrt(distance2) - tree.bmax[cell] >= split.cutoffRadius) return PeriodicVisit::skip;
+  const double com[3] = {tree.multipoles.x[cell], tree.multipoles.y[cell], tree.multipoles.z[cell]};
   const double tolerance =
       groups.relativeTolerance.empty() ? std::numeric_limits<double>::infinity() : groups.relativeTolerance[group];
+  return visitPeriodic(com, tree.openingRadius[cell], tree.multipoles.mass[cell], tree.bmax[cell],
+                       tree.multipoles.hasQuadrupole, &groups.centre[3 * group], &groups.halfExtent[3 * group],
+                       tolerance, split);
+}
+
+PeriodicVisit visitPeriodic(const double* com, double openingRadius, double mass, double bmax, bool quadrupole,
+                            const double* centre, const double* half, double tolerance, const PeriodicSplit& split) {
+  const double distance2 = periodicDistanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0],
+                                                  half[1], half[2], split.boxSize);
+  if (std::sqrt(distance2) - bmax >= split.cutoffRadius) return PeriodicVisit::skip;
   // The relative test takes the cells' own order: a truncated quadrupole cell is the expansion of the truncated pair
   // to second order (pair_interaction.hpp: accumulateTruncatedQuadrupoleInteraction), good to third.
-  return passesOpeningCriterion(distance2, tree.openingRadius[cell], tree.multipoles.mass[cell], tree.bmax[cell],
-                                tolerance, tree.multipoles.hasQuadrupole)
-             ? PeriodicVisit::accept
-             : PeriodicVisit::open;
+  return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole) ? PeriodicVisit::accept
+                                                                                             : PeriodicVisit::open;
 }
 
 void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicSplit& split, InteractionPlan& plan) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The treecode over several MPI ranks as a ForceSolver (issue 19): each call decomposes the bodies along the
 // space-filling curve (balanced by the last call's work), builds each rank's tree over its own bodies, exchanges the
-// local essential trees, and evaluates each local group's list on the rank's engine.
+// local essential trees, and evaluates each local group's list on the rank's engine. With a periodic split it is the
+// short range of periodic TreePM over the ranks (tree/periodic_tree_solver.hpp's, the long range being the mesh's).
 #pragma once
 
 #include <mpi.h>
@@ -51,6 +52,13 @@ class DistributedTreeSolver final : public ForceSolver {
   /// `engine` (this rank's: the CPU engine, or later the rank's GPU) must outlive the solver; `comm` is the
   /// communicator whose ranks share the bodies (every rank must construct its solver with the same parameters). Throws
   /// InputError on invalid parameters. TreeParams::reuse is not used: every call builds its trees.
+  ///
+  /// With gravity.periodic enabled the solver is PeriodicTreeSolver over the ranks: the keys are taken in the box [0,
+  /// L)^3, so that every rank's tree has it as its root; each rank walks its own tree with the periodic float walk
+  /// (tree::buildWalkTree with the split) and prunes it for the other ranks' groups with tree::visitPeriodic
+  /// (exportSubtree: nothing beyond r_cut is sent), and the engine evaluates the truncated pairs at their nearest
+  /// images. The engine must have the periodic short range (NearFieldEngine::periodicShortRange; InputError
+  /// otherwise).
   DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity,
                         MPI_Comm comm);
 
@@ -62,7 +70,9 @@ class DistributedTreeSolver final : public ForceSolver {
   /// twice, cheaply (monopoles at tree::kEstimateTheta) and then with the relative test, as TreeSolver does.
   ///
   /// The report's counts and timings are this rank's. Throws InputError on every rank when any rank's bodies are
-  /// invalid (Particles::validate) or when there are fewer bodies than ranks.
+  /// invalid (Particles::validate), in a periodic box when a body lies outside [0, L)^3 (tree::requireInsideBox), or
+  /// when there are fewer bodies than ranks. In a periodic box the estimate pass is PeriodicTreeSolver's (theta
+  /// alone, the cells' own order).
   ForceReport computeForces(Particles& particles) override;
   std::string describe() const override;
 

@@ -55,10 +55,14 @@ Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
 /// r total / numRanks), so each rank's work is within one body's weight of the mean. Calling it again on the current
 /// bodies rebalances and migrates the bodies that crossed a boundary since. Allocates; collective.
 ///
+/// `keyCube` (optional): the cube the keys are taken in instead of globalBoundingCube's, the same on every rank, with
+/// every body inside it (the periodic box [0, L)^3, which is then every rank's tree root, as one rank's periodic tree
+/// has it).
+///
 /// Throws InputError, on every rank, when all ranks together hold fewer bodies than there are ranks (run with fewer
 /// ranks), when a weight is negative or not finite, or when `weights` is neither empty nor one per body.
-Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm,
-                 DecompositionStats* stats = nullptr);
+Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats = nullptr,
+                 const Cube* keyCube = nullptr);
 
 /// The Morton keys of `particles` in domain.cube, one per body (resized). Parallel.
 void domainKeys(const Particles& particles, const Domain& domain, std::vector<std::uint64_t>& keys);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "matcha/core/interaction_plan.hpp"
+#include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
@@ -54,8 +55,8 @@ struct ExportedCell {
   std::uint32_t firstBody;    ///< an opened leaf's bodies [firstBody, lastBody); empty otherwise
   std::uint32_t lastBody;
   std::uint32_t sourceCell;  ///< the cell's id in the sender's tree (for the tests' coverage check)
-  /// 1: every receiving group that reaches the cell accepts it (the receiver takes it without a test); 0: some group
-  /// opens it, so its children (or a leaf's bodies) came with it
+  /// 1: no receiving group that reaches the cell opens it: each accepts it (the receiver takes it without a test) or,
+  /// in a periodic box, skips it; 0: some group opens it, so its children (or a leaf's bodies) came with it
   std::uint32_t accepted;
 };
 
@@ -79,8 +80,19 @@ struct ExportedBody {
 /// exceed r_open^2, and the relative test that M b_max^p <= tolerance d^(p+2). Both hold the more for a larger d and a
 /// larger tolerance. A group's box lies inside the domain's box, so its nearest point is at least as far as the
 /// domain's, and its tolerance is at least the domain's smallest.
+///
+/// With `periodic` enabled (the short range of a periodic box: `tree`'s root is the cube [0, L)^3) each group's test
+/// is tree::visitPeriodic's, in double: a cell that every group reaching it skips (all its bodies at least r_cut from
+/// the group's box at its nearest image) is not sent at all, one that none opens goes alone, another with the children
+/// that some group opening it does not skip. The domain box's shortcut holds there too, for skips as for accepts: per
+/// axis the nearest-image distance to a box is the distance to the union of its images, and the images of the domain
+/// box hold those of each group's box, so the nearest-image distance to the domain box is at most each group's. (The
+/// domain box is not folded: a rank whose groups lie near two opposite faces gets a box across the cube, and the
+/// shortcut rarely applies.) Its test takes the domain box widened by 8 ulp of L, so that the rounding of the two
+/// distances cannot reverse that order.
 void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies);
+                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies,
+                   const PeriodicSplit& periodic = PeriodicSplit{});
 
 /// Sizes of one rank's exchange, for the solver's report and the tests.
 struct LetStats {
@@ -101,16 +113,18 @@ class LocalEssentialTree {
   /// rank prunes its tree for every other rank's groups (exportSubtree) and the subtrees go out with MPI_Alltoallv,
   /// counts first. `groups` must hold their relative tolerances (one per group) as the walk will use them. `tree`,
   /// `sortedBodies`, `ids` and `groups` are this rank's (empty for a rank with no bodies; `tree` then has no cells).
+  /// With `periodic` enabled, the periodic short range's pruning (exportSubtree), and buildPlan's walk the same.
   /// Collective; allocates.
   void exchange(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                const tree::Groups& groups, MPI_Comm comm);
+                const tree::Groups& groups, MPI_Comm comm, const PeriodicSplit& periodic = PeriodicSplit{});
 
   /// Each local group's whole list: its list in `localPlan` (the walk of the local tree for groups 0 .. size, in order,
   /// as tree::PlanBuilder makes it), then its walk of each received subtree with the double criterion (tree/walk.hpp:
   /// acceptCell), which the sender ran for this group too (exportSubtree): a cell sent as accepted is taken as it is,
   /// another is tested for the group's box and tolerance, and opened (its children, or a leaf's bodies) when it
-  /// fails. Indices are into sources() and
-  /// cells(). Overwrites `plan`. Parallel over groups.
+  /// fails. In a periodic box (exchange's `periodic`) the test is tree::visitPeriodic's: a cell the group skips is
+  /// left out, one sent as accepted is taken unless skipped. Indices are into sources() and cells(). Overwrites
+  /// `plan`. Parallel over groups.
   void buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan, InteractionPlan& plan);
 
   /// The sources and cells the plan of buildPlan indexes. Valid until the next exchange.
@@ -137,6 +151,7 @@ class LocalEssentialTree {
   std::vector<int> cellOwner_;
   std::vector<std::uint64_t> receivedIds_;
   std::vector<std::uint32_t> subtreeRoots_;  ///< cells() index of each received subtree's root
+  PeriodicSplit periodic_;                   ///< the last exchange's (disabled: open boundaries)
   LetStats stats_;
 };
 

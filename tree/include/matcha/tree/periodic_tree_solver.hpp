@@ -35,6 +35,13 @@ enum class PeriodicVisit {
 PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
                             const PeriodicSplit& split);
 
+/// visitPeriodic's test on the numbers alone, for a cell that holds none of the group's bodies: the cell's centre of
+/// mass `com` (3), opening radius, mass, b_max and order, the group's box (centre and half extents, 3 each) and
+/// relative tolerance (+inf: off). The local essential trees (parallel/) take it for other ranks' groups, on the
+/// numbers that travel, so that sender and receiver decide alike.
+PeriodicVisit visitPeriodic(const double* com, double openingRadius, double mass, double bmax, bool quadrupole,
+                            const double* centre, const double* half, double tolerance, const PeriodicSplit& split);
+
 /// Walks the tree for every group and writes the short-range lists into `plan` (cleared first): accepted cells, and
 /// the bodies of opened leaves as ranges (consecutive leaves merged), with nothing beyond r_cut. The tree's root must
 /// be the periodic cube (its bodies within [0, L)^3). Parallel over groups (TBB); allocates. The reference walk, in
