@@ -91,10 +91,16 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     summary.interactions += report.counts;
   };
 
+  const auto measure = [&](double at) {
+    const Diagnostics local = measureDiagnostics(p, at);
+    return callbacks.combineDiagnostics ? callbacks.combineDiagnostics(local) : local;
+  };
   const auto measureOutput = [&](double at) {
     if (callbacks.outputPotentials) callbacks.outputPotentials(p);
-    return measureDiagnostics(p, at);
+    return measure(at);
   };
+  // The progress line's own energies follow this process's wall clock, which other processes do not share.
+  const bool progressEnergies = callbacks.onProgress && solverPotentials && !callbacks.combineDiagnostics;
 
   // The last state whose values were all finite, what onNonFinite saves.
   Particles lastGood;
@@ -158,7 +164,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     const PlannedStep planned = schedule.plan(step - 1, time, p);
     if (solverPotentials) {
       // The progress line's energy is planned a step ahead, so that the next call knows to compute potentials.
-      if (callbacks.onProgress && progressEnergyStep < step &&
+      if (progressEnergies && progressEnergyStep < step &&
           wall.seconds() - lastProgressEnergy >= kProgressEnergySeconds) {
         progressEnergyStep = step + 1;
       }
@@ -194,12 +200,12 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     const bool isOutput = planned.output || planned.last;
     // The progress line's energy: a pass over every body, so at most once per kProgressEnergySeconds of wall time
     // (the line prints once a second; at 2^22 bodies the pass takes ~10 ms, a fifth of a step).
-    const bool progressEnergy = callbacks.onProgress && solverPotentials && step == progressEnergyStep;
+    const bool progressEnergy = progressEnergies && step == progressEnergyStep;
     if (isOutput || progressEnergy || (everyStep && solverPotentials)) {
       synchronise();
       if (progressEnergy) lastProgressEnergy = wall.seconds();
       outputClock.restart();
-      const Diagnostics now = isOutput ? measureOutput(time) : measureDiagnostics(p, time);
+      const Diagnostics now = isOutput ? measureOutput(time) : measure(time);
       requireFiniteEnergy(now, step);
       latestEnergy = now.total;
       if (callbacks.onDiagnostics) callbacks.onDiagnostics(now);

@@ -96,6 +96,12 @@ struct RunCallbacks {
   /// there is one: the start, outputs, the progress line's energies, and every step where the schedule asks
   /// (StepSchedule::diagnosticsEveryStep: a comoving run's Layzer-Irvine integral). At most once per step.
   std::function<void(const Diagnostics&)> onDiagnostics;
+  /// Optional, for a run whose bodies are spread over several processes (each runs this loop on its own share, the
+  /// solver exchanging what the forces need): the whole system's diagnostics from those of this process's bodies
+  /// (measureDiagnostics), e.g. their sums over the processes. It may be collective: with it set, the loop measures
+  /// diagnostics only where every process does (outputs, and every step where the schedule asks), never for the
+  /// progress line on a wall-clock cadence of its own, whose energy error is then the latest output's.
+  std::function<Diagnostics(const Diagnostics& local)> combineDiagnostics;
 };
 
 /// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).
