@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -334,7 +335,15 @@ InteractionCounts sumCounts(InteractionCounts counts, MPI_Comm comm) {
 
 }  // namespace
 
-MpiSession::MpiSession(int& argc, char**& argv) : state_(std::make_unique<State>()) {
+MpiSession::MpiSession(int& argc, char**& argv) {
+  // Without a launcher, a world of one rank without MPI at all: MPI_Init as a singleton costs ~0.5 s a process
+  // (Open MPI 4 here), which every plain `matcha` would pay. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; MPICH's
+  // Hydra and Slurm's srun set PMI_SIZE or PMIX_RANK.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr &&
+      std::getenv("PMIX_RANK") == nullptr) {
+    return;
+  }
+  state_ = std::make_unique<State>();
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &state_->rank);
@@ -351,6 +360,7 @@ MpiSession::MpiSession(int& argc, char**& argv) : state_(std::make_unique<State>
 }
 
 MpiSession::~MpiSession() {
+  if (state_ == nullptr) return;
   std::cout.flush();
   if (state_->coutBuffer != nullptr) std::cout.rdbuf(state_->coutBuffer);
   state_->threads.reset();
@@ -461,7 +471,7 @@ int runDistributed(CLI::App& command, const Options& given) {
            << ", on every rank\nenergy diagnostics: potentials from " << potentialSource
            << "\noutput: " << outDir.string()
            << "/ (snapshot_NNN.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, summary.json; RUNNING "
-              "until the end)\n";
+              "until the end; no checkpoints on several ranks)\n";
       io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
       log.open(outDir / "diagnostics.log", std::ios::trunc);
       if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
@@ -675,7 +685,6 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   std::size_t measuredConfigurations = 0;
   CompareSharing sharing;
   sharing.shareBodies = [&](const Particles& bodies) {
-    requireBodiesPerRank(bodies.size());
     endRankZeroWork();
     numBodies = bodies.size();
     MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
@@ -690,7 +699,9 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
 
   beginRankZeroWork();
   if (rank == 0) {
-    requireOpenIc(inspectInitialConditions(options), options);
+    const InitialConditionsInfo ic = inspectInitialConditions(options);
+    requireOpenIc(ic, options);
+    requireBodiesPerRank(ic.numBodies);
     const int code = compareSolvers(options, compare, &sharing);
     endRankZeroWork();
     return code;

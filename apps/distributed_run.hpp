@@ -15,10 +15,11 @@
 
 namespace matcha::app {
 
-/// MPI for the life of the process: MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread calls MPI, TBB's and
-/// OpenMP's workers never do) on construction, MPI_Finalize on destruction. With several ranks, each rank's TBB
-/// threads are capped at its share of the cores, and ranks other than 0 discard std::cout (help, progress, tables:
-/// rank 0 speaks for the run). Construct it first in main, before anything prints.
+/// MPI for the life of the process when a launcher (mpirun, mpiexec, srun) started it: MPI_Init_thread
+/// (MPI_THREAD_FUNNELED: only the main thread calls MPI, TBB's and OpenMP's workers never do) on construction,
+/// MPI_Finalize on destruction. Started without one, the process is a world of one rank and MPI is left alone. With
+/// several ranks, each rank's TBB threads are capped at its share of the cores, and ranks other than 0 discard
+/// std::cout (help, progress, tables: rank 0 speaks for the run). Construct it first in main, before anything prints.
 class MpiSession {
  public:
   MpiSession(int& argc, char**& argv);
