@@ -512,6 +512,14 @@ int runDistributed(CLI::App& command, const Options& given) {
       outputPotentials.emplace(*engine.engine, options.gravity, comm);
       callbacks.outputPotentials = std::ref(*outputPotentials);
     }
+    // Fault injection for the tests (tests/parallel/matcha_ranks_test.sh fail): MATCHA_TEST_FAIL_RANK=r makes rank r
+    // fail alone after step 2, as a rank whose bodies went non-finite would.
+    if (const char* failing = std::getenv("MATCHA_TEST_FAIL_RANK"); failing != nullptr && std::atoi(failing) == rank) {
+      callbacks.onProgress = [progress = callbacks.onProgress](const integrator::ProgressInfo& step) {
+        if (progress) progress(step);
+        if (step.step == 2) throw NumericalError("step 2: a failure injected by MATCHA_TEST_FAIL_RANK");
+      };
+    }
     summary = integrator::runLeapfrog(mine, solver, options.integrator, callbacks);
   } catch (const std::exception& error) {
     // As runGuarded: on rank 0, summary.json says the run failed and the marker goes (best effort). A rank that fails

@@ -8,13 +8,17 @@
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
 #  - bad K: more ranks than bodies, --engine cuda, and a subcommand that runs on one rank only: one line on stderr,
-#    exit status 2, no hang.
-# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad K
+#    exit status 2, no hang;
+#  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
+#    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
+#    snapshots written before are whole (they read back), none is left as a temporary file; when rank 0 failed,
+#    summary.json says "failed" and the RUNNING marker is gone.
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad|fail K
 # Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
-  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad K" >&2
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad|fail K" >&2
   exit 2
 fi
 mpiexec=$1
@@ -118,6 +122,34 @@ bad)
   expect_refusal "a GPU per rank is not supported yet" run -n 64 --engine cuda --out gpu
   expect_refusal "every rank needs at least one body" compare -n $((ranks - 1)) --engine cpu
   expect_refusal "runs on one rank" ic plummer -n 64 --out plummer.hdf5
+  exit $failed
+  ;;
+fail)
+  failed=0
+  for rank in $((ranks - 1)) 0; do
+    status=0
+    MATCHA_TEST_FAIL_RANK=$rank "$mpiexec" -n "$ranks" --oversubscribe -x MATCHA_TEST_FAIL_RANK "$matcha" run -n 1024 \
+      --engine cpu --dt 0.015625 --t-end 0.125 --output-interval 0.015625 --out fail$rank >out.txt 2>err.txt || status=$?
+    lines=$(grep -c "matcha: error" err.txt || true)
+    if [[ $status -ne 3 || $lines -ne 1 ]] || ! grep -q "matcha: error: rank $rank: step 2: a failure injected" err.txt; then
+      echo "FAILED: rank $rank failing alone on $ranks ranks: exit $status, $lines error lines (expected 3, 1):" >&2
+      cat err.txt >&2
+      failed=1
+    fi
+    grep "matcha: error" err.txt
+    if ls fail$rank | grep -v -E '^(snapshot_00[0-9]\.hdf5|diagnostics\.log|used_parameters\.toml|summary\.json|RUNNING)$'; then
+      echo "FAILED: rank $rank failing left the files above in the run folder" >&2
+      failed=1
+    fi
+    "$python" -c "import h5py, glob, sys
+for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')):
+    with h5py.File(name) as f:
+        assert len(f['PartType1/ParticleIDs']) == 1024, name" || failed=1
+    if [[ $rank -eq 0 ]] && { [[ -e fail0/RUNNING ]] || ! grep -q '"status": "failed"' fail0/summary.json; }; then
+      echo "FAILED: rank 0 failed and the run folder does not say so" >&2
+      failed=1
+    fi
+  done
   exit $failed
   ;;
 *)
