@@ -333,6 +333,14 @@ InteractionCounts sumCounts(InteractionCounts counts, MPI_Comm comm) {
   return counts;
 }
 
+/// One line on stderr in one write: under mpirun, the pieces of a line written in several would interleave with
+/// other ranks' output and mpirun's own.
+void printErrorLine(const std::string& message) {
+  const std::string line = "matcha: error: " + message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 MpiSession::MpiSession(int& argc, char**& argv) {
@@ -380,18 +388,18 @@ int reportFailure(int exitCode, const std::string& message) {
   // The line is out before the other ranks may end: mpirun ends the job once a rank exits with a non-zero status.
   if (session->rank == 0 && session->othersWaiting) {
     session->othersWaiting = false;
-    std::cerr << "matcha: error: " << message << std::endl;
+    printErrorLine(message);
     broadcastRankZeroOutcome(exitCode);
     return exitCode;
   }
   if (everyRankFailed()) {
-    if (session->rank == 0) std::cerr << "matcha: error: " << message << std::endl;
+    if (session->rank == 0) printErrorLine(message);
     MPI_Barrier(session->failures);
     return exitCode;
   }
   // This rank failed alone (or with some): the others may wait for it in a collective call forever.
   const std::string prefix = "rank " + std::to_string(session->rank) + ": ";
-  std::cerr << "matcha: error: " << (message.rfind(prefix, 0) == 0 ? "" : prefix) << message << std::endl;
+  printErrorLine((message.rfind(prefix, 0) == 0 ? "" : prefix) + message);
   MPI_Abort(MPI_COMM_WORLD, exitCode);
   return exitCode;
 }
@@ -500,7 +508,14 @@ int runDistributed(CLI::App& command, const Options& given) {
         io::writeSnapshot(outDir / name, whole, metadata);
       });
     };
-    if (rank == 0) callbacks.onProgress = [&](const integrator::ProgressInfo& step) { progress.update(step); };
+    // The progress line's energies, at most once a second of rank 0's clock: every rank measures on those steps.
+    callbacks.onProgress = [&](const integrator::ProgressInfo& step) {
+      if (rank == 0) progress.update(step);
+    };
+    callbacks.sharedSeconds = [&](double local) {
+      MPI_Bcast(&local, 1, MPI_DOUBLE, 0, comm);
+      return local;
+    };
     if (options.timings && rank == 0) {
       callbacks.onTimings = [&](const integrator::OutputTimings& timings) {
         const std::string line = formatOutputTimings(timings) + " (rank 0)";

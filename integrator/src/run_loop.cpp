@@ -99,8 +99,12 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     if (callbacks.outputPotentials) callbacks.outputPotentials(p);
     return measure(at);
   };
-  // The progress line's own energies follow this process's wall clock, which other processes do not share.
-  const bool progressEnergies = callbacks.onProgress && solverPotentials && !callbacks.combineDiagnostics;
+  // The progress line's own energies follow the wall clock: with diagnostics over several processes, one they share.
+  const bool progressEnergies =
+      callbacks.onProgress && solverPotentials && (!callbacks.combineDiagnostics || callbacks.sharedSeconds);
+  const auto progressClock = [&] {
+    return callbacks.sharedSeconds ? callbacks.sharedSeconds(wall.seconds()) : wall.seconds();
+  };
 
   // The last state whose values were all finite, what onNonFinite saves.
   Particles lastGood;
@@ -165,7 +169,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     if (solverPotentials) {
       // The progress line's energy is planned a step ahead, so that the next call knows to compute potentials.
       if (progressEnergies && progressEnergyStep < step &&
-          wall.seconds() - lastProgressEnergy >= kProgressEnergySeconds) {
+          progressClock() - lastProgressEnergy >= kProgressEnergySeconds) {
         progressEnergyStep = step + 1;
       }
       solver.setPotentialsWanted(everyStep || planned.output || step == progressEnergyStep);
@@ -203,7 +207,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     const bool progressEnergy = progressEnergies && step == progressEnergyStep;
     if (isOutput || progressEnergy || (everyStep && solverPotentials)) {
       synchronise();
-      if (progressEnergy) lastProgressEnergy = wall.seconds();
+      if (progressEnergy) lastProgressEnergy = progressClock();
       outputClock.restart();
       const Diagnostics now = isOutput ? measureOutput(time) : measure(time);
       requireFiniteEnergy(now, step);
