@@ -422,6 +422,9 @@ int runDistributed(CLI::App& command, const Options& given) {
   std::ostream quiet(nullptr);  // the other ranks' lines: rank 0 speaks for the run
   std::ostream& info = rank != 0 ? quiet : (options.json ? std::cerr : std::cout);
   const std::filesystem::path outDir = options.outPath;
+  // Before anything is written: a solver that cannot be is refused by every rank alike.
+  gpu::EngineChoice engine = makeRunEngine(options);
+  parallel::DistributedTreeSolver solver(*engine.engine, options.tree, options.gravity, comm);
 
   // Rank 0 reads or makes the bodies (the one-rank code path) and checks everything before anything is written.
   Particles all;
@@ -450,9 +453,6 @@ int runDistributed(CLI::App& command, const Options& given) {
   options.integrator.tStart = header[1];
   Particles mine = scatterBodies(rank == 0 ? &all : nullptr, numBodies, comm);
   all = Particles{};  // no rank keeps the whole system
-
-  gpu::EngineChoice engine = makeRunEngine(options);
-  parallel::DistributedTreeSolver solver(*engine.engine, options.tree, options.gravity, comm);
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
   const std::string potentialSource = directPotentials
                                           ? "direct summation at each output on rank 0 (the solver computes "
