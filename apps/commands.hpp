@@ -3,11 +3,56 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
 
+#include "force_reference.hpp"
+#include "matcha/core/force_solver.hpp"
+#include "matcha/tree/tree_solver.hpp"
 #include "options.hpp"
 
 namespace matcha::app {
+
+/// The option groups of `run` and `compare`.
+inline constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson |
+                                        kDiagnostics | kTimings | kDryRun | kPeriodic;
+inline constexpr unsigned kCompareOptions = kBodies | kTree | kTreeSweep | kGravity | kEngine | kJson | kPeriodic;
+
+/// compare's own options, beside the shared ones.
+struct CompareOptions {
+  std::string reference = "auto";  ///< --reference: auto, cpu-double or gpu-double
+  std::int64_t sample = 0;         ///< --sample: bodies the errors are measured on, 0 = all
+  std::uint64_t sampleSeed = 1;    ///< --sample-seed
+  std::string csvPath;             ///< --csv: one row per configuration
+};
+
+/// One tree configuration's forces on compare's targets, as the configuration's solver measured them.
+struct TreeMeasurement {
+  ForceReport report;     ///< the timed call's (interactions over all processes)
+  tree::TreeStats stats;  ///< cells, groups and list lengths
+  double seconds = 0.0;   ///< wall time of the timed call
+  TargetForces forces;    ///< the accelerations of the sample's targets, by slot
+  std::string description;
+};
+
+/// How `compare` shares its work with other processes (compareDistributed): on rank 0, its bodies once ready (ids
+/// 0..N-1, before the sweep) go to the others, and each configuration is measured by all of them together.
+struct CompareSharing {
+  std::function<void(const Particles& bodies)> shareBodies;
+  std::function<TreeMeasurement(const Options& configuration, const Sample& sample)> measure;
+};
+
+/// `matcha compare` of the bodies of `given` (the one-rank command when `sharing` is null).
+int compareSolvers(const Options& given, const CompareOptions& compare, const CompareSharing* sharing);
+
+/// summary.json's record of the build.
+nlohmann::json buildJson();
+
+/// Whether `matcha run`'s diagnostics take their potentials from a direct sum at each output rather than from the
+/// solver (--diagnostic-potential, its auto by the run's size and engine).
+bool directOutputPotentials(const Options& options, std::size_t numBodies, bool onGpu);
 
 /// Registers the subcommand on `parent`; the returned function runs it after parsing and returns the exit code.
 std::function<int()> addRunCommand(CLI::App& parent, Options& options);

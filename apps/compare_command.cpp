@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "distributed_run.hpp"
 #include "force_reference.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
@@ -34,16 +35,6 @@
 namespace matcha::app {
 
 namespace {
-
-constexpr unsigned kCompareOptions = kBodies | kTree | kTreeSweep | kGravity | kEngine | kJson | kPeriodic;
-
-/// compare's own options, beside the shared ones.
-struct CompareOptions {
-  std::string reference = "auto";  ///< --reference: auto, cpu-double or gpu-double
-  std::int64_t sample = 0;         ///< --sample: bodies the errors are measured on, 0 = all
-  std::uint64_t sampleSeed = 1;    ///< --sample-seed
-  std::string csvPath;             ///< --csv: one row per configuration
-};
 
 /// One tree configuration's results.
 struct Row {
@@ -134,7 +125,9 @@ void printTable(const std::vector<Row>& rows, const ForceErrorStats& directError
               directError.median, directError.p90, directError.p99, directError.max, double(numBodies));
 }
 
-int compareSolvers(const Options& given, const CompareOptions& compare) {
+}  // namespace
+
+int compareSolvers(const Options& given, const CompareOptions& compare, const CompareSharing* sharing) {
   Options options = given;
   validateOptions(options, kCompareOptions);
   const std::vector<TreeParams> sweep = treeSweep(options);
@@ -172,6 +165,7 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   info << "matcha compare: " << n << " bodies, errors on "
        << (sample.all() ? "all of them" : std::to_string(sample.numTargets) + " drawn at random") << ", "
        << sweep.size() << " tree configuration(s); engine: " << engine.reason << std::endl;
+  if (sharing != nullptr) sharing->shareBodies(bodies);
 
   std::vector<Row> rows;
   std::vector<TargetForces> treeForces;
@@ -182,6 +176,18 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
     // motion for trees to come (with reuse on, that record took 24 ms of the timed call at 2^20 bodies and 80 at 2^22
     // on the H200's host, its buffers touched for the first time).
     configuration.tree.reuse = 1;
+    if (sharing != nullptr) {
+      TreeMeasurement measured = sharing->measure(configuration, sample);
+      Row row;
+      row.params = params;
+      row.report = measured.report;
+      row.seconds = measured.seconds;
+      row.stats = measured.stats;
+      treeForces.push_back(std::move(measured.forces));
+      rows.push_back(row);
+      info << measured.description << ": " << row.seconds << " s" << std::endl;
+      continue;
+    }
     const std::unique_ptr<ForceSolver> solver = makeSolver(configuration, engine);
     // The untimed first call takes the first-touch allocations, and sorts `bodies` along the Morton curve (the same
     // order for every configuration), which the direct sums below rely on for compact blocks.
@@ -280,8 +286,6 @@ int compareSolvers(const Options& given, const CompareOptions& compare) {
   return 0;
 }
 
-}  // namespace
-
 std::function<int()> addCompareCommand(CLI::App& parent, Options& options) {
   CLI::App* command =
       parent.add_subcommand("compare",
@@ -302,7 +306,9 @@ std::function<int()> addCompareCommand(CLI::App& parent, Options& options) {
       ->capture_default_str();
   addSeedOption(*command, "--sample-seed", compare->sampleSeed, "random seed of --sample, 0 to 2^64 - 1");
   command->add_option("--csv", compare->csvPath, "write the rows, one per configuration, to this CSV file");
-  return [&options, compare] { return compareSolvers(options, *compare); };
+  return [&options, compare] {
+    return worldSize() > 1 ? compareDistributed(options, *compare) : compareSolvers(options, *compare, nullptr);
+  };
 }
 
 }  // namespace matcha::app

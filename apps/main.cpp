@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "distributed_run.hpp"
 #include "matcha/core/errors.hpp"
 #include "options.hpp"
 
@@ -96,6 +97,8 @@ std::string joinCommandLine(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun, one rank of the world (apps/distributed_run.hpp); without it, a world of one rank.
+  const matcha::app::MpiSession mpi(argc, argv);
   CLI::App app{"matcha: a Barnes-Hut treecode with a GPU near-field (N-body units: G = 1)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", matcha::app::versionText(), "print the version and the git commit, then exit");
@@ -115,32 +118,29 @@ int main(int argc, char** argv) {
     args = expandConfigFile(args, app);
     std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
     app.parse(args);
+    matcha::app::requireRunsOnRanks(app.get_subcommands().front()->get_name());
     if (app.got_subcommand("run")) return runCommand();
     if (app.got_subcommand("compare")) return compareCommand();
     if (app.got_subcommand("tune")) return tuneCommand();
     if (app.got_subcommand("render")) return renderCommand();
     if (app.got_subcommand("analyze")) return analyzeCommand();
     return icCommand();
+  } catch (const matcha::app::RankZeroFailed& failure) {  // rank 0 printed the message
+    return failure.exitCode();
   } catch (const CLI::Success& success) {  // --help, --help-all, --version: printed, exit 0
     return app.exit(success);
   } catch (const CLI::ParseError& error) {
     // CLI11's own codes (104-109) would say nothing to a script that the table in README does not say.
-    std::cerr << "matcha: error: " << error.what() << " (see matcha --help)\n";
-    return kExitBadInput;
+    return matcha::app::reportFailure(kExitBadInput, error.what() + std::string(" (see matcha --help)"));
   } catch (const matcha::InputError& error) {
-    std::cerr << "matcha: error: " << error.what() << "\n";
-    return kExitBadInput;
+    return matcha::app::reportFailure(kExitBadInput, error.what());
   } catch (const matcha::InvariantError& error) {
-    std::cerr << "matcha: error: " << error.what() << "\n";
-    return kExitInternal;
+    return matcha::app::reportFailure(kExitInternal, error.what());
   } catch (const matcha::NumericalError& error) {  // the run went non-finite: internal, as far as checks can tell
-    std::cerr << "matcha: error: " << error.what() << "\n";
-    return kExitInternal;
+    return matcha::app::reportFailure(kExitInternal, error.what());
   } catch (const matcha::Error& error) {
-    std::cerr << "matcha: error: " << error.what() << "\n";
-    return kExitIo;
+    return matcha::app::reportFailure(kExitIo, error.what());
   } catch (const std::exception& error) {
-    std::cerr << "matcha: error: unexpected: " << error.what() << "\n";
-    return kExitInternal;
+    return matcha::app::reportFailure(kExitInternal, std::string("unexpected: ") + error.what());
   }
 }

@@ -19,6 +19,7 @@
 
 #include "commands.hpp"
 #include "comoving_run.hpp"
+#include "distributed_run.hpp"
 #include "force_reference.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
@@ -36,16 +37,14 @@ namespace matcha::app {
 
 namespace {
 
-constexpr unsigned kRunOptions = kBodies | kTree | kGravity | kIntegrator | kSolver | kEngine | kJson | kDiagnostics |
-                                 kTimings | kDryRun | kPeriodic;
-
 /// --diagnostic-potential auto takes direct sums at outputs up to these sizes: on an H100 a float direct sum of 2^21
 /// bodies takes ~2.4 s (1.85e12 pairs/s), about two tree force calls at that size; on 2 CPU cores one of 2^13 bodies
 /// takes ~0.1 s, while 2^16 would take ~6 s, 15 tree force calls (bench/RESULTS.md).
 constexpr std::size_t kAutoDirectPotentialsMaxBodiesGpu = std::size_t{1} << 21;
 constexpr std::size_t kAutoDirectPotentialsMaxBodiesCpu = std::size_t{1} << 13;
 
-/// Whether the diagnostics take their potentials from a direct sum at each output rather than from the solver.
+}  // namespace
+
 /// A direct-summation run's own potentials are already direct.
 bool directOutputPotentials(const Options& options, std::size_t numBodies, bool onGpu) {
   // A periodic run's potentials are TreePM's: an open-boundary direct sum would measure another energy.
@@ -60,6 +59,8 @@ bool directOutputPotentials(const Options& options, std::size_t numBodies, bool 
   }
   return numBodies <= (onGpu ? kAutoDirectPotentialsMaxBodiesGpu : kAutoDirectPotentialsMaxBodiesCpu);
 }
+
+namespace {
 
 /// Overwrites the potentials with a direct sum on the run's engine, in the order the solver left the bodies (the
 /// tree's space-filling curve, compact blocks for the float engines); the accelerations go to scratch arrays, so the
@@ -277,8 +278,12 @@ InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& opti
   return info;
 }
 
-/// summary.json's record of the build and the run's end: "status" is "complete" or "failed" (with "error").
+}  // namespace
+
+// summary.json's "status" is "complete" or "failed" (with "error").
 nlohmann::json buildJson() { return {{"version", kVersion}, {"git_commit", kGitCommit}, {"git_dirty", kGitDirty}}; }
+
+namespace {
 
 /// (tEnd - tStart) / dt must be a whole number of steps; with an --ic snapshot's start time the plain "multiple of
 /// dt" of runLeapfrog would not say why 1.0 fails.
@@ -1083,7 +1088,9 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   command->add_option("--restart", options.restartDir,
                       "continue the run in this folder from its checkpoint, bit for bit as if it had not stopped "
                       "(its used_parameters.toml gives the parameters; options given here override them)");
-  return [command, &options] { return runSimulation(*command, options); };
+  return [command, &options] {
+    return worldSize() > 1 ? runDistributed(*command, options) : runSimulation(*command, options);
+  };
 }
 
 }  // namespace matcha::app

@@ -91,9 +91,19 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     summary.interactions += report.counts;
   };
 
+  const auto measure = [&](double at) {
+    const Diagnostics local = measureDiagnostics(p, at);
+    return callbacks.combineDiagnostics ? callbacks.combineDiagnostics(local) : local;
+  };
   const auto measureOutput = [&](double at) {
     if (callbacks.outputPotentials) callbacks.outputPotentials(p);
-    return measureDiagnostics(p, at);
+    return measure(at);
+  };
+  // The progress line's own energies follow the wall clock: with diagnostics over several processes, one they share.
+  const bool progressEnergies =
+      callbacks.onProgress && solverPotentials && (!callbacks.combineDiagnostics || callbacks.sharedSeconds);
+  const auto progressClock = [&] {
+    return callbacks.sharedSeconds ? callbacks.sharedSeconds(wall.seconds()) : wall.seconds();
   };
 
   // The last state whose values were all finite, what onNonFinite saves.
@@ -158,8 +168,8 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     const PlannedStep planned = schedule.plan(step - 1, time, p);
     if (solverPotentials) {
       // The progress line's energy is planned a step ahead, so that the next call knows to compute potentials.
-      if (callbacks.onProgress && progressEnergyStep < step &&
-          wall.seconds() - lastProgressEnergy >= kProgressEnergySeconds) {
+      if (progressEnergies && progressEnergyStep < step &&
+          progressClock() - lastProgressEnergy >= kProgressEnergySeconds) {
         progressEnergyStep = step + 1;
       }
       solver.setPotentialsWanted(everyStep || planned.output || step == progressEnergyStep);
@@ -194,12 +204,12 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     const bool isOutput = planned.output || planned.last;
     // The progress line's energy: a pass over every body, so at most once per kProgressEnergySeconds of wall time
     // (the line prints once a second; at 2^22 bodies the pass takes ~10 ms, a fifth of a step).
-    const bool progressEnergy = callbacks.onProgress && solverPotentials && step == progressEnergyStep;
+    const bool progressEnergy = progressEnergies && step == progressEnergyStep;
     if (isOutput || progressEnergy || (everyStep && solverPotentials)) {
       synchronise();
-      if (progressEnergy) lastProgressEnergy = wall.seconds();
+      if (progressEnergy) lastProgressEnergy = progressClock();
       outputClock.restart();
-      const Diagnostics now = isOutput ? measureOutput(time) : measureDiagnostics(p, time);
+      const Diagnostics now = isOutput ? measureOutput(time) : measure(time);
       requireFiniteEnergy(now, step);
       latestEnergy = now.total;
       if (callbacks.onDiagnostics) callbacks.onDiagnostics(now);

@@ -96,6 +96,17 @@ struct RunCallbacks {
   /// there is one: the start, outputs, the progress line's energies, and every step where the schedule asks
   /// (StepSchedule::diagnosticsEveryStep: a comoving run's Layzer-Irvine integral). At most once per step.
   std::function<void(const Diagnostics&)> onDiagnostics;
+  /// Optional, for a run whose bodies are spread over several processes (each runs this loop on its own share, the
+  /// solver exchanging what the forces need): the whole system's diagnostics from those of this process's bodies
+  /// (measureDiagnostics), e.g. their sums over the processes. It may be collective: with it set, the loop measures
+  /// diagnostics only where every process does (outputs, every step where the schedule asks, and the progress line's
+  /// steps when they follow sharedSeconds; without it, the progress line shows the latest output's energy error).
+  std::function<Diagnostics(const Diagnostics& local)> combineDiagnostics;
+  /// Optional, with combineDiagnostics and onProgress set on every process: the run's wall seconds as the processes
+  /// agree on them (e.g. one process's, broadcast) from this process's `local` ones; the progress line's energies are
+  /// planned on this clock, so that they fall on the same steps everywhere. Called by every process at the same
+  /// points (at most twice a step), so it may be collective.
+  std::function<double(double local)> sharedSeconds;
 };
 
 /// The whole run. Its times are wall clock; the force calls' split into phases is the solver's (ForceTimings).

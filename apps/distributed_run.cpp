@@ -1,0 +1,771 @@
+// SPDX-License-Identifier: MIT
+#include "distributed_run.hpp"
+
+#include <iostream>
+
+#include "matcha/core/errors.hpp"
+
+#if MATCHA_HAVE_MPI
+
+#include <mpi.h>
+#include <tbb/global_control.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <streambuf>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "matcha/core/stopwatch.hpp"
+#include "matcha/core/version.hpp"
+#include "matcha/gpu/engine_factory.hpp"
+#include "matcha/integrator/run_loop.hpp"
+#include "matcha/io/run_folder.hpp"
+#include "matcha/io/snapshot.hpp"
+#include "matcha/parallel/collective.hpp"
+#include "matcha/parallel/distributed_tree_solver.hpp"
+#include "memory_check.hpp"
+#include "timings.hpp"
+
+namespace matcha::app {
+
+namespace {
+
+/// How long a failing rank waits for the others to fail too (an error every rank meets, e.g. a bad option) before it
+/// decides that it failed alone and aborts the job.
+constexpr double kFailureAgreementSeconds = 5.0;
+
+/// A stream buffer that drops what it is given: std::cout on the ranks other than 0.
+class DiscardBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return traits_type::not_eof(c); }
+  std::streamsize xsputn(const char*, std::streamsize count) override { return count; }
+};
+
+}  // namespace
+
+struct MpiSession::State {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm failures = MPI_COMM_NULL;  ///< a copy of the world for failureAgreement alone
+  /// Rank 0: the other ranks wait in endRankZeroWork's broadcast for the outcome of rank 0's work.
+  bool othersWaiting = false;
+  DiscardBuffer discard;
+  std::streambuf* coutBuffer = nullptr;
+  std::optional<tbb::global_control> threads;
+};
+
+namespace {
+
+MpiSession::State* session = nullptr;
+
+/// Rank 0's outcome, broadcast to the ranks waiting for it: 0 done, else the exit code of its failure.
+void broadcastRankZeroOutcome(int& exitCode) { MPI_Bcast(&exitCode, 1, MPI_INT, 0, MPI_COMM_WORLD); }
+
+/// Rank 0 alone does what follows (reads, checks, writes) while the others wait: they return when it calls
+/// endRankZeroWork, and throw RankZeroFailed when it fails first (reportFailure tells them). Every rank calls it at the
+/// same point.
+void beginRankZeroWork() {
+  if (session->rank == 0) {
+    session->othersWaiting = true;
+    return;
+  }
+  int exitCode = 0;
+  broadcastRankZeroOutcome(exitCode);
+  if (exitCode != 0) throw RankZeroFailed(exitCode);
+}
+
+/// Rank 0: its work went well; the others go on.
+void endRankZeroWork() {
+  MATCHA_ASSERT(session->rank == 0 && session->othersWaiting, "endRankZeroWork without beginRankZeroWork");
+  session->othersWaiting = false;
+  int exitCode = 0;
+  broadcastRankZeroOutcome(exitCode);
+}
+
+/// Whether every rank reached here within kFailureAgreementSeconds (all of them failed).
+bool everyRankFailed() {
+  MPI_Request request;
+  MPI_Ibarrier(session->failures, &request);
+  const auto start = std::chrono::steady_clock::now();
+  int done = 0;
+  while (true) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done != 0) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kFailureAgreementSeconds) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+/// Counts and offsets of `numBodies` split into contiguous, nearly equal shares, one per rank.
+void evenShares(std::uint64_t numBodies, int numRanks, std::vector<int>& counts, std::vector<int>& offsets) {
+  counts.assign(numRanks, 0);
+  offsets.assign(numRanks, 0);
+  for (int r = 0; r < numRanks; ++r) {
+    const std::uint64_t first = numBodies * std::uint64_t(r) / std::uint64_t(numRanks);
+    const std::uint64_t last = numBodies * std::uint64_t(r + 1) / std::uint64_t(numRanks);
+    offsets[r] = static_cast<int>(first);
+    counts[r] = static_cast<int>(last - first);
+  }
+}
+
+template <class T>
+MPI_Datatype mpiType() {
+  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  return MPI_UINT64_T;
+}
+
+/// Every array of Particles, the same way on every rank.
+template <class Visit>
+void forEachArray(Particles& p, const Particles* other, Visit&& visit) {
+  visit(p.x, other ? &other->x : nullptr);
+  visit(p.y, other ? &other->y : nullptr);
+  visit(p.z, other ? &other->z : nullptr);
+  visit(p.vx, other ? &other->vx : nullptr);
+  visit(p.vy, other ? &other->vy : nullptr);
+  visit(p.vz, other ? &other->vz : nullptr);
+  visit(p.mass, other ? &other->mass : nullptr);
+  visit(p.ax, other ? &other->ax : nullptr);
+  visit(p.ay, other ? &other->ay : nullptr);
+  visit(p.az, other ? &other->az : nullptr);
+  visit(p.pot, other ? &other->pot : nullptr);
+  visit(p.id, other ? &other->id : nullptr);
+}
+
+/// Collective: rank 0's `all` (numBodies of them; null elsewhere) split into contiguous shares, one per rank, in rank
+/// order. The first force call moves each body to its owner (DistributedTreeSolver).
+Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm comm) {
+  std::vector<int> counts, offsets;
+  evenShares(numBodies, parallel::numRanksOf(comm), counts, offsets);
+  Particles mine;
+  mine.resize(static_cast<std::size_t>(counts[parallel::rankOf(comm)]));
+  const Particles empty;
+  forEachArray(mine, all != nullptr ? all : &empty, [&](auto& local, const auto* whole) {
+    using T = typename std::decay_t<decltype(local)>::value_type;
+    MPI_Scatterv(all != nullptr ? whole->data() : nullptr, counts.data(), offsets.data(), mpiType<T>(), local.data(),
+                 static_cast<int>(local.size()), mpiType<T>(), 0, comm);
+  });
+  return mine;
+}
+
+/// Collective: every rank's bodies on rank 0, in rank order (each rank's share in its order: the tree's); elsewhere
+/// an empty set.
+Particles gatherBodies(const Particles& mine, MPI_Comm comm) {
+  const int numRanks = parallel::numRanksOf(comm);
+  const bool root = parallel::rankOf(comm) == 0;
+  int count = static_cast<int>(mine.size());
+  std::vector<int> counts(numRanks), offsets(numRanks, 0);
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  std::size_t total = 0;
+  for (int r = 0; r < numRanks; ++r) {
+    offsets[r] = static_cast<int>(total);
+    total += static_cast<std::size_t>(counts[r]);
+  }
+  Particles all;
+  if (root) all.resize(total);
+  forEachArray(all, &mine, [&](auto& whole, const auto* local) {
+    using T = typename std::decay_t<decltype(whole)>::value_type;
+    MPI_Gatherv(local->data(), count, mpiType<T>(), root ? whole.data() : nullptr, counts.data(), offsets.data(),
+                mpiType<T>(), 0, comm);
+  });
+  return all;
+}
+
+/// Collective: the whole system's diagnostics from this rank's: sums of the sums, and the ratios of the totals.
+integrator::Diagnostics sumDiagnostics(const integrator::Diagnostics& local, MPI_Comm comm) {
+  double sums[12] = {local.mass, local.kinetic, local.potential};
+  for (int k = 0; k < 3; ++k) {
+    sums[3 + k] = local.momentum[k];
+    sums[6 + k] = local.angularMomentum[k];
+    sums[9 + k] = local.centreOfMass[k] * local.mass;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums, 12, MPI_DOUBLE, MPI_SUM, comm);
+  integrator::Diagnostics d;
+  d.time = local.time;
+  d.mass = sums[0];
+  d.kinetic = sums[1];
+  d.potential = sums[2];
+  d.total = d.kinetic + d.potential;
+  d.virialRatio =
+      d.potential != 0.0 ? 2.0 * d.kinetic / std::abs(d.potential) : std::numeric_limits<double>::quiet_NaN();
+  for (int k = 0; k < 3; ++k) {
+    d.momentum[k] = sums[3 + k];
+    d.angularMomentum[k] = sums[6 + k];
+    d.centreOfMass[k] = d.mass > 0.0 ? sums[9 + k] / d.mass : 0.0;
+  }
+  return d;
+}
+
+/// Collective: --diagnostic-potential direct over the ranks: every rank's bodies gathered to rank 0, their potentials
+/// summed there directly on its engine over all of them, and sent back in each rank's order (only pot changes, as
+/// RunCallbacks::outputPotentials requires). O(N^2) on rank 0: what `auto` picks for small runs only.
+class DirectPotentialsOnRanks {
+ public:
+  DirectPotentialsOnRanks(NearFieldEngine& engine, const GravityParams& gravity, MPI_Comm comm)
+      : engine_(engine), gravity_(gravity), comm_(comm) {}
+
+  void operator()(Particles& p) {
+    const Stopwatch clock;
+    const int numRanks = parallel::numRanksOf(comm_);
+    const bool root = parallel::rankOf(comm_) == 0;
+    int count = static_cast<int>(p.size());
+    std::vector<int> counts(numRanks), offsets(numRanks, 0);
+    MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_);
+    std::size_t total = 0;
+    for (int r = 0; r < numRanks; ++r) {
+      offsets[r] = static_cast<int>(total);
+      total += static_cast<std::size_t>(counts[r]);
+    }
+    Particles all;
+    if (root) all.resize(total);
+    const std::vector<double>* mine[4] = {&p.x, &p.y, &p.z, &p.mass};
+    std::vector<double>* whole[4] = {&all.x, &all.y, &all.z, &all.mass};
+    for (int k = 0; k < 4; ++k) {
+      MPI_Gatherv(mine[k]->data(), count, MPI_DOUBLE, root ? whole[k]->data() : nullptr, counts.data(), offsets.data(),
+                  MPI_DOUBLE, 0, comm_);
+    }
+    if (root) {
+      engine_.evaluateDirect(all.sources(), gravity_,
+                             {all.ax.data(), all.ay.data(), all.az.data(), all.pot.data(), all.size()});
+    }
+    MPI_Scatterv(root ? all.pot.data() : nullptr, counts.data(), offsets.data(), MPI_DOUBLE, p.pot.data(), count,
+                 MPI_DOUBLE, 0, comm_);
+    seconds_ += clock.seconds();
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  NearFieldEngine& engine_;
+  GravityParams gravity_;
+  MPI_Comm comm_;
+  double seconds_ = 0.0;
+};
+
+/// Rank 0's progress line, as the one-rank run's (at most once a second, and the last step; in place on a terminal).
+class ProgressOnRankZero {
+ public:
+  void update(const integrator::ProgressInfo& info) {
+    const bool last = info.step == info.totalSteps;
+    if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
+    lastPrinted_ = info.elapsedSeconds;
+    std::fprintf(stderr, "%sstep %llu/%llu  t = %.4f/%.4g  elapsed %.1f s  ETA %s  |dE/E| = %.2e%s",
+                 terminal_ ? "\r" : "", static_cast<unsigned long long>(info.step),
+                 static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd, info.elapsedSeconds,
+                 formatDuration(info.etaSeconds).c_str(), info.relativeEnergyError,
+                 terminal_ ? (last ? "\n" : "          ") : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool terminal_ = ::isatty(STDERR_FILENO) != 0;
+  double lastPrinted_ = -1e30;
+};
+
+/// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone).
+void requireCpuEngineOnRanks(const Options& options, const std::string& subcommand) {
+  const std::string ranks = std::to_string(worldSize()) + " ranks";
+  if (options.engine == EngineKind::cuda) {
+    throw InputError("matcha " + subcommand + " --engine cuda on " + ranks +
+                     ": a GPU per rank is not supported yet; use --engine cpu, or one rank");
+  }
+  if (options.box > 0.0) {
+    throw InputError("matcha " + subcommand + " --box on " + ranks +
+                     ": periodic boxes are not supported on several ranks yet (open boundaries only)");
+  }
+}
+
+void requireRunOptionsOnRanks(const Options& options) {
+  const std::string ranks = " on " + std::to_string(worldSize()) + " ranks";
+  const auto refuse = [&](const std::string& what) {
+    throw InputError("matcha run " + what + ranks + " is not supported yet (run it on one rank)");
+  };
+  if (!options.restartDir.empty()) refuse("--restart");
+  if (givenOnCommandLine(options, "--checkpoint-interval")) refuse("--checkpoint-interval (no checkpoints)");
+  if (options.integratorKind != IntegratorKind::leapfrog) refuse("--integrator hermite");
+  if (options.cosmology) refuse("--cosmology");
+  if (options.solver != SolverKind::tree) refuse("--solver direct");
+  if (options.forceCheck != 0) refuse("--force-check");
+  if (options.dryRun) refuse("--dry-run");
+  requireCpuEngineOnRanks(options, "run");
+}
+
+/// Rank 0: an --ic file that cannot run on several ranks (a cosmology, a periodic box) is refused with one line.
+void requireOpenIc(const InitialConditionsInfo& ic, const Options& options) {
+  if (ic.cosmology) {
+    throw InputError("--ic " + options.icFile +
+                     " has a cosmology: comoving runs on several ranks are not supported yet");
+  }
+  if (ic.boxSize > 0.0 && !options.open) {
+    throw InputError("--ic " + options.icFile +
+                     " records a periodic box: periodic runs on several ranks are not supported yet (--open runs it "
+                     "with open boundaries)");
+  }
+}
+
+void requireBodiesPerRank(std::uint64_t numBodies) {
+  const int numRanks = worldSize();
+  if (numBodies < std::uint64_t(numRanks)) {
+    throw InputError(std::to_string(numBodies) + " bodies on " + std::to_string(numRanks) +
+                     " ranks: every rank needs at least one body (mpirun -np " + std::to_string(numBodies) +
+                     " or fewer)");
+  }
+}
+
+/// Collective: the ranks' interaction counts summed.
+InteractionCounts sumCounts(InteractionCounts counts, MPI_Comm comm) {
+  std::uint64_t values[2] = {counts.bodyBody, counts.bodyCell};
+  MPI_Allreduce(MPI_IN_PLACE, values, 2, MPI_UINT64_T, MPI_SUM, comm);
+  counts.bodyBody = values[0];
+  counts.bodyCell = values[1];
+  return counts;
+}
+
+/// One line on stderr in one write: under mpirun, the pieces of a line written in several would interleave with
+/// other ranks' output and mpirun's own.
+void printErrorLine(const std::string& message) {
+  const std::string line = "matcha: error: " + message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int& argc, char**& argv) {
+  // Without a launcher, a world of one rank without MPI at all: MPI_Init as a singleton costs ~0.5 s a process
+  // (Open MPI 4 here), which every plain `matcha` would pay. Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; MPICH's
+  // Hydra and Slurm's srun set PMI_SIZE or PMIX_RANK.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr &&
+      std::getenv("PMIX_RANK") == nullptr) {
+    return;
+  }
+  state_ = std::make_unique<State>();
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &state_->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &state_->size);
+  MPI_Comm_dup(MPI_COMM_WORLD, &state_->failures);
+  session = state_.get();
+  if (state_->size > 1) {
+    // Ranks share the host's cores (mpirun -np K on one machine): each its share for TBB, as tests/parallel does.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    state_->threads.emplace(tbb::global_control::max_allowed_parallelism,
+                            static_cast<std::size_t>(std::max(1, cores / state_->size)));
+    if (state_->rank != 0) state_->coutBuffer = std::cout.rdbuf(&state_->discard);
+  }
+}
+
+MpiSession::~MpiSession() {
+  if (state_ == nullptr) return;
+  std::cout.flush();
+  if (state_->coutBuffer != nullptr) std::cout.rdbuf(state_->coutBuffer);
+  state_->threads.reset();
+  MPI_Comm_free(&state_->failures);
+  session = nullptr;
+  MPI_Finalize();
+}
+
+int worldRank() { return session != nullptr ? session->rank : 0; }
+int worldSize() { return session != nullptr ? session->size : 1; }
+
+int reportFailure(int exitCode, const std::string& message) {
+  if (session == nullptr || session->size == 1) {
+    std::cerr << "matcha: error: " << message << "\n";
+    return exitCode;
+  }
+  // The line is out before the other ranks may end: mpirun ends the job once a rank exits with a non-zero status.
+  if (session->rank == 0 && session->othersWaiting) {
+    session->othersWaiting = false;
+    printErrorLine(message);
+    broadcastRankZeroOutcome(exitCode);
+    return exitCode;
+  }
+  if (everyRankFailed()) {
+    if (session->rank == 0) printErrorLine(message);
+    MPI_Barrier(session->failures);
+    return exitCode;
+  }
+  // This rank failed alone (or with some): the others may wait for it in a collective call forever.
+  const std::string prefix = "rank " + std::to_string(session->rank) + ": ";
+  printErrorLine((message.rfind(prefix, 0) == 0 ? "" : prefix) + message);
+  MPI_Abort(MPI_COMM_WORLD, exitCode);
+  return exitCode;
+}
+
+void requireRunsOnRanks(const std::string& subcommand) {
+  if (worldSize() == 1 || subcommand == "run" || subcommand == "compare") return;
+  throw InputError("matcha " + subcommand + " runs on one rank (only run and compare run on several); got " +
+                   std::to_string(worldSize()) + " ranks");
+}
+
+int runDistributed(CLI::App& command, const Options& given) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = worldRank();
+  const int numRanks = worldSize();
+  Options options = given;
+  requireRunOptionsOnRanks(options);
+  validateOptions(options, kRunOptions);
+  prepareLeapfrogRun(options, false);
+  options.engine = EngineKind::cpu;
+  std::ostream quiet(nullptr);  // the other ranks' lines: rank 0 speaks for the run
+  std::ostream& info = rank != 0 ? quiet : (options.json ? std::cerr : std::cout);
+  const std::filesystem::path outDir = options.outPath;
+  // Before anything is written: a solver that cannot be is refused by every rank alike.
+  gpu::EngineChoice engine = makeRunEngine(options);
+  parallel::DistributedTreeSolver solver(*engine.engine, options.tree, options.gravity, comm);
+
+  // Rank 0 reads or makes the bodies (the one-rank code path) and checks everything before anything is written.
+  Particles all;
+  double header[2] = {0.0, 0.0};  // bodies, start time
+  beginRankZeroWork();
+  if (rank == 0) {
+    const io::RunFolderRequest folder{
+        outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh, options.icFile};
+    io::checkRunFolder(folder);
+    const InitialConditionsInfo ic = inspectInitialConditions(options);
+    requireOpenIc(ic, options);
+    requireBodiesPerRank(ic.numBodies);
+    options.integrator.tStart = ic.time;
+    options.integrator.validate();
+    integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+    requireBodiesFit(ic.numBodies);
+    all = loadInitialConditions(options, info);
+    gpu::requireFloatRange(all, options.gravity);
+    io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+    header[0] = double(all.size());
+    header[1] = options.integrator.tStart;
+    endRankZeroWork();
+  }
+  MPI_Bcast(header, 2, MPI_DOUBLE, 0, comm);
+  const auto numBodies = static_cast<std::uint64_t>(header[0]);
+  options.integrator.tStart = header[1];
+  Particles mine = scatterBodies(rank == 0 ? &all : nullptr, numBodies, comm);
+  all = Particles{};  // no rank keeps the whole system
+  const bool directPotentials = directOutputPotentials(options, numBodies, false);
+  const std::string potentialSource = directPotentials
+                                          ? "direct summation at each output on rank 0 (the solver computes "
+                                            "accelerations only)"
+                                          : "the tree's (its force error enters W)";
+  const std::string source =
+      options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
+
+  // Rank 0 writes the run folder; a failure there stops every rank with its message (checkOnEveryRank).
+  const auto onRankZero = [&](const std::function<void()>& work) {
+    parallel::checkOnEveryRank(
+        [&] {
+          if (rank == 0) work();
+        },
+        comm);
+  };
+  std::ofstream log;
+  integrator::RunSummary summary;
+  std::optional<DirectPotentialsOnRanks> outputPotentials;
+  try {
+    onRankZero([&] {
+      info << "matcha run: " << numBodies << " bodies from " << source << " on " << numRanks
+           << " ranks\nsolver: " << solver.describe() << "\nengine: " << engine.reason
+           << ", on every rank\nenergy diagnostics: potentials from " << potentialSource
+           << "\noutput: " << outDir.string()
+           << "/ (snapshot_NNN.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, summary.json; RUNNING "
+              "until the end; no checkpoints on several ranks)\n";
+      io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
+      log.open(outDir / "diagnostics.log", std::ios::trunc);
+      if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
+      log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
+          << integrator::diagnosticsHeader() << "\n";
+      info << integrator::diagnosticsHeader() << "\n";
+    });
+
+    io::SnapshotMetadata metadata;
+    metadata.parameters = usedParameterList(command);
+    metadata.boxSize = 0.0;
+    integrator::Diagnostics initial;
+    ProgressOnRankZero progress;
+    integrator::RunCallbacks callbacks;
+    callbacks.combineDiagnostics = [&](const integrator::Diagnostics& local) { return sumDiagnostics(local, comm); };
+    callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
+      if (index == 0) initial = diagnostics;
+      const Particles whole = gatherBodies(state, comm);
+      onRankZero([&] {
+        const std::string row = integrator::formatDiagnostics(diagnostics, initial);
+        log << row << std::endl;
+        info << row << std::endl;
+        char name[32];
+        std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
+        metadata.time = diagnostics.time;
+        io::writeSnapshot(outDir / name, whole, metadata);
+      });
+    };
+    // The progress line's energies, at most once a second of rank 0's clock: every rank measures on those steps.
+    callbacks.onProgress = [&](const integrator::ProgressInfo& step) {
+      if (rank == 0) progress.update(step);
+    };
+    callbacks.sharedSeconds = [&](double local) {
+      MPI_Bcast(&local, 1, MPI_DOUBLE, 0, comm);
+      return local;
+    };
+    if (options.timings && rank == 0) {
+      callbacks.onTimings = [&](const integrator::OutputTimings& timings) {
+        const std::string line = formatOutputTimings(timings) + " (rank 0)";
+        log << line << std::endl;
+        info << line << std::endl;
+      };
+    }
+    if (directPotentials) {
+      outputPotentials.emplace(*engine.engine, options.gravity, comm);
+      callbacks.outputPotentials = std::ref(*outputPotentials);
+    }
+    // Fault injection for the tests (tests/parallel/matcha_ranks_test.sh fail): MATCHA_TEST_FAIL_RANK=r makes rank r
+    // fail alone after step 2, as a rank whose bodies went non-finite would.
+    if (const char* failing = std::getenv("MATCHA_TEST_FAIL_RANK"); failing != nullptr && std::atoi(failing) == rank) {
+      callbacks.onProgress = [progress = callbacks.onProgress](const integrator::ProgressInfo& step) {
+        if (progress) progress(step);
+        if (step.step == 2) throw NumericalError("step 2: a failure injected by MATCHA_TEST_FAIL_RANK");
+      };
+    }
+    summary = integrator::runLeapfrog(mine, solver, options.integrator, callbacks);
+  } catch (const std::exception& error) {
+    // As runGuarded: on rank 0, summary.json says the run failed and the marker goes (best effort). A rank that fails
+    // alone ends the job (reportFailure) before rank 0 can write it: the folder then keeps its RUNNING marker.
+    if (rank == 0) {
+      try {
+        log << "# failed: " << error.what() << "\n";
+        log.close();
+        nlohmann::json failed = {{"status", "failed"},
+                                 {"error", error.what()},
+                                 {"matcha", buildJson()},
+                                 {"ranks", numRanks},
+                                 {"output_dir", outDir.string()}};
+        io::writeTextFile(outDir / "summary.json", failed.dump(2) + "\n");
+        io::removeRunningMarker(outDir);
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  }
+
+  // The run's totals: interactions over every rank; times are rank 0's (each step waits for the slowest rank).
+  summary.interactions = sumCounts(summary.interactions, comm);
+  beginRankZeroWork();
+  if (rank == 0) {
+    const double interactionsPerSecond =
+        summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
+    const double diagnosticSeconds = outputPotentials ? outputPotentials->seconds() : 0.0;
+    const parallel::DistributedStats& stats = solver.lastStats();
+    const nlohmann::json json = {
+        {"bodies", numBodies},
+        {"status", "complete"},
+        {"matcha", buildJson()},
+        {"integrator", toString(options.integratorKind)},
+        {"solver", solver.describe()},
+        {"engine", engine.engine->name()},
+        {"ranks", numRanks},
+        {"steps", summary.steps},
+        {"t_start", options.integrator.tStart},
+        {"t_end", options.integrator.tEnd},
+        {"dt", options.integrator.dt},
+        {"initial_energy", summary.initialEnergy},
+        {"final_energy", summary.finalEnergy},
+        {"relative_energy_error", summary.relativeEnergyError},
+        {"diagnostic_potential", directPotentials ? "direct" : "solver"},
+        {"diagnostic_seconds", diagnosticSeconds},
+        {"wall_seconds", summary.wallSeconds},
+        {"force_seconds", summary.forceSeconds},
+        {"interactions", {{"body_body", summary.interactions.bodyBody}, {"body_cell", summary.interactions.bodyCell}}},
+        {"interactions_per_second", interactionsPerSecond},
+        {"last_call_imbalance", stats.imbalance()},
+        {"timings", timingsJson(summary, false)},
+        {"force_checks", nullptr},
+        {"output_dir", outDir.string()}};
+    log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+    log.close();
+    io::writeTextFile(outDir / "summary.json", json.dump(2) + "\n");
+    io::removeRunningMarker(outDir);
+    if (options.json) {
+      std::cout << json.dump(2) << std::endl;
+    } else {
+      std::printf(
+          "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s, diagnostic potentials %.2f "
+          "s); %.3e interactions/s (%.0f body-body + %.0f body-cell per body per step) on %d ranks (last call's "
+          "imbalance %.2f)\n",
+          summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
+          summary.wallSeconds, summary.forceSeconds, diagnosticSeconds, interactionsPerSecond,
+          double(summary.interactions.bodyBody) / double(numBodies) / double(summary.steps + 1),
+          double(summary.interactions.bodyCell) / double(numBodies) / double(summary.steps + 1), numRanks,
+          stats.imbalance());
+    }
+    if (options.timings) info << formatTimingsTable(summary, false) << std::flush;
+    endRankZeroWork();
+  }
+  return 0;
+}
+
+namespace {
+
+/// Collective: one tree configuration on the ranks' bodies, as compare measures it on one rank (an untimed call,
+/// then the timed one), with the sample's forces gathered to rank 0 by slot and the trees' statistics over all ranks.
+TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sample, Particles& mine,
+                               NearFieldEngine& engine, MPI_Comm comm) {
+  parallel::DistributedTreeSolver solver(engine, configuration.tree, configuration.gravity, comm);
+  solver.computeForces(mine);
+  TreeMeasurement measured;
+  MPI_Barrier(comm);
+  const Stopwatch clock;
+  measured.report = solver.computeForces(mine);
+  MPI_Barrier(comm);
+  measured.seconds = clock.seconds();
+  measured.report.counts = sumCounts(measured.report.counts, comm);
+  measured.description = solver.describe();
+
+  // Cells, leaves and groups summed over the ranks' trees (each over its own bodies), the deepest tree, the lists.
+  const tree::Octree& octree = solver.octree();
+  const tree::Groups& groups = solver.groups();
+  const InteractionPlan& plan = solver.lastPlan();
+  std::uint64_t sums[5] = {octree.numCells(), 0, groups.size(), 0, 0};  // cells, leaves, groups, list bodies, cells
+  std::uint64_t maxima[4] = {std::uint64_t(std::max(0, octree.numLevels() - 1)), 0, 0, 0};  // depth, group, lists
+  for (std::uint32_t c = 0; c < octree.numCells(); ++c) sums[1] += octree.isLeaf(c) ? 1 : 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    maxima[1] = std::max<std::uint64_t>(maxima[1], groups.ranges[g].last - groups.ranges[g].first);
+    sums[3] += plan.numListBodies(g);
+    sums[4] += plan.numListCells(g);
+    maxima[2] = std::max(maxima[2], plan.numListBodies(g));
+    maxima[3] = std::max(maxima[3], plan.numListCells(g));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums, 5, MPI_UINT64_T, MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, maxima, 4, MPI_UINT64_T, MPI_MAX, comm);
+  tree::TreeStats& stats = measured.stats;
+  stats.numBodies = sample.slotOfId.size();
+  stats.numCells = sums[0];
+  stats.numLeaves = sums[1];
+  stats.numGroups = sums[2];
+  stats.depth = static_cast<int>(maxima[0]);
+  stats.maxGroupSize = maxima[1];
+  stats.meanGroupSize = sums[2] > 0 ? double(stats.numBodies) / double(sums[2]) : 0.0;
+  stats.meanListBodies = sums[2] > 0 ? double(sums[3]) / double(sums[2]) : 0.0;
+  stats.meanListCells = sums[2] > 0 ? double(sums[4]) / double(sums[2]) : 0.0;
+  stats.maxListBodies = maxima[2];
+  stats.maxListCells = maxima[3];
+
+  // The targets' accelerations: (slot, ax, ay, az) from each rank, placed by slot on rank 0.
+  std::vector<double> mineTargets;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const std::uint32_t slot = sample.slotOfId[mine.id[i]];
+    if (slot == Sample::kNone) continue;
+    mineTargets.insert(mineTargets.end(), {double(slot), mine.ax[i], mine.ay[i], mine.az[i]});
+  }
+  const int numRanks = parallel::numRanksOf(comm);
+  const bool root = parallel::rankOf(comm) == 0;
+  int count = static_cast<int>(mineTargets.size());
+  std::vector<int> counts(numRanks), offsets(numRanks, 0);
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  int total = 0;
+  for (int r = 0; r < numRanks; ++r) {
+    offsets[r] = total;
+    total += counts[r];
+  }
+  std::vector<double> targets(root ? static_cast<std::size_t>(total) : 0);
+  MPI_Gatherv(mineTargets.data(), count, MPI_DOUBLE, targets.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0,
+              comm);
+  if (root) {
+    TargetForces& forces = measured.forces;
+    for (auto* axis : {&forces.ax, &forces.ay, &forces.az}) axis->assign(sample.numTargets, 0.0);
+    for (std::size_t k = 0; k + 3 < targets.size(); k += 4) {
+      const auto slot = static_cast<std::size_t>(targets[k]);
+      forces.ax[slot] = targets[k + 1];
+      forces.ay[slot] = targets[k + 2];
+      forces.az[slot] = targets[k + 3];
+    }
+  }
+  return measured;
+}
+
+}  // namespace
+
+int compareDistributed(const Options& given, const CompareOptions& compare) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = worldRank();
+  Options options = given;
+  requireCpuEngineOnRanks(options, "compare");
+  validateOptions(options, kCompareOptions);
+  const std::vector<TreeParams> sweep = treeSweep(options);
+  options.engine = EngineKind::cpu;
+  gpu::EngineChoice engine = makeRunEngine(options);
+
+  Particles mine;
+  std::uint64_t numBodies = 0;
+  std::size_t measuredConfigurations = 0;
+  CompareSharing sharing;
+  sharing.shareBodies = [&](const Particles& bodies) {
+    endRankZeroWork();
+    numBodies = bodies.size();
+    MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
+    mine = scatterBodies(&bodies, numBodies, comm);
+  };
+  sharing.measure = [&](const Options& configuration, const Sample& sample) {
+    TreeMeasurement measured = measureOnRanks(configuration, sample, mine, *engine.engine, comm);
+    // After the last configuration the others wait while rank 0 computes the reference and prints.
+    if (++measuredConfigurations == sweep.size()) beginRankZeroWork();
+    return measured;
+  };
+
+  beginRankZeroWork();
+  if (rank == 0) {
+    const InitialConditionsInfo ic = inspectInitialConditions(options);
+    requireOpenIc(ic, options);
+    requireBodiesPerRank(ic.numBodies);
+    const int code = compareSolvers(options, compare, &sharing);
+    endRankZeroWork();
+    return code;
+  }
+  MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
+  mine = scatterBodies(nullptr, numBodies, comm);
+  const Sample sample = drawSample(numBodies, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
+  for (const TreeParams& params : sweep) {
+    Options configuration = options;
+    configuration.tree = params;
+    configuration.tree.reuse = 1;
+    measureOnRanks(configuration, sample, mine, *engine.engine, comm);
+  }
+  beginRankZeroWork();
+  return 0;
+}
+
+}  // namespace matcha::app
+
+#else  // without MPI: every process is a world of one rank
+
+namespace matcha::app {
+
+struct MpiSession::State {};
+MpiSession::MpiSession(int&, char**&) {}
+MpiSession::~MpiSession() = default;
+int worldRank() { return 0; }
+int worldSize() { return 1; }
+
+int reportFailure(int exitCode, const std::string& message) {
+  std::cerr << "matcha: error: " << message << "\n";
+  return exitCode;
+}
+
+void requireRunsOnRanks(const std::string&) {}
+
+int runDistributed(CLI::App&, const Options&) { throw InvariantError("runDistributed: built without MPI"); }
+int compareDistributed(const Options&, const CompareOptions&) {
+  throw InvariantError("compareDistributed: built without MPI");
+}
+
+}  // namespace matcha::app
+
+#endif

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# `matcha run` and `matcha compare` under mpiexec on K ranks against the same command on one rank without mpiexec
+# (issue 19), on the CPU engine at CI size:
+#  - run K: a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds every id once; its
+#    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
+#    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
+#  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
+#    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
+#  - bad K: more ranks than bodies, --engine cuda, and a subcommand that runs on one rank only: one line on stderr,
+#    exit status 2, no hang;
+#  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
+#    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
+#    snapshots written before are whole (they read back), none is left as a temporary file; when rank 0 failed,
+#    summary.json says "failed" and the RUNNING marker is gone.
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad|fail K
+# Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
+set -euo pipefail
+
+if [[ $# -ne 5 ]]; then
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad|fail K" >&2
+  exit 2
+fi
+mpiexec=$1
+matcha=$(readlink -f "$2")
+scratch=$3/$4-np$5
+what=$4
+ranks=$5
+python=/usr/bin/python3
+if [[ ! -x $python ]]; then
+  echo "$python is not installed: test skipped"
+  exit 77
+fi
+rm -rf "$scratch"
+mkdir -p "$scratch"
+cd "$scratch"
+on_ranks() { "$mpiexec" -n "$ranks" --oversubscribe "$matcha" "$@"; }
+
+case $what in
+run)
+  args=(run -n 4096 --seed 3 --engine cpu --reuse off --dt 0.015625 --t-end 0.125 --output-interval 0.0625)
+  "$matcha" "${args[@]}" --out one >one.txt
+  on_ranks "${args[@]}" --out ranks >ranks.txt
+  cat ranks.txt
+  "$python" - "$ranks" <<'EOF'
+import sys, h5py, numpy as np
+ranks = int(sys.argv[1])
+def table(folder):
+    return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
+one, many = table("one"), table("ranks")
+failed = []
+if len(one) != len(many) or len(one) != 3:
+    failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks}")
+if ranks == 1 and one != many:
+    failed.append("one rank under mpiexec: the diagnostics differ from the plain run's")
+for a, b in zip(one, many):
+    for column, name in ((1, "E"), (3, "T"), (4, "W")):
+        x, y = float(a[column]), float(b[column])
+        if abs(x - y) > 1e-4 * abs(x):
+            failed.append(f"t = {a[0]}: {name} {y} on {ranks} ranks against {x} on one")
+    print(f"t = {a[0]}: E {a[1]} / {b[1]}  |dE/E| {a[2]} / {b[2]}")
+with h5py.File("one/snapshot_002.hdf5") as f1, h5py.File("ranks/snapshot_002.hdf5") as fk:
+    ids1, idsk = f1["PartType1/ParticleIDs"][:], fk["PartType1/ParticleIDs"][:]
+    if len(idsk) != 4096 or len(np.unique(idsk)) != 4096 or set(idsk) != set(ids1):
+        failed.append(f"the final snapshot on {ranks} ranks does not hold every id once")
+    else:
+        x1 = f1["PartType1/Coordinates"][:][np.argsort(ids1)]
+        xk = fk["PartType1/Coordinates"][:][np.argsort(idsk)]
+        worst = np.abs(x1 - xk).max()
+        print(f"largest position difference {worst:.2e}")
+        if worst > 1e-4:
+            failed.append(f"positions differ by up to {worst:.2e} from one rank's")
+for line in failed:
+    print("FAILED:", line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+EOF
+  ;;
+compare)
+  args=(compare -n 8192 --seed 5 --engine cpu --theta 0.5 --sample 1024 --reference cpu-double --json)
+  "$matcha" "${args[@]}" >one.json
+  on_ranks "${args[@]}" >ranks.json
+  "$python" - "$ranks" <<'EOF'
+import sys, json
+ranks = int(sys.argv[1])
+one, many = json.load(open("one.json")), json.load(open("ranks.json"))
+failed = []
+for a, b in zip(one["rows"], many["rows"]):
+    for key in ("median", "p99"):
+        x, y = a["error"][key], b["error"][key]
+        print(f"{a['multipole']} theta {a['theta']}: {key} {x:.3e} on one rank, {y:.3e} on {ranks}")
+        if abs(y - x) > 0.10 * x:
+            failed.append(f"{key} {y:.3e} on {ranks} ranks against {x:.3e} on one")
+if one["bodies"] != many["bodies"] or one["sample"] != many["sample"] or len(one["rows"]) != len(many["rows"]):
+    failed.append("the JSON's bodies, sample or rows differ")
+for line in failed:
+    print("FAILED:", line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+EOF
+  ;;
+bad)
+  failed=0
+  expect_refusal() {  # expected text, then the arguments
+    local expected=$1
+    shift
+    local status=0
+    on_ranks "$@" >out.txt 2>err.txt || status=$?
+    local lines
+    lines=$(grep -c "matcha: error" err.txt || true)
+    if [[ $status -ne 2 || $lines -ne 1 ]] || ! grep -q "$expected" err.txt; then
+      echo "FAILED: matcha $* on $ranks ranks: exit $status, $lines error lines (expected 2, 1, '$expected'):" >&2
+      cat err.txt >&2
+      failed=1
+    else
+      cat err.txt
+    fi
+  }
+  expect_refusal "every rank needs at least one body" run -n $((ranks - 1)) --engine cpu --out few
+  if [[ -e few/snapshot_000.hdf5 ]]; then
+    echo "FAILED: a snapshot was written by a refused run" >&2
+    failed=1
+  fi
+  expect_refusal "a GPU per rank is not supported yet" run -n 64 --engine cuda --out gpu
+  expect_refusal "every rank needs at least one body" compare -n $((ranks - 1)) --engine cpu
+  expect_refusal "runs on one rank" ic plummer -n 64 --out plummer.hdf5
+  exit $failed
+  ;;
+fail)
+  failed=0
+  for rank in $((ranks - 1)) 0; do
+    status=0
+    MATCHA_TEST_FAIL_RANK=$rank "$mpiexec" -n "$ranks" --oversubscribe -x MATCHA_TEST_FAIL_RANK "$matcha" run -n 1024 \
+      --engine cpu --dt 0.015625 --t-end 0.125 --output-interval 0.015625 --out fail$rank >out.txt 2>err.txt || status=$?
+    lines=$(grep -c "matcha: error" err.txt || true)
+    if [[ $status -ne 3 || $lines -ne 1 ]] || ! grep -q "matcha: error: rank $rank: step 2: a failure injected" err.txt; then
+      echo "FAILED: rank $rank failing alone on $ranks ranks: exit $status, $lines error lines (expected 3, 1):" >&2
+      cat err.txt >&2
+      failed=1
+    fi
+    grep "matcha: error" err.txt
+    if ls fail$rank | grep -v -E '^(snapshot_00[0-9]\.hdf5|diagnostics\.log|used_parameters\.toml|summary\.json|RUNNING)$'; then
+      echo "FAILED: rank $rank failing left the files above in the run folder" >&2
+      failed=1
+    fi
+    "$python" -c "import h5py, glob, sys
+for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')):
+    with h5py.File(name) as f:
+        assert len(f['PartType1/ParticleIDs']) == 1024, name" || failed=1
+    if [[ $rank -eq 0 ]] && { [[ -e fail0/RUNNING ]] || ! grep -q '"status": "failed"' fail0/summary.json; }; then
+      echo "FAILED: rank 0 failed and the run folder does not say so" >&2
+      failed=1
+    fi
+  done
+  exit $failed
+  ;;
+*)
+  echo "$0: unknown test '$what'" >&2
+  exit 2
+  ;;
+esac
