@@ -163,23 +163,37 @@ Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm 
 
 /// Collective: every rank's bodies on rank 0, in rank order (each rank's share in its order: the tree's); elsewhere
 /// an empty set.
-Particles gatherBodies(const Particles& mine, MPI_Comm comm) {
-  const int numRanks = parallel::numRanksOf(comm);
-  const bool root = parallel::rankOf(comm) == 0;
-  int count = static_cast<int>(mine.size());
-  std::vector<int> counts(numRanks), offsets(numRanks, 0);
-  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+/// Collective: every rank's count of bodies on rank 0, and where each rank's share starts in rank order (MPI_Gatherv's
+/// counts and displacements; meaningful on rank 0 only), and the total.
+struct GatherLayout {
+  std::vector<int> counts, offsets;
   std::size_t total = 0;
+};
+
+GatherLayout gatherLayout(std::size_t count, MPI_Comm comm) {
+  const int numRanks = parallel::numRanksOf(comm);
+  GatherLayout layout;
+  layout.counts.resize(numRanks);
+  layout.offsets.assign(numRanks, 0);
+  const int mine = static_cast<int>(count);
+  MPI_Gather(&mine, 1, MPI_INT, layout.counts.data(), 1, MPI_INT, 0, comm);
   for (int r = 0; r < numRanks; ++r) {
-    offsets[r] = static_cast<int>(total);
-    total += static_cast<std::size_t>(counts[r]);
+    layout.offsets[r] = static_cast<int>(layout.total);
+    layout.total += static_cast<std::size_t>(layout.counts[r]);
   }
+  return layout;
+}
+
+Particles gatherBodies(const Particles& mine, MPI_Comm comm) {
+  const bool root = parallel::rankOf(comm) == 0;
+  const int count = static_cast<int>(mine.size());
+  const GatherLayout layout = gatherLayout(mine.size(), comm);
   Particles all;
-  if (root) all.resize(total);
+  if (root) all.resize(layout.total);
   forEachArray(all, &mine, [&](auto& whole, const auto* local) {
     using T = typename std::decay_t<decltype(whole)>::value_type;
-    MPI_Gatherv(local->data(), count, mpiType<T>(), root ? whole.data() : nullptr, counts.data(), offsets.data(),
-                mpiType<T>(), 0, comm);
+    MPI_Gatherv(local->data(), count, mpiType<T>(), root ? whole.data() : nullptr, layout.counts.data(),
+                layout.offsets.data(), mpiType<T>(), 0, comm);
   });
   return all;
 }
@@ -219,18 +233,13 @@ class DirectPotentialsOnRanks {
 
   void operator()(Particles& p) {
     const Stopwatch clock;
-    const int numRanks = parallel::numRanksOf(comm_);
     const bool root = parallel::rankOf(comm_) == 0;
-    int count = static_cast<int>(p.size());
-    std::vector<int> counts(numRanks), offsets(numRanks, 0);
-    MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm_);
-    std::size_t total = 0;
-    for (int r = 0; r < numRanks; ++r) {
-      offsets[r] = static_cast<int>(total);
-      total += static_cast<std::size_t>(counts[r]);
-    }
+    const int count = static_cast<int>(p.size());
+    const GatherLayout layout = gatherLayout(p.size(), comm_);
+    const std::vector<int>& counts = layout.counts;
+    const std::vector<int>& offsets = layout.offsets;
     Particles all;
-    if (root) all.resize(total);
+    if (root) all.resize(layout.total);
     const std::vector<double>* mine[4] = {&p.x, &p.y, &p.z, &p.mass};
     std::vector<double>* whole[4] = {&all.x, &all.y, &all.z, &all.mass};
     for (int k = 0; k < 4; ++k) {

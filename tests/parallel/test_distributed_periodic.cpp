@@ -258,7 +258,10 @@ TEST(DistributedPeriodic, BodiesThatCrossFacesAndDomainsMigrate) {
         "migrated in all\n",
         stats.imbalance(), stats.decomposition.imbalance(), (unsigned long long)migrated);
   }
-  EXPECT_LE(stats.imbalance(), 1.25);
+  // The split balances the last call's work at the last call's positions, and the clumps have moved by 0.2 L since:
+  // 1.04-1.14 in most draws on 4 ranks, 1.30 in one of ~20 (a clump that crossed into a lighter domain). A bound on
+  // the split's purpose, not its exactness (test_distributed_forces.cpp holds the split of unmoved bodies to 1.15).
+  EXPECT_LE(stats.imbalance(), 1.5);
   expectOneRankForces(local, input, solver, c, params, gravity);
 }
 
