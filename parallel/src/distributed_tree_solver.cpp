@@ -38,26 +38,13 @@ std::string DistributedTreeSolver::describe() const {
 }
 
 bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particles) {
-  const std::size_t n = particles.size();
   groups_.relativeTolerance.assign(groups_.size(), std::numeric_limits<double>::infinity());
   if (params_.alpha <= 0.0) return false;
-  std::vector<double> magnitude(n);
-  double sums[2] = {0.0, double(n)};  // sum of |a|, bodies
-  for (std::size_t i = 0; i < n; ++i) {
-    magnitude[i] = std::sqrt(particles.ax[i] * particles.ax[i] + particles.ay[i] * particles.ay[i] +
-                             particles.az[i] * particles.az[i]);
-    sums[0] += magnitude[i];
-  }
+  const AccelerationSet accelerations{particles.ax, particles.ay, particles.az};
+  double sums[2] = {tree::sumOfAccelerationMagnitudes(accelerations), double(particles.size())};  // sum of |a|, bodies
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comm_);
   if (!(sums[0] > 0.0) || !std::isfinite(sums[0])) return false;
-  const double floor = tree::kRelativeFloorOfMeanAccel * sums[0] / sums[1];
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    double lowest = std::numeric_limits<double>::infinity();
-    for (std::uint32_t i = groups_.ranges[g].first; i < groups_.ranges[g].last; ++i) {
-      lowest = std::min(lowest, magnitude[i]);
-    }
-    groups_.relativeTolerance[g] = params_.alpha * std::max(lowest, floor) / gravity_.G;
-  }
+  tree::setRelativeTolerancesWithTotal(accelerations, sums[0], sums[1], params_.alpha, gravity_.G, groups_);
   return true;
 }
 

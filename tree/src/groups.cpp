@@ -437,48 +437,75 @@ bool setRelativeTolerances(const Particles& previous, double alpha, double G, Gr
 
 namespace {
 
-/// setRelativeTolerances over `count` bodies whose |a| is magnitude(i).
+/// The sum of magnitude(i) over `count` bodies. A deterministic reduce over fixed blocks: the floor, and so the lists,
+/// must not depend on how the threads split the sum (runs would differ bit by bit from one run or thread count to the
+/// next).
 template <typename Magnitude>
-bool setTolerancesFrom(std::size_t count, const Magnitude& magnitude, double alpha, double G, Groups& groups) {
-  MATCHA_ASSERT(count == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
-  groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
-  if (alpha <= 0.0 || groups.size() == 0) return false;
-  // A deterministic reduce over fixed blocks: the floor, and so the lists, must not depend on how the threads split
-  // the sum (runs would differ bit by bit from one run or thread count to the next).
-  const double sumAccel = tbb::parallel_deterministic_reduce(
+double sumMagnitudes(std::size_t count, const Magnitude& magnitude) {
+  return tbb::parallel_deterministic_reduce(
       tbb::blocked_range<std::size_t>(0, count, 4096), 0.0,
       [&](const tbb::blocked_range<std::size_t>& block, double sum) {
         for (std::size_t i = block.begin(); i < block.end(); ++i) sum += magnitude(i);
         return sum;
       },
       std::plus<>());
-  if (!(sumAccel > 0.0) || !std::isfinite(sumAccel)) return false;
-  const double floor = kRelativeFloorOfMeanAccel * sumAccel / double(count);
+}
+
+/// Each group's tolerance from the smallest magnitude(i) of its bodies, floored at `floor`.
+template <typename Magnitude>
+void setTolerancesWithFloor(const Magnitude& magnitude, double floor, double alpha, double G, Groups& groups) {
+  groups.relativeTolerance.resize(groups.size());
   tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
     double minAccel = std::numeric_limits<double>::infinity();
     for (std::uint32_t i = groups.ranges[g].first; i < groups.ranges[g].last; ++i)
       minAccel = std::min(minAccel, double(magnitude(i)));
     groups.relativeTolerance[g] = alpha * std::max(minAccel, floor) / G;
   });
+}
+
+/// setRelativeTolerances over `count` bodies whose |a| is magnitude(i).
+template <typename Magnitude>
+bool setTolerancesFrom(std::size_t count, const Magnitude& magnitude, double alpha, double G, Groups& groups) {
+  MATCHA_ASSERT(count == (groups.size() == 0 ? 0 : groups.ranges.back().last), "groups and bodies differ");
+  groups.relativeTolerance.assign(groups.size(), std::numeric_limits<double>::infinity());
+  if (alpha <= 0.0 || groups.size() == 0) return false;
+  const double sumAccel = sumMagnitudes(count, magnitude);
+  if (!(sumAccel > 0.0) || !std::isfinite(sumAccel)) return false;
+  setTolerancesWithFloor(magnitude, kRelativeFloorOfMeanAccel * sumAccel / double(count), alpha, G, groups);
   return true;
 }
+
+/// |a| of body i of `a`.
+struct Magnitude {
+  const AccelerationSet& a;
+  double operator()(std::size_t i) const {
+    return std::sqrt(a.ax[i] * a.ax[i] + a.ay[i] * a.ay[i] + a.az[i] * a.az[i]);
+  }
+};
 
 }  // namespace
 
 bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups) {
-  return setTolerancesFrom(
-      previous.ax.size(),
-      [&](std::size_t i) {
-        return std::sqrt(previous.ax[i] * previous.ax[i] + previous.ay[i] * previous.ay[i] +
-                         previous.az[i] * previous.az[i]);
-      },
-      alpha, G, groups);
+  return setTolerancesFrom(previous.ax.size(), Magnitude{previous}, alpha, G, groups);
 }
 
 bool setRelativeTolerances(std::span<const float> accelerationMagnitudes, double alpha, double G, Groups& groups) {
   return setTolerancesFrom(
       accelerationMagnitudes.size(), [&](std::size_t i) { return double(accelerationMagnitudes[i]); }, alpha, G,
       groups);
+}
+
+double sumOfAccelerationMagnitudes(const AccelerationSet& accelerations) {
+  return sumMagnitudes(accelerations.ax.size(), Magnitude{accelerations});
+}
+
+void setRelativeTolerancesWithTotal(const AccelerationSet& accelerations, double sumOfMagnitudes, double numBodies,
+                                    double alpha, double G, Groups& groups) {
+  MATCHA_ASSERT(alpha > 0.0 && sumOfMagnitudes > 0.0, "the relative test needs alpha > 0 and a positive sum of |a|");
+  MATCHA_ASSERT(accelerations.ax.size() == (groups.size() == 0 ? 0 : groups.ranges.back().last),
+                "groups and bodies differ");
+  setTolerancesWithFloor(Magnitude{accelerations}, kRelativeFloorOfMeanAccel * sumOfMagnitudes / numBodies, alpha, G,
+                         groups);
 }
 
 }  // namespace matcha::tree

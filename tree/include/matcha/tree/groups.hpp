@@ -92,4 +92,13 @@ bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double
 /// The same from each body's |a| (in the groups' order), as a background build carries it (rounded down to a float).
 bool setRelativeTolerances(std::span<const float> accelerationMagnitudes, double alpha, double G, Groups& groups);
 
+/// The sum of |a| over `accelerations`, as setRelativeTolerances makes its floor from it: a deterministic reduce, the
+/// same bits for any thread count.
+double sumOfAccelerationMagnitudes(const AccelerationSet& accelerations);
+/// setRelativeTolerances with the floor made from the sum of |a| over `numBodies` bodies, a larger set than these (the
+/// bodies of every rank of a distributed run, parallel/), so that every part of the system has the same floor; on
+/// one rank, the tolerances of setRelativeTolerances bit for bit. Needs alpha > 0 and a positive sum.
+void setRelativeTolerancesWithTotal(const AccelerationSet& accelerations, double sumOfMagnitudes, double numBodies,
+                                    double alpha, double G, Groups& groups);
+
 }  // namespace matcha::tree
