@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/testing/generators.hpp"
 
@@ -83,5 +84,13 @@ inline Particles gatherById(const Particles& local) {
   }
   return all;
 }
+
+/// The tree settings a parameterised list-coverage test runs with.
+struct TreeCase {
+  double theta;
+  MultipoleOrder order;
+  double alpha;
+  std::uint32_t ncrit;
+};
 
 }  // namespace matcha::parallel::testing

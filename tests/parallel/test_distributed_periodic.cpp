@@ -290,14 +290,7 @@ TEST(DistributedPeriodic, RanksWithoutBodiesTakePart) {
   expectOneRankForces(local, input, solver, c, params, gravity);
 }
 
-struct CoverageCase {
-  double theta;
-  MultipoleOrder order;
-  double alpha;
-  std::uint32_t ncrit;
-};
-
-class DistributedPeriodicCoverage : public ::testing::TestWithParam<CoverageCase> {};
+class DistributedPeriodicCoverage : public ::testing::TestWithParam<testing::TreeCase> {};
 
 // Each local group's whole list (its float walk of the local tree, then its walks of the received subtrees): no body
 // twice, every body within r_cut of the group's box at its nearest image exactly once (cells by their bodies' ids,
@@ -306,7 +299,7 @@ class DistributedPeriodicCoverage : public ::testing::TestWithParam<CoverageCase
 // visitPeriodic's conservative twin). What came from the other ranks stays within reach: every received body lies
 // within r_cut + 2 b_max of its leaf of some local group's box (its leaf was not skipped by it).
 TEST_P(DistributedPeriodicCoverage, EveryBodyWithinTheCutOnce) {
-  const CoverageCase c = GetParam();
+  const testing::TreeCase c = GetParam();
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));
   const double L = 1.5;
@@ -439,8 +432,8 @@ TEST_P(DistributedPeriodicCoverage, EveryBodyWithinTheCutOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Criteria, DistributedPeriodicCoverage,
-                         ::testing::Values(CoverageCase{0.5, MultipoleOrder::quadrupole, 1e-3, 256},
-                                           CoverageCase{0.8, MultipoleOrder::monopole, 0.0, 64}));
+                         ::testing::Values(testing::TreeCase{0.5, MultipoleOrder::quadrupole, 1e-3, 256},
+                                           testing::TreeCase{0.8, MultipoleOrder::monopole, 0.0, 64}));
 
 // A body outside [0, L)^3 on one rank: every rank throws one InputError, the lowest offender's, naming the rank and
 // the body; the solver then takes the corrected bodies.

@@ -19,17 +19,10 @@ namespace {
 using testing::worldRank;
 using testing::worldSize;
 
-struct LetCase {
-  double theta;
-  MultipoleOrder order;
-  double alpha;
-  std::uint32_t ncrit;
-};
-
-class LocalEssentialTreeTest : public ::testing::TestWithParam<LetCase> {};
+class LocalEssentialTreeTest : public ::testing::TestWithParam<testing::TreeCase> {};
 
 TEST_P(LocalEssentialTreeTest, EveryGroupCoversEveryBodyOnce) {
-  const LetCase c = GetParam();
+  const testing::TreeCase c = GetParam();
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));
   const std::size_t n = 6000;
@@ -139,9 +132,9 @@ TEST_P(LocalEssentialTreeTest, EveryGroupCoversEveryBodyOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Criteria, LocalEssentialTreeTest,
-                         ::testing::Values(LetCase{0.5, MultipoleOrder::quadrupole, 1e-3, 256},
-                                           LetCase{0.8, MultipoleOrder::monopole, 0.0, 64},
-                                           LetCase{0.3, MultipoleOrder::quadrupole, 0.0, 32}));
+                         ::testing::Values(testing::TreeCase{0.5, MultipoleOrder::quadrupole, 1e-3, 256},
+                                           testing::TreeCase{0.8, MultipoleOrder::monopole, 0.0, 64},
+                                           testing::TreeCase{0.3, MultipoleOrder::quadrupole, 0.0, 32}));
 
 }  // namespace
 }  // namespace matcha::parallel
