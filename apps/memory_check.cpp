@@ -162,7 +162,7 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   MemoryEstimate& estimate = memory.estimate;
   const std::uint64_t n = particles.size();
   if (options.solver == SolverKind::tree) {
-    const tree::TreeRunShape shape = tree::treeRunShape(options.tree, memory.numSteps, options.integrator.dt);
+    const tree::TreeRunShape shape = tree::treeRunShape(options.tree, memory.numSteps, options.integrator.dt, onGpu);
     memory.reuseSteps = shape.reachesReuse() ? shape.reuseSteps : 1;
     memory.sizes = tree::estimateTreeSolverMemory(particles, options.tree, options.gravity, shape, estimate);
     gpu::addEngineTreeMemory(memory.sizes, onGpu, estimate);

@@ -159,8 +159,9 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->capture_default_str();
     command
         .add_option("--pipeline", options.tree.pipeline,
-                    "with reuse, build each next tree on the CPU cores while the GPU evaluates the steps before it "
-                    "(on), or within the step that needs it (off)")
+                    "build each next tree on the CPU cores while the GPU evaluates the steps before it (on; with "
+                    "--reuse off on the CUDA engine each step's own tree is built during the step before), or within "
+                    "the step that needs it (off)")
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command

@@ -123,7 +123,8 @@ TEST_F(DeviceKeySortTest, RunsWithDeviceSortsAreTheRunsOfHostSorts) {
 // the gather into the tree's order) from the GPU's copy of the bodies, predicted within the launch of the call that
 // starts the build; the run is the run of host predictions, bit for bit. With every tree's first call launched ahead
 // (adoptAheadWaits: the prediction rides on the launch made as the tree before it ends) and without (the launch of
-// the tree's first call), at K = 2 (a build started every other call) and 3.
+// the tree's first call), at K = 2 (a build started every other call), 3, and 1 (reuse off, each tree built a step
+// ahead: a build started every call).
 TEST_F(DeviceKeySortTest, RunsWithTreesPredictedOnTheDeviceAreTheRunsOfHostPredictions) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -140,6 +141,9 @@ TEST_F(DeviceKeySortTest, RunsWithTreesPredictedOnTheDeviceAreTheRunsOfHostPredi
        {Case{"adoption ahead waits, reuse 2", true, 2, false}, Case{"adoption ahead waits, reuse 3", true, 3, false},
         Case{"adoption ahead when done, reuse 2", false, 2, false},
         Case{"adoption ahead when done, reuse 3", false, 3, false},
+        // Reuse off: each tree is built a step ahead (tree_solver.hpp: buildsFreshTreesAhead), a build every call.
+        Case{"adoption ahead waits, reuse off", true, 1, false},
+        Case{"adoption ahead when done, reuse off", false, 1, false},
         Case{"a jolt at step 12, reuse 3", true, 3, true}}) {
     SCOPED_TRACE(c.name);
     TreeParams params;

@@ -99,8 +99,10 @@ TEST(MemoryEstimate, BallRadiiFollowThePredictedPath) {
   const std::vector<float> radius = predictedBallRadii(body, 3, 0.1, GravityParams{}, 1);
   ASSERT_EQ(radius.size(), 1u);
   EXPECT_NEAR(radius[0], 0.1 + (0.5 + kAccelerationChange * 6.0) * 0.02, 1e-6);
-  // One call per tree: points.
-  EXPECT_EQ(predictedBallRadii(body, 1, 0.1, GravityParams{})[0], 0.0f);
+  // One call per tree, built within it: points. Built a call ahead (reuse off on the CUDA engine), room for one
+  // step's change of acceleration: kAccelerationChange * |a| dt^2.
+  EXPECT_EQ(predictedBallRadii(body, 1, 0.1, GravityParams{}, 0)[0], 0.0f);
+  EXPECT_NEAR(predictedBallRadii(body, 1, 0.1, GravityParams{}, 1)[0], kAccelerationChange * 0.02, 1e-7);
 
   // Without accelerations, the mass inside each body's radius pulls it: balls grow with K and with the distance
   // travelled, and longer-lived trees have longer lists.

@@ -232,7 +232,7 @@ std::vector<float> predictedBallRadii(const Particles& particles, std::uint32_t 
                                       const GravityParams& gravity, std::uint32_t firstCall) {
   const std::size_t n = particles.size();
   std::vector<float> radius(n, 0.0f);
-  if (n == 0 || reuseSteps <= 1) return radius;
+  if (n == 0 || reuseSteps == 0) return radius;
   const std::vector<double> accel = accelerationMagnitudes(particles, gravity);
   // tree_solver.cpp (Motion::predict) for the calls firstCall .. firstCall + K - 1 from now: half the chord of the
   // path plus `room` times the second difference |a| dt^2.
@@ -310,7 +310,7 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   // last two calls and their permutation scratch, the predicted positions and balls, and a repair's tree (the
   // current tree's geometry refitted to exact positions, its walk tree and groups).
   estimate.add("body permutation", n * (sizeof(double) + sizeof(std::uint64_t)));
-  if (params.reuse != 1) {
+  if (params.reuse != 1 || shape.freshTreesAhead) {
     // The positions (where the motion between calls is not announced: the worst case) and accelerations (floats) of
     // the last call from the first call on; from the second, those of the call before and the scratch of their
     // permutation.
@@ -325,8 +325,9 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
   }
 }
 
-TreeRunShape treeRunShape(const TreeParams& params, std::uint64_t numSteps, double dt) {
+TreeRunShape treeRunShape(const TreeParams& params, std::uint64_t numSteps, double dt, bool engineAdvancesBodies) {
   TreeRunShape shape;
+  shape.freshTreesAhead = buildsFreshTreesAhead(params, engineAdvancesBodies);
   shape.numForceCalls = numSteps + 1;
   shape.reuseSteps = params.reuse == 0 ? kAutoReuseSizing : params.reuse;
   shape.dt = dt;

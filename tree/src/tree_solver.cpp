@@ -276,7 +276,9 @@ std::string TreeSolver::describe() const {
   char alpha[32] = "";
   if (params_.alpha > 0.0) std::snprintf(alpha, sizeof alpha, ", alpha %g", params_.alpha);
   char reuse[48] = ", reuse auto";
-  if (params_.reuse == 1) std::snprintf(reuse, sizeof reuse, ", reuse off");
+  if (params_.reuse == 1) {
+    std::snprintf(reuse, sizeof reuse, freshTreesAhead() ? ", reuse off, each tree built a step ahead" : ", reuse off");
+  }
   if (params_.reuse > 1) std::snprintf(reuse, sizeof reuse, ", reuse %u steps", params_.reuse);
   char text[224];
   std::snprintf(text, sizeof text, "tree (theta %g%s, ncrit %u, nleaf %u, %s%s%s) on ", params_.theta, alpha,
@@ -299,9 +301,13 @@ void TreeSolver::joinBackgroundBuild() {
 void TreeSolver::expectAdvance(const std::optional<BodyAdvance>& advance) { advance_ = advance; }
 
 bool TreeSolver::advancing() const {
-  return advance_.has_value() && params_.advanceOnDevice && params_.reuse != 1 && engine_.advancesBodies() &&
-         !advanceMismatch_;
+  return advance_.has_value() && params_.advanceOnDevice && (params_.reuse != 1 || freshTreesAhead()) &&
+         engine_.advancesBodies() && !advanceMismatch_;
 }
+
+bool TreeSolver::freshTreesAhead() const { return buildsFreshTreesAhead(params_, engine_.advancesBodies()); }
+
+bool TreeSolver::buildsAhead() const { return params_.pipeline && (params_.reuse != 1 || freshTreesAhead()); }
 
 BodyUpdate TreeSolver::movedBodies(const Particles& particles) {
   BodyUpdate update(BodyMotion::moved);
@@ -503,10 +509,11 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
   // K stays at the best until kReexplore trees later, when the search starts again.
   const bool measuredBest = bestCallSeconds_ < std::numeric_limits<double>::infinity();
   const bool searching = trialSteps_ != 0 || !searchedOnce_;
-  // On an engine that keeps the bodies (the GPU's), a tree per call is never a contender: it gives up the background
-  // build and the device's prediction and advance (H200, the settings of README "Whole steps": 35 / 108 / 490 ms a
-  // step at 2^20 / 2^22 / 2^24 against 11 / 38 / 164 at K = 3, 3, 2), and a trial of it costs a step at that price
-  // and the next tree's prediction on the host.
+  // On an engine that keeps the bodies (the GPU's), a tree per call is never a contender: built within its call it
+  // gives up the background build and the device's prediction and advance (H200, the settings of README "Whole
+  // steps": 35 / 108 / 490 ms a step at 2^20 / 2^22 / 2^24 against 11 / 38 / 164 at K = 3, 3, 2), and a trial of it
+  // costs a step at that price and the next tree's prediction on the host. (Reuse off builds each tree a step ahead
+  // there, buildsFreshTreesAhead, and still takes 27 / 78 / 284 ms.)
   const std::int64_t lowest = engine_.advancesBodies() ? 2 : 1;
   if (measuredBest && (searching || ++treesAtBest_ % kReexplore == 0)) {
     searchedOnce_ = true;
@@ -725,7 +732,7 @@ const TreePredictionRequest* TreeSolver::predictionRequest(std::uint64_t call,
                                                            const std::vector<float>& earlierAz) {
   if (!params_.predictOnDevice || !engine_.predictsTrees() || !motionIn || !motionBefore) return nullptr;
   const std::uint32_t steps = nextTreeSteps();
-  if (steps <= 1) return nullptr;
+  if (steps <= 1 && !freshTreesAhead()) return nullptr;
   // As startBackgroundBuild and Motion::predictWithInputs would make them at `call`.
   const TreeBuild& current = *current_;
   const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call);
@@ -742,7 +749,7 @@ const TreePredictionRequest* TreeSolver::predictionRequest(std::uint64_t call,
 
 bool TreeSolver::buildStartsNextCall() const {
   // computeForces' nextTreeDue, as the next call will find it once this one has put its tree to use ahead.
-  return adoptedAhead_ && params_.pipeline && params_.reuse != 1 && !background_.joinable() && current_->steps > 1 &&
+  return adoptedAhead_ && buildsAhead() && !background_.joinable() && (current_->steps > 1 || freshTreesAhead()) &&
          current_->firstCall == call_ + 1 && nextPlannedFor_ != current_->firstCall;
 }
 
@@ -751,7 +758,8 @@ double TreeSolver::startBackgroundBuild(const Particles& particles, bool onDevic
   const TreeBuild& current = *current_;
   nextPlannedFor_ = current.firstCall;
   const std::uint32_t steps = nextTreeSteps();
-  if (steps <= 1) return clock.seconds();  // the next tree is built within its call, for exact positions
+  // K = 1: the next tree is built within its call, for exact positions, unless it is built a call ahead.
+  if (steps <= 1 && !freshTreesAhead()) return clock.seconds();
   // The next tree serves the calls after the current one's; this call is `first` calls before the first of them.
   const auto first = static_cast<std::uint32_t>(current.lastCall + 1 - call_);
   TreeBuild& build = *next_;
@@ -907,8 +915,9 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
   // longest time to hide it in. Always from that call, whatever the build and the calls take, so that its predicted
   // positions, and with them every force, do not depend on timing: a run and its restart (saveState) build the same
   // trees.
-  const bool pipeline = params_.pipeline && params_.reuse != 1 && motion_->canPredict() && !background_.joinable();
-  const bool nextTreeDue = pipeline && current_->steps > 1 && nextPlannedFor_ != current_->firstCall;
+  const bool pipeline = buildsAhead() && motion_->canPredict() && !background_.joinable();
+  const bool nextTreeDue =
+      pipeline && (current_->steps > 1 || freshTreesAhead()) && nextPlannedFor_ != current_->firstCall;
   if (evaluated) {
     // cancel_: a repair found the motion unpredicted.
     if (nextTreeDue && !cancel_) report.timings[Phase::motion] += startBackgroundBuild(particles, false);
@@ -992,7 +1001,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     aheadOutput_ = particles.ax.data();
     aheadPotentials_ = nextPotentialsWanted();
   }
-  if (params_.reuse != 1) {
+  if (params_.reuse != 1 || freshTreesAhead()) {
     const Stopwatch recording;
     motion_->record(particles, advance_);
     report.timings[Phase::motion] += recording.seconds();

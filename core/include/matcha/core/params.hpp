@@ -67,7 +67,9 @@ struct TreeParams {
   /// costs (tree/tree_solver.hpp). Lists are checked against the opening criterion at every call whatever K is.
   std::uint32_t reuse = 0;
   /// With reuse, build each next tree in the background, on the CPU cores, while the engine evaluates the calls
-  /// before it is due (false: every tree is built within the call that needs it).
+  /// before it is due (false: every tree is built within the call that needs it). With reuse 1 on an engine that keeps
+  /// its own copy of the bodies (the CUDA engine, with advanceOnDevice), each call's own tree is built so, during the
+  /// call before (tree/tree_solver.hpp: buildsFreshTreesAhead).
   bool pipeline = true;
   /// With reuse and an engine that keeps its own copy of the bodies (the CUDA engine): when the integrator says how it
   /// moves the bodies between calls (ForceSolver::expectAdvance), the engine advances its copy itself instead of

@@ -52,8 +52,11 @@ struct TreeRunShape {
   /// (balls) and, with TreeParams::pipeline, from the fourth in the background; 1: every tree for exact positions.
   std::uint32_t reuseSteps = 1;
   double dt = 0.0;  ///< the time step (the balls' size)
+  /// With K = 1: each tree is built a call ahead, in the background, for predicted positions (tree_solver.hpp:
+  /// buildsFreshTreesAhead), and needs what trees for K >= 2 calls need.
+  bool freshTreesAhead = false;
 
-  bool reachesReuse() const { return reuseSteps > 1 && numForceCalls >= 3; }
+  bool reachesReuse() const { return (reuseSteps > 1 || freshTreesAhead) && numForceCalls >= 3; }
   bool buildsInBackground(const TreeParams& params) const {
     return reachesReuse() && params.pipeline && numForceCalls >= 4;
   }
@@ -64,8 +67,9 @@ struct TreeRunShape {
 /// several times longer; on a Plummer sphere it settles at 2 or 3. A run that must stay within a bound sets --reuse.
 inline constexpr std::uint32_t kAutoReuseSizing = kMaxAutoReuse / 2;
 
-/// The shape of a run of `numSteps` steps of `dt` with `params`.
-TreeRunShape treeRunShape(const TreeParams& params, std::uint64_t numSteps, double dt);
+/// The shape of a run of `numSteps` steps of `dt` with `params`, on an engine that keeps and advances its own copy of
+/// the bodies or not (NearFieldEngine::advancesBodies: the CUDA engine).
+TreeRunShape treeRunShape(const TreeParams& params, std::uint64_t numSteps, double dt, bool engineAdvancesBodies);
 
 /// Adds the bodies (Particles) and the host arrays a TreeSolver keeps over a run of `shape` to `estimate`, for trees
 /// of `sizes` (measureTreeSizes: for runs that reach reuse, the sizes of a tree of balls): two trees with their keys,

@@ -119,6 +119,18 @@ inline constexpr std::uint32_t kMaxAutoReuse = 8;
 /// ones.
 inline constexpr std::uint32_t kAutoReuseStart = 3;
 
+/// Reuse off (TreeParams::reuse 1: a tree for every call) with TreeParams::pipeline and advanceOnDevice on an engine
+/// that keeps and advances its own copy of the bodies (the CUDA engine): each call's tree is still its own, but it is
+/// built during the call before, on the CPU cores while the GPU evaluates that call, for the positions one step ahead
+/// that the engine predicts from its copy (balls with room for one step's change of acceleration), as trees for K >= 2
+/// calls are. The step then costs the build or the kernels, whichever is longer, instead of their sum: on the
+/// H200's host 27 / 78-82 / 284-289 ms a step at 2^20 / 2^22 / 2^24 Plummer bodies against 33 / 108 / 370 built within
+/// each call (bench/RESULTS.md, 2026-11-29 third session). Elsewhere (the CPU engine, whose evaluation would compete
+/// with the build for the cores, or with pipeline off) every tree is built within its call, for the exact positions.
+inline bool buildsFreshTreesAhead(const TreeParams& params, bool engineAdvancesBodies) {
+  return params.reuse == 1 && params.pipeline && params.advanceOnDevice && engineAdvancesBodies;
+}
+
 class TreeSolver final : public ForceSolver {
  public:
   /// `engine` must outlive the solver. Throws InputError on invalid parameters.
@@ -143,8 +155,8 @@ class TreeSolver final : public ForceSolver {
   /// current one runs out, on the CPU cores, while the engine evaluates those calls, and is put to use when it is
   /// due (waiting for it, if need be: ForceTimings::rebuildWaitSeconds). Such a tree does not reorder `particles`:
   /// the engine takes the bodies in the caller's order (TreeTopology::order). A tree built within a call sorts the
-  /// bodies along the Morton curve (permuting every array of `particles`): the first calls, reuse off, and after a
-  /// repair of many groups.
+  /// bodies along the Morton curve (permuting every array of `particles`): the first calls, reuse off (unless each
+  /// tree is built a call ahead: buildsFreshTreesAhead), and after a repair of many groups.
   ///
   /// With TreeParams::alpha > 0 the accelerations the bodies bring scale the relative opening test; bodies whose
   /// accelerations are all zero are evaluated twice, cheaply and then with the test (TreeStats::estimatePass).
@@ -244,6 +256,11 @@ class TreeSolver final : public ForceSolver {
   void recordTreeCost(const TreeBuild& tree);
   /// Whether the engine may advance its copy of the bodies (expectAdvance, TreeParams::advanceOnDevice).
   bool advancing() const;
+  /// buildsFreshTreesAhead for this solver's parameters and engine.
+  bool freshTreesAhead() const;
+  /// Whether trees are built in the background for later calls: with reuse and TreeParams::pipeline, or
+  /// freshTreesAhead.
+  bool buildsAhead() const;
   /// A launch's BodyUpdate for moved bodies: with their velocities when the engine is to keep a copy.
   BodyUpdate movedBodies(const Particles& particles);
   /// Drops a launch made ahead for a call that did not come as announced.
