@@ -513,7 +513,7 @@ std::uint32_t TreeSolver::chooseReuseSteps() {
   // gives up the background build and the device's prediction and advance (H200, the settings of README "Whole
   // steps": 35 / 108 / 490 ms a step at 2^20 / 2^22 / 2^24 against 11 / 38 / 164 at K = 3, 3, 2), and a trial of it
   // costs a step at that price and the next tree's prediction on the host. (Reuse off builds each tree a step ahead
-  // there, buildsFreshTreesAhead, and still takes 27 / 78 / 284 ms.)
+  // there, buildsFreshTreesAhead, and still takes 26 / 76 / 267 ms.)
   const std::int64_t lowest = engine_.advancesBodies() ? 2 : 1;
   if (measuredBest && (searching || ++treesAtBest_ % kReexplore == 0)) {
     searchedOnce_ = true;

@@ -124,7 +124,7 @@ inline constexpr std::uint32_t kAutoReuseStart = 3;
 /// built during the call before, on the CPU cores while the GPU evaluates that call, for the positions one step ahead
 /// that the engine predicts from its copy (balls with room for one step's change of acceleration), as trees for K >= 2
 /// calls are. The step then costs the build or the kernels, whichever is longer, instead of their sum: on the
-/// H200's host 27 / 78-82 / 284-289 ms a step at 2^20 / 2^22 / 2^24 Plummer bodies against 33 / 108 / 370 built within
+/// H200's host 26 / 76 / 267 ms a step at 2^20 / 2^22 / 2^24 Plummer bodies against 33 / 101 / 346 built within
 /// each call (bench/RESULTS.md, 2026-11-29 third session). Elsewhere (the CPU engine, whose evaluation would compete
 /// with the build for the cores, or with pipeline off) every tree is built within its call, for the exact positions.
 inline bool buildsFreshTreesAhead(const TreeParams& params, bool engineAdvancesBodies) {
