@@ -283,12 +283,13 @@ class ProgressOnRankZero {
   double lastPrinted_ = -1e30;
 };
 
-/// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone).
-void requireCpuEngineOnRanks(const Options& options, const std::string& subcommand) {
+/// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone):
+/// periodic boxes, and compare on the GPU (whose references and sweeps are one rank's).
+void requireOpenBoxOnRanks(const Options& options, const std::string& subcommand) {
   const std::string ranks = std::to_string(worldSize()) + " ranks";
-  if (options.engine == EngineKind::cuda) {
-    throw InputError("matcha " + subcommand + " --engine cuda on " + ranks +
-                     ": a GPU per rank is not supported yet; use --engine cpu, or one rank");
+  if (subcommand == "compare" && options.engine == EngineKind::cuda) {
+    throw InputError("matcha compare --engine cuda on " + ranks +
+                     " is not supported yet: use --engine cpu, or one rank (matcha run takes a GPU per rank)");
   }
   if (options.box > 0.0) {
     throw InputError("matcha " + subcommand + " --box on " + ranks +
@@ -308,7 +309,40 @@ void requireRunOptionsOnRanks(const Options& options) {
   if (options.solver != SolverKind::tree) refuse("--solver direct");
   if (options.forceCheck != 0) refuse("--force-check");
   if (options.dryRun) refuse("--dry-run");
-  requireCpuEngineOnRanks(options, "run");
+  requireOpenBoxOnRanks(options, "run");
+}
+
+/// This rank's engine: `--engine` as on one rank, the CUDA engine on one of its host's devices, the ranks of a host
+/// taking them in turns (local rank modulo the devices: one rank per GPU, or several sharing one where there are more
+/// ranks than GPUs). Every rank must end with the same kind: `auto` finding a GPU on some hosts and not on others is
+/// refused on every rank, as is a rank whose engine fails to start.
+gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm) {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int hostRank = 0, hostRanks = 1;
+  MPI_Comm_rank(host, &hostRank);
+  MPI_Comm_size(host, &hostRanks);
+  MPI_Comm_free(&host);
+  gpu::EngineChoice engine;
+  parallel::checkOnEveryRank(
+      [&] {
+        const int devices = options.engine == EngineKind::cpu ? 0 : gpu::queryCudaDevice().deviceCount;
+        engine = gpu::makeEngine(options.engine, devices > 0 ? hostRank % devices : 0);
+        if (engine.onGpu) {
+          engine.reason += " (" + std::to_string(hostRanks) + (hostRanks == 1 ? " rank" : " ranks") +
+                           " on this host, " + std::to_string(devices) + (devices == 1 ? " GPU" : " GPUs") + ")";
+        }
+      },
+      comm);
+  int onGpu[2] = {engine.onGpu ? 1 : 0, engine.onGpu ? 1 : 0};
+  MPI_Allreduce(MPI_IN_PLACE, &onGpu[0], 1, MPI_INT, MPI_MIN, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &onGpu[1], 1, MPI_INT, MPI_MAX, comm);
+  if (onGpu[0] != onGpu[1]) {
+    throw InputError(
+        "--engine auto chose the CUDA engine on some ranks and the CPU engine on others (hosts without a "
+        "GPU): give --engine cpu or --engine cuda");
+  }
+  return engine;
 }
 
 /// Rank 0: an --ic file that cannot run on several ranks (a cosmology, a periodic box) is refused with one line.
@@ -427,12 +461,11 @@ int runDistributed(CLI::App& command, const Options& given) {
   requireRunOptionsOnRanks(options);
   validateOptions(options, kRunOptions);
   prepareLeapfrogRun(options, false);
-  options.engine = EngineKind::cpu;
   std::ostream quiet(nullptr);  // the other ranks' lines: rank 0 speaks for the run
   std::ostream& info = rank != 0 ? quiet : (options.json ? std::cerr : std::cout);
   const std::filesystem::path outDir = options.outPath;
   // Before anything is written: a solver that cannot be is refused by every rank alike.
-  gpu::EngineChoice engine = makeRunEngine(options);
+  gpu::EngineChoice engine = makeRankEngine(options, comm);
   parallel::DistributedTreeSolver solver(*engine.engine, options.tree, options.gravity, comm);
 
   // Rank 0 reads or makes the bodies (the one-rank code path) and checks everything before anything is written.
@@ -706,7 +739,7 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = worldRank();
   Options options = given;
-  requireCpuEngineOnRanks(options, "compare");
+  requireOpenBoxOnRanks(options, "compare");
   validateOptions(options, kCompareOptions);
   const std::vector<TreeParams> sweep = treeSweep(options);
   options.engine = EngineKind::cpu;

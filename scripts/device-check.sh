@@ -14,7 +14,7 @@
 #
 # Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
 # default the tree build and walk), BENCH=0 to skip benchmarks,
-# SASS=0 to skip the disassembly, CTEST=0 to skip the tests, PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
+# SASS=0 to skip the disassembly, CTEST=0 to skip the tests (CTEST_REGEX: only those matching), PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
 # STEPS=1 (STEP_SIZES, STEP_NCRIT, STEP_THETAS, STEP_RUNS, STEP_T_END; SCALING_FILTER for bench_cpu's core scaling)
 # for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
@@ -24,7 +24,8 @@
 # GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
 # Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
-# matcha tune against the best hand-picked setting.
+# matcha tune against the best hand-picked setting, RANKS=1 (RANKS_SIZES, RANKS_COUNTS, RANKS_STEPS, RANKS_OPTIONS) for
+# matcha run on K ranks with the CUDA engine on each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -119,7 +120,8 @@ fi
 ctest_status=0
 if [ "${CTEST:-1}" = 1 ]; then
   echo "== ctest -L gpu"
-  (cd "$build" && ctest -L gpu -V --timeout 600) 2>&1 | tee "$OUT/ctest-gpu.log"
+  # shellcheck disable=SC2086
+  (cd "$build" && ctest -L gpu ${CTEST_REGEX:+-R "$CTEST_REGEX"} -V --timeout 600) 2>&1 | tee "$OUT/ctest-gpu.log"
   ctest_status=${PIPESTATUS[0]}
   summary+=("ctest -L gpu: $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1)")
   grep -h "E_max" "$OUT/ctest-gpu.log" | sort -u | tee -a "$OUT/check.log"
@@ -476,6 +478,27 @@ if [ "${TUNE:-0}" = 1 ]; then
         --output-interval 0.15625 --diagnostic-potential solver --timings --force-check 4096 --overwrite \
         --out "${TMPDIR:-/tmp}/matcha-tune-$label" >"$OUT/tune-run-$label-$round.log" 2>&1
       summary+=("tune N=$n $label #$round: $(grep 'timings since last output' "$OUT/tune-run-$label-$round.log" | tail -n 2 | grep -o '[0-9.]* ms/step' | paste -sd' '), worst force-check p99 $(grep -o '99% [0-9.e+-]*' "$OUT/tune-run-$label-$round.log" | sort -k2 -g | tail -n 1)")
+    done
+  done
+fi
+
+# RANKS=1: issue 19 on this machine's GPU. `mpirun -np K matcha run --engine cuda` (a GPU per rank; the ranks of one
+# host take its GPUs in turns, so on a one-GPU machine they share it) for each K of RANKS_COUNTS (default 1 2 4) at
+# each size of RANKS_SIZES (default 2^22), RANKS_STEPS steps (default 10) of 1/128 with RANKS_OPTIONS, --timings.
+if [ "${RANKS:-0}" = 1 ]; then
+  echo "== matcha run on K ranks, the CUDA engine on each"
+  matcha="$build/apps/matcha"
+  t_end=$(python3 -c "print(${RANKS_STEPS:-10} / 128)")
+  for n in ${RANKS_SIZES:-4194304}; do
+    for k in ${RANKS_COUNTS:-1 2 4}; do
+      # shellcheck disable=SC2086
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
+        mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 \
+        --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
+        --out "${TMPDIR:-/tmp}/matcha-ranks-$n-$k" >"$OUT/ranks-n$n-k$k.json" 2>"$OUT/ranks-n$n-k$k.log"
+      echo "exit $?" >>"$OUT/ranks-n$n-k$k.log"
+      tail -n 30 "$OUT/ranks-n$n-k$k.log"
+      summary+=("ranks N=$n K=$k: $(grep -E '^# timings since|^summary' "$OUT/ranks-n$n-k$k.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
     done
   done
 fi

@@ -1724,8 +1724,10 @@ namespace detail {
 
 bool cudaEngineCompiledIn() { return true; }
 
-std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision precision) {
-  return std::make_unique<CudaEngine>(precision);
+std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision precision, int device) {
+  CudaKernelConfig config;
+  config.device = device;
+  return std::make_unique<CudaEngine>(precision, config);
 }
 
 }  // namespace detail

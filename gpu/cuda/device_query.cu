@@ -52,6 +52,7 @@ CudaDeviceInfo queryCudaDeviceImpl() {
     cudaGetLastError();
   }
   info.available = true;
+  info.deviceCount = count;
   info.name = props.name;
   info.computeCapability = 10 * props.major + props.minor;
   info.numSMs = props.multiProcessorCount;

@@ -37,19 +37,25 @@ std::unique_ptr<NearFieldEngine> makeCudaEngine(Precision precision) {
   return detail::makeCudaEngineImpl(precision);
 }
 
-EngineChoice makeEngine(EngineKind kind) {
+EngineChoice makeEngine(EngineKind kind, int ordinal) {
   if (kind == EngineKind::cpu) return {std::make_unique<CpuEngine>(Precision::float32), "CPU engine (as asked)"};
   const CudaDeviceInfo device = queryCudaDevice();
+  // Device 0's description stands for the others (the GPUs of one host are alike); which one, where it is not 0.
+  const std::string which =
+      ordinal == 0 ? std::string()
+                   : "device " + std::to_string(ordinal) + " of " + std::to_string(device.deviceCount) + ", ";
   if (kind == EngineKind::cuda) {
     if (!detail::cudaEngineCompiledIn()) {
       throw InputError("--engine cuda: this build has no CUDA engine (" + device.description + ")");
     }
     if (!device.available) throw InputError("--engine cuda: no usable CUDA device (" + device.description + ")");
-    return {detail::makeCudaEngineImpl(Precision::float32), "CUDA engine on " + device.description, true};
+    return {detail::makeCudaEngineImpl(Precision::float32, ordinal), "CUDA engine on " + which + device.description,
+            true};
   }
   if (detail::cudaEngineCompiledIn() && device.available) {
     try {
-      return {detail::makeCudaEngineImpl(Precision::float32), "CUDA engine on " + device.description + " (auto)", true};
+      return {detail::makeCudaEngineImpl(Precision::float32, ordinal),
+              "CUDA engine on " + which + device.description + " (auto)", true};
     } catch (const CudaError& error) {
       return {std::make_unique<CpuEngine>(Precision::float32),
               std::string("CPU engine (auto: the CUDA engine failed to start: ") + error.what() + ")"};

@@ -14,7 +14,7 @@ CudaDeviceInfo queryCudaDeviceImpl() {
 
 bool cudaEngineCompiledIn() { return false; }
 
-std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision) {
+std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision, int) {
   throw InputError("this build has no CUDA support (no nvcc at configure time)");
 }
 

@@ -7,18 +7,20 @@
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
-#  - bad K: more ranks than bodies, --engine cuda, and a subcommand that runs on one rank only: one line on stderr,
-#    exit status 2, no hang;
+#  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
+#    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
+#  - bad K: more ranks than bodies, compare --engine cuda, and a subcommand that runs on one rank only: one line on
+#    stderr, exit status 2, no hang;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots written before are whole (they read back), none is left as a temporary file; when rank 0 failed,
 #    summary.json says "failed" and the RUNNING marker is gone.
-# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad|fail K
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail K
 # Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
-  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|compare|bad|fail K" >&2
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail K" >&2
   exit 2
 fi
 mpiexec=$1
@@ -37,14 +39,29 @@ cd "$scratch"
 on_ranks() { "$mpiexec" -n "$ranks" --oversubscribe "$matcha" "$@"; }
 
 case $what in
-run)
-  args=(run -n 4096 --seed 3 --engine cpu --reuse off --dt 0.015625 --t-end 0.125 --output-interval 0.0625)
+run | run_cuda)
+  engine=cpu
+  if [[ $what == run_cuda ]]; then
+    engine=cuda
+    if ! "$matcha" run -n 64 --engine cuda --t-end 0 --out probe >probe.txt 2>&1; then
+      echo "the CUDA engine does not start here: test skipped ($(tail -n 1 probe.txt))"
+      exit 77
+    fi
+  fi
+  args=(run -n 4096 --seed 3 --engine "$engine" --reuse off --dt 0.015625 --t-end 0.125 --output-interval 0.0625)
   "$matcha" "${args[@]}" --out one >one.txt
   on_ranks "${args[@]}" --out ranks >ranks.txt
   cat ranks.txt
-  "$python" - "$ranks" <<'EOF'
-import sys, h5py, numpy as np
-ranks = int(sys.argv[1])
+  "$python" - "$ranks" "$what" <<'EOF'
+import sys
+ranks, what = int(sys.argv[1]), sys.argv[2]
+try:
+    import h5py, numpy as np
+except ImportError:
+    # A GPU machine may lack them (the device tool's has neither): the diagnostics still compare the runs.
+    if what != "run_cuda":
+        raise
+    h5py = None
 def table(folder):
     return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
 one, many = table("one"), table("ranks")
@@ -59,17 +76,20 @@ for a, b in zip(one, many):
         if abs(x - y) > 1e-4 * abs(x):
             failed.append(f"t = {a[0]}: {name} {y} on {ranks} ranks against {x} on one")
     print(f"t = {a[0]}: E {a[1]} / {b[1]}  |dE/E| {a[2]} / {b[2]}")
-with h5py.File("one/snapshot_002.hdf5") as f1, h5py.File("ranks/snapshot_002.hdf5") as fk:
-    ids1, idsk = f1["PartType1/ParticleIDs"][:], fk["PartType1/ParticleIDs"][:]
-    if len(idsk) != 4096 or len(np.unique(idsk)) != 4096 or set(idsk) != set(ids1):
-        failed.append(f"the final snapshot on {ranks} ranks does not hold every id once")
-    else:
-        x1 = f1["PartType1/Coordinates"][:][np.argsort(ids1)]
-        xk = fk["PartType1/Coordinates"][:][np.argsort(idsk)]
-        worst = np.abs(x1 - xk).max()
-        print(f"largest position difference {worst:.2e}")
-        if worst > 1e-4:
-            failed.append(f"positions differ by up to {worst:.2e} from one rank's")
+if h5py is None:
+    print("h5py is not installed: the final snapshots were not compared")
+else:
+    with h5py.File("one/snapshot_002.hdf5") as f1, h5py.File("ranks/snapshot_002.hdf5") as fk:
+        ids1, idsk = f1["PartType1/ParticleIDs"][:], fk["PartType1/ParticleIDs"][:]
+        if len(idsk) != 4096 or len(np.unique(idsk)) != 4096 or set(idsk) != set(ids1):
+            failed.append(f"the final snapshot on {ranks} ranks does not hold every id once")
+        else:
+            x1 = f1["PartType1/Coordinates"][:][np.argsort(ids1)]
+            xk = fk["PartType1/Coordinates"][:][np.argsort(idsk)]
+            worst = np.abs(x1 - xk).max()
+            print(f"largest position difference {worst:.2e}")
+            if worst > 1e-4:
+                failed.append(f"positions differ by up to {worst:.2e} from one rank's")
 for line in failed:
     print("FAILED:", line, file=sys.stderr)
 sys.exit(1 if failed else 0)
@@ -119,7 +139,7 @@ bad)
     echo "FAILED: a snapshot was written by a refused run" >&2
     failed=1
   fi
-  expect_refusal "a GPU per rank is not supported yet" run -n 64 --engine cuda --out gpu
+  expect_refusal "compare --engine cuda on $ranks ranks is not supported yet" compare -n 64 --engine cuda
   expect_refusal "every rank needs at least one body" compare -n $((ranks - 1)) --engine cpu
   expect_refusal "runs on one rank" ic plummer -n 64 --out plummer.hdf5
   exit $failed

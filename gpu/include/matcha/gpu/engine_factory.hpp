@@ -25,6 +25,7 @@ struct CudaDeviceInfo {
   double memoryGiB = 0.0;
   int fp32LanesPerSM = 0;  ///< FP32 instructions one SM issues per clock: 128 from sm_86 on (H100), 64 on sm_80
   int fp64LanesPerSM = 0;  ///< FP64 lanes per SM: 64 on sm_80/sm_90 (A100, H100, H200), 2 on consumer parts
+  int deviceCount = 0;     ///< CUDA devices this process sees (the others are taken to be like device 0)
 };
 
 /// Queries device 0. Never throws; a missing driver or device is reported in `description`.
@@ -82,8 +83,9 @@ inline constexpr double kMaxFloatLength = 0x1p30;
 void requireFloatRange(const Particles& bodies, const GravityParams& gravity);
 
 /// `cpu`: the float CPU engine. `cuda`: the CUDA engine, or InputError when none can be used. `automatic`: CUDA when
-/// built and a device is present (and the engine starts on it), else CPU. `reason` names the GPU.
-EngineChoice makeEngine(EngineKind kind);
+/// built and a device is present (and the engine starts on it), else CPU. `reason` names the GPU. The CUDA engine
+/// runs on device `device` (an ordinal below CudaDeviceInfo::deviceCount: the ranks of a host each take one).
+EngineChoice makeEngine(EngineKind kind, int device = 0);
 
 /// The CUDA engine in `precision` on device 0, for tools that need one precision (compare's GPU double reference).
 /// @throws InputError when this build has no CUDA engine or the machine no device; CudaError when it fails to start
