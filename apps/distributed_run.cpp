@@ -283,6 +283,67 @@ class ProgressOnRankZero {
   double lastPrinted_ = -1e30;
 };
 
+/// One rank's share of a run's force calls (parallel::DistributedTotals), as rank 0 gathers them.
+struct RankTotals {
+  double bodies = 0, calls = 0, arrivalWait = 0, decomposition = 0, localBuild = 0, letBuild = 0, communication = 0,
+         walk = 0, kernels = 0, work = 0;
+};
+constexpr int kRankTotalsDoubles = sizeof(RankTotals) / sizeof(double);
+static_assert(sizeof(RankTotals) == kRankTotalsDoubles * sizeof(double));
+
+/// Collective: every rank's totals, on rank 0 (empty elsewhere), in rank order.
+std::vector<RankTotals> gatherRankTotals(const parallel::DistributedTotals& totals, MPI_Comm comm) {
+  const RankTotals mine{double(totals.lastBodies),   double(totals.calls),
+                        totals.arrivalWaitSeconds,   totals.decompositionSeconds,
+                        totals.localBuildSeconds,    totals.letBuildSeconds,
+                        totals.communicationSeconds, totals.walkSeconds,
+                        totals.kernelSeconds,        totals.work};
+  const int rank = parallel::rankOf(comm);
+  std::vector<RankTotals> all(rank == 0 ? static_cast<std::size_t>(parallel::numRanksOf(comm)) : 0);
+  MPI_Gather(&mine, kRankTotalsDoubles, MPI_DOUBLE, all.data(), kRankTotalsDoubles, MPI_DOUBLE, 0, comm);
+  return all;
+}
+
+nlohmann::json rankTotalsJson(const std::vector<RankTotals>& ranks) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankTotals& t = ranks[r];
+    rows.push_back({{"rank", r},
+                    {"bodies", std::uint64_t(t.bodies)},
+                    {"force_calls", std::uint64_t(t.calls)},
+                    {"arrival_wait_seconds", t.arrivalWait},
+                    {"decomposition_seconds", t.decomposition},
+                    {"local_build_seconds", t.localBuild},
+                    {"let_build_seconds", t.letBuild},
+                    {"communication_seconds", t.communication},
+                    {"walk_seconds", t.walk},
+                    {"kernel_seconds", t.kernels},
+                    {"interactions", t.work}});
+  }
+  return rows;
+}
+
+/// The per-rank table of `--timings`: each rank's phases in ms per force call, and its share of the interactions
+/// against the mean (the imbalance the split by the last call's work leaves).
+std::string formatRankTotals(const std::vector<RankTotals>& ranks) {
+  double meanWork = 0.0;
+  for (const RankTotals& t : ranks) meanWork += t.work / double(ranks.size());
+  std::string text =
+      "per rank, ms per force call (wait: for the other ranks at the call's start; work: interactions / the ranks' "
+      "mean)\n  rank     bodies     wait   decomp    build  LET build     comm     walk  kernels   work\n";
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankTotals& t = ranks[r];
+    const double perCall = t.calls > 0 ? 1e3 / t.calls : 0.0;
+    char line[200];
+    std::snprintf(line, sizeof line, "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %6.3f\n", r, t.bodies,
+                  t.arrivalWait * perCall, t.decomposition * perCall, t.localBuild * perCall, t.letBuild * perCall,
+                  t.communication * perCall, t.walk * perCall, t.kernels * perCall,
+                  meanWork > 0.0 ? t.work / meanWork : 1.0);
+    text += line;
+  }
+  return text;
+}
+
 /// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone):
 /// periodic boxes, and compare on the GPU (whose references and sweeps are one rank's).
 void requireOpenBoxOnRanks(const Options& options, const std::string& subcommand) {
@@ -600,6 +661,7 @@ int runDistributed(CLI::App& command, const Options& given) {
 
   // The run's totals: interactions over every rank; times are rank 0's (each step waits for the slowest rank).
   summary.interactions = sumCounts(summary.interactions, comm);
+  const std::vector<RankTotals> ranksTotals = gatherRankTotals(solver.totals(), comm);
   beginRankZeroWork();
   if (rank == 0) {
     const double interactionsPerSecond =
@@ -629,6 +691,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         {"interactions_per_second", interactionsPerSecond},
         {"last_call_imbalance", stats.imbalance()},
         {"timings", timingsJson(summary, false)},
+        {"rank_timings", rankTotalsJson(ranksTotals)},
         {"force_checks", nullptr},
         {"output_dir", outDir.string()}};
     log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
@@ -648,7 +711,7 @@ int runDistributed(CLI::App& command, const Options& given) {
           double(summary.interactions.bodyCell) / double(numBodies) / double(summary.steps + 1), numRanks,
           stats.imbalance());
     }
-    if (options.timings) info << formatTimingsTable(summary, false) << std::flush;
+    if (options.timings) info << formatTimingsTable(summary, false) << formatRankTotals(ranksTotals) << std::flush;
     endRankZeroWork();
   }
   return 0;

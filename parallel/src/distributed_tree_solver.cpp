@@ -14,6 +14,19 @@
 
 namespace matcha::parallel {
 
+void DistributedTotals::add(const DistributedStats& call) {
+  ++calls;
+  arrivalWaitSeconds += call.arrivalWaitSeconds;
+  decompositionSeconds += call.decompositionSeconds;
+  localBuildSeconds += call.localBuildSeconds;
+  letBuildSeconds += call.letBuildSeconds;
+  communicationSeconds += call.communicationSeconds;
+  walkSeconds += call.walkSeconds;
+  kernelSeconds += call.kernelSeconds;
+  work += call.work;
+  lastBodies = call.numLocalBodies;
+}
+
 DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
                                              const GravityParams& gravity, MPI_Comm comm)
     : engine_(engine), params_(treeParams), gravity_(gravity), comm_(comm), numRanks_(numRanksOf(comm)) {
@@ -94,6 +107,10 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   const Stopwatch total;
   ForceReport report;
   stats_ = DistributedStats{};
+  // The ranks' arrival, timed apart from the checks and the decomposition, whose collectives would otherwise hold it.
+  Stopwatch clock;
+  MPI_Barrier(comm_);
+  stats_.arrivalWaitSeconds = clock.seconds();
   const bool periodic = gravity_.periodic.enabled();
   checkOnEveryRank(
       [&] {
@@ -104,7 +121,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
       comm_);
 
   // The last call's interactions per body weigh the split when these are the bodies it returned.
-  Stopwatch clock;
+  clock.restart();
   if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
   weightsGiven_ = false;
   // In a periodic box the keys are taken in the box itself, as PeriodicTreeSolver takes them: every rank's tree then
@@ -170,6 +187,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   stats_.meanWork = sumAndMax[0] / double(numRanks_);
   stats_.maxWork = sumAndMax[1];
 
+  totals_.add(stats_);
   report.rebuilt = true;
   report.numGroupsWalked = groups_.size();
   clearUnwantedPotentials(particles);

@@ -76,6 +76,14 @@ for a, b in zip(one, many):
         if abs(x - y) > 1e-4 * abs(x):
             failed.append(f"t = {a[0]}: {name} {y} on {ranks} ranks against {x} on one")
     print(f"t = {a[0]}: E {a[1]} / {b[1]}  |dE/E| {a[2]} / {b[2]}")
+if ranks > 1:
+    import json
+    # The per-rank timings: one row a rank, holding every body once between them, and every phase timed.
+    rows = json.load(open("ranks/summary.json")).get("rank_timings") or []
+    if len(rows) != ranks or sum(r["bodies"] for r in rows) != 4096:
+        failed.append(f"summary.json's rank_timings: {len(rows)} rows for {ranks} ranks")
+    elif any(r["force_calls"] != 9 or r["decomposition_seconds"] <= 0 or r["interactions"] <= 0 for r in rows):
+        failed.append(f"summary.json's rank_timings miss calls or phases: {rows}")
 if h5py is None:
     print("h5py is not installed: the final snapshots were not compared")
 else:

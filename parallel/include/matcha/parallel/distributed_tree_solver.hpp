@@ -27,6 +27,9 @@ namespace matcha::parallel {
 /// What one rank did in the last call, and the balance of all ranks.
 struct DistributedStats {
   // This rank's wall-clock seconds by phase (both passes of a call with an estimate pass).
+  /// Waiting at the call's start for the other ranks to arrive: the last step's imbalance (the slowest rank's force
+  /// call and integration), and on a GPU the ranks share, their kernels queued behind one another.
+  double arrivalWaitSeconds = 0.0;
   double decompositionSeconds = 0.0;  ///< bounding cube, splitters and the bodies' migration
   double localBuildSeconds = 0.0;     ///< keys, sort, octree, multipoles, groups, walk tree of the local bodies
   double letBuildSeconds = 0.0;       ///< pruning the local tree for the other ranks
@@ -45,6 +48,18 @@ struct DistributedStats {
 
   /// max / mean of the ranks' work in the final pass (1: perfect balance).
   double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
+};
+
+/// One rank's phases summed over the calls of a run (DistributedTreeSolver::totals), for the per-rank table of `matcha
+/// run --timings` on several ranks.
+struct DistributedTotals {
+  std::uint64_t calls = 0;
+  double arrivalWaitSeconds = 0.0, decompositionSeconds = 0.0, localBuildSeconds = 0.0, letBuildSeconds = 0.0,
+         communicationSeconds = 0.0, walkSeconds = 0.0, kernelSeconds = 0.0;
+  double work = 0.0;             ///< interactions this rank evaluated in the calls' final passes
+  std::uint64_t lastBodies = 0;  ///< the bodies this rank held after the last call
+
+  void add(const DistributedStats& call);
 };
 
 class DistributedTreeSolver final : public ForceSolver {
@@ -86,6 +101,8 @@ class DistributedTreeSolver final : public ForceSolver {
   }
 
   const DistributedStats& lastStats() const { return stats_; }
+  /// This rank's phases summed over every call so far.
+  const DistributedTotals& totals() const { return totals_; }
   // The last call's pieces, for tests and diagnostics.
   const Domain& domain() const { return domain_; }
   const tree::Octree& octree() const { return tree_; }
@@ -128,6 +145,7 @@ class DistributedTreeSolver final : public ForceSolver {
   InteractionPlan localPlan_, plan_;
   LocalEssentialTree let_;
   DistributedStats stats_;
+  DistributedTotals totals_;
 };
 
 }  // namespace matcha::parallel
