@@ -66,33 +66,70 @@ void unpackBody(const double* record, Particles& p, std::size_t i, double& weigh
   weight = record[12];
 }
 
+/// Candidate keys per target and round of balancedSplitters' search: each round cuts a target's interval 64-fold.
+constexpr int kSections = 64;
+/// Rounds that take an interval of kKeyEnd = 2^63 keys down to one key at kSections per round (the interval's width
+/// w becomes at most ceil(w / 64): 2^63, 2^57, ..., 2^3 after 10 rounds, and one more round holds every key of a width
+/// of 64 or less), with one to spare. A fixed number: every rank runs the same collectives, whatever its sums.
+constexpr int kSplitterRounds = 12;
+
 /// The splitters that balance the weights: for r = 1 .. numRanks - 1 the smallest key s with W(key < s) >= r W /
-/// numRanks, W summed over all ranks, found by bisection of the key space (63 rounds of one small MPI_Allreduce each;
-/// `sortedKeys` and `prefix` (prefix[k] = weight of the first k sorted keys) answer each rank's share of W(key < s)).
+/// numRanks, W summed over all ranks, found by multisection of the key space: each round asks W(key < c) at 63 keys c
+/// spread evenly over each target's interval, in one small MPI_Allreduce (`sortedKeys` and `prefix`, prefix[k] = weight
+/// of the first k sorted keys, answer each rank's share), and keeps the piece where W crosses the target: 12 rounds,
+/// each a point where every rank waits for the slowest, where halving the interval took 63 (2^20 bodies on 2 ranks
+/// oversubscribing 2 cores: 325 against 418 ms a call for the decomposition).
 std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sortedKeys, std::span<const double> prefix,
                                              double totalWeight, int numRanks, MPI_Comm comm) {
+  static_assert(kKeyEnd == std::uint64_t{1} << 63, "kSplitterRounds counts rounds for 63-bit keys");
   std::vector<std::uint64_t> splitters(numRanks + 1, 0);
   splitters[numRanks] = kKeyEnd;
   const int numTargets = numRanks - 1;
   if (numTargets == 0) return splitters;
   std::vector<std::uint64_t> lo(numTargets, 0), hi(numTargets, kKeyEnd);
-  std::vector<double> below(numTargets);
+  constexpr int kCandidates = kSections - 1;
+  std::vector<std::uint64_t> candidate(std::size_t(numTargets) * kCandidates);
+  std::vector<double> below(candidate.size());
   const auto weightBelow = [&](std::uint64_t key) {
     return prefix[std::lower_bound(sortedKeys.begin(), sortedKeys.end(), key) - sortedKeys.begin()];
   };
   // Invariant: W(< lo) < target <= W(< hi); W(< 0) = 0 < target and W(< kKeyEnd) = W.
-  for (int round = 0; round < 3 * kMaxLevel; ++round) {
-    for (int t = 0; t < numTargets; ++t) below[t] = weightBelow(lo[t] + (hi[t] - lo[t]) / 2);
-    MPI_Allreduce(MPI_IN_PLACE, below.data(), numTargets, MPI_DOUBLE, MPI_SUM, comm);
+  for (int round = 0; round < kSplitterRounds; ++round) {
+    for (int t = 0; t < numTargets; ++t) {
+      const std::uint64_t width = hi[t] - lo[t];
+      for (int j = 0; j < kCandidates; ++j) {
+        // lo + floor(width (j + 1) / 64), without overflow (width = 64 q + r): increasing, and every key of the
+        // interval when width <= 64.
+        const std::uint64_t q = width / kSections, r = width % kSections;
+        const std::uint64_t offset = q * std::uint64_t(j + 1) + r * std::uint64_t(j + 1) / kSections;
+        const std::size_t slot = std::size_t(t) * kCandidates + j;
+        candidate[slot] = lo[t] + offset;
+        below[slot] = width > 1 ? weightBelow(candidate[slot]) : 0.0;
+      }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, below.data(), static_cast<int>(below.size()), MPI_DOUBLE, MPI_SUM, comm);
     for (int t = 0; t < numTargets; ++t) {
       if (hi[t] - lo[t] <= 1) continue;
-      const std::uint64_t mid = lo[t] + (hi[t] - lo[t]) / 2;
       const double target = totalWeight * double(t + 1) / double(numRanks);
-      (below[t] >= target ? hi[t] : lo[t]) = mid;
+      // The first candidate at or past the target is the new hi, the one before it (or lo) the new lo.
+      std::uint64_t newLo = lo[t], newHi = hi[t];
+      for (int j = 0; j < kCandidates; ++j) {
+        const std::size_t slot = std::size_t(t) * kCandidates + j;
+        if (below[slot] >= target) {
+          newHi = candidate[slot];
+          break;
+        }
+        newLo = candidate[slot];
+      }
+      lo[t] = newLo;
+      hi[t] = newHi;
     }
   }
-  for (int t = 0; t < numTargets; ++t) splitters[t + 1] = hi[t];
-  // Every rank computed the same bisection, but MPI does not promise that a floating-point reduction rounds alike on
+  for (int t = 0; t < numTargets; ++t) {
+    MATCHA_ASSERT(hi[t] - lo[t] <= 1, "the splitter search did not converge");
+    splitters[t + 1] = hi[t];
+  }
+  // Every rank computed the same search, but MPI does not promise that a floating-point reduction rounds alike on
   // every rank: rank 0's splitters are the ones.
   MPI_Bcast(splitters.data(), numRanks + 1, MPI_UINT64_T, 0, comm);
   return splitters;

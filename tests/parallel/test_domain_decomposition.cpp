@@ -105,6 +105,22 @@ TEST(DomainDecomposition, BalancesWeightsAndCarriesThem) {
   const double mean = total / worldSize();
   EXPECT_NEAR(work, mean, 2 * 97.0) << "rank " << worldRank();
   EXPECT_LE(stats.imbalance(), 1.0 + 2 * 97.0 / mean);
+  // Each splitter is the smallest key s with W(key < s) >= r W / K, by brute force over every rank's keys.
+  std::vector<std::uint64_t> keys;
+  domainKeys(local, domain, keys);
+  const std::vector<std::uint64_t> allKeys = testing::allGather(keys, MPI_UINT64_T);
+  const std::vector<double> allWeights = testing::allGather(weights, MPI_DOUBLE);
+  const auto weightBelow = [&](std::uint64_t key) {
+    double below = 0.0;
+    for (std::size_t k = 0; k < allKeys.size(); ++k) below += allKeys[k] < key ? allWeights[k] : 0.0;
+    return below;
+  };
+  for (int r = 1; r < worldSize(); ++r) {
+    const double target = total * double(r) / double(worldSize());
+    const std::uint64_t s = domain.splitters[r];
+    EXPECT_GE(weightBelow(s), target) << "splitter " << r;
+    EXPECT_LT(weightBelow(s - 1), target) << "splitter " << r << " is not the smallest";
+  }
 }
 
 TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
