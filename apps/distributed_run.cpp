@@ -283,41 +283,30 @@ class ProgressOnRankZero {
   double lastPrinted_ = -1e30;
 };
 
-/// One rank's share of a run's force calls (parallel::DistributedTotals), as rank 0 gathers them.
-struct RankTotals {
-  double bodies = 0, calls = 0, arrivalWait = 0, decomposition = 0, localBuild = 0, letBuild = 0, communication = 0,
-         walk = 0, kernels = 0, work = 0;
-};
-constexpr int kRankTotalsDoubles = sizeof(RankTotals) / sizeof(double);
-static_assert(sizeof(RankTotals) == kRankTotalsDoubles * sizeof(double));
-
-/// Collective: every rank's totals, on rank 0 (empty elsewhere), in rank order.
-std::vector<RankTotals> gatherRankTotals(const parallel::DistributedTotals& totals, MPI_Comm comm) {
-  const RankTotals mine{double(totals.lastBodies),   double(totals.calls),
-                        totals.arrivalWaitSeconds,   totals.decompositionSeconds,
-                        totals.localBuildSeconds,    totals.letBuildSeconds,
-                        totals.communicationSeconds, totals.walkSeconds,
-                        totals.kernelSeconds,        totals.work};
+/// Collective: every rank's totals (parallel::DistributedTotals, plain numbers), on rank 0 (empty elsewhere), in rank
+/// order.
+std::vector<parallel::DistributedTotals> gatherRankTotals(const parallel::DistributedTotals& totals, MPI_Comm comm) {
+  static_assert(std::is_trivially_copyable_v<parallel::DistributedTotals>);
   const int rank = parallel::rankOf(comm);
-  std::vector<RankTotals> all(rank == 0 ? static_cast<std::size_t>(parallel::numRanksOf(comm)) : 0);
-  MPI_Gather(&mine, kRankTotalsDoubles, MPI_DOUBLE, all.data(), kRankTotalsDoubles, MPI_DOUBLE, 0, comm);
+  std::vector<parallel::DistributedTotals> all(rank == 0 ? static_cast<std::size_t>(parallel::numRanksOf(comm)) : 0);
+  MPI_Gather(&totals, sizeof totals, MPI_BYTE, all.data(), sizeof totals, MPI_BYTE, 0, comm);
   return all;
 }
 
-nlohmann::json rankTotalsJson(const std::vector<RankTotals>& ranks) {
+nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ranks) {
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const RankTotals& t = ranks[r];
+    const parallel::DistributedTotals& t = ranks[r];
     rows.push_back({{"rank", r},
-                    {"bodies", std::uint64_t(t.bodies)},
-                    {"force_calls", std::uint64_t(t.calls)},
-                    {"arrival_wait_seconds", t.arrivalWait},
-                    {"decomposition_seconds", t.decomposition},
-                    {"local_build_seconds", t.localBuild},
-                    {"let_build_seconds", t.letBuild},
-                    {"communication_seconds", t.communication},
-                    {"walk_seconds", t.walk},
-                    {"kernel_seconds", t.kernels},
+                    {"bodies", t.lastBodies},
+                    {"force_calls", t.calls},
+                    {"arrival_wait_seconds", t.arrivalWaitSeconds},
+                    {"decomposition_seconds", t.decompositionSeconds},
+                    {"local_build_seconds", t.localBuildSeconds},
+                    {"let_build_seconds", t.letBuildSeconds},
+                    {"communication_seconds", t.communicationSeconds},
+                    {"walk_seconds", t.walkSeconds},
+                    {"kernel_seconds", t.kernelSeconds},
                     {"interactions", t.work}});
   }
   return rows;
@@ -325,20 +314,20 @@ nlohmann::json rankTotalsJson(const std::vector<RankTotals>& ranks) {
 
 /// The per-rank table of `--timings`: each rank's phases in ms per force call, and its share of the interactions
 /// against the mean (the imbalance the split by the last call's work leaves).
-std::string formatRankTotals(const std::vector<RankTotals>& ranks) {
+std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ranks) {
   double meanWork = 0.0;
-  for (const RankTotals& t : ranks) meanWork += t.work / double(ranks.size());
+  for (const parallel::DistributedTotals& t : ranks) meanWork += t.work / double(ranks.size());
   std::string text =
       "per rank, ms per force call (wait: for the other ranks at the call's start; work: interactions / the ranks' "
       "mean)\n  rank     bodies     wait   decomp    build  LET build     comm     walk  kernels   work\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const RankTotals& t = ranks[r];
-    const double perCall = t.calls > 0 ? 1e3 / t.calls : 0.0;
+    const parallel::DistributedTotals& t = ranks[r];
+    const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
     char line[200];
-    std::snprintf(line, sizeof line, "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %6.3f\n", r, t.bodies,
-                  t.arrivalWait * perCall, t.decomposition * perCall, t.localBuild * perCall, t.letBuild * perCall,
-                  t.communication * perCall, t.walk * perCall, t.kernels * perCall,
-                  meanWork > 0.0 ? t.work / meanWork : 1.0);
+    std::snprintf(line, sizeof line, "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %6.3f\n", r,
+                  double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
+                  t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
+                  t.walkSeconds * perCall, t.kernelSeconds * perCall, meanWork > 0.0 ? t.work / meanWork : 1.0);
     text += line;
   }
   return text;
@@ -661,7 +650,7 @@ int runDistributed(CLI::App& command, const Options& given) {
 
   // The run's totals: interactions over every rank; times are rank 0's (each step waits for the slowest rank).
   summary.interactions = sumCounts(summary.interactions, comm);
-  const std::vector<RankTotals> ranksTotals = gatherRankTotals(solver.totals(), comm);
+  const std::vector<parallel::DistributedTotals> ranksTotals = gatherRankTotals(solver.totals(), comm);
   beginRankZeroWork();
   if (rank == 0) {
     const double interactionsPerSecond =

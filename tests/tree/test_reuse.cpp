@@ -445,6 +445,35 @@ TEST(Reuse, OverlappedBatchesGiveTheForcesOfOneLaunch) {
   EXPECT_EQ(p.pot, batched.pot);
 }
 
+/// The positions and accelerations of `from` written into `to`'s bodies of the same ids (`to` holds the same bodies in
+/// another order: a solver that sorts its caller's bodies).
+void copyMotionById(const Particles& from, Particles& to) {
+  std::vector<std::size_t> slot(to.size());
+  for (std::size_t i = 0; i < to.size(); ++i) slot[to.id[i]] = i;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const std::size_t j = slot[from.id[i]];
+    to.x[j] = from.x[i];
+    to.y[j] = from.y[i];
+    to.z[j] = from.z[i];
+    to.ax[j] = from.ax[i];
+    to.ay[j] = from.ay[i];
+    to.az[j] = from.az[i];
+  }
+}
+
+/// `like` with the accelerations of `from`'s bodies of the same ids.
+Particles withAccelerationsById(const Particles& like, const Particles& from) {
+  std::vector<std::size_t> slot(from.size());
+  for (std::size_t j = 0; j < from.size(); ++j) slot[from.id[j]] = j;
+  Particles out = like;
+  for (std::size_t i = 0; i < like.size(); ++i) {
+    out.ax[i] = from.ax[slot[like.id[i]]];
+    out.ay[i] = from.ay[slot[like.id[i]]];
+    out.az[i] = from.az[slot[like.id[i]]];
+  }
+  return out;
+}
+
 // Trees built in the background (TreeParams::pipeline: started a call or more ahead, for the positions predicted from
 // then, handed to the engine in the caller's order) and trees built within the call that needs them (the bodies
 // sorted) serve the same bodies equally well: fed the same positions step after step, both solvers' forces stay
@@ -471,30 +500,14 @@ TEST(Reuse, PipelinedAndWithinTheCallBuildsGiveTheSameForces) {
     integrator::kick(p, dt);
     integrator::drift(p, dt);
     // The same bodies in the other solver's order (which sorts them at its builds).
-    std::vector<std::size_t> slot(p.size());
-    for (std::size_t i = 0; i < twin.size(); ++i) slot[twin.id[i]] = i;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      const std::size_t j = slot[p.id[i]];
-      twin.x[j] = p.x[i];
-      twin.y[j] = p.y[i];
-      twin.z[j] = p.z[i];
-      twin.ax[j] = p.ax[i];
-      twin.ay[j] = p.ay[i];
-      twin.az[j] = p.az[i];
-    }
+    copyMotionById(p, twin);
     const ForceReport report = pipelined.computeForces(p);
     within.computeForces(twin);
     if (report.rebuilt && pipelined.lastStats().background) ++backgroundTrees;
     if (step % 10 != 0) continue;
     Particles exact = p;
     oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
-    Particles other = p;
-    for (std::size_t j = 0; j < twin.size(); ++j) slot[twin.id[j]] = j;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      other.ax[i] = twin.ax[slot[p.id[i]]];
-      other.ay[i] = twin.ay[slot[p.id[i]]];
-      other.az[i] = twin.az[slot[p.id[i]]];
-    }
+    const Particles other = withAccelerationsById(p, twin);
     const ForceErrorStats a = summariseForceErrors({p.ax, p.ay, p.az}, {exact.ax, exact.ay, exact.az});
     const ForceErrorStats b = summariseForceErrors({other.ax, other.ay, other.az}, {exact.ax, exact.ay, exact.az});
     const ForceErrorStats between = summariseForceErrors({p.ax, p.ay, p.az}, {other.ax, other.ay, other.az});
@@ -805,17 +818,7 @@ TEST(Reuse, TreesBuiltAStepAheadServeTheirCallAsTreesBuiltWithinIt) {
   for (int step = 1; step <= kSteps; ++step) {
     integrator::kick(p, dt);
     integrator::drift(p, dt);
-    std::vector<std::size_t> slot(p.size());
-    for (std::size_t i = 0; i < twin.size(); ++i) slot[twin.id[i]] = i;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      const std::size_t j = slot[p.id[i]];
-      twin.x[j] = p.x[i];
-      twin.y[j] = p.y[i];
-      twin.z[j] = p.z[i];
-      twin.ax[j] = p.ax[i];
-      twin.ay[j] = p.ay[i];
-      twin.az[j] = p.az[i];
-    }
+    copyMotionById(p, twin);
     const ForceReport report = ahead.computeForces(p);
     within.computeForces(twin);
     const TreeStats& stats = ahead.lastStats();
@@ -827,13 +830,7 @@ TEST(Reuse, TreesBuiltAStepAheadServeTheirCallAsTreesBuiltWithinIt) {
     if (step % 10 != 0) continue;
     Particles exact = p;
     oracle.evaluateDirect(exact.sources(), gravity, exact.forces());
-    Particles other = p;
-    for (std::size_t j = 0; j < twin.size(); ++j) slot[twin.id[j]] = j;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      other.ax[i] = twin.ax[slot[p.id[i]]];
-      other.ay[i] = twin.ay[slot[p.id[i]]];
-      other.az[i] = twin.az[slot[p.id[i]]];
-    }
+    const Particles other = withAccelerationsById(p, twin);
     const ForceErrorStats a = summariseForceErrors({p.ax, p.ay, p.az}, {exact.ax, exact.ay, exact.az});
     const ForceErrorStats b = summariseForceErrors({other.ax, other.ay, other.az}, {exact.ax, exact.ay, exact.az});
     // The balls make the lists a little longer (more cells opened), never less accurate: 10% of slack for the
