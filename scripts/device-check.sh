@@ -55,6 +55,7 @@ if [ "${1:-}" = bundle ]; then
   # binary that links the engines carries every kernel variant as SASS and PTX (~25 MB; 7.4 gzipped, 5.2 with xz):
   # the device tool carries at most 64 MiB.
   if [ -f build-device/bin/bench_cuda ]; then ln -sf ../bin/bench_cuda build-device/bench/bench_cuda; fi
+  if [ -f build-device/bin/matcha ]; then ln -sf ../bin/matcha build-device/apps/matcha; fi  # the MPI tests' copy
   find build-device/bin build-device/bench build-device/apps build-device/lib-all -type f -print0 |
     xargs -0 -n 1 -P "$(nproc)" xz -9 -T1
   du -sh build-device

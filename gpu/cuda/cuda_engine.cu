@@ -168,12 +168,12 @@ const ChunkTable& chunkTable(int firstKind) {
   return tables[firstKind];
 }
 
-/// Calls emit(firstBody, rows, kind) for each warp task of a group evaluated by `variant`: the cheapest cut of its
-/// bodies into the task kinds that variant runs (ChunkTable), the largest kind repeated for groups beyond
+/// Calls emit(firstBody, rows, kind) for each warp task of a group evaluated by a plan kernel in Real: the cheapest cut
+/// of its bodies into the task kinds that kernel runs (ChunkTable), the largest kind repeated for groups beyond
 /// kMaxDecomposed bodies.
 template <class Real, class Emit>
-void forEachWarpTask(BodyRange group, const detail::PlanVariant<Real>& variant, Emit&& emit) {
-  const int largestKind = detail::firstPlanTaskKind<Real>(variant.quadrupole, variant.periodic);
+void forEachWarpTask(BodyRange group, Emit&& emit) {
+  const int largestKind = detail::firstPlanTaskKind<Real>();
   const ChunkTable& table = chunkTable(largestKind);
   const auto largestRows = static_cast<std::uint32_t>(detail::kPlanTaskKinds[largestKind].rows());
   std::uint32_t first = group.first;
@@ -213,9 +213,8 @@ bool cutsTask(int kind, double entries, double longest) {
 /// reuse 3) a step's kernels took 13.6 ms on the H200 before the cut and 8.9 after; at 2^22 and beyond a warp's share
 /// is larger than any task, and nothing is cut.
 template <class Real, class Emit>
-void forEachBalancedWarpTask(BodyRange group, const detail::PlanVariant<Real>& variant, double entries, double longest,
-                             Emit&& emit) {
-  forEachWarpTask<Real>(group, variant, [&](std::uint32_t first, std::uint32_t rows, int kind) {
+void forEachBalancedWarpTask(BodyRange group, double entries, double longest, Emit&& emit) {
+  forEachWarpTask<Real>(group, [&](std::uint32_t first, std::uint32_t rows, int kind) {
     int piece = kind;
     while (cutsTask(piece, entries, longest)) ++piece;
     if (piece == kind) {
@@ -238,16 +237,16 @@ double listEntries(std::uint64_t listBodies, std::uint64_t listCells, bool quadr
 /// Adds a group's uncut tasks' cost to `total`, task by task: a plan's total cost, from which the cut of its long
 /// tasks follows (longestTaskCost), is this sum over its groups in order.
 template <class Real>
-void addGroupCost(double& total, BodyRange group, const detail::PlanVariant<Real>& variant, double entries) {
-  forEachWarpTask<Real>(group, variant,
+void addGroupCost(double& total, BodyRange group, double entries) {
+  forEachWarpTask<Real>(group,
                         [&](std::uint32_t, std::uint32_t, int kind) { total += entries * taskCostPerEntry(kind); });
 }
 
 /// Whether forEachBalancedWarpTask cuts any of a group's tasks at `longest`.
 template <class Real>
-bool cutsAnyTask(BodyRange group, const detail::PlanVariant<Real>& variant, double entries, double longest) {
+bool cutsAnyTask(BodyRange group, double entries, double longest) {
   bool cut = false;
-  forEachWarpTask<Real>(group, variant,
+  forEachWarpTask<Real>(group,
                         [&](std::uint32_t, std::uint32_t, int kind) { cut = cut || cutsTask(kind, entries, longest); });
   return cut;
 }
@@ -599,7 +598,7 @@ struct CudaEngine::Impl {
     };
     double longestTask = std::numeric_limits<double>::infinity();
     const auto forEachTask = [&](std::size_t g, auto&& emit) {
-      forEachBalancedWarpTask<Real>(plan.groups[g], *variant, entriesOf(g), longestTask, emit);
+      forEachBalancedWarpTask<Real>(plan.groups[g], entriesOf(g), longestTask, emit);
     };
     const auto bucketOf = [](double cost) {
       if (cost < 1.0) return 0;
@@ -615,7 +614,7 @@ struct CudaEngine::Impl {
       hostGroupLists[g] = uint4{listBodies, static_cast<std::uint32_t>(groupListBodies), plan.cellListOffsets[g],
                                 static_cast<std::uint32_t>(groupListCells)};
       listBodies += static_cast<std::uint32_t>(groupListBodies);
-      addGroupCost<Real>(totalCost, group, *variant, entriesOf(g));
+      addGroupCost<Real>(totalCost, group, entriesOf(g));
       if (!now(g)) continue;
       bodyBody += group.size() * groupListBodies;
       bodyCell += group.size() * groupListCells;
@@ -775,12 +774,12 @@ struct CudaEngine::Impl {
     std::vector<double> entries(numGroups);
     for (std::size_t g = 0; g < numGroups; ++g) {
       entries[g] = listEntries(listBodiesOf(batch, g, sources.count), batch.numListCells(g), quadrupole);
-      addGroupCost<Real>(b.totalCost, batch.groups[g], *variant, entries[g]);
+      addGroupCost<Real>(b.totalCost, batch.groups[g], entries[g]);
     }
     const double bound = longestTaskCost(b.totalCost, *variant);
     b.now.assign(numGroups, 1);
     for (std::size_t g = 0; g < numGroups; ++g) {
-      if (!cutsAnyTask<Real>(batch.groups[g], *variant, entries[g], bound)) continue;
+      if (!cutsAnyTask<Real>(batch.groups[g], entries[g], bound)) continue;
       b.now[g] = 0;
       appendGroups(batch, g, g + 1, b.deferred);
     }
@@ -1176,7 +1175,7 @@ struct CudaEngine::Impl {
         MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
         const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
         // Cut as in the last whole launch: a group whose lists did not change gets the same sums.
-        forEachBalancedWarpTask<Real>(r.groups[g], *variant, entries, r.longestTask,
+        forEachBalancedWarpTask<Real>(r.groups[g], entries, r.longestTask,
                                       [&](std::uint32_t first, std::uint32_t rows, int kind) {
                                         r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
                                         r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
@@ -1260,7 +1259,7 @@ struct CudaEngine::Impl {
       };
       double totalCost = 0.0;
       for (std::uint32_t g = 0; g < r.numGroups; ++g) {
-        forEachWarpTask<Real>(r.groups[g], *variant, [&](std::uint32_t, std::uint32_t, int kind) {
+        forEachWarpTask<Real>(r.groups[g], [&](std::uint32_t, std::uint32_t, int kind) {
           totalCost += entriesOf(g) * taskCostPerEntry(kind);
         });
       }
@@ -1268,7 +1267,7 @@ struct CudaEngine::Impl {
       r.longestTask = longest;
       r.hostTasks.clear();
       for (std::uint32_t g = 0; g < r.numGroups; ++g) {
-        forEachBalancedWarpTask<Real>(r.groups[g], *variant, entriesOf(g), longest,
+        forEachBalancedWarpTask<Real>(r.groups[g], entriesOf(g), longest,
                                       [&](std::uint32_t first, std::uint32_t rows, int kind) {
                                         r.hostTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
                                       });

@@ -791,17 +791,29 @@ inline constexpr PlanTaskKind kPlanTaskKinds[kNumPlanTaskKinds] = {{1, 4}, {1, 2
 
 /// The first task kind a plan kernel runs: the kinds before it are not compiled in, and the host cuts groups into
 /// the others (cuda_engine.cu: forEachWarpTask). Tasks of 4 bodies per thread (kind 0, 128 rows) keep their double
-/// totals in shared memory (runPlanTask), and their pair loops, with 4 bodies per source, interleave well; the other
-/// kinds keep them in registers. With quadrupole cells (and in periodic plans) kind 0 ran 2-4% faster than 64-row
-/// tasks; with monopole cells 5-15% slower (Plummer 2^20, theta 0.5, ncrit 256 and 1024, H200), and is left out.
-/// Double plans leave it out too (registers).
+/// totals in shared memory (planTotalsShared), and their pair loops, with 4 bodies per source (one shared load per
+/// 4 pairs), interleave well. Float plans run them: with quadrupole cells and in periodic plans they ran 2-4% faster
+/// than 64-row tasks from the start; with monopole cells they did once the kernel had 128 registers (kPlanMinBlocks
+/// in plan_kernels.cu; at 96 they ran 5-15% slower). Double plans leave them out (registers).
 template <class Real>
-__host__ __device__ constexpr int firstPlanTaskKind(bool quadrupole, bool periodic) {
-  return std::is_same_v<Real, float> && (quadrupole || periodic) ? 0 : 1;
+__host__ __device__ constexpr int firstPlanTaskKind() {
+  return std::is_same_v<Real, float> ? 0 : 1;
 }
 
 /// Doubles of shared memory per lane for the totals of 4-bodies-per-thread tasks: 4 components for each body.
 inline constexpr int kPlanTotalsPerLane = 16;
+
+/// Whether a task of `bodiesPerThread` bodies per thread keeps its double totals in the warp's shared memory
+/// (Accumulators says why): tasks of 4 bodies per thread, and float tasks of 2 with the potential in open monopole and
+/// periodic quadrupole plans. Measured with 96 registers and 64-row tasks as the largest monopole kind (Plummer 2^20,
+/// theta 0.5, H200, ms a launch): monopole ncrit 256 3.53 -> 3.39, ncrit 1024 5.19 -> 5.05, periodic quadrupole
+/// 9.48 -> 9.31; the open quadrupole (7.30 -> 7.35) and periodic monopole (5.46 -> 5.55) plans and every plan without
+/// the potential (12 registers of totals, not 16) were as fast or faster with the totals in registers.
+template <class Real, bool kPotential, bool kQuadrupole, bool kPeriodic>
+__host__ __device__ constexpr bool planTotalsShared(int bodiesPerThread) {
+  return bodiesPerThread == 4 ||
+         (std::is_same_v<Real, float> && kPotential && bodiesPerThread == 2 && kQuadrupole == kPeriodic);
+}
 
 template <class Real>
 struct PlanArgs {
@@ -850,8 +862,9 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   // stalled on instruction fetch (Nsight Compute on the H200: 0.85 cycles per issued instruction for the quadrupole
   // plan, 7.4 for the periodic one; the quadrupole plan 0.12 unrolled 1-2). The pair
   // loops of the 128-row kind ran 5-7% faster at 2 than at 4 sources (ncrit 256-1024 acceleration-only plans), those of
-  // the smaller kinds 2-4% slower at 4 than at 8.
-  constexpr int kUnroll = kI >= 4 ? 2 : 8;
+  // the smaller kinds 2-4% slower at 4 than at 8. With the potential the 128-row kind's ran faster at 4 (monopole
+  // cells, 128 registers: ncrit 256 3.33 -> 3.23 ms, ncrit 1024 4.89 -> 4.69; quadrupole 7.30 -> 7.22, 9.59 -> 9.47).
+  constexpr int kUnroll = kI >= 4 ? (kPotential ? 4 : 2) : 8;
   constexpr int kLongUnroll = kI >= 4 ? 1 : 2;
   const std::uint32_t group = task.x;
   const std::uint32_t firstBody = task.y;
@@ -978,9 +991,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   };
 
   static_assert(kI * 4 <= kPlanTotalsPerLane, "the warp's shared totals hold 4 components per body");
-  // Tasks of 4 bodies per thread keep their totals in shared memory (Accumulators says why); with 1 or 2 bodies per
-  // thread registers are faster (Plummer 2^20, ncrit 256: 64-row tasks 2% slower with shared totals).
-  constexpr bool kShared = kI == 4;
+  constexpr bool kShared = planTotalsShared<Real, kPotential, kQuadrupole, kPeriodic>(kI);
   Accumulators<Real, kI, kShared ? (kPotential ? 4 : 3) : 0> acc;
   acc.sharedTotal = warpTotals + lane;
   acc.clearAll();
@@ -1134,8 +1145,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
   using Vec = typename Packed4<Real>::type;
   __shared__ Vec tiles[kWarps][kTile];
   __shared__ Vec cellTiles[kWarps][kQuadrupole ? 3 * kTile : 1];
-  constexpr bool kFourBodyTasks = firstPlanTaskKind<Real>(kQuadrupole, kPeriodic) == 0;
-  __shared__ double totals[kWarps][kFourBodyTasks ? kPlanTotalsPerLane * 32 : 1];  // runPlanTask's, for kind 0
+  constexpr bool kFourBodyTasks = firstPlanTaskKind<Real>() == 0;
+  constexpr bool kSharedTotals = kFourBodyTasks || planTotalsShared<Real, kPotential, kQuadrupole, kPeriodic>(2);
+  __shared__ double totals[kWarps][kSharedTotals ? kPlanTotalsPerLane * 32 : 1];  // runPlanTask's (planTotalsShared)
   Vec* tile = tiles[threadIdx.x / 32];
   Vec* cellTile = cellTiles[threadIdx.x / 32];
   double* warpTotals = totals[threadIdx.x / 32];

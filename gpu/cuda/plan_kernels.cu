@@ -34,16 +34,15 @@ namespace {
 
 constexpr int kPlanWarps = 4;
 
-// Float, monopole cells: 5 blocks of 4 warps per SM, 96 registers (measured on an H100: 72% issue efficiency at 4
-// blocks and 128 registers, 77% at 5); ptxas reports 12-16 bytes of spill stores (static count). Double needs its 126
-// registers: 4 blocks. Quadrupole cells need more registers per pair (the tensor and its products): at 96 registers
-// ptxas spilled 124-304 bytes, at 128 (4 blocks) none.
-template <class Real, bool kQuadrupole>
-constexpr int kPlanMinBlocks = std::is_same_v<Real, float> && !kQuadrupole ? 5 : 4;
+// 4 blocks of 4 warps per SM, 128 registers. Quadrupole cells need them (at 96 registers ptxas spilled 124-304 bytes),
+// double plans too (126). Float monopole plans ran at 5 blocks and 96 registers (on an H100: 77% issue efficiency
+// against 72% at 4 blocks) until their 128-row tasks (firstPlanTaskKind) came in: with those, 128 registers ran faster
+// (Plummer 2^20, theta 0.5, H200, ms a launch with / without the potential: ncrit 256 3.53 / 3.13 -> 3.23 / 3.06,
+// ncrit 1024 5.18 / 4.55 -> 4.69 / 4.49, periodic 5.46 -> 4.99; small groups, ncrit 64, 3.11 / 2.93 -> 3.18 / 2.98).
+constexpr int kPlanMinBlocks = 4;
 
 template <class Real, bool kQuadrupole, int kTile, bool kAccurate, bool kPotential, bool kPeriodic = false>
 PlanVariant<Real> makePlanVariant() {
-  constexpr int kMinBlocks = kPlanMinBlocks<Real, kQuadrupole>;
   return {kTile,
           kQuadrupole,
           kAccurate,
@@ -51,9 +50,9 @@ PlanVariant<Real> makePlanVariant() {
           kPeriodic,
           kPlanWarps * 32,
           reinterpret_cast<const void*>(
-              &planKernel<Real, kQuadrupole, kAccurate, kPotential, kTile, kPlanWarps, kMinBlocks, kPeriodic>),
+              &planKernel<Real, kQuadrupole, kAccurate, kPotential, kTile, kPlanWarps, kPlanMinBlocks, kPeriodic>),
           [](unsigned numBlocks, cudaStream_t stream, const PlanArgs<Real>& args) {
-            planKernel<Real, kQuadrupole, kAccurate, kPotential, kTile, kPlanWarps, kMinBlocks, kPeriodic>
+            planKernel<Real, kQuadrupole, kAccurate, kPotential, kTile, kPlanWarps, kPlanMinBlocks, kPeriodic>
                 <<<numBlocks, kPlanWarps * 32, 0, stream>>>(args);
           }};
 }
