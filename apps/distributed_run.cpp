@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iomanip>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -36,6 +37,7 @@
 #include "matcha/parallel/collective.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "memory_check.hpp"
+#include "restart_support.hpp"
 #include "timings.hpp"
 
 namespace matcha::app {
@@ -145,11 +147,17 @@ void forEachArray(Particles& p, const Particles* other, Visit&& visit) {
   visit(p.id, other ? &other->id : nullptr);
 }
 
-/// Collective: rank 0's `all` (numBodies of them; null elsewhere) split into contiguous shares, one per rank, in rank
-/// order. The first force call moves each body to its owner (DistributedTreeSolver).
-Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm comm) {
-  std::vector<int> counts, offsets;
-  evenShares(numBodies, parallel::numRanksOf(comm), counts, offsets);
+/// Offsets of contiguous shares of the given sizes, in rank order.
+std::vector<int> offsetsOf(const std::vector<int>& counts) {
+  std::vector<int> offsets(counts.size(), 0);
+  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  return offsets;
+}
+
+/// Collective: rank 0's `all` (null elsewhere) split into contiguous shares of `counts` bodies (the same on every
+/// rank), one per rank, in rank order.
+Particles scatterBodies(const Particles* all, const std::vector<int>& counts, MPI_Comm comm) {
+  const std::vector<int> offsets = offsetsOf(counts);
   Particles mine;
   mine.resize(static_cast<std::size_t>(counts[parallel::rankOf(comm)]));
   const Particles empty;
@@ -159,6 +167,14 @@ Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm 
                  static_cast<int>(local.size()), mpiType<T>(), 0, comm);
   });
   return mine;
+}
+
+/// Collective: rank 0's `all` (numBodies of them; null elsewhere) split into contiguous, nearly equal shares, one per
+/// rank, in rank order. The first force call moves each body to its owner (DistributedTreeSolver).
+Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm comm) {
+  std::vector<int> counts, offsets;
+  evenShares(numBodies, parallel::numRanksOf(comm), counts, offsets);
+  return scatterBodies(all, counts, comm);
 }
 
 /// Collective: every rank's bodies on rank 0, in rank order (each rank's share in its order: the tree's); elsewhere
@@ -352,8 +368,6 @@ void requireRunOptionsOnRanks(const Options& options) {
   const auto refuse = [&](const std::string& what) {
     throw InputError("matcha run " + what + ranks + " is not supported yet (run it on one rank)");
   };
-  if (!options.restartDir.empty()) refuse("--restart");
-  if (givenOnCommandLine(options, "--checkpoint-interval")) refuse("--checkpoint-interval (no checkpoints)");
   if (options.integratorKind != IntegratorKind::leapfrog) refuse("--integrator hermite");
   if (options.cosmology) refuse("--cosmology");
   if (options.solver != SolverKind::tree) refuse("--solver direct");
@@ -415,6 +429,82 @@ void requireBodiesPerRank(std::uint64_t numBodies) {
                      " ranks: every rank needs at least one body (mpirun -np " + std::to_string(numBodies) +
                      " or fewer)");
   }
+}
+
+/// `matcha run --restart DIR` on several ranks, read on rank 0: the checkpoint's bodies and where the run stands, and,
+/// when it was written on as many ranks as now, each rank's share and the split's weights (so that the restarted run
+/// splits, and computes, as the stopped one would have).
+struct RestartOnRanks {
+  Particles bodies;
+  integrator::RunPosition position;
+  std::vector<int> rankBodies;      ///< each rank's bodies at the checkpoint, in rank order; empty: another K
+  std::vector<double> workWeights;  ///< DistributedTreeSolver::nextWorkWeights of every rank, in rank order
+};
+
+/// Rank 0: reads and checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run with open
+/// boundaries, its dt, a later end; periodic, comoving and Hermite checkpoints are refused on several ranks), and
+/// sets options.integrator.tStart. Writes nothing.
+RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
+  const std::filesystem::path dir = options.restartDir;
+  io::Checkpoint checkpoint = asBadInput([&] { return io::readCheckpoint(dir / io::kCheckpointName); });
+  const CheckpointState& run = checkpoint.run;
+  const std::string ranks = " on " + std::to_string(numRanks) + " ranks";
+  if (run.scalars.count("hermite") != 0) {
+    throw InputError("--restart " + dir.string() + ": a Hermite run's checkpoint cannot continue" + ranks +
+                     " (Hermite runs are one rank's)");
+  }
+  if (run.scalars.count("comoving") != 0) {
+    throw InputError("--restart " + dir.string() + ": comoving runs" + ranks + " are not supported yet");
+  }
+  if (checkpoint.snapshot.boxSize > 0.0) {
+    throw InputError("--restart " + dir.string() + ": periodic runs" + ranks + " are not supported yet");
+  }
+  RestartOnRanks restart;
+  restart.position.step = run.count("step");
+  restart.position.nextOutputIndex = run.count("next_output_index");
+  restart.position.initial = loadDiagnostics(run);
+  restart.position.time = run.scalar("time");
+  const double dt = run.scalar("dt");
+  if (dt != options.integrator.dt) {
+    std::ostringstream message;
+    message << std::setprecision(17) << "--restart " << dir.string() << ": the checkpoint's run has dt = " << dt
+            << " and --dt " << options.integrator.dt
+            << " was asked for; a restart continues with its dt (--ic with a snapshot starts a new run)";
+    throw InputError(message.str());
+  }
+  restart.bodies = std::move(checkpoint.snapshot.particles);
+  if (run.count("bodies") != restart.bodies.size()) {
+    throw InputError("--restart: the checkpoint's body count is corrupt");
+  }
+  requireBodiesPerRank(restart.bodies.size());
+  options.integrator.tStart = run.scalar("t_start");
+  options.integrator.validate();
+  const std::uint64_t numSteps =
+      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+  requireLaterEnd(dir, options, run, runIsComplete(dir));
+  if (restart.position.step >= numSteps) {
+    throw InputError("--restart " + dir.string() + ": the checkpoint is at step " +
+                     std::to_string(restart.position.step) + " and t-end " + std::to_string(options.integrator.tEnd) +
+                     " is no later; give a later --t-end");
+  }
+  gpu::requireFloatRange(restart.bodies, options.gravity);
+  // The shares and weights of a checkpoint written on as many ranks; another K starts from even shares.
+  const auto shares = run.doubles.find("rank_bodies");
+  const auto weights = checkpoint.solver.doubles.find("distributed_work");
+  if (shares != run.doubles.end() && weights != checkpoint.solver.doubles.end() &&
+      shares->second.size() == std::size_t(numRanks) && weights->second.size() == restart.bodies.size()) {
+    double total = 0.0;
+    for (const double count : shares->second) {
+      if (!(count >= 0.0 && count == std::floor(count))) {  // a rank may hold no bodies
+        throw InputError("--restart: the checkpoint's rank_bodies are corrupt");
+      }
+      total += count;
+      restart.rankBodies.push_back(static_cast<int>(count));
+    }
+    if (total != double(restart.bodies.size())) throw InputError("--restart: the checkpoint's rank_bodies are corrupt");
+    restart.workWeights = weights->second;
+  }
+  return restart;
 }
 
 /// Collective: the ranks' interaction counts summed.
@@ -509,6 +599,11 @@ int runDistributed(CLI::App& command, const Options& given) {
   const int numRanks = worldSize();
   Options options = given;
   requireRunOptionsOnRanks(options);
+  const bool restart = !options.restartDir.empty();
+  if (restart) {
+    options.outPath = options.restartDir;
+    options.icFile.clear();  // the bodies come from the checkpoint
+  }
   validateOptions(options, kRunOptions);
   prepareLeapfrogRun(options, false);
   std::ostream quiet(nullptr);  // the other ranks' lines: rank 0 speaks for the run
@@ -518,40 +613,97 @@ int runDistributed(CLI::App& command, const Options& given) {
   gpu::EngineChoice engine = makeRankEngine(options, comm);
   parallel::DistributedTreeSolver solver(*engine.engine, options.tree, options.gravity, comm);
 
-  // Rank 0 reads or makes the bodies (the one-rank code path) and checks everything before anything is written.
+  // Rank 0 reads or makes the bodies (the one-rank code path), or reads the checkpoint, and checks everything before
+  // anything is written.
   Particles all;
-  double header[2] = {0.0, 0.0};  // bodies, start time
+  RestartOnRanks resumed;
+  // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
+  double header[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   beginRankZeroWork();
   if (rank == 0) {
-    const io::RunFolderRequest folder{
-        outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh, options.icFile};
-    io::checkRunFolder(folder);
-    const InitialConditionsInfo ic = inspectInitialConditions(options);
-    requireOpenIc(ic, options);
-    requireBodiesPerRank(ic.numBodies);
-    options.integrator.tStart = ic.time;
-    options.integrator.validate();
-    integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
-    requireBodiesFit(ic.numBodies);
-    all = loadInitialConditions(options, info);
-    gpu::requireFloatRange(all, options.gravity);
-    io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+    if (restart) {
+      const io::RunFolderRequest folder{outDir, io::RunFolderMode::resume, {}};
+      io::checkRunFolder(folder);
+      info << "reading the checkpoint " << (outDir / io::kCheckpointName).string() << "..." << std::endl;
+      resumed = readRestartOnRankZero(options, numRanks);
+      all = std::move(resumed.bodies);
+      requireBodiesFit(all.size());
+      io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+      // The log's lines start with their time: those more than half a step after the checkpoint's belong to the
+      // stopped run's later steps.
+      rewindRunFolder(outDir, resumed.position, resumed.position.time, 0.5 * options.integrator.dt);
+      header[2] = double(resumed.position.step);
+      header[3] = double(resumed.position.nextOutputIndex);
+      header[4] = resumed.position.time;
+      header[5] = double(resumed.rankBodies.size());
+    } else {
+      const io::RunFolderRequest folder{
+          outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh, options.icFile};
+      io::checkRunFolder(folder);
+      const InitialConditionsInfo ic = inspectInitialConditions(options);
+      requireOpenIc(ic, options);
+      requireBodiesPerRank(ic.numBodies);
+      options.integrator.tStart = ic.time;
+      options.integrator.validate();
+      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+      requireBodiesFit(ic.numBodies);
+      all = loadInitialConditions(options, info);
+      gpu::requireFloatRange(all, options.gravity);
+      io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+    }
     header[0] = double(all.size());
     header[1] = options.integrator.tStart;
     endRankZeroWork();
   }
-  MPI_Bcast(header, 2, MPI_DOUBLE, 0, comm);
+  MPI_Bcast(header, 6, MPI_DOUBLE, 0, comm);
   const auto numBodies = static_cast<std::uint64_t>(header[0]);
   options.integrator.tStart = header[1];
-  Particles mine = scatterBodies(rank == 0 ? &all : nullptr, numBodies, comm);
+  std::optional<integrator::RunPosition> position;
+  if (restart) {
+    // The run's first diagnostics (dE/E's reference), as rank 0 read them.
+    integrator::Diagnostics& first = resumed.position.initial;
+    double* fields[15] = {&first.time, &first.mass, &first.kinetic, &first.potential, &first.total, &first.virialRatio};
+    for (int k = 0; k < 3; ++k) {
+      fields[6 + k] = &first.momentum[k];
+      fields[9 + k] = &first.angularMomentum[k];
+      fields[12 + k] = &first.centreOfMass[k];
+    }
+    double values[15];
+    for (int k = 0; k < 15; ++k) values[k] = *fields[k];
+    MPI_Bcast(values, 15, MPI_DOUBLE, 0, comm);
+    for (int k = 0; k < 15; ++k) *fields[k] = values[k];
+    position.emplace();
+    position->step = static_cast<std::uint64_t>(header[2]);
+    position->nextOutputIndex = static_cast<std::uint64_t>(header[3]);
+    position->time = header[4];
+    position->initial = first;
+  }
+  Particles mine;
+  if (header[5] > 0.0) {
+    // Written on as many ranks: each rank takes back its share and the split's weights, as the stopped run had them.
+    std::vector<int> counts = resumed.rankBodies;
+    counts.resize(static_cast<std::size_t>(numRanks));
+    MPI_Bcast(counts.data(), numRanks, MPI_INT, 0, comm);
+    mine = scatterBodies(rank == 0 ? &all : nullptr, counts, comm);
+    std::vector<double> weights(mine.size());
+    const std::vector<int> offsets = offsetsOf(counts);
+    MPI_Scatterv(rank == 0 ? resumed.workWeights.data() : nullptr, counts.data(), offsets.data(), MPI_DOUBLE,
+                 weights.data(), static_cast<int>(weights.size()), MPI_DOUBLE, 0, comm);
+    solver.setWorkWeights(std::move(weights));
+  } else {
+    mine = scatterBodies(rank == 0 ? &all : nullptr, numBodies, comm);
+  }
   all = Particles{};  // no rank keeps the whole system
+  resumed = RestartOnRanks{};
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
   const std::string potentialSource = directPotentials
                                           ? "direct summation at each output on rank 0 (the solver computes "
                                             "accelerations only)"
                                           : "the tree's (its force error enters W)";
   const std::string source =
-      options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile;
+      restart
+          ? "the checkpoint of " + outDir.string()
+          : (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile);
 
   // Rank 0 writes the run folder; a failure there stops every rank with its message (checkOnEveryRank).
   const auto onRankZero = [&](const std::function<void()>& work) {
@@ -570,20 +722,29 @@ int runDistributed(CLI::App& command, const Options& given) {
            << " ranks\nsolver: " << solver.describe() << "\nengine: " << engine.reason
            << ", on every rank\nenergy diagnostics: potentials from " << potentialSource
            << "\noutput: " << outDir.string()
-           << "/ (snapshot_NNN.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, summary.json; RUNNING "
-              "until the end; no checkpoints on several ranks)\n";
+           << "/ (snapshot_NNN.hdf5 and checkpoint.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, "
+              "summary.json; RUNNING until the end)\n";
+      if (position) {
+        info << "restart: step " << position->step << " of the run, t = " << position->time << ", from "
+             << (outDir / io::kCheckpointName).string()
+             << (header[5] > 0.0 ? " (its ranks' shares and split)" : " (written on another number of ranks)") << "\n";
+      }
       io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
-      log.open(outDir / "diagnostics.log", std::ios::trunc);
+      log.open(outDir / "diagnostics.log", position ? std::ios::app : std::ios::trunc);
       if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
-      log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
-          << integrator::diagnosticsHeader() << "\n";
+      if (position) {
+        log << "# restarted at step " << position->step << " by " << versionText() << " on " << numRanks << " ranks\n";
+      } else {
+        log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
+            << integrator::diagnosticsHeader() << "\n";
+      }
       info << integrator::diagnosticsHeader() << "\n";
     });
 
     io::SnapshotMetadata metadata;
     metadata.parameters = usedParameterList(command);
     metadata.boxSize = 0.0;
-    integrator::Diagnostics initial;
+    integrator::Diagnostics initial = position ? position->initial : integrator::Diagnostics{};
     ProgressOnRankZero progress;
     integrator::RunCallbacks callbacks;
     callbacks.combineDiagnostics = [&](const integrator::Diagnostics& local) { return sumDiagnostics(local, comm); };
@@ -598,6 +759,43 @@ int runDistributed(CLI::App& command, const Options& given) {
         std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
         metadata.time = diagnostics.time;
         io::writeSnapshot(outDir / name, whole, metadata);
+      });
+    };
+    // Checkpoints (on rank 0's clock, as the progress line's energies: every rank takes them after the same steps):
+    // the bodies gathered to rank 0 in rank order, as snapshots are, with each rank's share and the split's weights,
+    // so that a restart on as many ranks gives each rank its bodies back and splits them as this run would have.
+    callbacks.onCheckpoint = [&](const Particles& state, double time, const integrator::RunPosition& at) {
+      const Particles whole = gatherBodies(state, comm);
+      const GatherLayout layout = gatherLayout(state.size(), comm);
+      const std::vector<double>& work = solver.nextWorkWeights();
+      const bool weightsKnown = work.size() == state.size();
+      int allKnown = weightsKnown ? 1 : 0;
+      MPI_Allreduce(MPI_IN_PLACE, &allKnown, 1, MPI_INT, MPI_MIN, comm);
+      std::vector<double> allWork(rank == 0 && allKnown != 0 ? layout.total : 0);
+      if (allKnown != 0) {
+        MPI_Gatherv(work.data(), static_cast<int>(work.size()), MPI_DOUBLE, allWork.data(), layout.counts.data(),
+                    layout.offsets.data(), MPI_DOUBLE, 0, comm);
+      }
+      onRankZero([&] {
+        CheckpointState run;
+        run.set("step", double(at.step));
+        run.set("next_output_index", double(at.nextOutputIndex));
+        run.set("time", time);
+        run.set("t_start", options.integrator.tStart);
+        run.set("dt", options.integrator.dt);
+        run.set("t_end", options.integrator.tEnd);
+        run.set("bodies", double(whole.size()));
+        run.set("ranks", double(numRanks));
+        run.doubles["rank_bodies"].assign(layout.counts.begin(), layout.counts.end());
+        saveDiagnostics(at.initial, run);
+        CheckpointState solverState;
+        if (allKnown != 0) solverState.doubles["distributed_work"] = std::move(allWork);
+        io::SnapshotMetadata saved = metadata;
+        saved.time = time;
+        saved.step = at.step;
+        const bool potentials =
+            std::all_of(whole.pot.begin(), whole.pot.end(), [](double v) { return std::isfinite(v); });
+        io::writeCheckpoint(outDir / io::kCheckpointName, whole, saved, run, solverState, potentials);
       });
     };
     // The progress line's energies, at most once a second of rank 0's clock: every rank measures on those steps.
@@ -627,7 +825,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         if (step.step == 2) throw NumericalError("step 2: a failure injected by MATCHA_TEST_FAIL_RANK");
       };
     }
-    summary = integrator::runLeapfrog(mine, solver, options.integrator, callbacks);
+    summary = integrator::runLeapfrog(mine, solver, options.integrator, callbacks, position ? &*position : nullptr);
   } catch (const std::exception& error) {
     // As runGuarded: on rank 0, summary.json says the run failed and the marker goes (best effort). A rank that fails
     // alone ends the job (reportFailure) before rank 0 can write it: the folder then keeps its RUNNING marker.

@@ -31,6 +31,7 @@
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "memory_check.hpp"
+#include "restart_support.hpp"
 #include "timings.hpp"
 
 namespace matcha::app {
@@ -306,70 +307,6 @@ void requireForceCheckSample(const Options& options, std::uint64_t numBodies) {
     throw InputError("--force-check " + std::to_string(options.forceCheck) + ": must be 0 (off) to the run's " +
                      std::to_string(numBodies) + " bodies");
   }
-}
-
-/// The first diagnostics of a run into a checkpoint's run state (dE/E's reference after a restart), and back.
-void saveDiagnostics(const integrator::Diagnostics& d, CheckpointState& state) {
-  state.set("initial_time", d.time);
-  state.set("initial_kinetic", d.kinetic);
-  state.set("initial_potential", d.potential);
-  state.set("initial_total", d.total);
-  state.set("initial_virial_ratio", d.virialRatio);
-  state.set("initial_mass", d.mass);
-  const char* axes[3] = {"x", "y", "z"};
-  for (int k = 0; k < 3; ++k) {
-    state.set(std::string("initial_momentum_") + axes[k], d.momentum[k]);
-    state.set(std::string("initial_angular_momentum_") + axes[k], d.angularMomentum[k]);
-    state.set(std::string("initial_centre_of_mass_") + axes[k], d.centreOfMass[k]);
-  }
-}
-
-integrator::Diagnostics loadDiagnostics(const CheckpointState& state) {
-  integrator::Diagnostics d;
-  d.time = state.scalar("initial_time");
-  d.kinetic = state.scalar("initial_kinetic");
-  d.potential = state.scalar("initial_potential");
-  d.total = state.scalar("initial_total");
-  d.virialRatio = state.scalar("initial_virial_ratio");
-  d.mass = state.scalar("initial_mass");
-  const char* axes[3] = {"x", "y", "z"};
-  for (int k = 0; k < 3; ++k) {
-    d.momentum[k] = state.scalar(std::string("initial_momentum_") + axes[k]);
-    d.angularMomentum[k] = state.scalar(std::string("initial_angular_momentum_") + axes[k]);
-    d.centreOfMass[k] = state.scalar(std::string("initial_centre_of_mass_") + axes[k]);
-  }
-  return d;
-}
-
-/// A restarted run's folder as the stopped run left it at its checkpoint: snapshots from the checkpoint's next
-/// output on (written after it) are removed, and the diagnostics log is cut after the last line at or before the
-/// checkpoint's time, so that the continued run appends what the stopped one would have.
-void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosition& position, double time,
-                     double tolerance) {
-  const io::RunFolderContents contents = io::inspectRunFolder(dir);
-  for (const std::string& name : contents.snapshots) {
-    const std::uint64_t index = std::stoull(name.substr(9, name.size() - 9 - 5));  // snapshot_NNN.hdf5
-    if (index >= position.nextOutputIndex) std::filesystem::remove(dir / name);
-  }
-  const std::filesystem::path logPath = dir / "diagnostics.log";
-  std::ifstream in(logPath);
-  std::string kept, line;
-  bool past = false;
-  while (!past && std::getline(in, line)) {
-    if (!line.empty() && line[0] != '#') {
-      // A diagnostics line starts with its time: lines more than `tolerance` after the checkpoint's time belong to
-      // the stopped run's steps after it (an output at the checkpoint's own step stays).
-      char* end = nullptr;
-      const double lineTime = std::strtod(line.c_str(), &end);
-      if (end != line.c_str() && lineTime > time + tolerance) {
-        past = true;
-        break;
-      }
-    }
-    kept += line + "\n";
-  }
-  in.close();
-  io::writeTextFile(logPath, kept);
 }
 
 /// summary.json's record of a Hermite run: its parameters and what its block steps did.
@@ -734,24 +671,6 @@ int runGuarded(const std::filesystem::path& outDir, const std::function<int()>& 
   }
 }
 
-/// Whether the run in `dir` ended (summary.json says "complete"): it went past its last checkpoint.
-bool runIsComplete(const std::filesystem::path& dir) {
-  std::ifstream summaryFile(dir / "summary.json");
-  const nlohmann::json summary = nlohmann::json::parse(summaryFile, nullptr, false);  // discarded when unreadable
-  return !summary.is_discarded() && summary.value("status", "") == "complete";
-}
-
-/// A restart of a run that ended continues it only towards a later end than it had.
-void requireLaterEnd(const std::filesystem::path& dir, const Options& options, const CheckpointState& run,
-                     bool complete) {
-  if (complete && options.integrator.tEnd <= run.scalar("t_end")) {
-    std::ostringstream message;
-    message << std::setprecision(12) << "--restart " << dir.string() << ": the run is complete (t-end "
-            << run.scalar("t_end") << "); give a later --t-end to continue it";
-    throw InputError(message.str());
-  }
-}
-
 /// Sets the value used_parameters.toml echoes for `name` when the user did not give it: an option whose default
 /// depends on the run (--eta: Aarseth's 0.02 for hermite, Power et al.'s 0.025 for comoving runs, none otherwise).
 void echoDefault(CLI::App& command, const std::string& name, double value) {
@@ -925,7 +844,10 @@ int resumeSimulation(CLI::App& command, Options options) {
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials, comovingSteps);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
-  solver->restoreState(checkpoint.solver, particles);
+  // A checkpoint of a run on several ranks holds the distributed solver's split, not a one-rank solver's state: the
+  // solver starts afresh from the checkpoint's bodies and forces, as after a tree's last call.
+  const bool writtenOnRanks = run.scalars.count("ranks") != 0 && run.count("ranks") > 1;
+  if (!writtenOnRanks) solver->restoreState(checkpoint.solver, particles);
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   const RunIntegrator runner = RunIntegrator::leapfrog(*solver, engine);

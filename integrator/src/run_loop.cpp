@@ -163,7 +163,9 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
 
   double latestEnergy = summary.initial.total;  ///< for the progress report
   double lastProgressEnergy = -kProgressEnergySeconds;
-  detail::CheckpointCadence checkpoints(params.checkpointInterval, wall.seconds());
+  // Checkpoints follow the shared clock too: over several processes each one's state is part of the checkpoint.
+  const auto checkpointClock = [&] { return callbacks.onCheckpoint ? progressClock() : wall.seconds(); };
+  detail::CheckpointCadence checkpoints(params.checkpointInterval, checkpointClock());
   for (std::uint64_t step = firstStep; !schedule.done(step - 1, time); ++step) {
     const PlannedStep planned = schedule.plan(step - 1, time, p);
     if (solverPotentials) {
@@ -238,10 +240,11 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       lastGoodTime = time;
       lastGoodStep = step;
     }
-    if (callbacks.onCheckpoint && !planned.last && checkpoints.due(wall.seconds()) && solver.atCheckpointBoundary()) {
+    if (callbacks.onCheckpoint && !planned.last && checkpoints.due(checkpointClock()) &&
+        solver.atCheckpointBoundary()) {
       synchronise();
       callbacks.onCheckpoint(p, time, RunPosition{step, outputIndex, summary.initial, time});
-      checkpoints.taken(wall.seconds());
+      checkpoints.taken(checkpointClock());
     }
     if (callbacks.onProgress) {
       ProgressInfo info;

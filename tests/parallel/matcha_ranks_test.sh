@@ -9,18 +9,22 @@
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
-#  - bad K: more ranks than bodies, compare --engine cuda, and a subcommand that runs on one rank only: one line on
-#    stderr, exit status 2, no hang;
+#  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), compare --engine cuda,
+#    and a subcommand that runs on one rank only: one line on stderr, exit status 2, no hang;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
-#    snapshots written before are whole (they read back), none is left as a temporary file; when rank 0 failed,
-#    summary.json says "failed" and the RUNNING marker is gone.
-# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail K
+#    snapshots and the checkpoint written before are whole (they read back), none is left as a temporary file; when
+#    rank 0 failed, summary.json says "failed" and the RUNNING marker is gone;
+#  - restart K: 2048 bodies, 8 steps of 1/64 on K ranks with a checkpoint after every step (the last after step 7),
+#    continued with --restart to 16 steps on K ranks: every diagnostics line and the final snapshot bit for bit those
+#    of 16 uninterrupted steps on K ranks; continued on another number of ranks (K = 1: 2, else K / 2, one rank without
+#    mpiexec): energies to 1e-4 relative and positions to 1e-4 of the uninterrupted run's.
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail|restart K
 # Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
-  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail K" >&2
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail|restart K" >&2
   exit 2
 fi
 mpiexec=$1
@@ -150,6 +154,14 @@ bad)
   expect_refusal "compare --engine cuda on $ranks ranks is not supported yet" compare -n 64 --engine cuda
   expect_refusal "every rank needs at least one body" compare -n $((ranks - 1)) --engine cpu
   expect_refusal "runs on one rank" ic plummer -n 64 --out plummer.hdf5
+  # A checkpoint of fewer bodies than ranks (written on one rank) is refused before the folder changes.
+  "$matcha" run -n $((ranks - 1)) --engine cpu --dt 0.015625 --t-end 0.03125 --checkpoint-interval 0 --out tiny >/dev/null
+  cp tiny/diagnostics.log tiny-diagnostics.log
+  expect_refusal "every rank needs at least one body" run --restart tiny --t-end 0.0625
+  if ! cmp -s tiny/diagnostics.log tiny-diagnostics.log || [[ -e tiny/RUNNING ]]; then
+    echo "FAILED: a refused restart changed its run folder" >&2
+    failed=1
+  fi
   exit $failed
   ;;
 fail)
@@ -165,12 +177,12 @@ fail)
       failed=1
     fi
     grep "matcha: error" err.txt
-    if ls fail$rank | grep -v -E '^(snapshot_00[0-9]\.hdf5|diagnostics\.log|used_parameters\.toml|summary\.json|RUNNING)$'; then
+    if ls fail$rank | grep -v -E '^(snapshot_00[0-9]\.hdf5|checkpoint\.hdf5|diagnostics\.log|used_parameters\.toml|summary\.json|RUNNING)$'; then
       echo "FAILED: rank $rank failing left the files above in the run folder" >&2
       failed=1
     fi
     "$python" -c "import h5py, glob, sys
-for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')):
+for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')) + ['fail$rank/checkpoint.hdf5']:
     with h5py.File(name) as f:
         assert len(f['PartType1/ParticleIDs']) == 1024, name" || failed=1
     if [[ $rank -eq 0 ]] && { [[ -e fail0/RUNNING ]] || ! grep -q '"status": "failed"' fail0/summary.json; }; then
@@ -179,6 +191,61 @@ for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')):
     fi
   done
   exit $failed
+  ;;
+restart)
+  args=(run -n 2048 --seed 4 --engine cpu --reuse off --dt 0.015625 --output-interval 0.0625 --checkpoint-interval 0)
+  on_ranks "${args[@]}" --t-end 0.25 --out whole >whole.txt
+  on_ranks "${args[@]}" --t-end 0.125 --out part >part.txt
+  cp -r part other
+  on_ranks run --restart part --t-end 0.25 >part-continued.txt
+  cat part-continued.txt
+  other_ranks=$((ranks == 1 ? 2 : ranks / 2))
+  if [[ $other_ranks -eq 1 ]]; then
+    "$matcha" run --restart other --t-end 0.25 >other-continued.txt
+  else
+    "$mpiexec" -n "$other_ranks" --oversubscribe "$matcha" run --restart other --t-end 0.25 >other-continued.txt
+  fi
+  "$python" - "$ranks" "$other_ranks" <<'EOF'
+import sys
+import h5py, numpy as np
+ranks, other = int(sys.argv[1]), int(sys.argv[2])
+def table(folder):
+    return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
+failed = []
+whole, part, moved = table("whole"), table("part"), table("other")
+if len(whole) != 5:
+    failed.append(f"{len(whole)} diagnostics lines in the uninterrupted run, not 5")
+if part != whole:
+    failed.append(f"restarted on {ranks} ranks: the diagnostics lines differ from the uninterrupted run's")
+if len(moved) != len(whole):
+    failed.append(f"restarted on {other} ranks: {len(moved)} diagnostics lines")
+for a, b in zip(whole, moved):
+    for column, name in ((1, "E"), (3, "T"), (4, "W")):
+        x, y = float(a[column]), float(b[column])
+        if abs(x - y) > 1e-4 * abs(x):
+            failed.append(f"t = {a[0]}: {name} {y} restarted on {other} ranks against {x}")
+    print(f"t = {a[0]}: E {a[1]} uninterrupted, {b[1]} restarted on {other} ranks")
+with h5py.File("whole/snapshot_004.hdf5") as fw, h5py.File("part/snapshot_004.hdf5") as fp, \
+        h5py.File("other/snapshot_004.hdf5") as fo, h5py.File("part/checkpoint.hdf5") as fc:
+    for field in ("ParticleIDs", "Coordinates", "Velocities"):
+        if not np.array_equal(fw["PartType1/" + field][:], fp["PartType1/" + field][:]):
+            failed.append(f"restarted on {ranks} ranks: the final snapshot's {field} differ from the uninterrupted run's")
+    ids_w, ids_o = fw["PartType1/ParticleIDs"][:], fo["PartType1/ParticleIDs"][:]
+    if len(ids_o) != 2048 or set(ids_o) != set(ids_w):
+        failed.append(f"restarted on {other} ranks: the final snapshot does not hold every id once")
+    else:
+        worst = np.abs(fw["PartType1/Coordinates"][:][np.argsort(ids_w)]
+                       - fo["PartType1/Coordinates"][:][np.argsort(ids_o)]).max()
+        print(f"restarted on {other} ranks: largest position difference {worst:.2e}")
+        if worst > 1e-4:
+            failed.append(f"restarted on {other} ranks: positions differ by up to {worst:.2e}")
+    written_on = fc["Checkpoint/Run"].attrs.get("ranks", 1.0)
+    if ranks > 1 and written_on != ranks:
+        failed.append(f"the checkpoint says it was written on {written_on} ranks, not {ranks}")
+for line in failed:
+    print("FAILED:", line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+EOF
   ;;
 *)
   echo "$0: unknown test '$what'" >&2

@@ -83,7 +83,8 @@ struct RunCallbacks {
   /// throws replaces NumericalError.
   std::function<void(const Particles& lastGood, double time, std::uint64_t step)> onNonFinite;
   /// Optional: a checkpoint is due (IntegratorParams::checkpointInterval of wall time since the last, or an output
-  /// since the last when that is a minute old or the interval is shorter) and the solver can save its state
+  /// since the last when that is a minute old or the interval is shorter; on sharedSeconds' clock where that is set,
+  /// so that every process takes its checkpoints after the same steps) and the solver can save its state
   /// (ForceSolver::atCheckpointBoundary): the state after step `position.step` at time `time`. Never after the last
   /// step.
   std::function<void(const Particles&, double time, const RunPosition& position)> onCheckpoint;
@@ -103,9 +104,10 @@ struct RunCallbacks {
   /// steps when they follow sharedSeconds; without it, the progress line shows the latest output's energy error).
   std::function<Diagnostics(const Diagnostics& local)> combineDiagnostics;
   /// Optional, with combineDiagnostics and onProgress set on every process: the run's wall seconds as the processes
-  /// agree on them (e.g. one process's, broadcast) from this process's `local` ones; the progress line's energies are
-  /// planned on this clock, so that they fall on the same steps everywhere. Called by every process at the same
-  /// points (at most twice a step), so it may be collective.
+  /// agree on them (e.g. one process's, broadcast) from this process's `local` ones; the progress line's energies and
+  /// the checkpoints (onCheckpoint) are planned on this clock, so that they fall on the same steps everywhere. Called
+  /// by every process at the same points (at most three times a step with checkpoints, twice without), so it may be
+  /// collective.
   std::function<double(double local)> sharedSeconds;
 };
 

@@ -100,6 +100,11 @@ class DistributedTreeSolver final : public ForceSolver {
     weightsGiven_ = true;
   }
 
+  /// The weights of the next call's split: each body's interactions in the last call, in the order it returned them
+  /// (or what setWorkWeights gave since). A checkpoint keeps them, so that a restart on as many ranks, given them
+  /// back (setWorkWeights) with each rank's bodies in the same order, splits and computes as the run would have.
+  const std::vector<double>& nextWorkWeights() const { return work_; }
+
   const DistributedStats& lastStats() const { return stats_; }
   /// This rank's phases summed over every call so far.
   const DistributedTotals& totals() const { return totals_; }
