@@ -894,9 +894,11 @@ int runDistributed(CLI::App& command, const Options& given) {
           "imbalance %.2f)\n",
           summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
           summary.wallSeconds, summary.forceSeconds, diagnosticSeconds, interactionsPerSecond,
-          double(summary.interactions.bodyBody) / double(numBodies) / double(summary.steps + 1),
-          double(summary.interactions.bodyCell) / double(numBodies) / double(summary.steps + 1), numRanks,
-          stats.imbalance());
+          double(summary.interactions.bodyBody) / double(numBodies) /
+              double(std::max<std::uint64_t>(summary.forceCalls, 1)),
+          double(summary.interactions.bodyCell) / double(numBodies) /
+              double(std::max<std::uint64_t>(summary.forceCalls, 1)),
+          numRanks, stats.imbalance());
     }
     if (options.timings) info << formatTimingsTable(summary, false) << formatRankTotals(ranksTotals) << std::flush;
     endRankZeroWork();

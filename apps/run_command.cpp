@@ -643,8 +643,10 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
         "%.3e interactions/s (%.0f body-body + %.0f body-cell per body per step)\n",
         summary.relativeEnergyError, static_cast<unsigned long long>(summary.steps), options.integrator.tEnd,
         summary.wallSeconds, summary.forceSeconds, diagnosticSeconds(), interactionsPerSecond,
-        double(summary.interactions.bodyBody) / double(particles.size()) / double(summary.steps + 1),
-        double(summary.interactions.bodyCell) / double(particles.size()) / double(summary.steps + 1));
+        double(summary.interactions.bodyBody) / double(particles.size()) /
+            double(std::max<std::uint64_t>(summary.forceCalls, 1)),
+        double(summary.interactions.bodyCell) / double(particles.size()) /
+            double(std::max<std::uint64_t>(summary.forceCalls, 1)));
   }
   if (options.timings) info << formatTimingsTable(summary, runner.engine->onGpu) << std::flush;
   return 0;

@@ -89,6 +89,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   auto account = [&summary](const ForceReport& report) {
     summary.forceSeconds += report.timings.totalSeconds;
     summary.interactions += report.counts;
+    ++summary.forceCalls;
   };
 
   const auto measure = [&](double at) {

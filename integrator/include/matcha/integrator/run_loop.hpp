@@ -129,6 +129,7 @@ struct RunSummary {
   double finalEnergy = 0.0;          ///< E at tEnd
   double relativeEnergyError = 0.0;  ///< |E_final - E_0| / |E_0| (see relativeEnergyError)
   InteractionCounts interactions;    ///< summed over all force calls, the initial one included
+  std::uint64_t forceCalls = 0;      ///< this process's force calls: steps + 1, or a restarted run's steps since
   Diagnostics initial;               ///< at t = 0
   Diagnostics final;                 ///< at tEnd
 };
