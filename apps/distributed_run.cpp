@@ -323,6 +323,10 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                     {"communication_seconds", t.communicationSeconds},
                     {"walk_seconds", t.walkSeconds},
                     {"kernel_seconds", t.kernelSeconds},
+                    {"call_seconds", t.callSeconds},
+                    {"steady_calls", t.steadyCalls},
+                    {"steady_call_seconds", t.steadyCallSeconds},
+                    {"steady_decomposition_seconds", t.steadyDecompositionSeconds},
                     {"interactions", t.work}});
   }
   return rows;
@@ -335,15 +339,23 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
   for (const parallel::DistributedTotals& t : ranks) meanWork += t.work / double(ranks.size());
   std::string text =
       "per rank, ms per force call (wait: for the other ranks at the call's start; work: interactions / the ranks' "
-      "mean)\n  rank     bodies     wait   decomp    build  LET build     comm     walk  kernels   work\n";
+      "mean; steady: the calls after the first " +
+      std::to_string(parallel::DistributedTotals::kWarmUpCalls) +
+      ", which move the scattered bodies into their domains)\n  rank     bodies     wait   decomp    build  LET build  "
+      "   "
+      "comm     walk  kernels     call   work   steady: call   decomp\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
-    char line[200];
-    std::snprintf(line, sizeof line, "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %6.3f\n", r,
+    const double perSteadyCall = t.steadyCalls > 0 ? 1e3 / double(t.steadyCalls) : 0.0;
+    char line[240];
+    std::snprintf(line, sizeof line,
+                  "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f\n", r,
                   double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
                   t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
-                  t.walkSeconds * perCall, t.kernelSeconds * perCall, meanWork > 0.0 ? t.work / meanWork : 1.0);
+                  t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
+                  meanWork > 0.0 ? t.work / meanWork : 1.0, t.steadyCallSeconds * perSteadyCall,
+                  t.steadyDecompositionSeconds * perSteadyCall);
     text += line;
   }
   return text;

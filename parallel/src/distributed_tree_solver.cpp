@@ -23,8 +23,14 @@ void DistributedTotals::add(const DistributedStats& call) {
   communicationSeconds += call.communicationSeconds;
   walkSeconds += call.walkSeconds;
   kernelSeconds += call.kernelSeconds;
+  callSeconds += call.callSeconds;
   work += call.work;
   lastBodies = call.numLocalBodies;
+  if (calls > kWarmUpCalls) {
+    ++steadyCalls;
+    steadyCallSeconds += call.callSeconds;
+    steadyDecompositionSeconds += call.decompositionSeconds;
+  }
 }
 
 DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
@@ -187,11 +193,12 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   stats_.meanWork = sumAndMax[0] / double(numRanks_);
   stats_.maxWork = sumAndMax[1];
 
-  totals_.add(stats_);
   report.rebuilt = true;
   report.numGroupsWalked = groups_.size();
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
+  stats_.callSeconds = report.timings.totalSeconds;
+  totals_.add(stats_);
   return report;
 }
 

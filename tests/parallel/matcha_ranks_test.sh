@@ -90,6 +90,8 @@ if ranks > 1:
         failed.append(f"summary.json's rank_timings: {len(rows)} rows for {ranks} ranks")
     elif any(r["force_calls"] != 9 or r["decomposition_seconds"] <= 0 or r["interactions"] <= 0 for r in rows):
         failed.append(f"summary.json's rank_timings miss calls or phases: {rows}")
+    elif any(r["steady_calls"] != 7 or not 0 < r["steady_call_seconds"] < r["call_seconds"] for r in rows):
+        failed.append(f"summary.json's rank_timings: the steady state is not the calls after the first two: {rows}")
 if h5py is None:
     print("h5py is not installed: the final snapshots were not compared")
 else:

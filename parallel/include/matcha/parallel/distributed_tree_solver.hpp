@@ -36,6 +36,7 @@ struct DistributedStats {
   double communicationSeconds = 0.0;  ///< domain boxes and subtrees between ranks
   double walkSeconds = 0.0;           ///< the local groups' walks: of the local tree and of the received subtrees
   double kernelSeconds = 0.0;         ///< the engine's evaluation
+  double callSeconds = 0.0;           ///< the whole call on this rank, the arrival wait included
 
   std::uint64_t numLocalBodies = 0;
   std::uint64_t numGroups = 0;
@@ -55,9 +56,15 @@ struct DistributedStats {
 struct DistributedTotals {
   std::uint64_t calls = 0;
   double arrivalWaitSeconds = 0.0, decompositionSeconds = 0.0, localBuildSeconds = 0.0, letBuildSeconds = 0.0,
-         communicationSeconds = 0.0, walkSeconds = 0.0, kernelSeconds = 0.0;
+         communicationSeconds = 0.0, walkSeconds = 0.0, kernelSeconds = 0.0, callSeconds = 0.0;
   double work = 0.0;             ///< interactions this rank evaluated in the calls' final passes
   std::uint64_t lastBodies = 0;  ///< the bodies this rank held after the last call
+  /// The calls after the first kWarmUpCalls, and their whole time and decomposition: the steady state. The first
+  /// calls move the bodies from their scattered shares into the key ranges (every array migrates) and grow every
+  /// buffer; later ones migrate only the bodies that crossed a boundary.
+  static constexpr std::uint64_t kWarmUpCalls = 2;
+  std::uint64_t steadyCalls = 0;
+  double steadyCallSeconds = 0.0, steadyDecompositionSeconds = 0.0;
 
   void add(const DistributedStats& call);
 };
