@@ -9,8 +9,9 @@
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
-#  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), compare --engine cuda,
-#    and a subcommand that runs on one rank only: one line on stderr, exit status 2, no hang;
+#  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
+#    whose shares do not add up, compare --engine cuda, and a subcommand that runs on one rank only: one line on
+#    stderr, exit status 2, no hang;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots and the checkpoint written before are whole (they read back), none is left as a temporary file; when
@@ -166,6 +167,13 @@ bad)
     echo "FAILED: a refused restart changed its run folder" >&2
     failed=1
   fi
+  # A checkpoint of K ranks whose shares do not add up to its bodies is refused, not split wrongly.
+  on_ranks run -n 256 --engine cpu --dt 0.015625 --t-end 0.03125 --checkpoint-interval 0 --out shares >/dev/null
+  "$python" -c "import h5py
+with h5py.File('shares/checkpoint.hdf5', 'r+') as f:
+    counts = f['Checkpoint/Run/rank_bodies']
+    counts[0] = counts[0] + 1"
+  expect_refusal "the checkpoint's rank_bodies are corrupt" run --restart shares --t-end 0.0625
   exit $failed
   ;;
 fail)
