@@ -505,15 +505,20 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
   const auto weights = checkpoint.solver.doubles.find("distributed_work");
   if (shares != run.doubles.end() && weights != checkpoint.solver.doubles.end() &&
       shares->second.size() == std::size_t(numRanks) && weights->second.size() == restart.bodies.size()) {
+    const std::string sharesMeaning =
+        "each rank's bodies, whole numbers adding up to the checkpoint's " + std::to_string(restart.bodies.size());
     double total = 0.0;
     for (const double count : shares->second) {
       if (!(count >= 0.0 && count == std::floor(count))) {  // a rank may hold no bodies
-        throw InputError("--restart: the checkpoint's rank_bodies are corrupt");
+        throw InputError("--restart " + dir.string() + ": the checkpoint's rank_bodies are corrupt (" + sharesMeaning +
+                         ")");
       }
       total += count;
       restart.rankBodies.push_back(static_cast<int>(count));
     }
-    if (total != double(restart.bodies.size())) throw InputError("--restart: the checkpoint's rank_bodies are corrupt");
+    if (total != double(restart.bodies.size()))
+      throw InputError("--restart " + dir.string() + ": the checkpoint's rank_bodies are corrupt (" + sharesMeaning +
+                       ")");
     restart.workWeights = weights->second;
   }
   return restart;
