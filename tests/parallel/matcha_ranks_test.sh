@@ -44,16 +44,19 @@ rm -rf "$scratch"
 mkdir -p "$scratch"
 cd "$scratch"
 on_ranks() { "$mpiexec" -n "$ranks" --oversubscribe "$matcha" "$@"; }
+skip_without_cuda() {  # exit 77 (ctest's skip) where the CUDA engine cannot start
+  if ! "$matcha" run -n 64 --engine cuda --t-end 0 --out probe >probe.txt 2>&1; then
+    echo "the CUDA engine does not start here: test skipped ($(tail -n 1 probe.txt))"
+    exit 77
+  fi
+}
 
 case $what in
 run | run_cuda)
   engine=cpu
   if [[ $what == run_cuda ]]; then
     engine=cuda
-    if ! "$matcha" run -n 64 --engine cuda --t-end 0 --out probe >probe.txt 2>&1; then
-      echo "the CUDA engine does not start here: test skipped ($(tail -n 1 probe.txt))"
-      exit 77
-    fi
+    skip_without_cuda
   fi
   args=(run -n 4096 --seed 3 --engine "$engine" --reuse off --dt 0.015625 --t-end 0.125 --output-interval 0.0625)
   "$matcha" "${args[@]}" --out one >one.txt
@@ -208,10 +211,7 @@ restart | restart_cuda)
   engine=cpu
   if [[ $what == restart_cuda ]]; then
     engine=cuda
-    if ! "$matcha" run -n 64 --engine cuda --t-end 0 --out probe >probe.txt 2>&1; then
-      echo "the CUDA engine does not start here: test skipped ($(tail -n 1 probe.txt))"
-      exit 77
-    fi
+    skip_without_cuda
   fi
   args=(run -n 2048 --seed 4 --engine "$engine" --reuse off --dt 0.015625 --output-interval 0.0625 --checkpoint-interval 0)
   on_ranks "${args[@]}" --t-end 0.25 --out whole >whole.txt
