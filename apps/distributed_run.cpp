@@ -177,8 +177,6 @@ Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm 
   return scatterBodies(all, counts, comm);
 }
 
-/// Collective: every rank's bodies on rank 0, in rank order (each rank's share in its order: the tree's); elsewhere
-/// an empty set.
 /// Collective: every rank's count of bodies on rank 0, and where each rank's share starts in rank order (MPI_Gatherv's
 /// counts and displacements; meaningful on rank 0 only), and the total.
 struct GatherLayout {
@@ -190,20 +188,19 @@ GatherLayout gatherLayout(std::size_t count, MPI_Comm comm) {
   const int numRanks = parallel::numRanksOf(comm);
   GatherLayout layout;
   layout.counts.resize(numRanks);
-  layout.offsets.assign(numRanks, 0);
   const int mine = static_cast<int>(count);
   MPI_Gather(&mine, 1, MPI_INT, layout.counts.data(), 1, MPI_INT, 0, comm);
-  for (int r = 0; r < numRanks; ++r) {
-    layout.offsets[r] = static_cast<int>(layout.total);
-    layout.total += static_cast<std::size_t>(layout.counts[r]);
-  }
+  layout.offsets = offsetsOf(layout.counts);
+  for (const int n : layout.counts) layout.total += static_cast<std::size_t>(n);
   return layout;
 }
 
-Particles gatherBodies(const Particles& mine, MPI_Comm comm) {
+/// Collective: every rank's bodies on rank 0, in rank order (each rank's share in its order: the tree's); elsewhere
+/// an empty set. `layoutOut`: where each rank's share went (rank 0).
+Particles gatherBodies(const Particles& mine, MPI_Comm comm, GatherLayout* layoutOut = nullptr) {
   const bool root = parallel::rankOf(comm) == 0;
   const int count = static_cast<int>(mine.size());
-  const GatherLayout layout = gatherLayout(mine.size(), comm);
+  GatherLayout layout = gatherLayout(mine.size(), comm);
   Particles all;
   if (root) all.resize(layout.total);
   forEachArray(all, &mine, [&](auto& whole, const auto* local) {
@@ -211,6 +208,7 @@ Particles gatherBodies(const Particles& mine, MPI_Comm comm) {
     MPI_Gatherv(local->data(), count, mpiType<T>(), root ? whole.data() : nullptr, layout.counts.data(),
                 layout.offsets.data(), mpiType<T>(), 0, comm);
   });
+  if (layoutOut != nullptr) *layoutOut = std::move(layout);
   return all;
 }
 
@@ -782,8 +780,8 @@ int runDistributed(CLI::App& command, const Options& given) {
     // the bodies gathered to rank 0 in rank order, as snapshots are, with each rank's share and the split's weights,
     // so that a restart on as many ranks gives each rank its bodies back and splits them as this run would have.
     callbacks.onCheckpoint = [&](const Particles& state, double time, const integrator::RunPosition& at) {
-      const Particles whole = gatherBodies(state, comm);
-      const GatherLayout layout = gatherLayout(state.size(), comm);
+      GatherLayout layout;
+      const Particles whole = gatherBodies(state, comm, &layout);
       const std::vector<double>& work = solver.nextWorkWeights();
       const bool weightsKnown = work.size() == state.size();
       int allKnown = weightsKnown ? 1 : 0;
