@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iomanip>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -474,29 +473,13 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
   restart.position.nextOutputIndex = run.count("next_output_index");
   restart.position.initial = loadDiagnostics(run);
   restart.position.time = run.scalar("time");
-  const double dt = run.scalar("dt");
-  if (dt != options.integrator.dt) {
-    std::ostringstream message;
-    message << std::setprecision(17) << "--restart " << dir.string() << ": the checkpoint's run has dt = " << dt
-            << " and --dt " << options.integrator.dt
-            << " was asked for; a restart continues with its dt (--ic with a snapshot starts a new run)";
-    throw InputError(message.str());
-  }
   restart.bodies = std::move(checkpoint.snapshot.particles);
   if (run.count("bodies") != restart.bodies.size()) {
     throw InputError("--restart: the checkpoint's body count is corrupt");
   }
   requireBodiesPerRank(restart.bodies.size());
   options.integrator.tStart = run.scalar("t_start");
-  options.integrator.validate();
-  const std::uint64_t numSteps =
-      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
-  requireLaterEnd(dir, options, run, runIsComplete(dir));
-  if (restart.position.step >= numSteps) {
-    throw InputError("--restart " + dir.string() + ": the checkpoint is at step " +
-                     std::to_string(restart.position.step) + " and t-end " + std::to_string(options.integrator.tEnd) +
-                     " is no later; give a later --t-end");
-  }
+  requireLeapfrogContinues(dir, options, run, restart.position.step, runIsComplete(dir));
   gpu::requireFloatRange(restart.bodies, options.gravity);
   // The shares and weights of a checkpoint written on as many ranks; another K starts from even shares.
   const auto shares = run.doubles.find("rank_bodies");

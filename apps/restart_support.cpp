@@ -89,4 +89,24 @@ void requireLaterEnd(const std::filesystem::path& dir, const Options& options, c
   }
 }
 
+void requireLeapfrogContinues(const std::filesystem::path& dir, const Options& options, const CheckpointState& run,
+                              std::uint64_t step, bool complete) {
+  const double dt = run.scalar("dt");
+  if (dt != options.integrator.dt) {
+    std::ostringstream message;
+    message << std::setprecision(17) << "--restart " << dir.string() << ": the checkpoint's run has dt = " << dt
+            << " and --dt " << options.integrator.dt
+            << " was asked for; a restart continues with its dt (--ic with a snapshot starts a new run)";
+    throw InputError(message.str());
+  }
+  options.integrator.validate();
+  const std::uint64_t numSteps =
+      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+  requireLaterEnd(dir, options, run, complete);
+  if (step >= numSteps) {
+    throw InputError("--restart " + dir.string() + ": the checkpoint is at step " + std::to_string(step) +
+                     " and t-end " + std::to_string(options.integrator.tEnd) + " is no later; give a later --t-end");
+  }
+}
+
 }  // namespace matcha::app

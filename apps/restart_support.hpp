@@ -31,4 +31,10 @@ bool runIsComplete(const std::filesystem::path& dir);
 void requireLaterEnd(const std::filesystem::path& dir, const Options& options, const CheckpointState& run,
                      bool complete);
 
+/// A fixed-step leapfrog run's checkpoint `run` (in `dir`, after step `step`) goes on with `options` only with its own
+/// dt and towards an end after that step (later than its t-end when the run is `complete`): InputError otherwise.
+/// options.integrator.tStart must be the checkpoint's.
+void requireLeapfrogContinues(const std::filesystem::path& dir, const Options& options, const CheckpointState& run,
+                              std::uint64_t step, bool complete);
+
 }  // namespace matcha::app

@@ -10,7 +10,8 @@
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
-#    whose shares do not add up, compare --engine cuda, and a subcommand that runs on one rank only: one line on
+#    whose shares do not add up, restarts with another dt (on K ranks and on one) or an end no later than the
+#    checkpoint, compare --engine cuda, and a subcommand that runs on one rank only: one line on
 #    stderr, exit status 2, no hang;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
@@ -177,6 +178,16 @@ with h5py.File('shares/checkpoint.hdf5', 'r+') as f:
     counts = f['Checkpoint/Run/rank_bodies']
     counts[0] = counts[0] + 1"
   expect_refusal "the checkpoint's rank_bodies are corrupt" run --restart shares --t-end 0.0625
+  # Another dt, or an end no later than the checkpoint's step, on K ranks and on one (the checks they share).
+  expect_refusal "a restart continues with its dt" run --restart shares --t-end 0.0625 --dt 0.0078125
+  expect_refusal "give a later --t-end" run --restart shares --t-end 0.015625
+  status=0
+  "$matcha" run --restart tiny --t-end 0.0625 --dt 0.0078125 >out.txt 2>err.txt || status=$?
+  if [[ $status -ne 2 ]] || ! grep -q "a restart continues with its dt" err.txt; then
+    echo "FAILED: a one-rank restart with another dt: exit $status" >&2
+    cat err.txt >&2
+    failed=1
+  fi
   exit $failed
   ;;
 fail)
