@@ -134,7 +134,8 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   // has the box as its root, and its cells never straddle a face (each cell's bodies have one nearest image).
   Cube box;
   box.side = gravity_.periodic.boxSize;
-  domain_ = decompose(particles, &work_, comm_, &stats_.decomposition, periodic ? &box : nullptr);
+  domain_ =
+      decompose(particles, &work_, comm_, &stats_.decomposition, periodic ? &box : nullptr, &decompositionBuffers_);
   stats_.decompositionSeconds = clock.seconds();
   report.timings[Phase::keys] += stats_.decompositionSeconds;
 

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/parallel/domain_decomposition.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <string>
 
 #include "matcha/core/errors.hpp"
@@ -22,16 +26,26 @@ int Domain::ownerOf(std::uint64_t key) const {
 
 Cube globalBoundingCube(const Particles& particles, MPI_Comm comm) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  // lo and -hi in one MPI_MIN reduction.
-  double bounds[6] = {kInf, kInf, kInf, kInf, kInf, kInf};
+  // lo and -hi in one MPI_MIN reduction (minima are exact in any order: the cube does not depend on the threads).
+  using Bounds = std::array<double, 6>;
   const std::vector<double>* axes[3] = {&particles.x, &particles.y, &particles.z};
-  for (int d = 0; d < 3; ++d) {
-    for (const double value : *axes[d]) {
-      bounds[d] = std::min(bounds[d], value);
-      bounds[3 + d] = std::min(bounds[3 + d], -value);
-    }
-  }
-  MPI_Allreduce(MPI_IN_PLACE, bounds, 6, MPI_DOUBLE, MPI_MIN, comm);
+  Bounds bounds = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, particles.size(), 16384), Bounds{kInf, kInf, kInf, kInf, kInf, kInf},
+      [&](const tbb::blocked_range<std::size_t>& range, Bounds local) {
+        for (int d = 0; d < 3; ++d) {
+          const std::vector<double>& axis = *axes[d];
+          for (std::size_t i = range.begin(); i < range.end(); ++i) {
+            local[d] = std::min(local[d], axis[i]);
+            local[3 + d] = std::min(local[3 + d], -axis[i]);
+          }
+        }
+        return local;
+      },
+      [](Bounds a, const Bounds& b) {
+        for (int k = 0; k < 6; ++k) a[k] = std::min(a[k], b[k]);
+        return a;
+      });
+  MPI_Allreduce(MPI_IN_PLACE, bounds.data(), 6, MPI_DOUBLE, MPI_MIN, comm);
   MATCHA_ASSERT(bounds[0] <= -bounds[3], "bounding cube of no bodies");
   const double lo[3] = {bounds[0], bounds[1], bounds[2]};
   const double hi[3] = {-bounds[3], -bounds[4], -bounds[5]};
@@ -64,6 +78,64 @@ void unpackBody(const double* record, Particles& p, std::size_t i, double& weigh
   for (int k = 0; k < 11; ++k) (*arrays[k])[i] = record[k];
   std::memcpy(&p.id[i], &record[11], sizeof(double));
   weight = record[12];
+}
+
+void copyBody(const Particles& from, std::size_t i, Particles& to, std::size_t k) {
+  to.x[k] = from.x[i];
+  to.y[k] = from.y[i];
+  to.z[k] = from.z[i];
+  to.vx[k] = from.vx[i];
+  to.vy[k] = from.vy[i];
+  to.vz[k] = from.vz[i];
+  to.mass[k] = from.mass[i];
+  to.ax[k] = from.ax[i];
+  to.ay[k] = from.ay[i];
+  to.az[k] = from.az[i];
+  to.pot[k] = from.pot[i];
+  to.id[k] = from.id[i];
+}
+
+/// Bodies per block of the passes that sum or count: fixed, so that sums round alike whatever the number of threads
+/// (a K-rank restart continues bit for bit only if the splitters come out the same).
+constexpr std::size_t kBodyBlock = 16384;
+
+/// The sum of value(i) over i < n: each block summed in order on some core, then the blocks' sums in order.
+template <class Value>
+double sumInBlocks(std::size_t n, const Value& value) {
+  const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+  std::vector<double> blockSums(numBlocks, 0.0);
+  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+    double sum = 0.0;
+    for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) sum += value(i);
+    blockSums[block] = sum;
+  });
+  double total = 0.0;
+  for (const double sum : blockSums) total += sum;
+  return total;
+}
+
+/// prefix[k] = value(0) + ... + value(k - 1) for k <= n (prefix resized to n + 1), in blocks as sumInBlocks: each
+/// block's sum first, then each block's running sums from the blocks' sums before it.
+template <class Value>
+void prefixSumsInBlocks(std::size_t n, const Value& value, std::vector<double>& prefix) {
+  const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+  prefix.resize(n + 1);
+  prefix[0] = 0.0;
+  std::vector<double> blockStart(numBlocks + 1, 0.0);
+  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+    double sum = 0.0;
+    for (std::size_t k = block * kBodyBlock; k < std::min(n, (block + 1) * kBodyBlock); ++k) {
+      sum += value(k);
+      prefix[k + 1] = sum;  // within the block, for now
+    }
+    blockStart[block + 1] = sum;
+  });
+  for (std::size_t block = 0; block < numBlocks; ++block) blockStart[block + 1] += blockStart[block];
+  tbb::parallel_for(std::size_t{1}, numBlocks, [&](std::size_t block) {
+    for (std::size_t k = block * kBodyBlock; k < std::min(n, (block + 1) * kBodyBlock); ++k) {
+      prefix[k + 1] += blockStart[block];
+    }
+  });
 }
 
 /// Candidate keys per target and round of balancedSplitters' search: each round cuts a target's interval 64-fold.
@@ -138,7 +210,7 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sort
 }  // namespace
 
 Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats,
-                 const Cube* keyCube) {
+                 const Cube* keyCube, DecompositionBuffers* buffers) {
   const int numRanks = numRanksOf(comm);
   const std::size_t n = particles.size();
   std::uint64_t numBodies = n;
@@ -159,11 +231,13 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
         }
       },
       comm);
+  DecompositionBuffers local;
+  DecompositionBuffers& b = buffers != nullptr ? *buffers : local;
   // Weights of one for everyone when none are given, or when every given weight is zero.
   std::vector<double> unit;
   std::vector<double>& weight = weights != nullptr && !weights->empty() ? *weights : unit;
   if (&weight == &unit) weight.assign(n, 1.0);
-  double totalWeight = std::accumulate(weight.begin(), weight.end(), 0.0);
+  double totalWeight = sumInBlocks(n, [&](std::size_t i) { return weight[i]; });
   MPI_Allreduce(MPI_IN_PLACE, &totalWeight, 1, MPI_DOUBLE, MPI_SUM, comm);
   if (!(totalWeight > 0.0)) {
     std::fill(weight.begin(), weight.end(), 1.0);
@@ -172,28 +246,47 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
 
   Domain domain;
   domain.cube = keyCube != nullptr ? *keyCube : globalBoundingCube(particles, comm);
-  std::vector<std::uint64_t> keys;
-  domainKeys(particles, domain, keys);
-  tree::KeySorter sorter;
-  std::vector<std::uint64_t> sortedKeys;
-  std::vector<std::uint32_t> order;
-  std::vector<double> prefix(1, 0.0);
+  domainKeys(particles, domain, b.keys);
+  b.prefix.assign(1, 0.0);
+  b.sortedKeys.clear();
   if (numRanks > 1 && n > 0) {  // one rank owns the whole curve: no splitters to find
-    sorter.sort(keys, sortedKeys, order);
-    prefix.resize(n + 1);
-    for (std::size_t k = 0; k < n; ++k) prefix[k + 1] = prefix[k] + weight[order[k]];
+    b.sorter.sort(b.keys, b.sortedKeys, b.order);
+    prefixSumsInBlocks(
+        n, [&](std::size_t k) { return weight[b.order[k]]; }, b.prefix);
   }
-  domain.splitters = balancedSplitters(sortedKeys, prefix, totalWeight, numRanks, comm);
+  domain.splitters = balancedSplitters(b.sortedKeys, b.prefix, totalWeight, numRanks, comm);
 
-  // Only the bodies that change owner travel (after a drift, a few near the boundaries): those that stay are
-  // compacted in place, in their order, and the others' are packed by destination rank (a counting sort that keeps
-  // each rank's bodies in their order) for one exchange.
+  // Only the bodies that change owner travel (after a drift, a few near the boundaries). A counting sort by owner in
+  // blocks of bodies, each block on a core, packs the leaving bodies' records by destination rank (each rank's in
+  // their order) for one exchange; the bodies that stay keep their places, but for those beyond the first numKept
+  // places, which fill the places of the bodies that left: the copies are as many as the bodies that move.
   const int rank = rankOf(comm);
-  std::vector<int> destination(n);
+  b.destination.resize(n);
+  const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+  const auto blockEnd = [n](std::size_t block) { return std::min(n, (block + 1) * kBodyBlock); };
+  // slot[block * numRanks + r]: how many of the block's bodies go to rank r, then where the first of them goes.
+  std::vector<std::uint64_t> slot(numBlocks * std::size_t(numRanks), 0);
+  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+    std::uint64_t* count = &slot[block * std::size_t(numRanks)];
+    for (std::size_t i = block * kBodyBlock; i < blockEnd(block); ++i) {
+      b.destination[i] = domain.ownerOf(b.keys[i]);
+      ++count[b.destination[i]];
+    }
+  });
   std::vector<int> sendCounts(numRanks, 0), receiveCounts(numRanks, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    destination[i] = domain.ownerOf(keys[i]);
-    if (destination[i] != rank) ++sendCounts[destination[i]];
+  std::size_t kept = 0;
+  for (int r = 0; r < numRanks; ++r) {
+    std::uint64_t position = 0;  // within rank r's bodies
+    for (std::size_t block = 0; block < numBlocks; ++block) {
+      const std::uint64_t count = slot[block * std::size_t(numRanks) + r];
+      slot[block * std::size_t(numRanks) + r] = position;
+      position += count;
+    }
+    if (r == rank) {
+      kept = static_cast<std::size_t>(position);
+    } else {
+      sendCounts[r] = static_cast<int>(position);
+    }
   }
   MPI_Alltoall(sendCounts.data(), 1, MPI_INT, receiveCounts.data(), 1, MPI_INT, comm);
   std::vector<int> sendOffsets(numRanks + 1, 0), receiveOffsets(numRanks + 1, 0);
@@ -203,44 +296,66 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   }
   const auto numSent = static_cast<std::size_t>(sendOffsets[numRanks]);
   const auto numReceived = static_cast<std::size_t>(receiveOffsets[numRanks]);
-  std::vector<double> sendBuffer(std::size_t(kRecordDoubles) * numSent);
-  std::size_t kept = 0;
-  {
-    std::vector<int> cursor(sendOffsets.begin(), sendOffsets.end() - 1);
-    std::vector<double>* arrays[11] = {&particles.x,  &particles.y,  &particles.z,    &particles.vx,
-                                       &particles.vy, &particles.vz, &particles.mass, &particles.ax,
-                                       &particles.ay, &particles.az, &particles.pot};
-    for (std::size_t i = 0; i < n; ++i) {
-      if (destination[i] != rank) {
-        packBody(particles, i, weight[i], &sendBuffer[std::size_t(kRecordDoubles) * cursor[destination[i]]++]);
+  b.sendBuffer.resize(std::size_t(kRecordDoubles) * numSent);
+  // The places below `kept` that leaving bodies free (holes) and the staying bodies at or beyond it (fillers) are
+  // equally many: the k-th filler moves into the k-th hole. Per block: its holes and fillers, then their offsets.
+  std::vector<std::size_t> holesBefore(numBlocks + 1, 0), fillersBefore(numBlocks + 1, 0);
+  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+    std::uint64_t* next = &slot[block * std::size_t(numRanks)];
+    std::size_t holes = 0, fillers = 0;
+    for (std::size_t i = block * kBodyBlock; i < blockEnd(block); ++i) {
+      const int to = b.destination[i];
+      if (to == rank) {
+        fillers += i >= kept ? 1 : 0;
         continue;
       }
-      if (kept != i) {  // kept < i: body `kept` was packed already, or moved down itself
-        for (std::vector<double>* array : arrays) (*array)[kept] = (*array)[i];
-        particles.id[kept] = particles.id[i];
-        weight[kept] = weight[i];
-      }
-      ++kept;
+      holes += i < kept ? 1 : 0;
+      const std::size_t k = sendOffsets[to] + next[to]++;
+      packBody(particles, i, weight[i], &b.sendBuffer[std::size_t(kRecordDoubles) * k]);
     }
+    holesBefore[block + 1] = holes;
+    fillersBefore[block + 1] = fillers;
+  });
+  for (std::size_t block = 0; block < numBlocks; ++block) {
+    holesBefore[block + 1] += holesBefore[block];
+    fillersBefore[block + 1] += fillersBefore[block];
   }
-  std::vector<double> receiveBuffer(std::size_t(kRecordDoubles) * numReceived);
+  MATCHA_ASSERT(holesBefore[numBlocks] == fillersBefore[numBlocks], "as many holes as bodies to fill them");
+  b.moves.resize(holesBefore[numBlocks]);  // {hole, filler} pairs
+  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+    std::size_t hole = holesBefore[block], filler = fillersBefore[block];
+    for (std::size_t i = block * kBodyBlock; i < blockEnd(block); ++i) {
+      const bool stays = b.destination[i] == rank;
+      if (!stays && i < kept) b.moves[hole++].first = i;
+      if (stays && i >= kept) b.moves[filler++].second = i;
+    }
+  });
+  tbb::parallel_for(std::size_t{0}, b.moves.size(), [&](std::size_t k) {
+    const auto [hole, filler] = b.moves[k];
+    copyBody(particles, filler, particles, hole);
+    weight[hole] = weight[filler];
+  });
+  b.receiveBuffer.resize(std::size_t(kRecordDoubles) * numReceived);
   MPI_Datatype record;
   MPI_Type_contiguous(kRecordDoubles, MPI_DOUBLE, &record);
   MPI_Type_commit(&record);
-  MPI_Alltoallv(sendBuffer.data(), sendCounts.data(), sendOffsets.data(), record, receiveBuffer.data(),
+  MPI_Alltoallv(b.sendBuffer.data(), sendCounts.data(), sendOffsets.data(), record, b.receiveBuffer.data(),
                 receiveCounts.data(), receiveOffsets.data(), record, comm);
   MPI_Type_free(&record);
 
   // The kept bodies first, then the others' by sending rank.
   particles.resize(kept + numReceived);
   weight.resize(kept + numReceived);
-  for (std::size_t k = 0; k < numReceived; ++k) {
-    unpackBody(&receiveBuffer[std::size_t(kRecordDoubles) * k], particles, kept + k, weight[kept + k]);
-  }
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, numReceived, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
+        for (std::size_t k = r.begin(); k < r.end(); ++k) {
+          unpackBody(&b.receiveBuffer[std::size_t(kRecordDoubles) * k], particles, kept + k, weight[kept + k]);
+        }
+      });
 
   if (stats != nullptr) {
     stats->numBodies = numBodies;
-    stats->work = std::accumulate(weight.begin(), weight.end(), 0.0);
+    stats->work = sumInBlocks(weight.size(), [&](std::size_t i) { return weight[i]; });
     stats->bodiesSent = numSent;
     stats->bodiesReceived = numReceived;
     double sumAndMax[2] = {stats->work, stats->work};

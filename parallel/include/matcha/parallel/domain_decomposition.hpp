@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "matcha/core/particles.hpp"
 #include "matcha/core/tree_prediction.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
 
 namespace matcha::parallel {
 
@@ -42,27 +44,45 @@ struct DecompositionStats {
   double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
 };
 
+/// What decompose() keeps from call to call when the caller holds it (optional): a distributed run's calls then
+/// allocate and first-touch nothing once the ranks' sizes settle. The contents between calls mean nothing.
+struct DecompositionBuffers {
+  std::vector<std::uint64_t> keys, sortedKeys;
+  std::vector<std::uint32_t> order;
+  std::vector<double> prefix;
+  std::vector<int> destination;
+  /// {place freed by a leaving body, staying body moved there}
+  std::vector<std::pair<std::size_t, std::size_t>> moves;
+  std::vector<double> sendBuffer, receiveBuffer;
+  tree::KeySorter sorter;
+};
+
 /// The cube around every rank's bodies: cubeAroundExtent (core/tree_prediction.hpp) of the global extent, so that on
 /// one rank it is tree::computeBoundingCube's cube, bit for bit. A rank may hold no bodies; all ranks together must
 /// hold some (InvariantError otherwise). Collective.
 Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
 
 /// Splits the curve among the ranks of `comm` and moves every body to its owner (MPI_Alltoallv of every array of
-/// Particles): on return `particles` holds the bodies of this rank's range, those it kept first (in their order), then
+/// Particles): on return `particles` holds the bodies of this rank's range, those it kept first (each in its place,
+/// but for those that fill the places of the bodies that left, the k-th of them taking the k-th such place), then
 /// those received, by sending rank. `weights` (in/out, optional): one work weight per body, finite and >= 0 (the
 /// tree's interactions per body from the last force call), moved with the bodies; empty: every body weighs 1. The
 /// splitters put about total / numRanks of the weight before each (the smallest key at which the weight below reaches
 /// r total / numRanks), so each rank's work is within one body's weight of the mean. Calling it again on the current
-/// bodies rebalances and migrates the bodies that crossed a boundary since. Allocates; collective.
+/// bodies rebalances and migrates the bodies that crossed a boundary since. Collective.
 ///
 /// `keyCube` (optional): the cube the keys are taken in instead of globalBoundingCube's, the same on every rank, with
 /// every body inside it (the periodic box [0, L)^3, which is then every rank's tree root, as one rank's periodic tree
 /// has it).
 ///
+/// Every pass over the rank's bodies (bounding cube, keys, sort, prefix sums, owners, packing) runs on its cores (TBB),
+/// in fixed blocks where it sums, so that the splitters do not depend on the number of threads. `buffers` (optional):
+/// kept by the caller from call to call.
+///
 /// Throws InputError, on every rank, when all ranks together hold fewer bodies than there are ranks (run with fewer
 /// ranks), when a weight is negative or not finite, or when `weights` is neither empty nor one per body.
 Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats = nullptr,
-                 const Cube* keyCube = nullptr);
+                 const Cube* keyCube = nullptr, DecompositionBuffers* buffers = nullptr);
 
 /// The Morton keys of `particles` in domain.cube, one per body (resized). Parallel.
 void domainKeys(const Particles& particles, const Domain& domain, std::vector<std::uint64_t>& keys);
