@@ -483,24 +483,32 @@ if [ "${TUNE:-0}" = 1 ]; then
   done
 fi
 
-# RANKS=1: issue 19 on this machine's GPU. `mpirun -np K matcha run --engine cuda` (a GPU per rank; the ranks of one
+# RANKS=1: issue 19 on this machine's GPUs. `mpirun -np K matcha run --engine cuda` (a GPU per rank; the ranks of one
 # host take its GPUs in turns, so on a one-GPU machine they share it) for each K of RANKS_COUNTS (default 1 2 4) at
 # each size of RANKS_SIZES (default 2^22), RANKS_STEPS steps (default 10) of 1/128 with RANKS_OPTIONS, --timings.
+# RANKS_RUNS="K:N K:N ..." names the runs instead (weak scaling: N growing with K).
 if [ "${RANKS:-0}" = 1 ]; then
   echo "== matcha run on K ranks, the CUDA engine on each"
+  nvidia-smi -L
   matcha="$build/apps/matcha"
   t_end=$(python3 -c "print(${RANKS_STEPS:-10} / 128)")
-  for n in ${RANKS_SIZES:-4194304}; do
-    for k in ${RANKS_COUNTS:-1 2 4}; do
-      # shellcheck disable=SC2086
-      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
-        mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 \
-        --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
-        --out "${TMPDIR:-/tmp}/matcha-ranks-$n-$k" >"$OUT/ranks-n$n-k$k.json" 2>"$OUT/ranks-n$n-k$k.log"
-      echo "exit $?" >>"$OUT/ranks-n$n-k$k.log"
-      tail -n 30 "$OUT/ranks-n$n-k$k.log"
-      summary+=("ranks N=$n K=$k: $(grep -E '^# timings since|^summary' "$OUT/ranks-n$n-k$k.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
+  runs=${RANKS_RUNS:-}
+  if [ -z "$runs" ]; then
+    for n in ${RANKS_SIZES:-4194304}; do
+      for k in ${RANKS_COUNTS:-1 2 4}; do runs+=" $k:$n"; done
     done
+  fi
+  for run in $runs; do
+    k=${run%%:*}
+    n=${run#*:}
+    # shellcheck disable=SC2086
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
+      mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 \
+      --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
+      --out "${TMPDIR:-/tmp}/matcha-ranks-$n-$k" >"$OUT/ranks-n$n-k$k.json" 2>"$OUT/ranks-n$n-k$k.log"
+    echo "exit $?" >>"$OUT/ranks-n$n-k$k.log"
+    tail -n 30 "$OUT/ranks-n$n-k$k.log"
+    summary+=("ranks N=$n K=$k: $(grep -E '^# timings since|^summary' "$OUT/ranks-n$n-k$k.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
   done
 fi
 
