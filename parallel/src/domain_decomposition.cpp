@@ -114,30 +114,6 @@ double sumInBlocks(std::size_t n, const Value& value) {
   return total;
 }
 
-/// prefix[k] = value(0) + ... + value(k - 1) for k <= n (prefix resized to n + 1), in blocks as sumInBlocks: each
-/// block's sum first, then each block's running sums from the blocks' sums before it.
-template <class Value>
-void prefixSumsInBlocks(std::size_t n, const Value& value, std::vector<double>& prefix) {
-  const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
-  prefix.resize(n + 1);
-  prefix[0] = 0.0;
-  std::vector<double> blockStart(numBlocks + 1, 0.0);
-  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
-    double sum = 0.0;
-    for (std::size_t k = block * kBodyBlock; k < std::min(n, (block + 1) * kBodyBlock); ++k) {
-      sum += value(k);
-      prefix[k + 1] = sum;  // within the block, for now
-    }
-    blockStart[block + 1] = sum;
-  });
-  for (std::size_t block = 0; block < numBlocks; ++block) blockStart[block + 1] += blockStart[block];
-  tbb::parallel_for(std::size_t{1}, numBlocks, [&](std::size_t block) {
-    for (std::size_t k = block * kBodyBlock; k < std::min(n, (block + 1) * kBodyBlock); ++k) {
-      prefix[k + 1] += blockStart[block];
-    }
-  });
-}
-
 /// Candidate keys per target and round of balancedSplitters' search: each round cuts a target's interval 64-fold.
 constexpr int kSections = 64;
 /// Rounds that take an interval of kKeyEnd = 2^63 keys down to one key at kSections per round (the interval's width
@@ -145,13 +121,24 @@ constexpr int kSections = 64;
 /// of 64 or less), with one to spare. A fixed number: every rank runs the same collectives, whatever its sums.
 constexpr int kSplitterRounds = 12;
 
+/// A key and its body's weight, for the keys a round of the splitter search still looks at.
+struct WeightedKey {
+  std::uint64_t key;
+  double weight;
+};
+
 /// The splitters that balance the weights: for r = 1 .. numRanks - 1 the smallest key s with W(key < s) >= r W /
 /// numRanks, W summed over all ranks, found by multisection of the key space: each round asks W(key < c) at 63 keys c
-/// spread evenly over each target's interval, in one small MPI_Allreduce (`sortedKeys` and `prefix`, prefix[k] = weight
-/// of the first k sorted keys, answer each rank's share), and keeps the piece where W crosses the target: 12 rounds,
-/// each a point where every rank waits for the slowest, where halving the interval took 63 (2^20 bodies on 2 ranks
-/// oversubscribing 2 cores: 325 against 418 ms a call for the decomposition).
-std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sortedKeys, std::span<const double> prefix,
+/// spread evenly over each target's interval, in one small MPI_Allreduce, and keeps the piece where W crosses the
+/// target: 12 rounds, each a point where every rank waits for the slowest, where halving the interval took 63 (2^20
+/// bodies on 2 ranks oversubscribing 2 cores: 325 against 418 ms a call for the decomposition).
+///
+/// Each rank answers from its keys without sorting them (the sort of 2^24 keys was most of a 405 ms decomposition on
+/// the 2-GPU H200 machine's host): a round drops each key into its target interval's 64 buckets, in blocks of bodies
+/// on the rank's cores, and W(key < c) is the weight below the interval plus the buckets' sums up to c. Only the keys
+/// inside some target's new interval go on to the next round: all of them in the first, ~1/64 in the second, and so
+/// on.
+std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys, std::span<const double> weight,
                                              double totalWeight, int numRanks, MPI_Comm comm) {
   static_assert(kKeyEnd == std::uint64_t{1} << 63, "kSplitterRounds counts rounds for 63-bit keys");
   std::vector<std::uint64_t> splitters(numRanks + 1, 0);
@@ -161,10 +148,14 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sort
   std::vector<std::uint64_t> lo(numTargets, 0), hi(numTargets, kKeyEnd);
   constexpr int kCandidates = kSections - 1;
   std::vector<std::uint64_t> candidate(std::size_t(numTargets) * kCandidates);
-  std::vector<double> below(candidate.size());
-  const auto weightBelow = [&](std::uint64_t key) {
-    return prefix[std::lower_bound(sortedKeys.begin(), sortedKeys.end(), key) - sortedKeys.begin()];
-  };
+  std::vector<double> below(candidate.size()), localBelow(candidate.size());
+  // This rank's weight of its keys below each target's lo, and its keys that lie in some target's open interval.
+  std::vector<double> base(numTargets, 0.0);
+  std::vector<WeightedKey> active, next;
+  bool activeIsAll = true;  // the first round reads `keys` and `weight` themselves
+  const auto numActive = [&] { return activeIsAll ? keys.size() : active.size(); };
+  const auto activeAt = [&](std::size_t i) { return activeIsAll ? WeightedKey{keys[i], weight[i]} : active[i]; };
+  const auto isOpen = [&](int t) { return hi[t] - lo[t] > 1; };
   // Invariant: W(< lo) < target <= W(< hi); W(< 0) = 0 < target and W(< kKeyEnd) = W.
   for (int round = 0; round < kSplitterRounds; ++round) {
     for (int t = 0; t < numTargets; ++t) {
@@ -174,17 +165,72 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sort
         // interval when width <= 64.
         const std::uint64_t q = width / kSections, r = width % kSections;
         const std::uint64_t offset = q * std::uint64_t(j + 1) + r * std::uint64_t(j + 1) / kSections;
-        const std::size_t slot = std::size_t(t) * kCandidates + j;
-        candidate[slot] = lo[t] + offset;
-        below[slot] = width > 1 ? weightBelow(candidate[slot]) : 0.0;
+        candidate[std::size_t(t) * kCandidates + j] = lo[t] + offset;
       }
     }
+    // The targets' intervals are pieces of earlier rounds' cuts: two are the same piece or do not overlap. The open
+    // ones, each once, by lo (a target standing for each); a key's piece is the last whose lo is <= key, if the key
+    // is below its hi.
+    std::vector<int> pieces;
+    for (int t = 0; t < numTargets; ++t) {
+      if (isOpen(t) && std::none_of(pieces.begin(), pieces.end(), [&](int u) { return lo[u] == lo[t]; })) {
+        pieces.push_back(t);
+      }
+    }
+    std::sort(pieces.begin(), pieces.end(), [&](int u, int v) { return lo[u] < lo[v]; });
+    const std::size_t numPieces = pieces.size();
+    const auto pieceOf = [&](std::uint64_t key) -> int {  // -1: in no piece
+      const auto it =
+          std::upper_bound(pieces.begin(), pieces.end(), key, [&](std::uint64_t k, int u) { return k < lo[u]; });
+      if (it == pieces.begin() || key >= hi[*(it - 1)]) return -1;
+      return static_cast<int>(it - 1 - pieces.begin());
+    };
+    const auto pieceOfTarget = [&](int t) {
+      return std::size_t(std::find_if(pieces.begin(), pieces.end(), [&](int u) { return lo[u] == lo[t]; }) -
+                         pieces.begin());
+    };
+    // Bucket b of a piece: the weight of this rank's keys in it with exactly b of its candidates <= key. Summed per
+    // block, then the blocks in order.
+    const std::size_t n = numActive();
+    const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+    const std::size_t bucketsPerBlock = numPieces * kSections;
+    std::vector<double> blockBuckets(numBlocks * bucketsPerBlock, 0.0);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      double* buckets = &blockBuckets[block * bucketsPerBlock];
+      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+        const WeightedKey k = activeAt(i);
+        const int p = pieceOf(k.key);
+        if (p < 0) continue;
+        const std::uint64_t* first = &candidate[std::size_t(pieces[p]) * kCandidates];
+        const auto b = std::upper_bound(first, first + kCandidates, k.key) - first;
+        buckets[std::size_t(p) * kSections + std::size_t(b)] += k.weight;
+      }
+    });
+    std::vector<double> buckets(bucketsPerBlock, 0.0);
+    for (std::size_t block = 0; block < numBlocks; ++block) {
+      for (std::size_t k = 0; k < bucketsPerBlock; ++k) buckets[k] += blockBuckets[block * bucketsPerBlock + k];
+    }
+    for (int t = 0; t < numTargets; ++t) {
+      double* slots = &localBelow[std::size_t(t) * kCandidates];
+      if (!isOpen(t)) {
+        std::fill_n(slots, kCandidates, 0.0);
+        continue;
+      }
+      const double* pieceBuckets = &buckets[pieceOfTarget(t) * kSections];
+      double sum = base[t];
+      for (int j = 0; j < kCandidates; ++j) {  // the keys below candidate j: buckets 0 .. j
+        sum += pieceBuckets[j];
+        slots[j] = sum;
+      }
+    }
+    below = localBelow;
     MPI_Allreduce(MPI_IN_PLACE, below.data(), static_cast<int>(below.size()), MPI_DOUBLE, MPI_SUM, comm);
     for (int t = 0; t < numTargets; ++t) {
-      if (hi[t] - lo[t] <= 1) continue;
+      if (!isOpen(t)) continue;
       const double target = totalWeight * double(t + 1) / double(numRanks);
       // The first candidate at or past the target is the new hi, the one before it (or lo) the new lo.
       std::uint64_t newLo = lo[t], newHi = hi[t];
+      double newBase = base[t];
       for (int j = 0; j < kCandidates; ++j) {
         const std::size_t slot = std::size_t(t) * kCandidates + j;
         if (below[slot] >= target) {
@@ -192,13 +238,42 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> sort
           break;
         }
         newLo = candidate[slot];
+        newBase = localBelow[slot];
       }
       lo[t] = newLo;
       hi[t] = newHi;
+      base[t] = newBase;
     }
+    if (round + 1 == kSplitterRounds) break;
+    // The keys inside some open interval go on, in their order (so that the sums round alike from call to call).
+    const auto stillLooked = [&](std::uint64_t key) {
+      for (int t = 0; t < numTargets; ++t) {
+        if (isOpen(t) && lo[t] <= key && key < hi[t]) return true;
+      }
+      return false;
+    };
+    std::vector<std::size_t> goOn(numBlocks + 1, 0);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      std::size_t count = 0;
+      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+        count += stillLooked(activeAt(i).key) ? 1 : 0;
+      }
+      goOn[block + 1] = count;
+    });
+    for (std::size_t block = 0; block < numBlocks; ++block) goOn[block + 1] += goOn[block];
+    next.resize(goOn[numBlocks]);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      std::size_t to = goOn[block];
+      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+        const WeightedKey k = activeAt(i);
+        if (stillLooked(k.key)) next[to++] = k;
+      }
+    });
+    active.swap(next);
+    activeIsAll = false;
   }
   for (int t = 0; t < numTargets; ++t) {
-    MATCHA_ASSERT(hi[t] - lo[t] <= 1, "the splitter search did not converge");
+    MATCHA_ASSERT(!isOpen(t), "the splitter search did not converge");
     splitters[t + 1] = hi[t];
   }
   // Every rank computed the same search, but MPI does not promise that a floating-point reduction rounds alike on
@@ -247,14 +322,7 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   Domain domain;
   domain.cube = keyCube != nullptr ? *keyCube : globalBoundingCube(particles, comm);
   domainKeys(particles, domain, b.keys);
-  b.prefix.assign(1, 0.0);
-  b.sortedKeys.clear();
-  if (numRanks > 1 && n > 0) {  // one rank owns the whole curve: no splitters to find
-    b.sorter.sort(b.keys, b.sortedKeys, b.order);
-    prefixSumsInBlocks(
-        n, [&](std::size_t k) { return weight[b.order[k]]; }, b.prefix);
-  }
-  domain.splitters = balancedSplitters(b.sortedKeys, b.prefix, totalWeight, numRanks, comm);
+  domain.splitters = balancedSplitters(b.keys, weight, totalWeight, numRanks, comm);
 
   // Only the bodies that change owner travel (after a drift, a few near the boundaries). A counting sort by owner in
   // blocks of bodies, each block on a core, packs the leaving bodies' records by destination rank (each rank's in

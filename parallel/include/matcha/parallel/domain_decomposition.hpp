@@ -12,7 +12,6 @@
 
 #include "matcha/core/particles.hpp"
 #include "matcha/core/tree_prediction.hpp"
-#include "matcha/tree/space_filling_curve.hpp"
 
 namespace matcha::parallel {
 
@@ -47,14 +46,11 @@ struct DecompositionStats {
 /// What decompose() keeps from call to call when the caller holds it (optional): a distributed run's calls then
 /// allocate and first-touch nothing once the ranks' sizes settle. The contents between calls mean nothing.
 struct DecompositionBuffers {
-  std::vector<std::uint64_t> keys, sortedKeys;
-  std::vector<std::uint32_t> order;
-  std::vector<double> prefix;
+  std::vector<std::uint64_t> keys;
   std::vector<int> destination;
   /// {place freed by a leaving body, staying body moved there}
   std::vector<std::pair<std::size_t, std::size_t>> moves;
   std::vector<double> sendBuffer, receiveBuffer;
-  tree::KeySorter sorter;
 };
 
 /// The cube around every rank's bodies: cubeAroundExtent (core/tree_prediction.hpp) of the global extent, so that on
@@ -75,8 +71,9 @@ Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
 /// every body inside it (the periodic box [0, L)^3, which is then every rank's tree root, as one rank's periodic tree
 /// has it).
 ///
-/// Every pass over the rank's bodies (bounding cube, keys, sort, prefix sums, owners, packing) runs on its cores (TBB),
-/// in fixed blocks where it sums, so that the splitters do not depend on the number of threads. `buffers` (optional):
+/// Every pass over the rank's bodies (bounding cube, keys, the splitter search's sums, owners, packing) runs on its
+/// cores (TBB), in fixed blocks where it sums, so that the splitters do not depend on the number of threads; no pass
+/// sorts them. `buffers` (optional):
 /// kept by the caller from call to call.
 ///
 /// Throws InputError, on every rank, when all ranks together hold fewer bodies than there are ranks (run with fewer
