@@ -145,7 +145,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     // The tree over this rank's bodies in the global cube: its cells are the one-rank tree's cells wherever they hold
     // only this rank's bodies.
     domainKeys(particles, domain_, keys_);
-    sorter_.sort(keys_, sortedKeys_, order_);
+    tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
     permuter_.permute(particles, order_);
     report.timings[Phase::sort] += clock.seconds();
     clock.restart();
