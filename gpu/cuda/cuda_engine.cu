@@ -651,9 +651,11 @@ struct CudaEngine::Impl {
     start.record(stream.get());
     // A periodic call (a tree per call, no resident lists: tree/periodic_tree_solver.hpp) sends its bodies, cells and
     // lists, ~1.3 GB at 2^24, through the page-locked staging buffers: from pageable memory they took 122-213 ms on
-    // the H200 (6-10 GB/s). Open-boundary plans keep the direct copies (they may run beside resident launches, whose
-    // DMA a staged piece would wait behind).
-    const bool staged = periodic;
+    // the H200 (6-10 GB/s). So does an open-boundary plan on an engine that has never held resident lists (a rank of
+    // the distributed solver: its lists took 185 ms a call at 2^24 bodies a rank on the 2-GPU H200 machine). Plans
+    // beside resident lists keep the direct copies: they may run beside resident launches, whose DMA a staged piece
+    // would wait behind.
+    const bool staged = periodic || !res.hasTree;
     if (part.uploadBodies) uploadSourcesAndCells(sources, cells, staged);
     groupCentres.reserve(3 * numGroups);
     uploadArray(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups, staged);
