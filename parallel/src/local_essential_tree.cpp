@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/parallel/local_essential_tree.hpp"
 
+#include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
@@ -58,6 +59,9 @@ bool accepts(const double* com, double openingRadius, double mass, double bmax, 
 /// What a group makes of a cell: the periodic short range's three answers (tree::visitPeriodic), of which open
 /// boundaries give accept or open.
 using Visit = tree::PeriodicVisit;
+
+/// Groups from which judge() tests a cell against them on several cores.
+constexpr std::size_t kParallelJudge = 1024;
 
 /// What all the groups that reach a cell make of it together.
 enum class Reach {
@@ -151,10 +155,28 @@ class SubtreeExporter {
       return Reach::skippedByAll;
     }
     bool needed = false;  // some group does not skip it
-    for (const std::uint32_t g : reaching) {
-      const Visit v = visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]);
-      needed = needed || v != Visit::skip;
-      if (v == Visit::open) opening.push_back(g);
+    const auto visitGroup = [&](std::uint32_t g) {
+      return visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]);
+    };
+    if (reaching.size() < kParallelJudge) {
+      for (const std::uint32_t g : reaching) {
+        const Visit v = visitGroup(g);
+        needed = needed || v != Visit::skip;
+        if (v == Visit::open) opening.push_back(g);
+      }
+    } else {
+      // The cells near the root meet most of the other rank's groups: with 2 ranks the one subtree exported is one
+      // depth-first pass on one core, and its judging at those cells on the rank's cores (the list in its order).
+      visits_.resize(reaching.size());
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, reaching.size(), 256),
+                        [&](const tbb::blocked_range<std::size_t>& range) {
+                          for (std::size_t k = range.begin(); k < range.end(); ++k)
+                            visits_[k] = visitGroup(reaching[k]);
+                        });
+      for (std::size_t k = 0; k < reaching.size(); ++k) {
+        needed = needed || visits_[k] != Visit::skip;
+        if (visits_[k] == Visit::open) opening.push_back(reaching[k]);
+      }
     }
     if (!opening.empty()) return Reach::openedBySome;
     return needed ? Reach::acceptedByAll : Reach::skippedByAll;
@@ -210,6 +232,8 @@ class SubtreeExporter {
   std::vector<ExportedBody>& bodies_;
   /// Per depth d + 1: the groups that open each child (up to 8) of the cell expanded at depth d.
   std::vector<std::array<std::vector<std::uint32_t>, 8>> opening_;
+  /// judge()'s verdicts of each group, where it judges them in parallel (kParallelJudge or more).
+  mutable std::vector<Visit> visits_;
 };
 
 }  // namespace

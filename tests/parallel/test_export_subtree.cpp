@@ -148,6 +148,29 @@ TEST(ExportSubtree, TwoGroupsGetTheUnionOfTheirWalks) {
   EXPECT_EQ(t.coverage(cellsBoth, both), std::vector<int>(16, 1));
 }
 
+TEST(ExportSubtree, ManyGroupsAreJudgedAsTheirDistinctBoxesAre) {
+  // 1500 groups, half of them at each clump: judged on several cores near the root (kParallelJudge), they must send
+  // what the two distinct groups send, cell for cell.
+  const TwoClumps t;
+  std::vector<ExportedCell> cellsTwo, cellsMany;
+  const auto two = t.exportedIds(TwoClumps::remote({{{10.6, 3, 3}}, {{-10.6, -3, -3}}}, 0.1), cellsTwo);
+  std::vector<std::array<double, 3>> centres;
+  for (int k = 0; k < 750; ++k) {
+    centres.push_back({10.6, 3, 3});
+    centres.push_back({-10.6, -3, -3});
+  }
+  const auto many = t.exportedIds(TwoClumps::remote(centres, 0.1), cellsMany);
+  EXPECT_EQ(many, two);
+  ASSERT_EQ(cellsMany.size(), cellsTwo.size());
+  for (std::size_t c = 0; c < cellsTwo.size(); ++c) {
+    EXPECT_EQ(cellsMany[c].sourceCell, cellsTwo[c].sourceCell) << "cell " << c;
+    EXPECT_EQ(cellsMany[c].accepted, cellsTwo[c].accepted) << "cell " << c;
+    EXPECT_EQ(cellsMany[c].firstChild, cellsTwo[c].firstChild) << "cell " << c;
+    EXPECT_EQ(cellsMany[c].numChildren, cellsTwo[c].numChildren) << "cell " << c;
+  }
+  EXPECT_EQ(t.coverage(cellsMany, many), std::vector<int>(16, 1));
+}
+
 TEST(ExportSubtree, TheRelativeTestOpensWhatThetaAloneAccepts) {
   const TwoClumps t;
   std::vector<ExportedCell> thetaAlone, strict;
