@@ -752,7 +752,7 @@ struct CudaEngine::Impl {
     double totalCost = 0.0;       ///< the cost of the call's groups so far, summed as evaluatePlanIn sums a plan's
     InteractionPlan deferred;     ///< groups held back for the call's last batch (evaluatePlanBatchIn)
     std::vector<std::uint8_t> now;
-  } batches;
+  };
 
   /// CudaEngine::evaluatePlanBatch. The one plan of the call's groups would cut the tasks longer than
   /// longestTaskCost(the whole call's cost) into tasks of fewer rows (forEachBalancedWarpTask), which changes the
@@ -913,7 +913,7 @@ struct CudaEngine::Impl {
     /// Recorded after each output's copy into hostForces (a whole launch): finishResident copies one component out
     /// while the next still comes over.
     std::array<detail::CudaEvent, 4> forceCopied;
-  } res;
+  };
 
   template <class T>
   void uploadVector(DeviceBuffer<T>& buffer, const std::vector<T>& values) {
@@ -1542,6 +1542,11 @@ struct CudaEngine::Impl {
   CudaKernelConfig config;
   DeviceSelection selection;
   detail::CudaStream stream;
+  // Declared after `selection`: their events and staging buffers belong to the engine's device (created on the
+  // runtime's default device, they failed every staged upload of an engine on another: cudaEventRecord on its
+  // stream, an invalid resource handle, rank 1 of 2 on the 2-GPU H200 machine).
+  PlanBatches batches;
+  ResidentTree res;
   detail::DeviceKeySorter keySorter{config.device};
   detail::TreePredictor treePredictor{config.device};
   detail::CudaEvent start, kernelsStart, kernelsStop, stop;

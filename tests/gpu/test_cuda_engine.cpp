@@ -518,6 +518,27 @@ TEST_F(CudaEngineTest, CpuAndGpuFloatAgreeOnTheSamePlan) {
   }
 }
 
+// An engine on any device, not only the runtime's default one: a plan whose lists go through the page-locked staging
+// buffers (over 1 MB, on an engine without resident lists) records their events on its own stream. Those events were
+// once made on device 0 before the engine chose its device, and every staged upload on device 1 failed (rank 1 of 2
+// on the 2-GPU H200 machine). On a one-GPU machine this checks device 0 alone.
+TEST_F(CudaEngineTest, EveryDeviceEvaluatesAStagedPlan) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  CpuEngine cpu(Precision::float32);
+  TreePlan tp(testing::clumpInHalo(100000, seed), 0.5, 64, cpu, MultipoleOrder::quadrupole);
+  ASSERT_GT(tp.plan.cellList.size() * sizeof(tp.plan.cellList[0]), std::size_t{1} << 20)
+      << "the cell lists must be large enough for the staged upload";
+  std::printf("devices: %d\n", device_.deviceCount);
+  for (int device = 0; device < device_.deviceCount; ++device) {
+    CudaKernelConfig config = testConfig();
+    config.device = device;
+    CudaEngine engine(Precision::float32, config);
+    expectPlanMatchesOracle(engine, tp.particles, tp.solver.octree().multipoles, tp.plan, GravityParams{}, kFloatMax,
+                            "device " + std::to_string(device));
+  }
+}
+
 // A warp task longer than its share of the launch is cut into tasks of fewer rows, one thread per body in each
 // (cuda_engine.cu: forEachBalancedWarpTask): every body's sum runs over the same tiles in the same order, so the
 // forces are those of the uncut tasks, on plans (evaluatePlan) and on resident lists (a whole launch): bit for bit
