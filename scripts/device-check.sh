@@ -24,7 +24,7 @@
 # GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
 # Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
-# matcha tune against the best hand-picked setting, RANKS=1 (RANKS_SIZES, RANKS_COUNTS, RANKS_STEPS, RANKS_OPTIONS) for
+# matcha tune against the best hand-picked setting, RANKS=1 (RANKS_SIZES, RANKS_COUNTS or RANKS_RUNS, RANKS_STEPS, RANKS_OPTIONS) for
 # matcha run on K ranks with the CUDA engine on each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
