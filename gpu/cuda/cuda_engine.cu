@@ -132,7 +132,15 @@ const detail::PlanVariant<Real>* findPlanVariant(std::uint32_t tile, bool quadru
 /// double, 4 conversions, one shared store) plus ~16 per pair interaction for each row the task's kind provides,
 /// used or not. Chooses, for a group of n bodies, the chunks that minimise the summed cost: one kind whose rows
 /// cover n, or several smaller chunks (each streams the whole list again).
-constexpr double kStageCost = 40.0;
+///
+/// The staging is charged 80, twice its ~40 instructions: a further chunk also costs its task's fixed work (the
+/// group's centre and list descriptor, the near-source radius, the flushes and the reduction over lanes) and, for the
+/// kinds of 1 body per thread, one shared load per pair. Measured against 40 (Plummer 2^20, theta 0.5, p64, H200, two
+/// calls, ms a launch with / without the potential): monopole ncrit 64 3.15 / 2.95 -> 3.08 / 2.87, ncrit 256 3.20 /
+/// 3.03 -> 3.17-3.18 / 3.01 (69.8 -> 70.2-70.3% of the FP32 floor), ncrit 1024 unchanged; quadrupole ncrit 64 7.35 /
+/// 7.08 -> 7.22 / 6.96, ncrit 256 unchanged, ncrit 1024 9.39-9.45 / 9.08-9.11 -> 9.50-9.53 / 9.09-9.14. 20 and 160
+/// were worse, 120 and a pair cost that grows as bodies per thread fall (15 + 2 / bodies) about the same as 80.
+constexpr double kStageCost = 80.0;
 constexpr double kPairCost = 16.5;
 /// A quadrupole cell costs about this many point-mass list entries (staging 10 values, ~35 instructions per pair).
 constexpr double kQuadrupoleEntryWeight = 2.2;
