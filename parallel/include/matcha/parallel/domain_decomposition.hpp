@@ -43,8 +43,10 @@ struct DecompositionStats {
   double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
 };
 
-/// What decompose() keeps from call to call when the caller holds it (optional): a distributed run's calls then
-/// allocate and first-touch nothing once the ranks' sizes settle. The contents between calls mean nothing.
+/// What decompose() keeps from call to call when the caller holds it (optional): its arrays of one entry per body
+/// (keys, owners, the exchange's records), so that a distributed run's calls neither allocate nor first-touch them
+/// once the ranks' sizes settle (the splitter search's smaller arrays, ~1/64 of the keys, are made each call). The
+/// contents between calls mean nothing.
 struct DecompositionBuffers {
   std::vector<std::uint64_t> keys;
   std::vector<int> destination;
