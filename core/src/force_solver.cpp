@@ -39,6 +39,10 @@ const char* phaseName(Phase phase) {
       return "motion";
     case Phase::mesh:
       return "mesh";
+    case Phase::decomposition:
+      return "decomposition";
+    case Phase::exchange:
+      return "exchange";
     case Phase::count:
       break;
   }

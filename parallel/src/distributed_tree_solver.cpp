@@ -119,6 +119,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, doub
   const LetStats& let = let_.stats();
   stats_.letBuildSeconds += let.buildSeconds;
   stats_.communicationSeconds += let.communicationSeconds;
+  report.timings[Phase::exchange] += let.buildSeconds + let.communicationSeconds;
   if (n == 0) return {};
   let_.buildPlan(groups_, localPlan_, plan_);
   stats_.walkSeconds += let_.stats().walkSeconds;
@@ -173,7 +174,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   domain_ =
       decompose(particles, &work_, comm_, &stats_.decomposition, periodic ? &box : nullptr, &decompositionBuffers_);
   stats_.decompositionSeconds = clock.seconds();
-  report.timings[Phase::keys] += stats_.decompositionSeconds;
+  report.timings[Phase::decomposition] += stats_.decompositionSeconds;
 
   clock.restart();
   const std::size_t n = particles.size();

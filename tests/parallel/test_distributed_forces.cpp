@@ -97,8 +97,14 @@ TEST(DistributedForces, PlummerMatchesOneRankAgainstDirectSummation) {
 
   // A second call on the bodies it returned: split by the first call's work, relative test from its accelerations.
   input = local;
-  solver.computeForces(local);
+  const ForceReport report = solver.computeForces(local);
   EXPECT_FALSE(solver.lastStats().estimatePass);
+  // The ranks' own phases, apart from the tree's: the split and the local essential trees.
+  EXPECT_EQ(report.timings[Phase::decomposition], solver.lastStats().decompositionSeconds);
+  EXPECT_EQ(report.timings[Phase::exchange],
+            solver.lastStats().letBuildSeconds + solver.lastStats().communicationSeconds);
+  EXPECT_GT(report.timings[Phase::decomposition], 0.0);
+  EXPECT_EQ(report.timings[Phase::keys], 0.0) << "the decomposition is not the tree's keys";
   reportBalance(solver, "plummer 2^14, second call (split by work)");
   EXPECT_LE(solver.lastStats().imbalance(), 1.15);
   expectOneRankAccuracy(local, input, params, "plummer 2^14 with the last call's accelerations");

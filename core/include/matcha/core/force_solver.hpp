@@ -34,6 +34,8 @@ enum class Phase : int {
   motion,      ///< the host's record of the bodies' motion for reuse: the last calls' positions and accelerations,
                ///< the next tree's predicted positions and the inputs its background build copies
   mesh,        ///< periodic TreePM: the particle mesh's long range (deposit, FFTs, interpolation)
+  decomposition,  ///< several ranks: the split along the curve and the bodies' moves to their owners (parallel/)
+  exchange,       ///< several ranks: the local essential trees, pruned for and exchanged with the other ranks
   count
 };
 inline constexpr int kNumPhases = static_cast<int>(Phase::count);
