@@ -181,15 +181,16 @@ TEST_P(DistributedPeriodicForces, MatchOneRankPerBody) {
 // ranks as on one the lists hold every body within reach. On the uniform box no list holds a cell, and in double the
 // sums differ by their order alone (max 1.6e-14). On the clumpy box, a few cells at the cut's boundary remain, which
 // one side's float walk takes and the other's double test skips (such a cell adds its truncated pull, f(r_cut) =
-// 1.75e-2 of the Newtonian): in double p99 1.9e-9 in 17 runs, 1.4e-7 in one later draw (more bodies near such a cell;
-// the bound 1e-6), max 1.1e-5. In float p99 8.6e-7, max 1.3e-4 (close pairs in float
-// about other group centres, over the uniform box's small rms). The defaults (theta 0.5, quadrupoles; alpha 1e-3, or 0
-// in the tests below): p99 2.2e-4, max 1.2e-3, the trees' approximation error (p99 2e-4 - 4.5e-4 against the
-// reference, on both sides).
+// 1.75e-2 of the Newtonian): in double p99 1.9e-9 in 17 runs, 1.4e-7 and then 1.4e-6 in later draws (more bodies near
+// such a cell: MATCHA_TEST_SEED=15585679705000575767 on 2 ranks, p99 1.42e-6, max 8.0e-6, the same before and after
+// the fifth session's decomposition changes), max 1.1e-5: the p99 bound is the max's scale, 1e-5. In float p99 8.6e-7,
+// max 1.3e-4 (close pairs in float about other group centres, over the uniform box's small rms). The defaults (theta
+// 0.5, quadrupoles; alpha 1e-3, or 0 in the tests below): p99 2.2e-4, max 1.2e-3, the trees' approximation error (p99
+// 2e-4 - 4.5e-4 against the reference, on both sides).
 INSTANTIATE_TEST_SUITE_P(
     Boxes, DistributedPeriodicForces,
     ::testing::Values(PeriodicCase{"clumpy, bodies alone, double", true, 0.02, MultipoleOrder::quadrupole, 1e-30,
-                                   gpu::Precision::float64, 1e-6, 1e-4},
+                                   gpu::Precision::float64, 1e-5, 1e-4},
                       PeriodicCase{"uniform, bodies alone, double", false, 0.02, MultipoleOrder::quadrupole, 1e-30,
                                    gpu::Precision::float64, 1e-13, 1e-12},
                       PeriodicCase{"clumpy, bodies alone", true, 0.02, MultipoleOrder::quadrupole, 1e-30,
