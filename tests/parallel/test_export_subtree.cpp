@@ -22,6 +22,23 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+/// Whether two exported subtrees have the same shape: cell for cell the same source cell, verdict, children and bodies.
+::testing::AssertionResult sameSubtree(const std::vector<ExportedCell>& cells,
+                                       const std::vector<ExportedCell>& reference) {
+  if (cells.size() != reference.size()) {
+    return ::testing::AssertionFailure() << cells.size() << " cells against " << reference.size();
+  }
+  for (std::size_t c = 0; c < cells.size(); ++c) {
+    const ExportedCell &a = cells[c], &b = reference[c];
+    if (a.sourceCell != b.sourceCell || a.accepted != b.accepted || a.firstChild != b.firstChild ||
+        a.numChildren != b.numChildren || a.firstBody != b.firstBody || a.lastBody != b.lastBody) {
+      return ::testing::AssertionFailure()
+             << "cell " << c << " differs (source cell " << a.sourceCell << " against " << b.sourceCell << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 /// Clump A: ids 0-7 on a cube of edge 0.2 around (-10, -3, -3); clump B: ids 8-15 around (10, 3, 3), so that neither
 /// straddles a plane that halves the root cube. Sorted, with their octree (nleaf 4) and monopoles at theta 0.5. In a
 /// periodic box of side `boxSize` (the tree's root then): A around (0.3, 1.8, 1.8), beside the face x = 0, and B
@@ -161,13 +178,7 @@ TEST(ExportSubtree, ManyGroupsAreJudgedAsTheirDistinctBoxesAre) {
   }
   const auto many = t.exportedIds(TwoClumps::remote(centres, 0.1), cellsMany);
   EXPECT_EQ(many, two);
-  ASSERT_EQ(cellsMany.size(), cellsTwo.size());
-  for (std::size_t c = 0; c < cellsTwo.size(); ++c) {
-    EXPECT_EQ(cellsMany[c].sourceCell, cellsTwo[c].sourceCell) << "cell " << c;
-    EXPECT_EQ(cellsMany[c].accepted, cellsTwo[c].accepted) << "cell " << c;
-    EXPECT_EQ(cellsMany[c].firstChild, cellsTwo[c].firstChild) << "cell " << c;
-    EXPECT_EQ(cellsMany[c].numChildren, cellsTwo[c].numChildren) << "cell " << c;
-  }
+  EXPECT_TRUE(sameSubtree(cellsMany, cellsTwo));
   EXPECT_EQ(t.coverage(cellsMany, many), std::vector<int>(16, 1));
 }
 
@@ -296,15 +307,7 @@ TEST(ExportSubtree, PeriodicDomainBoxShortcutChangesNothing) {
     exportSubtree(sender.octree, sender.bodies.sources(), sender.bodies.id, withDomain, cells, bodies, periodic);
     exportSubtree(sender.octree, sender.bodies.sources(), sender.bodies.id, withoutShortcut, reference, referenceBodies,
                   periodic);
-    ASSERT_EQ(cells.size(), reference.size());
-    for (std::size_t c = 0; c < cells.size(); ++c) {
-      ASSERT_EQ(cells[c].sourceCell, reference[c].sourceCell) << "cell " << c;
-      ASSERT_EQ(cells[c].accepted, reference[c].accepted) << "cell " << c;
-      ASSERT_EQ(cells[c].firstChild, reference[c].firstChild) << "cell " << c;
-      ASSERT_EQ(cells[c].numChildren, reference[c].numChildren) << "cell " << c;
-      ASSERT_EQ(cells[c].firstBody, reference[c].firstBody) << "cell " << c;
-      ASSERT_EQ(cells[c].lastBody, reference[c].lastBody) << "cell " << c;
-    }
+    ASSERT_TRUE(sameSubtree(cells, reference));
     ASSERT_EQ(bodies.size(), referenceBodies.size());
     for (std::size_t b = 0; b < bodies.size(); ++b) ASSERT_EQ(bodies[b].id, referenceBodies[b].id) << "body " << b;
     std::printf("[ export   ] %s: %zu of %zu cells and %zu of %zu bodies sent for %zu groups\n",
