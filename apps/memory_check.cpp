@@ -162,14 +162,21 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   MemoryEstimate& estimate = memory.estimate;
   const std::uint64_t n = particles.size();
   if (options.solver == SolverKind::tree) {
-    const tree::TreeRunShape shape = tree::treeRunShape(options.tree, memory.numSteps, options.integrator.dt, onGpu);
+    const bool periodic = options.gravity.periodic.enabled();
+    // The periodic solver keeps one tree, built within its call (tree/periodic_tree_solver.hpp): sized as a tree per
+    // call, plus what its reuse keeps of the bodies (positions at the build and along their paths, ids, two balls).
+    TreeParams sized = options.tree;
+    if (periodic) sized.reuse = 1;
+    const tree::TreeRunShape shape = tree::treeRunShape(sized, memory.numSteps, options.integrator.dt, onGpu);
     memory.reuseSteps = shape.reachesReuse() ? shape.reuseSteps : 1;
-    memory.sizes = tree::estimateTreeSolverMemory(particles, options.tree, options.gravity, shape, estimate);
+    memory.sizes = tree::estimateTreeSolverMemory(particles, sized, options.gravity, shape, estimate);
     gpu::addEngineTreeMemory(memory.sizes, onGpu, estimate);
     if (options.tree.sortOnDevice) gpu::addEngineKeySortMemory(n, onGpu, estimate);
-    // Periodic runs build a tree every call (tree/periodic_tree_solver.hpp): no background builds to predict.
+    if (periodic && options.tree.reuse != 1 && (options.tree.reuse != 0 || onGpu)) {
+      estimate.add("periodic tree reuse", n * (6 * sizeof(double) + sizeof(std::uint64_t) + 2 * sizeof(float)));
+    }
     if (options.tree.predictOnDevice && options.tree.advanceOnDevice && shape.buildsInBackground(options.tree) &&
-        !options.gravity.periodic.enabled()) {
+        !periodic) {
       gpu::addEngineTreePredictionMemory(n, onGpu, estimate);
     }
   } else {

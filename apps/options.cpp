@@ -151,9 +151,10 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->capture_default_str();
     command.add_option("--nleaf", options.tree.nleaf, "most bodies per leaf cell")->capture_default_str();
     command
-        .add_option("--reuse", options.tree.reuse,
-                    "steps a tree and its interaction lists serve, built for the predicted positions of those steps: "
-                    "auto (0, chosen from measured costs), off (1, a new tree every force call) or a number up to 64")
+        .add_option(
+            "--reuse", options.tree.reuse,
+            "steps a tree and its interaction lists serve, built with room for the bodies' motion over those steps: "
+            "auto (0, chosen from measured costs), off (1, a new tree every force call) or a number up to 64")
         ->transform(CLI::Transformer({{"auto", "0"}, {"off", "1"}}))
         ->check(CLI::Range(0, 64))
         ->capture_default_str();
@@ -657,8 +658,6 @@ double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t nu
   options.gravity.periodic = mesh::periodicSplit(options.mesh);
   if (options.epsAuto) options.gravity.eps = periodicSoftening(box, numBodies);
   options.integrator.boxSize = box;
-  // One tree per call (tree/periodic_tree_solver.hpp says why): the memory estimate is then sized for that.
-  options.tree.reuse = 1;
   return box;
 }
 

@@ -21,6 +21,7 @@
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
 # COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
 # (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential,
+# PERIODIC_STEPS=1 (PSTEP_SIZES, PSTEP_RUNS, PSTEP_COSMO_GRID, PSTEP_COSMO_RUNS) for periodic steps with and without reuse,
 # GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
 # Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
@@ -353,6 +354,66 @@ if [ "${OVERLAP:-0}" = 1 ]; then
     done
     rm -rf "$runsdir"
   fi
+fi
+
+# PERIODIC_STEPS=1: whole periodic steps and what the periodic tree's reuse saves (issues 15, 16). For each N of
+# PSTEP_SIZES (default 2^24), on the bodies of `matcha ic PSTEP_IC` (clumps, seed 7), PSTEP_STEPS steps (default 20)
+# of `matcha run --timings` (dt 1/128, the phases of the last half's interval) for each run of PSTEP_RUNS
+# ("label=options;...", default: reuse off, 2 and 4); then a PSTEP_COSMO_GRID^3 (default 256; 0: none) comoving box
+# (`matcha ic cosmo`, 100 Mpc/h, seed 7) from z = 49 to PSTEP_COSMO_Z_END (default 40) for each run of
+# PSTEP_COSMO_RUNS (default: reuse off and the default, auto). PSTEP_OPTIONS go to every run; each under COSMO_TIMEOUT.
+if [ "${PERIODIC_STEPS:-0}" = 1 ]; then
+  echo "== periodic steps"
+  matcha="$build/apps/matcha"
+  runsdir=${TMPDIR:-/tmp}/matcha-periodic-steps
+  mkdir -p "$runsdir"
+  pstep_summary() {  # $1 JSON, $2 log: the steps' means, the last interval's ms/step, rebuilds, phases of the means
+    python3 -c 'import json, re, sys
+d = json.load(open(sys.argv[1])); t = d["timings"]; m = t.get("steps_mean_ms") or {}
+last = [l for l in open(sys.argv[2]) if l.startswith("# timings since last output")]
+steady = re.search(r"([0-9.e+]+) ms/step", last[-1]).group(1) if last else "n/a"
+print("%d steps, %.1f ms/step (force %.1f), last interval %s ms/step, rebuilds %d, GPU busy %.3f; %s" % (t["steps"],
+      1e3 * t["step_seconds_mean"], 1e3 * t["force_call_seconds_mean"], steady, t["rebuilds"], t["gpu_busy_fraction"],
+      ", ".join("%s %.1f" % (k, v) for k, v in m.items() if v > 0)))' "$1" "$2" 2>&1 | head -c 700
+  }
+  steps=${PSTEP_STEPS:-20}
+  t_end=$(python3 -c "print($steps / 128)")
+  interval=$(python3 -c "print($steps / 256)")
+  for n in ${PSTEP_SIZES:-16777216}; do
+    ic="$runsdir/bodies-$n.hdf5"
+    "$matcha" ic "${PSTEP_IC:-clumps}" -n "$n" --seed 7 -o "$ic" --overwrite >"$OUT/pstep-ic-n$n.log" 2>&1
+    IFS=';' read -ra runs <<<"${PSTEP_RUNS:-off=--reuse off;r2=--reuse 2;r4=--reuse 4}"
+    for spec in "${runs[@]}"; do
+      label=${spec%%=*}
+      name="pstep-n$n-$label"
+      # shellcheck disable=SC2086
+      timeout "${COSMO_TIMEOUT:-550}" "$matcha" run --ic "$ic" --engine cuda --dt 0.0078125 --t-end "$t_end" \
+        --output-interval "$interval" --timings --json --checkpoint-interval 100000 ${PSTEP_OPTIONS:-} ${spec#*=} \
+        --overwrite --out "$runsdir/run-$label" >"$OUT/$name.json" 2>"$OUT/$name.log"
+      tail -n 30 "$OUT/$name.log"
+      summary+=("periodic steps N=$n $label (${spec#*=}): $(pstep_summary "$OUT/$name.json" "$OUT/$name.log")")
+      rm -rf "$runsdir/run-$label"
+    done
+    rm -f "$ic"
+  done
+  grid=${PSTEP_COSMO_GRID:-256}
+  if [ "$grid" -gt 0 ]; then
+    ic="$runsdir/ics-$grid.hdf5"
+    "$matcha" ic cosmo --grid "$grid" --box 100 --seed 7 --out "$ic" --overwrite >"$OUT/pstep-cosmo-ic-$grid.log" 2>&1
+    IFS=';' read -ra runs <<<"${PSTEP_COSMO_RUNS:-off=--reuse off;auto=}"
+    for spec in "${runs[@]}"; do
+      label=${spec%%=*}
+      name="pstep-cosmo-$grid-$label"
+      # shellcheck disable=SC2086
+      timeout "${COSMO_TIMEOUT:-550}" "$matcha" run --ic "$ic" --engine cuda --z-end "${PSTEP_COSMO_Z_END:-40}" \
+        --timings --json --checkpoint-interval 100000 ${PSTEP_OPTIONS:-} ${spec#*=} --overwrite \
+        --out "$runsdir/run-$label" >"$OUT/$name.json" 2>"$OUT/$name.log"
+      tail -n 30 "$OUT/$name.log"
+      summary+=("cosmo $grid^3 $label (${spec#*=}): $(pstep_summary "$OUT/$name.json" "$OUT/$name.log")")
+      rm -rf "$runsdir/run-$label"
+    done
+  fi
+  rm -rf "$runsdir"
 fi
 
 # ACCURACY=1: the accuracy targets of bench/RESULTS.md (README "Accuracy"): tree error percentiles on a random

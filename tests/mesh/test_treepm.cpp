@@ -680,8 +680,10 @@ TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
       SCOPED_TRACE(what);
       TreeParams sequential;
       sequential.overlapWalk = false;
+      sequential.reuse = 1;  // each call walks anew (the second call's bodies have not moved)
       TreeParams batched;
       batched.overlapWalk = true;
+      batched.reuse = 1;
       batched.maxBatchEntries = std::uint64_t{1} << 11;
       gpu::CpuEngine cpu(gpu::Precision::float32);
       BesideEngine beside(gpu::Precision::float32);

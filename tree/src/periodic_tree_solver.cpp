@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/tree/periodic_tree_solver.hpp"
 
+#include <tbb/blocked_range.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +16,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/core/opening_criterion.hpp"
+#include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/stopwatch.hpp"
 
 namespace matcha::tree {
@@ -262,18 +265,81 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   const std::size_t n = particles.size();
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
-  const double boxSize = gravity_.periodic.boxSize;
-  requireInsideBox(particles, boxSize);
+  requireInsideBox(particles, gravity_.periodic.boxSize);
 
+  if (treeHolds(particles)) {
+    reuseAndEvaluate(particles, report);
+  } else {
+    const std::uint32_t steps = params_.reuse != 0 ? params_.reuse : periodicAutoReuse(engine_.evaluatesOnDevice());
+    buildAndEvaluate(particles, steps, report);
+  }
+  clearUnwantedPotentials(particles);
+  report.timings.totalSeconds = total.seconds();
+  return report;
+}
+
+bool PeriodicTreeSolver::sameBodiesAsBuilt(const Particles& particles) const {
+  const std::size_t n = particles.size();
+  if (builtIds_.size() != n) return false;
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 14), true,
+      [&](const tbb::blocked_range<std::size_t>& r, bool same) {
+        for (std::size_t i = r.begin(); same && i != r.end(); ++i) same = particles.id[i] == builtIds_[i];
+        return same;
+      },
+      [](bool a, bool b) { return a && b; });
+}
+
+bool PeriodicTreeSolver::treeHolds(const Particles& particles) const {
+  if (!treeHeld_ || builtCalls_ >= treeSteps_ || !sameBodiesAsBuilt(particles)) return false;
+  const double box = gravity_.periodic.boxSize;
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, particles.size(), std::size_t{1} << 14), true,
+      [&](const tbb::blocked_range<std::size_t>& r, bool inside) {
+        for (std::size_t i = r.begin(); inside && i != r.end(); ++i) {
+          const double dx = nearestImage(particles.x[i] - builtX_[i], box);
+          const double dy = nearestImage(particles.y[i] - builtY_[i], box);
+          const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
+          const double ball = sortedRadius_[i];
+          inside = dx * dx + dy * dy + dz * dz <= ball * ball;
+        }
+        return inside;
+      },
+      [](bool a, bool b) { return a && b; });
+}
+
+bool PeriodicTreeSolver::ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const {
+  const std::size_t n = particles.size();
+  if (steps <= 1 || !motionKnown_ || builtCalls_ == 0 || !sameBodiesAsBuilt(particles)) return false;
+  radius.resize(n);
+  const double box = gravity_.periodic.boxSize;
+  const double scale = kBallRoom * double(steps - 1) / double(builtCalls_);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 14),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                        const double dx = nearestImage(particles.x[i] - builtX_[i], box);
+                        const double dy = nearestImage(particles.y[i] - builtY_[i], box);
+                        const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
+                        radius[i] = static_cast<float>(scale * std::sqrt(dx * dx + dy * dy + dz * dz));
+                      }
+                    });
+  return true;
+}
+
+void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report) {
+  const std::size_t n = particles.size();
   Stopwatch clock;
   const auto phaseDone = [&](Phase phase) {
     report.timings[phase] += clock.seconds();
     clock.restart();
   };
+  // The balls come from the bodies' motion since the last build, in its order: before this call's sort.
+  const bool balls = ballRadii(particles, steps, radius_);
+  phaseDone(Phase::motion);
   // The root is the periodic cube itself, not the bodies' bounding cube: cells then never straddle a face, so every
   // cell's bodies are one compact region whose nearest image is that of its centre of mass.
   Cube cube;
-  cube.side = boxSize;
+  cube.side = gravity_.periodic.boxSize;
   computeMortonKeys(particles.sources(), cube, keys_);
   phaseDone(Phase::keys);
   sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
@@ -283,11 +349,19 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     sortedHook_(particles);  // its time is the caller's (TreePM's mesh), not the tree's
     clock.restart();
   }
+  // Without the bodies' motion (the first tree, other bodies) the balls are points: the tree serves its next calls
+  // only if nothing moves, and the next call builds one with balls.
+  if (steps > 1) {
+    sortedRadius_.resize(n);
+    tbb::parallel_for(std::size_t{0}, n, [&](std::size_t k) { sortedRadius_[k] = balls ? radius_[order_[k]] : 0.0f; });
+  }
   buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
   phaseDone(Phase::octree);
-  computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_);
+  computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_,
+                    balls ? sortedRadius_.data() : nullptr);
   phaseDone(Phase::multipoles);
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+  if (balls) setGroupBoxesOfBalls(particles.sources(), sortedRadius_.data(), groups_);
   bool tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
   buildWalkTree(tree_, walkTree_, gravity_.periodic);
   phaseDone(Phase::groups);
@@ -304,6 +378,20 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     report.timings[Phase::estimate] += estimate.seconds();
   }
   const ListTotals lists = walkAndEvaluate(particles, out, report);
+
+  clock.restart();
+  treeSteps_ = steps;
+  builtCalls_ = 1;
+  treeHeld_ = steps > 1;
+  motionKnown_ = treeHeld_;
+  if (motionKnown_) {
+    builtX_.assign(particles.x.begin(), particles.x.end());
+    builtY_.assign(particles.y.begin(), particles.y.end());
+    builtZ_.assign(particles.z.begin(), particles.z.end());
+    builtIds_.assign(particles.id.begin(), particles.id.end());
+  }
+  phaseDone(Phase::motion);
+
   stats_ = TreeStats{};
   stats_.numBodies = n;
   stats_.numCells = tree_.numCells();
@@ -320,11 +408,93 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   stats_.maxListCells = lists.maxCells;
   stats_.numBatches = lists.batches;
   stats_.estimatePass = report.timings[Phase::estimate] > 0.0;
+  stats_.reuseSteps = steps;
+  stats_.callsOnTree = 1;
   report.rebuilt = true;
   report.numGroupsWalked = groups_.size();
-  clearUnwantedPotentials(particles);
-  report.timings.totalSeconds = total.seconds();
-  return report;
+}
+
+void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
+  const std::size_t n = particles.size();
+  Stopwatch clock;
+  if (sortedHook_) {
+    sortedHook_(particles);  // the order is the tree's: the mesh starts at once
+    clock.restart();
+  }
+  // Each body where its path continues from the build: its position, moved by a box length where it crossed a face
+  // since (the ball check passed, so each is within its ball of the build's position, far less than L / 2).
+  const double box = gravity_.periodic.boxSize, half = 0.5 * box;
+  pathX_.resize(n);
+  pathY_.resize(n);
+  pathZ_.resize(n);
+  const auto continued = [&](double now, double built) {
+    const double moved = now - built;
+    return moved > half ? now - box : moved < -half ? now + box : now;
+  };
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 14),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                        pathX_[i] = continued(particles.x[i], builtX_[i]);
+                        pathY_[i] = continued(particles.y[i], builtY_[i]);
+                        pathZ_[i] = continued(particles.z[i], builtZ_[i]);
+                      }
+                    });
+  report.timings[Phase::motion] += clock.seconds();
+  clock.restart();
+  const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), n};
+  computeMultipoles(path, params_.theta, params_.multipole, tree_);
+  report.timings[Phase::refit] += clock.seconds();
+
+  report.counts += engine_.evaluatePlan(path, tree_.multipoles, lastPlan(), gravity_, forcesToWrite(particles));
+  const EngineTimings timings = engine_.lastTimings();
+  report.timings[Phase::upload] += timings.uploadSeconds;
+  report.timings[Phase::kernels] += timings.kernelSeconds;
+  report.timings[Phase::download] += timings.downloadSeconds;
+  ++builtCalls_;
+  stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);
+  stats_.estimatePass = false;
+}
+
+bool PeriodicTreeSolver::atCheckpointBoundary() const { return !treeHeld_ || builtCalls_ >= treeSteps_; }
+
+namespace {
+
+constexpr const char* kStatePrefix = "periodic_tree.";
+
+std::string stateName(const char* name) { return std::string(kStatePrefix) + name; }
+
+}  // namespace
+
+void PeriodicTreeSolver::saveState(CheckpointState& state) {
+  MATCHA_ASSERT(atCheckpointBoundary(), "PeriodicTreeSolver::saveState between the calls of a tree");
+  state.set(stateName("built_calls"), motionKnown_ ? double(builtCalls_) : 0.0);
+  if (motionKnown_) {
+    state.doubles[stateName("built_x")] = builtX_;
+    state.doubles[stateName("built_y")] = builtY_;
+    state.doubles[stateName("built_z")] = builtZ_;
+  }
+}
+
+void PeriodicTreeSolver::restoreState(const CheckpointState& state, const Particles& particles) {
+  treeHeld_ = false;
+  builtCalls_ = state.count(stateName("built_calls"));
+  motionKnown_ = builtCalls_ > 0;
+  if (motionKnown_) {
+    const auto bodyArray = [&](const char* name) -> const std::vector<double>& {
+      const std::vector<double>& array = state.doubleArray(stateName(name));
+      if (array.size() != particles.size()) {
+        throw InputError("the checkpoint's " + stateName(name) + " has " + std::to_string(array.size()) +
+                         " entries for " + std::to_string(particles.size()) + " bodies");
+      }
+      return array;
+    };
+    builtX_ = bodyArray("built_x");
+    builtY_ = bodyArray("built_y");
+    builtZ_ = bodyArray("built_z");
+    builtIds_.assign(particles.id.begin(), particles.id.end());  // saved in the tree's order, as the bodies were
+  } else {
+    builtIds_.clear();
+  }
 }
 
 }  // namespace matcha::tree

@@ -33,6 +33,12 @@ class TreePmSolver final : public ForceSolver {
   ForceReport computeForces(Particles& particles) override;
   void setSoftening(double eps) override;
   std::string describe() const override;
+  /// Checkpoints are the short range's (the periodic tree's reuse): the mesh keeps no state between calls.
+  bool atCheckpointBoundary() const override { return shortRange_->atCheckpointBoundary(); }
+  void saveState(CheckpointState& state) override { shortRange_->saveState(state); }
+  void restoreState(const CheckpointState& state, const Particles& particles) override {
+    shortRange_->restoreState(state, particles);
+  }
 
   const MeshParams& meshParams() const { return mesh_.params(); }
   ForceSolver& shortRange() { return *shortRange_; }

@@ -49,14 +49,35 @@ PeriodicVisit visitPeriodic(const double* com, double openingRadius, double mass
 /// with the split), whose lists tests check against this one.
 void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicSplit& split, InteractionPlan& plan);
 
-/// The periodic short-range solver. Each call builds a tree (root: the cube [0, L)^3), its groups and their lists, and
-/// has the engine evaluate them with gravity.periodic. Trees and lists are not reused across calls
-/// (TreeParams::reuse, pipeline and advanceOnDevice are ignored; sortOnDevice is not): reuse refits cells to moved
-/// bodies and checks lists in the engine with the open-boundary criterion, and a body that crosses a face re-enters at
-/// the opposite one, so a refitted cell would span the box. A call's bodies must lie in [0, L)^3 (the integrator wraps
-/// them at each drift).
+/// A body's ball in a periodic tree built for K calls (TreeParams::reuse) holds kBallRoom times the path it would
+/// take over the K - 1 calls after the build at the mean speed it had over the last tree's calls (its displacement
+/// since that build, at the nearest image, over the calls made): room for the speed to grow by half. A body that
+/// leaves its ball anyway costs a tree built within that call, not accuracy.
+inline constexpr double kBallRoom = 1.5;
+
+/// K of TreeParams::reuse 0 (auto) in a periodic box: kPeriodicAutoReuse on an engine that evaluates on a device
+/// (the CUDA engine, where the CPU's tree build is most of a call), 1 (a tree per call) elsewhere (the CPU engine,
+/// whose evaluation dwarfs the build: longer lists cost more than the build saves). A fixed K, not measured as the
+/// open-boundary solver's search does, so that a periodic run's forces do not depend on timing: the same run gives
+/// the same bits, and a restart continues it bit for bit.
+inline constexpr std::uint32_t kPeriodicAutoReuse = 4;
+inline std::uint32_t periodicAutoReuse(bool engineOnDevice) { return engineOnDevice ? kPeriodicAutoReuse : 1; }
+
+/// The periodic short-range solver. A call builds a tree (root: the cube [0, L)^3), its groups and their lists, and
+/// has the engine evaluate them with gravity.periodic; with TreeParams::reuse K > 1 (0: periodicAutoReuse) the tree
+/// and its lists then serve the next calls too, up to K in all, as long as every body stays within its ball
+/// (kBallRoom) of where it was at the build. The tree is built over the bodies as balls, so that every
+/// list holds what the opening criterion and the r_cut skip demand wherever in its ball each body is: a list
+/// reused at a later call is one that call's own walk could have made, with a few more entries. A later call only
+/// refits the cells to the bodies' positions and evaluates the lists again; it takes each body where its path
+/// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the
+/// bodies at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and
+/// cell at its nearest image anyway. A body outside its ball, other bodies or another order (the same ids in the same
+/// places are checked) make the call build anew. TreeParams::pipeline, advanceOnDevice and predictOnDevice are
+/// ignored (no background builds: every tree is built within its call); sortOnDevice is not. A call's bodies must lie
+/// in [0, L)^3.
 ///
-/// With TreeParams::overlapWalk (the default) the groups are walked in batches cut as the open-boundary solver cuts
+/// With TreeParams::overlapWalk the groups are walked in batches cut as the open-boundary solver cuts
 /// them (walkBatchGroups) and each batch goes to NearFieldEngine::evaluatePlanBatch as soon as it is walked: an engine
 /// on a device (evaluatesOnDevice) evaluates it on a second host thread while the cores walk the next batch, and takes
 /// the bodies and cells while the first is walked; another engine evaluates each batch after its walk. Each group's
@@ -68,13 +89,13 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Throws InputError for invalid parameters, gravity without a periodic split, or an engine without it.
   PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity);
 
-  /// Overwrites acc and pot with the short-range part at every body; sorts the bodies along the Morton curve and then
-  /// calls the sorted-bodies hook, if set. With TreeParams::alpha > 0 the accelerations the bodies bring scale the
-  /// relative opening test; bodies without any (all zero) are evaluated twice, first with theta alone (ForceReport
-  /// phase estimate). With the walk overlapped, Phase::walk is the batches' walks and upload, kernels and download the
-  /// engine's evaluations of them, which ran at the same time; ForceTimings::engineWaitSeconds is what the walk
-  /// waited for the engine. Throws InputError, naming the body, for a body outside [0, L)^3 or with a non-finite
-  /// coordinate.
+  /// Overwrites acc and pot with the short-range part at every body; sorts the bodies along the Morton curve (a call
+  /// that reuses the tree keeps their order) and then calls the sorted-bodies hook, if set. With TreeParams::alpha > 0
+  /// the accelerations the bodies bring scale the relative opening test; bodies without any (all zero) are evaluated
+  /// twice, first with theta alone (ForceReport phase estimate). With the walk overlapped, Phase::walk is the batches'
+  /// walks and upload, kernels and download the engine's evaluations of them, which ran at the same time;
+  /// ForceTimings::engineWaitSeconds is what the walk waited for the engine. Throws InputError, naming the body, for a
+  /// body outside [0, L)^3 or with a non-finite coordinate.
   ForceReport computeForces(Particles& particles) override;
   /// Called right after the sort of each call (ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
@@ -87,8 +108,17 @@ class PeriodicTreeSolver final : public ForceSolver {
   const InteractionPlan& lastPlan() const;
   /// The last call's octree, its cells' multipoles included (the cells of lastPlan()), for tests.
   const Octree& octree() const { return tree_; }
-  /// The last call's tree, groups and lists (the reuse fields stay at their defaults: one tree per call).
+  /// The current tree's groups (boxes of the bodies' balls at the build, relative tolerances), for tests.
+  const Groups& groups() const { return groups_; }
+  /// The current tree's groups and lists, and the calls made on it (TreeStats::reuseSteps, callsOnTree).
   const TreeStats& lastStats() const { return stats_; }
+
+  /// Checkpoints: between a tree's last call and the next (always with reuse off). The state is what the next
+  /// tree's balls depend on (the bodies' positions at the last build and the calls made since), so that the restarted
+  /// run computes the forces of the run that went on, bit for bit.
+  bool atCheckpointBoundary() const override;
+  void saveState(CheckpointState& state) override;
+  void restoreState(const CheckpointState& state, const Particles& particles) override;
 
  private:
   /// The list lengths of one pass over the groups (TreeStats' list fields), summed over its plans.
@@ -99,6 +129,17 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// One pass over all groups: walks them (one plan, or batches with TreeParams::overlapWalk) and has the engine
   /// evaluate them into `out`, adding the phases and counts to `report`.
   ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report);
+  /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
+  void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
+  /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball.
+  bool treeHolds(const Particles& particles) const;
+  /// Refits the current tree to the bodies where their paths continue from the build and evaluates its lists.
+  void reuseAndEvaluate(Particles& particles, ForceReport& report);
+  /// Whether `particles` are the bodies of the last build (the same ids, in its order).
+  bool sameBodiesAsBuilt(const Particles& particles) const;
+  /// Each body's ball for a tree built now for `steps` calls, in the bodies' current order (the last build's); false,
+  /// leaving `radius` alone, where the bodies' motion is not known (no tree before with reuse, other bodies).
+  bool ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const;
 
   NearFieldEngine& engine_;
   TreeParams params_;
@@ -121,6 +162,18 @@ class PeriodicTreeSolver final : public ForceSolver {
   InteractionPlan noGroups_;  ///< the empty batch that hands the engine the bodies and cells ahead of the first lists
   SortedBodiesHook sortedHook_;
   TreeStats stats_;
+
+  // Reuse (TreeParams::reuse != 1). The bodies at the last build, in the tree's order: their positions and ids, and
+  // the balls the tree was built for. builtCalls_ counts the calls made since that build, the build's own included.
+  std::vector<double> builtX_, builtY_, builtZ_;
+  std::vector<std::uint64_t> builtIds_;
+  std::vector<float> radius_, sortedRadius_;
+  std::uint64_t builtCalls_ = 0;
+  std::uint32_t treeSteps_ = 1;  ///< K of the current tree
+  bool treeHeld_ = false;        ///< the current tree and its lists may serve a later call (within its balls)
+  bool motionKnown_ = false;     ///< builtX_, builtIds_ and builtCalls_ hold the last build's bodies
+  /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since).
+  std::vector<double> pathX_, pathY_, pathZ_;
 };
 
 /// Throws InputError, naming the first offender by id, unless every body lies in [0, boxSize)^3.
