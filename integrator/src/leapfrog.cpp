@@ -227,7 +227,17 @@ StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick c
   bool finite = closingKickPending_ ? kicksThenDrift<true>(p, pendingClosingKick_, factors.openingKick, factors.drift)
                                     : kicksThenDrift<false>(p, 0.0, factors.openingKick, factors.drift);
   closingKickPending_ = false;
-  if (boxSize_ > 0.0) wrapIntoBox(p, boxSize_);
+  if (boxSize_ > 0.0) {
+    // On every core: one core took ~100 ms a step for 2^24 bodies, a fifth of a comoving 256^3 box's step (H200 host).
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask),
+                      [&](const tbb::blocked_range<std::size_t>& block) {
+                        for (std::size_t i = block.begin(); i < block.end(); ++i) {
+                          p.x[i] = wrapIntoBox(p.x[i], boxSize_);
+                          p.y[i] = wrapIntoBox(p.y[i], boxSize_);
+                          p.z[i] = wrapIntoBox(p.z[i], boxSize_);
+                        }
+                      });
+  }
   report.integrationSeconds = clock.seconds();
   // The solver may permute the bodies here; kick and drift are elementwise, so nothing indexed survives the call.
   report.force = solver_.computeForces(p);

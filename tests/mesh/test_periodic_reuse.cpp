@@ -104,23 +104,25 @@ void expectListsHoldNow(const tree::PeriodicTreeSolver& solver, const Particles&
   }
 }
 
-/// A clustered box drifting through its faces: bulk motion along x (0.004 L a call: bodies within ~0.04 L of the face
-/// cross it over the calls), each body with its own random velocity of ~0.05 r_s a call (rms per axis).
+/// A clustered box drifting through its faces: bulk motion of 0.02 r_s a call along each axis (bodies within ~0.2 r_s
+/// of a face cross it over the calls), each body with its own random velocity of 0.003 r_s a call (rms per axis),
+/// all times `speed`. At speed 1 the fastest body's ball for 4 calls stays within kLargestBall of r_cut.
 struct DriftingBox {
   Particles bodies;
   std::vector<double> vx, vy, vz;  ///< per body, by id
 
-  DriftingBox(std::uint64_t seed, double L, double splitRadius) : bodies(testing::clumpyBox(seed, L, 350, 700)) {
+  DriftingBox(std::uint64_t seed, double L, double splitRadius, double speed = 1.0)
+      : bodies(testing::clumpyBox(seed, L, 350, 700)) {
     wrapIntoBox(bodies, L);
     std::mt19937_64 engine(seed + 7);
-    std::normal_distribution<double> normal(0.0, 0.05 * splitRadius);
+    std::normal_distribution<double> normal(0.0, 0.003 * splitRadius * speed);
     vx.resize(bodies.size());
     vy.resize(bodies.size());
     vz.resize(bodies.size());
     for (std::size_t k = 0; k < bodies.size(); ++k) {
-      vx[k] = 0.004 * L + normal(engine);
-      vy[k] = normal(engine);
-      vz[k] = normal(engine);
+      vx[k] = 0.02 * splitRadius * speed + normal(engine);
+      vy[k] = 0.02 * splitRadius * speed + normal(engine);
+      vz[k] = -0.02 * splitRadius * speed + normal(engine);
     }
   }
   /// One call's motion, folded back into the box as a periodic run's drift does.
@@ -134,16 +136,22 @@ struct DriftingBox {
   }
 };
 
+/// A box of side 1 with a 16^3 mesh (r_cut 0.35), eps 1e-3.
+GravityParams boxGravity() {
+  MeshParams meshParams;
+  meshParams.boxSize = 1.0;
+  meshParams.grid = 16;
+  GravityParams gravity;
+  gravity.eps = 1e-3;
+  gravity.periodic = periodicSplit(meshParams);
+  return gravity;
+}
+
 TEST(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const double L = 1.0;
-  MeshParams meshParams;
-  meshParams.boxSize = L;
-  meshParams.grid = 32;
-  GravityParams gravity;
-  gravity.eps = 1e-3;
-  gravity.periodic = periodicSplit(meshParams);
+  const GravityParams gravity = boxGravity();
   DriftingBox box(seed, L, gravity.periodic.splitRadius);
 
   TreeParams reused;
@@ -167,6 +175,9 @@ TEST(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
     const bool expectBuild = call <= 2 || (call - 2) % 4 == 0;
     EXPECT_EQ(report.rebuilt, expectBuild);
     EXPECT_EQ(reusing.lastStats().callsOnTree, expectBuild ? 1u : std::uint32_t((call - 2) % 4 + 1));
+    if (call >= 2) {
+      EXPECT_EQ(reusing.lastStats().reuseSteps, 4u) << "the balls for four calls fit kLargestBall";
+    }
     if (report.rebuilt) {
       built = box.bodies;
     } else {
@@ -189,7 +200,7 @@ TEST(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
     }
     box.drift(L);
   }
-  EXPECT_EQ(reusedCalls, 7);
+  ASSERT_EQ(reusedCalls, 7);
   EXPECT_GT(crossings, 10) << "the test should move bodies across the faces";
   const double p99 = percentile(reusedErrors, 0.99), freshP99 = percentile(freshErrors, 0.99);
   std::printf("reused calls: p99 %.2e max %.2e; fresh trees at the same positions: p99 %.2e max %.2e\n", p99,
@@ -207,12 +218,7 @@ TEST(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const double L = 1.0;
-  MeshParams meshParams;
-  meshParams.boxSize = L;
-  meshParams.grid = 32;
-  GravityParams gravity;
-  gravity.eps = 1e-3;
-  gravity.periodic = periodicSplit(meshParams);
+  const GravityParams gravity = boxGravity();
   DriftingBox box(seed, L, gravity.periodic.splitRadius);
   TreeParams params;
   params.reuse = 8;
@@ -222,12 +228,20 @@ TEST(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
     solver.computeForces(box.bodies);
     box.drift(L);
   }
-  ASSERT_FALSE(solver.atCheckpointBoundary()) << "the tree of call 2 serves 8 calls";
+  ASSERT_GE(solver.lastStats().reuseSteps, 4u);
+  ASSERT_FALSE(solver.atCheckpointBoundary()) << "the tree of call 2 serves more than two calls";
 
   box.bodies.x[17] = wrapIntoBox(box.bodies.x[17] + 0.25 * L, L);
   ForceReport report = solver.computeForces(box.bodies);
   EXPECT_TRUE(report.rebuilt) << "body 17 jumped out of its ball";
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
+  // The jump passes for body 17's speed over the last tree's calls: too fast for a ball, so the next call builds too
+  // (the tree of call 4 served one call), with the speeds of that one call; then the tree is reused again.
+  EXPECT_EQ(solver.lastStats().reuseSteps, 1u);
+  box.drift(L);
+  report = solver.computeForces(box.bodies);
+  EXPECT_TRUE(report.rebuilt);
+  EXPECT_GE(solver.lastStats().reuseSteps, 4u);
   box.drift(L);
   report = solver.computeForces(box.bodies);
   EXPECT_FALSE(report.rebuilt);
@@ -241,6 +255,36 @@ TEST(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
   report = solver.computeForces(box.bodies);
   EXPECT_TRUE(report.rebuilt) << "the bodies came in another order";
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
+}
+
+// Bodies that cross many r_s a call (here, with bulk motion of 4 r_s a call) get no reuse: a ball for even two calls
+// would exceed kLargestBall of r_cut, so each call builds a tree of its own, of the length a fresh walk gives.
+TEST(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  const GravityParams gravity = boxGravity();
+  DriftingBox box(seed, L, gravity.periodic.splitRadius, 200.0);
+  TreeParams reused;
+  reused.reuse = 4;
+  TreeParams fresh;
+  fresh.reuse = 1;
+  gpu::CpuEngine engine(gpu::Precision::float32);
+  tree::PeriodicTreeSolver reusing(engine, reused, gravity);
+  tree::PeriodicTreeSolver rebuilding(engine, fresh, gravity);
+  for (int call = 1; call <= 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    Particles again = box.bodies;
+    const ForceReport report = reusing.computeForces(box.bodies);
+    const ForceReport reference = rebuilding.computeForces(again);
+    EXPECT_TRUE(report.rebuilt);
+    if (call >= 2) {
+      EXPECT_EQ(reusing.lastStats().reuseSteps, 1u);
+    }
+    EXPECT_EQ(report.counts.bodyBody, reference.counts.bodyBody) << "the same lists as a fresh tree's";
+    EXPECT_EQ(report.counts.bodyCell, reference.counts.bodyCell);
+    box.drift(L);
+  }
 }
 
 }  // namespace

@@ -21,6 +21,13 @@
 
 namespace matcha::tree {
 
+namespace {
+
+/// Bodies per task of the reuse's passes over the bodies.
+constexpr std::size_t kBodiesPerTask = std::size_t{1} << 14;
+
+}  // namespace
+
 PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
                             const PeriodicSplit& split) {
   const BodyRange cellBodies = tree.bodies[cell];
@@ -267,7 +274,10 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
   requireInsideBox(particles, gravity_.periodic.boxSize);
 
-  if (treeHolds(particles)) {
+  const Stopwatch checking;
+  const bool holds = treeHolds(particles);
+  report.timings[Phase::motion] += checking.seconds();
+  if (holds) {
     reuseAndEvaluate(particles, report);
   } else {
     const std::uint32_t steps = params_.reuse != 0 ? params_.reuse : periodicAutoReuse(engine_.evaluatesOnDevice());
@@ -282,7 +292,7 @@ bool PeriodicTreeSolver::sameBodiesAsBuilt(const Particles& particles) const {
   const std::size_t n = particles.size();
   if (builtIds_.size() != n) return false;
   return tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 14), true,
+      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
       [&](const tbb::blocked_range<std::size_t>& r, bool same) {
         for (std::size_t i = r.begin(); same && i != r.end(); ++i) same = particles.id[i] == builtIds_[i];
         return same;
@@ -290,40 +300,78 @@ bool PeriodicTreeSolver::sameBodiesAsBuilt(const Particles& particles) const {
       [](bool a, bool b) { return a && b; });
 }
 
-bool PeriodicTreeSolver::treeHolds(const Particles& particles) const {
-  if (!treeHeld_ || builtCalls_ >= treeSteps_ || !sameBodiesAsBuilt(particles)) return false;
-  const double box = gravity_.periodic.boxSize;
+bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
+  const std::size_t n = particles.size();
+  if (!treeHeld_ || builtCalls_ >= treeSteps_ || builtIds_.size() != n) return false;
+  // One pass: the ids, the balls, and each body where its path continues from the build (its position, moved by a
+  // box length where it crossed a face since; within its ball, far less than L / 2, of the build's position).
+  pathX_.resize(n);
+  pathY_.resize(n);
+  pathZ_.resize(n);
+  const double box = gravity_.periodic.boxSize, half = 0.5 * box;
   return tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, particles.size(), std::size_t{1} << 14), true,
-      [&](const tbb::blocked_range<std::size_t>& r, bool inside) {
-        for (std::size_t i = r.begin(); inside && i != r.end(); ++i) {
-          const double dx = nearestImage(particles.x[i] - builtX_[i], box);
-          const double dy = nearestImage(particles.y[i] - builtY_[i], box);
-          const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
+      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
+      [&](const tbb::blocked_range<std::size_t>& r, bool holds) {
+        const auto continued = [&](double now, double built, double& moved) {
+          moved = now - built;
+          if (moved > half) {
+            moved -= box;
+            return now - box;
+          }
+          if (moved < -half) {
+            moved += box;
+            return now + box;
+          }
+          return now;
+        };
+        for (std::size_t i = r.begin(); holds && i != r.end(); ++i) {
+          double dx, dy, dz;
+          pathX_[i] = continued(particles.x[i], builtX_[i], dx);
+          pathY_[i] = continued(particles.y[i], builtY_[i], dy);
+          pathZ_[i] = continued(particles.z[i], builtZ_[i], dz);
           const double ball = sortedRadius_[i];
-          inside = dx * dx + dy * dy + dz * dz <= ball * ball;
+          holds = particles.id[i] == builtIds_[i] && dx * dx + dy * dy + dz * dz <= ball * ball;
         }
-        return inside;
+        return holds;
       },
       [](bool a, bool b) { return a && b; });
 }
 
-bool PeriodicTreeSolver::ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const {
+std::uint32_t PeriodicTreeSolver::ballRadii(const Particles& particles, std::uint32_t steps,
+                                            std::vector<float>& radius) const {
   const std::size_t n = particles.size();
-  if (steps <= 1 || !motionKnown_ || builtCalls_ == 0 || !sameBodiesAsBuilt(particles)) return false;
+  if (steps <= 1 || !motionKnown_ || builtCalls_ == 0 || !sameBodiesAsBuilt(particles)) return 0;
   radius.resize(n);
   const double box = gravity_.periodic.boxSize;
-  const double scale = kBallRoom * double(steps - 1) / double(builtCalls_);
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 14),
+  const double perCall = 1.0 / double(builtCalls_);
+  // Each body's mean displacement per call since the last build, and the largest.
+  const double fastest = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), 0.0,
+      [&](const tbb::blocked_range<std::size_t>& r, double largest) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          const double dx = nearestImage(particles.x[i] - builtX_[i], box);
+          const double dy = nearestImage(particles.y[i] - builtY_[i], box);
+          const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
+          const double speed = perCall * std::sqrt(dx * dx + dy * dy + dz * dz);
+          radius[i] = static_cast<float>(speed);
+          largest = std::max(largest, speed);
+        }
+        return largest;
+      },
+      [](double a, double b) { return std::max(a, b); });
+  // As many calls as keep the fastest body's ball within kLargestBall of r_cut.
+  const double largestBall = kLargestBall * gravity_.periodic.cutoffRadius;
+  std::uint32_t calls = steps;
+  if (fastest > 0.0) {
+    calls = static_cast<std::uint32_t>(
+        std::clamp(1.0 + std::floor(largestBall / (kBallRoom * fastest)), 1.0, double(steps)));
+  }
+  const float scale = static_cast<float>(kBallRoom * double(calls - 1));
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
                     [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                        const double dx = nearestImage(particles.x[i] - builtX_[i], box);
-                        const double dy = nearestImage(particles.y[i] - builtY_[i], box);
-                        const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
-                        radius[i] = static_cast<float>(scale * std::sqrt(dx * dx + dy * dy + dz * dz));
-                      }
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) radius[i] *= scale;
                     });
-  return true;
+  return calls;
 }
 
 void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report) {
@@ -333,8 +381,12 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
     report.timings[phase] += clock.seconds();
     clock.restart();
   };
-  // The balls come from the bodies' motion since the last build, in its order: before this call's sort.
-  const bool balls = ballRadii(particles, steps, radius_);
+  // The balls come from the bodies' motion since the last build, in its order: before this call's sort. Without it
+  // (the first tree, other bodies) they are points: the tree serves its next calls only if nothing moves, and the
+  // next call builds one with balls.
+  const std::uint32_t ballCalls = ballRadii(particles, steps, radius_);
+  const bool balls = ballCalls > 1;
+  const std::uint32_t treeCalls = ballCalls == 0 ? steps : ballCalls;
   phaseDone(Phase::motion);
   // The root is the periodic cube itself, not the bodies' bounding cube: cells then never straddle a face, so every
   // cell's bodies are one compact region whose nearest image is that of its centre of mass.
@@ -349,9 +401,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
     sortedHook_(particles);  // its time is the caller's (TreePM's mesh), not the tree's
     clock.restart();
   }
-  // Without the bodies' motion (the first tree, other bodies) the balls are points: the tree serves its next calls
-  // only if nothing moves, and the next call builds one with balls.
-  if (steps > 1) {
+  if (treeCalls > 1) {
     sortedRadius_.resize(n);
     tbb::parallel_for(std::size_t{0}, n, [&](std::size_t k) { sortedRadius_[k] = balls ? radius_[order_[k]] : 0.0f; });
   }
@@ -380,10 +430,10 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   const ListTotals lists = walkAndEvaluate(particles, out, report);
 
   clock.restart();
-  treeSteps_ = steps;
+  treeSteps_ = treeCalls;
   builtCalls_ = 1;
-  treeHeld_ = steps > 1;
-  motionKnown_ = treeHeld_;
+  treeHeld_ = treeCalls > 1;
+  motionKnown_ = steps > 1;  // also under a tree for one call: the next tree's balls need the bodies' speeds
   if (motionKnown_) {
     builtX_.assign(particles.x.begin(), particles.x.end());
     builtY_.assign(particles.y.begin(), particles.y.end());
@@ -408,40 +458,17 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   stats_.maxListCells = lists.maxCells;
   stats_.numBatches = lists.batches;
   stats_.estimatePass = report.timings[Phase::estimate] > 0.0;
-  stats_.reuseSteps = steps;
+  stats_.reuseSteps = treeCalls;
   stats_.callsOnTree = 1;
   report.rebuilt = true;
   report.numGroupsWalked = groups_.size();
 }
 
 void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
-  const std::size_t n = particles.size();
   Stopwatch clock;
-  if (sortedHook_) {
-    sortedHook_(particles);  // the order is the tree's: the mesh starts at once
-    clock.restart();
-  }
-  // Each body where its path continues from the build: its position, moved by a box length where it crossed a face
-  // since (the ball check passed, so each is within its ball of the build's position, far less than L / 2).
-  const double box = gravity_.periodic.boxSize, half = 0.5 * box;
-  pathX_.resize(n);
-  pathY_.resize(n);
-  pathZ_.resize(n);
-  const auto continued = [&](double now, double built) {
-    const double moved = now - built;
-    return moved > half ? now - box : moved < -half ? now + box : now;
-  };
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, std::size_t{1} << 14),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                        pathX_[i] = continued(particles.x[i], builtX_[i]);
-                        pathY_[i] = continued(particles.y[i], builtY_[i]);
-                        pathZ_[i] = continued(particles.z[i], builtZ_[i]);
-                      }
-                    });
-  report.timings[Phase::motion] += clock.seconds();
+  if (sortedHook_) sortedHook_(particles);  // the order is the tree's: the mesh starts at once
   clock.restart();
-  const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), n};
+  const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
   computeMultipoles(path, params_.theta, params_.multipole, tree_);
   report.timings[Phase::refit] += clock.seconds();
 

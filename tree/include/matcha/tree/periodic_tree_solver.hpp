@@ -55,6 +55,13 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 /// leaves its ball anyway costs a tree built within that call, not accuracy.
 inline constexpr double kBallRoom = 1.5;
 
+/// A periodic tree serves fewer calls than TreeParams::reuse asks where the fastest body's ball would exceed this
+/// fraction of r_cut (one call, without balls, where even two calls would): the balls add to every group's box and
+/// every cell's size, and balls of 5% of r_cut make the lists up to (1 + 2 * 0.05)^3 = 1.33 times longer at the cut.
+/// Bodies that cross several r_s a step (a dt too long for the split, or a clump's core) so cost a tree a call, as
+/// reuse off does, not lists that grow without bound.
+inline constexpr double kLargestBall = 0.05;
+
 /// K of TreeParams::reuse 0 (auto) in a periodic box: kPeriodicAutoReuse on an engine that evaluates on a device
 /// (the CUDA engine, where the CPU's tree build is most of a call), 1 (a tree per call) elsewhere (the CPU engine,
 /// whose evaluation dwarfs the build: longer lists cost more than the build saves). A fixed K, not measured as the
@@ -132,14 +139,16 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
   void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball.
-  bool treeHolds(const Particles& particles) const;
+  /// Fills pathX_ (and Y, Z) as it checks.
+  bool treeHolds(const Particles& particles);
   /// Refits the current tree to the bodies where their paths continue from the build and evaluates its lists.
   void reuseAndEvaluate(Particles& particles, ForceReport& report);
   /// Whether `particles` are the bodies of the last build (the same ids, in its order).
   bool sameBodiesAsBuilt(const Particles& particles) const;
-  /// Each body's ball for a tree built now for `steps` calls, in the bodies' current order (the last build's); false,
-  /// leaving `radius` alone, where the bodies' motion is not known (no tree before with reuse, other bodies).
-  bool ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const;
+  /// Each body's ball for a tree built now for up to `steps` calls, in the bodies' current order (the last build's),
+  /// and the calls the tree is to serve (fewer than `steps` where kLargestBall says so; 1: no balls); 0, leaving
+  /// `radius` alone, where the bodies' motion is not known (no tree before with reuse, other bodies).
+  std::uint32_t ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const;
 
   NearFieldEngine& engine_;
   TreeParams params_;
