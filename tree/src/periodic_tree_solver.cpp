@@ -435,10 +435,20 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   treeHeld_ = treeCalls > 1;
   motionKnown_ = steps > 1;  // also under a tree for one call: the next tree's balls need the bodies' speeds
   if (motionKnown_) {
-    builtX_.assign(particles.x.begin(), particles.x.end());
-    builtY_.assign(particles.y.begin(), particles.y.end());
-    builtZ_.assign(particles.z.begin(), particles.z.end());
-    builtIds_.assign(particles.id.begin(), particles.id.end());
+    // On every core: one core's copies took ~60 ms of a 2^24 call (H200 host).
+    builtX_.resize(n);
+    builtY_.resize(n);
+    builtZ_.resize(n);
+    builtIds_.resize(n);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          builtX_[i] = particles.x[i];
+                          builtY_[i] = particles.y[i];
+                          builtZ_[i] = particles.z[i];
+                          builtIds_[i] = particles.id[i];
+                        }
+                      });
   }
   phaseDone(Phase::motion);
 
