@@ -235,16 +235,21 @@ TEST(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
   ForceReport report = solver.computeForces(box.bodies);
   EXPECT_TRUE(report.rebuilt) << "body 17 jumped out of its ball";
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
-  // The jump passes for body 17's speed over the last tree's calls: too fast for a ball, so the next call builds too
-  // (the tree of call 4 served one call), with the speeds of that one call; then the tree is reused again.
-  EXPECT_EQ(solver.lastStats().reuseSteps, 1u);
-  box.drift(L);
-  report = solver.computeForces(box.bodies);
-  EXPECT_TRUE(report.rebuilt);
+  // The jump passes for body 17's speed over the last tree's calls: one body does not set K (kFastShare), and its
+  // ball is capped (kBallCap), so the new tree serves the next calls while body 17 moves as the others do.
   EXPECT_GE(solver.lastStats().reuseSteps, 4u);
   box.drift(L);
   report = solver.computeForces(box.bodies);
   EXPECT_FALSE(report.rebuilt);
+
+  // A body that keeps running at a tenth of the box a call outruns its capped ball at every call: each call builds.
+  box.vx[17] = 0.1 * L;
+  for (int call = 0; call < 3; ++call) {
+    box.drift(L);
+    report = solver.computeForces(box.bodies);
+    EXPECT_TRUE(report.rebuilt) << "body 17 ran out of its ball";
+  }
+  box.vx[17] = box.vx[18];
 
   box.drift(L);
   std::mt19937_64 engineForOrder(seed + 3);

@@ -26,6 +26,9 @@ namespace {
 /// Bodies per task of the reuse's passes over the bodies.
 constexpr std::size_t kBodiesPerTask = std::size_t{1} << 14;
 
+/// Bodies whose speeds set a tree's K (ballRadii): about this many, every (N / kSpeedSamples)-th.
+constexpr std::size_t kSpeedSamples = std::size_t{1} << 16;
+
 }  // namespace
 
 PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
@@ -344,32 +347,38 @@ std::uint32_t PeriodicTreeSolver::ballRadii(const Particles& particles, std::uin
   radius.resize(n);
   const double box = gravity_.periodic.boxSize;
   const double perCall = 1.0 / double(builtCalls_);
-  // Each body's mean displacement per call since the last build, and the largest.
-  const double fastest = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), 0.0,
-      [&](const tbb::blocked_range<std::size_t>& r, double largest) {
-        for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          const double dx = nearestImage(particles.x[i] - builtX_[i], box);
-          const double dy = nearestImage(particles.y[i] - builtY_[i], box);
-          const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
-          const double speed = perCall * std::sqrt(dx * dx + dy * dy + dz * dz);
-          radius[i] = static_cast<float>(speed);
-          largest = std::max(largest, speed);
-        }
-        return largest;
-      },
-      [](double a, double b) { return std::max(a, b); });
-  // As many calls as keep the fastest body's ball within kLargestBall of r_cut.
-  const double largestBall = kLargestBall * gravity_.periodic.cutoffRadius;
-  std::uint32_t calls = steps;
-  if (fastest > 0.0) {
-    calls = static_cast<std::uint32_t>(
-        std::clamp(1.0 + std::floor(largestBall / (kBallRoom * fastest)), 1.0, double(steps)));
-  }
-  const float scale = static_cast<float>(kBallRoom * double(calls - 1));
+  // Each body's mean displacement per call since the last build.
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
                     [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) radius[i] *= scale;
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                        const double dx = nearestImage(particles.x[i] - builtX_[i], box);
+                        const double dy = nearestImage(particles.y[i] - builtY_[i], box);
+                        const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
+                        radius[i] = static_cast<float>(perCall * std::sqrt(dx * dx + dy * dy + dz * dz));
+                      }
+                    });
+  // As many calls as keep the balls of all but the fastest kFastShare of the bodies within kLargestBall of r_cut
+  // (the speed at that quantile from every stride-th body: the same bodies whatever the thread count).
+  const std::size_t stride = std::max<std::size_t>(1, n / kSpeedSamples);
+  std::vector<float> sample;
+  sample.reserve(n / stride + 1);
+  for (std::size_t i = 0; i < n; i += stride) sample.push_back(radius[i]);
+  const auto quantile = sample.begin() + static_cast<std::ptrdiff_t>((1.0 - kFastShare) * double(sample.size() - 1));
+  std::nth_element(sample.begin(), quantile, sample.end());
+  const double fast = *quantile;
+  const double largestBall = kLargestBall * gravity_.periodic.cutoffRadius;
+  std::uint32_t calls = steps;
+  if (fast > 0.0) {
+    calls =
+        static_cast<std::uint32_t>(std::clamp(1.0 + std::floor(largestBall / (kBallRoom * fast)), 1.0, double(steps)));
+  }
+  // The fastest bodies' balls are capped: one that outruns its cap ends the tree early (the call builds anew),
+  // instead of a ball that would open every cell around it for every group.
+  const float scale = static_cast<float>(kBallRoom * double(calls - 1));
+  const auto cap = static_cast<float>(kBallCap * largestBall);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) radius[i] = std::min(radius[i] * scale, cap);
                     });
   return calls;
 }

@@ -55,12 +55,17 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 /// leaves its ball anyway costs a tree built within that call, not accuracy.
 inline constexpr double kBallRoom = 1.5;
 
-/// A periodic tree serves fewer calls than TreeParams::reuse asks where the fastest body's ball would exceed this
-/// fraction of r_cut (one call, without balls, where even two calls would): the balls add to every group's box and
-/// every cell's size, and balls of 5% of r_cut make the lists up to (1 + 2 * 0.05)^3 = 1.33 times longer at the cut.
-/// Bodies that cross several r_s a step (a dt too long for the split, or a clump's core) so cost a tree a call, as
-/// reuse off does, not lists that grow without bound.
+/// A periodic tree serves fewer calls than TreeParams::reuse asks where the balls of more than kFastShare of the
+/// bodies would exceed kLargestBall of r_cut (one call, without balls, where even two calls would): the balls add to
+/// every group's box and every cell's size, and balls of 5% of r_cut make the lists up to (1 + 2 * 0.05)^3 = 1.33
+/// times longer at the cut. Bodies that cross several r_s a step (a dt too long for the split, a clump's core) so
+/// cost a tree a call, as reuse off does, not lists that grow without bound. The share, not the fastest body: with
+/// the fastest body setting K, a 256^3 comoving box's trees served ~3 steps whatever K was asked (H200, 2026-11-29).
 inline constexpr double kLargestBall = 0.05;
+inline constexpr double kFastShare = 0.01;
+/// No ball exceeds kBallCap times kLargestBall of r_cut: a body faster than that ends its tree early, when it leaves
+/// its ball, instead of opening every cell about it for every group.
+inline constexpr double kBallCap = 4.0;
 
 /// K of TreeParams::reuse 0 (auto) in a periodic box: kPeriodicAutoReuse on an engine that evaluates on a device
 /// (the CUDA engine, where the CPU's tree build is most of a call), 1 (a tree per call) elsewhere (the CPU engine,
@@ -146,8 +151,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Whether `particles` are the bodies of the last build (the same ids, in its order).
   bool sameBodiesAsBuilt(const Particles& particles) const;
   /// Each body's ball for a tree built now for up to `steps` calls, in the bodies' current order (the last build's),
-  /// and the calls the tree is to serve (fewer than `steps` where kLargestBall says so; 1: no balls); 0, leaving
-  /// `radius` alone, where the bodies' motion is not known (no tree before with reuse, other bodies).
+  /// and the calls the tree is to serve (fewer than `steps` where kLargestBall and kFastShare say so; 1: no balls); 0,
+  /// leaving `radius` alone, where the bodies' motion is not known (no tree before with reuse, other bodies).
   std::uint32_t ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const;
 
   NearFieldEngine& engine_;
