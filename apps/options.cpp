@@ -154,7 +154,9 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         .add_option(
             "--reuse", options.tree.reuse,
             "steps a tree and its interaction lists serve, built with room for the bodies' motion over those steps: "
-            "auto (0, chosen from measured costs), off (1, a new tree every force call) or a number up to 64")
+            "auto (0, chosen from measured costs; in a periodic box 8 on the CUDA engine and off on the CPU engine), "
+            "off "
+            "(1, a new tree every force call) or a number up to 64")
         ->transform(CLI::Transformer({{"auto", "0"}, {"off", "1"}}))
         ->check(CLI::Range(0, 64))
         ->capture_default_str();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
@@ -289,6 +290,49 @@ TEST(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
     EXPECT_EQ(report.counts.bodyBody, reference.counts.bodyBody) << "the same lists as a fresh tree's";
     EXPECT_EQ(report.counts.bodyCell, reference.counts.bodyCell);
     box.drift(L);
+  }
+}
+
+// A solver restored from a checkpoint taken between two trees builds the trees and forces of the solver that went
+// on, bit for bit (the next tree's balls come from the saved build positions); a checkpoint without the reuse's state
+// (written before periodic trees were reused) restores too, its next tree built without balls.
+TEST(PeriodicReuse, RestoredSolverContinuesBitForBit) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  const GravityParams gravity = boxGravity();
+  DriftingBox box(seed, L, gravity.periodic.splitRadius);
+  TreeParams params;
+  params.reuse = 3;
+  gpu::CpuEngine engine(gpu::Precision::float32);
+  tree::PeriodicTreeSolver going(engine, params, gravity);
+  int call = 0;
+  while (call < 3 || !going.atCheckpointBoundary()) {
+    going.computeForces(box.bodies);
+    box.drift(L);
+    ++call;
+    ASSERT_LT(call, 20);
+  }
+  CheckpointState state;
+  going.saveState(state);
+  tree::PeriodicTreeSolver restored(engine, params, gravity);
+  restored.restoreState(state, box.bodies);
+  tree::PeriodicTreeSolver fromOldCheckpoint(engine, params, gravity);
+  EXPECT_NO_THROW(fromOldCheckpoint.restoreState(CheckpointState{}, box.bodies));
+  Particles twin = box.bodies;
+  for (int more = 0; more < 5; ++more) {
+    SCOPED_TRACE("call " + std::to_string(more) + " after the checkpoint");
+    const ForceReport a = going.computeForces(box.bodies);
+    const ForceReport b = restored.computeForces(twin);
+    EXPECT_EQ(a.rebuilt, b.rebuilt);
+    ASSERT_EQ(box.bodies.id, twin.id);
+    EXPECT_EQ(box.bodies.ax, twin.ax);
+    EXPECT_EQ(box.bodies.ay, twin.ay);
+    EXPECT_EQ(box.bodies.az, twin.az);
+    box.drift(L);
+    twin.x = box.bodies.x;
+    twin.y = box.bodies.y;
+    twin.z = box.bodies.z;
   }
 }
 

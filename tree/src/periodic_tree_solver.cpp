@@ -523,7 +523,8 @@ void PeriodicTreeSolver::saveState(CheckpointState& state) {
 
 void PeriodicTreeSolver::restoreState(const CheckpointState& state, const Particles& particles) {
   treeHeld_ = false;
-  builtCalls_ = state.count(stateName("built_calls"));
+  // A checkpoint of a run before periodic trees were reused keeps no state for them: the next tree's balls are points.
+  builtCalls_ = state.scalars.count(stateName("built_calls")) != 0 ? state.count(stateName("built_calls")) : 0;
   motionKnown_ = builtCalls_ > 0;
   if (motionKnown_) {
     const auto bodyArray = [&](const char* name) -> const std::vector<double>& {
