@@ -202,7 +202,7 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T accumulateJerkPairInteraction(T dx, T dy
 /// transform 4 pi exp(-k^2 r_s^2) / k^2 the particle mesh sums (mesh/particle_mesh.hpp). 1 - f(r) is the share of a
 /// Gaussian cloud (density ~ exp(-r^2 / 4 r_s^2)) within r, so f r / r^3 and the cloud's pull add up to r / r^3.
 /// Both fall from 1 at r = 0: f = 1.75e-2 and g = 1.5e-3 at 4.5 r_s, f = 1.7e-3 at 5.5 r_s, f = 4.4e-4 at 6 r_s.
-/// erfc and exp are the <cmath> functions on the host; float on the GPU uses the polynomial below.
+/// In double erfc and exp are <cmath>'s (CUDA's on the GPU); float uses the polynomial below.
 template <class T>
 struct ShortRangeFactors {
   T force;      ///< f(r): multiplies the Newtonian (Plummer-softened) pull
@@ -210,8 +210,8 @@ struct ShortRangeFactors {
   T gaussian;   ///< exp(-x^2), which f' and g' carry (accumulateTruncatedQuadrupoleInteraction)
 };
 
-/// f(r) and g(r) from a polynomial erfc that shares its Gaussian with f's second term, for float on the GPU (no table,
-/// no erfcf): erfc(x) = t P(t) exp(-x^2), t = 1 / (1 + x/2), P of degree 6 (the form of Abramowitz & Stegun 7.1.26,
+/// f(r) and g(r) from a polynomial erfc that shares its Gaussian with f's second term, for float (no table, no
+/// erfcf): erfc(x) = t P(t) exp(-x^2), t = 1 / (1 + x/2), P of degree 6 (the form of Abramowitz & Stegun 7.1.26,
 /// refitted for relative error on 0 <= x <= 3, i.e. r <= 6 r_s, with Lawson-weighted least squares: A&S's own
 /// coefficients are fitted for absolute error, 1.5e-7, which is 1e-4 of g at the default cut). The fit's relative error
 /// is 1.9e-7 in exact arithmetic; evaluated in float (host: 1/(1 + x/2) and std::exp) the worst relative error up to
@@ -248,14 +248,15 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE ShortRangeFactors<T> shortRangeFactorsPoly
   return {erfcX + (kTwoOverSqrtPi * x) * gauss, erfcX, gauss};
 }
 
-/// f(r) and g(r) above for a separation r >= 0, given invTwoSplit = 1 / (2 r_s). Float on the GPU takes
-/// shortRangeFactorsPolynomial; everything else <cmath>'s (or CUDA's double) erfc and exp.
+/// f(r) and g(r) above for a separation r >= 0, given invTwoSplit = 1 / (2 r_s). Float takes
+/// shortRangeFactorsPolynomial, on the host (the CPU engine) as on the GPU: the same factors in both float engines, and
+/// no erfcf per pair (glibc's erfcf and expf were ~37% of the CPU engine's periodic call, not vectorised; 2^15 bodies
+/// in a box on the 2-core build machine, alternating runs: the engine's 0.89-0.90 s a call -> 0.69-0.76 s, p99 against
+/// double unchanged at 1.162e-4). Double takes <cmath>'s (or CUDA's) erfc and exp.
 template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE ShortRangeFactors<T> shortRangeFactors(T r, T invTwoSplit) {
   constexpr T kTwoOverSqrtPi = T(1.1283791670955126);  // 2 / sqrt(pi)
-#if defined(__CUDA_ARCH__)
   if constexpr (sizeof(T) == 4) return shortRangeFactorsPolynomial(r, invTwoSplit);
-#endif
   const T x = r * invTwoSplit;
 #if defined(__CUDA_ARCH__)
   const T erfcX = erfc(x);
