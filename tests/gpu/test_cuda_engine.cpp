@@ -1175,8 +1175,9 @@ mesh::MeshParams periodicMesh(double L, std::size_t numBodies) {
 
 // The twins on the same periodic plans: the CPU and the CUDA engine in float fold the same float offsets to their
 // nearest images and evaluate the same truncated pairs and cells; they differ in accumulation order, the reciprocal
-// square root (~2 ulp on the GPU) and erfc: std::erfc on the CPU, the polynomial with __expf on the GPU (within ~1e-6
-// of f and g, pair_interaction.hpp: shortRangeFactorsPolynomial). Each pair's pull then differs by <~1e-6 of itself, so
+// square root (~2 ulp on the GPU) and the erfc polynomial's Gaussian: std::exp on the CPU, __expf and __fdividef on the
+// GPU (within ~1e-6 of f and g, pair_interaction.hpp: shortRangeFactorsPolynomial; until 2026-11-29 the CPU took
+// std::erfc). Each pair's pull then differs by <~1e-6 of itself, so
 // a body's difference is <~1e-6 of the sum of its pulls' magnitudes: ~1e-7 typical. Measured on the H200 (first
 // run): median relative difference 1.5-2.1e-7, largest 2.3-3.0e-6 of the body's pull and 1.3-7.5e-6 of the rms pull;
 // the bounds leave 3-10x, and catch a wrong image, a lost cell or a lost tile (errors of 1e-3 and more).
@@ -1664,6 +1665,66 @@ TEST_F(CudaEngineTest, EwaldOnGpuLatticeAndLoneBody) {
 
 // What the CUDA engine refuses for periodic gravity, with one-line InputErrors: double precision (no such kernels) and
 // resident lists (open-boundary only).
+// The periodic tree's reuse (tree/periodic_tree_solver.hpp) on the GPU: a clustered box drifting through its faces,
+// trees for 4 calls, the CUDA engine against the CPU engine in float call by call. Both solvers build the same trees
+// and lists (alpha 0: the lists depend on the positions alone, not on either engine's last accelerations) and reuse
+// them at the same calls, so the forces differ by float rounding only (PeriodicPlansMatchTheCpuEngine's bound): the
+// reused calls hand the engine the bodies' continued paths, some across a face.
+TEST_F(CudaEngineTest, PeriodicReuseFollowsTheCpuEngine) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 2.0;
+  Particles bodies = periodicBox(testing::clumpyBox(seed, L, 1500, 6000), L);
+  const mesh::MeshParams meshParams = periodicMesh(L, bodies.size());
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  gravity.periodic = mesh::periodicSplit(meshParams);
+  const double step = 0.02 * gravity.periodic.splitRadius;  // bulk motion a call, each axis
+  std::mt19937_64 random(seed + 5);
+  std::normal_distribution<double> spread(0.0, 0.003 * gravity.periodic.splitRadius);
+  std::vector<double> vx(bodies.size()), vy(bodies.size()), vz(bodies.size());
+  for (std::size_t k = 0; k < bodies.size(); ++k) {
+    vx[k] = step + spread(random);
+    vy[k] = -step + spread(random);
+    vz[k] = step + spread(random);
+  }
+  TreeParams params;
+  params.reuse = 4;
+  params.alpha = 0.0;
+  CudaEngine engine(Precision::float32, testConfig());
+  CpuEngine cpu(Precision::float32);
+  tree::PeriodicTreeSolver onGpu(engine, params, gravity), onCpu(cpu, params, gravity);
+  Particles gpuBodies = bodies, cpuBodies = bodies;
+  int reused = 0;
+  for (int call = 1; call <= 9; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const ForceReport gpuReport = onGpu.computeForces(gpuBodies);
+    const ForceReport cpuReport = onCpu.computeForces(cpuBodies);
+    ASSERT_EQ(gpuReport.rebuilt, cpuReport.rebuilt);
+    ASSERT_EQ(gpuBodies.id, cpuBodies.id);
+    EXPECT_EQ(onGpu.lastStats().meanListBodies, onCpu.lastStats().meanListBodies) << "the same lists";
+    EXPECT_EQ(onGpu.lastStats().meanListCells, onCpu.lastStats().meanListCells);
+    reused += gpuReport.rebuilt ? 0 : 1;
+    double rms = 0.0, worst = 0.0;
+    for (std::size_t i = 0; i < cpuBodies.size(); ++i) {
+      rms += cpuBodies.ax[i] * cpuBodies.ax[i] + cpuBodies.ay[i] * cpuBodies.ay[i] + cpuBodies.az[i] * cpuBodies.az[i];
+      worst = std::max(worst, std::hypot(gpuBodies.ax[i] - cpuBodies.ax[i], gpuBodies.ay[i] - cpuBodies.ay[i],
+                                         gpuBodies.az[i] - cpuBodies.az[i]));
+    }
+    rms = std::sqrt(rms / double(cpuBodies.size()));
+    EXPECT_LT(worst / rms, 5e-5) << "largest difference " << worst / rms << " of the rms pull";
+    for (Particles* p : {&gpuBodies, &cpuBodies}) {
+      for (std::size_t i = 0; i < p->size(); ++i) {
+        const std::uint64_t k = p->id[i];
+        p->x[i] = wrapIntoBox(p->x[i] + vx[k], L);
+        p->y[i] = wrapIntoBox(p->y[i] + vy[k], L);
+        p->z[i] = wrapIntoBox(p->z[i] + vz[k], L);
+      }
+    }
+  }
+  EXPECT_GE(reused, 5) << "calls 1 and 2 build, then trees for 4 calls";
+}
+
 TEST_F(CudaEngineTest, PeriodicRefusesDoubleAndResidentLists) {
   GravityParams gravity;
   gravity.periodic = mesh::periodicSplit(periodicMesh(1.0, 4096));
