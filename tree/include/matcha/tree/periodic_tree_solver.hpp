@@ -82,7 +82,9 @@ inline std::uint32_t periodicAutoReuse(bool engineOnDevice) { return engineOnDev
 /// and its lists then serve the next calls too, up to K in all, as long as every body stays within its ball
 /// (kBallRoom) of where it was at the build. The tree is built over the bodies as balls, so that every
 /// list holds what the opening criterion and the r_cut skip demand wherever in its ball each body is: a list
-/// reused at a later call is one that call's own walk could have made, with a few more entries. A later call only
+/// reused at a later call is one that call's own walk could have made, with a few more entries (its relative test
+/// scaled by the accelerations the build's call brought, as the open-boundary solver's reused lists are, less their
+/// allowance for |a| falling). A later call only
 /// refits the cells to the bodies' positions and evaluates the lists again; it takes each body where its path
 /// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the
 /// bodies at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and
