@@ -344,25 +344,21 @@ std::uint32_t PeriodicTreeSolver::ballRadii(const Particles& particles, std::uin
                                             std::vector<float>& radius) const {
   const std::size_t n = particles.size();
   if (steps <= 1 || !motionKnown_ || builtCalls_ == 0 || !sameBodiesAsBuilt(particles)) return 0;
-  radius.resize(n);
   const double box = gravity_.periodic.boxSize;
   const double perCall = 1.0 / double(builtCalls_);
   // Each body's mean displacement per call since the last build.
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                        const double dx = nearestImage(particles.x[i] - builtX_[i], box);
-                        const double dy = nearestImage(particles.y[i] - builtY_[i], box);
-                        const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
-                        radius[i] = static_cast<float>(perCall * std::sqrt(dx * dx + dy * dy + dz * dz));
-                      }
-                    });
+  const auto speed = [&](std::size_t i) {
+    const double dx = nearestImage(particles.x[i] - builtX_[i], box);
+    const double dy = nearestImage(particles.y[i] - builtY_[i], box);
+    const double dz = nearestImage(particles.z[i] - builtZ_[i], box);
+    return static_cast<float>(perCall * std::sqrt(dx * dx + dy * dy + dz * dz));
+  };
   // As many calls as keep the balls of all but the fastest kFastShare of the bodies within kLargestBall of r_cut
   // (the speed at that quantile from every stride-th body: the same bodies whatever the thread count).
   const std::size_t stride = std::max<std::size_t>(1, n / kSpeedSamples);
   std::vector<float> sample;
   sample.reserve(n / stride + 1);
-  for (std::size_t i = 0; i < n; i += stride) sample.push_back(radius[i]);
+  for (std::size_t i = 0; i < n; i += stride) sample.push_back(speed(i));
   const auto quantile = sample.begin() + static_cast<std::ptrdiff_t>((1.0 - kFastShare) * double(sample.size() - 1));
   std::nth_element(sample.begin(), quantile, sample.end());
   const double fast = *quantile;
@@ -372,13 +368,15 @@ std::uint32_t PeriodicTreeSolver::ballRadii(const Particles& particles, std::uin
     calls =
         static_cast<std::uint32_t>(std::clamp(1.0 + std::floor(largestBall / (kBallRoom * fast)), 1.0, double(steps)));
   }
+  if (calls == 1) return 1;  // a tree for this call alone needs no balls
   // The fastest bodies' balls are capped: one that outruns its cap ends the tree early (the call builds anew),
   // instead of a ball that would open every cell around it for every group.
+  radius.resize(n);
   const float scale = static_cast<float>(kBallRoom * double(calls - 1));
   const auto cap = static_cast<float>(kBallCap * largestBall);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
                     [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) radius[i] = std::min(radius[i] * scale, cap);
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) radius[i] = std::min(speed(i) * scale, cap);
                     });
   return calls;
 }

@@ -155,8 +155,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Whether `particles` are the bodies of the last build (the same ids, in its order).
   bool sameBodiesAsBuilt(const Particles& particles) const;
   /// Each body's ball for a tree built now for up to `steps` calls, in the bodies' current order (the last build's),
-  /// and the calls the tree is to serve (fewer than `steps` where kLargestBall and kFastShare say so; 1: no balls); 0,
-  /// leaving `radius` alone, where the bodies' motion is not known (no tree before with reuse, other bodies).
+  /// and the calls the tree is to serve (fewer than `steps` where kLargestBall and kFastShare say so; 1: no balls); 0
+  /// where the bodies' motion is not known (no tree before with reuse, other bodies). `radius` is set only for >= 2.
   std::uint32_t ballRadii(const Particles& particles, std::uint32_t steps, std::vector<float>& radius) const;
 
   NearFieldEngine& engine_;
