@@ -148,12 +148,18 @@ GravityParams boxGravity() {
   return gravity;
 }
 
-TEST(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
+/// Each test's fresh seed (its trace is the test's own SCOPED_TRACE), the box and its drifting bodies.
+class PeriodicReuse : public ::testing::Test {
+ protected:
+  static constexpr double L = 1.0;
   const std::uint64_t seed = testing::freshSeed();
-  SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
   const GravityParams gravity = boxGravity();
-  DriftingBox box(seed, L, gravity.periodic.splitRadius);
+  DriftingBox drifting(double speed = 1.0) const { return DriftingBox(seed, L, gravity.periodic.splitRadius, speed); }
+};
+
+TEST_F(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox box = drifting();
 
   TreeParams reused;
   reused.reuse = 4;
@@ -215,12 +221,9 @@ TEST(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
 
 // A body that leaves its ball (a jump of a quarter of the box between calls) makes that call build anew, and so do the
 // bodies handed over in another order; both calls' forces are a fresh tree's.
-TEST(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
-  const std::uint64_t seed = testing::freshSeed();
+TEST_F(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
   SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  const GravityParams gravity = boxGravity();
-  DriftingBox box(seed, L, gravity.periodic.splitRadius);
+  DriftingBox box = drifting();
   TreeParams params;
   params.reuse = 8;
   gpu::CpuEngine engine(gpu::Precision::float64);
@@ -265,12 +268,9 @@ TEST(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
 
 // Bodies that cross many r_s a call (here, with bulk motion of 4 r_s a call) get no reuse: a ball for even two calls
 // would exceed kLargestBall of r_cut, so each call builds a tree of its own, of the length a fresh walk gives.
-TEST(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
-  const std::uint64_t seed = testing::freshSeed();
+TEST_F(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
   SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  const GravityParams gravity = boxGravity();
-  DriftingBox box(seed, L, gravity.periodic.splitRadius, 200.0);
+  DriftingBox box = drifting(200.0);
   TreeParams reused;
   reused.reuse = 4;
   TreeParams fresh;
@@ -296,12 +296,9 @@ TEST(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
 // A solver restored from a checkpoint taken between two trees builds the trees and forces of the solver that went
 // on, bit for bit (the next tree's balls come from the saved build positions); a checkpoint without the reuse's state
 // (written before periodic trees were reused) restores too, its next tree built without balls.
-TEST(PeriodicReuse, RestoredSolverContinuesBitForBit) {
-  const std::uint64_t seed = testing::freshSeed();
+TEST_F(PeriodicReuse, RestoredSolverContinuesBitForBit) {
   SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  const GravityParams gravity = boxGravity();
-  DriftingBox box(seed, L, gravity.periodic.splitRadius);
+  DriftingBox box = drifting();
   TreeParams params;
   params.reuse = 3;
   gpu::CpuEngine engine(gpu::Precision::float32);
