@@ -578,6 +578,19 @@ TEST(TreePm, RefusesWhatItCannotDo) {
     p.y[10] = outside;
     EXPECT_THROW(solver.computeForces(p), InputError) << outside;
   }
+  // Checked on every core, the error names the first offender by index, whatever the thread that found one.
+  Particles many = testing::uniformCube(200000, 9, 0.5);
+  wrapIntoBox(many, 1.0);
+  many.x[170000] = 2.0;
+  many.z[30001] = -0.25;
+  try {
+    solver.computeForces(many);
+    ADD_FAILURE() << "bodies outside the box were taken";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("body " + std::to_string(many.id[30001]) + " lies outside"),
+              std::string::npos)
+        << error.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------------

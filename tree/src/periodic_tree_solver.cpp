@@ -108,19 +108,25 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 }
 
 void requireInsideBox(const Particles& particles, double boxSize) {
-  for (std::size_t i = 0; i < particles.size(); ++i) {
-    const double p[3] = {particles.x[i], particles.y[i], particles.z[i]};
-    for (int d = 0; d < 3; ++d) {
-      // The negated form also catches NaN.
-      if (!(p[d] >= 0.0 && p[d] < boxSize)) {
-        std::ostringstream message;
-        message.precision(17);
-        message << "body " << particles.id[i] << " lies outside the periodic box [0, " << boxSize << ")^3 at (" << p[0]
-                << ", " << p[1] << ", " << p[2] << ")";
-        throw InputError(message.str());
-      }
-    }
-  }
+  // On every core, the first offender by index (the same message whatever the threads): one core took 64-72 ms of a
+  // 2^24-body call (H200 host), more than a fifth of a reused call.
+  const auto outside = [boxSize](double c) { return !(c >= 0.0 && c < boxSize); };  // the negated form catches NaN
+  const std::size_t n = particles.size();
+  const std::size_t first = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), n,
+      [&](const tbb::blocked_range<std::size_t>& r, std::size_t found) {
+        for (std::size_t i = r.begin(); i != r.end() && i < found; ++i) {
+          if (outside(particles.x[i]) || outside(particles.y[i]) || outside(particles.z[i])) return i;
+        }
+        return found;
+      },
+      [](std::size_t a, std::size_t b) { return std::min(a, b); });
+  if (first == n) return;
+  std::ostringstream message;
+  message.precision(17);
+  message << "body " << particles.id[first] << " lies outside the periodic box [0, " << boxSize << ")^3 at ("
+          << particles.x[first] << ", " << particles.y[first] << ", " << particles.z[first] << ")";
+  throw InputError(message.str());
 }
 
 PeriodicTreeSolver::PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
