@@ -579,6 +579,15 @@ struct CudaEngine::Impl {
     return variant;
   }
 
+  /// The periodic short range's parameters of the plan kernels (kPeriodic variants).
+  template <class Real>
+  static void setPeriodicArgs(const PeriodicSplit& split, detail::PlanArgs<Real>& args) {
+    args.boxSize = split.boxSize;
+    args.box = static_cast<Real>(split.boxSize);
+    args.invTwoSplit = static_cast<Real>(0.5 / split.splitRadius);
+    args.cutoff2 = static_cast<Real>(split.cutoffRadius * split.cutoffRadius);
+  }
+
   template <class Real>
   InteractionCounts evaluatePlanIn(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                    const GravityParams& gravity, const ForceView& out, const PlanPart& part = {}) {
@@ -657,12 +666,13 @@ struct CudaEngine::Impl {
     }
 
     start.record(stream.get());
-    // A periodic call (a tree per call, no resident lists: tree/periodic_tree_solver.hpp) sends its bodies, cells and
-    // lists, ~1.3 GB at 2^24, through the page-locked staging buffers: from pageable memory they took 122-213 ms on
-    // the H200 (6-10 GB/s). So does an open-boundary plan on an engine that has never held resident lists (a rank of
-    // the distributed solver: its lists took 185 ms a call at 2^24 bodies a rank on the 2-GPU H200 machine). Plans
-    // beside resident lists keep the direct copies: they may run beside resident launches, whose DMA a staged piece
-    // would wait behind.
+    // A periodic call (a tree's first call: the calls after take the resident lists, tree/periodic_tree_solver.hpp)
+    // sends its bodies, cells and lists, ~1.3 GB at 2^24, through the page-locked staging buffers: from pageable
+    // memory they took 122-213 ms on the H200 (6-10 GB/s). So does an open-boundary plan on an engine that has never
+    // held resident lists (a rank of the distributed solver: its lists took 185 ms a call at 2^24 bodies a rank on the
+    // 2-GPU H200 machine). Other plans beside resident lists keep the direct copies: they may run beside resident
+    // launches, whose DMA a staged piece would wait behind (the periodic solver never launches its lists beside a
+    // plan).
     const bool staged = periodic || !res.hasTree;
     if (part.uploadBodies) uploadSourcesAndCells(sources, cells, staged);
     groupCentres.reserve(3 * numGroups);
@@ -703,13 +713,7 @@ struct CudaEngine::Impl {
     args.inverseSoftening = inverseSoftening(gravity.eps2());
     args.G = gravity.G;
     args.out = deviceForces(out);
-    if (periodic) {
-      const PeriodicSplit& split = gravity.periodic;
-      args.boxSize = split.boxSize;
-      args.box = static_cast<Real>(split.boxSize);
-      args.invTwoSplit = static_cast<Real>(0.5 / split.splitRadius);
-      args.cutoff2 = static_cast<Real>(split.cutoffRadius * split.cutoffRadius);
-    }
+    if (periodic) setPeriodicArgs(gravity.periodic, args);
 
     const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);
     const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
@@ -979,7 +983,7 @@ struct CudaEngine::Impl {
     MATCHA_ASSERT(n < (std::size_t{1} << 31) && topology.numCells() < (std::size_t{1} << 31),
                   "more than 2^31 bodies or cells");
     MATCHA_ASSERT(topology.relativeTolerance.size() == topology.numGroups(), "setTree: a tolerance per group needed");
-    stats = CudaCallStats{};
+    // stats stay the last evaluation's (lastCallStats): the periodic solver hands a tree over after evaluating it.
     if (n != r.numBodies) r.mirror = false;
     r.numBodies = static_cast<std::uint32_t>(n);
     r.numCells = static_cast<std::uint32_t>(topology.numCells());
@@ -1169,8 +1173,11 @@ struct CudaEngine::Impl {
         copyToDevice(onDevice[d], slot, n);
       }
     }
+    // Periodic lists (NearFieldEngine: the periodic solver's reuse) take evaluatePlan's periodic kernel and no check.
+    const bool periodic = gravity.periodic.enabled();
     const detail::PlanVariant<Real>* variant =
-        findPlanVariant<Real>(config.planTileSize, r.quadrupole, false, out.pot != nullptr);
+        findPlanVariant<Real>(periodic ? std::uint32_t(detail::kPeriodicPlanTile) : config.planTileSize, r.quadrupole,
+                              false, out.pot != nullptr, periodic);
     MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
     // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
     std::uint32_t numTasks = r.numTasks;
@@ -1352,8 +1359,10 @@ struct CudaEngine::Impl {
     check.failedFlags = r.failedFlags.data();
     check.failedList = r.failedList.data();
     check.failedCount = r.failedCount.data();
-    detail::launchCheckLists(check, r.quadrupole, stream.get());
-    MATCHA_CUDA_CHECK_LAUNCH("checkListsKernel", config.synchronizeAfterLaunch);
+    if (!periodic) {
+      detail::launchCheckLists(check, r.quadrupole, stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("checkListsKernel", config.synchronizeAfterLaunch);
+    }
     // The group x list kernel.
     if (config.poisonDeviceOutputs) {
       for (auto* buffer : {&r.outX, &r.outY, &r.outZ, &r.outPot}) {
@@ -1381,6 +1390,7 @@ struct CudaEngine::Impl {
     args.inverseSoftening = inverseSoftening(gravity.eps2());
     args.G = gravity.G;
     args.out = {r.outX.data(), r.outY.data(), r.outZ.data(), out.pot != nullptr ? r.outPot.data() : nullptr};
+    if (periodic) setPeriodicArgs(gravity.periodic, args);
     const auto warpsPerBlock = static_cast<std::uint64_t>(variant->threads / 32);
     const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
         1, std::min<std::uint64_t>(std::uint64_t(selection.numSMs) * blocksPerSM(variant->kernel, variant->threads),
@@ -1459,7 +1469,7 @@ struct CudaEngine::Impl {
     }
     stats.numTasks = numTasks;
     char text[128];
-    std::snprintf(text, sizeof text, "resident plan %s p%d (%u warp tasks, %u blocks)%s",
+    std::snprintf(text, sizeof text, "resident plan %s%s p%d (%u warp tasks, %u blocks)%s", periodic ? "periodic " : "",
                   r.quadrupole ? "quad" : "mono", variant->tile, numTasks, numBlocks,
                   variant->potential ? "" : ", accelerations only");
     stats.kernel = text;
@@ -1651,10 +1661,9 @@ void CudaEngine::dropLists() {
 
 void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                                 std::span<const std::uint32_t> groups, const BodyUpdate& update) {
-  if (gravity.periodic.enabled()) {
-    // Resident lists are refitted and checked against the open-boundary criterion; a periodic tree is built per call
-    // and evaluated with evaluatePlan (tree/periodic_tree_solver.hpp).
-    throw InputError("the CUDA engine's resident lists are open-boundary only: periodic gravity evaluates plans");
+  if (gravity.periodic.enabled() && impl_->precision != Precision::float32) {
+    throw InputError(
+        "the CUDA engine's periodic short range runs in float only: use --precision float or --engine cpu");
   }
   MATCHA_ASSERT(impl_->res.hasTree, "launchResident before setTree");
   MATCHA_ASSERT(!impl_->res.launched, "launchResident while a launch is in flight");

@@ -555,8 +555,8 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
                                std::span<const std::uint32_t> groups, const BodyUpdate& update) {
   Resident& r = *resident_;
   MATCHA_ASSERT(r.hasTree, "launchResident before setTree");
-  // Resident lists are refitted and checked against the open-boundary criterion; a periodic tree is built per call.
-  MATCHA_ASSERT(!gravity.periodic.enabled(), "resident lists are open-boundary only");
+  // Periodic lists hold by the solver's balls, not by the open-boundary test (NearFieldEngine): not checked.
+  const bool checked = !gravity.periodic.enabled();
   // This engine reads the caller's arrays: an advance it does not repeat, the positions it reads are already moved.
   const bool refitNeeded = update.motion != BodyMotion::unchanged || !r.refitted;
   const Stopwatch clock;
@@ -653,7 +653,7 @@ void CpuEngine::launchResident(const SourceView& bodies, const GravityParams& gr
             work.cells = r.lists.cells(group);
             work.ranges = r.lists.ranges(group);
             counts.local() += evaluateGroupWork(sources, r.cells, work, list, gravity, forces);
-            for (const std::uint32_t cell : work.cells) {
+            for (const std::uint32_t cell : checked ? work.cells : std::span<const std::uint32_t>{}) {
               if (!passesCheck(topology, r.cells, r.openingRadius, r.bmax, centre, half, group, cell)) {
                 failed.local().push_back(group);
                 break;

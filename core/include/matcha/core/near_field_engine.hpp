@@ -157,6 +157,13 @@ class NearFieldEngine {
   // and each group's list; every evaluation refits the cells to the bodies' current positions (masses, centres of
   // mass, quadrupoles, sizes, group boxes), evaluates the lists, and checks that every accepted cell still passes
   // the opening criterion (core/opening_criterion.hpp) for its group at these positions.
+  //
+  // With periodic gravity (engines with periodicShortRange(), the periodic solver's reuse:
+  // tree/periodic_tree_solver.hpp) the lists are evaluated as evaluatePlan evaluates a periodic plan (the truncated
+  // pairs, each source at its nearest image to the group) and not checked: no group fails. The open-boundary test does
+  // not hold for cells taken at an image, and the periodic solver's lists are valid by construction while each body
+  // stays in the ball the tree was built over, which the solver checks on the host. Positions may then lie outside the
+  // box (a body's path continued across a face since the build), so that no cell is torn across the box.
 
   /// A new tree: keeps `topology` and the bodies' masses (`bodies` in the caller's order; positions are ignored) and
   /// forgets every list.

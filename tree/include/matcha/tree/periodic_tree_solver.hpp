@@ -12,6 +12,7 @@
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/near_field_engine.hpp"
 #include "matcha/core/params.hpp"
+#include "matcha/core/tree_topology.hpp"
 #include "matcha/tree/groups.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
@@ -122,7 +123,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// The last call's plan of all groups, for tests and benchmarks (with the walk overlapped, its batches' plans joined
   /// on the first request).
   const InteractionPlan& lastPlan() const;
-  /// The last call's octree, its cells' multipoles included (the cells of lastPlan()), for tests.
+  /// The current tree as built, its cells' multipoles those of its first call (the engine refits its own copy on the
+  /// calls after: NearFieldEngine's resident lists), for tests.
   const Octree& octree() const { return tree_; }
   /// The current tree's groups (boxes of the bodies' balls at the build, relative tolerances), for tests.
   const Groups& groups() const { return groups_; }
@@ -150,7 +152,10 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball.
   /// Fills pathX_ (and Y, Z) as it checks.
   bool treeHolds(const Particles& particles);
-  /// Refits the current tree to the bodies where their paths continue from the build and evaluates its lists.
+  /// Hands the tree just built and its lists to the engine, which keeps them for the calls after (resident lists).
+  void handTreeToEngine(const Particles& particles);
+  /// Has the engine refit its copy of the current tree to the bodies where their paths continue from the build and
+  /// evaluate the lists it keeps.
   void reuseAndEvaluate(Particles& particles, ForceReport& report);
   /// Whether `particles` are the bodies of the last build (the same ids, in its order).
   bool sameBodiesAsBuilt(const Particles& particles) const;
@@ -190,6 +195,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::uint32_t treeSteps_ = 1;  ///< K of the current tree
   bool treeHeld_ = false;        ///< the current tree and its lists may serve a later call (within its balls)
   bool motionKnown_ = false;     ///< builtX_, builtIds_ and builtCalls_ hold the last build's bodies
+  TreeTopology topology_;        ///< what handTreeToEngine gives the engine (kept: its arrays are reused)
   /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since).
   std::vector<double> pathX_, pathY_, pathZ_;
 };
