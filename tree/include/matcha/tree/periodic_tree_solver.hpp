@@ -85,8 +85,9 @@ inline std::uint32_t periodicAutoReuse(bool engineOnDevice) { return engineOnDev
 /// list holds what the opening criterion and the r_cut skip demand wherever in its ball each body is: a list
 /// reused at a later call is one that call's own walk could have made, with a few more entries (its relative test
 /// scaled by the accelerations the build's call brought, as the open-boundary solver's reused lists are, less their
-/// allowance for |a| falling). A later call only
-/// refits the cells to the bodies' positions and evaluates the lists again; it takes each body where its path
+/// allowance for |a| falling). The engine keeps the tree and its lists (NearFieldEngine's resident lists, unchecked
+/// in a box); a later call only has it refit its cells to the bodies' positions and evaluate the lists again; it
+/// takes each body where its path
 /// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the
 /// bodies at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and
 /// cell at its nearest image anyway. A body outside its ball, other bodies or another order (the same ids in the same
