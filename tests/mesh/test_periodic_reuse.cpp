@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "matcha/core/checkpoint_state.hpp"
+#include "matcha/core/errors.hpp"
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
@@ -270,6 +271,32 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
 
 // Bodies that cross many r_s a call (here, with bulk motion of 4 r_s a call) get no reuse: a ball for even two calls
 // would exceed kLargestBall of r_cut, so each call builds a tree of its own, of the length a fresh walk gives.
+// A reused call checks the box in its ball pass (no pass of its own): a body on the far face or with a NaN coordinate,
+// however close to where its ball allows, is refused with the one-line InputError of a fresh call.
+TEST_F(PeriodicReuse, ABodyLeavingTheBoxIsRefusedOnAReusedCall) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  TreeParams params;
+  params.reuse = 8;
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  for (const double misplaced : {L, std::nan("")}) {
+    DriftingBox box = drifting();
+    tree::PeriodicTreeSolver solver(engine, params, gravity);
+    for (int call = 1; call <= 3; ++call) {
+      solver.computeForces(box.bodies);
+      box.drift(L);
+    }
+    ASSERT_FALSE(solver.atCheckpointBoundary()) << "the next call would reuse the tree";
+    const std::size_t far = std::max_element(box.bodies.x.begin(), box.bodies.x.end()) - box.bodies.x.begin();
+    box.bodies.x[far] = misplaced;  // the body nearest the face x = L moved onto it
+    try {
+      solver.computeForces(box.bodies);
+      ADD_FAILURE() << "body " << box.bodies.id[far] << " at x = " << misplaced << " was taken";
+    } catch (const InputError& error) {
+      EXPECT_NE(std::string(error.what()).find("lies outside the periodic box"), std::string::npos) << error.what();
+    }
+  }
+}
+
 TEST_F(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
   SCOPED_TRACE(testing::seedTrace(seed));
   DriftingBox box = drifting(200.0);

@@ -281,11 +281,12 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   const std::size_t n = particles.size();
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
-  requireInsideBox(particles, gravity_.periodic.boxSize);
 
   const Stopwatch checking;
+  // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls.
   const bool holds = treeHolds(particles);
   report.timings[Phase::motion] += checking.seconds();
+  if (!holds) requireInsideBox(particles, gravity_.periodic.boxSize);
   if (holds) {
     reuseAndEvaluate(particles, report);
   } else {
@@ -318,6 +319,7 @@ bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
   pathY_.resize(n);
   pathZ_.resize(n);
   const double box = gravity_.periodic.boxSize, half = 0.5 * box;
+  const auto inside = [box](double c) { return c >= 0.0 && c < box; };  // false for NaN
   return tbb::parallel_reduce(
       tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
       [&](const tbb::blocked_range<std::size_t>& r, bool holds) {
@@ -339,7 +341,8 @@ bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
           pathY_[i] = continued(particles.y[i], builtY_[i], dy);
           pathZ_[i] = continued(particles.z[i], builtZ_[i], dz);
           const double ball = sortedRadius_[i];
-          holds = particles.id[i] == builtIds_[i] && dx * dx + dy * dy + dz * dz <= ball * ball;
+          holds = particles.id[i] == builtIds_[i] && dx * dx + dy * dy + dz * dz <= ball * ball &&
+                  inside(particles.x[i]) && inside(particles.y[i]) && inside(particles.z[i]);
         }
         return holds;
       },

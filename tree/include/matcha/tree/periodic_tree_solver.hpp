@@ -150,8 +150,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report);
   /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
   void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
-  /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball.
-  /// Fills pathX_ (and Y, Z) as it checks.
+  /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball and
+  /// inside the box. Fills pathX_ (and Y, Z) as it checks.
   bool treeHolds(const Particles& particles);
   /// Hands the tree just built and its lists to the engine, which keeps them for the calls after (resident lists).
   void handTreeToEngine(const Particles& particles);
