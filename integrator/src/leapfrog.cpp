@@ -47,9 +47,11 @@ inline bool allFinite(double probe) { return probe == 0.0; }  // NaN == 0 is fal
 /// fuse (the integrator builds with -ffp-contract=off, which the bit-for-bit engines' copies rely on). Returns whether
 /// every new position and velocity is finite. One pass reads x, v and a once (9 arrays, 6 written back) where the
 /// separate kicks and drift read 12 or 15: at 2^22 bodies the step's host integration is memory bound (~10 ms on the
-/// H200's host with two passes a step).
-template <bool kClosing>
-bool kicksThenDrift(Particles& p, double closingDt, double openingDt, double driftDt) {
+/// H200's host with two passes a step). With boxSize > 0 the positions are wrapped into [0, boxSize)^3 in the same
+/// pass (wrapIntoBox, bit for bit): the loop only flags a block with a body outside, whose positions, still in cache,
+/// are then wrapped one by one (a separate pass read and wrote every position again).
+template <bool kClosing, bool kWrap>
+bool kicksThenDrift(Particles& p, double closingDt, double openingDt, double driftDt, double boxSize) {
   return tbb::parallel_reduce(
       tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), true,
       [&](const tbb::blocked_range<std::size_t>& block, bool finite) {
@@ -64,6 +66,7 @@ bool kicksThenDrift(Particles& p, double closingDt, double openingDt, double dri
         const double* __restrict ay = p.ay.data();
         const double* __restrict az = p.az.data();
         double probe = 0.0;
+        int outside = 0;
         for (std::size_t i = block.begin(); i < block.end(); ++i) {
           if constexpr (kClosing) {
             vx[i] += ax[i] * closingDt;
@@ -76,7 +79,22 @@ bool kicksThenDrift(Particles& p, double closingDt, double openingDt, double dri
           x[i] += vx[i] * driftDt;
           y[i] += vy[i] * driftDt;
           z[i] += vz[i] * driftDt;
+          if constexpr (kWrap) {
+            // wrapIntoBox's value for a coordinate inside the box (-0.0 becomes +0.0); NaN counts as outside.
+            x[i] += 0.0;
+            y[i] += 0.0;
+            z[i] += 0.0;
+            outside |= int(!(x[i] >= 0.0 && x[i] < boxSize)) | int(!(y[i] >= 0.0 && y[i] < boxSize)) |
+                       int(!(z[i] >= 0.0 && z[i] < boxSize));
+          }
           probe += (x[i] - x[i]) + (y[i] - y[i]) + (z[i] - z[i]) + (vx[i] - vx[i]) + (vy[i] - vy[i]) + (vz[i] - vz[i]);
+        }
+        if (kWrap && outside != 0) {
+          for (std::size_t i = block.begin(); i < block.end(); ++i) {
+            x[i] = wrapIntoBox(x[i], boxSize);
+            y[i] = wrapIntoBox(y[i], boxSize);
+            z[i] = wrapIntoBox(z[i], boxSize);
+          }
         }
         return finite && allFinite(probe);
       },
@@ -224,20 +242,17 @@ StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick c
   const Stopwatch wall;
   const double cpuAtStart = processCpuSeconds();
   Stopwatch clock;
-  bool finite = closingKickPending_ ? kicksThenDrift<true>(p, pendingClosingKick_, factors.openingKick, factors.drift)
-                                    : kicksThenDrift<false>(p, 0.0, factors.openingKick, factors.drift);
-  closingKickPending_ = false;
+  const double closingDt = closingKickPending_ ? pendingClosingKick_ : 0.0;
+  const auto pass = [&]<bool kClosing, bool kWrap>() {
+    return kicksThenDrift<kClosing, kWrap>(p, closingDt, factors.openingKick, factors.drift, boxSize_);
+  };
+  bool finite = false;
   if (boxSize_ > 0.0) {
-    // On every core: one core took ~100 ms a step for 2^24 bodies, a fifth of a comoving 256^3 box's step (H200 host).
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask),
-                      [&](const tbb::blocked_range<std::size_t>& block) {
-                        for (std::size_t i = block.begin(); i < block.end(); ++i) {
-                          p.x[i] = wrapIntoBox(p.x[i], boxSize_);
-                          p.y[i] = wrapIntoBox(p.y[i], boxSize_);
-                          p.z[i] = wrapIntoBox(p.z[i], boxSize_);
-                        }
-                      });
+    finite = closingKickPending_ ? pass.template operator()<true, true>() : pass.template operator()<false, true>();
+  } else {
+    finite = closingKickPending_ ? pass.template operator()<true, false>() : pass.template operator()<false, false>();
   }
+  closingKickPending_ = false;
   report.integrationSeconds = clock.seconds();
   // The solver may permute the bodies here; kick and drift are elementwise, so nothing indexed survives the call.
   report.force = solver_.computeForces(p);

@@ -204,6 +204,80 @@ TEST(KickDrift, ThreadedUpdateIsElementwiseExactOnManyBodies) {
   EXPECT_EQ(p.id, before.id);
 }
 
+/// Fixed accelerations, whatever the positions: the step's arithmetic alone.
+class FixedAccelerations : public matcha::ForceSolver {
+ public:
+  explicit FixedAccelerations(const Particles& from) : ax_(from.ax), ay_(from.ay), az_(from.az) {}
+  ForceReport computeForces(Particles& p) override {
+    p.ax = ax_;
+    p.ay = ay_;
+    p.az = az_;
+    std::fill(p.pot.begin(), p.pot.end(), 0.0);
+    return {};
+  }
+  std::string describe() const override { return "fixed accelerations"; }
+
+ private:
+  std::vector<double> ax_, ay_, az_;
+};
+
+TEST(KickDrift, PeriodicStepWrapsEveryBodyAsWrapIntoBoxBitForBit) {
+  // A box's step wraps the positions within its one pass over the bodies: bit for bit the kick, the drift and then
+  // wrapIntoBox of each coordinate, over 50,001 bodies in many TBB blocks, most of them with no body leaving the box
+  // (body 40001 drifts to -0.0 in one of those) and some with bodies crossing a face or rounding onto L.
+  const std::uint64_t seed = matcha::testing::freshSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  std::mt19937_64 engine(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const double L = 3.0, dt = 0.01;
+  const std::size_t n = 50001;
+  Particles p(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p.x[i] = L * (0.1 + 0.8 * unit(engine));  // away from the faces: only the bodies set below cross them
+    p.y[i] = L * (0.1 + 0.8 * unit(engine));
+    p.z[i] = L * (0.1 + 0.8 * unit(engine));
+    p.vx[i] = unit(engine) - 0.5;
+    p.vy[i] = unit(engine) - 0.5;
+    p.vz[i] = unit(engine) - 0.5;
+    p.ax[i] = unit(engine) - 0.5;
+    p.ay[i] = unit(engine) - 0.5;
+    p.az[i] = unit(engine) - 0.5;
+    p.mass[i] = 1.0 / double(n);
+  }
+  for (std::size_t i = 30000; i < 30100; ++i) p.vx[i] = 40.0 * (p.vx[i] > 0 ? 1.0 : -1.0);  // cross a face
+  p.x[40000] = 0.0;  // stays on 0 (no velocity along x)
+  p.vx[40000] = 0.0;
+  p.ax[40000] = 0.0;
+  p.y[40001] = -0.0;  // drifts to -0.0 + (-0.0) dt = -0.0, which wrapIntoBox makes +0.0
+  p.vy[40001] = -0.0;
+  p.ay[40001] = -0.0;
+  p.x[45000] = L - 1e-17;  // rounds onto L
+  p.vx[45000] = 1e-16;
+  p.ax[45000] = 0.0;
+  FixedAccelerations solver(p);
+  mi::LeapfrogKDK leapfrog(solver, dt, L);
+  leapfrog.initialize(p);
+  Particles expected = p;
+  for (int step = 0; step < 3; ++step) {
+    mi::kick(expected, 0.5 * dt);
+    mi::drift(expected, dt);
+    matcha::wrapIntoBox(expected, L);
+    mi::kick(expected, 0.5 * dt);
+    leapfrog.step(p);
+  }
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& [got, want] :
+         {std::pair{p.x[i], expected.x[i]}, std::pair{p.y[i], expected.y[i]}, std::pair{p.z[i], expected.z[i]}}) {
+      ASSERT_EQ(std::signbit(got), std::signbit(want)) << "body " << i;
+      ASSERT_EQ(got, want) << "body " << i;
+      outside += got >= 0.0 && got < L ? 0 : 1;
+    }
+    ASSERT_EQ(p.vx[i], expected.vx[i]) << "body " << i;
+  }
+  EXPECT_EQ(outside, 0u);
+}
+
 // ------------------------------------------------------------------------------------------ (a) circular orbit
 
 TEST(LeapfrogKepler, CircularOrbitClosesWithSecondOrderError) {
