@@ -26,6 +26,7 @@
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/periodic_reference.hpp"
 
 namespace matcha::mesh {
 namespace {
@@ -53,26 +54,20 @@ Particles meshOnly(Particles p, const MeshParams& params, const GravityParams& g
   return p;
 }
 
-/// Adds the short range by brute force: every other body's nearest image within r_cut, as the tree will add it.
+/// Adds the short range by brute force (tests/support): every other body's nearest image within r_cut, as the tree
+/// will add it.
 void addShortRange(Particles& p, const MeshParams& params, const GravityParams& gravity) {
-  const double L = params.boxSize, invTwoSplit = 0.5 / params.splitRadius();
-  const double cutoff2 = params.cutoffRadius() * params.cutoffRadius();
-  tbb::parallel_for(std::size_t{0}, p.size(), [&](std::size_t i) {
-    double ax = 0, ay = 0, az = 0, pot = 0;
-    for (std::size_t j = 0; j < p.size(); ++j) {
-      if (j == i) continue;
-      double dx = p.x[j] - p.x[i], dy = p.y[j] - p.y[i], dz = p.z[j] - p.z[i];
-      dx -= L * std::nearbyint(dx / L);
-      dy -= L * std::nearbyint(dy / L);
-      dz -= L * std::nearbyint(dz / L);
-      accumulateTruncatedPairInteraction<double>(dx, dy, dz, p.mass[j], gravity.eps2(), invTwoSplit, cutoff2, ax, ay,
-                                                 az, pot);
-    }
-    p.ax[i] += gravity.G * ax;
-    p.ay[i] += gravity.G * ay;
-    p.az[i] += gravity.G * az;
-    p.pot[i] += gravity.G * pot;
-  });
+  GravityParams split = gravity;  // the mesh's split as it is (a coarse test mesh's r_cut may pass half the box)
+  split.periodic.boxSize = params.boxSize;
+  split.periodic.splitRadius = params.splitRadius();
+  split.periodic.cutoffRadius = params.cutoffRadius();
+  const Particles brute = testing::bruteForceShortRange(p, split);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.ax[i] += brute.ax[i];
+    p.ay[i] += brute.ay[i];
+    p.az[i] += brute.az[i];
+    p.pot[i] += brute.pot[i];
+  }
 }
 
 /// Mesh + short range: the TreePM force with an exact short range.

@@ -15,57 +15,21 @@
 
 #include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/errors.hpp"
+#include "matcha/core/force_error.hpp"
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/periodic_reference.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 
 namespace matcha::mesh {
 namespace {
 
-/// The short range by brute force in double, by id: every other body's nearest image, the truncated pair.
-std::vector<double> bruteForceAx(const Particles& p, const GravityParams& gravity, std::vector<double>& ay,
-                                 std::vector<double>& az) {
-  const PeriodicSplit& split = gravity.periodic;
-  const double invTwoSplit = 0.5 / split.splitRadius, cutoff2 = split.cutoffRadius * split.cutoffRadius;
-  std::vector<double> ax(p.size());
-  ay.assign(p.size(), 0.0);
-  az.assign(p.size(), 0.0);
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    double x = 0, y = 0, z = 0, pot = 0;
-    for (std::size_t j = 0; j < p.size(); ++j) {
-      if (j == i) continue;
-      accumulateTruncatedPairInteraction<double>(
-          nearestImage(p.x[j] - p.x[i], split.boxSize), nearestImage(p.y[j] - p.y[i], split.boxSize),
-          nearestImage(p.z[j] - p.z[i], split.boxSize), p.mass[j], gravity.eps2(), invTwoSplit, cutoff2, x, y, z, pot);
-    }
-    ax[p.id[i]] = gravity.G * x;
-    ay[p.id[i]] = gravity.G * y;
-    az[p.id[i]] = gravity.G * z;
-  }
-  return ax;
-}
-
-/// Per body |a - a_brute| over the rms |a_brute|.
+/// Per body |a - a_brute| over the rms |a_brute| (tests/support: the short range by brute force in double).
 std::vector<double> errorsAgainstBruteForce(const Particles& p, const GravityParams& gravity) {
-  std::vector<double> ay, az;
-  const std::vector<double> ax = bruteForceAx(p, gravity, ay, az);
-  double rms = 0;
-  for (std::size_t k = 0; k < ax.size(); ++k) rms += ax[k] * ax[k] + ay[k] * ay[k] + az[k] * az[k];
-  rms = std::sqrt(rms / double(ax.size()));
-  std::vector<double> errors(p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const std::size_t k = p.id[i];
-    errors[i] = std::hypot(p.ax[i] - ax[k], p.ay[i] - ay[k], p.az[i] - az[k]) / rms;
-  }
-  return errors;
-}
-
-double percentile(std::vector<double> values, double q) {
-  std::sort(values.begin(), values.end());
-  return values[static_cast<std::size_t>(q * double(values.size() - 1))];
+  return testing::errorsOverRmsById(p, testing::bruteForceShortRange(p, gravity));
 }
 
 /// The solver's current lists against the bodies' current positions, as a fresh walk of the refitted tree would

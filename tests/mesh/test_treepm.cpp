@@ -27,6 +27,7 @@
 #include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/mirroring_engine.hpp"
+#include "matcha/testing/periodic_reference.hpp"
 #include "matcha/testing/same_bodies.hpp"
 #include "matcha/tree/octree.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
@@ -152,47 +153,16 @@ TEST(TreePm, UniformBoxMatchesEwald) {
   EXPECT_LT(stats.p99, 3e-3);
 }
 
-/// The short range by brute force in double: every other body's nearest image within r_cut, the truncated pair.
-Particles bruteForceShortRange(Particles p, const GravityParams& gravity) {
-  const PeriodicSplit& split = gravity.periodic;
-  const double invTwoSplit = 0.5 / split.splitRadius, cutoff2 = split.cutoffRadius * split.cutoffRadius;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    double ax = 0, ay = 0, az = 0, pot = 0;
-    for (std::size_t j = 0; j < p.size(); ++j) {
-      if (j == i) continue;
-      accumulateTruncatedPairInteraction<double>(nearestImage(p.x[j] - p.x[i], split.boxSize),
-                                                 nearestImage(p.y[j] - p.y[i], split.boxSize),
-                                                 nearestImage(p.z[j] - p.z[i], split.boxSize), p.mass[j],
-                                                 gravity.eps2(), invTwoSplit, cutoff2, ax, ay, az, pot);
-    }
-    p.ax[i] = gravity.G * ax;
-    p.ay[i] = gravity.G * ay;
-    p.az[i] = gravity.G * az;
-    p.pot[i] = gravity.G * pot;
-  }
-  return p;
-}
-
 /// The short range of the periodic tree (double engine) against brute force, by id: per-body |a - a_brute| over the
 /// rms |a_brute| (short-range pulls nearly vanish for some bodies, so per-body relative errors would measure those).
 std::vector<double> shortRangeErrors(Particles p, const GravityParams& gravity, const TreeParams& params,
                                      std::size_t* numListCells = nullptr) {
-  const Particles brute = bruteForceShortRange(p, gravity);
+  const Particles brute = testing::bruteForceShortRange(p, gravity);
   gpu::CpuEngine engine(gpu::Precision::float64);
   tree::PeriodicTreeSolver solver(engine, params, gravity);
   solver.computeForces(p);
   if (numListCells != nullptr) *numListCells = solver.lastPlan().cellList.size();
-  double rms = 0;
-  for (std::size_t i = 0; i < brute.size(); ++i) {
-    rms += brute.ax[i] * brute.ax[i] + brute.ay[i] * brute.ay[i] + brute.az[i] * brute.az[i];
-  }
-  rms = std::sqrt(rms / double(brute.size()));
-  std::vector<double> errors(p.size());
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const std::size_t k = p.id[i];
-    errors[k] = std::hypot(p.ax[i] - brute.ax[k], p.ay[i] - brute.ay[k], p.az[i] - brute.az[k]) / rms;
-  }
-  return errors;
+  return testing::errorsOverRmsById(p, brute);
 }
 
 GravityParams periodicGravity(const MeshParams& mesh, double eps) {
