@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -233,8 +234,6 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
 }
 
-// Bodies that cross many r_s a call (here, with bulk motion of 4 r_s a call) get no reuse: a ball for even two calls
-// would exceed kLargestBall of r_cut, so each call builds a tree of its own, of the length a fresh walk gives.
 // A reused call checks the box in its ball pass (no pass of its own): a body on the far face or with a NaN coordinate,
 // however close to where its ball allows, is refused with the one-line InputError of a fresh call.
 TEST_F(PeriodicReuse, ABodyLeavingTheBoxIsRefusedOnAReusedCall) {
@@ -261,6 +260,52 @@ TEST_F(PeriodicReuse, ABodyLeavingTheBoxIsRefusedOnAReusedCall) {
   }
 }
 
+// The sorted-bodies hook (TreePM's start of the mesh): a call that expects to reuse a tree of balls calls it first
+// thing, in the order the call keeps; where the tree does not hold after all (a body out of its ball, another order)
+// the build calls it again after its sort. Trees of points (call 1's, and call 10's of bodies in another order) are not
+// expected to hold. Whatever the call, the hook's last call saw the bodies as the call leaves them.
+TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox box = drifting();
+  TreeParams params;
+  params.reuse = 4;
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  tree::PeriodicTreeSolver solver(engine, params, gravity);
+  int hooks = 0;
+  std::vector<std::uint64_t> idsAtHook;
+  std::vector<double> xAtHook;
+  ASSERT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted) {
+    ++hooks;
+    idsAtHook = sorted.id;
+    xAtHook = sorted.x;
+  }));
+  std::mt19937_64 random(seed + 11);
+  int reused = 0, superseded = 0;
+  for (int call = 1; call <= 12; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const bool expectsReuse = !solver.atCheckpointBoundary() && call != 2 && call != 11;  // after trees of points
+    if (call == 7) box.bodies.x[5] = wrapIntoBox(box.bodies.x[5] + 0.25 * L, L);          // out of its ball
+    if (call == 10) {
+      std::vector<std::uint32_t> order(box.bodies.size());
+      std::iota(order.begin(), order.end(), 0u);
+      std::shuffle(order.begin(), order.end(), random);
+      box.bodies.permute(order);  // another order
+    }
+    hooks = 0;
+    const ForceReport report = solver.computeForces(box.bodies);
+    EXPECT_EQ(hooks, expectsReuse && report.rebuilt ? 2 : 1);
+    EXPECT_EQ(idsAtHook, box.bodies.id) << "the hook last saw another order than the call left";
+    EXPECT_EQ(xAtHook, box.bodies.x);
+    reused += report.rebuilt ? 0 : 1;
+    superseded += hooks == 2 ? 1 : 0;
+    box.drift(L);
+  }
+  EXPECT_GE(reused, 5);
+  EXPECT_EQ(superseded, 2) << "calls 7 and 10 expected to reuse the tree and built";
+}
+
+// Bodies that cross many r_s a call (here, with bulk motion of 4 r_s a call) get no reuse: a ball for even two calls
+// would exceed kLargestBall of r_cut, so each call builds a tree of its own, of the length a fresh walk gives.
 TEST_F(PeriodicReuse, BodiesTooFastForTheirBallsGetATreeEachCall) {
   SCOPED_TRACE(testing::seedTrace(seed));
   DriftingBox box = drifting(200.0);

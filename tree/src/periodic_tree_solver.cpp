@@ -282,6 +282,13 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   if (n == 0) throw InputError("no bodies to compute forces for");
   if (n >= (std::size_t{1} << 31)) throw InputError("at most 2^31 - 1 bodies are supported");
 
+  // A call that may reuse the tree keeps the bodies' order: the hook (TreePM's mesh, whose GPU work is most of a
+  // reused call's) starts before the ball pass. Should the tree not hold after all (a body left its ball), the build's
+  // sort calls the hook again, which supersedes this call (ForceSolver::SortedBodiesHook).
+  // (Not on a tree of points, built without the bodies' speeds: it holds only while nothing moves.)
+  if (sortedHook_ && treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_ && builtIds_.size() == n) {
+    sortedHook_(particles);
+  }
   const Stopwatch checking;
   // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls.
   const bool holds = treeHolds(particles);
@@ -449,6 +456,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   treeSteps_ = treeCalls;
   builtCalls_ = 1;
   treeHeld_ = treeCalls > 1;
+  treeHasBalls_ = balls;
   motionKnown_ = steps > 1;  // also under a tree for one call: the next tree's balls need the bodies' speeds
   if (motionKnown_) {
     // On every core: one core's copies took ~60 ms of a 2^24 call (H200 host).
@@ -516,7 +524,6 @@ void PeriodicTreeSolver::handTreeToEngine(const Particles& particles) {
 }
 
 void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
-  if (sortedHook_) sortedHook_(particles);  // the order is the tree's: the mesh starts at once
   // The engine refits its copy of the tree to the paths (on the GPU: the host refit and the upload of cells and lists
   // took ~110 ms of a 2^24-body call on the H200's host) and evaluates the lists it keeps.
   const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};

@@ -109,9 +109,12 @@ class ForceSolver {
   virtual void expectAdvance(const std::optional<BodyAdvance>& /*advance*/) {}
 
   /// What a solver that orders the bodies calls, once per call, as soon as they are in the order they keep until the
-  /// call returns (the periodic tree solver: right after its sort), before the rest of its work: the caller may start
-  /// work on them that runs beside that rest (TreePM starts the particle mesh on the GPU). The hook reads the bodies
-  /// and must not change them; the solver changes neither them nor their order until it returns.
+  /// call returns (the periodic tree solver: right after its sort, or at once on a call that expects to keep the
+  /// order), before the rest of its work: the caller may start work on them that runs beside that rest (TreePM starts
+  /// the particle mesh on the GPU). A call may call it a second time, after a sort it did not expect (the periodic
+  /// solver's tree did not hold): the second call supersedes the first, whose work the caller drops. The hook reads
+  /// the bodies and must not change them; after its last call the solver changes neither them nor their order until
+  /// it returns.
   using SortedBodiesHook = std::function<void(const Particles&)>;
   /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
   /// has no such point (the default): the caller then works on the bodies after the call.

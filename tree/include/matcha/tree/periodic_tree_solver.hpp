@@ -115,7 +115,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// ForceTimings::engineWaitSeconds is what the walk waited for the engine. Throws InputError, naming the body, for a
   /// body outside [0, L)^3 or with a non-finite coordinate.
   ForceReport computeForces(Particles& particles) override;
-  /// Called right after the sort of each call (ForceSolver::setSortedBodiesHook). Always true.
+  /// Called right after the sort of a call that builds, and first thing in a call that expects to reuse the tree
+  /// (again after the sort where the tree does not hold after all: ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
   void setSoftening(double eps) override;
   std::string describe() const override;
@@ -195,6 +196,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::uint64_t builtCalls_ = 0;
   std::uint32_t treeSteps_ = 1;  ///< K of the current tree
   bool treeHeld_ = false;        ///< the current tree and its lists may serve a later call (within its balls)
+  bool treeHasBalls_ = false;    ///< its bodies are balls (not points: built without the bodies' speeds)
   bool motionKnown_ = false;     ///< builtX_, builtIds_ and builtCalls_ hold the last build's bodies
   TreeTopology topology_;        ///< what handTreeToEngine gives the engine (kept: its arrays are reused)
   /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since).
