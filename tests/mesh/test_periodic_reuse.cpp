@@ -260,6 +260,27 @@ TEST_F(PeriodicReuse, ABodyLeavingTheBoxIsRefusedOnAReusedCall) {
   }
 }
 
+// A tree whose lists would hold more entries than the engine keeps (TreeParams::maxBatchEntries, the CUDA engine's
+// 32-bit arenas at N ~ 2^25 and up) serves its own call alone: every call builds, with a fresh tree's accuracy.
+TEST_F(PeriodicReuse, ListsBeyondWhatTheEngineKeepsGetATreeEachCall) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox box = drifting();
+  TreeParams params;
+  params.reuse = 4;
+  params.maxBatchEntries = 1000;
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  tree::PeriodicTreeSolver solver(engine, params, gravity);
+  for (int call = 1; call <= 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const ForceReport report = solver.computeForces(box.bodies);
+    EXPECT_TRUE(report.rebuilt);
+    EXPECT_GT(solver.lastStats().meanListBodies * double(solver.lastStats().numGroups), 1000.0);
+    EXPECT_TRUE(solver.atCheckpointBoundary()) << "no tree is held for a later call";
+    EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
+    box.drift(L);
+  }
+}
+
 // The sorted-bodies hook (TreePM's start of the mesh): a call that expects to reuse a tree of balls calls it first
 // thing, in the order the call keeps; where the tree does not hold after all (a body out of its ball, another order)
 // the build calls it again after its sort. Trees of points (call 1's, and call 10's of bodies in another order) are not

@@ -455,7 +455,9 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   clock.restart();
   treeSteps_ = treeCalls;
   builtCalls_ = 1;
-  treeHeld_ = treeCalls > 1;
+  // The engine keeps a tree's lists for the calls after only within TreeParams::maxBatchEntries (the CUDA engine's
+  // arenas index 32 bits): a tree whose lists hold more serves this call alone, and the next call builds anew.
+  treeHeld_ = treeCalls > 1 && lists.bodies + lists.cells <= params_.maxBatchEntries;
   treeHasBalls_ = balls;
   motionKnown_ = steps > 1;  // also under a tree for one call: the next tree's balls need the bodies' speeds
   if (motionKnown_) {
