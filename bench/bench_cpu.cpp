@@ -16,8 +16,10 @@
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/hermite_cpu_engine.hpp"
+#include "matcha/ic/periodic_boxes.hpp"
 #include "matcha/ic/plummer.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "matcha/tree/walk.hpp"
@@ -196,6 +198,79 @@ void BM_TreePhases(benchmark::State& state) {
   state.counters["bodies/group"] = double(p.size()) / double(groups.size());
 }
 
+// The periodic short range's tree as a step that builds makes it (tree/periodic_tree_solver.cpp, buildAndEvaluate),
+// engine aside: keys over the box, the sort, the octree, multipoles over bodies as balls (each body's ball 1% of r_cut,
+// as a reused tree's of a comoving box early on), the groups (boxes of the balls, relative tolerances, the periodic
+// walk tree) and the walk of every group. On `matcha ic clumps`' box of N bodies, r_cut for a 2 N^(1/3) mesh; the
+// bodies drift between builds. Counters: ms per phase. Args: N, threads.
+void BM_PeriodicTreePhases(benchmark::State& state) {
+  const auto numThreads = static_cast<std::size_t>(state.range(1));
+  tbb::global_control threads(tbb::global_control::max_allowed_parallelism, numThreads);
+  ic::ClumpsParams clumps;
+  clumps.numBodies = static_cast<std::size_t>(state.range(0));
+  clumps.seed = 7;
+  Particles p = ic::makeClumps(clumps);
+  setRoughAccelerations(p);
+  wrapIntoBox(p, clumps.boxSize);
+  mesh::MeshParams meshParams;
+  meshParams.boxSize = clumps.boxSize;
+  meshParams.grid = mesh::defaultPmGrid(p.size(), meshParams);
+  GravityParams gravity;
+  gravity.periodic = mesh::periodicSplit(meshParams);
+  const TreeParams params;
+  const std::vector<float> radius(p.size(), static_cast<float>(0.01 * gravity.periodic.cutoffRadius));
+  std::vector<float> sortedRadius(p.size());
+  tree::KeySorter sorter;
+  tree::BodyPermuter permuter;
+  std::vector<std::uint64_t> keys, sorted;
+  std::vector<std::uint32_t> order;
+  tree::Octree octree;
+  tree::Groups groups;
+  tree::WalkTree walkTree;
+  tree::PlanBuilder builder;
+  InteractionPlan plan;
+  std::array<double, 6> seconds{};
+  const auto build = [&] {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.x[i] = wrapIntoBox(p.x[i] + 1e-4 * p.vx[i], clumps.boxSize);
+      p.y[i] = wrapIntoBox(p.y[i] + 1e-4 * p.vy[i], clumps.boxSize);
+      p.z[i] = wrapIntoBox(p.z[i] + 1e-4 * p.vz[i], clumps.boxSize);
+    }
+    Stopwatch clock;
+    const auto lap = [&](int phase) {
+      seconds[phase] += clock.seconds();
+      clock.restart();
+    };
+    tree::Cube cube;
+    cube.side = clumps.boxSize;
+    tree::computeMortonKeys(p.sources(), cube, keys);
+    lap(0);
+    sorter.sort(keys, sorted, order);
+    permuter.permute(p, order);
+    lap(1);
+    tbb::parallel_for(std::size_t{0}, p.size(), [&](std::size_t k) { sortedRadius[k] = radius[order[k]]; });
+    tree::buildOctree(sorted, cube, params.nleaf, octree);
+    lap(2);
+    tree::computeMultipoles(p.sources(), params.theta, params.multipole, octree, sortedRadius.data());
+    lap(3);
+    tree::makeGroups(octree, p.sources(), params.ncrit, groups);
+    tree::setGroupBoxesOfBalls(p.sources(), sortedRadius.data(), groups);
+    tree::setRelativeTolerances(p, params.alpha, gravity.G, groups);
+    tree::buildWalkTree(octree, walkTree, gravity.periodic);
+    lap(4);
+    builder.build(walkTree, groups, 0, static_cast<std::uint32_t>(groups.size()), plan);
+    lap(5);
+  };
+  build();  // untimed: the first build takes the first-touch page faults of every buffer
+  seconds.fill(0.0);
+  for (auto _ : state) build();
+  const char* names[6] = {"keys_ms", "sort_ms", "octree_ms", "multipoles_ms", "groups_ms", "walk_ms"};
+  for (int phase = 0; phase < 6; ++phase)
+    state.counters[names[phase]] = 1e3 * seconds[phase] / double(state.iterations());
+  state.counters["entries/group"] = double(plan.cellList.size() + plan.bodyList.size()) / double(groups.size());
+  state.counters["bodies/group"] = double(p.size()) / double(groups.size());
+}
+
 // What the host's cores deliver together: each of 64 x threads independent chunks runs eight dependent chains of
 // multiply-adds in registers (no memory traffic), so the rate over threads says how many cores really run in
 // parallel (a virtual machine's cores may be shared). Counter: multiply-adds per second. Args: threads.
@@ -261,6 +336,11 @@ void threadCounts(benchmark::internal::Benchmark* benchmark) {
 }  // namespace
 
 BENCHMARK(BM_TreePhases)->ArgNames({"N", "threads"})->Apply(threadCounts)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PeriodicTreePhases)
+    ->ArgNames({"N", "threads"})
+    ->Apply(threadCounts)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_ParallelArithmetic)
     ->ArgName("threads")
     ->Apply([](benchmark::internal::Benchmark* benchmark) {

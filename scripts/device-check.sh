@@ -182,7 +182,7 @@ fi
 # STEP_COMPARE=0 leaves the force calls out.
 if [ "${STEPS:-0}" = 1 ]; then
   echo "== how the CPU phases scale from 1 to all cores"
-  "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|BM_TreePhases/N:(1048576|4194304)/}" \
+  "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|^BM_TreePhases/N:(1048576|4194304)/|BM_PeriodicTreePhases/N:4194304/}" \
     --benchmark_min_time=0.3 --benchmark_counters_tabular=true 2>&1 | tee "$OUT/cpu-scaling.txt"
   echo "== whole force calls and steps"
   matcha="$build/apps/matcha"
