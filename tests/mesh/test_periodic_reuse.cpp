@@ -19,6 +19,7 @@
 #include "matcha/core/force_error.hpp"
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/pair_interaction.hpp"
+#include "matcha/core/tree_topology.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/testing/generators.hpp"
@@ -257,6 +258,64 @@ TEST_F(PeriodicReuse, ABodyLeavingTheBoxIsRefusedOnAReusedCall) {
     } catch (const InputError& error) {
       EXPECT_NE(std::string(error.what()).find("lies outside the periodic box"), std::string::npos) << error.what();
     }
+  }
+}
+
+// The engine's side of the reuse (NearFieldEngine's resident lists in a box): given a tree and its lists, a resident
+// launch refits the cells to the positions it is given and evaluates the lists as evaluatePlan evaluates the same plan
+// on the host's multipoles (the periodic kernels: nearest images, truncated pairs), and checks nothing. On the CPU
+// engine in double, at the positions of the build and at positions moved by a fraction of r_s (the host refitting its
+// copy of the tree the same way), to the rounding of the sums' order.
+TEST_F(PeriodicReuse, ResidentListsEvaluateAsThePlanOnRefittedCells) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox box = drifting();
+  TreeParams params;
+  params.reuse = 1;  // a tree of points, multipoles at the bodies' positions
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  tree::PeriodicTreeSolver solver(engine, params, gravity);
+  Particles built = box.bodies;
+  solver.computeForces(built);  // sorts `built` into the tree's order
+  tree::Octree octree = solver.octree();
+  const tree::Groups& groups = solver.groups();
+  InteractionPlan lists = solver.lastPlan();
+  lists.groupIds.resize(lists.numGroups());
+  std::iota(lists.groupIds.begin(), lists.groupIds.end(), 0u);
+  TreeTopology topology;
+  topology.cellBodies = octree.bodies;
+  topology.firstChild = octree.firstChild;
+  topology.numChildren = octree.numChildren;
+  topology.levelOffsets = octree.levelOffsets;
+  topology.cellCentre = octree.centre;
+  topology.cellHalfSide = octree.halfSide;
+  topology.groups = groups.ranges;
+  topology.relativeTolerance = groups.relativeTolerance;
+  topology.theta = params.theta;
+  topology.multipole = params.multipole;
+  gpu::CpuEngine resident(gpu::Precision::float64);
+  resident.setTree(topology, built.sources());
+  resident.setLists(lists);
+  for (const double shift : {0.0, 0.05 * gravity.periodic.splitRadius}) {
+    SCOPED_TRACE("positions moved by " + std::to_string(shift));
+    Particles now = built;  // moved along a fixed direction, unwrapped: a path continued from the build
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      now.x[i] += shift;
+      now.y[i] -= 0.5 * shift;
+    }
+    tree::computeMultipoles(now.sources(), params.theta, params.multipole, octree);
+    Particles onPlan = now;
+    engine.evaluatePlan(now.sources(), octree.multipoles, lists, gravity, onPlan.forces());
+    Particles onResident = now;
+    resident.launchResident(now.sources(), gravity, onResident.forces(), {}, BodyMotion::moved);
+    const ResidentResult result = resident.finishResident();
+    EXPECT_TRUE(result.failedGroups.empty()) << "periodic lists are not checked";
+    double rms = 0, worst = 0;
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      rms += onPlan.ax[i] * onPlan.ax[i] + onPlan.ay[i] * onPlan.ay[i] + onPlan.az[i] * onPlan.az[i];
+      worst = std::max(worst, std::hypot(onResident.ax[i] - onPlan.ax[i], onResident.ay[i] - onPlan.ay[i],
+                                         onResident.az[i] - onPlan.az[i]));
+    }
+    rms = std::sqrt(rms / double(now.size()));
+    EXPECT_LT(worst / rms, 1e-12) << "largest difference " << worst / rms << " of the rms pull";
   }
 }
 
