@@ -293,10 +293,10 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls.
   const bool holds = treeHolds(particles);
   report.timings[Phase::motion] += checking.seconds();
-  if (!holds) requireInsideBox(particles, gravity_.periodic.boxSize);
   if (holds) {
     reuseAndEvaluate(particles, report);
   } else {
+    requireInsideBox(particles, gravity_.periodic.boxSize);
     const std::uint32_t steps = params_.reuse != 0 ? params_.reuse : periodicAutoReuse(engine_.evaluatesOnDevice());
     buildAndEvaluate(particles, steps, report);
   }
@@ -505,19 +505,9 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
 }
 
 void PeriodicTreeSolver::handTreeToEngine(const Particles& particles) {
-  TreeTopology& t = topology_;
-  t.cellBodies = tree_.bodies;
-  t.firstChild = tree_.firstChild;
-  t.numChildren = tree_.numChildren;
-  t.levelOffsets = tree_.levelOffsets;
-  t.cellCentre = tree_.centre;
-  t.cellHalfSide = tree_.halfSide;
-  t.groups = groups_.ranges;
-  t.relativeTolerance = groups_.relativeTolerance;  // unread: periodic lists are not checked
-  t.theta = params_.theta;
-  t.multipole = params_.multipole;
-  t.order.clear();  // the call sorted the caller's bodies into the tree's order
-  engine_.setTree(t, particles.sources());
+  fillTopology(tree_, groups_, params_, topology_);  // its relative tolerances unread: periodic lists are unchecked
+  topology_.order.clear();                           // the call sorted the caller's bodies into the tree's order
+  engine_.setTree(topology_, particles.sources());
   if (planJoined_) {
     engine_.setLists(plan_);
   } else {

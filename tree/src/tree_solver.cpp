@@ -251,6 +251,19 @@ struct TreeSolver::TreeBuild {
   double costSeconds = 0.0;
 };
 
+void fillTopology(const Octree& tree, const Groups& groups, const TreeParams& params, TreeTopology& topology) {
+  copyInParallel(tree.bodies, topology.cellBodies);
+  copyInParallel(tree.firstChild, topology.firstChild);
+  copyInParallel(tree.numChildren, topology.numChildren);
+  topology.levelOffsets = tree.levelOffsets;
+  copyInParallel(tree.centre, topology.cellCentre);
+  copyInParallel(tree.halfSide, topology.cellHalfSide);
+  topology.groups = groups.ranges;
+  topology.relativeTolerance = groups.relativeTolerance;
+  topology.theta = params.theta;
+  topology.multipole = params.multipole;
+}
+
 TreeSolver::TreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity)
     : engine_(engine),
       params_(treeParams),
@@ -434,16 +447,7 @@ void TreeSolver::buildTree(TreeBuild& build, Particles* sortCaller, const Source
 
   // What the engine keeps: the topology over the sorted bodies, mapped to the caller's where those stay as they are.
   TreeTopology& topology = build.topology;
-  copyInParallel(build.tree.bodies, topology.cellBodies);
-  copyInParallel(build.tree.firstChild, topology.firstChild);
-  copyInParallel(build.tree.numChildren, topology.numChildren);
-  topology.levelOffsets = build.tree.levelOffsets;
-  copyInParallel(build.tree.centre, topology.cellCentre);
-  copyInParallel(build.tree.halfSide, topology.cellHalfSide);
-  topology.groups = build.groups.ranges;
-  topology.relativeTolerance = build.groups.relativeTolerance;
-  topology.theta = params_.theta;
-  topology.multipole = params_.multipole;
+  fillTopology(build.tree, build.groups, params_, topology);
   if (sortCaller != nullptr) {
     topology.order.clear();
   } else {

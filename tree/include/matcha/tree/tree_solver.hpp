@@ -62,6 +62,11 @@ struct TreeStats {
 /// good to a few percent, which is all the relative test needs (groups.hpp: setRelativeTolerances).
 inline constexpr double kEstimateTheta = 0.9;
 
+/// What an engine keeps of a tree (NearFieldEngine::setTree): `tree`'s cells and levels and `groups` (their bodies
+/// and relative tolerances) over the bodies in the tree's order, theta and the multipole order of `params`; copied on
+/// all cores. topology.order is left to the caller (empty where the caller's bodies were sorted into the tree's order).
+void fillTopology(const Octree& tree, const Groups& groups, const TreeParams& params, TreeTopology& topology);
+
 /// The walk hands the engine batches of about kPlanEntries list entries (cells + j-bodies; at most
 /// TreeParams::maxBatchEntries), so that streaming lists hold one batch at a time; the first batch has at most
 /// kFirstBatchGroups groups, sized for kEntriesPerGroupGuess entries per group, and each next one follows from what
