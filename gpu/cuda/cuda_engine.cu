@@ -562,15 +562,16 @@ struct CudaEngine::Impl {
     return {n64 * n64, 0};
   }
 
-  /// The plan kernel that evaluates `plan` (its cells quadrupoles or not) with `gravity`, writing out.pot or not.
+  /// The plan kernel that evaluates a plan (InteractionPlan::accurateNearPairs or not; its cells quadrupoles or not)
+  /// or resident lists (no accurate near pairs) with `gravity`, writing out.pot or not.
   template <class Real>
-  const detail::PlanVariant<Real>* planVariantFor(const InteractionPlan& plan, bool quadrupole,
-                                                  const GravityParams& gravity, const ForceView& out) const {
+  const detail::PlanVariant<Real>* planVariantFor(bool accurateNearPairs, bool quadrupole, const GravityParams& gravity,
+                                                  const ForceView& out) const {
     // Accurate near pairs matter in float only; those plans (direct sums) have their own tile-64 kernels. The periodic
     // short range has kernels of one tile size (kernel_variants.cuh says why), in float (CudaEngine::evaluatePlan).
-    const bool accurate = plan.accurateNearPairs && std::is_same_v<Real, float>;
+    const bool accurate = accurateNearPairs && std::is_same_v<Real, float>;
     const bool periodic = gravity.periodic.enabled();
-    MATCHA_ASSERT(!(periodic && plan.accurateNearPairs), "periodic plans are tree plans (no second pass in double)");
+    MATCHA_ASSERT(!(periodic && accurateNearPairs), "periodic plans are tree plans (no second pass in double)");
     const std::uint32_t tile =
         periodic ? std::uint32_t(detail::kPeriodicPlanTile) : (accurate ? 64u : config.planTileSize);
     const detail::PlanVariant<Real>* variant =
@@ -596,7 +597,7 @@ struct CudaEngine::Impl {
     const std::size_t numCells = cells.size();
     const bool quadrupole = cells.hasQuadrupole;
     const bool periodic = gravity.periodic.enabled();
-    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(plan, quadrupole, gravity, out);
+    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(plan.accurateNearPairs, quadrupole, gravity, out);
     const auto now = [&](std::size_t g) { return part.now == nullptr || (*part.now)[g] != 0; };
     // The kernels index bodies and cells with 32-bit integers, kept below 2^31 as setTree keeps them.
     MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
@@ -783,7 +784,7 @@ struct CudaEngine::Impl {
       b.deferred.clear();
     }
     const bool quadrupole = cells.hasQuadrupole;
-    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(batch, quadrupole, gravity, out);
+    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(batch.accurateNearPairs, quadrupole, gravity, out);
     const std::size_t numGroups = batch.numGroups();
     std::vector<double> entries(numGroups);
     for (std::size_t g = 0; g < numGroups; ++g) {
@@ -1175,10 +1176,7 @@ struct CudaEngine::Impl {
     }
     // Periodic lists (NearFieldEngine: the periodic solver's reuse) take evaluatePlan's periodic kernel and no check.
     const bool periodic = gravity.periodic.enabled();
-    const detail::PlanVariant<Real>* variant =
-        findPlanVariant<Real>(periodic ? std::uint32_t(detail::kPeriodicPlanTile) : config.planTileSize, r.quadrupole,
-                              false, out.pot != nullptr, periodic);
-    MATCHA_ASSERT(variant != nullptr, "plan tile size not compiled in");
+    const detail::PlanVariant<Real>* variant = planVariantFor<Real>(false, r.quadrupole, gravity, out);
     // Tasks: all groups' in longest-first order (sorted again after lists changed), or those of a few groups.
     std::uint32_t numTasks = r.numTasks;
     const uint4* taskList = r.sortedTasks.data();
