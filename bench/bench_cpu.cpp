@@ -139,6 +139,27 @@ void BM_TreeBuildAndWalk(benchmark::State& state) {
   state.counters["entries/group"] = double(entries) / double(solver.groups().size());
 }
 
+/// The tree phases' milliseconds of a benchmark's repeated builds (BM_TreePhases, BM_PeriodicTreePhases): lap(k)
+/// adds the time since the build's start or its last lap to phase k; report() sets the counters per iteration.
+struct TreePhaseLaps {
+  static constexpr int kPhases = 6;
+  std::array<double, kPhases> seconds{};
+  Stopwatch clock;
+  void start() { clock.restart(); }
+  void lap(int phase) {
+    seconds[phase] += clock.seconds();
+    clock.restart();
+  }
+  void report(benchmark::State& state, const InteractionPlan& plan, std::size_t numBodies,
+              std::size_t numGroups) const {
+    const char* names[kPhases] = {"keys_ms", "sort_ms", "octree_ms", "multipoles_ms", "groups_ms", "walk_ms"};
+    for (int phase = 0; phase < kPhases; ++phase)
+      state.counters[names[phase]] = 1e3 * seconds[phase] / double(state.iterations());
+    state.counters["entries/group"] = double(plan.cellList.size() + plan.bodyList.size()) / double(numGroups);
+    state.counters["bodies/group"] = double(numBodies) / double(numGroups);
+  }
+};
+
 // The CPU side of a tree build, phase by phase, on 1, 2, 4, ... threads (tbb::global_control): how each phase scales
 // from one core to all of them (the Speed issue). Plummer N, theta 0.5, quadrupole cells, the default ncrit and nleaf,
 // the relative test scaled by accelerations from a cheap tree. Counters: milliseconds per phase (keys, sort = the key
@@ -159,43 +180,35 @@ void BM_TreePhases(benchmark::State& state) {
   tree::WalkTree walkTree;
   tree::PlanBuilder builder;
   InteractionPlan plan;
-  std::array<double, 6> seconds{};
+  TreePhaseLaps laps;
   const auto build = [&] {
     for (std::size_t i = 0; i < p.size(); ++i) {
       p.x[i] += p.vx[i] / 128.0;
       p.y[i] += p.vy[i] / 128.0;
       p.z[i] += p.vz[i] / 128.0;
     }
-    Stopwatch clock;
-    const auto lap = [&](int phase) {
-      seconds[phase] += clock.seconds();
-      clock.restart();
-    };
+    laps.start();
     const tree::Cube cube = tree::computeBoundingCube(p.sources());
     tree::computeMortonKeys(p.sources(), cube, keys);
-    lap(0);
+    laps.lap(0);
     sorter.sort(keys, sorted, order);
     permuter.permute(p, order);
-    lap(1);
+    laps.lap(1);
     tree::buildOctree(sorted, cube, params.nleaf, octree);
-    lap(2);
+    laps.lap(2);
     tree::computeMultipoles(p.sources(), params.theta, params.multipole, octree);
-    lap(3);
+    laps.lap(3);
     tree::makeGroups(octree, p.sources(), params.ncrit, groups);
     tree::setRelativeTolerances(p, params.alpha, GravityParams{}.G, groups);
     tree::buildWalkTree(octree, walkTree);
-    lap(4);
+    laps.lap(4);
     builder.build(walkTree, groups, 0, static_cast<std::uint32_t>(groups.size()), plan);
-    lap(5);
+    laps.lap(5);
   };
   build();  // untimed: the first build takes the first-touch page faults of every buffer
-  seconds.fill(0.0);
+  laps = TreePhaseLaps{};
   for (auto _ : state) build();
-  const char* names[6] = {"keys_ms", "sort_ms", "octree_ms", "multipoles_ms", "groups_ms", "walk_ms"};
-  for (int phase = 0; phase < 6; ++phase)
-    state.counters[names[phase]] = 1e3 * seconds[phase] / double(state.iterations());
-  state.counters["entries/group"] = double(plan.cellList.size() + plan.bodyList.size()) / double(groups.size());
-  state.counters["bodies/group"] = double(p.size()) / double(groups.size());
+  laps.report(state, plan, p.size(), groups.size());
 }
 
 // The periodic short range's tree as a step that builds makes it (tree/periodic_tree_solver.cpp, buildAndEvaluate),
@@ -229,46 +242,38 @@ void BM_PeriodicTreePhases(benchmark::State& state) {
   tree::WalkTree walkTree;
   tree::PlanBuilder builder;
   InteractionPlan plan;
-  std::array<double, 6> seconds{};
+  TreePhaseLaps laps;
   const auto build = [&] {
     for (std::size_t i = 0; i < p.size(); ++i) {
       p.x[i] = wrapIntoBox(p.x[i] + 1e-4 * p.vx[i], clumps.boxSize);
       p.y[i] = wrapIntoBox(p.y[i] + 1e-4 * p.vy[i], clumps.boxSize);
       p.z[i] = wrapIntoBox(p.z[i] + 1e-4 * p.vz[i], clumps.boxSize);
     }
-    Stopwatch clock;
-    const auto lap = [&](int phase) {
-      seconds[phase] += clock.seconds();
-      clock.restart();
-    };
+    laps.start();
     tree::Cube cube;
     cube.side = clumps.boxSize;
     tree::computeMortonKeys(p.sources(), cube, keys);
-    lap(0);
+    laps.lap(0);
     sorter.sort(keys, sorted, order);
     permuter.permute(p, order);
-    lap(1);
+    laps.lap(1);
     tbb::parallel_for(std::size_t{0}, p.size(), [&](std::size_t k) { sortedRadius[k] = radius[order[k]]; });
     tree::buildOctree(sorted, cube, params.nleaf, octree);
-    lap(2);
+    laps.lap(2);
     tree::computeMultipoles(p.sources(), params.theta, params.multipole, octree, sortedRadius.data());
-    lap(3);
+    laps.lap(3);
     tree::makeGroups(octree, p.sources(), params.ncrit, groups);
     tree::setGroupBoxesOfBalls(p.sources(), sortedRadius.data(), groups);
     tree::setRelativeTolerances(p, params.alpha, gravity.G, groups);
     tree::buildWalkTree(octree, walkTree, gravity.periodic);
-    lap(4);
+    laps.lap(4);
     builder.build(walkTree, groups, 0, static_cast<std::uint32_t>(groups.size()), plan);
-    lap(5);
+    laps.lap(5);
   };
   build();  // untimed: the first build takes the first-touch page faults of every buffer
-  seconds.fill(0.0);
+  laps = TreePhaseLaps{};
   for (auto _ : state) build();
-  const char* names[6] = {"keys_ms", "sort_ms", "octree_ms", "multipoles_ms", "groups_ms", "walk_ms"};
-  for (int phase = 0; phase < 6; ++phase)
-    state.counters[names[phase]] = 1e3 * seconds[phase] / double(state.iterations());
-  state.counters["entries/group"] = double(plan.cellList.size() + plan.bodyList.size()) / double(groups.size());
-  state.counters["bodies/group"] = double(p.size()) / double(groups.size());
+  laps.report(state, plan, p.size(), groups.size());
 }
 
 // What the host's cores deliver together: each of 64 x threads independent chunks runs eight dependent chains of
