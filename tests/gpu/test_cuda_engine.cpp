@@ -1482,9 +1482,14 @@ TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
     GravityParams gravity;
     gravity.eps = 1e-3 * L;
     gravity.periodic = mesh::periodicSplit(meshParams);
+    // A tree a call (reuse 1) for both: maxBatchEntries, which cuts the batches here, is also the most the engine
+    // keeps, so the overlapped solver's trees would serve their own call alone while the sequential one's served the
+    // second (other lists: its relative test scaled by the estimate pass's |a|, not the first call's); and the solvers
+    // share one engine, whose resident lists are the last hand-over's. Reused calls: PeriodicReuseFollowsTheCpuEngine.
     TreeParams sequential;
     sequential.overlapWalk = false;
-    TreeParams overlapped;
+    sequential.reuse = 1;
+    TreeParams overlapped = sequential;
     overlapped.overlapWalk = true;
     overlapped.maxBatchEntries = std::uint64_t{1} << 14;  // ~10 batches of the ~100 groups
     for (const bool potentials : {true, false}) {

@@ -166,7 +166,8 @@ class NearFieldEngine {
   // box (a body's path continued across a face since the build), so that no cell is torn across the box.
 
   /// A new tree: keeps `topology` and the bodies' masses (`bodies` in the caller's order; positions are ignored) and
-  /// forgets every list.
+  /// forgets every list. An engine keeps one tree, the last setTree's: solvers that share an engine (tests do) must
+  /// not launch lists another solver's setTree has replaced.
   virtual void setTree(const TreeTopology& topology, const SourceView& bodies) = 0;
 
   /// Replaces the lists of the groups plan.groupIds[k] (ids into TreeTopology::groups) with the plan's k-th list;
