@@ -130,7 +130,7 @@ void printTable(const std::vector<Row>& rows, const ForceErrorStats& directError
 int compareSolvers(const Options& given, const CompareOptions& compare, const CompareSharing* sharing) {
   Options options = given;
   validateOptions(options, kCompareOptions);
-  const std::vector<TreeParams> sweep = treeSweep(options);
+  std::vector<TreeParams> sweep = treeSweep(options);  // its errors before any work; again once the box is known
   if (compare.sample < 0) throw InputError("--sample must be >= 0 (got " + std::to_string(compare.sample) + ")");
   if (!compare.csvPath.empty()) {
     const std::filesystem::path folder = std::filesystem::absolute(compare.csvPath).parent_path();
@@ -147,6 +147,7 @@ int compareSolvers(const Options& given, const CompareOptions& compare, const Co
   }
   // With a periodic box (--box, or the --ic file's): TreePM against Ewald instead of the tree against direct sums.
   const double box = resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
+  sweep = treeSweep(options);  // the opening settings left at auto are the box's now
   if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
     std::cerr << warning << '\n';
   }

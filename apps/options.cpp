@@ -80,6 +80,46 @@ CLI::Validator numberOrAuto(const std::string& what, const std::string& typeName
       typeName);
 }
 
+/// A number option whose default is the word auto (`isAuto`, resolved later): `value` takes the number given.
+void addNumberOrAutoOption(CLI::App& command, const std::string& name, double& value, bool& isAuto,
+                           const std::string& typeName, const std::string& description) {
+  command
+      .add_option_function<std::string>(
+          name,
+          [&value, &isAuto](const std::string& text) {
+            isAuto = text == "auto";
+            if (!isAuto) value = std::stod(text);
+          },
+          description)
+      ->check(numberOrAuto("a number", typeName))
+      ->default_str("auto");
+}
+
+/// A whole-number option (a count, up to 2^32 - 1) whose default is the word auto, as addNumberOrAutoOption.
+void addCountOrAutoOption(CLI::App& command, const std::string& name, std::uint32_t& value, bool& isAuto,
+                          const std::string& description) {
+  const auto parse = [](const std::string& text, std::uint32_t& count) {
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), count);
+    return !text.empty() && error == std::errc() && end == text.data() + text.size();
+  };
+  command
+      .add_option_function<std::string>(
+          name,
+          [&value, &isAuto, parse](const std::string& text) {
+            isAuto = text == "auto";
+            if (!isAuto) parse(text, value);
+          },
+          description)
+      ->check(CLI::Validator(
+          [parse](std::string& text) {
+            std::uint32_t count = 0;
+            if (text == "auto" || parse(text, count)) return std::string();
+            return "must be a whole number or auto (got '" + text + "')";
+          },
+          "COUNT|auto"))
+      ->default_str("auto");
+}
+
 /// Outputs fall on steps: an interval that is not a whole number of steps would be rounded to one without a word,
 /// so it is refused with the two nearest values that are. An interval below dt (every step) is refused alike.
 void requireWholeOutputInterval(const IntegratorParams& params) {
@@ -138,18 +178,29 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
   }
   if (sets & kTree) {
     const bool sweep = (sets & kTreeSweep) != 0;
+    const TreeParams open;
+    const tree::OpeningSettings& periodic = tree::kPeriodicOpening;
+    const auto autoText = [](double openValue, double periodicValue) {
+      return "auto: " + formatNumber(openValue) + " with open boundaries, " + formatNumber(periodicValue) +
+             " in a periodic box";
+    };
     if (sweep) {
-      options.thetaList = formatNumber(options.tree.theta);
+      options.thetaList = "auto";
       options.multipoleChoice = toString(options.tree.multipole);
       command
-          .add_option("--theta", options.thetaList, "opening angles, comma-separated (0.3,0.5,0.7), each in (0, 1.5]")
+          .add_option("--theta", options.thetaList,
+                      "opening angles, comma-separated (0.3,0.5,0.7), each in (0, 1.5], or " +
+                          autoText(open.theta, periodic.theta))
           ->capture_default_str();
     } else {
-      command.add_option("--theta", options.tree.theta, "opening angle, in (0, 1.5]")->capture_default_str();
+      addNumberOrAutoOption(command, "--theta", options.tree.theta, options.openingAuto.theta, "THETA|auto",
+                            "opening angle, in (0, 1.5], or " + autoText(open.theta, periodic.theta));
     }
-    command.add_option("--ncrit", options.tree.ncrit, "most bodies per group (one interaction list each)")
-        ->capture_default_str();
-    command.add_option("--nleaf", options.tree.nleaf, "most bodies per leaf cell")->capture_default_str();
+    addCountOrAutoOption(
+        command, "--ncrit", options.tree.ncrit, options.openingAuto.ncrit,
+        "most bodies per group (one interaction list each), or " + autoText(open.ncrit, periodic.ncrit));
+    addCountOrAutoOption(command, "--nleaf", options.tree.nleaf, options.openingAuto.nleaf,
+                         "most bodies per leaf cell, or " + autoText(open.nleaf, periodic.nleaf));
     command
         .add_option(
             "--reuse", options.tree.reuse,
@@ -187,11 +238,10 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                     "the host's cores (off)")
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
-    command
-        .add_option("--alpha", options.tree.alpha,
-                    "relative opening tolerance on top of theta: open a cell while its truncation term exceeds alpha "
-                    "|a_old|; 0 = theta alone")
-        ->capture_default_str();
+    addNumberOrAutoOption(command, "--alpha", options.tree.alpha, options.openingAuto.alpha, "ALPHA|auto",
+                          "relative opening tolerance on top of theta: open a cell while its truncation term exceeds "
+                          "alpha |a_old|; 0 = theta alone; or " +
+                              autoText(open.alpha, periodic.alpha));
     if (sweep) {
       command
           .add_option("--multipole", options.multipoleChoice,
@@ -463,7 +513,7 @@ std::vector<TreeParams> treeSweep(const Options& options) {
   if (options.multipoleChoice != "mono") orders.push_back(MultipoleOrder::quadrupole);
   std::vector<double> thetas;
   std::size_t start = 0;
-  while (true) {
+  while (trim(options.thetaList) != "auto") {
     const std::size_t comma = options.thetaList.find(',', start);
     const std::string entry = trim(options.thetaList.substr(start, comma == std::string::npos ? comma : comma - start));
     std::size_t used = 0;
@@ -480,6 +530,7 @@ std::vector<TreeParams> treeSweep(const Options& options) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  if (thetas.empty()) thetas.push_back(options.tree.theta);  // auto: the box's (resolvePeriodicBox)
   std::vector<TreeParams> sweep;
   for (const MultipoleOrder order : orders) {
     for (const double theta : thetas) {
@@ -647,6 +698,13 @@ InitialConditionsInfo inspectInitialConditions(const Options& options) {
 
 double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies) {
   const double box = options.open ? 0.0 : options.box > 0.0 ? options.box : fileBoxSize;
+  const TreeParams open;
+  const tree::OpeningSettings& periodic = tree::kPeriodicOpening;
+  const bool inBox = box > 0.0;
+  if (options.openingAuto.theta) options.tree.theta = inBox ? periodic.theta : open.theta;
+  if (options.openingAuto.ncrit) options.tree.ncrit = inBox ? periodic.ncrit : open.ncrit;
+  if (options.openingAuto.nleaf) options.tree.nleaf = inBox ? periodic.nleaf : open.nleaf;
+  if (options.openingAuto.alpha) options.tree.alpha = inBox ? periodic.alpha : open.alpha;
   options.gravity.periodic = PeriodicSplit{};
   options.integrator.boxSize = 0.0;
   if (!(box > 0.0)) return 0.0;

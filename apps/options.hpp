@@ -45,6 +45,12 @@ struct Options {
   SolverKind solver = SolverKind::tree;
   EngineKind engine = EngineKind::automatic;
   TreeParams tree;
+  /// --theta, --ncrit, --nleaf and --alpha left at auto (the default): TreeParams' values with open boundaries,
+  /// tree::kPeriodicOpening's in a periodic box (resolvePeriodicBox sets them). compare's --theta list is auto as the
+  /// text "auto".
+  struct OpeningAuto {
+    bool theta = true, ncrit = true, nleaf = true, alpha = true;
+  } openingAuto;
   GravityParams gravity;
   bool epsAuto = true;  ///< --eps auto (the default): GravityParams' eps, or periodicSoftening in a periodic box
   IntegratorParams integrator;
@@ -175,7 +181,9 @@ std::string usedParameters(const CLI::App& command);
 std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::App& command);
 
 /// The periodic box of a run on `numBodies` bodies whose --ic file records `fileBoxSize` (0: open, or no file): --open
-/// gives 0, --box its L, else the file's box. For a periodic box it sets options.mesh (boxSize, and grid: --pm-grid,
+/// gives 0, --box its L, else the file's box. It sets the opening settings left at auto (Options::openingAuto) to
+/// the box's: tree::kPeriodicOpening in a periodic box, TreeParams' defaults else. For a periodic box it sets
+/// options.mesh (boxSize, and grid: --pm-grid,
 /// or mesh::defaultPmGrid), options.gravity.periodic (the matching split), options.integrator.boxSize (the drift's
 /// wrap), and returns L; else it clears them and returns 0. Throws InputError (one line) for a mesh that cannot be
 /// (a grid out of range, r_cut >= L/2) or periodic gravity with the direct solver.

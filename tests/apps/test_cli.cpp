@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "matcha/core/force_solver.hpp"
+#include "matcha/core/params.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/cosmology/background.hpp"
 #include "matcha/cosmology/initial_conditions.hpp"
@@ -35,6 +36,7 @@
 #include "matcha/io/density_image.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 #include "timings.hpp"
 
 namespace {
@@ -1538,6 +1540,56 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
     EXPECT_NE(gpu.exitCode, 0);
     EXPECT_NE(gpu.err.find("--reference gpu-double: no usable CUDA device"), std::string::npos) << gpu.err;
   }
+}
+
+// --theta, --ncrit, --nleaf and --alpha default to auto: the open-boundary settings (TreeParams) without a box, the
+// periodic solver's (tree::kPeriodicOpening) in one, for run and compare alike; a value given wins either way; the
+// run's used_parameters.toml keeps auto, so that a restart resolves it as the run did.
+TEST_F(Cli, OpeningSettingsLeftAtAutoAreTheBoxs) {
+  const matcha::TreeParams open;
+  const matcha::tree::OpeningSettings& periodic = matcha::tree::kPeriodicOpening;
+  ASSERT_NE(periodic.theta, open.theta);
+  ASSERT_NE(periodic.ncrit, open.ncrit);
+  ASSERT_NE(periodic.nleaf, open.nleaf);
+  ASSERT_NE(periodic.alpha, open.alpha);
+  ASSERT_EQ(matcha("ic plummer -n 1200 --seed 5 --box 2 --out periodic.hdf5").exitCode, 0);
+  // compare's settings: theta in the row, the others in the report.
+  const auto settings = [&](const std::string& args) {
+    const Result result = matcha("compare --ic periodic.hdf5 --sample 20 --reference cpu-double --json " + args);
+    EXPECT_EQ(result.exitCode, 0) << result.err;
+    if (result.exitCode != 0) return std::vector<double>{};
+    const nlohmann::json report = nlohmann::json::parse(result.out);
+    return std::vector<double>{report["rows"][0]["theta"].get<double>(), report["ncrit"].get<double>(),
+                               report["nleaf"].get<double>(), report["alpha"].get<double>()};
+  };
+  const std::vector<double> periodicSettings{periodic.theta, double(periodic.ncrit), double(periodic.nleaf),
+                                             periodic.alpha};
+  EXPECT_EQ(settings(""), periodicSettings);
+  EXPECT_EQ(settings("--open"), (std::vector<double>{open.theta, double(open.ncrit), double(open.nleaf), open.alpha}));
+  EXPECT_EQ(settings("--theta 0.4 --ncrit 64 --nleaf 4 --alpha 0"), (std::vector<double>{0.4, 64, 4, 0}));
+  EXPECT_EQ(settings("--theta auto --ncrit auto --nleaf auto --alpha auto"), periodicSettings);
+
+  const Result run = matcha("run --ic periodic.hdf5 --dt 0.03125 --t-end 0.0625 --output-interval 0.0625 --out r1");
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  std::ostringstream described;
+  described << "theta " << periodic.theta << ", ncrit " << periodic.ncrit << ", nleaf " << periodic.nleaf
+            << ", quad, alpha " << periodic.alpha;
+  EXPECT_NE(run.out.find(described.str()), std::string::npos) << run.out;
+  std::ifstream usedFile(dir_ / "r1" / "used_parameters.toml");
+  const std::string used((std::istreambuf_iterator<char>(usedFile)), std::istreambuf_iterator<char>());
+  for (const char* key : {"theta", "ncrit", "nleaf", "alpha"}) {
+    EXPECT_NE(used.find(std::string(key) + " = \"auto\""), std::string::npos) << key << "\n" << used;
+  }
+  const Result openRun = matcha(std::string(kTinyRun) + " --out r2");
+  ASSERT_EQ(openRun.exitCode, 0) << openRun.err;
+  EXPECT_NE(openRun.out.find("theta 0.5, alpha 0.001, ncrit 256, nleaf 8"), std::string::npos) << openRun.out;
+
+  expectBadInput(std::string(kTinyRun) + " --ncrit 1.5", "--ncrit");
+  expectBadInput(std::string(kTinyRun) + " --ncrit -3", "--ncrit");
+  expectBadInput(std::string(kTinyRun) + " --nleaf many", "--nleaf");
+  expectBadInput(std::string(kTinyRun) + " --alpha loose", "--alpha");
+  expectBadInput(std::string(kTinyRun) + " --theta wide", "--theta");
+  expectBadInput("compare -n 300 --theta auto,0.5", "--theta");
 }
 
 // `ic clumps` and `ic lattice` (issue 15): files that record their box, with every body inside it, that `run` and

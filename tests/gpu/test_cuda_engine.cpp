@@ -1406,8 +1406,9 @@ TEST_F(CufftMeshTest, RefusesTooLargeMeshAndBadBodies) {
 
 // TreePM end to end on the CUDA engine (the periodic tree's short range on the GPU plus the mesh, once with FFTW on the
 // CPU and once with cuFFT on the GPU) against Ewald, with tests/mesh/test_treepm.cpp's TreePm.ClusteredBoxMatchesEwald
-// input and bounds (the CPU engine measured p50 5.4e-5 - 7.5e-5, p99 2.2e-4 - 8.1e-4 over 20 seeds; the GPU's float
-// short range differs from the CPU's by ~1e-6 and the two meshes by ~1e-14, so the same numbers are expected).
+// input, settings (a periodic run's defaults, tree::periodicDefaultTreeParams) and bounds (the CPU engine measured p50
+// 5.8e-5 - 7.9e-5, p99 2.1e-4 - 3.1e-4 over 6 seeds; the GPU's float short range differs from the CPU's by ~1e-6 and
+// the two meshes by ~1e-14, so the same numbers are expected).
 TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -1432,8 +1433,9 @@ TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
     GravityParams withSplit = gravity;
     withSplit.periodic = mesh::periodicSplit(meshParams);
     CudaEngine engine(Precision::float32, testConfig());
-    mesh::TreePmSolver treePm(std::make_unique<tree::PeriodicTreeSolver>(engine, TreeParams{}, withSplit), meshParams,
-                              withSplit);
+    mesh::TreePmSolver treePm(
+        std::make_unique<tree::PeriodicTreeSolver>(engine, tree::periodicDefaultTreeParams(), withSplit), meshParams,
+        withSplit);
     treePm.computeForces(p);
     EXPECT_NE(engine.lastCallStats().kernel.find("periodic"), std::string::npos) << engine.lastCallStats().kernel;
     EXPECT_NE(treePm.describe().find(mesh::toString(backend)), std::string::npos) << treePm.describe();

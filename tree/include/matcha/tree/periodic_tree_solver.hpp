@@ -78,6 +78,31 @@ inline constexpr double kBallCap = 4.0;
 inline constexpr std::uint32_t kPeriodicAutoReuse = 8;
 inline std::uint32_t periodicAutoReuse(bool engineOnDevice) { return engineOnDevice ? kPeriodicAutoReuse : 1; }
 
+/// The opening settings of a periodic box where the user names none (the command line's auto): theta 0.7, ncrit 512,
+/// nleaf 16, alpha 2e-3, against the open-boundary defaults' 0.5, 256, 8 and 1e-3 (TreeParams). The short range ends
+/// at r_cut, so a looser opening angle costs less accuracy than with open boundaries, and larger groups and leaves
+/// halve the walk, the multipoles and the octree, which build a periodic tree on the host's cores. Measured on the
+/// H200 with its 16-core host (2026-11-30, one call each; bench/RESULTS.md): 2^24 bodies in clumps (`matcha ic
+/// clumps`), TreePM against Ewald on 4096 bodies, p99 4.8e-4 in a 479 ms call against 3.8e-4 in 738 ms (the issue's
+/// bound: 1e-3); the nearly uniform 256^3 box at z = 49, p99 7.0e-4 against 8.6e-4; its comoving steps to z = 30, 301
+/// against 369 ms a step, the Layzer-Irvine check unchanged (1.53e-4 against 1.54e-4).
+struct OpeningSettings {
+  double theta;
+  std::uint32_t ncrit;
+  std::uint32_t nleaf;
+  double alpha;
+};
+inline constexpr OpeningSettings kPeriodicOpening{0.7, 512, 16, 2e-3};
+/// TreeParams' defaults with kPeriodicOpening's settings: a periodic run's where the user names none.
+inline TreeParams periodicDefaultTreeParams() {
+  TreeParams params;
+  params.theta = kPeriodicOpening.theta;
+  params.ncrit = kPeriodicOpening.ncrit;
+  params.nleaf = kPeriodicOpening.nleaf;
+  params.alpha = kPeriodicOpening.alpha;
+  return params;
+}
+
 /// The periodic short-range solver. A call builds a tree (root: the cube [0, L)^3), its groups and their lists, and
 /// has the engine evaluate them with gravity.periodic; with TreeParams::reuse K > 1 (0: periodicAutoReuse) the tree
 /// and its lists then serve the next calls too, up to K in all, as long as every body stays within its ball
