@@ -79,11 +79,12 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
   } else {
     appendf(line,
             "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
-            "host cores busy %.1f",
+            "host cores busy %.1f; trees built %llu",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
             timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
-            hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds));
+            hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
+            static_cast<unsigned long long>(timings.rebuilds));
   }
   return line;
 }

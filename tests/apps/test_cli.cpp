@@ -437,6 +437,7 @@ TEST_F(Cli, TimingsPrintALinePerOutputAndAPhaseTable) {
   }
   ASSERT_EQ(timingLines.size(), 3u) << result.err;
   EXPECT_EQ(err[timingLines[0]].rfind("# timings of the first force call: ", 0), 0u) << err[timingLines[0]];
+  std::uint64_t treesBuilt = 0;
   for (std::size_t k = 0; k < timingLines.size(); ++k) {
     const std::string& line = err[timingLines[k]];
     ASSERT_GT(timingLines[k], 0u);
@@ -458,7 +459,12 @@ TEST_F(Cli, TimingsPrintALinePerOutputAndAPhaseTable) {
     EXPECT_NE(line.find(" ms/step (force "), std::string::npos) << line;
     EXPECT_NE(line.find("; integration "), std::string::npos) << line;
     EXPECT_NE(line.find("; output "), std::string::npos) << line;
+    // The trees built in the interval (how often the solver rebuilt: what a tree's steps cost is read beside it).
+    const std::size_t trees = line.find("; trees built ");
+    ASSERT_NE(trees, std::string::npos) << line;
+    treesBuilt += std::stoull(line.substr(trees + 14));
   }
+  EXPECT_EQ(treesBuilt, nlohmann::json::parse(result.out)["timings"]["rebuilds"].get<std::uint64_t>());
   const std::string log = readFile(dir_ / "t" / "diagnostics.log");
   EXPECT_NE(log.find("# timings since last output: 2 steps"), std::string::npos) << "a comment in the log too";
   const std::vector<std::string>& out = err;
