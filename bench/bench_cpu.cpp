@@ -20,6 +20,7 @@
 #include "matcha/ic/plummer.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "matcha/tree/walk.hpp"
@@ -214,8 +215,9 @@ void BM_TreePhases(benchmark::State& state) {
 // The periodic short range's tree as a step that builds makes it (tree/periodic_tree_solver.cpp, buildAndEvaluate),
 // engine aside: keys over the box, the sort, the octree, multipoles over bodies as balls (each body's ball 1% of r_cut,
 // as a reused tree's of a comoving box early on), the groups (boxes of the balls, relative tolerances, the periodic
-// walk tree) and the walk of every group. On `matcha ic clumps`' box of N bodies, r_cut for a 2 N^(1/3) mesh; the
-// bodies drift between builds. Counters: ms per phase. Args: N, threads.
+// walk tree) and the walk of every group. On `matcha ic clumps`' box of N bodies, r_cut for a 2 N^(1/3) mesh, a
+// periodic run's opening defaults (tree::periodicDefaultTreeParams); the bodies drift between builds. Counters: ms per
+// phase. Args: N, threads.
 void BM_PeriodicTreePhases(benchmark::State& state) {
   const auto numThreads = static_cast<std::size_t>(state.range(1));
   tbb::global_control threads(tbb::global_control::max_allowed_parallelism, numThreads);
@@ -230,7 +232,7 @@ void BM_PeriodicTreePhases(benchmark::State& state) {
   meshParams.grid = mesh::defaultPmGrid(p.size(), meshParams);
   GravityParams gravity;
   gravity.periodic = mesh::periodicSplit(meshParams);
-  const TreeParams params;
+  const TreeParams params = tree::periodicDefaultTreeParams();
   const std::vector<float> radius(p.size(), static_cast<float>(0.01 * gravity.periodic.cutoffRadius));
   std::vector<float> sortedRadius(p.size());
   tree::KeySorter sorter;
