@@ -25,8 +25,6 @@ const char* phaseName(Phase phase) {
       return "groups";
     case Phase::walk:
       return "walk";
-    case Phase::refit:
-      return "refit";
     case Phase::upload:
       return "upload";
     case Phase::kernels:

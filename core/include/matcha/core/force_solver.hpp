@@ -26,7 +26,6 @@ enum class Phase : int {
   multipoles,  ///< upward pass on the host: masses, centres of mass, sizes (and quadrupoles where the host needs them)
   groups,      ///< groups and their boxes
   walk,        ///< tree walks: the interaction lists
-  refit,       ///< cells and groups refitted to the moved bodies (a step that reuses the tree and its lists)
   upload,      ///< bodies, cells and lists to the device
   kernels,     ///< near-field evaluation: GPU kernel time (CUDA events), or the CPU engine's evaluation
   download,    ///< accelerations and potentials back to the host
