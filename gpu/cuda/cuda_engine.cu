@@ -1613,7 +1613,7 @@ void requireValidPlanCall(const SourceView& sources, const InteractionPlan& plan
   MATCHA_ASSERT(sources.count < (std::size_t{1} << 32), "too many bodies for 32-bit indices");
   if (gravity.periodic.enabled() && precision != Precision::float32) {
     throw InputError(
-        "the CUDA engine's periodic short range runs in float only: use --precision float or --engine cpu");
+        "the CUDA engine's periodic short range runs in float only (its double precision serves direct sums)");
   }
 }
 
@@ -1661,7 +1661,7 @@ void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& g
                                 std::span<const std::uint32_t> groups, const BodyUpdate& update) {
   if (gravity.periodic.enabled() && impl_->precision != Precision::float32) {
     throw InputError(
-        "the CUDA engine's periodic short range runs in float only: use --precision float or --engine cpu");
+        "the CUDA engine's periodic short range runs in float only (its double precision serves direct sums)");
   }
   MATCHA_ASSERT(impl_->res.hasTree, "launchResident before setTree");
   MATCHA_ASSERT(!impl_->res.launched, "launchResident while a launch is in flight");
