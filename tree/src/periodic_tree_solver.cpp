@@ -181,7 +181,7 @@ struct Evaluated {
 }  // namespace
 
 PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
-                                                                   ForceReport& report) {
+                                                                   ForceReport& report, bool evaluatePlan) {
   const SourceView sources = particles.sources();
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   ListTotals lists;
@@ -218,7 +218,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     numBatches_ = 0;
     report.timings[Phase::walk] += clock.seconds();
     countLists(plan_);
-    take(evaluate(plan_, PlanBatch{}));
+    if (evaluatePlan) take(evaluate(plan_, PlanBatch{}));
     return lists;
   }
 
@@ -450,7 +450,11 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
     report.timings.engineWaitSeconds = 0.0;
     report.timings[Phase::estimate] += estimate.seconds();
   }
-  const ListTotals lists = walkAndEvaluate(particles, out, report);
+  // A tree for several calls is handed to the engine anyway (resident lists): the sequential walk's plan is then
+  // evaluated there, this call too, so that its lists cross to the GPU once, not twice (evaluatePlan, then the
+  // hand-over). The batches of an overlapped walk are evaluated as they are walked.
+  const bool evaluateResident = treeCalls > 1 && !params_.overlapWalk;
+  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident);
 
   clock.restart();
   treeSteps_ = treeCalls;
@@ -458,6 +462,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // The engine keeps a tree's lists for the calls after only within TreeParams::maxBatchEntries (the CUDA engine's
   // arenas index 32 bits): a tree whose lists hold more serves this call alone, and the next call builds anew.
   treeHeld_ = treeCalls > 1 && lists.bodies + lists.cells <= params_.maxBatchEntries;
+  if (evaluateResident && !treeHeld_) evaluateWalkedPlan(particles, out, report);
   treeHasBalls_ = balls;
   motionKnown_ = steps > 1;  // also under a tree for one call: the next tree's balls need the bodies' speeds
   if (motionKnown_) {
@@ -480,6 +485,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   if (treeHeld_) {
     handTreeToEngine(particles);
     phaseDone(Phase::upload);
+    if (evaluateResident) evaluateResidentLists(particles.sources(), out, report);
   }
 
   stats_ = TreeStats{};
@@ -515,17 +521,29 @@ void PeriodicTreeSolver::handTreeToEngine(const Particles& particles) {
   }
 }
 
-void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
-  // The engine refits its copy of the tree to the paths (on the GPU: the host refit and the upload of cells and lists
-  // took ~110 ms of a 2^24-body call on the H200's host) and evaluates the lists it keeps.
-  const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
-  engine_.launchResident(path, gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
+void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report) {
+  report.counts += engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, out);
+  const EngineTimings timings = engine_.lastTimings();
+  report.timings[Phase::upload] += timings.uploadSeconds;
+  report.timings[Phase::kernels] += timings.kernelSeconds;
+  report.timings[Phase::download] += timings.downloadSeconds;
+}
+
+void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report) {
+  engine_.launchResident(positions, gravity_, out, {}, BodyMotion::moved);
   const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "the engine checked periodic lists");
   report.counts += result.counts;
   report.timings[Phase::upload] += result.timings.uploadSeconds;
   report.timings[Phase::kernels] += result.timings.kernelSeconds;
   report.timings[Phase::download] += result.timings.downloadSeconds;
+}
+
+void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
+  // The engine refits its copy of the tree to the paths (on the GPU: the host refit and the upload of cells and lists
+  // took ~110 ms of a 2^24-body call on the H200's host) and evaluates the lists it keeps.
+  const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
+  evaluateResidentLists(path, forcesToWrite(particles), report);
   ++builtCalls_;
   stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);
   stats_.estimatePass = false;

@@ -111,7 +111,9 @@ inline TreeParams periodicDefaultTreeParams() {
 /// reused at a later call is one that call's own walk could have made, with a few more entries (its relative test
 /// scaled by the accelerations the build's call brought, as the open-boundary solver's reused lists are, less their
 /// allowance for |a| falling). The engine keeps the tree and its lists (NearFieldEngine's resident lists, unchecked
-/// in a box); a later call only has it refit its cells to the bodies' positions and evaluate the lists again; it
+/// in a box), and evaluates them there from the build's own call on (one upload of the lists: with the walk
+/// sequential; an overlapped walk's batches are evaluated as they are walked, then handed over); a later call only
+/// has it refit its cells to the bodies' positions and evaluate the lists again; it
 /// takes each body where its path
 /// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the
 /// bodies at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and
@@ -172,8 +174,14 @@ class PeriodicTreeSolver final : public ForceSolver {
     std::uint64_t batches = 0;
   };
   /// One pass over all groups: walks them (one plan, or batches with TreeParams::overlapWalk) and has the engine
-  /// evaluate them into `out`, adding the phases and counts to `report`.
-  ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report);
+  /// evaluate them into `out`, adding the phases and counts to `report`. Without `evaluatePlan` the one plan (the
+  /// sequential walk's) is only walked, into plan_.
+  ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report,
+                             bool evaluatePlan = true);
+  /// Has the engine evaluate plan_ (walked, not evaluated) into `out`.
+  void evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report);
+  /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`.
+  void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report);
   /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
   void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball and
