@@ -113,14 +113,14 @@ inline TreeParams periodicDefaultTreeParams() {
 /// allowance for |a| falling). The engine keeps the tree and its lists (NearFieldEngine's resident lists, unchecked
 /// in a box), and evaluates them there from the build's own call on (one upload of the lists: with the walk
 /// sequential; an overlapped walk's batches are evaluated as they are walked, then handed over); a later call only
-/// has it refit its cells to the bodies' positions and evaluate the lists again; it
-/// takes each body where its path
-/// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the
-/// bodies at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and
-/// cell at its nearest image anyway. A body outside its ball, other bodies or another order (the same ids in the same
-/// places are checked) make the call build anew. TreeParams::pipeline, advanceOnDevice and predictOnDevice are
-/// ignored (no background builds: every tree is built within its call); sortOnDevice is not. A call's bodies must lie
-/// in [0, L)^3.
+/// has it refit its cells to the bodies' positions and evaluate the lists again; it takes each body where its path
+/// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the bodies
+/// at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and cell at
+/// its nearest image anyway. A body outside its ball, other bodies or another order (the same ids in the same places
+/// are checked) make the call build anew. TreeParams::pipeline, advanceOnDevice and predictOnDevice are ignored
+/// (no background builds: every tree is built within its call; built in the background beside the calls before,
+/// trees left a 256^3 comoving box's steps no faster on the H200's host, bench/RESULTS.md 2026-11-30); sortOnDevice
+/// is not. A call's bodies must lie in [0, L)^3.
 ///
 /// With TreeParams::overlapWalk the groups are walked in batches cut as the open-boundary solver cuts
 /// them (walkBatchGroups) and each batch goes to NearFieldEngine::evaluatePlanBatch as soon as it is walked: an engine
