@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <span>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "fftw_grid.hpp"
@@ -235,9 +237,10 @@ struct ParticleMesh::Impl {
   /// One mesh solution with the bodies moved by `offset` cells along each axis, added to out times `weight`.
   /// Returns the deposited mass.
   template <MassAssignment A>
-  double addPass(const SourceView& s, const GravityParams& gravity, double offset, double weight,
-                 const ForceView& out) {
+  double addPass(const SourceView& s, const GravityParams& gravity, double offset, double weight, const ForceView& out,
+                 const DensityReduction& reduce) {
     depositor.deposit(s, A, offset, grid.real());
+    if (reduce) reduce(std::span<double>(grid.real(), detail::FftwGrid::paddedSize(n)));
     grid.forward();
     const double totalMass = grid.spectrum()[0].real();  // the k = 0 mode: the deposited mass, sum m_i to rounding
     applyGreen(gravity.G);
@@ -260,7 +263,7 @@ struct ParticleMesh::Impl {
   }
 
   template <MassAssignment A>
-  void run(const SourceView& s, const GravityParams& gravity, const ForceView& out) {
+  void run(const SourceView& s, const GravityParams& gravity, const ForceView& out, const DensityReduction& reduce) {
     // Interlacing (Hockney & Eastwood 1981 sec. 7-8): a second solution on a mesh moved by half a cell along each
     // axis, averaged with the first. Their leading aliasing errors have opposite signs and cancel; the grids are
     // reused, so it costs time (twice the transforms, deposits and interpolations), no memory.
@@ -268,7 +271,7 @@ struct ParticleMesh::Impl {
     const double weight = 1.0 / passes;
     double totalMass = 0;
     for (int pass = 0; pass < passes; ++pass) {
-      const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out);
+      const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out, reduce);
       if (pass == 0) totalMass = mass;
     }
     if (out.pot != nullptr) {
@@ -313,16 +316,24 @@ void requireIndexableCount(std::size_t count) {
 
 bool ParticleMesh::runsBeside() const { return gpu_ != nullptr && params_.overlap; }
 
+void ParticleMesh::setDensityReduction(DensityReduction reduce) {
+  if (reduce && gpu_) {
+    throw InputError("the particle mesh of a distributed run is replicated on every rank's host (FFTW): the cuFFT "
+                     "mesh cannot sum its grid over ranks yet");
+  }
+  reduceDensity_ = std::move(reduce);
+}
+
 void ParticleMesh::addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
   gravity.validate();
   MATCHA_ASSERT(out.count == sources.count, "ParticleMesh::addLongRange: the output size differs from the sources'");
-  if (sources.count == 0) return;
+  if (sources.count == 0 && !reduceDensity_) return;  // with a reduction, a part without bodies still takes part
   requireIndexableCount(sources.count);
   if (impl_) {
     if (params_.assignment == MassAssignment::cic) {
-      impl_->run<MassAssignment::cic>(sources, gravity, out);
+      impl_->run<MassAssignment::cic>(sources, gravity, out, reduceDensity_);
     } else {
-      impl_->run<MassAssignment::tsc>(sources, gravity, out);
+      impl_->run<MassAssignment::tsc>(sources, gravity, out, reduceDensity_);
     }
     return;
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/parallel/collective.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,14 @@ void checkOnEveryRank(const std::function<void()>& check, MPI_Comm comm) {
       (numRanks > 1 ? "rank " + std::to_string(failing) + ": " : std::string()) + std::string(text.begin(), text.end());
   if (header[0] == 1) throw InputError(shared);
   throw Error(shared);
+}
+
+void sumOverRanks(std::span<double> values, MPI_Comm comm) {
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
+  for (std::size_t first = 0; first < values.size(); first += kPiece) {
+    const std::size_t count = std::min(kPiece, values.size() - first);
+    MPI_Allreduce(MPI_IN_PLACE, values.data() + first, static_cast<int>(count), MPI_DOUBLE, MPI_SUM, comm);
+  }
 }
 
 }  // namespace matcha::parallel

@@ -16,6 +16,9 @@
 #include "matcha/core/force_error.hpp"
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/mesh/particle_mesh.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/parallel/collective.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 #include "mpi_testing.hpp"
@@ -289,6 +292,77 @@ TEST(DistributedPeriodic, RanksWithoutBodiesTakePart) {
   MPI_Allreduce(MPI_IN_PLACE, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(empty, std::max(0, worldSize() - 2));
   expectOneRankForces(local, input, solver, c, params, gravity);
+}
+
+// TreePM over K ranks: the distributed tree's short range and a particle mesh that every rank solves for the whole
+// box, its deposits summed over the ranks (ParticleMesh::setDensityReduction with sumOverRanks), against one-rank
+// TreePM on the same bodies, per body by id. The short range takes bodies alone in double (theta 0.02, alpha 1e-30:
+// the clumpy case of MatchOneRankPerBody, whose bounds these are), so the mesh adds its summation order's rounding
+// only; a rank's mesh without the others' deposits is off by the long range itself (without the sum, 2 ranks: p99
+// 3e-2 of the rms pull, the potential 0.3 of its rms). Twice: every rank with bodies, then ranks left without any
+// (they deposit nothing and still take part in the sum).
+TEST(DistributedPeriodic, TreePmWithTheMeshOnEveryRankMatchesOneRank) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const double L = 1.5;
+  mesh::MeshParams meshParams;
+  meshParams.boxSize = L;
+  meshParams.grid = 32;
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  gravity.periodic = mesh::periodicSplit(meshParams);
+  TreeParams params;
+  params.theta = 0.02;
+  params.alpha = 1e-30;
+  for (const bool emptyRanks : {false, true}) {
+    SCOPED_TRACE(emptyRanks ? "ranks left without bodies" : "bodies on every rank");
+    Particles local = testing::dealOut(periodicBox(true, seed, L), worldRank(), worldSize());
+    const Particles input = local;
+    gpu::CpuEngine engine(gpu::Precision::float64);
+    auto shortRange = std::make_unique<DistributedTreeSolver>(engine, params, gravity, MPI_COMM_WORLD);
+    if (emptyRanks) {  // one body weighs as much as ten million others: on 4 ranks two hold nothing
+      std::vector<double> weights(local.size(), 1.0);
+      for (std::size_t i = 0; i < local.size(); ++i) weights[i] = local.id[i] == 7 ? 1e7 : 1.0;
+      shortRange->setWorkWeights(weights);
+    }
+    mesh::TreePmSolver treePm(std::move(shortRange), meshParams, gravity);
+    treePm.setDensityReduction([](std::span<double> grid) { sumOverRanks(grid, MPI_COMM_WORLD); });
+    treePm.computeForces(local);
+    int empty = local.empty() ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(empty, emptyRanks ? std::max(0, worldSize() - 2) : 0);
+    const Particles gathered = testing::gatherById(local);
+    const Particles all = testing::gatherById(input);
+    if (worldRank() != 0) continue;
+    ASSERT_EQ(gathered.size(), all.size());
+    Particles single = all;
+    gpu::CpuEngine oneEngine(gpu::Precision::float64);
+    mesh::TreePmSolver oneRank(std::make_unique<tree::PeriodicTreeSolver>(oneEngine, params, gravity), meshParams,
+                               gravity);
+    oneRank.computeForces(single);
+    single = byId(single);
+    Particles longRange = byId(all);
+    for (std::vector<double>* array : {&longRange.ax, &longRange.ay, &longRange.az, &longRange.pot}) {
+      std::fill(array->begin(), array->end(), 0.0);
+    }
+    mesh::ParticleMesh(meshParams).addLongRange(longRange.sources(), gravity, longRange.forces());
+    const std::vector<double> kVsOne = differences(gathered, single);
+    const double p99 = percentile(kVsOne, 0.99), worst = *std::max_element(kVsOne.begin(), kVsOne.end());
+    double potentialWorst = 0.0, potentialRms = 0.0;
+    for (std::size_t i = 0; i < single.size(); ++i) {
+      potentialWorst = std::max(potentialWorst, std::abs(gathered.pot[i] - single.pot[i]));
+      potentialRms += single.pot[i] * single.pot[i];
+    }
+    potentialRms = std::sqrt(potentialRms / double(single.size()));
+    const double meshShare = rmsAcceleration(longRange) / rmsAcceleration(single);
+    std::printf("[ TreePM ] %d ranks vs 1 (the mesh's rms pull %.2f of the whole): p99 %.2e max %.2e of the rms pull; "
+                "potential max %.2e of its rms\n",
+                worldSize(), meshShare, p99, worst, potentialWorst / potentialRms);
+    ASSERT_GT(meshShare, 1e-3) << "the long range must matter for the comparison to see the mesh";
+    EXPECT_LE(p99, 1e-5);
+    EXPECT_LE(worst, 1e-4);
+    EXPECT_LE(potentialWorst, 1e-5 * potentialRms);
+  }
 }
 
 class DistributedPeriodicCoverage : public ::testing::TestWithParam<testing::TreeCase> {};

@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "matcha/core/params.hpp"
@@ -218,6 +220,16 @@ class ParticleMesh {
   /// Drops a started long range, waiting for the device (a caller whose own work failed); never throws.
   void abandonLongRange() noexcept;
 
+  /// Sums a deposited mass grid, in place, with the grids of the system's other parts (parallel/: an MPI_Allreduce
+  /// over the ranks of a distributed run, each of which deposits its own bodies), so that every part's mesh solves for
+  /// the whole system and interpolates at its own bodies: a mesh replicated on every rank. Given the whole padded real
+  /// grid (FFTW's in-place layout, its padding included), once per pass (twice when interlaced).
+  using DensityReduction = std::function<void(std::span<double> grid)>;
+  /// Sets the reduction of the calls that follow (an empty function: none). With one, addLongRange is collective: every
+  /// part must call it, a part without bodies too (it deposits nothing and still reduces and solves). FFTW backend
+  /// only: InputError on cuFFT (whose grid lives on the device).
+  void setDensityReduction(DensityReduction reduce);
+
   /// The stages of the last call (cuFFT backend; zeros on FFTW).
   MeshStageSeconds lastStageSeconds() const;
 
@@ -226,6 +238,7 @@ class ParticleMesh {
   std::unique_ptr<Impl> impl_;            ///< the FFTW backend (null on cuFFT)
   std::unique_ptr<detail::GpuMesh> gpu_;  ///< the cuFFT backend (null on FFTW)
   MeshParams params_;
+  DensityReduction reduceDensity_;
   /// A long range started and not yet finished (startLongRange): its body count, potentials, and the seconds its
   /// start spent before the device's first event (the bodies' check).
   struct Started {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/params.hpp"
@@ -39,6 +40,11 @@ class TreePmSolver final : public ForceSolver {
   void restoreState(const CheckpointState& state, const Particles& particles) override {
     shortRange_->restoreState(state, particles);
   }
+
+  /// The mesh's ParticleMesh::setDensityReduction: TreePM over the ranks of a distributed run, whose short range is
+  /// the distributed tree's (parallel/) and whose mesh every rank solves for the whole system. Computing forces is then
+  /// collective.
+  void setDensityReduction(ParticleMesh::DensityReduction reduce) { mesh_.setDensityReduction(std::move(reduce)); }
 
   const MeshParams& meshParams() const { return mesh_.params(); }
   ForceSolver& shortRange() { return *shortRange_; }

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <span>
 #include <string>
 
 namespace matcha::parallel {
@@ -15,6 +16,11 @@ namespace matcha::parallel {
 /// "rank r: " where there is more than one rank. An exception that is not a matcha::Error propagates on its own rank
 /// only (a bug: the run then ends by mpirun's abort). Collective: every rank of `comm` must call it.
 void checkOnEveryRank(const std::function<void()>& check, MPI_Comm comm);
+
+/// Sums `values` over the ranks of `comm`, in place on every rank (MPI_Allreduce, in pieces of at most 2^30 values
+/// for MPI's int counts): a particle mesh replicated on every rank sums its deposits so (mesh/:
+/// ParticleMesh::setDensityReduction). Collective.
+void sumOverRanks(std::span<double> values, MPI_Comm comm);
 
 /// This rank's index and the number of ranks in `comm`.
 int rankOf(MPI_Comm comm);
