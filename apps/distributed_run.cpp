@@ -20,7 +20,9 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <streambuf>
 #include <thread>
@@ -33,6 +35,7 @@
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/parallel/collective.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "memory_check.hpp"
@@ -359,16 +362,17 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
 }
 
 /// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone):
-/// periodic boxes, and compare on the GPU (whose references and sweeps are one rank's).
+/// compare on the GPU (whose references and sweeps are one rank's) and compare in a periodic box (whose reference is
+/// one rank's Ewald sum).
 void requireOpenBoxOnRanks(const Options& options, const std::string& subcommand) {
   const std::string ranks = std::to_string(worldSize()) + " ranks";
   if (subcommand == "compare" && options.engine == EngineKind::cuda) {
     throw InputError("matcha compare --engine cuda on " + ranks +
                      " is not supported yet: use --engine cpu, or one rank (matcha run takes a GPU per rank)");
   }
-  if (options.box > 0.0) {
-    throw InputError("matcha " + subcommand + " --box on " + ranks +
-                     ": periodic boxes are not supported on several ranks yet (open boundaries only)");
+  if (subcommand == "compare" && options.box > 0.0) {
+    throw InputError("matcha compare --box on " + ranks +
+                     ": periodic comparisons (against Ewald) run on one rank only (matcha run takes a box on several)");
   }
 }
 
@@ -418,16 +422,11 @@ gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm) {
   return engine;
 }
 
-/// Rank 0: an --ic file that cannot run on several ranks (a cosmology, a periodic box) is refused with one line.
-void requireOpenIc(const InitialConditionsInfo& ic, const Options& options) {
+/// Rank 0: an --ic file that cannot run on several ranks (a cosmology) is refused with one line.
+void requireNonComovingIc(const InitialConditionsInfo& ic, const Options& options) {
   if (ic.cosmology) {
     throw InputError("--ic " + options.icFile +
                      " has a cosmology: comoving runs on several ranks are not supported yet");
-  }
-  if (ic.boxSize > 0.0 && !options.open) {
-    throw InputError("--ic " + options.icFile +
-                     " records a periodic box: periodic runs on several ranks are not supported yet (--open runs it "
-                     "with open boundaries)");
   }
 }
 
@@ -607,16 +606,16 @@ int runDistributed(CLI::App& command, const Options& given) {
   std::ostream quiet(nullptr);  // the other ranks' lines: rank 0 speaks for the run
   std::ostream& info = rank != 0 ? quiet : (options.json ? std::cerr : std::cout);
   const std::filesystem::path outDir = options.outPath;
-  // Before anything is written: a solver that cannot be is refused by every rank alike.
+  // Before anything is written: an engine that cannot be is refused by every rank alike.
   gpu::EngineChoice engine = makeRankEngine(options, comm);
-  parallel::DistributedTreeSolver solver(*engine.engine, options.tree, options.gravity, comm);
 
   // Rank 0 reads or makes the bodies (the one-rank code path), or reads the checkpoint, and checks everything before
   // anything is written.
   Particles all;
   RestartOnRanks resumed;
   // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
-  double header[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+  // and the IC file's box (0: none)
+  double header[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   beginRankZeroWork();
   if (rank == 0) {
     if (restart) {
@@ -639,8 +638,10 @@ int runDistributed(CLI::App& command, const Options& given) {
           outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh, options.icFile};
       io::checkRunFolder(folder);
       const InitialConditionsInfo ic = inspectInitialConditions(options);
-      requireOpenIc(ic, options);
+      requireNonComovingIc(ic, options);
       requireBodiesPerRank(ic.numBodies);
+      header[6] = ic.boxSize;
+      resolvePeriodicBox(options, ic.boxSize, ic.numBodies);  // every rank again below, from the broadcast
       options.integrator.tStart = ic.time;
       options.integrator.validate();
       integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
@@ -653,9 +654,27 @@ int runDistributed(CLI::App& command, const Options& given) {
     header[1] = options.integrator.tStart;
     endRankZeroWork();
   }
-  MPI_Bcast(header, 6, MPI_DOUBLE, 0, comm);
+  MPI_Bcast(header, 7, MPI_DOUBLE, 0, comm);
   const auto numBodies = static_cast<std::uint64_t>(header[0]);
   options.integrator.tStart = header[1];
+  // The box, its mesh, split and opening settings, alike on every rank (a restart's checkpoint has none: periodic
+  // restarts on several ranks are refused).
+  resolvePeriodicBox(options, header[6], numBodies);
+  auto distributed = std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity,
+                                                                        comm);
+  parallel::DistributedTreeSolver& solver = *distributed;  // the short range, its work weights and statistics
+  std::unique_ptr<ForceSolver> forces;
+  if (options.gravity.periodic.enabled()) {
+    // TreePM: the distributed tree's short range, and a particle mesh that every rank solves for the whole box from
+    // the deposits of all ranks (on the host's cores, FFTW: the cuFFT mesh cannot sum its grid over ranks yet).
+    mesh::MeshParams meshParams = options.mesh;
+    meshParams.backend = mesh::MeshBackend::fftw;
+    auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(distributed), meshParams, options.gravity);
+    treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
+    forces = std::move(treePm);
+  } else {
+    forces = std::move(distributed);
+  }
   std::optional<integrator::RunPosition> position;
   if (restart) {
     // The run's first diagnostics (dE/E's reference), as rank 0 read them.
@@ -717,7 +736,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   try {
     onRankZero([&] {
       info << "matcha run: " << numBodies << " bodies from " << source << " on " << numRanks
-           << " ranks\nsolver: " << solver.describe() << "\nengine: " << engine.reason
+           << " ranks\nsolver: " << forces->describe() << "\nengine: " << engine.reason
            << ", on every rank\nenergy diagnostics: potentials from " << potentialSource
            << "\noutput: " << outDir.string()
            << "/ (snapshot_NNN.hdf5 and checkpoint.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, "
@@ -733,7 +752,7 @@ int runDistributed(CLI::App& command, const Options& given) {
       if (position) {
         log << "# restarted at step " << position->step << " by " << versionText() << " on " << numRanks << " ranks\n";
       } else {
-        log << "# " << versionText() << "\n# " << solver.describe() << "; potentials from " << potentialSource << "\n"
+        log << "# " << versionText() << "\n# " << forces->describe() << "; potentials from " << potentialSource << "\n"
             << integrator::diagnosticsHeader() << "\n";
       }
       info << integrator::diagnosticsHeader() << "\n";
@@ -741,7 +760,7 @@ int runDistributed(CLI::App& command, const Options& given) {
 
     io::SnapshotMetadata metadata;
     metadata.parameters = usedParameterList(command);
-    metadata.boxSize = 0.0;
+    metadata.boxSize = options.integrator.boxSize;
     integrator::Diagnostics initial = position ? position->initial : integrator::Diagnostics{};
     ProgressOnRankZero progress;
     integrator::RunCallbacks callbacks;
@@ -823,7 +842,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         if (step.step == 2) throw NumericalError("step 2: a failure injected by MATCHA_TEST_FAIL_RANK");
       };
     }
-    summary = integrator::runLeapfrog(mine, solver, options.integrator, callbacks, position ? &*position : nullptr);
+    summary = integrator::runLeapfrog(mine, *forces, options.integrator, callbacks, position ? &*position : nullptr);
   } catch (const std::exception& error) {
     // As runGuarded: on rank 0, summary.json says the run failed and the marker goes (best effort). A rank that fails
     // alone ends the job (reportFailure) before rank 0 can write it: the folder then keeps its RUNNING marker.
@@ -858,7 +877,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         {"status", "complete"},
         {"matcha", buildJson()},
         {"integrator", toString(options.integratorKind)},
-        {"solver", solver.describe()},
+        {"solver", forces->describe()},
         {"engine", engine.engine->name()},
         {"ranks", numRanks},
         {"steps", summary.steps},
@@ -1015,7 +1034,12 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   beginRankZeroWork();
   if (rank == 0) {
     const InitialConditionsInfo ic = inspectInitialConditions(options);
-    requireOpenIc(ic, options);
+    requireNonComovingIc(ic, options);
+    if (ic.boxSize > 0.0 && !options.open) {
+      throw InputError("--ic " + options.icFile +
+                       " records a periodic box: periodic comparisons (against Ewald) run on one rank only (--open "
+                       "compares it with open boundaries)");
+    }
     requireBodiesPerRank(ic.numBodies);
     const int code = compareSolvers(options, compare, &sharing);
     endRankZeroWork();

@@ -5,6 +5,10 @@
 #  - run K: a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds every id once; its
 #    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
+#  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and a mesh on
+#    every rank summed over the ranks), 8 steps of 1/1024 (--reuse off; |dE/E| ~2e-3): every diagnostics line's E, T
+#    and W within 1e-4 of one rank's, the final snapshot records the box, holds every id once, inside [0, L)^3, at
+#    positions within 1e-4 of one rank's; and compare in a box on K ranks is refused with one line (exit status 2);
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
@@ -23,12 +27,12 @@
 #    mpiexec): energies to 1e-4 relative and positions to 1e-4 of the uninterrupted run's;
 #  - restart_cuda K: the restart case with --engine cuda (without h5py, as on the device machine, the diagnostics
 #    alone); skipped (77) where the CUDA engine cannot start.
-# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail|restart|restart_cuda K
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|compare|bad|fail|restart|restart_cuda K
 # Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
-  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|compare|bad|fail|restart|restart_cuda K" >&2
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|compare|bad|fail|restart|restart_cuda K" >&2
   exit 2
 fi
 mpiexec=$1
@@ -111,6 +115,57 @@ else:
             print(f"largest position difference {worst:.2e}")
             if worst > 1e-4:
                 failed.append(f"positions differ by up to {worst:.2e} from one rank's")
+for line in failed:
+    print("FAILED:", line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+EOF
+  ;;
+periodic)
+  "$matcha" ic clumps -n 8192 --seed 3 --out clumps.hdf5 >/dev/null
+  args=(run --ic clumps.hdf5 --engine cpu --reuse off --dt 0.0009765625 --t-end 0.0078125 --output-interval 0.00390625)
+  "$matcha" "${args[@]}" --out one >one.txt
+  on_ranks "${args[@]}" --out ranks >ranks.txt
+  cat ranks.txt
+  status=0
+  on_ranks compare --ic clumps.hdf5 --engine cpu --sample 64 >refused.txt 2>&1 || status=$?
+  if [[ $status -ne 2 ]] || ! grep -q "periodic comparisons" refused.txt; then
+    cat refused.txt >&2
+    echo "FAILED: compare in a box on $ranks ranks: exit status $status, not the one-line refusal" >&2
+    exit 1
+  fi
+  "$python" - "$ranks" <<'EOF'
+import sys
+import h5py, numpy as np
+ranks = int(sys.argv[1])
+def table(folder):
+    return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
+one, many = table("one"), table("ranks")
+failed = []
+if len(one) != len(many) or len(one) != 3:
+    failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks}")
+for a, b in zip(one, many):
+    for column, name in ((1, "E"), (3, "T"), (4, "W")):
+        x, y = float(a[column]), float(b[column])
+        if abs(x - y) > 1e-4 * abs(x):
+            failed.append(f"t = {a[0]}: {name} {y} on {ranks} ranks against {x} on one")
+    print(f"t = {a[0]}: E {a[1]} / {b[1]}  W {a[4]} / {b[4]}")
+with h5py.File("one/snapshot_002.hdf5") as f1, h5py.File("ranks/snapshot_002.hdf5") as fk:
+    box = fk["Header"].attrs["BoxSize"]
+    if box != f1["Header"].attrs["BoxSize"] or not box > 0:
+        failed.append(f"the snapshot on {ranks} ranks records the box {box}")
+    ids1, idsk = f1["PartType1/ParticleIDs"][:], fk["PartType1/ParticleIDs"][:]
+    if len(idsk) != 8192 or len(np.unique(idsk)) != 8192 or set(idsk) != set(ids1):
+        failed.append(f"the final snapshot on {ranks} ranks does not hold every id once")
+    else:
+        x1 = f1["PartType1/Coordinates"][:][np.argsort(ids1)]
+        xk = fk["PartType1/Coordinates"][:][np.argsort(idsk)]
+        if xk.min() < 0 or xk.max() >= box:
+            failed.append(f"bodies outside [0, {box})^3 on {ranks} ranks")
+        d = np.abs(x1 - xk)
+        worst = np.minimum(d, box - d).max()  # the shorter way round: a body may sit across a face on one side
+        print(f"largest position difference {worst:.2e} (box {box})")
+        if worst > 1e-4 * box:
+            failed.append(f"positions differ by up to {worst:.2e} from one rank's")
 for line in failed:
     print("FAILED:", line, file=sys.stderr)
 sys.exit(1 if failed else 0)
