@@ -447,11 +447,12 @@ struct RestartOnRanks {
   integrator::RunPosition position;
   std::vector<int> rankBodies;      ///< each rank's bodies at the checkpoint, in rank order; empty: another K
   std::vector<double> workWeights;  ///< DistributedTreeSolver::nextWorkWeights of every rank, in rank order
+  double boxSize = 0.0;             ///< the checkpoint's periodic box (0: open boundaries)
 };
 
-/// Rank 0: reads and checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run with open
-/// boundaries, its dt, a later end; periodic, comoving and Hermite checkpoints are refused on several ranks), and
-/// sets options.integrator.tStart. Writes nothing.
+/// Rank 0: reads and checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run, its dt,
+/// a later end, its box; comoving and Hermite checkpoints are refused on several ranks), and sets
+/// options.integrator.tStart and the box (resolvePeriodicBox). Writes nothing.
 RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
   const std::filesystem::path dir = options.restartDir;
   io::Checkpoint checkpoint = asBadInput([&] { return io::readCheckpoint(dir / io::kCheckpointName); });
@@ -464,10 +465,9 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
   if (run.scalars.count("comoving") != 0) {
     throw InputError("--restart " + dir.string() + ": comoving runs" + ranks + " are not supported yet");
   }
-  if (checkpoint.snapshot.boxSize > 0.0) {
-    throw InputError("--restart " + dir.string() + ": periodic runs" + ranks + " are not supported yet");
-  }
   RestartOnRanks restart;
+  restart.boxSize = checkpoint.snapshot.boxSize;
+  resolvePeriodicBox(options, restart.boxSize, checkpoint.snapshot.particles.size());
   restart.position.step = run.count("step");
   restart.position.nextOutputIndex = run.count("next_output_index");
   restart.position.initial = loadDiagnostics(run);
@@ -633,6 +633,7 @@ int runDistributed(CLI::App& command, const Options& given) {
       header[3] = double(resumed.position.nextOutputIndex);
       header[4] = resumed.position.time;
       header[5] = double(resumed.rankBodies.size());
+      header[6] = resumed.boxSize;
     } else {
       const io::RunFolderRequest folder{
           outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh, options.icFile};

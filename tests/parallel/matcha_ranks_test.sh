@@ -8,7 +8,9 @@
 #  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and a mesh on
 #    every rank summed over the ranks), 8 steps of 1/1024 (--reuse off; |dE/E| ~2e-3): every diagnostics line's E, T
 #    and W within 1e-4 of one rank's, the final snapshot records the box, holds every id once, inside [0, L)^3, at
-#    positions within 1e-4 of one rank's; and compare in a box on K ranks is refused with one line (exit status 2);
+#    positions within 1e-4 of one rank's; compare in a box on K ranks is refused with one line (exit status 2); and
+#    8 steps with a checkpoint after each, continued with --restart to 16 on K ranks: every diagnostics line and the
+#    final snapshot's ids, positions and velocities those of 16 uninterrupted steps;
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree);
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
@@ -133,6 +135,10 @@ periodic)
     echo "FAILED: compare in a box on $ranks ranks: exit status $status, not the one-line refusal" >&2
     exit 1
   fi
+  # A periodic checkpoint continued on as many ranks: 8 steps, then --restart to 16, against 16 uninterrupted.
+  on_ranks "${args[@]}" --checkpoint-interval 0 --t-end 0.015625 --out whole >whole.txt
+  on_ranks "${args[@]}" --checkpoint-interval 0 --out part >part.txt
+  on_ranks run --restart part --t-end 0.015625 >part-continued.txt
   "$python" - "$ranks" <<'EOF'
 import sys
 import h5py, numpy as np
@@ -141,6 +147,13 @@ def table(folder):
     return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
 one, many = table("one"), table("ranks")
 failed = []
+whole, part = table("whole"), table("part")
+if len(whole) != 5 or part != whole:
+    failed.append(f"the periodic run restarted on {ranks} ranks: its diagnostics lines differ from 16 uninterrupted steps'")
+with h5py.File("whole/snapshot_004.hdf5") as fw, h5py.File("part/snapshot_004.hdf5") as fp:
+    for field in ("ParticleIDs", "Coordinates", "Velocities"):
+        if not np.array_equal(fw["PartType1/" + field][:], fp["PartType1/" + field][:]):
+            failed.append(f"the restarted periodic run's final {field} differ from the uninterrupted run's")
 if len(one) != len(many) or len(one) != 3:
     failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks}")
 for a, b in zip(one, many):
