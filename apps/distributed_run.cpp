@@ -391,9 +391,9 @@ void requireRunOptionsOnRanks(const Options& options) {
 
 /// This rank's engine: `--engine` as on one rank, the CUDA engine on one of its host's devices, the ranks of a host
 /// taking them in turns (local rank modulo the devices: one rank per GPU, or several sharing one where there are more
-/// ranks than GPUs). Every rank must end with the same kind: `auto` finding a GPU on some hosts and not on others is
-/// refused on every rank, as is a rank whose engine fails to start.
-gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm) {
+/// ranks than GPUs), which `device` is set to (0 without a GPU). Every rank must end with the same kind: `auto`
+/// finding a GPU on some hosts and not on others is refused on every rank, as is a rank whose engine fails to start.
+gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm, int& device) {
   MPI_Comm host = MPI_COMM_NULL;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   int hostRank = 0, hostRanks = 1;
@@ -404,7 +404,8 @@ gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm) {
   parallel::checkOnEveryRank(
       [&] {
         const int devices = options.engine == EngineKind::cpu ? 0 : gpu::queryCudaDevice().deviceCount;
-        engine = gpu::makeEngine(options.engine, devices > 0 ? hostRank % devices : 0);
+        device = devices > 0 ? hostRank % devices : 0;
+        engine = gpu::makeEngine(options.engine, device);
         if (engine.onGpu) {
           engine.reason += " (" + std::to_string(hostRanks) + (hostRanks == 1 ? " rank" : " ranks") +
                            " on this host, " + std::to_string(devices) + (devices == 1 ? " GPU" : " GPUs") + ")";
@@ -607,7 +608,8 @@ int runDistributed(CLI::App& command, const Options& given) {
   std::ostream& info = rank != 0 ? quiet : (options.json ? std::cerr : std::cout);
   const std::filesystem::path outDir = options.outPath;
   // Before anything is written: an engine that cannot be is refused by every rank alike.
-  gpu::EngineChoice engine = makeRankEngine(options, comm);
+  int device = 0;
+  gpu::EngineChoice engine = makeRankEngine(options, comm, device);
 
   // Rank 0 reads or makes the bodies (the one-rank code path), or reads the checkpoint, and checks everything before
   // anything is written.
@@ -661,15 +663,16 @@ int runDistributed(CLI::App& command, const Options& given) {
   // The box, its mesh, split and opening settings, alike on every rank (a restart's checkpoint has none: periodic
   // restarts on several ranks are refused).
   resolvePeriodicBox(options, header[6], numBodies);
-  auto distributed = std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity,
-                                                                        comm);
+  auto distributed =
+      std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity, comm);
   parallel::DistributedTreeSolver& solver = *distributed;  // the short range, its work weights and statistics
   std::unique_ptr<ForceSolver> forces;
   if (options.gravity.periodic.enabled()) {
     // TreePM: the distributed tree's short range, and a particle mesh that every rank solves for the whole box from
-    // the deposits of all ranks (on the host's cores, FFTW: the cuFFT mesh cannot sum its grid over ranks yet).
+    // the deposits of all ranks (cuFFT on the rank's GPU with the CUDA engine, as on one rank; else FFTW).
     mesh::MeshParams meshParams = options.mesh;
-    meshParams.backend = mesh::MeshBackend::fftw;
+    meshParams.backend = engine.onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
+    meshParams.device = device;
     auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(distributed), meshParams, options.gravity);
     treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
     forces = std::move(treePm);

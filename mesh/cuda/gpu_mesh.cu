@@ -16,9 +16,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <numbers>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../src/gpu_mesh.hpp"
@@ -212,6 +215,9 @@ struct GpuMesh::Impl {
   double* hostBodies = nullptr;
   /// Pinned: the first pass's k = 0 mode (the deposited mass), which the host reads once the launch is done.
   double* hostMass = nullptr;
+  /// setDensityReduction's: the sum over the system's parts, and the grid's page-locked copy it sums in.
+  std::function<void(std::span<double>)> reduce;
+  double* hostGrid = nullptr;
   bool inFlight = false;  ///< a launch whose results collect has not taken yet
   bool launchedPotentials = false;
   std::vector<cudaEvent_t> events;
@@ -229,7 +235,11 @@ struct GpuMesh::Impl {
       throw InputError(std::string("the cuFFT particle mesh needs a CUDA device: ") +
                        (status != cudaSuccess ? cudaGetErrorString(status) : "none found"));
     }
-    MESH_CUDA_CHECK(cudaSetDevice(0));
+    if (p.device >= devices) {
+      throw InputError("the cuFFT particle mesh was asked for CUDA device " + std::to_string(p.device) + " of " +
+                       std::to_string(devices));
+    }
+    selectDevice();
     // The grids first (a 4096^3 mesh is refused before cuFFT is asked to plan it), then the plans without their work
     // areas, so that the check knows cuFFT's real need before anything big is allocated.
     const std::size_t grids = p.gradient == MeshGradient::fourier ? 2 : 1;
@@ -279,7 +289,11 @@ struct GpuMesh::Impl {
     if (hostMass != nullptr) cudaFreeHost(hostMass);
     if (hostResults != nullptr) cudaFreeHost(hostResults);
     if (hostBodies != nullptr) cudaFreeHost(hostBodies);
+    if (hostGrid != nullptr) cudaFreeHost(hostGrid);
   }
+
+  /// The mesh's device for this thread's next CUDA calls: a caller's CUDA engine may run on another.
+  void selectDevice() const { MESH_CUDA_CHECK(cudaSetDevice(params.device)); }
 
   /// InputError, one line, unless `bytes` fit in the device's free memory.
   void requireFits(std::size_t bytes, const char* what) const {
@@ -345,8 +359,18 @@ struct GpuMesh::Impl {
     const std::size_t modes = static_cast<std::size_t>(n) * n * half;
     auto* spectrum = reinterpret_cast<double2*>(grid.data);
     MESH_CUDA_CHECK(cudaMemsetAsync(grid.data, 0, paddedReals * sizeof(double), stream));
-    depositKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, grid.data);
-    MESH_LAUNCH_CHECK();
+    if (count > 0) {  // a part of a distributed system may hold no bodies (setDensityReduction)
+      depositKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, grid.data);
+      MESH_LAUNCH_CHECK();
+    }
+    if (reduce) {  // the sum over the system's parts, on the host (its transfers count as the assignment's time)
+      MESH_CUDA_CHECK(
+          cudaMemcpyAsync(hostGrid, grid.data, paddedReals * sizeof(double), cudaMemcpyDeviceToHost, stream));
+      MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+      reduce(std::span<double>(hostGrid, paddedReals));
+      MESH_CUDA_CHECK(
+          cudaMemcpyAsync(grid.data, hostGrid, paddedReals * sizeof(double), cudaMemcpyHostToDevice, stream));
+    }
     mark(kAssignment);
     forward();
     mark(kFft);
@@ -367,30 +391,37 @@ struct GpuMesh::Impl {
         mark(kGreen);
         inverse(work.data);
         mark(kFft);
-        interpolateKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, weight, work.data,
-                                                                      ax + axis * capacity);
-        MESH_LAUNCH_CHECK();
+        if (count > 0) {
+          interpolateKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, weight, work.data,
+                                                                        ax + axis * capacity);
+          MESH_LAUNCH_CHECK();
+        }
         mark(kInterpolate);
       }
       if (pot != nullptr) {
         inverse(grid.data);
         mark(kFft);
-        interpolateKernel<S>
-            <<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, weight, grid.data, pot);
-        MESH_LAUNCH_CHECK();
+        if (count > 0) {
+          interpolateKernel<S>
+              <<<blocksFor(count), kBlock, 0, stream>>>(d, layout, invBox, offset, weight, grid.data, pot);
+          MESH_LAUNCH_CHECK();
+        }
         mark(kInterpolate);
       }
     } else {
       inverse(grid.data);
       mark(kFft);
-      interpolateFiniteDifferenceKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(
-          d, layout, invBox, offset, weight, invCell, grid.data, ax, ax + capacity, ax + 2 * capacity, pot);
-      MESH_LAUNCH_CHECK();
+      if (count > 0) {
+        interpolateFiniteDifferenceKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(
+            d, layout, invBox, offset, weight, invCell, grid.data, ax, ax + capacity, ax + 2 * capacity, pot);
+        MESH_LAUNCH_CHECK();
+      }
       mark(kInterpolate);
     }
   }
 
   void launch(const SourceView& s, double G, bool wantPotentials) {
+    selectDevice();
     drop();
     reserveBodies(s.count);
     eventStage.clear();
@@ -404,11 +435,11 @@ struct GpuMesh::Impl {
                           std::copy(source[k] + r.begin(), source[k] + r.end(), hostBodies + k * capacity + r.begin());
                         }
                       });
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < 4 && s.count > 0; ++k) {
       MESH_CUDA_CHECK(cudaMemcpyAsync(x + k * capacity, hostBodies + k * capacity, s.count * sizeof(double),
                                       cudaMemcpyHostToDevice, stream));
     }
-    MESH_CUDA_CHECK(cudaMemsetAsync(results.data, 0, 4 * capacity * sizeof(double), stream));
+    if (capacity > 0) MESH_CUDA_CHECK(cudaMemsetAsync(results.data, 0, 4 * capacity * sizeof(double), stream));
     mark(kUpload);
     const DeviceBodies d{x, x + capacity, x + 2 * capacity, x + 3 * capacity, s.count};
     // Interlacing as on the CPU: a second solution on the mesh moved by h/2 along each axis, averaged with the first.
@@ -423,7 +454,7 @@ struct GpuMesh::Impl {
       }
     }
     const int outputs = wantPotentials ? 4 : 3;
-    for (int k = 0; k < outputs; ++k) {
+    for (int k = 0; k < outputs && s.count > 0; ++k) {
       MESH_CUDA_CHECK(cudaMemcpyAsync(hostResults + k * capacity, results.data + k * capacity, s.count * sizeof(double),
                                       cudaMemcpyDeviceToHost, stream));
     }
@@ -433,12 +464,14 @@ struct GpuMesh::Impl {
 
   void drop() {
     if (!inFlight) return;
+    selectDevice();
     inFlight = false;
     MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
   GpuMeshResult collect(double* waitSeconds) {
     MATCHA_ASSERT(inFlight, "GpuMesh::collect without a launch in flight");
+    selectDevice();
     inFlight = false;
     const Stopwatch waiting;
     MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -471,6 +504,15 @@ void GpuMesh::launch(const SourceView& sources, double G, bool wantPotentials) {
 }
 GpuMeshResult GpuMesh::collect(double* waitSeconds) { return impl_->collect(waitSeconds); }
 void GpuMesh::drop() { impl_->drop(); }
+void GpuMesh::setDensityReduction(std::function<void(std::span<double>)> reduce) {
+  impl_->drop();
+  impl_->selectDevice();
+  if (reduce && impl_->hostGrid == nullptr) {
+    MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl_->hostGrid), impl_->paddedReals * sizeof(double)));
+  }
+  impl_->reduce = std::move(reduce);
+}
+
 MeshStageSeconds GpuMesh::lastStageSeconds() const { return impl_->last; }
 
 }  // namespace detail

@@ -4,7 +4,9 @@
 // parts the backends share: validation, the host-side additions and the self-potential correction.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 
 #include "matcha/core/particles.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
@@ -23,7 +25,8 @@ struct GpuMeshResult {
 
 class GpuMesh {
  public:
-  /// Validated params. Picks device 0 (the CUDA engine's default), makes the cuFFT plans and allocates the grids.
+  /// Validated params. Picks params.device (0 by default, the CUDA engine's default), makes the cuFFT plans and
+  /// allocates the grids; every call selects that device again.
   /// Throws InputError (one line) when there is no device or the grids and cuFFT's work area exceed its free memory.
   explicit GpuMesh(const MeshParams& params);
   ~GpuMesh();
@@ -48,6 +51,11 @@ class GpuMesh {
   }
 
   MeshStageSeconds lastStageSeconds() const;
+
+  /// ParticleMesh::setDensityReduction on this backend: each pass's deposited grid goes to page-locked host memory,
+  /// through `reduce`, and back before the transforms (the launch then waits for the device at each pass). With one,
+  /// a launch of no bodies still deposits nothing, sums and solves. Allocates the host copy (8 n^3 bytes, pinned).
+  void setDensityReduction(std::function<void(std::span<double>)> reduce);
 
  private:
   struct Impl;

@@ -20,6 +20,7 @@ void GpuMesh::launch(const SourceView& /*sources*/, double /*G*/, bool /*wantPot
 GpuMeshResult GpuMesh::collect(double* /*waitSeconds*/) { return {}; }
 void GpuMesh::drop() {}
 MeshStageSeconds GpuMesh::lastStageSeconds() const { return {}; }
+void GpuMesh::setDensityReduction(std::function<void(std::span<double>)> /*reduce*/) {}
 
 }  // namespace detail
 }  // namespace matcha::mesh

@@ -57,6 +57,7 @@ void MeshParams::validate() const {
     throw InputError("PM grid must be " + std::to_string(kMinGrid) + " to " + std::to_string(kMaxGrid) +
                      " points per side (got " + std::to_string(grid) + ")");
   }
+  if (device < 0) throw InputError("the PM mesh's CUDA device must be >= 0 (got " + std::to_string(device) + ")");
   requireFinite(aSmooth, "PM a_smooth");
   if (!(aSmooth >= 0.5 && aSmooth <= 8)) {
     throw InputError("PM a_smooth (r_s in mesh cells) must be in [0.5, 8] (got " + shortest(aSmooth) + ")");
@@ -314,13 +315,11 @@ void requireIndexableCount(std::size_t count) {
 
 }  // namespace
 
-bool ParticleMesh::runsBeside() const { return gpu_ != nullptr && params_.overlap; }
+bool ParticleMesh::runsBeside() const { return gpu_ != nullptr && params_.overlap && !reduceDensity_; }
 
 void ParticleMesh::setDensityReduction(DensityReduction reduce) {
-  if (reduce && gpu_) {
-    throw InputError("the particle mesh of a distributed run is replicated on every rank's host (FFTW): the cuFFT "
-                     "mesh cannot sum its grid over ranks yet");
-  }
+  abandonLongRange();
+  if (gpu_) gpu_->setDensityReduction(reduce);
   reduceDensity_ = std::move(reduce);
 }
 
@@ -361,8 +360,9 @@ void ParticleMesh::startLongRange(const SourceView& sources, const GravityParams
     throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
   }
   const double checkSeconds = clock.seconds();
-  // No bodies, no launch (a kernel of zero blocks is a launch error): finishLongRange then adds nothing.
-  if (sources.count > 0) gpu_->launch(sources, gravity.G, potentials);
+  // No bodies, no launch (finishLongRange then adds nothing), unless the grid is summed with other parts': this part
+  // then takes part, depositing nothing.
+  if (sources.count > 0 || reduceDensity_) gpu_->launch(sources, gravity.G, potentials);
   started_ = Started{sources.count, potentials, checkSeconds};
 }
 
@@ -376,7 +376,7 @@ LongRangeTiming ParticleMesh::finishLongRange(const SourceView& sources, const G
   MATCHA_ASSERT((out.pot != nullptr) == started.potentials,
                 "ParticleMesh::finishLongRange: potentials asked for differently from the start");
   LongRangeTiming timing;
-  if (started.count == 0) return timing;
+  if (started.count == 0 && !reduceDensity_) return timing;
   const detail::GpuMeshResult result = gpu_->collect(&timing.waitSeconds);
   const Stopwatch adding;
   const double rs = params_.splitRadius(), L = params_.boxSize, G = gravity.G;

@@ -26,6 +26,7 @@
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/testing/floating_point_traps.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/mesh_reduction_check.hpp"
 #include "matcha/testing/periodic_reference.hpp"
 
 namespace matcha::mesh {
@@ -377,6 +378,25 @@ TEST(ParticleMesh, LoneBodyHasTheLatticeConstant) {
 
 // Adding is adding: a second call doubles (to rounding), accelerations do not depend on whether potentials are wanted,
 // and moving every body by whole boxes (or the mesh by whole cells) changes nothing beyond rounding.
+// ParticleMesh::setDensityReduction (the mesh replicated on the ranks of a distributed run): two parts' grids summed
+// give each part the whole system's long range, interlaced or not, to the rounding of the grid's sums; a part
+// without bodies takes part.
+TEST(ParticleMesh, SummedGridsSolveTheWholeSystem) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 2.0;
+  Particles bodies = testing::clumpyBox(seed, L, 1500, 3000);
+  wrapIntoBox(bodies, L);
+  for (const bool interlace : {true, false}) {
+    SCOPED_TRACE(interlace ? "interlaced" : "one pass");
+    MeshParams params;
+    params.grid = 24;
+    params.boxSize = L;
+    params.interlace = interlace;
+    testing::expectSummedGridsSolveTheWholeSystem(bodies, params, 1e-12);
+  }
+}
+
 TEST(ParticleMesh, AddsAndIsPeriodic) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));

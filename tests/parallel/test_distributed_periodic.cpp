@@ -355,9 +355,10 @@ TEST(DistributedPeriodic, TreePmWithTheMeshOnEveryRankMatchesOneRank) {
     }
     potentialRms = std::sqrt(potentialRms / double(single.size()));
     const double meshShare = rmsAcceleration(longRange) / rmsAcceleration(single);
-    std::printf("[ TreePM ] %d ranks vs 1 (the mesh's rms pull %.2f of the whole): p99 %.2e max %.2e of the rms pull; "
-                "potential max %.2e of its rms\n",
-                worldSize(), meshShare, p99, worst, potentialWorst / potentialRms);
+    std::printf(
+        "[ TreePM ] %d ranks vs 1 (the mesh's rms pull %.2f of the whole): p99 %.2e max %.2e of the rms pull; "
+        "potential max %.2e of its rms\n",
+        worldSize(), meshShare, p99, worst, potentialWorst / potentialRms);
     ASSERT_GT(meshShare, 1e-3) << "the long range must matter for the comparison to see the mesh";
     EXPECT_LE(p99, 1e-5);
     EXPECT_LE(worst, 1e-4);

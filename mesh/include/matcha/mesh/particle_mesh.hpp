@@ -70,6 +70,9 @@ struct MeshParams {
   /// leading aliasing error (the mesh's anisotropy) for twice the time and no more memory.
   bool interlace = true;
   MeshBackend backend = MeshBackend::fftw;  ///< where it runs (apps/ choose it with the engine)
+  /// The CUDA device of the cuFFT backend, >= 0: each rank of a distributed run takes its engine's (the mesh selects
+  /// it at each call, as the CUDA engine selects its own).
+  int device = 0;
   /// On cuFFT, TreePM (mesh/treepm_solver.hpp) starts the mesh on the GPU as soon as the short range has sorted the
   /// bodies and adds its results once the short range is done, so that it runs beside the tree's build, walk and
   /// kernels (ParticleMesh::runsBeside); the same forces as after the short range. false: after the short range (the
@@ -226,8 +229,9 @@ class ParticleMesh {
   /// grid (FFTW's in-place layout, its padding included), once per pass (twice when interlaced).
   using DensityReduction = std::function<void(std::span<double> grid)>;
   /// Sets the reduction of the calls that follow (an empty function: none). With one, addLongRange is collective: every
-  /// part must call it, a part without bodies too (it deposits nothing and still reduces and solves). FFTW backend
-  /// only: InputError on cuFFT (whose grid lives on the device).
+  /// part must call it, a part without bodies too (it deposits nothing and still reduces and solves), and the mesh does
+  /// not run beside (runsBeside: false). On cuFFT each pass's grid crosses to page-locked host memory for the sum and
+  /// back (8 n^3 bytes each way; the pinned copy is allocated here).
   void setDensityReduction(DensityReduction reduce);
 
   /// The stages of the last call (cuFFT backend; zeros on FFTW).
