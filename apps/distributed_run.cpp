@@ -364,7 +364,7 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
 /// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone):
 /// compare on the GPU (whose references and sweeps are one rank's) and compare in a periodic box (whose reference is
 /// one rank's Ewald sum).
-void requireOpenBoxOnRanks(const Options& options, const std::string& subcommand) {
+void requireSupportedOnRanks(const Options& options, const std::string& subcommand) {
   const std::string ranks = std::to_string(worldSize()) + " ranks";
   if (subcommand == "compare" && options.engine == EngineKind::cuda) {
     throw InputError("matcha compare --engine cuda on " + ranks +
@@ -386,7 +386,7 @@ void requireRunOptionsOnRanks(const Options& options) {
   if (options.solver != SolverKind::tree) refuse("--solver direct");
   if (options.forceCheck != 0) refuse("--force-check");
   if (options.dryRun) refuse("--dry-run");
-  requireOpenBoxOnRanks(options, "run");
+  requireSupportedOnRanks(options, "run");
 }
 
 /// This rank's engine: `--engine` as on one rank, the CUDA engine on one of its host's devices, the ranks of a host
@@ -616,7 +616,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   Particles all;
   RestartOnRanks resumed;
   // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
-  // and the IC file's box (0: none)
+  // and the box of the IC file or the checkpoint (0: none)
   double header[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   beginRankZeroWork();
   if (rank == 0) {
@@ -1012,7 +1012,7 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = worldRank();
   Options options = given;
-  requireOpenBoxOnRanks(options, "compare");
+  requireSupportedOnRanks(options, "compare");
   validateOptions(options, kCompareOptions);
   const std::vector<TreeParams> sweep = treeSweep(options);
   options.engine = EngineKind::cpu;

@@ -24,7 +24,8 @@ namespace matcha::testing {
 /// two-rank run) and must then give the even bodies the whole system's long range, as one mesh of all bodies does, to
 /// the rounding of the grid's sums (`bound`, of the rms acceleration and potential); a part without bodies still
 /// reduces once a pass and solves. Potentials too: their self term takes the summed grid's mass.
-inline void expectSummedGridsSolveTheWholeSystem(const Particles& bodies, const mesh::MeshParams& params, double bound) {
+inline void expectSummedGridsSolveTheWholeSystem(const Particles& bodies, const mesh::MeshParams& params,
+                                                 double bound) {
   Particles even, odd;
   for (const bool wantEven : {true, false}) {
     Particles& part = wantEven ? even : odd;
@@ -81,9 +82,10 @@ inline void expectSummedGridsSolveTheWholeSystem(const Particles& bodies, const 
   const double count = static_cast<double>(even.size());
   const double acceleration = worstAcceleration / std::sqrt(accelerationSquares / count);
   const double potential = worstPotential / std::sqrt(potentialSquares / count);
-  std::printf("summed grids (%s, %d^3): the even part against one mesh of all bodies, worst %.2e of the rms pull, "
-              "%.2e of the rms potential\n",
-              mesh::toString(params.backend).c_str(), params.grid, acceleration, potential);
+  std::printf(
+      "summed grids (%s, %d^3): the even part against one mesh of all bodies, worst %.2e of the rms pull, "
+      "%.2e of the rms potential\n",
+      mesh::toString(params.backend).c_str(), params.grid, acceleration, potential);
   EXPECT_LE(acceleration, bound);
   EXPECT_LE(potential, bound);
 
