@@ -178,6 +178,14 @@ struct Evaluated {
   EngineTimings timings;
 };
 
+/// Adds an evaluation's interactions and the engine's upload, kernel and download times to `report`.
+void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings, ForceReport& report) {
+  report.counts += counts;
+  report.timings[Phase::upload] += timings.uploadSeconds;
+  report.timings[Phase::kernels] += timings.kernelSeconds;
+  report.timings[Phase::download] += timings.downloadSeconds;
+}
+
 }  // namespace
 
 PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
@@ -205,12 +213,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     done.timings = engine_.lastTimings();  // read by the thread that evaluated, before the next evaluation
     return done;
   };
-  const auto take = [&](const Evaluated& done) {
-    report.counts += done.counts;
-    report.timings[Phase::upload] += done.timings.uploadSeconds;
-    report.timings[Phase::kernels] += done.timings.kernelSeconds;
-    report.timings[Phase::download] += done.timings.downloadSeconds;
-  };
+  const auto take = [&](const Evaluated& done) { addEvaluation(done.counts, done.timings, report); };
   Stopwatch clock;
   if (!params_.overlapWalk) {
     planBuilder_.build(walkTree_, groups_, 0, numGroups, plan_);
@@ -522,21 +525,15 @@ void PeriodicTreeSolver::handTreeToEngine(const Particles& particles) {
 }
 
 void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report) {
-  report.counts += engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, out);
-  const EngineTimings timings = engine_.lastTimings();
-  report.timings[Phase::upload] += timings.uploadSeconds;
-  report.timings[Phase::kernels] += timings.kernelSeconds;
-  report.timings[Phase::download] += timings.downloadSeconds;
+  const InteractionCounts counts = engine_.evaluatePlan(particles.sources(), tree_.multipoles, plan_, gravity_, out);
+  addEvaluation(counts, engine_.lastTimings(), report);
 }
 
 void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report) {
   engine_.launchResident(positions, gravity_, out, {}, BodyMotion::moved);
   const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "the engine checked periodic lists");
-  report.counts += result.counts;
-  report.timings[Phase::upload] += result.timings.uploadSeconds;
-  report.timings[Phase::kernels] += result.timings.kernelSeconds;
-  report.timings[Phase::download] += result.timings.downloadSeconds;
+  addEvaluation(result.counts, result.timings, report);
 }
 
 void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
