@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
 #include "comoving_run.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_reduce.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "matcha/core/errors.hpp"
@@ -114,15 +118,67 @@ std::vector<double> parseRedshiftList(const std::string& text) {
   return redshifts;
 }
 
-ComovingSchedule::ComovingSchedule(const cosmology::ComovingTimeline& timeline)
-    : timeline_(timeline), appliedSoftening_(timeline.comovingSoftening(timeline.startScaleFactor())) {}
+namespace {
+
+/// sqrt(sum |p|^2 / N) over the bodies, on every core; 0 for none.
+double rmsMomentum(const Particles& p) {
+  if (p.size() == 0) return 0.0;
+  const double sum = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.size(), 1 << 14), 0.0,
+      [&](const tbb::blocked_range<std::size_t>& r, double partial) {
+        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+          partial += p.vx[i] * p.vx[i] + p.vy[i] * p.vy[i] + p.vz[i] * p.vz[i];
+        }
+        return partial;
+      },
+      std::plus<>());
+  return std::sqrt(sum / double(p.size()));
+}
+
+}  // namespace
+
+ComovingSchedule::ComovingSchedule(const cosmology::ComovingTimeline& timeline, std::optional<double> longRangeLength)
+    : timeline_(timeline),
+      appliedSoftening_(timeline.comovingSoftening(timeline.startScaleFactor())),
+      longRangeLength_(longRangeLength) {
+  if (longRangeLength_ && !(std::isfinite(*longRangeLength_) && *longRangeLength_ > 0.0)) {
+    throw InputError("comoving steps: the long-range length must be finite and > 0 (got " +
+                     formatNumber(*longRangeLength_) + ")");
+  }
+}
+
+bool ComovingSchedule::readsVelocities(std::uint64_t /*stepsTaken*/, double scaleFactor) const {
+  return longRangeLength_.has_value() && !(scaleFactor < longRangeEnd_);
+}
 
 integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, double scaleFactor, const Particles& p) {
-  const double largest = integrator::maxAcceleration(p);
-  const double next = timeline_.nextStep(scaleFactor, largest);
-  const cosmology::KdkFactors factors = timeline_.kdkFactors(scaleFactor, next);
   integrator::PlannedStep planned;
-  planned.factors = integrator::KdkStep{factors.firstKick, factors.drift, factors.secondKick};
+  const double largest = integrator::maxAcceleration(p);
+  if (readsVelocities(0, scaleFactor)) {
+    // A long-range step begins: its end, landing on the outputs, and its kicks (the opening one made now, by the
+    // leapfrog, with the long range of the call before). Its length is a whole number of the short range's steps as
+    // they are now, so that these land on its end without one more, shorter step (the limits change little within a
+    // long-range step).
+    const double limit = timeline_.longRangeStepLimit(scaleFactor, rmsMomentum(p), *longRangeLength_);
+    const double shortLimit = timeline_.maxStep(scaleFactor, largest);
+    const double whole = shortLimit < limit ? std::floor(limit / shortLimit) * shortLimit : limit;
+    longRangeEnd_ = timeline_.longRangeStepEnd(scaleFactor, whole);
+    const cosmology::KdkFactors longRange = timeline_.kdkFactors(scaleFactor, longRangeEnd_);
+    planned.factors.longRangeOpeningKick = longRange.firstKick;
+    longRangeClosingKick_ = longRange.secondKick;
+    ++longRangeStepsBegun_;
+  }
+  const double next =
+      timeline_.nextStep(scaleFactor, largest, longRangeLength_ ? std::optional<double>(longRangeEnd_) : std::nullopt);
+  const cosmology::KdkFactors factors = timeline_.kdkFactors(scaleFactor, next);
+  planned.factors.openingKick = factors.firstKick;
+  planned.factors.drift = factors.drift;
+  planned.factors.closingKick = factors.secondKick;
+  if (longRangeLength_) {
+    planned.factors.longRangeAtEnd = next == longRangeEnd_;
+    if (planned.factors.longRangeAtEnd) planned.factors.longRangeClosingKick = longRangeClosingKick_;
+  }
+  planned.diagnostics = planned.factors.longRangeAtEnd;
   planned.endTime = next;
   planned.last = next == timeline_.endScaleFactor();
   planned.output = planned.last || timeline_.outputIndexAt(next).has_value();
@@ -148,6 +204,11 @@ bool ComovingSchedule::mayEndAtOutput(std::uint64_t /*stepsTaken*/, double scale
   return std::log(stop / scaleFactor) <= timeline_.maxStep(scaleFactor, 0.0) * (1.0 + 1e-12);
 }
 
+bool ComovingSchedule::mayPlanDiagnostics(std::uint64_t /*stepsTaken*/, double scaleFactor) const {
+  if (!longRangeLength_ || !(scaleFactor < longRangeEnd_) || !(lastStepDlnA_ > 0.0)) return true;
+  return std::log(longRangeEnd_ / scaleFactor) <= 1.5 * lastStepDlnA_;
+}
+
 double ComovingSchedule::fractionDone(double scaleFactor) const {
   const double span = std::log(timeline_.endScaleFactor() / timeline_.startScaleFactor());
   return std::clamp(std::log(scaleFactor / timeline_.startScaleFactor()) / span, 0.0, 1.0);
@@ -164,6 +225,7 @@ void ComovingSchedule::resume(std::uint64_t /*stepsTaken*/, double scaleFactor) 
     throw InputError("the run to resume has no step left before z-end");
   }
   appliedSoftening_ = timeline_.comovingSoftening(scaleFactor);
+  longRangeEnd_ = scaleFactor;  // a long-range step begins at the checkpoint
 }
 
 LayzerIrvineCheck::LayzerIrvineCheck(const integrator::Diagnostics& initial)

@@ -63,29 +63,52 @@ std::vector<double> parseRedshiftList(const std::string& text);
 /// the scale factor. With a maximum physical softening the solver's softening follows eps_eff(a) of the step's end
 /// (the force computed there): the solver must start with eps_eff(a_start) (or, resumed, eps_eff of the checkpoint's
 /// a).
+///
+/// Long-range steps (GADGET's PM steps), with a long-range length: the solver's long range (TreePM's mesh) kicks over
+/// steps of ComovingTimeline::longRangeStepLimit (the bodies' rms displacement within a fraction of that length), each
+/// landing on the outputs and spanning a whole number of the short range's steps, which land on its end
+/// (integrator::KdkStep's long-range kicks). The diagnostics (the Layzer-Irvine samples) then follow each long-range
+/// step, where the force call gives the whole force and potential; without them, every step.
 class ComovingSchedule final : public integrator::StepSchedule {
  public:
-  /// @param timeline  in: copied (it holds its own background)
-  explicit ComovingSchedule(const cosmology::ComovingTimeline& timeline);
+  /// @param timeline         in: copied (it holds its own background)
+  /// @param longRangeLength  in, optional: long-range steps with this length (the smaller of the split radius r_s and
+  ///                         the mean spacing, comoving, > 0); unset: none
+  explicit ComovingSchedule(const cosmology::ComovingTimeline& timeline,
+                            std::optional<double> longRangeLength = std::nullopt);
 
   double startTime() const override { return timeline_.startScaleFactor(); }
   double endTime() const override { return timeline_.endScaleFactor(); }
   bool done(std::uint64_t, double scaleFactor) const override { return scaleFactor >= timeline_.endScaleFactor(); }
   integrator::PlannedStep plan(std::uint64_t stepsTaken, double scaleFactor, const Particles& p) override;
   bool mayEndAtOutput(std::uint64_t stepsTaken, double scaleFactor) const override;
-  bool diagnosticsEveryStep() const override { return true; }
+  /// After every step, or with long-range steps after each long-range step.
+  bool plansDiagnostics() const override { return true; }
+  /// Whether the next step may end a long-range step (always without long-range steps).
+  bool mayPlanDiagnostics(std::uint64_t stepsTaken, double scaleFactor) const override;
+  bool longRangeSteps() const override { return longRangeLength_.has_value(); }
+  /// Where a long-range step starts: plan() reads the bodies' velocities for its limit.
+  bool readsVelocities(std::uint64_t stepsTaken, double scaleFactor) const override;
   /// ln(a / a_start) / ln(a_end / a_start): the steps are nearly uniform in ln a.
   double fractionDone(double scaleFactor) const override;
   /// Steps taken plus ln(a_end / a) over the last step's length in ln a.
   std::uint64_t estimatedSteps(std::uint64_t stepsTaken, double scaleFactor) const override;
+  /// Continues at a checkpoint's a, which with long-range steps is a long-range step's end (the solver's checkpoints
+  /// are: ForceSolver::atCheckpointBoundary).
   void resume(std::uint64_t stepsTaken, double scaleFactor) override;
 
   const cosmology::ComovingTimeline& timeline() const { return timeline_; }
+  /// Long-range steps begun so far (0 without them).
+  std::uint64_t longRangeStepsBegun() const { return longRangeStepsBegun_; }
 
  private:
   cosmology::ComovingTimeline timeline_;
   double lastStepDlnA_ = 0.0;  ///< the last step's length in ln a (estimatedSteps)
   double appliedSoftening_;    ///< the softening the solver has now
+  std::optional<double> longRangeLength_;
+  double longRangeEnd_ = 0.0;          ///< where the current long-range step ends (<= a: it ended; a new one begins)
+  double longRangeClosingKick_ = 0.0;  ///< its closing kick, kick(Am, A1)
+  std::uint64_t longRangeStepsBegun_ = 0;
 };
 
 /// The Layzer-Irvine check of a comoving run, fed the run's diagnostics (integrator::Diagnostics of the run's state:

@@ -74,6 +74,9 @@ struct Options {
   // redshifts, step limits and maximum physical softening; softening is the comoving eps (--eps) and the start is
   // the file's a, both set when the run is prepared.
   cosmology::ComovingTimelineParams comoving;
+  /// --pm-steps (run): a comoving run's long range (TreePM's mesh) kicks over long-range steps (GADGET's PM steps,
+  /// comoving.maxRmsDisplacement) rather than at every step.
+  bool longRangeSteps = true;
   std::string outputRedshifts;  ///< --output-z: comma-separated redshifts of the snapshots ("": the end only)
   // The integrator (run). --eta has two meanings, each where it applies: Aarseth's accuracy parameter of a Hermite
   // run (hermite.eta) and Power et al.'s of a comoving leapfrog run (comoving.eta); prepareHermiteRun and the

@@ -329,6 +329,15 @@ nlohmann::json hermiteJson(const integrator::HermiteRunSummary& summary, const i
           {"interactions_per_second", c.forceSeconds > 0.0 ? double(c.interactions) / c.forceSeconds : 0.0}};
 }
 
+/// A comoving run's long-range length (ComovingSchedule): the smaller of the split radius and the mean spacing, where
+/// --pm-steps is on and the solver splits its force (TreePM); unset otherwise.
+std::optional<double> comovingLongRangeLength(const Options& options, std::size_t numBodies,
+                                              const ForceSolver& solver) {
+  if (!options.longRangeSteps || !solver.splitsLongRange() || numBodies == 0) return std::nullopt;
+  const double spacing = options.mesh.boxSize / std::cbrt(static_cast<double>(numBodies));
+  return std::min(options.mesh.splitRadius(), spacing);
+}
+
 /// The run itself, in a folder that prepareRunFolder took over; ends by writing summary.json ("complete") and
 /// removing the RUNNING marker.
 int runInFolder(const CLI::App& command, const Options& options, Particles& particles, const RunIntegrator& runner,
@@ -362,7 +371,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
          << (options.comoving.maxPhysicalSoftening
                  ? ", at most " + std::to_string(*options.comoving.maxPhysicalSoftening) + " physical"
                  : std::string())
-         << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine\n";
+         << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine"
+         << (options.longRangeSteps ? "; the mesh's long range over long-range steps (--pm-steps)" : "") << "\n";
   } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
          << options.integrator.tEnd << " is absolute time"
@@ -520,13 +530,15 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
 
   integrator::RunSummary summary;
   std::optional<integrator::HermiteRunSummary> hermiteSummary;
+  std::uint64_t longRangeSteps = 0;  ///< a comoving run's long-range steps begun (summary.json)
   try {
     if (hermite != nullptr) {
       hermiteSummary = integrator::runHermite(particles, *hermite, options.integrator, callbacks, resume);
       summary = hermiteSummary->run;
     } else if (comoving != nullptr) {
-      ComovingSchedule schedule(comoving->timeline);
+      ComovingSchedule schedule(comoving->timeline, comovingLongRangeLength(options, particles.size(), *runner.solver));
       summary = integrator::runSteps(particles, *runner.solver, schedule, options.integrator, callbacks, resume);
+      longRangeSteps = schedule.longRangeStepsBegun();
     } else {
       summary = integrator::runLeapfrog(particles, *runner.solver, options.integrator, callbacks, resume);
     }
@@ -606,6 +618,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
                         {"z_end", cosmology::redshiftFromScaleFactor(timeline.endScaleFactor())},
                         {"max_dlna", options.comoving.maxDlnA},
                         {"eta", options.comoving.eta},
+                        {"pm_steps", options.longRangeSteps},
+                        {"long_range_steps", longRangeSteps},
                         {"steps_per_unit_ln_a",
                          double(summary.steps) / std::log(timeline.endScaleFactor() / timeline.startScaleFactor())},
                         {"layzer_irvine_relative_violation", layzerIrvine->relativeViolation()},
@@ -969,6 +983,19 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   command
       ->add_option("--max-dlna", options.comoving.maxDlnA,
                    "comoving runs: the largest step in ln a (GADGET's MaxSizeTimestep)")
+      ->capture_default_str();
+  command
+      ->add_option("--pm-steps", options.longRangeSteps,
+                   "comoving runs: the mesh's long range kicks over long-range steps (GADGET's PM steps: the bodies' "
+                   "rms displacement within --pm-displacement of min(r_s, mean spacing), at most --max-dlna), the "
+                   "short range over the steps within them, the mesh computed at the long-range steps' ends only "
+                   "(on); or the whole force every step (off)")
+      ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+      ->capture_default_str();
+  command
+      ->add_option("--pm-displacement", options.comoving.maxRmsDisplacement,
+                   "comoving runs with --pm-steps on: the largest rms displacement of a long-range step over min(r_s, "
+                   "mean spacing) (GADGET's MaxRMSDisplacementFac)")
       ->capture_default_str();
   // One option, two meanings, each where it applies (Options::eta); no default here: the run's kind sets it.
   command->add_option_function<double>(

@@ -9,6 +9,14 @@ void ForceSolver::setSoftening(double /*eps*/) {
   throw InputError("the softening of " + describe() + " cannot change during a run");
 }
 
+void ForceSolver::setLongRangeSteps(bool on) {
+  MATCHA_ASSERT(!on, "long-range steps asked of " + describe() + ", which computes the whole force at every call");
+}
+
+void ForceSolver::computeLongRange(Particles& /*particles*/) {
+  MATCHA_ASSERT(false, "computeLongRange asked of " + describe() + ", which has no long range of its own");
+}
+
 const char* phaseName(Phase phase) {
   switch (phase) {
     case Phase::estimate:

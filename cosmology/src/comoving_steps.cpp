@@ -56,6 +56,7 @@ ComovingTimeline::ComovingTimeline(const Background& background, const ComovingT
   requirePositive(params.eta, "eta");
   requirePositive(params.softening, "the softening");
   if (params.maxPhysicalSoftening) requirePositive(*params.maxPhysicalSoftening, "the maximum physical softening");
+  requirePositive(params.maxRmsDisplacement, "pm-displacement");
 
   aStart_ = scaleFactorFromRedshift(params.redshiftStart);
   aEnd_ = scaleFactorFromRedshift(params.redshiftEnd);
@@ -126,23 +127,53 @@ double ComovingTimeline::maxStep(double scaleFactor, double maxAccelerationComov
   return std::min(params_.maxDlnA, background_.hubble(a) * dt);
 }
 
-double ComovingTimeline::nextStep(double aNow, double maxAccelerationComoving) const {
-  checkInRun(aNow, "the next step");
+double ComovingTimeline::stepEnd(double aNow, double limit, std::optional<double> extraStop, const char* what) const {
+  checkInRun(aNow, what);
   if (!(aNow < aEnd_)) {
     throw InputError("comoving steps: the run is already at its end a = " + formatNumber(aEnd_));
   }
-  const double limit = maxStep(aNow, maxAccelerationComoving);
   const auto next = std::upper_bound(outputs_.begin(), outputs_.end(), aNow);
-  const double stop = next == outputs_.end() ? aEnd_ : *next;
+  double stop = next == outputs_.end() ? aEnd_ : *next;
+  if (extraStop) {
+    if (!(*extraStop > aNow)) {
+      throw InputError(std::string("comoving steps: ") + what + ": the stop " + formatNumber(*extraStop) +
+                       " is not after a = " + formatNumber(aNow));
+    }
+    stop = std::min(stop, *extraStop);
+  }
   const double gap = std::log(stop / aNow);
-  const double steps = std::ceil(gap / limit);
+  // Steps that land on a long-range step's end may exceed the limit a little (kLongRangeLandingStretch).
+  const bool stretched = extraStop && stop == *extraStop;
+  const double steps = std::ceil(gap / (stretched ? kLongRangeLandingStretch * limit : limit));
   if (steps <= 1.0) return stop;  // the stored value itself: lands bit for bit
   const double aNext = aNow * std::exp(gap / steps);
   if (!(aNext > aNow)) {
-    throw NumericalError("comoving steps: the step rounds away at a = " + formatNumber(aNow) + " (limit d ln a = " +
-                         formatNumber(limit) + ", largest acceleration " + formatNumber(maxAccelerationComoving) + ")");
+    throw NumericalError(std::string("comoving steps: ") + what + " rounds away at a = " + formatNumber(aNow) +
+                         " (limit d ln a = " + formatNumber(limit) + ")");
   }
   return std::min(aNext, stop);  // gap / steps <= gap / 2: below the stop unless rounding says otherwise
+}
+
+double ComovingTimeline::nextStep(double aNow, double maxAccelerationComoving, std::optional<double> stop) const {
+  checkInRun(aNow, "the next step");
+  return stepEnd(aNow, maxStep(aNow, maxAccelerationComoving), stop, "the next step");
+}
+
+double ComovingTimeline::longRangeStepLimit(double scaleFactor, double rmsMomentum, double length) const {
+  checkInRun(scaleFactor, "the long-range step limit");
+  if (!(std::isfinite(rmsMomentum) && rmsMomentum >= 0.0)) {
+    throw InputError("comoving steps: the rms momentum must be finite and >= 0 (got " + formatNumber(rmsMomentum) +
+                     ")");
+  }
+  requirePositive(length, "the long-range length");
+  if (rmsMomentum == 0.0) return params_.maxDlnA;
+  const double a = scaleFactor;
+  return std::min(params_.maxDlnA, params_.maxRmsDisplacement * a * a * background_.hubble(a) * length / rmsMomentum);
+}
+
+double ComovingTimeline::longRangeStepEnd(double aNow, double limit) const {
+  requirePositive(limit, "the long-range step limit");
+  return stepEnd(aNow, limit, std::nullopt, "the long-range step");
 }
 
 KdkFactors ComovingTimeline::kdkFactors(double a0, double a1) const {

@@ -220,6 +220,7 @@ LeapfrogKDK::~LeapfrogKDK() { solver_.expectAdvance(std::nullopt); }
 
 ForceReport LeapfrogKDK::initialize(Particles& p) {
   synchronize(p);  // a closing kick left needs the accelerations this call overwrites
+  solver_.setLongRangeDue(true);
   announceAdvance(true);
   const ForceReport report = solver_.computeForces(p);
   announceAdvance();  // from the end of step 1's call on
@@ -236,12 +237,47 @@ StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
   return step(p, KdkStep{0.5 * dt_, dt_, 0.5 * dt_}, closing);
 }
 
+void LeapfrogKDK::kickWithLongRange(Particles& p, double factor) {
+  AccelerationView longRange = solver_.lastLongRange();
+  if (longRange.count != p.size()) {
+    solver_.computeLongRange(p);
+    longRange = solver_.lastLongRange();
+  }
+  MATCHA_ASSERT(longRange.count == p.size(), "the solver kept no long range for the long-range kick");
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask),
+                    [&](const tbb::blocked_range<std::size_t>& block) {
+                      for (std::size_t i = block.begin(); i < block.end(); ++i) {
+                        p.vx[i] += longRange.ax[i] * factor;
+                        p.vy[i] += longRange.ay[i] * factor;
+                        p.vz[i] += longRange.az[i] * factor;
+                      }
+                    });
+}
+
 StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick closing) {
   MATCHA_ASSERT(initialized_, "LeapfrogKDK::step called before initialize");
+  const bool longRangeSteps = solver_.longRangeStepsOn();
+  MATCHA_ASSERT(longRangeSteps || (factors.longRangeAtEnd && factors.longRangeOpeningKick == 0.0 &&
+                                   factors.longRangeClosingKick == 0.0),
+                "a long-range step given to a leapfrog whose solver does not take long-range steps");
+  MATCHA_ASSERT(factors.longRangeAtEnd || factors.longRangeClosingKick == 0.0,
+                "a long-range closing kick on a step whose call leaves the long range out");
   StepReport report;
   const Stopwatch wall;
   const double cpuAtStart = processCpuSeconds();
   Stopwatch clock;
+  // The long range's shares of the kicks at a long-range step's start, in the order a synchronised state takes them:
+  // the last step's closing kick, the long range's share of it, the long range's share of this opening kick (then the
+  // pass below makes the opening kick and the drift), so that a run is the same bit for bit wherever it synchronises.
+  const double openingLongRange =
+      factors.longRangeOpeningKick != 0.0 ? factors.longRangeOpeningKick - factors.openingKick : 0.0;
+  if (closingKickPending_ && (pendingLongRangeClosing_ != 0.0 || openingLongRange != 0.0)) {
+    kick(p, pendingClosingKick_);
+    closingKickPending_ = false;
+  }
+  if (pendingLongRangeClosing_ != 0.0) kickWithLongRange(p, pendingLongRangeClosing_);
+  pendingLongRangeClosing_ = 0.0;
+  if (openingLongRange != 0.0) kickWithLongRange(p, openingLongRange);
   const double closingDt = closingKickPending_ ? pendingClosingKick_ : 0.0;
   const auto pass = [&]<bool kClosing, bool kWrap>() {
     return kicksThenDrift<kClosing, kWrap>(p, closingDt, factors.openingKick, factors.drift, boxSize_);
@@ -254,16 +290,21 @@ StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick c
   }
   closingKickPending_ = false;
   report.integrationSeconds = clock.seconds();
+  if (longRangeSteps) solver_.setLongRangeDue(factors.longRangeAtEnd);
   // The solver may permute the bodies here; kick and drift are elementwise, so nothing indexed survives the call.
   report.force = solver_.computeForces(p);
   clock.restart();
   const bool checkPotential = solver_.potentialsWanted();
+  const double closingLongRange =
+      factors.longRangeClosingKick != 0.0 ? factors.longRangeClosingKick - factors.closingKick : 0.0;
   if (closing == ClosingKick::now) {
     finite = kickAndCheckFinite(p, factors.closingKick, checkPotential) && finite;
+    if (closingLongRange != 0.0) kickWithLongRange(p, closingLongRange);
   } else {
     finite = forcesFinite(p, checkPotential) && finite;
     closingKickPending_ = true;
     pendingClosingKick_ = factors.closingKick;
+    pendingLongRangeClosing_ = closingLongRange;
   }
   if (!finite) report.nonFinite = findNonFinite(p, checkPotential);
   report.integrationSeconds += clock.seconds();
@@ -278,6 +319,8 @@ double LeapfrogKDK::synchronize(Particles& p) {
   const Stopwatch clock;
   kick(p, pendingClosingKick_);
   closingKickPending_ = false;
+  if (pendingLongRangeClosing_ != 0.0) kickWithLongRange(p, pendingLongRangeClosing_);
+  pendingLongRangeClosing_ = 0.0;
   return clock.seconds();
 }
 

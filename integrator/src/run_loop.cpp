@@ -37,6 +37,30 @@ class PotentialsWantedScope {
   bool before_;
 };
 
+/// Turns the solver's long-range steps on for a run whose schedule takes them, and off again on every path out.
+class LongRangeStepsScope {
+ public:
+  LongRangeStepsScope(ForceSolver& solver, bool on) : solver_(solver), on_(on) {
+    if (!on_) return;
+    if (!solver_.splitsLongRange()) {
+      throw InputError("long-range steps need a solver with a long range of its own (periodic TreePM), not " +
+                       solver_.describe());
+    }
+    solver_.setLongRangeSteps(true);
+  }
+  ~LongRangeStepsScope() {
+    if (!on_) return;
+    solver_.setLongRangeSteps(false);
+    solver_.setLongRangeDue(true);
+  }
+  LongRangeStepsScope(const LongRangeStepsScope&) = delete;
+  LongRangeStepsScope& operator=(const LongRangeStepsScope&) = delete;
+
+ private:
+  ForceSolver& solver_;
+  bool on_;
+};
+
 /// The force call's part of an OutputTimings.
 void addForceCall(OutputTimings& timings, const ForceReport& report) {
   timings.force += report.timings;
@@ -71,11 +95,12 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   // With potentials from outputPotentials, no diagnostic reads the solver's: it computes accelerations only.
   const PotentialsWantedScope potentials(solver, !callbacks.outputPotentials);
   // From the solver, potentials only where energies are measured: the initial call, the outputs (and the last step)
-  // and the progress line's steps (progressEnergyStep), or every step where the schedule measures them so. The
+  // and the progress line's steps (progressEnergyStep), or the steps where the schedule plans diagnostics. The
   // accelerations are the same without them, and sooner: the CUDA plan kernel with quadrupoles ~15% (H200: 9.49
   // against 11.1 ms at 2^20), one array fewer to download.
   const bool solverPotentials = !callbacks.outputPotentials;
-  const bool everyStep = schedule.diagnosticsEveryStep();
+  const bool scheduleDiagnostics = schedule.plansDiagnostics();
+  const LongRangeStepsScope longRangeSteps(solver, schedule.longRangeSteps());
   std::uint64_t progressEnergyStep = 0;  ///< the next step whose energy the progress line shows (0: none planned)
   // A fixed step lets the leapfrog tell the solver how the bodies move between its calls (expectAdvance).
   std::optional<LeapfrogKDK> leapfrogHolder;
@@ -101,8 +126,10 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     return measure(at);
   };
   // The progress line's own energies follow the wall clock: with diagnostics over several processes, one they share.
-  const bool progressEnergies =
-      callbacks.onProgress && solverPotentials && (!callbacks.combineDiagnostics || callbacks.sharedSeconds);
+  // A schedule that plans its diagnostics has them measured where it says only, not where the clock says: its samples
+  // (a comoving run's Layzer-Irvine integral) are then the same in every run of the same state.
+  const bool progressEnergies = callbacks.onProgress && solverPotentials && !scheduleDiagnostics &&
+                                (!callbacks.combineDiagnostics || callbacks.sharedSeconds);
   const auto progressClock = [&] {
     return callbacks.sharedSeconds ? callbacks.sharedSeconds(wall.seconds()) : wall.seconds();
   };
@@ -141,7 +168,10 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     outputIndex = resumeFrom->nextOutputIndex;
     firstStep = resumeFrom->step + 1;
   } else {
-    if (solverPotentials) solver.expectPotentials(everyStep || schedule.mayEndAtOutput(0, time));
+    if (solverPotentials) {
+      solver.expectPotentials(schedule.mayEndAtOutput(0, time) ||
+                              (scheduleDiagnostics && schedule.mayPlanDiagnostics(0, time)));
+    }
     const ForceReport initialReport = leapfrog.initialize(p);
     if (const auto bad = leapfrog.findNonFiniteForces(p)) stop(0, time, bad, nullptr);
     detail::copyState(p, lastGood);
@@ -168,6 +198,11 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   const auto checkpointClock = [&] { return callbacks.onCheckpoint ? progressClock() : wall.seconds(); };
   detail::CheckpointCadence checkpoints(params.checkpointInterval, checkpointClock());
   for (std::uint64_t step = firstStep; !schedule.done(step - 1, time); ++step) {
+    if (schedule.readsVelocities(step - 1, time)) {
+      const double seconds = leapfrog.synchronize(p);
+      interval.stepWallSeconds += seconds;
+      interval.integrationSeconds += seconds;
+    }
     const PlannedStep planned = schedule.plan(step - 1, time, p);
     if (solverPotentials) {
       // The progress line's energy is planned a step ahead, so that the next call knows to compute potentials.
@@ -175,10 +210,14 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
           progressClock() - lastProgressEnergy >= kProgressEnergySeconds) {
         progressEnergyStep = step + 1;
       }
-      solver.setPotentialsWanted(everyStep || planned.output || step == progressEnergyStep);
-      solver.expectPotentials(everyStep || (!planned.last && schedule.mayEndAtOutput(step, planned.endTime)) ||
-                              step + 1 == progressEnergyStep);
+      const bool scheduleMeasures = scheduleDiagnostics && planned.diagnostics;
+      solver.setPotentialsWanted(scheduleMeasures || planned.output || step == progressEnergyStep);
+      const bool nextMayMeasure = schedule.mayEndAtOutput(step, planned.endTime) ||
+                                  (scheduleDiagnostics && schedule.mayPlanDiagnostics(step, planned.endTime));
+      solver.expectPotentials((!planned.last && nextMayMeasure) || step + 1 == progressEnergyStep);
     }
+    MATCHA_ASSERT(planned.factors.longRangeAtEnd || !(planned.output || planned.last || planned.diagnostics),
+                  "an output or diagnostics planned inside a long-range step, where the force call has no long range");
     if (planned.softening) solver.setSoftening(*planned.softening);
     // The closing kick waits for the next step's pass over the bodies (LeapfrogKDK::step) unless something reads
     // the state first: then synchronise() makes it, rounded the same, so the run is the same bit for bit.
@@ -208,7 +247,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     // The progress line's energy: a pass over every body, so at most once per kProgressEnergySeconds of wall time
     // (the line prints once a second; at 2^22 bodies the pass takes ~10 ms, a fifth of a step).
     const bool progressEnergy = progressEnergies && step == progressEnergyStep;
-    if (isOutput || progressEnergy || (everyStep && solverPotentials)) {
+    if (isOutput || progressEnergy || (scheduleDiagnostics && planned.diagnostics && solverPotentials)) {
       synchronise();
       if (progressEnergy) lastProgressEnergy = progressClock();
       outputClock.restart();

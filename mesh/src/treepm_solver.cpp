@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/mesh/treepm_solver.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -33,6 +37,13 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   const Stopwatch total;
   const bool wantPotentials = potentialsWanted();
   shortRange_->setPotentialsWanted(wantPotentials);
+  longRangeKept_ = false;
+  if (longRangeStepsOn() && !longRangeDue()) {
+    // Within a long-range step: the short range alone.
+    ForceReport report = shortRange_->computeForces(particles);
+    report.timings.totalSeconds = total.seconds();
+    return report;
+  }
   // On the GPU the mesh starts as soon as the short range has put the bodies in their final order (its sort, which
   // also makes the deposit and interpolation touch neighbouring mesh points in turn: 1.5x faster than random order at
   // 128^3, README "Particle mesh") and runs beside the tree's build, walk and kernels; its results are added after the
@@ -52,17 +63,74 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   }
   if (beside) shortRange_->setSortedBodiesHook({});
   const Stopwatch clock;
+  // With long-range steps the mesh's accelerations go to their own arrays first (its potentials to the bodies'), then
+  // onto the short range's: the integrator kicks with the two parts apart.
+  const bool keep = longRangeStepsOn();
+  ForceView meshOut = forcesToWrite(particles);
+  if (keep) {
+    zeroLongRange(particles.size());
+    meshOut.ax = longX_.data();
+    meshOut.ay = longY_.data();
+    meshOut.az = longZ_.data();
+  }
   if (started) {
-    const LongRangeTiming timing = mesh_.finishLongRange(particles.sources(), gravity_, forcesToWrite(particles));
+    const LongRangeTiming timing = mesh_.finishLongRange(particles.sources(), gravity_, meshOut);
     report.timings[Phase::mesh] += timing.seconds;
     report.timings.meshWaitSeconds += timing.waitSeconds;
   } else {
-    mesh_.addLongRange(particles.sources(), gravity_, forcesToWrite(particles));
+    mesh_.addLongRange(particles.sources(), gravity_, meshOut);
     report.timings[Phase::mesh] += clock.seconds();
+  }
+  if (keep) {
+    const Stopwatch adding;
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, particles.size(), std::size_t{1} << 14),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          particles.ax[i] += longX_[i];
+                          particles.ay[i] += longY_[i];
+                          particles.az[i] += longZ_[i];
+                        }
+                      });
+    report.timings[Phase::mesh] += adding.seconds();
+    longRangeKept_ = true;
   }
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   return report;
+}
+
+void TreePmSolver::setLongRangeSteps(bool on) {
+  longRangeSteps_ = on;
+  longRangeKept_ = false;
+  if (!on) {
+    longX_ = {};
+    longY_ = {};
+    longZ_ = {};
+  }
+}
+
+AccelerationView TreePmSolver::lastLongRange() const {
+  if (!longRangeKept_) return {};
+  return AccelerationView{longX_.data(), longY_.data(), longZ_.data(), longX_.size()};
+}
+
+void TreePmSolver::zeroLongRange(std::size_t count) {
+  longX_.resize(count);
+  longY_.resize(count);
+  longZ_.resize(count);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, std::size_t{1} << 14),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      std::fill(longX_.begin() + r.begin(), longX_.begin() + r.end(), 0.0);
+                      std::fill(longY_.begin() + r.begin(), longY_.begin() + r.end(), 0.0);
+                      std::fill(longZ_.begin() + r.begin(), longZ_.begin() + r.end(), 0.0);
+                    });
+}
+
+void TreePmSolver::computeLongRange(Particles& particles) {
+  const std::size_t n = particles.size();
+  zeroLongRange(n);
+  mesh_.addLongRange(particles.sources(), gravity_, ForceView{longX_.data(), longY_.data(), longZ_.data(), nullptr, n});
+  longRangeKept_ = true;
 }
 
 void TreePmSolver::setSoftening(double eps) {

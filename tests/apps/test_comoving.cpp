@@ -154,6 +154,90 @@ TEST(ComovingSchedule, AccelerationsLimitTheStep) {
   EXPECT_GE(step, 0.5 * limit);
 }
 
+// Long-range steps (GADGET's PM steps) over short steps of ~0.003 in ln a (Power et al.'s limit, constant in
+// Einstein-de Sitter) with bodies of rms momentum p: each long-range step's limit is the displacement criterion's
+// (min(max-dlna, f a^2 H length / p)) made a whole number of short steps, it lands on every output, the short steps
+// land on its end (within kLongRangeLandingStretch of their limit), its kicks are kdkFactors of its ends, velocities
+// are read and diagnostics planned at its ends only, and a schedule resumed at any of its ends plans the same steps.
+TEST(ComovingSchedule, LongRangeStepsLandOnOutputsAndSpanWholeShortSteps) {
+  const cosmo::ComovingTimeline timeline(einsteinDeSitter(), timelineParams());
+  const double g = std::pow(100.0 * std::sqrt(2.0 * 0.025 * 0.05) / 0.003, 2.0);
+  Particles moving = bodiesWithAcceleration(g);
+  const double momentum = 40.0, length = 0.5;  // rms |p| and the long-range length
+  moving.vx = {momentum, 0.0, 0.0};
+  moving.vy = {0.0, momentum, 0.0};
+  moving.vz = {0.0, 0.0, momentum};
+  struct Step {
+    double start, end;
+    mi::PlannedStep planned;
+    bool readsVelocities;
+  };
+  const auto runFrom = [&](app::ComovingSchedule& schedule, std::uint64_t steps, double a) {
+    std::vector<Step> taken;
+    while (steps < 5000) {
+      const bool reads = schedule.readsVelocities(steps, a);
+      const bool announced = schedule.mayPlanDiagnostics(steps, a) || schedule.mayEndAtOutput(steps, a);
+      const mi::PlannedStep planned = schedule.plan(steps, a, moving);
+      ++steps;
+      if (planned.diagnostics) EXPECT_TRUE(announced) << "step " << steps;
+      taken.push_back({a, planned.endTime, planned, reads});
+      a = planned.endTime;
+      if (planned.last) break;
+    }
+    return taken;
+  };
+  app::ComovingSchedule schedule(timeline, length);
+  EXPECT_TRUE(schedule.longRangeSteps());
+  const std::vector<Step> whole = runFrom(schedule, 0, schedule.startTime());
+  ASSERT_TRUE(whole.back().planned.last);
+  double longStart = 0.0, longEnd = 0.0;
+  std::size_t longSteps = 0, outputs = 0;
+  for (const Step& step : whole) {
+    const mi::KdkStep& f = step.planned.factors;
+    EXPECT_EQ(step.readsVelocities, f.longRangeOpeningKick > 0.0);
+    if (f.longRangeOpeningKick > 0.0) {
+      EXPECT_EQ(longEnd, longSteps == 0 ? 0.0 : step.start) << "a long-range step begins where the last ended";
+      longStart = step.start;
+      ++longSteps;
+      const double a = step.start;
+      const double limit = std::min(0.025, 0.2 * a * a * einsteinDeSitter().hubble(a) * length / momentum);
+      // Its end: found below at the step with the closing kick; checked there against the limit.
+      longEnd = -limit;
+    }
+    EXPECT_EQ(step.planned.diagnostics, f.longRangeAtEnd);
+    EXPECT_LE(std::log(step.end / step.start), 0.003 * cosmo::kLongRangeLandingStretch * (1 + 1e-12));
+    if (f.longRangeAtEnd) {
+      const double limit = -longEnd;
+      EXPECT_LE(std::log(step.end / longStart), limit * (1 + 1e-9)) << "at a = " << step.start;
+      const cosmo::KdkFactors kicks = timeline.kdkFactors(longStart, step.end);
+      EXPECT_EQ(f.longRangeClosingKick, kicks.secondKick);
+      longEnd = step.end;
+    } else {
+      EXPECT_EQ(f.longRangeClosingKick, 0.0);
+      EXPECT_FALSE(step.planned.output) << "outputs end long-range steps";
+    }
+    outputs += step.planned.output ? 1 : 0;
+  }
+  EXPECT_EQ(outputs, 3u);
+  // ~ln(50) / 0.003 = 1304 short steps; the long-range limit grows from 0.0004 (below one short step: a long-range
+  // step a step) to 0.025 at a = 1.
+  EXPECT_LT(whole.size(), 1304u * 105 / 100);
+  EXPECT_LT(longSteps, whole.size() / 2);
+  EXPECT_GT(longSteps, 100u);
+  for (const std::size_t k : {std::size_t{0}, std::size_t{300}, whole.size() / 2}) {
+    std::size_t at = k;
+    while (!whole[at].planned.factors.longRangeAtEnd) ++at;  // the first long-range step's end from step k
+    app::ComovingSchedule resumed(timeline, length);
+    resumed.resume(at + 1, whole[at].end);
+    const std::vector<Step> rest = runFrom(resumed, at + 1, whole[at].end);
+    ASSERT_EQ(rest.size(), whole.size() - at - 1);
+    for (std::size_t s = 0; s < rest.size(); ++s) {
+      EXPECT_EQ(rest[s].end, whole[at + 1 + s].end);
+      EXPECT_EQ(rest[s].planned.factors.longRangeOpeningKick, whole[at + 1 + s].planned.factors.longRangeOpeningKick);
+    }
+  }
+}
+
 // With a maximum physical softening, the solver is told eps_eff(a) = min(eps, eps_max / a) of each step's end, once
 // per change.
 TEST(ComovingSchedule, SofteningFollowsTheMaximumPhysicalOne) {

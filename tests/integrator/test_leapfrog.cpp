@@ -1230,12 +1230,13 @@ TEST(LeapfrogPeriodic, DriftFoldsBodiesIntoTheBox) {
 namespace {
 
 /// A schedule of steps that vary (dt_k = base (1 + 0.5 sin k)), outputs at fixed steps, diagnostics after every
-/// step and, from step `softenFrom` on, a softening the step asks the solver to take: what a comoving run's schedule
-/// does, with times the Kepler problem can check.
+/// `diagnosticsEvery`-th step and, at step 5, a softening the step asks the solver to take: what a comoving run's
+/// schedule does, with times the Kepler problem can check.
 class WobblingSteps final : public mi::StepSchedule {
  public:
-  WobblingSteps(double base, std::uint64_t numSteps, std::vector<std::uint64_t> outputSteps)
-      : base_(base), numSteps_(numSteps), outputSteps_(std::move(outputSteps)) {}
+  WobblingSteps(double base, std::uint64_t numSteps, std::vector<std::uint64_t> outputSteps,
+                std::uint64_t diagnosticsEvery = 1)
+      : base_(base), numSteps_(numSteps), outputSteps_(std::move(outputSteps)), diagnosticsEvery_(diagnosticsEvery) {}
 
   double dtOf(std::uint64_t step) const { return base_ * (1.0 + 0.5 * std::sin(double(step))); }
   double startTime() const override { return 0.0; }
@@ -1253,6 +1254,7 @@ class WobblingSteps final : public mi::StepSchedule {
     next.endTime = time + dt;
     next.last = step == numSteps_;
     next.output = std::find(outputSteps_.begin(), outputSteps_.end(), step) != outputSteps_.end();
+    next.diagnostics = step % diagnosticsEvery_ == 0;
     if (step == 5) next.softening = 0.01;
     return next;
   }
@@ -1260,7 +1262,10 @@ class WobblingSteps final : public mi::StepSchedule {
     const std::uint64_t step = stepsTaken + 1;
     return step == numSteps_ || std::find(outputSteps_.begin(), outputSteps_.end(), step) != outputSteps_.end();
   }
-  bool diagnosticsEveryStep() const override { return true; }
+  bool plansDiagnostics() const override { return true; }
+  bool mayPlanDiagnostics(std::uint64_t stepsTaken, double) const override {
+    return (stepsTaken + 1) % diagnosticsEvery_ == 0;
+  }
   bool done(std::uint64_t stepsTaken, double) const override { return stepsTaken >= numSteps_; }
   double fractionDone(double time) const override { return time / endTime(); }
   std::uint64_t estimatedSteps(std::uint64_t, double) const override { return numSteps_; }
@@ -1270,6 +1275,7 @@ class WobblingSteps final : public mi::StepSchedule {
   double base_;
   std::uint64_t numSteps_;
   std::vector<std::uint64_t> outputSteps_;
+  std::uint64_t diagnosticsEvery_;
   std::uint64_t planned_ = 0;
 };
 
@@ -1305,6 +1311,192 @@ TEST(LeapfrogKDK, StepsGivenOneByOneWithTheFixedFactorsAreTheFixedStep) {
   for (const auto member :
        {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz}) {
     EXPECT_EQ(fixed.*member, given.*member);
+  }
+}
+
+namespace {
+
+/// KeplerSolver plus a long range of its own, a harmonic pull -k x towards the origin (potential k |x|^2 / 2), which
+/// it leaves out of the calls that are not due while long-range steps are on: what TreePM does with its mesh.
+class SplitKeplerSolver final : public KeplerSolver {
+ public:
+  static constexpr double kSpring = 0.05;
+  explicit SplitKeplerSolver(bool reverseOrder = false) : KeplerSolver(reverseOrder) {}
+
+  ForceReport computeForces(Particles& p) override {
+    const ForceReport report = KeplerSolver::computeForces(p);
+    kept_ = false;
+    if (longRangeStepsOn() && !longRangeDue()) return report;
+    ++longRangeCalls;
+    fill(p);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.ax[i] += gx_[i];
+      p.ay[i] += gy_[i];
+      p.az[i] += gz_[i];
+      p.pot[i] += 0.5 * kSpring * (p.x[i] * p.x[i] + p.y[i] * p.y[i] + p.z[i] * p.z[i]);
+    }
+    kept_ = longRangeStepsOn();
+    return report;
+  }
+  bool splitsLongRange() const override { return true; }
+  void setLongRangeSteps(bool on) override {
+    longRangeSteps_ = on;
+    kept_ = false;
+  }
+  matcha::AccelerationView lastLongRange() const override {
+    if (!kept_) return {};
+    return {gx_.data(), gy_.data(), gz_.data(), gx_.size()};
+  }
+  void computeLongRange(Particles& p) override {
+    ++recomputed;
+    fill(p);
+    kept_ = true;
+  }
+  int longRangeCalls = 0;  ///< calls that computed the long range
+  int recomputed = 0;      ///< computeLongRange calls
+
+ private:
+  void fill(const Particles& p) {
+    gx_.resize(p.size());
+    gy_.resize(p.size());
+    gz_.resize(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      gx_[i] = -kSpring * p.x[i];
+      gy_[i] = -kSpring * p.y[i];
+      gz_[i] = -kSpring * p.z[i];
+    }
+  }
+  std::vector<double> gx_, gy_, gz_;
+  bool kept_ = false;
+};
+
+/// The factors of step s (1-based) of a run of fixed steps dt within long-range steps of `inner` steps.
+mi::KdkStep longRangeStepFactors(double dt, int inner, int s) {
+  mi::KdkStep factors{0.5 * dt, dt, 0.5 * dt};
+  const double half = 0.5 * inner * dt;
+  if ((s - 1) % inner == 0) factors.longRangeOpeningKick = half;
+  factors.longRangeAtEnd = s % inner == 0;
+  if (factors.longRangeAtEnd) factors.longRangeClosingKick = half;
+  return factors;
+}
+
+double keplerWithSpringEnergy(const Particles& p) {
+  const double dx = p.x[1] - p.x[0], dy = p.y[1] - p.y[0], dz = p.z[1] - p.z[0];
+  double energy = -p.mass[0] * p.mass[1] / std::sqrt(dx * dx + dy * dy + dz * dz);
+  for (std::size_t i = 0; i < 2; ++i) {
+    energy += 0.5 * p.mass[i] * (p.vx[i] * p.vx[i] + p.vy[i] * p.vy[i] + p.vz[i] * p.vz[i]);
+    energy += 0.5 * p.mass[i] * SplitKeplerSolver::kSpring * (p.x[i] * p.x[i] + p.y[i] * p.y[i] + p.z[i] * p.z[i]);
+  }
+  return energy;
+}
+
+}  // namespace
+
+// Long-range steps one step long give long-range kicks equal to the short range's: the whole force every call, the
+// same trajectory bit for bit as without long-range steps.
+TEST(LeapfrogKDK, LongRangeStepsOfOneStepAreTheWholeForceEveryStep) {
+  TwoBody orbit;
+  orbit.e = 0.4;
+  orbit.centre = Eigen::Vector3d(0.3, -0.2, 0.1);
+  const double dt = orbit.period() / 300;
+  Particles plain = orbit.make(), split = orbit.make();
+  SplitKeplerSolver plainSolver(true), splitSolver(true);
+  splitSolver.setLongRangeSteps(true);
+  mi::LeapfrogKDK plainRun(plainSolver, mi::LeapfrogKDK::VariableSteps{});
+  mi::LeapfrogKDK splitRun(splitSolver, mi::LeapfrogKDK::VariableSteps{});
+  plainRun.initialize(plain);
+  splitRun.initialize(split);
+  for (int s = 1; s <= 400; ++s) {
+    plainRun.step(plain, mi::KdkStep{0.5 * dt, dt, 0.5 * dt}, mi::ClosingKick::deferred);
+    splitRun.step(split, longRangeStepFactors(dt, 1, s), mi::ClosingKick::deferred);
+  }
+  plainRun.synchronize(plain);
+  splitRun.synchronize(split);
+  for (const auto member :
+       {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz}) {
+    EXPECT_EQ(plain.*member, split.*member);
+  }
+  EXPECT_EQ(splitSolver.longRangeCalls, 401);
+}
+
+// Long-range steps of four steps: the long range is computed at their ends only and kicks there by half a long-range
+// step (RESPA): the trajectory is that of the splitting written out by hand (to rounding), the same bit for bit
+// whether the closing kicks wait or not and whatever the bodies' order, and a run resumed at a long-range step's end
+// (the solver computing the long range again) continues it bit for bit; the energy stays bounded.
+TEST(LeapfrogKDK, LongRangeStepsKickTheLongRangeAtTheirEnds) {
+  TwoBody orbit;
+  orbit.e = 0.3;
+  orbit.centre = Eigen::Vector3d(0.5, 0.2, -0.3);
+  const double dt = orbit.period() / 400;
+  const int inner = 4, steps = 800;
+  const auto run = [&](bool reverse, mi::ClosingKick closing, int stopAt, Particles& p, int& longRangeCalls) {
+    SplitKeplerSolver solver(reverse);
+    solver.setLongRangeSteps(true);
+    mi::LeapfrogKDK leapfrog(solver, mi::LeapfrogKDK::VariableSteps{});
+    leapfrog.initialize(p);
+    for (int s = 1; s <= stopAt; ++s) leapfrog.step(p, longRangeStepFactors(dt, inner, s), closing);
+    leapfrog.synchronize(p);
+    longRangeCalls = solver.longRangeCalls;
+    return keplerWithSpringEnergy(p);
+  };
+  Particles deferred = orbit.make(), now = orbit.make(), sorted = orbit.make();
+  int calls = 0, unused = 0;
+  const double e0 = keplerWithSpringEnergy(deferred);
+  const double e1 = run(true, mi::ClosingKick::deferred, steps, deferred, calls);
+  run(true, mi::ClosingKick::now, steps, now, unused);
+  run(false, mi::ClosingKick::deferred, steps, sorted, unused);
+  EXPECT_EQ(calls, 1 + steps / inner) << "the long range at the start and at each long-range step's end";
+  EXPECT_LT(std::abs((e1 - e0) / e0), 1e-3);
+  for (const auto member : {&Particles::x, &Particles::vx, &Particles::y, &Particles::vy}) {
+    EXPECT_EQ(deferred.*member, now.*member) << "the closing kick's deferral changes no bit";
+  }
+  // The splitting by hand: v += gL H/2 at each long-range step's ends, KDK with the Kepler force inside.
+  Particles hand = orbit.make();
+  SplitKeplerSolver kepler;
+  const auto spring = [&](double factor) {
+    for (std::size_t i = 0; i < 2; ++i) {
+      hand.vx[i] -= SplitKeplerSolver::kSpring * hand.x[i] * factor;
+      hand.vy[i] -= SplitKeplerSolver::kSpring * hand.y[i] * factor;
+      hand.vz[i] -= SplitKeplerSolver::kSpring * hand.z[i] * factor;
+    }
+  };
+  kepler.setLongRangeSteps(true);
+  kepler.setLongRangeDue(false);
+  kepler.computeForces(hand);
+  for (int s = 1; s <= steps; ++s) {
+    if ((s - 1) % inner == 0) spring(0.5 * inner * dt);
+    mi::kick(hand, 0.5 * dt);
+    mi::drift(hand, dt);
+    kepler.computeForces(hand);
+    mi::kick(hand, 0.5 * dt);
+    if (s % inner == 0) spring(0.5 * inner * dt);
+  }
+  std::vector<std::uint32_t> byId(2);
+  for (std::size_t i = 0; i < 2; ++i) byId[sorted.id[i]] = static_cast<std::uint32_t>(i);
+  sorted.permute(byId);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(sorted.x[i], hand.x[i], 1e-11);
+    EXPECT_NEAR(sorted.vy[i], hand.vy[i], 1e-11);
+  }
+  // Resumed at step 400 (a long-range step's end) with a solver that keeps nothing: the same bits at step 800.
+  Particles first = orbit.make();
+  run(true, mi::ClosingKick::deferred, 400, first, unused);
+  SplitKeplerSolver resumedSolver(true);
+  resumedSolver.setLongRangeSteps(true);
+  resumedSolver.setLongRangeDue(true);
+  resumedSolver.computeForces(first);     // the checkpoint's forces, as the run computed them at step 400
+  resumedSolver.setLongRangeSteps(true);  // and nothing kept, as after a restart
+  mi::LeapfrogKDK resumed(resumedSolver, mi::LeapfrogKDK::VariableSteps{});
+  resumed.resume(400);
+  for (int s = 401; s <= steps; ++s) resumed.step(first, longRangeStepFactors(dt, inner, s), mi::ClosingKick::deferred);
+  resumed.synchronize(first);
+  EXPECT_EQ(resumedSolver.recomputed, 1);
+  for (Particles* state : {&first, &deferred}) {
+    for (std::size_t i = 0; i < 2; ++i) byId[state->id[i]] = static_cast<std::uint32_t>(i);
+    state->permute(byId);
+  }
+  for (const auto member : {&Particles::x, &Particles::vx, &Particles::z, &Particles::vz}) {
+    EXPECT_EQ(first.*member, deferred.*member);
   }
 }
 
@@ -1344,6 +1536,43 @@ TEST(RunSteps, TakesTheSchedulesStepsOutputsDiagnosticsAndSoftening) {
   EXPECT_EQ(solver.callsWithPotentials(), solver.calls()) << "potentials at every call";
   EXPECT_EQ(solver.softenings, std::vector<double>{0.01});
   EXPECT_LT(summary.relativeEnergyError, 1e-3);
+}
+
+// A schedule that plans its diagnostics every few steps has them measured there and at the outputs only, in time
+// order, with potentials computed for exactly those calls (and the first), whatever the progress line's clock says;
+// the trajectory is the one measured every step, bit for bit: measuring makes the deferred closing kick at once,
+// rounded the same.
+TEST(RunSteps, DiagnosticsOnlyWhereTheSchedulePlansThem) {
+  TwoBody eccentric;
+  eccentric.e = 0.3;
+  const auto run = [&](std::uint64_t every, std::vector<double>& diagnosticTimes, std::uint64_t& potentialCalls) {
+    Particles p = eccentric.make();
+    SofteningKeplerSolver solver;
+    WobblingSteps schedule(eccentric.period() / 400, 200, {50, 123, 200}, every);
+    mi::RunCallbacks callbacks;
+    callbacks.onDiagnostics = [&](const mi::Diagnostics& d) { diagnosticTimes.push_back(d.time); };
+    callbacks.onProgress = [](const mi::ProgressInfo&) {};  // would measure energies once a second of its own
+    mi::runSteps(p, solver, schedule, matcha::IntegratorParams{}, callbacks);
+    potentialCalls = static_cast<std::uint64_t>(solver.callsWithPotentials());
+    return p;
+  };
+  std::vector<double> everyStep, everySeventh;
+  std::uint64_t everyStepPotentials = 0, everySeventhPotentials = 0;
+  const Particles a = run(1, everyStep, everyStepPotentials);
+  const Particles b = run(7, everySeventh, everySeventhPotentials);
+  ASSERT_EQ(everyStep.size(), 201u);
+  // The start, steps 7, 14, ..., 196 (28 of them), and the outputs 50, 123 and 200 that are not multiples of 7.
+  std::vector<double> expected{everyStep[0]};
+  for (std::uint64_t step = 1; step <= 200; ++step) {
+    if (step % 7 == 0 || step == 50 || step == 123 || step == 200) expected.push_back(everyStep[step]);
+  }
+  EXPECT_EQ(everySeventh, expected);
+  EXPECT_EQ(everySeventhPotentials, expected.size());
+  EXPECT_EQ(everyStepPotentials, 201u);
+  for (const auto member :
+       {&Particles::x, &Particles::y, &Particles::z, &Particles::vx, &Particles::vy, &Particles::vz}) {
+    EXPECT_EQ(a.*member, b.*member);
+  }
 }
 
 TEST(MaxAcceleration, LargestMagnitudeAndNaNWins) {

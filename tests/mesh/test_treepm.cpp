@@ -761,5 +761,66 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
                                      "TreePM with the FFTW mesh, MeshParams::overlap on and off");
 }
 
+// Long-range steps: with them off (the default) nothing changes; on, a call that is not due gives the periodic tree's
+// short range alone (bit for bit its own solver's, potentials included), a due call the whole TreePM force (the one
+// without long-range steps, to the rounding of the sum's order) with the mesh's accelerations kept apart in the
+// call's order (acc their sum with the short range's), and
+// computeLongRange gives the same long range again for the bodies as they are; turning the steps off drops it.
+TEST(TreePm, LongRangeStepsKeepTheMeshApart) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles bodies = testing::clumpyBox(seed, L, 256, 1024);
+  wrapIntoBox(bodies, L);
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  const MeshParams mesh = defaultMesh(L, bodies.size());
+  TreePm whole(mesh, gravity), split(mesh, gravity), shortOnly(mesh, gravity);
+  EXPECT_TRUE(split.solver->splitsLongRange());
+  EXPECT_EQ(split.solver->lastLongRange().count, 0u);
+  split.solver->setLongRangeSteps(true);
+  Particles a = bodies, b = bodies, c = bodies;
+  whole.solver->computeForces(a);
+  split.solver->computeForces(b);
+  // The same force to the rounding of the sum's order (the mesh's passes summed apart, then added).
+  ASSERT_EQ(a.id, b.id);
+  double largest = 0.0, worst = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    largest = std::max({largest, std::abs(a.ax[i]), std::abs(a.ay[i]), std::abs(a.az[i])});
+    worst = std::max({worst, std::abs(a.ax[i] - b.ax[i]), std::abs(a.ay[i] - b.ay[i]), std::abs(a.az[i] - b.az[i]),
+                      std::abs(a.pot[i] - b.pot[i])});
+  }
+  EXPECT_LE(worst, 1e-13 * largest);
+  EXPECT_EQ(a.x, b.x);
+  const AccelerationView kept = split.solver->lastLongRange();
+  ASSERT_EQ(kept.count, b.size());
+  const std::vector<double> longX(kept.ax, kept.ax + kept.count), longZ(kept.az, kept.az + kept.count);
+  // The short range alone: the tree's own solver on the bodies in the same order.
+  split.solver->setLongRangeDue(false);
+  Particles shortRange = b;
+  split.solver->computeForces(shortRange);
+  EXPECT_EQ(split.solver->lastLongRange().count, 0u) << "a call without the long range keeps none";
+  c = b;  // the same bodies, order and accelerations brought (the relative opening test reads them)
+  shortOnly.solver->shortRange().computeForces(c);
+  testing::expectSameBodiesBitForBit(c, shortRange, "a call that is not due and the periodic tree solver alone");
+  double largestMesh = 0.0, largestDifference = 0.0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    ASSERT_EQ(b.id[i], shortRange.id[i]);
+    largestMesh = std::max(largestMesh, std::abs(longX[i]));
+    // The due call's acc is the short range's plus the kept long range: to the float engine's rounding (the second
+    // call's relative test scales by the accelerations the first brought, so its lists differ a little).
+    largestDifference = std::max(largestDifference, std::abs(b.ax[i] - (shortRange.ax[i] + longX[i])));
+  }
+  EXPECT_GT(largestMesh, 1e-3 * largest);
+  EXPECT_LE(largestDifference, 1e-5 * largest);
+  split.solver->computeLongRange(shortRange);
+  const AccelerationView again = split.solver->lastLongRange();
+  ASSERT_EQ(again.count, b.size());
+  EXPECT_EQ(std::vector<double>(again.ax, again.ax + again.count), longX);
+  EXPECT_EQ(std::vector<double>(again.az, again.az + again.count), longZ);
+  split.solver->setLongRangeSteps(false);
+  EXPECT_EQ(split.solver->lastLongRange().count, 0u);
+}
+
 }  // namespace
 }  // namespace matcha::mesh

@@ -119,6 +119,31 @@ class ForceSolver {
   /// has no such point (the default): the caller then works on the bodies after the call.
   virtual bool setSortedBodiesHook(SortedBodiesHook /*hook*/) { return false; }
 
+  // Long-range steps (GADGET's PM steps): where the force is a short range plus a smooth long range (periodic TreePM),
+  // the integrator may kick with the long range over longer steps than with the short range, and so compute it less
+  // often (integrator/leapfrog.hpp: KdkStep's long-range kicks).
+
+  /// Whether the solver can leave the long range out of a call (setLongRangeDue). By default false: every call
+  /// computes the whole force.
+  virtual bool splitsLongRange() const { return false; }
+  /// Whether the next calls compute the long range: true (the default) gives the whole force in acc and pot, and keeps
+  /// the long range's accelerations alone for lastLongRange; false (only where splitsLongRange) gives the short range
+  /// alone, potentials included, and lastLongRange nothing.
+  void setLongRangeDue(bool due) { longRangeDue_ = due; }
+  bool longRangeDue() const { return longRangeDue_; }
+  /// The long range's accelerations at the bodies of the last call, in that call's order, when it computed the long
+  /// range with long-range steps on (setLongRangeSteps); an empty view otherwise. Valid until the next call.
+  virtual AccelerationView lastLongRange() const { return {}; }
+  /// Long-range steps on or off (off by default): only while on does a call keep the long range apart for
+  /// lastLongRange (it costs a pass over the bodies) and honour setLongRangeDue(false). InvariantError where the
+  /// solver cannot split (splitsLongRange false).
+  virtual void setLongRangeSteps(bool on);
+  bool longRangeStepsOn() const { return longRangeSteps_; }
+  /// Computes the long range alone for `particles` as they are (order unchanged, acc and pot untouched) and keeps it
+  /// for lastLongRange: a run resumed from a checkpoint taken where a long-range step ended, whose next kick needs that
+  /// long range. InvariantError where the solver cannot split.
+  virtual void computeLongRange(Particles& particles);
+
   /// Changes the Plummer softening length eps (>= 0, finite) from the next call on: a comoving run whose softening is
   /// fixed in physical units once the expansion has grown it to its maximum (ComovingTimelineParams in cosmology/).
   /// The periodic solvers and the direct solver can; by default (the open-boundary tree solver, whose work for the
@@ -159,6 +184,10 @@ class ForceSolver {
  private:
   bool potentialsWanted_ = true;
   std::optional<bool> potentialsNext_;
+  bool longRangeDue_ = true;
+
+ protected:
+  bool longRangeSteps_ = false;  ///< setLongRangeSteps': a splitting solver's override sets it
 };
 
 }  // namespace matcha

@@ -27,6 +27,14 @@ struct ForceView {
   std::size_t count = 0;
 };
 
+/// Accelerations to read, e.g. a force's long-range part (ForceSolver::lastLongRange); empty: count 0, null arrays.
+struct AccelerationView {
+  const double* ax = nullptr;
+  const double* ay = nullptr;
+  const double* az = nullptr;
+  std::size_t count = 0;
+};
+
 /// How an integrator moves its bodies between two force calls, when it says so beforehand (ForceSolver::expectAdvance):
 /// the leapfrog's closing half kick, the next step's opening half kick and its drift, body by body, each product and
 /// each sum rounded on its own (no fused multiply-add):

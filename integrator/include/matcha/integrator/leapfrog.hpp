@@ -57,10 +57,28 @@ struct StepReport {
 /// The factors of one KDK step: v += a openingKick; x += v drift; forces at the new positions; v += a closingKick. A
 /// fixed step dt has dt/2, dt, dt/2. A comoving step's velocities are momenta p = a^2 dx/dt, and its factors the
 /// integrals of dt/a (kicks) and dt/a^2 (drift) over the step's halves (cosmology/comoving_steps.hpp: KdkFactors).
+///
+/// Long-range steps (GADGET's PM steps; ForceSolver::splitsLongRange with setLongRangeSteps on): the long range of a
+/// TreePM force kicks over a long-range step that spans several of these steps, at its two ends only (a RESPA-style
+/// splitting, second order and symplectic as the leapfrog itself), and is computed only at its ends:
+///   long-range step A0 -> A1, midpoint Am:  p += gL(A0) kick(A0, Am); [these steps with the short range]; forces;
+///   p += gL(A1) kick(Am, A1)
+/// A call that computes the long range leaves acc = short + long, so each end's long kick is made as the short range's
+/// kick with acc plus the long range alone (ForceSolver::lastLongRange) times the difference of the two factors.
 struct KdkStep {
   double openingKick = 0.0;
   double drift = 0.0;
   double closingKick = 0.0;
+  /// > 0 on a long-range step's first step: kick(A0, Am), the long range's opening kick, made with the long range of
+  /// the call before the step. 0: the long range kicks with openingKick (no long-range steps, or the last call did
+  /// not compute it).
+  double longRangeOpeningKick = 0.0;
+  /// Whether this step's force call computes the long range: false on the steps inside a long-range step (their
+  /// calls give the short range alone), true on its last step and everywhere without long-range steps.
+  bool longRangeAtEnd = true;
+  /// > 0 on a long-range step's last step (with longRangeAtEnd): kick(Am, A1), the long range's closing kick. 0: the
+  /// long range kicks with closingKick.
+  double longRangeClosingKick = 0.0;
 };
 
 /// When a step makes its closing half kick (LeapfrogKDK::step).
@@ -133,6 +151,7 @@ class LeapfrogKDK {
     stepsTaken_ = stepsTaken;
     initialized_ = true;
     closingKickPending_ = false;
+    pendingLongRangeClosing_ = 0.0;
     announceAdvance();
   }
 
@@ -151,6 +170,13 @@ class LeapfrogKDK {
   bool initialized_ = false;
   bool closingKickPending_ = false;  ///< the last step's closing kick is left to synchronize() or the next step
   double pendingClosingKick_ = 0.0;  ///< its factor
+  /// With it, the long range's share of that kick: longRangeClosingKick - closingKick, times the last call's long
+  /// range (0: none).
+  double pendingLongRangeClosing_ = 0.0;
+
+  /// v += (the last call's long range) * factor on every body (a long-range step's end: KdkStep). The solver computes
+  /// the long range first where it has none kept (a run resumed at a long-range step's end).
+  void kickWithLongRange(Particles& p, double factor);
 
   /// Tells the solver how the bodies move between its calls (ForceSolver::expectAdvance), rounded as kick() and
   /// drift() round it: a step's closing half kick (none after initialize()), the next step's opening half kick and

@@ -95,7 +95,7 @@ struct RunCallbacks {
   std::function<void(const Particles&, double time, std::uint64_t step)> onLastCallOnTree;
   /// Optional: called with every diagnostics the run measures, in time order, before the output's onOutput where
   /// there is one: the start, outputs, the progress line's energies, and every step where the schedule asks
-  /// (StepSchedule::diagnosticsEveryStep: a comoving run's Layzer-Irvine integral). At most once per step.
+  /// (StepSchedule::plansDiagnostics: a comoving run's Layzer-Irvine integral). At most once per step.
   std::function<void(const Diagnostics&)> onDiagnostics;
   /// Optional, for a run whose bodies are spread over several processes (each runs this loop on its own share, the
   /// solver exchanging what the forces need): the whole system's diagnostics from those of this process's bodies
@@ -167,9 +167,10 @@ RunSummary runLeapfrog(Particles& p, ForceSolver& solver, const IntegratorParams
 /// The same run with the steps of `schedule` (runLeapfrog is runSteps with FixedSteps(params)): each step is planned
 /// just before it is taken, from the state it starts from; outputs fall where the schedule says, and the last
 /// planned step ends the run. Of `params` only boxSize and checkpointInterval are read here. With
-/// schedule.diagnosticsEveryStep(), the solver computes potentials at every step and the diagnostics are measured
-/// after each (onDiagnostics). A step that sets PlannedStep::softening changes the solver's before its force call.
-/// Throws as runLeapfrog, and what the schedule throws.
+/// schedule.plansDiagnostics(), the solver computes potentials at the steps whose PlannedStep::diagnostics is set and
+/// the diagnostics are measured after each of them (onDiagnostics), and nowhere else but at outputs. A step that sets
+/// PlannedStep::softening changes the solver's before its force call. Throws as runLeapfrog, and what the schedule
+/// throws.
 RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, const IntegratorParams& params,
                     const RunCallbacks& callbacks, const RunPosition* resumeFrom = nullptr);
 

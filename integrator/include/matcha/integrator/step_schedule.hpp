@@ -20,13 +20,17 @@ struct PlannedStep {
   double endTime = 0.0;  ///< the run's clock after it (a fixed-step run's time; a comoving run's scale factor)
   bool output = false;   ///< an output falls at its end
   bool last = false;     ///< the run's last step (always an output too)
+  /// With StepSchedule::plansDiagnostics: the diagnostics (potentials included) are measured after it. Outputs and the
+  /// last step measure them anyway.
+  bool diagnostics = false;
   /// The softening length its force call uses, when it differs from the solver's (a comoving run whose physical
   /// softening has reached its maximum: ForceSolver::setSoftening); unset: unchanged.
   std::optional<double> softening;
 };
 
 /// A run's time line. The run loop calls plan() once per step, in order, after the previous step (state
-/// synchronised or not: plan reads positions, masses and accelerations, never velocities).
+/// synchronised or not: plan reads positions, masses and accelerations, and velocities only where readsVelocities
+/// says, synchronised then).
 class StepSchedule {
  public:
   virtual ~StepSchedule() = default;
@@ -48,9 +52,14 @@ class StepSchedule {
   /// potentials computed for nothing; a wrong no the work the solver started ahead.
   virtual bool mayEndAtOutput(std::uint64_t stepsTaken, double time) const = 0;
 
-  /// Whether the run measures its diagnostics (potentials included) after every step, not only at outputs: a comoving
-  /// run integrates the Layzer-Irvine equation over them.
-  virtual bool diagnosticsEveryStep() const { return false; }
+  /// Whether the schedule says after which steps, besides the outputs, the diagnostics (potentials included) are
+  /// measured (PlannedStep::diagnostics): a comoving run integrates the Layzer-Irvine equation over them. The run loop
+  /// then measures no energies of its own for the progress line.
+  virtual bool plansDiagnostics() const { return false; }
+
+  /// With plansDiagnostics: whether the step after `stepsTaken` steps (ending at `time`) may be one whose diagnostics
+  /// plan() will ask for. Asked a step ahead of plan(), as mayEndAtOutput, with the same costs of a wrong answer.
+  virtual bool mayPlanDiagnostics(std::uint64_t /*stepsTaken*/, double /*time*/) const { return false; }
 
   /// The share of the run done at `time`, in [0, 1]: the progress line's ETA.
   virtual double fractionDone(double time) const = 0;
@@ -60,6 +69,17 @@ class StepSchedule {
 
   /// Continues a run from step `stepsTaken` at `time` (a checkpoint): plan() then goes on from there.
   virtual void resume(std::uint64_t stepsTaken, double time) = 0;
+
+  /// Whether plan(stepsTaken, time, ...) reads the bodies' velocities (a long-range step's limit reads their rms
+  /// momentum): the run loop then makes a closing kick left over first, so that plan sees the same state in a run
+  /// that synchronised there for other reasons, or was restarted there, as in one that did not.
+  virtual bool readsVelocities(std::uint64_t /*stepsTaken*/, double /*time*/) const { return false; }
+
+  /// Whether its steps come with long-range steps (KdkStep's long-range kicks, GADGET's PM steps): the run loop then
+  /// turns them on in the solver (ForceSolver::setLongRangeSteps), which must split its force. Such a schedule plans
+  /// outputs and diagnostics only at the ends of long-range steps (PlannedStep::factors.longRangeAtEnd), where the
+  /// force call computes the whole force and its potentials.
+  virtual bool longRangeSteps() const { return false; }
 
   /// The step, when every step has the same factors {dt/2, dt, dt/2}: the leapfrog then tells the solver how the
   /// bodies move between its calls (LeapfrogKDK, ForceSolver::expectAdvance). Unset: steps vary.

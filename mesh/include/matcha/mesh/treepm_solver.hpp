@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/params.hpp"
@@ -34,8 +35,19 @@ class TreePmSolver final : public ForceSolver {
   ForceReport computeForces(Particles& particles) override;
   void setSoftening(double eps) override;
   std::string describe() const override;
-  /// Checkpoints are the short range's (the periodic tree's reuse): the mesh keeps no state between calls.
-  bool atCheckpointBoundary() const override { return shortRange_->atCheckpointBoundary(); }
+  /// Long-range steps: a call that is not due (ForceSolver::setLongRangeDue) is the short range's alone, no mesh; a
+  /// call that is keeps the mesh's accelerations apart (lastLongRange) and adds them to the short range's.
+  bool splitsLongRange() const override { return true; }
+  void setLongRangeSteps(bool on) override;
+  AccelerationView lastLongRange() const override;
+  /// The mesh alone (ParticleMesh::addLongRange, without potentials) at the bodies as they are, for lastLongRange.
+  void computeLongRange(Particles& particles) override;
+
+  /// Checkpoints are the short range's (the periodic tree's reuse), and with long-range steps on only after a call
+  /// that computed the long range: a long-range step's end, where the state carries no long range half applied.
+  bool atCheckpointBoundary() const override {
+    return shortRange_->atCheckpointBoundary() && (!longRangeStepsOn() || longRangeKept_);
+  }
   void saveState(CheckpointState& state) override { shortRange_->saveState(state); }
   void restoreState(const CheckpointState& state, const Particles& particles) override {
     shortRange_->restoreState(state, particles);
@@ -53,6 +65,13 @@ class TreePmSolver final : public ForceSolver {
   std::unique_ptr<ForceSolver> shortRange_;
   ParticleMesh mesh_;
   GravityParams gravity_;
+  /// With long-range steps on: the last call's long-range accelerations, in its order (longRangeKept_: it computed
+  /// them; the arrays keep their size between calls).
+  std::vector<double> longX_, longY_, longZ_;
+  bool longRangeKept_ = false;
+
+  /// longX_, longY_, longZ_ of `count` zeros, on every core.
+  void zeroLongRange(std::size_t count);
 };
 
 }  // namespace matcha::mesh
