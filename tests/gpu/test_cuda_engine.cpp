@@ -1181,8 +1181,11 @@ mesh::MeshParams periodicMesh(double L, std::size_t numBodies) {
 // GPU (within ~1e-6 of f and g, pair_interaction.hpp: shortRangeFactorsPolynomial; until 2026-11-29 the CPU took
 // std::erfc). Each pair's pull then differs by <~1e-6 of itself, so
 // a body's difference is <~1e-6 of the sum of its pulls' magnitudes: ~1e-7 typical. Measured on the H200 (first
-// run): median relative difference 1.5-2.1e-7, largest 2.3-3.0e-6 of the body's pull and 1.3-7.5e-6 of the rms pull;
-// the bounds leave 3-10x, and catch a wrong image, a lost cell or a lost tile (errors of 1e-3 and more).
+// run): median relative difference 1.5-2.1e-7, largest 2.3-3.0e-6 of the body's pull and 1.3-7.5e-6 of the rms pull.
+// In the uniform box a body's pull is the small residual of many that cancel, so the sum of magnitudes, and with it
+// the difference, can be many times the rms pull: 2.24e-5 of it on 2026-11-30 (seed 12653996857549569522, "uniform,
+// quadrupoles"; its worst body 5.1e-6 of its own pull). The bounds leave 2.5-10x over what was seen, and catch a
+// wrong image, a lost cell or a lost tile (errors of 1e-3 and more).
 TEST_F(CudaEngineTest, PeriodicPlansMatchTheCpuEngine) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -1233,7 +1236,7 @@ TEST_F(CudaEngineTest, PeriodicPlansMatchTheCpuEngine) {
         c.name.c_str(), c.bodies.size(), solver.lastPlan().cellList.size(), twin.kernel.c_str(), median, worst,
         twin.ofRms, twin.potential, twin.potentialGpuError, twin.potentialCpuError);
     EXPECT_LE(median, 2e-6) << "median relative difference of the accelerations";
-    EXPECT_LE(twin.ofRms, 2e-5) << "largest acceleration difference over the rms acceleration";
+    EXPECT_LE(twin.ofRms, 6e-5) << "largest acceleration difference over the rms acceleration";
     // A potential sums thousands of terms of one sign in float, so its rounding grows with their number where the
     // accelerations' cancel (the first H200 run: GPU against CPU float up to 7.2e-5). Each float engine is held to
     // the CPU engine in double on the same plan instead: the GPU within 4x the CPU float engine's own error, or 2e-5.
