@@ -16,6 +16,9 @@ namespace matcha::integrator {
 
 namespace {
 
+/// The progress line's ETA takes the wall time of a step averaged over about this many recent steps.
+constexpr double kStepTimeSmoothing = 16.0;
+
 /// The progress report's energy is measured at most this often (wall seconds), and at every output.
 constexpr double kProgressEnergySeconds = 1.0;
 
@@ -191,6 +194,8 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   interval = OutputTimings{};
   interval.outputIndex = outputIndex;
   const double fractionAtStart = schedule.fractionDone(time);
+  double lastProgressSeconds = wall.seconds();
+  double recentStepSeconds = -1.0;  ///< none yet
 
   double latestEnergy = summary.initial.total;  ///< for the progress report
   double lastProgressEnergy = -kProgressEnergySeconds;
@@ -293,10 +298,19 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       info.time = time;
       info.tEnd = schedule.endTime();
       info.elapsedSeconds = wall.seconds();
+      // The wall time of a step, smoothed over ~kStepTimeSmoothing recent steps (outputs included).
+      const double stepSeconds = info.elapsedSeconds - lastProgressSeconds;
+      lastProgressSeconds = info.elapsedSeconds;
+      recentStepSeconds = recentStepSeconds < 0.0
+                              ? stepSeconds
+                              : recentStepSeconds + (stepSeconds - recentStepSeconds) / kStepTimeSmoothing;
       const double fraction = schedule.fractionDone(time);
+      // The larger of two estimates: the run's pace so far over its share of the clock, and the steps left at the
+      // recent steps' pace (a comoving run's steps shorten and slow as structure forms, which the first misses).
       info.etaSeconds = planned.last || !(fraction > fractionAtStart)
                             ? 0.0
-                            : info.elapsedSeconds * (1.0 - fraction) / (fraction - fractionAtStart);
+                            : std::max(info.elapsedSeconds * (1.0 - fraction) / (fraction - fractionAtStart),
+                                       static_cast<double>(info.totalSteps - step) * recentStepSeconds);
       info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
       callbacks.onProgress(info);
     }

@@ -16,12 +16,14 @@
 namespace matcha::integrator {
 
 struct ProgressInfo {
-  std::uint64_t step = 0;            ///< steps done so far (1 after the first step)
-  std::uint64_t totalSteps = 0;      ///< steps the run will take (an estimate where steps vary: StepSchedule)
-  double time = 0.0;                 ///< simulation time after this step
-  double tEnd = 0.0;                 ///< simulation end time
-  double elapsedSeconds = 0.0;       ///< wall time since the run started (first force call included)
-  double etaSeconds = 0.0;           ///< elapsed * (share left) / (share done by this run), StepSchedule::fractionDone
+  std::uint64_t step = 0;        ///< steps done so far (1 after the first step)
+  std::uint64_t totalSteps = 0;  ///< steps the run will take (an estimate where steps vary: StepSchedule)
+  double time = 0.0;             ///< simulation time after this step
+  double tEnd = 0.0;             ///< simulation end time
+  double elapsedSeconds = 0.0;   ///< wall time since the run started (first force call included)
+  /// The larger of elapsed * (share left) / (share done by this run) (StepSchedule::fractionDone) and the steps left
+  /// (totalSteps - step) times the recent steps' wall time; 0 after the last step.
+  double etaSeconds = 0.0;
   double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now, or at the latest output (RunCallbacks::outputPotentials)
   std::uint64_t bodySteps = 0;       ///< Hermite runs (runHermite): bodies advanced so far; 0 for leapfrog runs
 };
