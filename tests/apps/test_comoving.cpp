@@ -179,7 +179,9 @@ TEST(ComovingSchedule, LongRangeStepsLandOnOutputsAndSpanWholeShortSteps) {
       const bool announced = schedule.mayPlanDiagnostics(steps, a) || schedule.mayEndAtOutput(steps, a);
       const mi::PlannedStep planned = schedule.plan(steps, a, moving);
       ++steps;
-      if (planned.diagnostics) EXPECT_TRUE(announced) << "step " << steps;
+      if (planned.diagnostics) {
+        EXPECT_TRUE(announced) << "step " << steps;
+      }
       taken.push_back({a, planned.endTime, planned, reads});
       a = planned.endTime;
       if (planned.last) break;
