@@ -2141,6 +2141,10 @@ TEST_F(Cli, ComovingRunWritesCosmologicalSnapshotsAndTheLayzerIrvineCheck) {
   EXPECT_NEAR(summary["comoving"]["z_end"].get<double>(), 1.0, 1e-12);
   EXPECT_LT(std::abs(summary["comoving"]["layzer_irvine_relative_violation"].get<double>()), 1e-2);
   EXPECT_GT(summary["steps"].get<int>(), int(std::log(0.5 / 0.1) / 0.025));
+  // Long-range steps (--pm-steps on, the default): the mesh at their ends only, at most once a step.
+  EXPECT_TRUE(summary["comoving"]["pm_steps"].get<bool>());
+  EXPECT_GE(summary["comoving"]["long_range_steps"].get<int>(), 1);
+  EXPECT_LE(summary["comoving"]["long_range_steps"].get<int>(), summary["steps"].get<int>());
   EXPECT_FALSE(summary.contains("relative_energy_error"));
   const std::string log = readFile(dir_ / "r" / "diagnostics.log");
   EXPECT_NE(log.find("dE_LI / |W|"), std::string::npos) << log;
@@ -2174,6 +2178,8 @@ TEST_F(Cli, ComovingRunRefusesBadInput) {
   expectBadInput(run + "--output-z 12", "outside the run");
   expectBadInput(run + "--max-dlna 0", "max-dlna");
   expectBadInput(run + "--eta -1", "eta");
+  expectBadInput(run + "--pm-displacement 0", "pm-displacement");
+  expectBadInput(run + "--pm-steps maybe", "--pm-steps");
   expectBadInput(run + "--open", "periodic");
   fs::copy_file(dir_ / "c.hdf5", dir_ / "heavy.hdf5");
   setHeaderDouble(dir_ / "heavy.hdf5", "Omega0", 0.5);
