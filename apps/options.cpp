@@ -492,6 +492,17 @@ void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic) {
   integrator::validateHermiteRun(options.integrator, options.hermite);
 }
 
+void refuseComovingOptions(const Options& options) {
+  for (const char* name :
+       {"--z-end", "--output-z", "--max-dlna", "--max-physical-softening", "--pm-steps", "--pm-displacement"}) {
+    if (givenOnCommandLine(options, name)) {
+      throw InputError(std::string(name) +
+                       " is an option of comoving runs (an --ic file with a cosmology, or --cosmology); this run is "
+                       "not one");
+    }
+  }
+}
+
 void prepareLeapfrogRun(Options& options, bool comoving) {
   for (const char* name : {"--eta-start", "--max-step", "--min-step"}) {
     if (givenOnCommandLine(options, name)) {

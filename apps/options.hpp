@@ -215,6 +215,11 @@ bool givenOnCommandLine(const Options& options, const std::string& name);
 /// (integrator::validateHermiteRun: outputs and the end on synchronisation times).
 void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic);
 
+/// A run that is not comoving refuses the comoving runs' options typed on the command line (--z-end, --output-z,
+/// --max-dlna, --max-physical-softening, --pm-steps, --pm-displacement), which it would not use (a parameter file's
+/// are left alone: they may be another run's).
+void refuseComovingOptions(const Options& options);
+
 /// A leapfrog run refuses the Hermite options typed on the command line (--eta-start, --max-step, --min-step), and
 /// --eta unless `comoving` (a parameter file's are left alone: they may be another run's). Sets options.comoving.eta
 /// from --eta for a comoving run.

@@ -801,8 +801,9 @@ int resumeSimulation(CLI::App& command, Options options) {
                      (hermiteCheckpoint ? "hermite" : "leapfrog") + " run's; --integrator " +
                      toString(options.integratorKind) + " cannot continue it");
   }
-  if (hermiteCheckpoint) return resumeHermite(command, options, std::move(checkpoint), position, info);
   const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
+  if (!comovingCheckpoint) refuseComovingOptions(options);
+  if (hermiteCheckpoint) return resumeHermite(command, options, std::move(checkpoint), position, info);
   prepareLeapfrogRun(options, comovingCheckpoint);
   const double dt = comovingCheckpoint ? 0.0 : run.scalar("dt");
   Particles particles = std::move(checkpoint.snapshot.particles);
@@ -882,6 +883,7 @@ int runSimulation(CLI::App& command, const Options& given) {
       options.cosmology ? planCosmologicalIcs(command, options) : inspectInitialConditions(options);
   if (options.cosmology) spectrum = cosmologicalIcSpectrum(command, options.cosmologicalIcs, std::cerr);
   options.integrator.tStart = ic.time;
+  if (!ic.cosmology) refuseComovingOptions(options);
   if (options.integratorKind == IntegratorKind::hermite)
     return runHermiteSimulation(command, options, ic, folder, info);
   prepareLeapfrogRun(options, ic.cosmology.has_value());

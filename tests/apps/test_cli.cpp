@@ -2180,6 +2180,11 @@ TEST_F(Cli, ComovingRunRefusesBadInput) {
   expectBadInput(run + "--eta -1", "eta");
   expectBadInput(run + "--pm-displacement 0", "pm-displacement");
   expectBadInput(run + "--pm-steps maybe", "--pm-steps");
+  // The comoving runs' options on a run that is not one, which would not use them.
+  for (const char* option : {"--z-end 1", "--output-z 1", "--max-dlna 0.01", "--pm-steps off"}) {
+    expectBadInput(std::string("run -n 64 --engine cpu --t-end 0.01 --dt 0.01 --out plain ") + option,
+                   std::string(option).substr(0, std::string(option).find(' ')) + " is an option of comoving runs");
+  }
   expectBadInput(run + "--open", "periodic");
   fs::copy_file(dir_ / "c.hdf5", dir_ / "heavy.hdf5");
   setHeaderDouble(dir_ / "heavy.hdf5", "Omega0", 0.5);
