@@ -898,7 +898,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         {"interactions", {{"body_body", summary.interactions.bodyBody}, {"body_cell", summary.interactions.bodyCell}}},
         {"interactions_per_second", interactionsPerSecond},
         {"last_call_imbalance", stats.imbalance()},
-        {"timings", timingsJson(summary, false)},
+        {"timings", timingsJson(summary, engine.onGpu)},
         {"rank_timings", rankTotalsJson(ranksTotals)},
         {"force_checks", nullptr},
         {"output_dir", outDir.string()}};
@@ -921,7 +921,7 @@ int runDistributed(CLI::App& command, const Options& given) {
               double(std::max<std::uint64_t>(summary.forceCalls, 1)),
           numRanks, stats.imbalance());
     }
-    if (options.timings) info << formatTimingsTable(summary, false) << formatRankTotals(ranksTotals) << std::flush;
+    if (options.timings) info << formatTimingsTable(summary, engine.onGpu) << formatRankTotals(ranksTotals) << std::flush;
     endRankZeroWork();
   }
   return 0;
