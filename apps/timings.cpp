@@ -79,12 +79,15 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
   } else {
     appendf(line,
             "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
-            "host cores busy %.1f; trees built %llu",
+            "host cores busy %.1f; trees built %llu%s",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
             timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
             hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
-            static_cast<unsigned long long>(timings.rebuilds));
+            static_cast<unsigned long long>(timings.rebuilds),
+            timings.bodiesEscaped == 0
+                ? ""
+                : ("; bodies out of their balls " + std::to_string(timings.bodiesEscaped) + " (pulls added)").c_str());
   }
   return line;
 }
@@ -124,9 +127,12 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
           onGpu ? "" : " (CPU engine: the evaluation)");
   appendf(table, "host cores busy: %.2f of %d = process CPU time (every thread) / step wall time\n",
           hostCoresBusy(summary.stepCpuSeconds, stepWall), tbb::this_task_arena::max_concurrency());
-  appendf(table, "rebuilds: %llu of %llu steps; groups walked per step: %.1f; groups repaired: %llu\n",
+  appendf(table,
+          "rebuilds: %llu of %llu steps; groups walked per step: %.1f; groups repaired: %llu; bodies out of their "
+          "balls, pulls added: %.1f per step\n",
           static_cast<unsigned long long>(summary.rebuilds), static_cast<unsigned long long>(summary.steps),
-          static_cast<double>(summary.groupsWalked) / steps, static_cast<unsigned long long>(summary.groupsRepaired));
+          static_cast<double>(summary.groupsWalked) / steps, static_cast<unsigned long long>(summary.groupsRepaired),
+          static_cast<double>(summary.bodiesEscaped) / steps);
   return table;
 }
 
@@ -155,7 +161,8 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"mesh_wait_seconds", summary.stepForceTimings.meshWaitSeconds},
           {"rebuilds", summary.rebuilds},
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
-          {"groups_repaired", summary.groupsRepaired}};
+          {"groups_repaired", summary.groupsRepaired},
+          {"bodies_escaped_per_step", perStep(static_cast<double>(summary.bodiesEscaped), steps)}};
 }
 
 }  // namespace matcha::app

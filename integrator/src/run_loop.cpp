@@ -70,6 +70,7 @@ void addForceCall(OutputTimings& timings, const ForceReport& report) {
   timings.rebuilds += report.rebuilt ? 1 : 0;
   timings.groupsWalked += report.numGroupsWalked;
   timings.groupsRepaired += report.numGroupsRepaired;
+  timings.bodiesEscaped += report.numBodiesEscaped;
 }
 
 /// Adds the steps of one output interval to the run's totals.
@@ -81,6 +82,7 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.rebuilds += interval.rebuilds;
   summary.groupsWalked += interval.groupsWalked;
   summary.groupsRepaired += interval.groupsRepaired;
+  summary.bodiesEscaped += interval.bodiesEscaped;
 }
 
 }  // namespace

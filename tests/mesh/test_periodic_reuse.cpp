@@ -3,7 +3,8 @@
 // bodies as balls serves the calls after it while every body stays in its ball. Checked at every call of a drifting,
 // clustered box whose bodies cross the faces: the reused lists pass the opening criterion and the r_cut skip at the
 // bodies' current positions (the walk a fresh tree would do, on the reused tree refitted), the forces match brute
-// force as a fresh tree's do, and a body that leaves its ball, or bodies in another order, make the call build anew.
+// force as a fresh tree's do, a body that leaves its ball keeps the tree (its pulls added exactly), and many such
+// bodies, or bodies in another order, make the call build anew.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -188,41 +189,80 @@ TEST_F(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
   EXPECT_LT(*std::max_element(reusedErrors.begin(), reusedErrors.end()), 1e-3);
 }
 
-// A body that leaves its ball (a jump of a quarter of the box between calls) makes that call build anew, and so do the
-// bodies handed over in another order; both calls' forces are a fresh tree's.
-TEST_F(PeriodicReuse, ABodyOutsideItsBallOrAnotherOrderBuildsAnew) {
+// Bodies that leave their balls (two heavy ones, a jump of a quarter of the box between calls, then one runs on at a
+// tenth of the box a call) keep the tree: the engine evaluates them on their balls' surfaces, and their pulls from
+// where they are and their own forces are added in double, so the forces match brute force as a fresh tree's do and
+// theirs are the exact short range.
+// Bodies out of their balls beyond kEscapedMaxBodies make the call build anew, and so do the bodies handed over in
+// another order.
+TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew) {
   SCOPED_TRACE(testing::seedTrace(seed));
   DriftingBox box = drifting();
   TreeParams params;
   params.reuse = 8;
   gpu::CpuEngine engine(gpu::Precision::float64);
   tree::PeriodicTreeSolver solver(engine, params, gravity);
-  for (int call = 1; call <= 3; ++call) {
+  // The two bodies that will jump each weigh as much as a fifth of the others together: a pull from the wrong place
+  // would show far beyond the bounds below on the bodies near either place, and on each other.
+  const std::uint64_t jumper = box.bodies.id[17], partner = box.bodies.id[18];
+  box.bodies.mass[17] *= 0.2 * double(box.bodies.size());
+  box.bodies.mass[18] *= 0.2 * double(box.bodies.size());
+  for (int call = 1; call <= 2; ++call) {
     solver.computeForces(box.bodies);
     box.drift(L);
   }
-  ASSERT_GE(solver.lastStats().reuseSteps, 4u);
-  ASSERT_FALSE(solver.atCheckpointBoundary()) << "the tree of call 2 serves more than two calls";
+  ASSERT_GE(solver.lastStats().reuseSteps, 4u) << "the tree of call 2 is to serve calls 3, 4 and 5";
+  const auto indexOf = [&](std::uint64_t id) {
+    return static_cast<std::size_t>(std::find(box.bodies.id.begin(), box.bodies.id.end(), id) - box.bodies.id.begin());
+  };
+  const std::size_t jumperAt = indexOf(jumper), partnerAt = indexOf(partner);
 
-  box.bodies.x[17] = wrapIntoBox(box.bodies.x[17] + 0.25 * L, L);
+  // The escaped bodies' own forces (their pulls from every body within r_cut) and everyone's against brute force.
+  const auto expectExact = [&](std::vector<std::uint64_t> escapedIds, const char* what) {
+    SCOPED_TRACE(what);
+    const Particles reference = testing::bruteForceShortRange(box.bodies, gravity);
+    const std::vector<double> errors = errorsAgainstBruteForce(box.bodies, gravity);
+    EXPECT_LT(percentile(errors, 0.99), 2e-4);
+    EXPECT_LT(*std::max_element(errors.begin(), errors.end()), 1e-3);
+    for (const std::uint64_t id : escapedIds) {
+      const std::size_t at = indexOf(id);
+      const double scale = std::sqrt(reference.ax[at] * reference.ax[at] + reference.ay[at] * reference.ay[at] +
+                                   reference.az[at] * reference.az[at]);
+      EXPECT_NEAR(box.bodies.ax[at], reference.ax[at], 1e-12 * scale);
+      EXPECT_NEAR(box.bodies.ay[at], reference.ay[at], 1e-12 * scale);
+      EXPECT_NEAR(box.bodies.az[at], reference.az[at], 1e-12 * scale);
+      EXPECT_NEAR(box.bodies.pot[at], reference.pot[at], 1e-12 * std::fabs(reference.pot[at]));
+    }
+  };
+
+  solver.setPotentialsWanted(true);
+  for (const std::size_t at : {jumperAt, partnerAt}) box.bodies.x[at] = wrapIntoBox(box.bodies.x[at] + 0.25 * L, L);
   ForceReport report = solver.computeForces(box.bodies);
-  EXPECT_TRUE(report.rebuilt) << "body 17 jumped out of its ball";
-  EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
-  // The jump passes for body 17's speed over the last tree's calls: one body does not set K (kFastShare), and its
-  // ball is capped (kBallCap), so the new tree serves the next calls while body 17 moves as the others do.
-  EXPECT_GE(solver.lastStats().reuseSteps, 4u);
-  box.drift(L);
-  report = solver.computeForces(box.bodies);
-  EXPECT_FALSE(report.rebuilt);
+  EXPECT_FALSE(report.rebuilt) << "two bodies jumped out of their balls: their pulls are added, the tree kept";
+  EXPECT_EQ(report.numBodiesEscaped, 2u);
+  EXPECT_EQ(solver.lastStats().bodiesEscaped, 2u);
+  EXPECT_EQ(solver.lastStats().callsOnTree, 2u);
+  expectExact({jumper, partner}, "after the jump");
 
-  // A body that keeps running at a tenth of the box a call outruns its capped ball at every call: each call builds.
-  box.vx[17] = 0.1 * L;
-  for (int call = 0; call < 3; ++call) {
+  // One running on at a tenth of the box a call, both stay out of their balls for the tree's calls.
+  box.vx[jumper] = 0.1 * L;
+  for (int call = 3; call <= 4; ++call) {
     box.drift(L);
     report = solver.computeForces(box.bodies);
-    EXPECT_TRUE(report.rebuilt) << "body 17 ran out of its ball";
+    EXPECT_FALSE(report.rebuilt);
+    EXPECT_EQ(report.numBodiesEscaped, 2u);
+    expectExact({jumper, partner}, "running");
   }
-  box.vx[17] = box.vx[18];
+  box.vx[jumper] = box.vx[partner];
+
+  // Every body out of its ball at once: more than kEscapedMaxBodies or the budget near them, a tree built anew.
+  ASSERT_GT(box.bodies.size(), tree::kEscapedMaxBodies);
+  box.drift(L);
+  for (std::size_t i = 0; i < box.bodies.size(); ++i) box.bodies.y[i] = wrapIntoBox(box.bodies.y[i] + 0.1 * L, L);
+  report = solver.computeForces(box.bodies);
+  EXPECT_TRUE(report.rebuilt) << "every body jumped out of its ball";
+  EXPECT_EQ(report.numBodiesEscaped, 0u);
+  EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
 
   box.drift(L);
   std::mt19937_64 engineForOrder(seed + 3);
@@ -327,7 +367,7 @@ TEST_F(PeriodicReuse, ListsBeyondWhatTheEngineKeepsGetATreeEachCall) {
 }
 
 // The sorted-bodies hook (TreePM's start of the mesh): a call that expects to reuse a tree of balls calls it first
-// thing, in the order the call keeps; where the tree does not hold after all (a body out of its ball, another order)
+// thing, in the order the call keeps; where the tree does not hold after all (bodies out of their balls, another order)
 // the build calls it again after its sort. Trees of points (call 1's, and call 10's of bodies in another order) are not
 // expected to hold. Whatever the call, the hook's last call saw the bodies as the call leaves them.
 TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
@@ -350,7 +390,9 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
   for (int call = 1; call <= 12; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     const bool expectsReuse = !solver.atCheckpointBoundary() && call != 2 && call != 11;  // after trees of points
-    if (call == 7) box.bodies.x[5] = wrapIntoBox(box.bodies.x[5] + 0.25 * L, L);          // out of its ball
+    if (call == 7) {  // every body out of its ball: too many to keep the tree (kEscapedMaxBodies)
+      for (double& x : box.bodies.x) x = wrapIntoBox(x + 0.1 * L, L);
+    }
     if (call == 10) {
       std::vector<std::uint32_t> order(box.bodies.size());
       std::iota(order.begin(), order.end(), 0u);

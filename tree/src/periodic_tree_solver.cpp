@@ -294,11 +294,21 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   }
   const Stopwatch checking;
   // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls.
-  const bool holds = treeHolds(particles);
+  bool holds = treeHolds(particles);
+  // A few bodies outside their balls keep the tree: their pulls are added exactly (addEscapedPulls); more than the
+  // budget's worth of bodies near them make the call build anew.
+  if (holds && !escaped_.empty()) holds = escaped_.size() <= kEscapedMaxBodies && prepareEscaped(particles);
   report.timings[Phase::motion] += checking.seconds();
   if (holds) {
     reuseAndEvaluate(particles, report);
+    const Stopwatch repairing;
+    addEscapedPulls(particles);
+    report.timings[Phase::repair] += repairing.seconds();
+    report.numBodiesEscaped = escaped_.size();
+    stats_.bodiesEscaped = escaped_.size();
   } else {
+    escaped_.clear();
+    stats_.bodiesEscaped = 0;
     requireInsideBox(particles, gravity_.periodic.boxSize);
     const std::uint32_t steps = params_.reuse != 0 ? params_.reuse : periodicAutoReuse(engine_.evaluatesOnDevice());
     buildAndEvaluate(particles, steps, report);
@@ -322,15 +332,18 @@ bool PeriodicTreeSolver::sameBodiesAsBuilt(const Particles& particles) const {
 
 bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
   const std::size_t n = particles.size();
+  escaped_.clear();
   if (!treeHeld_ || builtCalls_ >= treeSteps_ || builtIds_.size() != n) return false;
   // One pass: the ids, the balls, and each body where its path continues from the build (its position, moved by a
-  // box length where it crossed a face since; within its ball, far less than L / 2, of the build's position).
+  // box length where it crossed a face since; within its ball, far less than L / 2, of the build's position). Bodies
+  // outside their balls are collected (escaped_), not a reason to stop: addEscapedPulls may keep the tree for them.
   pathX_.resize(n);
   pathY_.resize(n);
   pathZ_.resize(n);
   const double box = gravity_.periodic.boxSize, half = 0.5 * box;
   const auto inside = [box](double c) { return c >= 0.0 && c < box; };  // false for NaN
-  return tbb::parallel_reduce(
+  tbb::enumerable_thread_specific<std::vector<std::uint32_t>> outside;
+  const bool fits = tbb::parallel_reduce(
       tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
       [&](const tbb::blocked_range<std::size_t>& r, bool holds) {
         const auto continued = [&](double now, double built, double& moved) {
@@ -345,18 +358,162 @@ bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
           }
           return now;
         };
+        std::vector<std::uint32_t>* mine = nullptr;
         for (std::size_t i = r.begin(); holds && i != r.end(); ++i) {
           double dx, dy, dz;
           pathX_[i] = continued(particles.x[i], builtX_[i], dx);
           pathY_[i] = continued(particles.y[i], builtY_[i], dy);
           pathZ_[i] = continued(particles.z[i], builtZ_[i], dz);
           const double ball = sortedRadius_[i];
-          holds = particles.id[i] == builtIds_[i] && dx * dx + dy * dy + dz * dz <= ball * ball &&
-                  inside(particles.x[i]) && inside(particles.y[i]) && inside(particles.z[i]);
+          holds = particles.id[i] == builtIds_[i] && inside(particles.x[i]) && inside(particles.y[i]) &&
+                  inside(particles.z[i]);
+          if (holds && !(dx * dx + dy * dy + dz * dz <= ball * ball)) {
+            if (mine == nullptr) mine = &outside.local();
+            mine->push_back(static_cast<std::uint32_t>(i));
+          }
         }
         return holds;
       },
       [](bool a, bool b) { return a && b; });
+  if (!fits) return false;
+  for (const std::vector<std::uint32_t>& some : outside) escaped_.insert(escaped_.end(), some.begin(), some.end());
+  std::sort(escaped_.begin(), escaped_.end());
+  return true;
+}
+
+void PeriodicTreeSolver::escapedNeighbours(const double* point, double radius, std::vector<BodyRange>& ranges) const {
+  ranges.clear();
+  const double box = gravity_.periodic.boxSize;
+  const double radius2 = radius * radius;
+  std::vector<std::uint32_t> stack{0};
+  while (!stack.empty()) {
+    const std::uint32_t cell = stack.back();
+    stack.pop_back();
+    // Every body of the cell lies, anywhere in its ball, within the cube of halfExtent about the cell's centre.
+    const double* centre = &tree_.centre[3 * cell];
+    const double half = tree_.halfExtent[cell];
+    if (periodicDistanceToBox2(point[0], point[1], point[2], centre[0], centre[1], centre[2], half, half, half, box) >=
+        radius2) {
+      continue;
+    }
+    if (tree_.isLeaf(cell)) {
+      const BodyRange bodies = tree_.bodies[cell];
+      if (!ranges.empty() && ranges.back().last == bodies.first) {
+        ranges.back().last = bodies.last;
+      } else {
+        ranges.push_back(bodies);
+      }
+      continue;
+    }
+    // Children pushed last to first: visited first to last, so that the ranges come in the bodies' order.
+    for (std::uint32_t k = tree_.numChildren[cell]; k-- > 0;) stack.push_back(tree_.firstChild[cell] + k);
+  }
+}
+
+bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
+  const std::size_t n = particles.size();
+  const double cut = gravity_.periodic.cutoffRadius;
+  escapedTrue_.resize(3 * escaped_.size());
+  escapedClamped_.resize(3 * escaped_.size());
+  escapedRanges_.resize(escaped_.size());
+  std::uint64_t candidates = 0;
+  const std::uint64_t budget = std::max<std::uint64_t>(kEscapedMinBudget, std::uint64_t(kEscapedBudget * double(n)));
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t i = escaped_[k];
+    double* where = &escapedTrue_[3 * k];
+    double* clamped = &escapedClamped_[3 * k];
+    where[0] = pathX_[i];
+    where[1] = pathY_[i];
+    where[2] = pathZ_[i];
+    // On its ball's surface (just within it, against rounding), along its path from the build: where the tree's lists
+    // hold for it.
+    const double moved[3] = {where[0] - builtX_[i], where[1] - builtY_[i], where[2] - builtZ_[i]};
+    const double distance = std::sqrt(moved[0] * moved[0] + moved[1] * moved[1] + moved[2] * moved[2]);
+    const double scale = kEscapedClampShrink * double(sortedRadius_[i]) / distance;
+    const double built[3] = {builtX_[i], builtY_[i], builtZ_[i]};
+    for (int d = 0; d < 3; ++d) clamped[d] = built[d] + moved[d] * scale;
+    // One query holds both places: every body within r_cut of either lies within r_cut + their distance of the first.
+    escapedNeighbours(where, cut + distance * (1.0 - scale), escapedRanges_[k]);
+    for (const BodyRange& range : escapedRanges_[k]) candidates += range.size();
+    if (candidates > budget) return false;
+  }
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t i = escaped_[k];
+    pathX_[i] = escapedClamped_[3 * k];
+    pathY_[i] = escapedClamped_[3 * k + 1];
+    pathZ_[i] = escapedClamped_[3 * k + 2];
+  }
+  return true;
+}
+
+void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
+  if (escaped_.empty()) return;
+  const ForceView out = forcesToWrite(particles);
+  const double box = gravity_.periodic.boxSize;
+  const double eps2 = gravity_.eps2();
+  const double invTwoSplit = 0.5 / gravity_.periodic.splitRadius;
+  const double cut2 = gravity_.periodic.cutoffRadius * gravity_.periodic.cutoffRadius;
+  const double G = gravity_.G;
+  const std::vector<double>& mass = particles.mass;
+  // pathX_ holds the clamped places of the escaped bodies (the engine's); their true places are escapedTrue_.
+  const auto isEscaped = [&](std::uint32_t j) { return std::binary_search(escaped_.begin(), escaped_.end(), j); };
+  struct Pull {
+    double ax = 0, ay = 0, az = 0, pot = 0;
+  };
+  const auto pullOn = [&](const double* at, const double* from, double m, Pull& pull) {
+    accumulateTruncatedPairInteraction<double>(nearestImage(from[0] - at[0], box), nearestImage(from[1] - at[1], box),
+                                               nearestImage(from[2] - at[2], box), m, eps2, invTwoSplit, cut2,
+                                               pull.ax, pull.ay, pull.az, pull.pot);
+  };
+  // The escaped bodies' own forces: the truncated pull of every body within r_cut of where they are (the short range
+  // has no other part), in double. Each from the bodies at the engine's places (the others' escaped at their own).
+  std::vector<Pull> own(escaped_.size());
+  tbb::parallel_for(std::size_t{0}, escaped_.size(), [&](std::size_t k) {
+    const std::uint32_t e = escaped_[k];
+    const double* at = &escapedTrue_[3 * k];
+    Pull sum;
+    for (const BodyRange& range : escapedRanges_[k]) {
+      for (std::uint32_t j = range.first; j < range.last; ++j) {
+        if (j == e || isEscaped(j)) continue;
+        const double from[3] = {pathX_[j], pathY_[j], pathZ_[j]};
+        pullOn(at, from, mass[j], sum);
+      }
+    }
+    for (std::size_t other = 0; other < escaped_.size(); ++other) {
+      if (other != k) pullOn(at, &escapedTrue_[3 * other], mass[escaped_[other]], sum);
+    }
+    own[k] = sum;
+  });
+  // The other bodies felt each escaped body at its clamped place: that pull out, its pull from its true place in.
+  // One escaped body at a time (the bodies near one are distinct): the same sums whatever the thread count.
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t e = escaped_[k];
+    const double* where = &escapedTrue_[3 * k];
+    const double* clamped = &escapedClamped_[3 * k];
+    for (const BodyRange& range : escapedRanges_[k]) {
+      tbb::parallel_for(tbb::blocked_range<std::uint32_t>(range.first, range.last, 1024),
+                        [&](const tbb::blocked_range<std::uint32_t>& r) {
+                          for (std::uint32_t i = r.begin(); i != r.end(); ++i) {
+                            if (i == e || isEscaped(i)) continue;
+                            const double at[3] = {pathX_[i], pathY_[i], pathZ_[i]};
+                            Pull added, removed;
+                            pullOn(at, where, mass[e], added);
+                            pullOn(at, clamped, mass[e], removed);
+                            out.ax[i] += G * (added.ax - removed.ax);
+                            out.ay[i] += G * (added.ay - removed.ay);
+                            out.az[i] += G * (added.az - removed.az);
+                            if (out.pot != nullptr) out.pot[i] += G * (added.pot - removed.pot);
+                          }
+                        });
+    }
+  }
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t e = escaped_[k];
+    out.ax[e] = G * own[k].ax;
+    out.ay[e] = G * own[k].ay;
+    out.az[e] = G * own[k].az;
+    if (out.pot != nullptr) out.pot[e] = G * own[k].pot;
+  }
 }
 
 std::uint32_t PeriodicTreeSolver::ballRadii(const Particles& particles, std::uint32_t steps,

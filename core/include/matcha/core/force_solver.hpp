@@ -75,6 +75,9 @@ struct ForceReport {
   bool rebuilt = false;                 ///< this call put a new tree (and all new lists) to use
   std::uint64_t numGroupsWalked = 0;    ///< groups whose lists were walked for this call
   std::uint64_t numGroupsRepaired = 0;  ///< groups whose lists failed the opening test at this call (Phase::repair)
+  /// Bodies outside the balls of the tree that served this call, whose pulls a periodic solver added exactly instead
+  /// of building anew (Phase::repair; tree/periodic_tree_solver.hpp).
+  std::uint64_t numBodiesEscaped = 0;
 };
 
 class ForceSolver {

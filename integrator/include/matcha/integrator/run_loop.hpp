@@ -45,6 +45,7 @@ struct OutputTimings {
   std::uint64_t rebuilds = 0;        ///< force calls among them that put a new tree to use (ForceReport::rebuilt)
   std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked, summed over them
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired, summed over them
+  std::uint64_t bodiesEscaped = 0;   ///< ForceReport::numBodiesEscaped, summed over them
 };
 
 /// The run keeps a copy of its state for onNonFinite this often (in steps), and at each output.
@@ -127,6 +128,7 @@ struct RunSummary {
   std::uint64_t rebuilds = 0;        ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
   std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked over the steps' force calls
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired over the steps' force calls
+  std::uint64_t bodiesEscaped = 0;   ///< ForceReport::numBodiesEscaped over the steps' force calls
   double initialEnergy = 0.0;        ///< E at t = 0
   double finalEnergy = 0.0;          ///< E at tEnd
   double relativeEnergyError = 0.0;  ///< |E_final - E_0| / |E_0| (see relativeEnergyError)

@@ -53,7 +53,8 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 /// A body's ball in a periodic tree built for K calls (TreeParams::reuse) holds kBallRoom times the path it would
 /// take over the K - 1 calls after the build at the mean speed it had over the last tree's calls (its displacement
 /// since that build, at the nearest image, over the calls made): room for the speed to grow by half. A body that
-/// leaves its ball anyway costs a tree built within that call, not accuracy.
+/// leaves its ball anyway costs its pulls in double (kEscapedMaxBodies) or a tree built within that call, not
+/// accuracy.
 inline constexpr double kBallRoom = 1.5;
 
 /// A periodic tree serves fewer calls than TreeParams::reuse asks where the balls of more than kFastShare of the
@@ -64,9 +65,23 @@ inline constexpr double kBallRoom = 1.5;
 /// the fastest body setting K, a 256^3 comoving box's trees served ~3 steps whatever K was asked (H200, 2026-11-29).
 inline constexpr double kLargestBall = 0.05;
 inline constexpr double kFastShare = 0.01;
-/// No ball exceeds kBallCap times kLargestBall of r_cut: a body faster than that ends its tree early, when it leaves
-/// its ball, instead of opening every cell about it for every group.
+/// No ball exceeds kBallCap times kLargestBall of r_cut: a body faster than that leaves its ball early (see below)
+/// instead of opening every cell about it for every group.
 inline constexpr double kBallCap = 4.0;
+
+/// Bodies that leave their balls keep the tree while they are few. The engine evaluates the lists with each such
+/// body moved back onto its ball's surface (along its path from the build), where the lists hold for it; then, in
+/// double, each body within r_cut of it loses its pull from there and gains its pull from where it is, and its own
+/// force is the truncated pull of every body within r_cut of it (the whole short range: there is nothing beyond).
+/// Exact up to the tree's own error of that one source's pull. The tree is built anew instead where more than
+/// kEscapedMaxBodies have left their balls or more than kEscapedBudget of the bodies (at least kEscapedMinBudget)
+/// lie near them. A 32^3 comoving box from z = 4 to 3 (CPU engine, reuse 8): every one of its 19 trees had ended at
+/// a call where one to four of the 32,768 bodies had left their balls, by 3-85%.
+inline constexpr std::size_t kEscapedMaxBodies = 1024;
+inline constexpr double kEscapedBudget = 0.25;
+inline constexpr std::uint64_t kEscapedMinBudget = 65536;
+/// An escaped body is moved to this fraction of its ball's radius: within it despite rounding.
+inline constexpr double kEscapedClampShrink = 0.999;
 
 /// K of TreeParams::reuse 0 (auto) in a periodic box: kPeriodicAutoReuse on an engine that evaluates on a device
 /// (the CUDA engine, where the CPU's tree build is most of a call), 1 (a tree per call) elsewhere (the CPU engine,
@@ -116,8 +131,9 @@ inline TreeParams periodicDefaultTreeParams() {
 /// has it refit its cells to the bodies' positions and evaluate the lists again; it takes each body where its path
 /// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the bodies
 /// at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and cell at
-/// its nearest image anyway. A body outside its ball, other bodies or another order (the same ids in the same places
-/// are checked) make the call build anew. TreeParams::pipeline, advanceOnDevice and predictOnDevice are ignored
+/// its nearest image anyway. Other bodies or another order (the same ids in the same places are checked), or more
+/// bodies outside their balls than kEscapedMaxBodies and kEscapedBudget allow, make the call build anew; fewer have
+/// their pulls added exactly (kEscapedMaxBodies). TreeParams::pipeline, advanceOnDevice and predictOnDevice are ignored
 /// (no background builds: every tree is built within its call; built in the background beside the calls before,
 /// trees left a 256^3 comoving box's steps no faster on the H200's host, bench/RESULTS.md 2026-11-30); sortOnDevice
 /// is not. A call's bodies must lie in [0, L)^3.
@@ -184,9 +200,19 @@ class PeriodicTreeSolver final : public ForceSolver {
   void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report);
   /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
   void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
-  /// Whether the current tree may serve this call: calls left, the same bodies in its order, each within its ball and
-  /// inside the box. Fills pathX_ (and Y, Z) as it checks.
+  /// Whether the current tree may serve this call: calls left, the same bodies in its order, each inside the box.
+  /// Fills pathX_ (and Y, Z) as it checks, and escaped_ with the bodies outside their balls.
   bool treeHolds(const Particles& particles);
+  /// For the bodies of escaped_: whether they are few enough (kEscapedMaxBodies, kEscapedBudget) to keep the tree;
+  /// if so their places in pathX_ become their clamped ones (kEscapedClampShrink), escapedTrue_ and escapedClamped_
+  /// hold both, and escapedRanges_ the bodies that may lie within r_cut of either.
+  bool prepareEscaped(const Particles& particles);
+  /// Bodies that may lie within `radius` of `point` (the nearest image), anywhere in their balls, as ranges in the
+  /// tree's order.
+  void escapedNeighbours(const double* point, double radius, std::vector<BodyRange>& ranges) const;
+  /// After the engine's evaluation at pathX_: the escaped bodies' pulls from their true places instead of their clamped
+  /// ones on the bodies near them, and their own forces, in double (kEscapedMaxBodies' comment).
+  void addEscapedPulls(Particles& particles);
   /// Hands the tree just built and its lists to the engine, which keeps them for the calls after (resident lists).
   void handTreeToEngine(const Particles& particles);
   /// Has the engine refit its copy of the current tree to the bodies where their paths continue from the build and
@@ -234,6 +260,10 @@ class PeriodicTreeSolver final : public ForceSolver {
   TreeTopology topology_;        ///< what handTreeToEngine gives the engine (kept: its arrays are reused)
   /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since).
   std::vector<double> pathX_, pathY_, pathZ_;
+  /// This call's bodies outside their balls (ascending), their true and clamped places (3 each) and their neighbours.
+  std::vector<std::uint32_t> escaped_;
+  std::vector<double> escapedTrue_, escapedClamped_;
+  std::vector<std::vector<BodyRange>> escapedRanges_;
 };
 
 /// Throws InputError, naming the first offender by id, unless every body lies in [0, boxSize)^3.
