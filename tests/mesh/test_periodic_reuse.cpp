@@ -227,7 +227,7 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew
     for (const std::uint64_t id : escapedIds) {
       const std::size_t at = indexOf(id);
       const double scale = std::sqrt(reference.ax[at] * reference.ax[at] + reference.ay[at] * reference.ay[at] +
-                                   reference.az[at] * reference.az[at]);
+                                     reference.az[at] * reference.az[at]);
       EXPECT_NEAR(box.bodies.ax[at], reference.ax[at], 1e-12 * scale);
       EXPECT_NEAR(box.bodies.ay[at], reference.ay[at], 1e-12 * scale);
       EXPECT_NEAR(box.bodies.az[at], reference.az[at], 1e-12 * scale);

@@ -462,8 +462,8 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
   };
   const auto pullOn = [&](const double* at, const double* from, double m, Pull& pull) {
     accumulateTruncatedPairInteraction<double>(nearestImage(from[0] - at[0], box), nearestImage(from[1] - at[1], box),
-                                               nearestImage(from[2] - at[2], box), m, eps2, invTwoSplit, cut2,
-                                               pull.ax, pull.ay, pull.az, pull.pot);
+                                               nearestImage(from[2] - at[2], box), m, eps2, invTwoSplit, cut2, pull.ax,
+                                               pull.ay, pull.az, pull.pot);
   };
   // The escaped bodies' own forces: the truncated pull of every body within r_cut of where they are (the short range
   // has no other part), in double. Each from the bodies at the engine's places (the others' escaped at their own).

@@ -56,7 +56,8 @@ struct TreeStats {
   /// The engine's copy of the bodies once differed from the caller's (the host rounded its leapfrog differently, or
   /// the bodies were moved otherwise than announced): positions are sent every call since.
   bool advanceMismatch = false;
-  /// Bodies outside their balls at this call whose pulls the periodic solver added exactly (its tree held for the rest).
+  /// Bodies outside their balls at this call whose pulls the periodic solver added exactly (its tree held for the
+  /// rest).
   std::uint64_t bodiesEscaped = 0;
 };
 
