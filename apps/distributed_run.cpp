@@ -921,7 +921,8 @@ int runDistributed(CLI::App& command, const Options& given) {
               double(std::max<std::uint64_t>(summary.forceCalls, 1)),
           numRanks, stats.imbalance());
     }
-    if (options.timings) info << formatTimingsTable(summary, engine.onGpu) << formatRankTotals(ranksTotals) << std::flush;
+    if (options.timings)
+      info << formatTimingsTable(summary, engine.onGpu) << formatRankTotals(ranksTotals) << std::flush;
     endRankZeroWork();
   }
   return 0;
