@@ -26,6 +26,9 @@ namespace {
 /// Bodies per task of the reuse's passes over the bodies.
 constexpr std::size_t kBodiesPerTask = std::size_t{1} << 14;
 
+/// Ranges of bodies near an escaped body per task of addEscapedPulls.
+constexpr std::size_t kEscapedRangesPerTask = 16;
+
 /// Bodies whose speeds set a tree's K (ballRadii): about this many, every (N / kSpeedSamples)-th.
 constexpr std::size_t kSpeedSamples = std::size_t{1} << 16;
 
@@ -416,9 +419,7 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
   escapedTrue_.resize(3 * escaped_.size());
   escapedClamped_.resize(3 * escaped_.size());
   escapedRanges_.resize(escaped_.size());
-  std::uint64_t candidates = 0;
-  const std::uint64_t budget = std::max<std::uint64_t>(kEscapedMinBudget, std::uint64_t(kEscapedBudget * double(n)));
-  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+  tbb::parallel_for(std::size_t{0}, escaped_.size(), [&](std::size_t k) {
     const std::uint32_t i = escaped_[k];
     double* where = &escapedTrue_[3 * k];
     double* clamped = &escapedClamped_[3 * k];
@@ -434,9 +435,13 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
     for (int d = 0; d < 3; ++d) clamped[d] = built[d] + moved[d] * scale;
     // One query holds both places: every body within r_cut of either lies within r_cut + their distance of the first.
     escapedNeighbours(where, cut + distance * (1.0 - scale), escapedRanges_[k]);
-    for (const BodyRange& range : escapedRanges_[k]) candidates += range.size();
-    if (candidates > budget) return false;
+  });
+  std::uint64_t candidates = 0;
+  for (const std::vector<BodyRange>& ranges : escapedRanges_) {
+    for (const BodyRange& range : ranges) candidates += range.size();
   }
+  const std::uint64_t budget = std::max<std::uint64_t>(kEscapedMinBudget, std::uint64_t(kEscapedBudget * double(n)));
+  if (candidates > budget) return false;
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t i = escaped_[k];
     pathX_[i] = escapedClamped_[3 * k];
@@ -485,15 +490,17 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
     own[k] = sum;
   });
   // The other bodies felt each escaped body at its clamped place: that pull out, its pull from its true place in.
-  // One escaped body at a time (the bodies near one are distinct): the same sums whatever the thread count.
+  // One escaped body at a time (the bodies near one are distinct): the same sums whatever the thread count. Its
+  // ranges (leaves, most of a few dozen bodies) are shared out whole: a task per range would cost more than its pairs.
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t e = escaped_[k];
     const double* where = &escapedTrue_[3 * k];
     const double* clamped = &escapedClamped_[3 * k];
-    for (const BodyRange& range : escapedRanges_[k]) {
-      tbb::parallel_for(tbb::blocked_range<std::uint32_t>(range.first, range.last, 1024),
-                        [&](const tbb::blocked_range<std::uint32_t>& r) {
-                          for (std::uint32_t i = r.begin(); i != r.end(); ++i) {
+    const std::vector<BodyRange>& ranges = escapedRanges_[k];
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ranges.size(), kEscapedRangesPerTask),
+                      [&](const tbb::blocked_range<std::size_t>& some) {
+                        for (std::size_t r = some.begin(); r != some.end(); ++r) {
+                          for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i) {
                             if (i == e || isEscaped(i)) continue;
                             const double at[3] = {pathX_[i], pathY_[i], pathZ_[i]};
                             Pull added, removed;
@@ -504,8 +511,8 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
                             out.az[i] += G * (added.az - removed.az);
                             if (out.pot != nullptr) out.pot[i] += G * (added.pot - removed.pot);
                           }
-                        });
-    }
+                        }
+                      });
   }
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t e = escaped_[k];
