@@ -6,6 +6,7 @@
 // force as a fresh tree's do, a body that leaves its ball keeps the tree (its pulls added exactly), and many such
 // bodies, or bodies in another order, make the call build anew.
 #include <gtest/gtest.h>
+#include <tbb/global_control.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "matcha/core/checkpoint_state.hpp"
@@ -273,6 +275,36 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew
   report = solver.computeForces(box.bodies);
   EXPECT_TRUE(report.rebuilt) << "the bodies came in another order";
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
+}
+
+// The escaped bodies' pulls are added one escaped body at a time (their sums each in one order): a reused call with a
+// dozen of them gives the same bits on one thread as on all.
+TEST_F(PeriodicReuse, EscapedBodiesGiveTheSameBitsOnOneThreadAsOnAll) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const auto run = [&](std::size_t threads) {
+    tbb::global_control control(tbb::global_control::max_allowed_parallelism, threads);
+    DriftingBox box = drifting();
+    TreeParams params;
+    params.reuse = 8;
+    gpu::CpuEngine engine(gpu::Precision::float64);
+    tree::PeriodicTreeSolver solver(engine, params, gravity);
+    solver.setPotentialsWanted(true);
+    for (int call = 1; call <= 2; ++call) {
+      solver.computeForces(box.bodies);
+      box.drift(L);
+    }
+    for (std::size_t i = 0; i < box.bodies.size(); i += 97) box.bodies.x[i] = wrapIntoBox(box.bodies.x[i] + 0.2 * L, L);
+    const ForceReport report = solver.computeForces(box.bodies);
+    EXPECT_FALSE(report.rebuilt);
+    EXPECT_GE(report.numBodiesEscaped, 10u);
+    return box.bodies;
+  };
+  const Particles one = run(1), all = run(std::max(2, int(std::thread::hardware_concurrency())));
+  ASSERT_EQ(one.id, all.id);
+  EXPECT_EQ(one.ax, all.ax);
+  EXPECT_EQ(one.ay, all.ay);
+  EXPECT_EQ(one.az, all.az);
+  EXPECT_EQ(one.pot, all.pot);
 }
 
 // A reused call checks the box in its ball pass (no pass of its own): a body on the far face or with a NaN coordinate,
