@@ -5,6 +5,7 @@
 #include <tbb/parallel_reduce.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -137,10 +138,15 @@ double rmsMomentum(const Particles& p) {
 
 }  // namespace
 
-ComovingSchedule::ComovingSchedule(const cosmology::ComovingTimeline& timeline, std::optional<double> longRangeLength)
+ComovingSchedule::ComovingSchedule(const cosmology::ComovingTimeline& timeline, std::optional<double> longRangeLength,
+                                   bool blockSteps)
     : timeline_(timeline),
       appliedSoftening_(timeline.comovingSoftening(timeline.startScaleFactor())),
-      longRangeLength_(longRangeLength) {
+      longRangeLength_(longRangeLength),
+      blockSteps_(blockSteps) {
+  if (blockSteps_ && !longRangeLength_) {
+    throw InputError("block time steps need long-range steps (--pm-steps on, a periodic TreePM run)");
+  }
   if (longRangeLength_ && !(std::isfinite(*longRangeLength_) && *longRangeLength_ > 0.0)) {
     throw InputError("comoving steps: the long-range length must be finite and > 0 (got " +
                      formatNumber(*longRangeLength_) + ")");
@@ -151,7 +157,78 @@ bool ComovingSchedule::readsVelocities(std::uint64_t /*stepsTaken*/, double scal
   return longRangeLength_.has_value() && !(scaleFactor < longRangeEnd_);
 }
 
+double ComovingSchedule::scaleFactorAtTick(double tick) const {
+  if (tick == 0.0) return longRangeStart_;
+  if (tick == double(integrator::kTicksPerLongStep)) return longRangeEnd_;
+  return std::exp(longRangeStartLnA_ + longRangeLengthLnA_ * (tick / double(integrator::kTicksPerLongStep)));
+}
+
+integrator::PlannedStep ComovingSchedule::planBlockStep(const Particles& p, double largestAcceleration) {
+  using integrator::kDeepestTimeBin;
+  using integrator::kTicksPerLongStep;
+  integrator::PlannedStep planned;
+  integrator::BinnedStep block;
+  block.tick = tick_;
+  const double aNow = scaleFactorAtTick(double(tick_));
+  // The bins' scale: the long-range step over Power et al.'s limit at |g| = 1 (timeBinFor), at the step's two ends.
+  block.openingBinScale = longRangeLengthLnA_ / timeline_.accelerationStepScale(aNow);
+  // At the long-range step's start every body takes a bin (the leapfrog's opening pass, by the same rule): the finest
+  // is that of the largest acceleration. Inside it the bins are the bodies'.
+  const std::uint8_t finest =
+      tick_ == 0 ? integrator::timeBinFor(largestAcceleration, block.openingBinScale) : integrator::finestTimeBin(p);
+  block.nextTick = tick_ + (std::uint64_t{1} << (kDeepestTimeBin - finest));
+  const double aNext = scaleFactorAtTick(double(block.nextTick));
+  block.closingBinScale = longRangeLengthLnA_ / timeline_.accelerationStepScale(aNext);
+  const cosmology::Background& background = timeline_.background();
+  // Half a step of bin b in ticks (a fraction at the deepest bin).
+  const auto halfStep = [](std::uint8_t bin) { return std::ldexp(1.0, kDeepestTimeBin - bin - 1); };
+  for (std::uint8_t bin = integrator::alignedTimeBin(tick_); bin <= finest; ++bin) {
+    block.openingKick[bin] = background.kickFactor(aNow, scaleFactorAtTick(double(tick_) + halfStep(bin)));
+  }
+  for (std::uint8_t bin = integrator::alignedTimeBin(block.nextTick); bin <= finest; ++bin) {
+    block.closingKick[bin] = background.kickFactor(scaleFactorAtTick(double(block.nextTick) - halfStep(bin)), aNext);
+  }
+  planned.factors.drift = background.driftFactor(aNow, aNext);
+  planned.factors.longRangeAtEnd = block.endsLongStep();
+  if (tick_ == 0) planned.factors.longRangeOpeningKick = longRangeOpeningKick_;
+  if (block.endsLongStep()) planned.factors.longRangeClosingKick = longRangeClosingKick_;
+  planned.factors.block = block;
+  planned.diagnostics = planned.factors.longRangeAtEnd;
+  planned.endTime = aNext;
+  planned.last = aNext == timeline_.endScaleFactor();
+  planned.output = planned.last || timeline_.outputIndexAt(aNext).has_value();
+  if (const double softening = timeline_.comovingSoftening(aNext); softening != appliedSoftening_) {
+    planned.softening = softening;
+    appliedSoftening_ = softening;
+  }
+  lastStepDlnA_ = std::log(aNext / aNow);
+  tick_ = block.nextTick;
+  return planned;
+}
+
 integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, double scaleFactor, const Particles& p) {
+  if (blockSteps_) {
+    double largest = 0.0;
+    if (readsVelocities(0, scaleFactor)) {
+      // A long-range step begins: its length from the bodies' rms momentum alone (the bins divide it), its kicks.
+      largest = integrator::maxAcceleration(p);
+      // A power of two of the fastest body's step, so that the finest bin's step is that step, not up to half of it
+      // (a hair below: the bins' rounding must not take the next power).
+      double limit = timeline_.longRangeStepLimit(scaleFactor, rmsMomentum(p), *longRangeLength_);
+      const double shortLimit = timeline_.maxStep(scaleFactor, largest);  // names a non-finite acceleration
+      if (shortLimit < limit) limit = (1.0 - 1e-9) * std::ldexp(shortLimit, std::ilogb(limit / shortLimit));
+      longRangeEnd_ = timeline_.longRangeStepEnd(scaleFactor, limit);
+      const cosmology::KdkFactors longRange = timeline_.kdkFactors(scaleFactor, longRangeEnd_);
+      longRangeOpeningKick_ = longRange.firstKick;
+      longRangeClosingKick_ = longRange.secondKick;
+      longRangeStart_ = scaleFactor;
+      longRangeStartLnA_ = std::log(scaleFactor);
+      longRangeLengthLnA_ = std::log(longRangeEnd_ / scaleFactor);
+      tick_ = 0;
+      ++longRangeStepsBegun_;
+    }
+    return planBlockStep(p, largest);
+  }
   integrator::PlannedStep planned;
   const double largest = integrator::maxAcceleration(p);
   if (readsVelocities(0, scaleFactor)) {
@@ -205,6 +282,11 @@ bool ComovingSchedule::mayEndAtOutput(std::uint64_t /*stepsTaken*/, double scale
 }
 
 bool ComovingSchedule::mayPlanDiagnostics(std::uint64_t /*stepsTaken*/, double scaleFactor) const {
+  if (blockSteps_) {
+    // The next block step can end the long-range step only if the ticks left fit the coarsest step aligned here.
+    const std::uint64_t left = integrator::kTicksPerLongStep - tick_;
+    return tick_ == 0 || left <= (std::uint64_t{1} << std::countr_zero(tick_));
+  }
   if (!longRangeLength_ || !(scaleFactor < longRangeEnd_) || !(lastStepDlnA_ > 0.0)) return true;
   return std::log(longRangeEnd_ / scaleFactor) <= 1.5 * lastStepDlnA_;
 }

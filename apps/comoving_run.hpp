@@ -74,8 +74,10 @@ class ComovingSchedule final : public integrator::StepSchedule {
   /// @param timeline         in: copied (it holds its own background)
   /// @param longRangeLength  in, optional: long-range steps with this length (the smaller of the split radius r_s and
   ///                         the mean spacing, comoving, > 0); unset: none
+  /// @param blockSteps       in: block time steps within each long-range step (integrator::BinnedStep; needs
+  ///                         longRangeLength): each body steps by its own limit, not the fastest body's
   explicit ComovingSchedule(const cosmology::ComovingTimeline& timeline,
-                            std::optional<double> longRangeLength = std::nullopt);
+                            std::optional<double> longRangeLength = std::nullopt, bool blockSteps = false);
 
   double startTime() const override { return timeline_.startScaleFactor(); }
   double endTime() const override { return timeline_.endScaleFactor(); }
@@ -108,7 +110,19 @@ class ComovingSchedule final : public integrator::StepSchedule {
   std::optional<double> longRangeLength_;
   double longRangeEnd_ = 0.0;          ///< where the current long-range step ends (<= a: it ended; a new one begins)
   double longRangeClosingKick_ = 0.0;  ///< its closing kick, kick(Am, A1)
+  double longRangeOpeningKick_ = 0.0;  ///< its opening kick, kick(A0, Am) (block time steps)
   std::uint64_t longRangeStepsBegun_ = 0;
+  bool blockSteps_ = false;
+  // Block time steps: the current long-range step's start (ln a) and length in ln a, and the tick reached in it.
+  double longRangeStartLnA_ = 0.0;
+  double longRangeLengthLnA_ = 0.0;
+  double longRangeStart_ = 0.0;  ///< its start's scale factor, as stored
+  std::uint64_t tick_ = 0;
+
+  /// The scale factor at `tick` of the current long-range step (its ends exactly as stored).
+  double scaleFactorAtTick(double tick) const;
+  /// The block step from tick_ (the bodies' bins as `p` holds them, or from `largestAcceleration` at tick 0).
+  integrator::PlannedStep planBlockStep(const Particles& p, double largestAcceleration);
 };
 
 /// The Layzer-Irvine check of a comoving run, fed the run's diagnostics (integrator::Diagnostics of the run's state:

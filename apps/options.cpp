@@ -493,8 +493,8 @@ void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic) {
 }
 
 void refuseComovingOptions(const Options& options) {
-  for (const char* name :
-       {"--z-end", "--output-z", "--max-dlna", "--max-physical-softening", "--pm-steps", "--pm-displacement"}) {
+  for (const char* name : {"--z-end", "--output-z", "--max-dlna", "--max-physical-softening", "--pm-steps",
+                           "--pm-displacement", "--block-steps"}) {
     if (givenOnCommandLine(options, name)) {
       throw InputError(std::string(name) +
                        " is an option of comoving runs (an --ic file with a cosmology, or --cosmology); this run is "

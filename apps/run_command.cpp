@@ -372,7 +372,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
                  ? ", at most " + std::to_string(*options.comoving.maxPhysicalSoftening) + " physical"
                  : std::string())
          << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine"
-         << (options.longRangeSteps ? "; the mesh's long range over long-range steps (--pm-steps)" : "") << "\n";
+         << (options.longRangeSteps ? "; the mesh's long range over long-range steps (--pm-steps)" : "")
+         << (options.blockSteps ? "; block time steps within them (--block-steps)" : "") << "\n";
   } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
          << options.integrator.tEnd << " is absolute time"
@@ -536,7 +537,11 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       hermiteSummary = integrator::runHermite(particles, *hermite, options.integrator, callbacks, resume);
       summary = hermiteSummary->run;
     } else if (comoving != nullptr) {
-      ComovingSchedule schedule(comoving->timeline, comovingLongRangeLength(options, particles.size(), *runner.solver));
+      const std::optional<double> longRangeLength = comovingLongRangeLength(options, particles.size(), *runner.solver);
+      if (options.blockSteps && !longRangeLength) {
+        throw InputError("--block-steps on needs long-range steps: --pm-steps on and a periodic box (TreePM)");
+      }
+      ComovingSchedule schedule(comoving->timeline, longRangeLength, options.blockSteps);
       summary = integrator::runSteps(particles, *runner.solver, schedule, options.integrator, callbacks, resume);
       longRangeSteps = schedule.longRangeStepsBegun();
     } else {
@@ -619,6 +624,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
                         {"max_dlna", options.comoving.maxDlnA},
                         {"eta", options.comoving.eta},
                         {"pm_steps", options.longRangeSteps},
+                        {"block_steps", options.blockSteps},
                         {"long_range_steps", longRangeSteps},
                         {"steps_per_unit_ln_a",
                          double(summary.steps) / std::log(timeline.endScaleFactor() / timeline.startScaleFactor())},
@@ -992,6 +998,14 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
                    "rms displacement within --pm-displacement of min(r_s, mean spacing), at most --max-dlna), the "
                    "short range over the steps within them, the mesh computed at the long-range steps' ends only "
                    "(on); or the whole force every step (off)")
+      ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+      ->capture_default_str();
+  command
+      ->add_option("--block-steps", options.blockSteps,
+                   "comoving runs with --pm-steps on: block time steps (GADGET's): within each long-range step every "
+                   "body steps by its own acceleration (Power et al.'s limit, --eta), in powers of two of the "
+                   "long-range step, and each force call computes the forces of the bodies whose steps end there "
+                   "(on); or every body the step of the fastest (off)")
       ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
       ->capture_default_str();
   command

@@ -79,7 +79,7 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
   } else {
     appendf(line,
             "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
-            "host cores busy %.1f; trees built %llu%s",
+            "host cores busy %.1f; trees built %llu%s; bodies stepped %.4g a step",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
             timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
@@ -87,7 +87,8 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
             static_cast<unsigned long long>(timings.rebuilds),
             timings.bodiesEscaped == 0
                 ? ""
-                : ("; bodies out of their balls " + std::to_string(timings.bodiesEscaped) + " (pulls added)").c_str());
+                : ("; bodies out of their balls " + std::to_string(timings.bodiesEscaped) + " (pulls added)").c_str(),
+            static_cast<double>(timings.bodiesStepped) / static_cast<double>(timings.steps));
   }
   return line;
 }
@@ -162,7 +163,8 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"rebuilds", summary.rebuilds},
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
           {"groups_repaired", summary.groupsRepaired},
-          {"bodies_escaped_per_step", perStep(static_cast<double>(summary.bodiesEscaped), steps)}};
+          {"bodies_escaped_per_step", perStep(static_cast<double>(summary.bodiesEscaped), steps)},
+          {"bodies_stepped_per_step", perStep(static_cast<double>(summary.bodiesStepped), steps)}};
 }
 
 }  // namespace matcha::app

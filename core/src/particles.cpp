@@ -28,6 +28,10 @@ void Particles::permute(std::span<const std::uint32_t> order) {
   for (auto* array : {&x, &y, &z, &vx, &vy, &vz, &mass, &ax, &ay, &az, &pot}) permuteArray(*array, order, scratch);
   std::vector<std::uint64_t> idScratch;
   permuteArray(id, order, idScratch);
+  if (timeBin.size() == size()) {
+    std::vector<std::uint8_t> binScratch;
+    permuteArray(timeBin, order, binScratch);
+  }
 }
 
 void Particles::validate() const {

@@ -127,6 +127,12 @@ double ComovingTimeline::maxStep(double scaleFactor, double maxAccelerationComov
   return std::min(params_.maxDlnA, background_.hubble(a) * dt);
 }
 
+double ComovingTimeline::accelerationStepScale(double scaleFactor) const {
+  checkInRun(scaleFactor, "the step limit");
+  const double a = scaleFactor;
+  return background_.hubble(a) * std::sqrt(2.0 * params_.eta * comovingSoftening(a) * a * a * a);
+}
+
 double ComovingTimeline::stepEnd(double aNow, double limit, std::optional<double> extraStop, const char* what) const {
   checkInRun(aNow, what);
   if (!(aNow < aEnd_)) {

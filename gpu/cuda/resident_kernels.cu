@@ -44,6 +44,20 @@ __global__ void scatterForcesKernel(DeviceForces tree, const std::uint32_t* orde
   }
 }
 
+__global__ void packRunsKernel(DeviceForces tree, const uint4* runs, std::uint32_t numRuns, double* packed,
+                               std::size_t numPacked) {
+  for (std::uint32_t k = blockIdx.x; k < numRuns; k += gridDim.x) {
+    const uint4 run = runs[k];
+    for (std::uint32_t t = threadIdx.x; t < run.y; t += blockDim.x) {
+      const std::size_t from = std::size_t{run.x} + t, to = std::size_t{run.z} + t;
+      packed[to] = tree.ax[from];
+      packed[numPacked + to] = tree.ay[from];
+      packed[2 * numPacked + to] = tree.az[from];
+      if (tree.pot != nullptr) packed[3 * numPacked + to] = tree.pot[from];
+    }
+  }
+}
+
 /// The host's leapfrog between two calls (core/particles.hpp: BodyAdvance), rounded as the host rounds it: the _rn
 /// intrinsics keep nvcc from fusing a product into the sum that follows (the host compiles the integrator with
 /// -ffp-contract=off), so the copy stays the caller's bodies bit for bit.
@@ -187,6 +201,13 @@ void launchGatherPositions(const double* x, const double* y, const double* z, co
 void launchScatterForces(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out,
                          cudaStream_t stream) {
   scatterForcesKernel<<<blocksFor(n), kThreads, 0, stream>>>(tree, order, n, out);
+}
+
+void launchPackRuns(DeviceForces tree, const uint4* runs, std::uint32_t numRuns, double* packed, std::size_t numPacked,
+                    cudaStream_t stream) {
+  if (numRuns == 0) return;
+  packRunsKernel<<<std::min<std::uint32_t>(numRuns, 65535), kThreads, 0, stream>>>(tree, runs, numRuns, packed,
+                                                                                   numPacked);
 }
 
 void launchAdvanceBodies(const MirrorBodies& bodies, std::uint32_t n, const BodyAdvance& advance, cudaStream_t stream) {

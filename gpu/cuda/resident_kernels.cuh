@@ -81,6 +81,10 @@ void launchGatherPositions(const double* x, const double* y, const double* z, co
                            std::uint32_t n, double* treeX, double* treeY, double* treeZ, cudaStream_t stream);
 void launchScatterForces(DeviceForces tree, const std::uint32_t* order, std::uint32_t n, DeviceForces out,
                          cudaStream_t stream);
+/// Packs runs of the outputs (run k: {first, count, offset}) into `packed`, component c at c * numPacked + offset +
+/// t: a subset's outputs leave the device in one copy per component, not one per run.
+void launchPackRuns(DeviceForces tree, const uint4* runs, std::uint32_t numRuns, double* packed, std::size_t numPacked,
+                    cudaStream_t stream);
 void launchRefitLevel(const RefitBodies& bodies, const RefitCells& cells, std::uint32_t firstCell,
                       std::uint32_t lastCell, double theta, cudaStream_t stream);
 void launchGroupBoxes(const double* x, const double* y, const double* z, const uint2* groups, std::uint32_t numGroups,

@@ -27,4 +27,13 @@ void parallelCopy(void* destination, const void* source, std::size_t bytes) {
                     });
 }
 
+void scatterRuns(double* to, const double* packed, const std::uint32_t* runs, std::size_t numRuns) {
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numRuns, 16), [&](const tbb::blocked_range<std::size_t>& some) {
+    for (std::size_t k = some.begin(); k != some.end(); ++k) {
+      const std::uint32_t* run = runs + 3 * k;
+      std::memcpy(to + run[0], packed + run[2], std::size_t{run[1]} * sizeof(double));
+    }
+  });
+}
+
 }  // namespace matcha::gpu::detail

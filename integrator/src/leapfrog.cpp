@@ -6,6 +6,7 @@
 #include <tbb/parallel_reduce.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -197,6 +198,29 @@ std::optional<NonFiniteValue> findNonFinite(const Particles& p, bool checkPotent
   return std::nullopt;  // unreachable: finiteBody found one
 }
 
+std::uint8_t alignedTimeBin(std::uint64_t tick) {
+  if (tick == 0) return 0;
+  const int zeros = std::countr_zero(tick);
+  return static_cast<std::uint8_t>(zeros >= kDeepestTimeBin ? 0 : kDeepestTimeBin - zeros);
+}
+
+std::uint8_t timeBinFor(double acceleration, double binScale) {
+  const double ratio = binScale * std::sqrt(acceleration);  // the long-range step over the body's limit
+  if (!(ratio > 1.0)) return 0;                             // within the limit, or no acceleration (NaN: the check's)
+  const double bin = std::ceil(std::log2(ratio));
+  return static_cast<std::uint8_t>(std::min(bin, double(kDeepestTimeBin)));
+}
+
+std::uint8_t finestTimeBin(const Particles& p) {
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, p.timeBin.size(), 1 << 16), std::uint8_t{0},
+      [&](const tbb::blocked_range<std::size_t>& block, std::uint8_t finest) {
+        for (std::size_t i = block.begin(); i < block.end(); ++i) finest = std::max(finest, p.timeBin[i]);
+        return finest;
+      },
+      [](std::uint8_t a, std::uint8_t b) { return std::max(a, b); });
+}
+
 void kick(Particles& p, double dt) { addScaled(p.vx, p.vy, p.vz, p.ax, p.ay, p.az, dt); }
 
 void drift(Particles& p, double dt) { addScaled(p.x, p.y, p.z, p.vx, p.vy, p.vz, dt); }
@@ -238,12 +262,7 @@ StepReport LeapfrogKDK::step(Particles& p, ClosingKick closing) {
 }
 
 void LeapfrogKDK::kickWithLongRange(Particles& p, double factor) {
-  AccelerationView longRange = solver_.lastLongRange();
-  if (longRange.count != p.size()) {
-    solver_.computeLongRange(p);
-    longRange = solver_.lastLongRange();
-  }
-  MATCHA_ASSERT(longRange.count == p.size(), "the solver kept no long range for the long-range kick");
+  const AccelerationView longRange = longRangeOf(p);
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask),
                     [&](const tbb::blocked_range<std::size_t>& block) {
                       for (std::size_t i = block.begin(); i < block.end(); ++i) {
@@ -254,8 +273,165 @@ void LeapfrogKDK::kickWithLongRange(Particles& p, double factor) {
                     });
 }
 
+namespace {
+
+/// Asks the solver for the forces of some bodies only (ForceSolver::setLowestActiveBin) for one call, and for every
+/// body again on every path out.
+class LowestActiveBinScope {
+ public:
+  LowestActiveBinScope(ForceSolver& solver, std::uint8_t bin) : solver_(solver) { solver_.setLowestActiveBin(bin); }
+  ~LowestActiveBinScope() { solver_.setLowestActiveBin(0); }
+  LowestActiveBinScope(const LowestActiveBinScope&) = delete;
+  LowestActiveBinScope& operator=(const LowestActiveBinScope&) = delete;
+
+ private:
+  ForceSolver& solver_;
+};
+
+}  // namespace
+
+void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& report) {
+  const BinnedStep& block = *factors.block;
+  MATCHA_ASSERT(block.tick < block.nextTick && block.nextTick <= kTicksPerLongStep &&
+                    block.nextTick - block.tick ==
+                        (std::uint64_t{1} << (kDeepestTimeBin - alignedTimeBin(block.nextTick - block.tick))),
+                "a block step that is not one step of a bin");
+  MATCHA_ASSERT(factors.longRangeAtEnd == block.endsLongStep(),
+                "a block step whose long range is not due exactly at the long-range step's end");
+  Stopwatch clock;
+  synchronize(p);  // a closing kick a global step left
+  const std::size_t n = p.size();
+  const bool start = block.tick == 0;
+  if (start) p.timeBin.resize(n);
+  MATCHA_ASSERT(p.timeBin.size() == n, "block time steps without bins: the long-range step did not start at tick 0");
+  // At the long-range step's ends the long range kicks with its own factor and the short range with each body's:
+  // acc holds their sum, the solver the long range alone.
+  AccelerationView openingLong;
+  if (start && factors.longRangeOpeningKick != 0.0) openingLong = longRangeOf(p);
+  const double longOpening = factors.longRangeOpeningKick;
+  const std::uint8_t openingFrom = alignedTimeBin(block.tick);
+  const double drift = factors.drift;
+  const bool wrap = boxSize_ > 0.0;
+  const bool openingFinite = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
+      [&](const tbb::blocked_range<std::size_t>& range, bool finite) {
+        double probe = 0.0;
+        int outside = 0;
+        for (std::size_t i = range.begin(); i < range.end(); ++i) {
+          if (start) {
+            const double a2 = p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i];
+            p.timeBin[i] = timeBinFor(std::sqrt(a2), block.openingBinScale);
+          }
+          const std::uint8_t bin = p.timeBin[i];
+          if (bin >= openingFrom) {
+            const double k = block.openingKick[bin];
+            p.vx[i] += p.ax[i] * k;
+            p.vy[i] += p.ay[i] * k;
+            p.vz[i] += p.az[i] * k;
+            if (openingLong.count != 0) {
+              p.vx[i] += openingLong.ax[i] * (longOpening - k);
+              p.vy[i] += openingLong.ay[i] * (longOpening - k);
+              p.vz[i] += openingLong.az[i] * (longOpening - k);
+            }
+          }
+          p.x[i] += p.vx[i] * drift;
+          p.y[i] += p.vy[i] * drift;
+          p.z[i] += p.vz[i] * drift;
+          if (wrap) {
+            // As kicksThenDrift: flag the block, wrap it below (-0.0 becomes +0.0 here, as wrapIntoBox does).
+            p.x[i] += 0.0;
+            p.y[i] += 0.0;
+            p.z[i] += 0.0;
+            outside |= int(!(p.x[i] >= 0.0 && p.x[i] < boxSize_)) | int(!(p.y[i] >= 0.0 && p.y[i] < boxSize_)) |
+                       int(!(p.z[i] >= 0.0 && p.z[i] < boxSize_));
+          }
+          probe += (p.x[i] - p.x[i]) + (p.y[i] - p.y[i]) + (p.z[i] - p.z[i]) + (p.vx[i] - p.vx[i]) +
+                   (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]);
+        }
+        if (outside != 0) {
+          for (std::size_t i = range.begin(); i < range.end(); ++i) {
+            p.x[i] = wrapIntoBox(p.x[i], boxSize_);
+            p.y[i] = wrapIntoBox(p.y[i], boxSize_);
+            p.z[i] = wrapIntoBox(p.z[i], boxSize_);
+          }
+        }
+        return finite && allFinite(probe);
+      },
+      [](bool a, bool b) { return a && b; });
+  report.integrationSeconds = clock.seconds();
+
+  const std::uint8_t closingFrom = alignedTimeBin(block.nextTick);
+  if (solver_.longRangeStepsOn()) solver_.setLongRangeDue(factors.longRangeAtEnd);
+  {
+    const LowestActiveBinScope active(solver_, closingFrom);
+    report.force = solver_.computeForces(p);  // may permute the bodies, their bins with them
+  }
+  clock.restart();
+  AccelerationView closingLong;
+  if (block.endsLongStep() && factors.longRangeClosingKick != 0.0) closingLong = longRangeOf(p);
+  const double longClosing = factors.longRangeClosingKick;
+  const bool checkPotential = solver_.potentialsWanted();
+  const bool ends = block.endsLongStep();
+  struct Closed {
+    bool finite = true;
+    std::uint64_t bodies = 0;
+  };
+  const Closed closed = tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), Closed{},
+      [&](const tbb::blocked_range<std::size_t>& range, Closed done) {
+        double probe = 0.0;
+        for (std::size_t i = range.begin(); i < range.end(); ++i) {
+          const std::uint8_t bin = p.timeBin[i];
+          if (bin < closingFrom) continue;
+          ++done.bodies;
+          const double k = block.closingKick[bin];
+          p.vx[i] += p.ax[i] * k;
+          p.vy[i] += p.ay[i] * k;
+          p.vz[i] += p.az[i] * k;
+          if (closingLong.count != 0) {
+            p.vx[i] += closingLong.ax[i] * (longClosing - k);
+            p.vy[i] += closingLong.ay[i] * (longClosing - k);
+            p.vz[i] += closingLong.az[i] * (longClosing - k);
+          }
+          const double a2 = p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i];
+          if (!ends) p.timeBin[i] = std::max(timeBinFor(std::sqrt(a2), block.closingBinScale), closingFrom);
+          probe += (a2 - a2) + (p.vx[i] - p.vx[i]) + (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]) +
+                   (checkPotential ? p.pot[i] - p.pot[i] : 0.0);
+        }
+        done.finite = done.finite && allFinite(probe);
+        return done;
+      },
+      [](Closed a, const Closed& b) {
+        return Closed{a.finite && b.finite, a.bodies + b.bodies};
+      });
+  report.bodiesStepped = closed.bodies;
+  if (!(openingFinite && closed.finite)) report.nonFinite = findNonFinite(p, checkPotential);
+  report.integrationSeconds += clock.seconds();
+}
+
+AccelerationView LeapfrogKDK::longRangeOf(Particles& p) {
+  AccelerationView longRange = solver_.lastLongRange();
+  if (longRange.count != p.size()) {
+    solver_.computeLongRange(p);
+    longRange = solver_.lastLongRange();
+  }
+  MATCHA_ASSERT(longRange.count == p.size(), "the solver kept no long range for the long-range kick");
+  return longRange;
+}
+
 StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick closing) {
   MATCHA_ASSERT(initialized_, "LeapfrogKDK::step called before initialize");
+  if (factors.block) {
+    MATCHA_ASSERT(solver_.longRangeStepsOn(), "block time steps need long-range steps (a periodic TreePM solver)");
+    StepReport report;
+    const Stopwatch wall;
+    const double cpuAtStart = processCpuSeconds();
+    blockStep(p, factors, report);
+    ++stepsTaken_;
+    report.wallSeconds = wall.seconds();
+    report.cpuSeconds = processCpuSeconds() - cpuAtStart;
+    return report;
+  }
   const bool longRangeSteps = solver_.longRangeStepsOn();
   MATCHA_ASSERT(longRangeSteps || (factors.longRangeAtEnd && factors.longRangeOpeningKick == 0.0 &&
                                    factors.longRangeClosingKick == 0.0),
@@ -308,6 +484,7 @@ StepReport LeapfrogKDK::step(Particles& p, const KdkStep& factors, ClosingKick c
   }
   if (!finite) report.nonFinite = findNonFinite(p, checkPotential);
   report.integrationSeconds += clock.seconds();
+  report.bodiesStepped = p.size();
   ++stepsTaken_;
   report.wallSeconds = wall.seconds();
   report.cpuSeconds = processCpuSeconds() - cpuAtStart;

@@ -83,6 +83,7 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.groupsWalked += interval.groupsWalked;
   summary.groupsRepaired += interval.groupsRepaired;
   summary.bodiesEscaped += interval.bodiesEscaped;
+  summary.bodiesStepped += interval.bodiesStepped;
 }
 
 }  // namespace
@@ -234,6 +235,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     account(stepReport.force);
     addForceCall(interval, stepReport.force);
     ++interval.steps;
+    interval.bodiesStepped += stepReport.bodiesStepped;
     interval.stepWallSeconds += stepReport.wallSeconds;
     interval.integrationSeconds += stepReport.integrationSeconds;
     interval.stepCpuSeconds += stepReport.cpuSeconds;
@@ -243,7 +245,10 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       interval.integrationSeconds += seconds;
     };
 
-    if (callbacks.onLastCallOnTree && solver.atCheckpointBoundary()) {
+    // Inside a long-range step of block time steps each body's velocity is at its own step's middle and only the
+    // bodies whose steps ended have current forces: what reads the whole state waits for the long-range step's end.
+    const bool synchronous = planned.factors.endsSynchronized();
+    if (callbacks.onLastCallOnTree && solver.atCheckpointBoundary() && synchronous) {
       synchronise();
       const Stopwatch checking;
       callbacks.onLastCallOnTree(p, time, step);
@@ -281,13 +286,15 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     // A copy of every array costs about two kicks (at 2^22 bodies on the H200's host: 9 ms against 4-6 ms for the
     // whole step's kicks and drift), so the last good state is refreshed every kLastGoodEverySteps steps and at each
     // output, not every step.
-    if (isOutput || step % kLastGoodEverySteps == 0) {
+    const bool lastGoodDue = planned.factors.block ? synchronous && step >= lastGoodStep + kLastGoodEverySteps
+                                                   : step % kLastGoodEverySteps == 0;
+    if (isOutput || lastGoodDue) {
       synchronise();
       detail::copyState(p, lastGood);
       lastGoodTime = time;
       lastGoodStep = step;
     }
-    if (callbacks.onCheckpoint && !planned.last && checkpoints.due(checkpointClock()) &&
+    if (callbacks.onCheckpoint && !planned.last && synchronous && checkpoints.due(checkpointClock()) &&
         solver.atCheckpointBoundary()) {
       synchronise();
       callbacks.onCheckpoint(p, time, RunPosition{step, outputIndex, summary.initial, time});

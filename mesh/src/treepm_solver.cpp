@@ -38,6 +38,9 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   const bool wantPotentials = potentialsWanted();
   shortRange_->setPotentialsWanted(wantPotentials);
   longRangeKept_ = false;
+  MATCHA_ASSERT(lowestActiveBin() == 0 || (longRangeStepsOn() && !longRangeDue()),
+                "a call with the long range asked for the forces of some bodies only");
+  shortRange_->setLowestActiveBin(lowestActiveBin());
   if (longRangeStepsOn() && !longRangeDue()) {
     // Within a long-range step: the short range alone.
     ForceReport report = shortRange_->computeForces(particles);

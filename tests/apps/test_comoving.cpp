@@ -4,6 +4,7 @@
 // follows a maximum physical one), and a run of free bodies through the real run loop whose drift is known exactly.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -318,6 +319,97 @@ TEST(ComovingSchedule, FreeBodiesDriftByTheWholeRunsDriftFactor) {
   // K = sum m p^2 / (2 a^2) falls as a^-2; K + integral 2K dln a stays, to the trapezoid's error on exp(-2 ln a):
   // (2 d ln a)^2 / 12 = 2.1e-4 of the integral for steps of 0.025 (measured 2.04e-4).
   EXPECT_LT(std::abs(check->check().violation()) / check->check().initialEnergy(), 2.5e-4);
+}
+
+/// Body k (by id) feels a constant comoving pull pull[k] along x: its momentum after a run is p0 + pull[k] times the
+/// kick factor of the whole run, however its steps tile the run. A long range of zero, kept apart (TreePM's shape), so
+/// that long-range and block time steps apply; records the lowest active bin of every call.
+class ConstantPulls final : public matcha::ForceSolver {
+ public:
+  explicit ConstantPulls(std::vector<double> pull) : pull_(std::move(pull)) {}
+  matcha::ForceReport computeForces(Particles& p) override {
+    lowestActiveBins.push_back(lowestActiveBin());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.ax[i] = pull_[p.id[i]];
+      p.ay[i] = p.az[i] = p.pot[i] = 0.0;
+    }
+    zeros_.assign(p.size(), 0.0);
+    return {};
+  }
+  bool splitsLongRange() const override { return true; }
+  void setLongRangeSteps(bool on) override { longRangeSteps_ = on; }
+  matcha::AccelerationView lastLongRange() const override {
+    return {zeros_.data(), zeros_.data(), zeros_.data(), zeros_.size()};
+  }
+  void computeLongRange(Particles& p) override { zeros_.assign(p.size(), 0.0); }
+  std::string describe() const override { return "constant pulls"; }
+  std::vector<std::uint8_t> lowestActiveBins;
+
+ private:
+  std::vector<double> pull_;
+  std::vector<double> zeros_;
+};
+
+// Block time steps through the run loop: every long-range step is split into 2^b steps of its finest bin b, each body
+// steps by its own pull (fewer body steps than bodies times steps), the fastest body's steps stay within its limit,
+// and each body's kicks tile the run: its momentum is p0 + pull times the whole run's kick factor.
+TEST(ComovingSchedule, BlockStepsGiveEachBodyItsOwnStepsAndTileItsKicks) {
+  const cosmo::Background background = einsteinDeSitter();
+  cosmo::ComovingTimelineParams params = timelineParams();
+  params.maxRmsDisplacement = 1e3;  // long-range steps of maxDlnA, 0.025, whatever the pulls' momenta
+  const cosmo::ComovingTimeline timeline(background, params);
+  const double g = std::pow(100.0 * std::sqrt(2.0 * 0.025 * 0.05) / 0.003, 2.0);  // a step of 0.003 at a = 1
+  const std::vector<double> pulls = {g, g / 16.0, -g / 300.0, 0.0, -g / 4.0};
+  Particles p(pulls.size());
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    p.id[k] = k;
+    p.mass[k] = 1.0;
+    p.x[k] = 0.1 * double(k);
+    p.vx[k] = 40.0;
+    p.vy[k] = -40.0 + 10.0 * double(k);
+  }
+  const Particles start = p;
+  ConstantPulls solver(pulls);
+  app::ComovingSchedule schedule(timeline, 0.5, true);
+  std::vector<double> ends{schedule.startTime()};
+  mi::RunCallbacks callbacks;
+  callbacks.onProgress = [&](const mi::ProgressInfo& info) { ends.push_back(info.time); };
+  matcha::IntegratorParams settings;
+  const mi::RunSummary summary = mi::runSteps(p, solver, schedule, settings, callbacks);
+  ASSERT_EQ(ends.back(), 1.0);
+  ASSERT_EQ(solver.lowestActiveBins.size(), summary.steps + 1);
+  const double kick = background.kickFactor(schedule.startTime(), 1.0);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const std::uint64_t k = p.id[i];
+    EXPECT_RELATIVE(p.vx[i], start.vx[k] + pulls[k] * kick, 1e-11) << "body " << k;
+    EXPECT_EQ(p.vy[i], start.vy[k]);
+  }
+  // Long-range steps: the calls from one with every body (lowest bin 0) to the next; 2^b of them, with the lowest
+  // bins of a hierarchy (b, b-1, b, b-2, ...).
+  std::size_t longSteps = 0, split = 0;
+  std::size_t first = 1;
+  for (std::size_t call = 1; call < solver.lowestActiveBins.size(); ++call) {
+    if (solver.lowestActiveBins[call] != 0) continue;
+    const std::size_t calls = call - first + 1;
+    ASSERT_EQ(calls & (calls - 1), 0u) << "a long-range step of " << calls << " steps, ending at call " << call;
+    const int finest = std::countr_zero(calls);
+    for (std::size_t c = first; c < call; ++c) {
+      EXPECT_EQ(solver.lowestActiveBins[c], finest - std::countr_zero(c - first + 1)) << "call " << c;
+    }
+    ++longSteps;
+    split += calls > 1 ? 1 : 0;
+    first = call + 1;
+  }
+  EXPECT_EQ(first, solver.lowestActiveBins.size());
+  EXPECT_EQ(longSteps, schedule.longRangeStepsBegun());
+  EXPECT_GT(split, longSteps * 9 / 10) << "the strongest pull needs shorter steps than the long range";
+  // The strongest pull's limit, at each step's start, holds for every step (bins are set at the steps' starts from
+  // the limit there; a limit that shrinks within a step of 1% in a by ~1%).
+  for (std::size_t s = 1; s < ends.size(); ++s) {
+    EXPECT_LE(std::log(ends[s] / ends[s - 1]), 1.02 * timeline.maxStep(ends[s - 1], g)) << "step " << s;
+  }
+  EXPECT_LT(summary.bodiesStepped, summary.steps * p.size() * 2 / 3) << "the weaker pulls take longer steps";
+  EXPECT_GT(summary.bodiesStepped, summary.steps);
 }
 
 TEST(LayzerIrvineCheck, ASavedCheckContinuesAsTheOneThatWentOn) {

@@ -1591,3 +1591,135 @@ TEST(MaxAcceleration, LargestMagnitudeAndNaNWins) {
   p.ay[4000] = INFINITY;
   EXPECT_EQ(mi::maxAcceleration(p), INFINITY);
 }
+
+namespace {
+
+/// Independent bodies (no pairs): body k (by id) feels a spring -kSpring x along x and a constant pull pull[k] along
+/// z, which fixes its bin under timeBinFor's scale 1 (sqrt(pull) halfway between powers of two, the spring far
+/// smaller). The bodies whose bins are below the lowest active one get NaN accelerations, so that any use of them
+/// shows; each call reverses the bodies' order (bins with them) and records its lowest active bin. No long range.
+class BinnedSpringSolver final : public matcha::ForceSolver {
+ public:
+  static constexpr double kSpring = 0.01;
+  explicit BinnedSpringSolver(std::vector<double> pull) : pull_(std::move(pull)) {}
+
+  ForceReport computeForces(Particles& p) override {
+    std::vector<std::uint32_t> reversed(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) reversed[i] = static_cast<std::uint32_t>(p.size() - 1 - i);
+    p.permute(reversed);
+    const std::uint8_t lowest = lowestActiveBin();
+    lowestActiveBins.push_back(lowest);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (p.timeBin.size() == p.size() && p.timeBin[i] < lowest) {
+        p.ax[i] = p.ay[i] = p.az[i] = std::numeric_limits<double>::quiet_NaN();
+        continue;
+      }
+      p.ax[i] = -kSpring * p.x[i];
+      p.ay[i] = 0.0;
+      p.az[i] = pull_[p.id[i]];
+      p.pot[i] = 0.0;
+    }
+    zeros_.assign(p.size(), 0.0);
+    return {};
+  }
+  bool splitsLongRange() const override { return true; }
+  void setLongRangeSteps(bool on) override { longRangeSteps_ = on; }
+  matcha::AccelerationView lastLongRange() const override {
+    return {zeros_.data(), zeros_.data(), zeros_.data(), zeros_.size()};
+  }
+  std::string describe() const override { return "binned springs"; }
+  std::vector<std::uint8_t> lowestActiveBins;
+
+ private:
+  std::vector<double> pull_;
+  std::vector<double> zeros_;
+};
+
+}  // namespace
+
+// Block time steps (BinnedStep) over one long step T: each body takes 2^bin KDK steps of its own, T / 2^bin, while all
+// drift together, and ends where a plain leapfrog of that step puts it; the force calls come at every step of the
+// finest bin, each asking for the bins whose steps end there, and no body's acceleration is read while stale.
+TEST(LeapfrogKDK, BinnedStepsGiveEachBodyTheLeapfrogOfItsOwnStep) {
+  const std::vector<int> bins = {0, 3, 1, 2, 3, 0};
+  std::vector<double> pull;
+  for (const int bin : bins) pull.push_back(std::ldexp(1.0, 2 * bin - 1));  // sqrt(pull) = 2^(bin - 1/2)
+  const std::size_t n = bins.size();
+  Particles p(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    p.id[k] = k;
+    p.mass[k] = 1.0;
+    p.x[k] = 0.3 + 0.1 * double(k);
+    p.vx[k] = 0.05 * double(k) - 0.1;
+    p.vz[k] = -0.2;
+  }
+  const Particles start = p;
+  BinnedSpringSolver solver(pull);
+  solver.setLongRangeSteps(true);
+  mi::LeapfrogKDK leapfrog(solver, mi::LeapfrogKDK::VariableSteps{});
+  leapfrog.initialize(p);
+  const double longStep = 0.8;
+  const double perTick = longStep / double(mi::kTicksPerLongStep);
+  std::uint64_t tick = 0;
+  int calls = 0;
+  while (tick < mi::kTicksPerLongStep) {
+    mi::BinnedStep block;
+    block.tick = tick;
+    block.openingBinScale = block.closingBinScale = 1.0;
+    const std::uint8_t finest = tick == 0 ? mi::timeBinFor(mi::maxAcceleration(p), 1.0) : mi::finestTimeBin(p);
+    block.nextTick = tick + (std::uint64_t{1} << (mi::kDeepestTimeBin - finest));
+    for (std::size_t bin = 0; bin < mi::kNumTimeBins; ++bin) {
+      const double half = 0.5 * longStep * std::ldexp(1.0, -int(bin));
+      block.openingKick[bin] = block.closingKick[bin] = half;
+    }
+    mi::KdkStep factors;
+    factors.drift = double(block.nextTick - tick) * perTick;
+    factors.longRangeAtEnd = block.endsLongStep();
+    factors.block = block;
+    const mi::StepReport report = leapfrog.step(p, factors);
+    ASSERT_FALSE(report.nonFinite.has_value()) << "a stale acceleration was read at tick " << tick;
+    tick = block.nextTick;
+    ++calls;
+  }
+  EXPECT_EQ(calls, 8);
+  const std::vector<std::uint8_t> expected = {0, 3, 2, 3, 1, 3, 2, 3, 0};  // initialize, then the ticks' bins
+  EXPECT_EQ(solver.lowestActiveBins, expected);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t k = p.id[i];
+    EXPECT_EQ(p.timeBin[i], bins[k]) << "body " << k;
+    // The plain leapfrog of the body's own step.
+    const int steps = 1 << bins[k];
+    const double h = longStep / steps;
+    double x = start.x[k], vx = start.vx[k], z = start.z[k], vz = start.vz[k];
+    for (int s = 0; s < steps; ++s) {
+      vx += -BinnedSpringSolver::kSpring * x * 0.5 * h;
+      vz += pull[k] * 0.5 * h;
+      x += vx * h;
+      z += vz * h;
+      vx += -BinnedSpringSolver::kSpring * x * 0.5 * h;
+      vz += pull[k] * 0.5 * h;
+    }
+    EXPECT_NEAR(p.x[i], x, 1e-14) << "body " << k;
+    EXPECT_NEAR(p.vx[i], vx, 1e-14) << "body " << k;
+    EXPECT_NEAR(p.z[i], z, 1e-13) << "body " << k;
+    EXPECT_NEAR(p.vz[i], vz, 1e-13) << "body " << k;
+  }
+}
+
+TEST(TimeBins, AlignmentAndTheBinOfAnAcceleration) {
+  EXPECT_EQ(mi::alignedTimeBin(0), 0);
+  EXPECT_EQ(mi::alignedTimeBin(mi::kTicksPerLongStep), 0);
+  EXPECT_EQ(mi::alignedTimeBin(mi::kTicksPerLongStep / 2), 1);
+  EXPECT_EQ(mi::alignedTimeBin(3 * (mi::kTicksPerLongStep / 4)), 2);
+  EXPECT_EQ(mi::alignedTimeBin(1), mi::kDeepestTimeBin);
+  EXPECT_EQ(mi::timeBinFor(0.0, 1.0), 0);
+  EXPECT_EQ(mi::timeBinFor(1.0, 1.0), 0);     // exactly at its limit: the long step itself
+  EXPECT_EQ(mi::timeBinFor(1.0001, 1.0), 1);  // just beyond: half of it
+  EXPECT_EQ(mi::timeBinFor(16.0, 1.0), 2);
+  EXPECT_EQ(mi::timeBinFor(17.0, 1.0), 3);
+  EXPECT_EQ(mi::timeBinFor(1e300, 1.0), mi::kDeepestTimeBin);
+  Particles p(3);
+  EXPECT_EQ(mi::finestTimeBin(p), 0);  // no bins
+  p.timeBin = {2, 7, 1};
+  EXPECT_EQ(mi::finestTimeBin(p), 7);
+}

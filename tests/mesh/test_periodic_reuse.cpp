@@ -307,6 +307,103 @@ TEST_F(PeriodicReuse, EscapedBodiesGiveTheSameBitsOnOneThreadAsOnAll) {
   EXPECT_EQ(one.pot, all.pot);
 }
 
+// Block time steps (ForceSolver::setLowestActiveBin): a reused call evaluates only the groups that hold a body whose
+// step ends, and gives those bodies the forces of a call that evaluates every group, bit for bit; the other groups'
+// bodies keep what they had.
+TEST_F(PeriodicReuse, AReusedCallEvaluatesOnlyTheGroupsOfActiveBodies) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox subsetBox = drifting(), wholeBox = drifting();
+  TreeParams params;
+  params.reuse = 8;
+  params.ncrit = 32;
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  tree::PeriodicTreeSolver subset(engine, params, gravity), whole(engine, params, gravity);
+  for (int call = 1; call <= 2; ++call) {
+    subset.computeForces(subsetBox.bodies);
+    whole.computeForces(wholeBox.bodies);
+    subsetBox.drift(L);
+    wholeBox.drift(L);
+  }
+  ASSERT_EQ(subsetBox.bodies.id, wholeBox.bodies.id);
+  Particles& p = subsetBox.bodies;
+  const Particles before = p;
+  // Bin 2 (active) for the bodies in a slab of a fifth of the box, bins 0 and 1 (not active) elsewhere.
+  p.timeBin.resize(p.size());
+  std::size_t numActive = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.timeBin[i] = p.x[i] < 0.2 * L ? 2 : std::uint8_t(i % 2);
+    numActive += p.timeBin[i] == 2 ? 1 : 0;
+  }
+  ASSERT_GT(numActive, 10u);
+  subset.setLowestActiveBin(2);
+  const ForceReport partial = subset.computeForces(p);
+  subset.setLowestActiveBin(0);
+  const ForceReport full = whole.computeForces(wholeBox.bodies);
+  ASSERT_FALSE(partial.rebuilt);
+  ASSERT_FALSE(full.rebuilt);
+  ASSERT_EQ(partial.numBodiesEscaped, 0u) << "escaped bodies' pulls reach every body near them";
+  ASSERT_EQ(p.id, wholeBox.bodies.id) << "a reused call keeps the order";
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p.timeBin[i] == 2) {
+      EXPECT_EQ(p.ax[i], wholeBox.bodies.ax[i]) << "body " << i;
+      EXPECT_EQ(p.ay[i], wholeBox.bodies.ay[i]) << "body " << i;
+      EXPECT_EQ(p.az[i], wholeBox.bodies.az[i]) << "body " << i;
+    } else if (p.ax[i] == before.ax[i] && p.ay[i] == before.ay[i] && p.az[i] == before.az[i]) {
+      ++kept;
+    }
+  }
+  EXPECT_GT(kept, p.size() / 2) << "most inactive bodies' groups were not evaluated";
+  EXPECT_LT(partial.counts.total(), full.counts.total() / 2);
+  EXPECT_GT(partial.counts.total(), 0u);
+}
+
+// The same on a call that builds a tree for the calls after it: its lists are walked for every group and kept, and
+// the engine evaluates the active bodies' groups alone; a body's force is that of the call that evaluates them all.
+TEST_F(PeriodicReuse, ACallThatBuildsEvaluatesOnlyTheGroupsOfActiveBodies) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox subsetBox = drifting(), wholeBox = drifting();
+  TreeParams params;
+  params.reuse = 8;
+  params.ncrit = 32;
+  gpu::CpuEngine engine(gpu::Precision::float64);
+  tree::PeriodicTreeSolver subset(engine, params, gravity), whole(engine, params, gravity);
+  subset.computeForces(subsetBox.bodies);
+  whole.computeForces(wholeBox.bodies);
+  subsetBox.drift(L);
+  wholeBox.drift(L);
+  Particles& p = subsetBox.bodies;
+  p.timeBin.resize(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) p.timeBin[i] = p.y[i] < 0.25 * L ? 3 : 1;
+  subset.setLowestActiveBin(3);
+  const ForceReport partial = subset.computeForces(p);  // the tree for calls 2-9: sorts the bodies, bins with them
+  subset.setLowestActiveBin(0);
+  const ForceReport full = whole.computeForces(wholeBox.bodies);
+  ASSERT_TRUE(partial.rebuilt);
+  ASSERT_TRUE(full.rebuilt);
+  ASSERT_EQ(p.id, wholeBox.bodies.id) << "the same sort";
+  const double rms = std::sqrt(
+      std::inner_product(wholeBox.bodies.ax.begin(), wholeBox.bodies.ax.end(), wholeBox.bodies.ax.begin(), 0.0) /
+      double(p.size()));
+  std::size_t active = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    ASSERT_EQ(p.timeBin[i], p.y[i] < 0.25 * L ? 3 : 1) << "bins follow their bodies";
+    if (p.timeBin[i] != 3) continue;
+    ++active;
+    EXPECT_NEAR(p.ax[i], wholeBox.bodies.ax[i], 1e-12 * rms) << "body " << i;
+    EXPECT_NEAR(p.ay[i], wholeBox.bodies.ay[i], 1e-12 * rms) << "body " << i;
+    EXPECT_NEAR(p.az[i], wholeBox.bodies.az[i], 1e-12 * rms) << "body " << i;
+  }
+  EXPECT_GT(active, 10u);
+  EXPECT_LT(partial.counts.total(), full.counts.total() / 2);
+  // The next call reuses the tree, all of it.
+  subsetBox.drift(L);
+  wholeBox.drift(L);
+  EXPECT_FALSE(subset.computeForces(p).rebuilt);
+  EXPECT_FALSE(whole.computeForces(wholeBox.bodies).rebuilt);
+  EXPECT_EQ(p.ax, wholeBox.bodies.ax);
+}
+
 // A reused call checks the box in its ball pass (no pass of its own): a body on the far face or with a NaN coordinate,
 // however close to where its ball allows, is refused with the one-line InputError of a fresh call.
 TEST_F(PeriodicReuse, ABodyLeavingTheBoxIsRefusedOnAReusedCall) {

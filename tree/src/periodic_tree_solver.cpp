@@ -192,7 +192,8 @@ void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings
 }  // namespace
 
 PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
-                                                                   ForceReport& report, bool evaluatePlan) {
+                                                                   ForceReport& report, bool evaluatePlan,
+                                                                   bool sequential) {
   const SourceView sources = particles.sources();
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   ListTotals lists;
@@ -218,7 +219,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
   };
   const auto take = [&](const Evaluated& done) { addEvaluation(done.counts, done.timings, report); };
   Stopwatch clock;
-  if (!params_.overlapWalk) {
+  if (!params_.overlapWalk || sequential) {
     planBuilder_.build(walkTree_, groups_, 0, numGroups, plan_);
     planJoined_ = true;
     numBatches_ = 0;
@@ -462,6 +463,10 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
   const std::vector<double>& mass = particles.mass;
   // pathX_ holds the clamped places of the escaped bodies (the engine's); their true places are escapedTrue_.
   const auto isEscaped = [&](std::uint32_t j) { return std::binary_search(escaped_.begin(), escaped_.end(), j); };
+  // With block time steps only the bodies whose steps end here need their forces right (ForceSolver::
+  // setLowestActiveBin): the others' are not read before a later call computes them again.
+  const std::uint8_t lowest = particles.timeBin.size() == particles.size() ? lowestActiveBin() : 0;
+  const auto needed = [&](std::uint32_t i) { return lowest == 0 || particles.timeBin[i] >= lowest; };
   struct Pull {
     double ax = 0, ay = 0, az = 0, pot = 0;
   };
@@ -475,6 +480,7 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
   std::vector<Pull> own(escaped_.size());
   tbb::parallel_for(std::size_t{0}, escaped_.size(), [&](std::size_t k) {
     const std::uint32_t e = escaped_[k];
+    if (!needed(e)) return;
     const double* at = &escapedTrue_[3 * k];
     Pull sum;
     for (const BodyRange& range : escapedRanges_[k]) {
@@ -501,7 +507,7 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
                       [&](const tbb::blocked_range<std::size_t>& some) {
                         for (std::size_t r = some.begin(); r != some.end(); ++r) {
                           for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i) {
-                            if (i == e || isEscaped(i)) continue;
+                            if (i == e || !needed(i) || isEscaped(i)) continue;
                             const double at[3] = {pathX_[i], pathY_[i], pathZ_[i]};
                             Pull added, removed;
                             pullOn(at, where, mass[e], added);
@@ -516,6 +522,7 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
   }
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t e = escaped_[k];
+    if (!needed(e)) continue;
     out.ax[e] = G * own[k].ax;
     out.ay[e] = G * own[k].ay;
     out.az[e] = G * own[k].az;
@@ -619,9 +626,11 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   }
   // A tree for several calls is handed to the engine anyway (resident lists): the sequential walk's plan is then
   // evaluated there, this call too, so that its lists cross to the GPU once, not twice (evaluatePlan, then the
-  // hand-over). The batches of an overlapped walk are evaluated as they are walked.
-  const bool evaluateResident = treeCalls > 1 && !params_.overlapWalk;
-  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident);
+  // hand-over). The batches of an overlapped walk are evaluated as they are walked. With block time steps the walk is
+  // sequential too, and the engine evaluates the active bodies' groups alone (findActiveGroups).
+  const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
+  const bool evaluateResident = treeCalls > 1 && (!params_.overlapWalk || someActive);
+  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident);
 
   clock.restart();
   treeSteps_ = treeCalls;
@@ -652,7 +661,11 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   if (treeHeld_) {
     handTreeToEngine(particles);
     phaseDone(Phase::upload);
-    if (evaluateResident) evaluateResidentLists(particles.sources(), out, report);
+    if (evaluateResident) {
+      const bool subset = findActiveGroups(particles);
+      evaluateResidentLists(particles.sources(), out, report,
+                            subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{});
+    }
   }
 
   stats_ = TreeStats{};
@@ -693,8 +706,9 @@ void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const Fo
   addEvaluation(counts, engine_.lastTimings(), report);
 }
 
-void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report) {
-  engine_.launchResident(positions, gravity_, out, {}, BodyMotion::moved);
+void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
+                                               std::span<const std::uint32_t> groups) {
+  engine_.launchResident(positions, gravity_, out, groups, BodyMotion::moved);
   const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "the engine checked periodic lists");
   addEvaluation(result.counts, result.timings, report);
@@ -704,10 +718,36 @@ void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
   // The engine refits its copy of the tree to the paths (on the GPU: the host refit and the upload of cells and lists
   // took ~110 ms of a 2^24-body call on the H200's host) and evaluates the lists it keeps.
   const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
-  evaluateResidentLists(path, forcesToWrite(particles), report);
+  // With block time steps, only the groups whose bodies' steps end here: the engine refits every cell to the paths
+  // (all bodies moved) but evaluates and returns those groups' lists alone.
+  const bool subset = findActiveGroups(particles);
+  evaluateResidentLists(path, forcesToWrite(particles), report,
+                        subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{});
   ++builtCalls_;
   stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);
   stats_.estimatePass = false;
+}
+
+bool PeriodicTreeSolver::findActiveGroups(const Particles& particles) {
+  const std::uint8_t lowest = lowestActiveBin();
+  if (lowest == 0 || particles.timeBin.size() != particles.size()) return false;
+  const std::size_t numGroups = groups_.size();
+  groupActive_.resize(numGroups);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numGroups, 64), [&](const tbb::blocked_range<std::size_t>& r) {
+    for (std::size_t g = r.begin(); g != r.end(); ++g) {
+      const BodyRange range = groups_.ranges[g];
+      std::uint8_t active = 0;
+      for (std::uint32_t i = range.first; i < range.last && active == 0; ++i) {
+        active = particles.timeBin[i] >= lowest ? 1 : 0;
+      }
+      groupActive_[g] = active;
+    }
+  });
+  activeGroups_.clear();
+  for (std::uint32_t g = 0; g < numGroups; ++g) {
+    if (groupActive_[g] != 0) activeGroups_.push_back(g);
+  }
+  return activeGroups_.size() < numGroups;
 }
 
 bool PeriodicTreeSolver::atCheckpointBoundary() const { return !treeHeld_ || builtCalls_ >= treeSteps_; }

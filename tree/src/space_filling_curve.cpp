@@ -261,6 +261,7 @@ void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> 
     gatherInPlace(*array, order, scratch_);
   }
   gatherInPlace(particles.id, order, idScratch_);
+  if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
 }
 
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {

@@ -147,6 +147,17 @@ class ForceSolver {
   /// long range. InvariantError where the solver cannot split.
   virtual void computeLongRange(Particles& particles);
 
+  // Block time steps (integrator/leapfrog.hpp: BinnedStep): a call then needs the forces of the bodies whose steps end
+  // at it only, those with particles.timeBin >= the lowest active bin; the others' accelerations are not read before a
+  // later call computes them again.
+
+  /// The lowest bin whose bodies need forces from the next calls (0, the default: every body; an empty timeBin is
+  /// every body too). A solver may then compute fewer bodies' forces (the periodic tree solver evaluates only the
+  /// groups that hold an active body); the others' acc and pot are left as they were or computed anyway. Every call
+  /// that computes the long range (longRangeDue) must be asked with 0: the long range goes to every body.
+  void setLowestActiveBin(std::uint8_t bin) { lowestActiveBin_ = bin; }
+  std::uint8_t lowestActiveBin() const { return lowestActiveBin_; }
+
   /// Changes the Plummer softening length eps (>= 0, finite) from the next call on: a comoving run whose softening is
   /// fixed in physical units once the expansion has grown it to its maximum (ComovingTimelineParams in cosmology/).
   /// The periodic solvers and the direct solver can; by default (the open-boundary tree solver, whose work for the
@@ -188,6 +199,7 @@ class ForceSolver {
   bool potentialsWanted_ = true;
   std::optional<bool> potentialsNext_;
   bool longRangeDue_ = true;
+  std::uint8_t lowestActiveBin_ = 0;
 
  protected:
   bool longRangeSteps_ = false;  ///< setLongRangeSteps': a splitting solver's override sets it

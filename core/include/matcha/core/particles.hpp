@@ -62,7 +62,8 @@ class Particles {
   /// Resizes every array; new entries are zero.
   void resize(std::size_t count);
 
-  /// Reorders all arrays so that new[i] = old[order[i]]. `order` must be a permutation of [0, size()).
+  /// Reorders all arrays so that new[i] = old[order[i]] (timeBin too when it holds one entry per body). `order` must be
+  /// a permutation of [0, size()).
   /// Allocates one scratch array of size() doubles.
   void permute(std::span<const std::uint32_t> order);
 
@@ -78,6 +79,9 @@ class Particles {
   std::vector<double> ax, ay, az;  ///< acceleration from the last force call (G included)
   std::vector<double> pot;         ///< gravitational potential per unit mass from the last force call
   std::vector<std::uint64_t> id;   ///< stable identifier, survives reordering
+  /// Block time steps (integrator/leapfrog.hpp: BinnedStep): each body's bin, its step the long-range step / 2^bin;
+  /// empty while a run takes one step for every body. Permuted with the rest when it holds one entry per body.
+  std::vector<std::uint8_t> timeBin;
 };
 
 /// A coordinate x folded into the periodic interval [0, L): unchanged when it lies there already (but -0.0 becomes

@@ -111,6 +111,11 @@ class ComovingTimeline {
   /// @throws InputError for a outside [a_start, a_end] or a negative |g|; NumericalError for a non-finite |g|
   double maxStep(double scaleFactor, double maxAccelerationComoving) const;
 
+  /// Power et al.'s limit in ln a at |g| = 1, H(a) sqrt(2 eta eps_eff(a) a^3) (maxStep without maxDlnA): a body's
+  /// limit is this over sqrt(|g|) (block time steps give each body its own).
+  /// @throws InputError for a outside [a_start, a_end]
+  double accelerationStepScale(double scaleFactor) const;
+
   /// The scale factor the step from aNow ends at (see the class comment), > aNow and <= a_end.
   /// @param aNow  in: the scale factor of the state, in [a_start, a_end): a_start or a value nextStep returned (a
   ///              value a rounding below an output would make a sliver step to it)

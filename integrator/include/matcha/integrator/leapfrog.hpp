@@ -3,6 +3,7 @@
 // core's ForceSolver; this module never sees a tree or an engine.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -52,6 +53,49 @@ struct StepReport {
   /// computes them (ForceSolver::potentialsWanted), potentials. Checked within the step's last kick, which reads the
   /// state anyway. Set: the state is unusable and the run must stop.
   std::optional<NonFiniteValue> nonFinite;
+  /// The bodies whose steps ended with this one (every body but within a long-range step of block time steps).
+  std::uint64_t bodiesStepped = 0;
+};
+
+/// Block time steps (GADGET-2's hierarchy of power-of-two steps, Springel 2005 §5) inside a long-range step: body i
+/// takes steps of the long-range step / 2^b_i, b_i its bin (Particles::timeBin), so that only the few bodies whose
+/// accelerations need short steps take them and every force call computes the forces of the bodies whose steps end
+/// there (ForceSolver::setLowestActiveBin). Times inside the long-range step count in ticks, kTicksPerLongStep of
+/// them: a step of bin b spans 2^(kDeepestTimeBin - b) ticks and starts and ends on multiples of that, so the bodies
+/// whose steps end at tick T are those of bins >= alignedTimeBin(T).
+inline constexpr std::uint8_t kDeepestTimeBin = 40;
+inline constexpr std::uint64_t kTicksPerLongStep = std::uint64_t{1} << kDeepestTimeBin;
+inline constexpr std::size_t kNumTimeBins = kDeepestTimeBin + 1;
+
+/// The coarsest bin whose steps end at `tick` (0 at tick 0 and at kTicksPerLongStep: every body's).
+std::uint8_t alignedTimeBin(std::uint64_t tick);
+
+/// The bin of a body with acceleration |a|: the coarsest whose step is within its limit, with `binScale` the
+/// long-range step over the limit at |a| = 1 (a limit ~ 1 / sqrt(|a|), Power et al.'s):
+/// max(0, ceil(log2(binScale sqrt(|a|)))), at most kDeepestTimeBin. Monotone in |a|, so the finest bin of a set of
+/// bodies is that of the largest |a|.
+std::uint8_t timeBinFor(double acceleration, double binScale);
+
+/// The finest bin among the bodies (0 for none, or without bins).
+std::uint8_t finestTimeBin(const Particles& p);
+
+/// One step of the hierarchy, from tick `tick` to `nextTick` (a LeapfrogKDK step whose KdkStep carries it):
+///   for the bodies whose steps start at tick (bins >= alignedTimeBin(tick); at tick 0 every body, its bin set first
+///   from its acceleration with openingBinScale): v += a openingKick[bin];
+///   every body: x += v drift;   forces of the bodies whose steps end at nextTick;
+///   for those: v += a closingKick[bin], then (before the long-range step's end) a new bin from the new |a| with
+///   closingBinScale, no coarser than the coarsest aligned with nextTick.
+/// With openingKick[b] = kick(T, T + half of b's step) and closingKick[b] = kick(T' - half of b's step, T'), each body
+/// takes a KDK leapfrog of its own step, split at its midpoint, while all drift together. The long range's kicks at
+/// the long-range step's ends are KdkStep's (longRangeOpeningKick at tick 0, longRangeClosingKick at the end).
+struct BinnedStep {
+  std::uint64_t tick = 0;
+  std::uint64_t nextTick = 0;
+  double openingBinScale = 0.0;  ///< timeBinFor's scale at tick 0 (the long-range step's start)
+  double closingBinScale = 0.0;  ///< timeBinFor's scale at nextTick
+  std::array<double, kNumTimeBins> openingKick{};
+  std::array<double, kNumTimeBins> closingKick{};
+  bool endsLongStep() const { return nextTick == kTicksPerLongStep; }
 };
 
 /// The factors of one KDK step: v += a openingKick; x += v drift; forces at the new positions; v += a closingKick. A
@@ -79,6 +123,12 @@ struct KdkStep {
   /// > 0 on a long-range step's last step (with longRangeAtEnd): kick(Am, A1), the long range's closing kick. 0: the
   /// long range kicks with closingKick.
   double longRangeClosingKick = 0.0;
+  /// Set: a step of block time steps (BinnedStep), whose kicks differ by bin; openingKick and closingKick unused, drift
+  /// the same for every body. Its closing kicks are always made within the step.
+  std::optional<BinnedStep> block = std::nullopt;
+  /// Whether positions and velocities are at the same time for every body after the step (not inside a long-range
+  /// step of block time steps, where each body's velocity is at its own step's middle).
+  bool endsSynchronized() const { return !block || block->endsLongStep(); }
 };
 
 /// When a step makes its closing half kick (LeapfrogKDK::step).
@@ -177,6 +227,13 @@ class LeapfrogKDK {
   /// v += (the last call's long range) * factor on every body (a long-range step's end: KdkStep). The solver computes
   /// the long range first where it has none kept (a run resumed at a long-range step's end).
   void kickWithLongRange(Particles& p, double factor);
+
+  /// The last call's long range (ForceSolver::lastLongRange), computed first where the solver keeps none (a run
+  /// resumed at a long-range step's end).
+  AccelerationView longRangeOf(Particles& p);
+
+  /// A step of block time steps (KdkStep::block), into `report`.
+  void blockStep(Particles& p, const KdkStep& factors, StepReport& report);
 
   /// Tells the solver how the bodies move between its calls (ForceSolver::expectAdvance), rounded as kick() and
   /// drift() round it: a step's closing half kick (none after initialize()), the next step's opening half kick and

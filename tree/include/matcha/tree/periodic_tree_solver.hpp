@@ -191,13 +191,18 @@ class PeriodicTreeSolver final : public ForceSolver {
   };
   /// One pass over all groups: walks them (one plan, or batches with TreeParams::overlapWalk) and has the engine
   /// evaluate them into `out`, adding the phases and counts to `report`. Without `evaluatePlan` the one plan (the
-  /// sequential walk's) is only walked, into plan_.
+  /// sequential walk's) is only walked, into plan_; `sequential` walks one plan whatever TreeParams::overlapWalk says.
   ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report,
-                             bool evaluatePlan = true);
+                             bool evaluatePlan = true, bool sequential = false);
   /// Has the engine evaluate plan_ (walked, not evaluated) into `out`.
   void evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report);
-  /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`.
-  void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report);
+  /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`: of
+  /// `groups` alone where given (ids into groups_), of every group otherwise.
+  void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
+                             std::span<const std::uint32_t> groups = {});
+  /// The groups that hold a body of bin lowestActiveBin() or above (block time steps), ascending, into activeGroups_;
+  /// false where every group does or no bins are set (the call evaluates them all).
+  bool findActiveGroups(const Particles& particles);
   /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
   void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Whether the current tree may serve this call: calls left, the same bodies in its order, each inside the box.
@@ -264,6 +269,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::vector<std::uint32_t> escaped_;
   std::vector<double> escapedTrue_, escapedClamped_;
   std::vector<std::vector<BodyRange>> escapedRanges_;
+  std::vector<std::uint8_t> groupActive_;    ///< findActiveGroups' flag per group
+  std::vector<std::uint32_t> activeGroups_;  ///< findActiveGroups' result
 };
 
 /// Throws InputError, naming the first offender by id, unless every body lies in [0, boxSize)^3.

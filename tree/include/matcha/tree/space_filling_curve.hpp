@@ -76,6 +76,7 @@ class BodyPermuter {
  private:
   std::vector<double> scratch_;
   std::vector<std::uint64_t> idScratch_;
+  std::vector<std::uint8_t> binScratch_;
 };
 
 /// Sorts `keys` ascending (ties by body index, so the order is deterministic) and returns the permutation that was

@@ -4,10 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace matcha::gpu::detail {
 
 /// memcpy(destination, source, bytes) split over the TBB threads; falls back to one memcpy below a few MB.
 void parallelCopy(void* destination, const void* source, std::size_t bytes);
+
+/// to[first_k + t] = packed[offset_k + t] for every run k = {first, count, offset} (the x, y, z of `runs`, 3 per run),
+/// runs shared out over the cores: a subset's packed outputs back into place.
+void scatterRuns(double* to, const double* packed, const std::uint32_t* runs, std::size_t numRuns);
 
 }  // namespace matcha::gpu::detail
