@@ -121,6 +121,12 @@ std::vector<double> parseRedshiftList(const std::string& text) {
 
 namespace {
 
+/// Block time steps: a long-range step is this fraction of a power of two of the fastest body's step at its start.
+/// Exactly the power, the fastest body would take a step of half its limit (the next bin) as soon as its |a| grew at
+/// all within the long-range step; with 0.9 it may grow by 23% (1 / 0.9^2) first, for 11% more steps while it does
+/// not. (The first 256^3 run to z = 1.5 on the H200 took 1,674 steps with the exact power against ~1,300 global ones.)
+constexpr double kBinRoom = 0.9;
+
 /// sqrt(sum |p|^2 / N) over the bodies, on every core; 0 for none.
 double rmsMomentum(const Particles& p) {
   if (p.size() == 0) return 0.0;
@@ -212,11 +218,14 @@ integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, dou
     if (readsVelocities(0, scaleFactor)) {
       // A long-range step begins: its length from the bodies' rms momentum alone (the bins divide it), its kicks.
       largest = integrator::maxAcceleration(p);
-      // A power of two of the fastest body's step, so that the finest bin's step is that step, not up to half of it
-      // (a hair below: the bins' rounding must not take the next power).
+      // A power of two of the fastest body's step with room to spare (kBinRoom), so that the finest bin's step is
+      // near that step, not up to half of it, and stays its bin while its |a| grows within the long-range step.
       double limit = timeline_.longRangeStepLimit(scaleFactor, rmsMomentum(p), *longRangeLength_);
-      const double shortLimit = timeline_.maxStep(scaleFactor, largest);  // names a non-finite acceleration
-      if (shortLimit < limit) limit = (1.0 - 1e-9) * std::ldexp(shortLimit, std::ilogb(limit / shortLimit));
+      const double shortLimit = timeline_.maxStep(scaleFactor, largest);  // names a non-finite |a|
+      if (shortLimit < limit) {
+        const double room = kBinRoom * shortLimit;
+        limit = std::ldexp(room, std::ilogb(limit / room));
+      }
       longRangeEnd_ = timeline_.longRangeStepEnd(scaleFactor, limit);
       const cosmology::KdkFactors longRange = timeline_.kdkFactors(scaleFactor, longRangeEnd_);
       longRangeOpeningKick_ = longRange.firstKick;
