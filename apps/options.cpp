@@ -511,6 +511,10 @@ void prepareLeapfrogRun(Options& options, bool comoving) {
   }
   if (comoving) {
     options.comoving.eta = options.eta.value_or(cosmology::ComovingTimelineParams{}.eta);
+    // Block time steps live within long-range steps: without them the default is global steps, a typed "on" refused.
+    if (options.blockSteps && !options.longRangeSteps && givenOnCommandLine(options, "--block-steps")) {
+      throw InputError("--block-steps on needs long-range steps (--pm-steps on)");
+    }
   } else if (options.eta && givenOnCommandLine(options, "--eta")) {
     throw InputError(
         "--eta is Aarseth's parameter of --integrator hermite and Power et al.'s of comoving runs; this run is "

@@ -78,8 +78,9 @@ struct Options {
   /// comoving.maxRmsDisplacement) rather than at every step.
   bool longRangeSteps = true;
   /// --block-steps (run): a comoving run's bodies take block time steps within each long-range step, each by its own
-  /// acceleration (integrator::BinnedStep), rather than every body the step of the fastest.
-  bool blockSteps = false;
+  /// acceleration (integrator::BinnedStep), rather than every body the step of the fastest. Without long-range steps
+  /// (--pm-steps off) the run takes global steps unless --block-steps on was typed, which is then refused.
+  bool blockSteps = true;
   std::string outputRedshifts;  ///< --output-z: comma-separated redshifts of the snapshots ("": the end only)
   // The integrator (run). --eta has two meanings, each where it applies: Aarseth's accuracy parameter of a Hermite
   // run (hermite.eta) and Power et al.'s of a comoving leapfrog run (comoving.eta); prepareHermiteRun and the

@@ -373,7 +373,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
                  : std::string())
          << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine"
          << (options.longRangeSteps ? "; the mesh's long range over long-range steps (--pm-steps)" : "")
-         << (options.blockSteps ? "; block time steps within them (--block-steps)" : "") << "\n";
+         << (options.blockSteps && options.longRangeSteps ? "; block time steps within them (--block-steps)" : "")
+         << "\n";
   } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
          << options.integrator.tEnd << " is absolute time"
@@ -538,10 +539,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       summary = hermiteSummary->run;
     } else if (comoving != nullptr) {
       const std::optional<double> longRangeLength = comovingLongRangeLength(options, particles.size(), *runner.solver);
-      if (options.blockSteps && !longRangeLength) {
-        throw InputError("--block-steps on needs long-range steps: --pm-steps on and a periodic box (TreePM)");
-      }
-      ComovingSchedule schedule(comoving->timeline, longRangeLength, options.blockSteps);
+      // Block time steps live within long-range steps (prepareLeapfrogRun refused a typed "on" without them).
+      ComovingSchedule schedule(comoving->timeline, longRangeLength, options.blockSteps && longRangeLength);
       summary = integrator::runSteps(particles, *runner.solver, schedule, options.integrator, callbacks, resume);
       longRangeSteps = schedule.longRangeStepsBegun();
     } else {
@@ -624,7 +623,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
                         {"max_dlna", options.comoving.maxDlnA},
                         {"eta", options.comoving.eta},
                         {"pm_steps", options.longRangeSteps},
-                        {"block_steps", options.blockSteps},
+                        {"block_steps", options.blockSteps && longRangeSteps > 0},
                         {"long_range_steps", longRangeSteps},
                         {"steps_per_unit_ln_a",
                          double(summary.steps) / std::log(timeline.endScaleFactor() / timeline.startScaleFactor())},

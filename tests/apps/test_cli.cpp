@@ -2145,6 +2145,7 @@ TEST_F(Cli, ComovingRunWritesCosmologicalSnapshotsAndTheLayzerIrvineCheck) {
   EXPECT_TRUE(summary["comoving"]["pm_steps"].get<bool>());
   EXPECT_GE(summary["comoving"]["long_range_steps"].get<int>(), 1);
   EXPECT_LE(summary["comoving"]["long_range_steps"].get<int>(), summary["steps"].get<int>());
+  EXPECT_TRUE(summary["comoving"]["block_steps"].get<bool>()) << "block time steps within them (the default)";
   EXPECT_FALSE(summary.contains("relative_energy_error"));
   const std::string log = readFile(dir_ / "r" / "diagnostics.log");
   EXPECT_NE(log.find("dE_LI / |W|"), std::string::npos) << log;
@@ -2180,8 +2181,10 @@ TEST_F(Cli, ComovingRunRefusesBadInput) {
   expectBadInput(run + "--eta -1", "eta");
   expectBadInput(run + "--pm-displacement 0", "pm-displacement");
   expectBadInput(run + "--pm-steps maybe", "--pm-steps");
+  expectBadInput(run + "--block-steps maybe", "--block-steps");
+  expectBadInput(run + "--pm-steps off --block-steps on", "--block-steps on needs long-range steps");
   // The comoving runs' options on a run that is not one, which would not use them.
-  for (const char* option : {"--z-end 1", "--output-z 1", "--max-dlna 0.01", "--pm-steps off"}) {
+  for (const char* option : {"--z-end 1", "--output-z 1", "--max-dlna 0.01", "--pm-steps off", "--block-steps off"}) {
     expectBadInput(std::string("run -n 64 --engine cpu --t-end 0.01 --dt 0.01 --out plain ") + option,
                    std::string(option).substr(0, std::string(option).find(' ')) + " is an option of comoving runs");
   }

@@ -1175,6 +1175,16 @@ mesh::MeshParams periodicMesh(double L, std::size_t numBodies) {
   return mesh;
 }
 
+/// The reuse tests' box: a clumpy box of side L (seed), eps 1e-3 L, the split of its default mesh.
+struct ClumpyPeriodicBox {
+  Particles bodies;
+  GravityParams gravity;
+  ClumpyPeriodicBox(std::uint64_t seed, double L) : bodies(periodicBox(testing::clumpyBox(seed, L, 1500, 6000), L)) {
+    gravity.eps = 1e-3 * L;
+    gravity.periodic = mesh::periodicSplit(periodicMesh(L, bodies.size()));
+  }
+};
+
 // The twins on the same periodic plans: the CPU and the CUDA engine in float fold the same float offsets to their
 // nearest images and evaluate the same truncated pairs and cells; they differ in accumulation order, the reciprocal
 // square root (~2 ulp on the GPU) and the erfc polynomial's Gaussian: std::exp on the CPU, __expf and __fdividef on the
@@ -1695,11 +1705,9 @@ TEST_F(CudaEngineTest, PeriodicReuseFollowsTheCpuEngine) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
   const double L = 2.0;
-  Particles bodies = periodicBox(testing::clumpyBox(seed, L, 1500, 6000), L);
-  const mesh::MeshParams meshParams = periodicMesh(L, bodies.size());
-  GravityParams gravity;
-  gravity.eps = 1e-3 * L;
-  gravity.periodic = mesh::periodicSplit(meshParams);
+  const ClumpyPeriodicBox box(seed, L);
+  const Particles& bodies = box.bodies;
+  const GravityParams& gravity = box.gravity;
   const double step = 0.02 * gravity.periodic.splitRadius;  // bulk motion a call, each axis
   std::mt19937_64 random(seed + 5);
   std::normal_distribution<double> spread(0.0, 0.003 * gravity.periodic.splitRadius);
@@ -1739,6 +1747,82 @@ TEST_F(CudaEngineTest, PeriodicReuseFollowsTheCpuEngine) {
     }
   }
   EXPECT_GE(reused, 5) << "calls 1 and 2 build, then trees for 4 calls";
+}
+
+// Block time steps on the GPU (ForceSolver::setLowestActiveBin): from call 3 on only the bodies in a third of the box
+// end their steps; the CUDA engine evaluates their groups alone, on reused trees and on trees built for later calls,
+// and returns their outputs packed (one copy per component). Their forces follow the CPU engine's as the whole calls'
+// do; most other bodies keep what they had.
+TEST_F(CudaEngineTest, PeriodicBlockStepsFollowTheCpuEngine) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  constexpr double L = 2.0;
+  const ClumpyPeriodicBox box(seed, L);
+  TreeParams params;
+  params.reuse = 4;
+  params.alpha = 0.0;
+  params.ncrit = 64;
+  CudaEngine engine(Precision::float32, testConfig());
+  CpuEngine cpu(Precision::float32);
+  tree::PeriodicTreeSolver onGpu(engine, params, box.gravity), onCpu(cpu, params, box.gravity);
+  Particles gpuBodies = box.bodies, cpuBodies = box.bodies;
+  const double step = 0.02 * box.gravity.periodic.splitRadius;  // a call's drift along each axis
+  int subsetCalls = 0, builtWithSubset = 0;
+  for (int call = 1; call <= 9; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const bool subset = call >= 3;
+    std::uint8_t lowest = 0;
+    if (subset) {
+      lowest = 2;
+      for (Particles* p : {&gpuBodies, &cpuBodies}) {
+        p->timeBin.resize(p->size());
+        for (std::size_t i = 0; i < p->size(); ++i) p->timeBin[i] = p->x[i] < L / 3 ? 2 : 1;
+      }
+    }
+    const Particles before = gpuBodies;
+    onGpu.setLowestActiveBin(lowest);
+    onCpu.setLowestActiveBin(lowest);
+    const ForceReport gpuReport = onGpu.computeForces(gpuBodies);
+    const ForceReport cpuReport = onCpu.computeForces(cpuBodies);
+    ASSERT_EQ(gpuReport.rebuilt, cpuReport.rebuilt);
+    ASSERT_EQ(gpuBodies.id, cpuBodies.id);
+    EXPECT_EQ(gpuReport.counts.total(), cpuReport.counts.total()) << "the same groups evaluated";
+    double rms = 0.0;
+    for (std::size_t i = 0; i < cpuBodies.size(); ++i) {
+      rms += cpuBodies.ax[i] * cpuBodies.ax[i] + cpuBodies.ay[i] * cpuBodies.ay[i] + cpuBodies.az[i] * cpuBodies.az[i];
+    }
+    rms = std::sqrt(rms / double(cpuBodies.size()));
+    double worst = 0.0;
+    std::size_t active = 0, kept = 0;
+    for (std::size_t i = 0; i < gpuBodies.size(); ++i) {
+      if (!subset || gpuBodies.timeBin[i] >= lowest) {
+        ++active;
+        worst = std::max(worst, std::hypot(gpuBodies.ax[i] - cpuBodies.ax[i], gpuBodies.ay[i] - cpuBodies.ay[i],
+                                           gpuBodies.az[i] - cpuBodies.az[i]) /
+                                    rms);
+      } else if (!gpuReport.rebuilt && gpuBodies.ax[i] == before.ax[i] && gpuBodies.az[i] == before.az[i]) {
+        ++kept;
+      }
+    }
+    EXPECT_GT(active, 100u);
+    EXPECT_LT(worst, 5e-5) << "largest difference of the rms pull";
+    if (subset) {
+      ++subsetCalls;
+      builtWithSubset += gpuReport.rebuilt ? 1 : 0;
+      if (!gpuReport.rebuilt) {
+        EXPECT_GT(kept, (gpuBodies.size() - active) / 2) << "the others' groups not evaluated";
+      }
+    }
+    for (Particles* p : {&gpuBodies, &cpuBodies}) {
+      for (std::size_t i = 0; i < p->size(); ++i) {
+        p->x[i] = wrapIntoBox(p->x[i] + step, L);
+        p->y[i] = wrapIntoBox(p->y[i] - step, L);
+        p->z[i] = wrapIntoBox(p->z[i] + 0.5 * step, L);
+      }
+    }
+  }
+  EXPECT_EQ(subsetCalls, 7);
+  EXPECT_GE(builtWithSubset, 1) << "calls 6 (trees for 4 calls from call 2) builds with a subset";
 }
 
 TEST_F(CudaEngineTest, PeriodicRefusesTheDoubleEngine) {
