@@ -199,17 +199,22 @@ integrator::PlannedStep ComovingSchedule::planBlockStep(const Particles& p, doub
   if (tick_ == 0) planned.factors.longRangeOpeningKick = longRangeOpeningKick_;
   if (block.endsLongStep()) planned.factors.longRangeClosingKick = longRangeClosingKick_;
   planned.factors.block = block;
+  tick_ = block.nextTick;
+  endStep(aNow, aNext, planned);
+  return planned;
+}
+
+void ComovingSchedule::endStep(double aNow, double aNext, integrator::PlannedStep& planned) {
   planned.diagnostics = planned.factors.longRangeAtEnd;
   planned.endTime = aNext;
   planned.last = aNext == timeline_.endScaleFactor();
   planned.output = planned.last || timeline_.outputIndexAt(aNext).has_value();
+  // The step's force is computed at its end, with the softening of that scale factor.
   if (const double softening = timeline_.comovingSoftening(aNext); softening != appliedSoftening_) {
     planned.softening = softening;
     appliedSoftening_ = softening;
   }
   lastStepDlnA_ = std::log(aNext / aNow);
-  tick_ = block.nextTick;
-  return planned;
 }
 
 integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, double scaleFactor, const Particles& p) {
@@ -264,16 +269,7 @@ integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, dou
     planned.factors.longRangeAtEnd = next == longRangeEnd_;
     if (planned.factors.longRangeAtEnd) planned.factors.longRangeClosingKick = longRangeClosingKick_;
   }
-  planned.diagnostics = planned.factors.longRangeAtEnd;
-  planned.endTime = next;
-  planned.last = next == timeline_.endScaleFactor();
-  planned.output = planned.last || timeline_.outputIndexAt(next).has_value();
-  // The step's force is computed at its end, with the softening of that scale factor.
-  if (const double softening = timeline_.comovingSoftening(next); softening != appliedSoftening_) {
-    planned.softening = softening;
-    appliedSoftening_ = softening;
-  }
-  lastStepDlnA_ = std::log(next / scaleFactor);
+  endStep(scaleFactor, next, planned);
   return planned;
 }
 

@@ -123,6 +123,8 @@ class ComovingSchedule final : public integrator::StepSchedule {
   double scaleFactorAtTick(double tick) const;
   /// The block step from tick_ (the bodies' bins as `p` holds them, or from `largestAcceleration` at tick 0).
   integrator::PlannedStep planBlockStep(const Particles& p, double largestAcceleration);
+  /// What every step from aNow to aNext plans alike: its end, outputs, diagnostics, softening (and lastStepDlnA_).
+  void endStep(double aNow, double aNext, integrator::PlannedStep& planned);
 };
 
 /// The Layzer-Irvine check of a comoving run, fed the run's diagnostics (integrator::Diagnostics of the run's state:

@@ -917,6 +917,7 @@ struct CudaEngine::Impl {
     /// Per run {first, count, offset into the packed outputs}, on the host (3 per run) and the device, and the packed
     /// outputs (4 per body of the subset) where the tree's order is the caller's.
     std::vector<std::uint32_t> hostPackedRuns;
+    std::vector<uint4> hostPackingRuns;  ///< the same runs as the device takes them
     DeviceBuffer<uint4> packedRuns;
     DeviceBuffer<double> packedForces;
     std::size_t numPacked = 0;
@@ -1421,7 +1422,8 @@ struct CudaEngine::Impl {
     if (packed) {
       // The subset's outputs packed on the device: one copy per component back (one per run took ~18 ms a call at
       // 2^24 bodies, thousands of runs, on the H200).
-      std::vector<uint4> packing(r.subsetRuns.size());
+      std::vector<uint4>& packing = r.hostPackingRuns;
+      packing.resize(r.subsetRuns.size());
       r.hostPackedRuns.resize(3 * r.subsetRuns.size());
       std::size_t offset = 0;
       for (std::size_t k = 0; k < r.subsetRuns.size(); ++k) {
