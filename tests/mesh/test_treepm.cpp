@@ -217,8 +217,8 @@ TEST(PeriodicWalk, ShortRangeMatchesBruteForce) {
 // The float walk the solver uses (walk.hpp with the periodic split) against the double reference walk
 // (buildPeriodicPlan), on a clumpy box with the relative test on (accelerations drawn at random over three decades),
 // quadrupoles and monopoles: every cell it accepts passes the double opening test; each group's list covers every body
-// at most once; every body it leaves out lies at least r_cut from the group's box at its nearest image; and it covers
-// every body the double walk covers (its skips are a subset of the double walk's, cells at the boundary opened).
+// at most once; and every body it leaves out lies at least r_cut from the group's box at its nearest image, those the
+// double walk covers included (a cell the double walk accepts, the float walk may open and skip a child of).
 TEST(PeriodicWalk, FloatWalkIsTheDoubleWalksConservativeTwin) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -292,7 +292,9 @@ TEST(PeriodicWalk, FloatWalkIsTheDoubleWalksConservativeTwin) {
       const double* half = &groups.halfExtent[3 * g];
       for (std::size_t i = 0; i < n; ++i) {
         ASSERT_LE(covered[i], 1) << "group " << g << " lists body " << i << " twice";
-        ASSERT_GE(covered[i], coveredByReference[i]) << "group " << g << " lost body " << i;
+        // A body the double walk covers and this one leaves out (checked below: it lies beyond r_cut) was in a cell
+        // the double walk accepted and this walk, whose opening test errs towards opening, opened, then skipped the
+        // child holding it: seed 14488487009061860196 (group 340, body 3176), about one seed in 40.
         if (covered[i] == 0) {
           const double d2 = periodicDistanceToBox2(sorted.x[i], sorted.y[i], sorted.z[i], centre[0], centre[1],
                                                    centre[2], half[0], half[1], half[2], L);
