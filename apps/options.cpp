@@ -221,8 +221,9 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     command
         .add_option("--device-advance", options.tree.advanceOnDevice,
                     "with reuse on the CUDA engine, let the GPU kick and drift its own copy of the bodies between "
-                    "trees (the same bits as the host's) and start each step's kernels as the step before ends (on), "
-                    "or send the positions every step after the host's drift (off)")
+                    "trees (the same bits as the host's) and start each step's kernels as the step before ends (in a "
+                    "periodic box with block time steps: drift its copy, receiving the kicked bodies' velocities "
+                    "alone) (on), or send the positions every step after the host's drift (off)")
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command

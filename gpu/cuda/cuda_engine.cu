@@ -878,6 +878,10 @@ struct CudaEngine::Impl {
     // setTree; a launch that moves the bodies without velocities ends it.
     bool mirror = false;
     DeviceBuffer<double> callerVX, callerVY, callerVZ;
+    // A drifted launch's kicked bodies and their velocities (3 x count), and its placed bodies and their places.
+    DeviceBuffer<std::uint32_t> kickedIds, placedIds;
+    DeviceBuffer<double> kickedVelocities, placedPoints;
+    PinnedBuffer<std::uint32_t> hostKickedIds;
     /// A launch with BodyMotion::advanced copies these many of the copy's positions back, and finishResident compares
     /// them with the caller's, bit for bit: a host that rounds its leapfrog differently shows at once.
     static constexpr std::uint32_t kSampleBodies = 64;
@@ -1147,9 +1151,13 @@ struct CudaEngine::Impl {
     const bool all = groups.empty();
     const BodyMotion motion = update.motion;
     const bool advance = motion == BodyMotion::advanced;
+    const bool drifted = motion == BodyMotion::drifted;
     MATCHA_ASSERT(!advance || r.mirror, "launchResident: BodyMotion::advanced without the bodies' velocities");
+    // A drifted launch continues each path from the last launch's positions, in the tree's order (x, y, z).
+    MATCHA_ASSERT(!drifted || (r.mirror && r.refitted && !r.gathered),
+                  "launchResident: BodyMotion::drifted without the bodies' copy and a launch before on this tree");
     const bool upload = motion == BodyMotion::moved || (motion == BodyMotion::unchanged && !r.refitted);
-    const bool refitNeeded = upload || advance;
+    const bool refitNeeded = upload || advance || drifted;
     if (motion == BodyMotion::moved) r.mirror = update.vx != nullptr;
     // Positions go to the caller's order first where the tree's differs or the engine keeps its copy of the bodies.
     const bool inCallerOrder = r.gathered || r.mirror;
@@ -1180,6 +1188,38 @@ struct CudaEngine::Impl {
         detail::parallelCopy(slot, arrays[d], n * sizeof(double));
         copyToDevice(onDevice[d], slot, n);
       }
+    }
+    std::uint32_t numKicked = 0, numPlaced = 0;
+    if (drifted) {
+      // The kicked bodies' velocities (every body's at a long-range step's start) and the placed bodies' places.
+      if (update.kickedAll) {
+        r.hostPositions.reserve(3 * std::size_t{n});
+        const double* from[3] = {update.vx, update.vy, update.vz};
+        double* onDevice[3] = {r.callerVX.data(), r.callerVY.data(), r.callerVZ.data()};
+        for (int d = 0; d < 3; ++d) {
+          double* slot = r.hostPositions.data() + std::size_t(d) * n;
+          detail::parallelCopy(slot, from[d], n * sizeof(double));
+          copyToDevice(onDevice[d], slot, n);
+        }
+      } else {
+        numKicked = static_cast<std::uint32_t>(update.kicked.size());
+        r.hostPositions.reserve(3 * std::max<std::size_t>(numKicked, 1));
+        r.hostKickedIds.reserve(std::max<std::size_t>(numKicked, 1));
+        const double* const from[3] = {update.vx, update.vy, update.vz};
+        if (numKicked > 0) {
+          detail::gatherTriples(r.hostPositions.data(), from, update.kicked);
+          detail::parallelCopy(r.hostKickedIds.data(), update.kicked.data(), numKicked * sizeof(std::uint32_t));
+        }
+        r.kickedVelocities.reserve(3 * std::max<std::size_t>(numKicked, 1));
+        r.kickedIds.reserve(std::max<std::size_t>(numKicked, 1));
+        copyToDevice(r.kickedIds.data(), r.hostKickedIds.data(), numKicked);
+        copyToDevice(r.kickedVelocities.data(), r.hostPositions.data(), 3 * std::size_t{numKicked});
+      }
+      numPlaced = static_cast<std::uint32_t>(update.placed.size());
+      r.placedIds.reserve(std::max<std::size_t>(numPlaced, 1));
+      r.placedPoints.reserve(3 * std::max<std::size_t>(numPlaced, 1));
+      copyToDevice(r.placedIds.data(), update.placed.data(), numPlaced);
+      copyToDevice(r.placedPoints.data(), update.placedPoints, 3 * std::size_t{numPlaced});
     }
     // Periodic lists (NearFieldEngine: the periodic solver's reuse) take evaluatePlan's periodic kernel and no check.
     const bool periodic = gravity.periodic.enabled();
@@ -1260,8 +1300,30 @@ struct CudaEngine::Impl {
         treePredictor.enqueue(predicted, request, rateKnown, stream.get());
       }
     }
+    if (drifted) {
+      detail::launchScatterVelocities(r.kickedIds.data(), r.kickedVelocities.data(), numKicked, r.callerVX.data(),
+                                      r.callerVY.data(), r.callerVZ.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("scatterVelocitiesKernel", config.synchronizeAfterLaunch);
+      const detail::DriftedBodies bodiesToDrift{r.callerX.data(),  r.callerY.data(),  r.callerZ.data(),
+                                                r.callerVX.data(), r.callerVY.data(), r.callerVZ.data(),
+                                                r.x.data(),        r.y.data(),        r.z.data()};
+      detail::launchDriftBodies(bodiesToDrift, n, update.drift, stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("driftBodiesKernel", config.synchronizeAfterLaunch);
+      detail::launchPlaceBodies(r.placedIds.data(), r.placedPoints.data(), numPlaced, r.x.data(), r.y.data(),
+                                r.z.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("placeBodiesKernel", config.synchronizeAfterLaunch);
+      // The positions evaluated, checked against the caller's when the launch is finished.
+      const std::uint32_t count = std::min(ResidentTree::kSampleBodies, n);
+      r.sample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
+      r.hostSample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
+      detail::launchSamplePositions(r.x.data(), r.y.data(), r.z.data(), n, count, r.sample.data(), stream.get());
+      MATCHA_CUDA_CHECK_LAUNCH("samplePositionsKernel", config.synchronizeAfterLaunch);
+      copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
+      r.sampleTaken = true;
+      r.sampleAgainst = bodies;
+    }
     MATCHA_ASSERT(update.prediction == nullptr || advance, "a tree prediction asked of a launch that does not advance");
-    if (refitNeeded && inCallerOrder) {
+    if (refitNeeded && inCallerOrder && !drifted) {
       if (r.gathered) {
         detail::launchGatherPositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.order.data(), n,
                                       r.x.data(), r.y.data(), r.z.data(), stream.get());

@@ -79,6 +79,55 @@ __global__ void advanceBodiesKernel(MirrorBodies bodies, std::uint32_t n, double
   }
 }
 
+__global__ void scatterVelocitiesKernel(const std::uint32_t* ids, const double* packed, std::uint32_t count, double* vx,
+                                        double* vy, double* vz) {
+  for (std::uint32_t k = blockIdx.x * blockDim.x + threadIdx.x; k < count; k += gridDim.x * blockDim.x) {
+    const std::uint32_t i = ids[k];
+    vx[i] = packed[k];
+    vy[i] = packed[std::size_t{count} + k];
+    vz[i] = packed[2 * std::size_t{count} + k];
+  }
+}
+
+/// core's wrapIntoBox, rounded as the host rounds it (its -ffp-contract=off).
+__device__ inline double wrappedIntoBox(double x, double box) {
+  if (x >= 0.0 && x < box) return __dadd_rn(x, 0.0);
+  if (!isfinite(x)) return x;
+  const double wrapped = __dsub_rn(x, __dmul_rn(box, floor(__ddiv_rn(x, box))));
+  return wrapped >= 0.0 && wrapped < box ? __dadd_rn(wrapped, 0.0) : 0.0;
+}
+
+/// The leapfrog's drift of a block step in a box (core/particles.hpp: BodyDrift) and the periodic solver's path
+/// continuation (tree/periodic_tree_solver.cpp: treeHolds), each product and sum rounded on its own as on the host. A
+/// path continues from the last launch's place, which lies within a ball of the build's place: the same face crossings
+/// as the host finds from the build's.
+__global__ void driftBodiesKernel(DriftedBodies bodies, std::uint32_t n, double drift, double box) {
+  const double half = 0.5 * box;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    double* position[3] = {bodies.x, bodies.y, bodies.z};
+    const double* velocity[3] = {bodies.vx, bodies.vy, bodies.vz};
+    double* path[3] = {bodies.pathX, bodies.pathY, bodies.pathZ};
+    for (int d = 0; d < 3; ++d) {
+      double x = __dadd_rn(position[d][i], __dmul_rn(velocity[d][i], drift));
+      x = __dadd_rn(x, 0.0);
+      if (!(x >= 0.0 && x < box)) x = wrappedIntoBox(x, box);
+      position[d][i] = x;
+      const double moved = __dsub_rn(x, path[d][i]);
+      path[d][i] = moved > half ? __dsub_rn(x, box) : (moved < -half ? __dadd_rn(x, box) : x);
+    }
+  }
+}
+
+__global__ void placeBodiesKernel(const std::uint32_t* ids, const double* points, std::uint32_t count, double* x,
+                                  double* y, double* z) {
+  for (std::uint32_t k = blockIdx.x * blockDim.x + threadIdx.x; k < count; k += gridDim.x * blockDim.x) {
+    const std::uint32_t i = ids[k];
+    x[i] = points[3 * std::size_t{k}];
+    y[i] = points[3 * std::size_t{k} + 1];
+    z[i] = points[3 * std::size_t{k} + 2];
+  }
+}
+
 /// Positions of the bodies k n / count, k < count, as 3 x count values (x first).
 __global__ void samplePositionsKernel(const double* x, const double* y, const double* z, std::uint32_t n,
                                       std::uint32_t count, double* sample) {
@@ -213,6 +262,23 @@ void launchPackRuns(DeviceForces tree, const uint4* runs, std::uint32_t numRuns,
 void launchAdvanceBodies(const MirrorBodies& bodies, std::uint32_t n, const BodyAdvance& advance, cudaStream_t stream) {
   advanceBodiesKernel<<<blocksFor(n), kThreads, 0, stream>>>(bodies, n, advance.firstKick, advance.secondKick,
                                                              advance.drift);
+}
+
+void launchScatterVelocities(const std::uint32_t* ids, const double* packed, std::uint32_t count, double* vx,
+                             double* vy, double* vz, cudaStream_t stream) {
+  if (count == 0) return;
+  scatterVelocitiesKernel<<<blocksFor(count), kThreads, 0, stream>>>(ids, packed, count, vx, vy, vz);
+}
+
+void launchDriftBodies(const DriftedBodies& bodies, std::uint32_t n, const BodyDrift& drift, cudaStream_t stream) {
+  if (n == 0) return;
+  driftBodiesKernel<<<blocksFor(n), kThreads, 0, stream>>>(bodies, n, drift.drift, drift.boxSize);
+}
+
+void launchPlaceBodies(const std::uint32_t* ids, const double* points, std::uint32_t count, double* x, double* y,
+                       double* z, cudaStream_t stream) {
+  if (count == 0) return;
+  placeBodiesKernel<<<blocksFor(count), kThreads, 0, stream>>>(ids, points, count, x, y, z);
 }
 
 void launchSamplePositions(const double* x, const double* y, const double* z, std::uint32_t n, std::uint32_t count,

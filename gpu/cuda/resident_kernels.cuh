@@ -69,12 +69,35 @@ struct MirrorBodies {
   const double* az;
 };
 
+/// A periodic box's bodies as the engine keeps them for BodyMotion::drifted (NearFieldEngine BodyUpdate): its copy
+/// of the caller's positions (in the box) and velocities, and the positions of the last launch, each body's path.
+struct DriftedBodies {
+  double* x;
+  double* y;
+  double* z;
+  const double* vx;
+  const double* vy;
+  const double* vz;
+  double* pathX;
+  double* pathY;
+  double* pathZ;
+};
+
 /// The k-th of `count` bodies sampled evenly from n: k n / count (64-bit product).
 __host__ __device__ inline std::uint32_t sampleIndex(std::uint32_t k, std::uint32_t n, std::uint32_t count) {
   return static_cast<std::uint32_t>(std::uint64_t{k} * n / count);
 }
 
 void launchAdvanceBodies(const MirrorBodies& bodies, std::uint32_t n, const BodyAdvance& advance, cudaStream_t stream);
+/// v[ids[k]] = packed[k], packed[count + k], packed[2 count + k] (x, y, z) for k < count.
+void launchScatterVelocities(const std::uint32_t* ids, const double* packed, std::uint32_t count, double* vx,
+                             double* vy, double* vz, cudaStream_t stream);
+/// BodyDrift's drift and wrap on the copy, then each path continued from where it was (BodyMotion::drifted), rounded
+/// as the host rounds them.
+void launchDriftBodies(const DriftedBodies& bodies, std::uint32_t n, const BodyDrift& drift, cudaStream_t stream);
+/// path[ids[k]] = points[3 k], points[3 k + 1], points[3 k + 2] for k < count.
+void launchPlaceBodies(const std::uint32_t* ids, const double* points, std::uint32_t count, double* x, double* y,
+                       double* z, cudaStream_t stream);
 void launchSamplePositions(const double* x, const double* y, const double* z, std::uint32_t n, std::uint32_t count,
                            double* sample, cudaStream_t stream);
 void launchGatherPositions(const double* x, const double* y, const double* z, const std::uint32_t* order,

@@ -36,4 +36,15 @@ void scatterRuns(double* to, const double* packed, const std::uint32_t* runs, st
   });
 }
 
+void gatherTriples(double* packed, const double* const from[3], std::span<const std::uint32_t> ids) {
+  const std::size_t count = ids.size();
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, std::size_t{1} << 14),
+                    [&](const tbb::blocked_range<std::size_t>& some) {
+                      for (int c = 0; c < 3; ++c) {
+                        double* to = packed + std::size_t(c) * count;
+                        for (std::size_t k = some.begin(); k != some.end(); ++k) to[k] = from[c][ids[k]];
+                      }
+                    });
+}
+
 }  // namespace matcha::gpu::detail

@@ -275,14 +275,21 @@ void LeapfrogKDK::kickWithLongRange(Particles& p, double factor) {
 
 namespace {
 
-/// Asks the solver for the forces of some bodies only (ForceSolver::setLowestActiveBin) for one call, and for every
-/// body again on every path out.
-class LowestActiveBinScope {
+/// For one call of a block step: asks the solver for the forces of some bodies only (ForceSolver::setLowestActiveBin)
+/// and tells it how the bodies moved since its last call (setBodyDrift, in a periodic box); on every path out, asks for
+/// every body again and takes the word back.
+class BlockCallScope {
  public:
-  LowestActiveBinScope(ForceSolver& solver, std::uint8_t bin) : solver_(solver) { solver_.setLowestActiveBin(bin); }
-  ~LowestActiveBinScope() { solver_.setLowestActiveBin(0); }
-  LowestActiveBinScope(const LowestActiveBinScope&) = delete;
-  LowestActiveBinScope& operator=(const LowestActiveBinScope&) = delete;
+  BlockCallScope(ForceSolver& solver, std::uint8_t bin, const std::optional<BodyDrift>& drift) : solver_(solver) {
+    solver_.setLowestActiveBin(bin);
+    solver_.setBodyDrift(drift);
+  }
+  ~BlockCallScope() {
+    solver_.setLowestActiveBin(0);
+    solver_.setBodyDrift(std::nullopt);
+  }
+  BlockCallScope(const BlockCallScope&) = delete;
+  BlockCallScope& operator=(const BlockCallScope&) = delete;
 
  private:
   ForceSolver& solver_;
@@ -363,7 +370,11 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
   const std::uint8_t closingFrom = alignedTimeBin(block.nextTick);
   if (solver_.longRangeStepsOn()) solver_.setLongRangeDue(factors.longRangeAtEnd);
   {
-    const LowestActiveBinScope active(solver_, closingFrom);
+    // Since the last call (the closing pass of the step before, this opening pass) the bodies of bin >= openingFrom
+    // were kicked, every body at the long-range step's start, and all drifted (and were wrapped, in a box).
+    std::optional<BodyDrift> moved;
+    if (wrap) moved = BodyDrift{drift, boxSize_, start ? std::uint8_t{0} : openingFrom};
+    const BlockCallScope call(solver_, closingFrom, moved);
     report.force = solver_.computeForces(p);  // may permute the bodies, their bins with them
   }
   clock.restart();

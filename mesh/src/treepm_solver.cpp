@@ -41,6 +41,7 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   MATCHA_ASSERT(lowestActiveBin() == 0 || (longRangeStepsOn() && !longRangeDue()),
                 "a call with the long range asked for the forces of some bodies only");
   shortRange_->setLowestActiveBin(lowestActiveBin());
+  shortRange_->setBodyDrift(bodyDrift());
   if (longRangeStepsOn() && !longRangeDue()) {
     // Within a long-range step: the short range alone.
     ForceReport report = shortRange_->computeForces(particles);

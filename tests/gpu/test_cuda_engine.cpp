@@ -1825,6 +1825,107 @@ TEST_F(CudaEngineTest, PeriodicBlockStepsFollowTheCpuEngine) {
   EXPECT_GE(builtWithSubset, 1) << "calls 6 (trees for 4 calls from call 2) builds with a subset";
 }
 
+// Block time steps in a box (the real leapfrog, TreePM with long-range steps, trees for 4 calls): with advanceOnDevice
+// the engine keeps its own copy of the bodies and drifts it (BodyMotion::drifted), receiving the kicked bodies'
+// velocities alone; the run is the run that sends every position each call, bit for bit. A body moved behind the
+// leapfrog's back by one ulp (index 0: the sample's first body) is caught by the sample, and the call sends the
+// positions again. (On the H200, 2026-11-30, before that check was made by one ulp: 28 of 52 calls drifted.)
+TEST_F(CudaEngineTest, PeriodicBlockStepsDriftTheEnginesCopyBitForBit) {
+  namespace mi = matcha::integrator;
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  constexpr double L = 2.0;
+  const ClumpyPeriodicBox box(seed, L);
+  Particles start = box.bodies;
+  std::mt19937_64 random(seed + 11);
+  const double rs = box.gravity.periodic.splitRadius;
+  std::normal_distribution<double> speed(0.0, 0.05 * rs);  // a long step's drift: ~5% of r_s
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    start.vx[i] = speed(random);
+    start.vy[i] = speed(random);
+    start.vz[i] = speed(random) + 0.1 * rs;  // and a bulk flow, so that bodies cross the faces
+  }
+  struct Run {
+    Particles bodies;
+    int drifted = 0, mismatches = 0, calls = 0;
+  };
+  const auto run = [&](bool onDevice) {
+    TreeParams params = tree::periodicDefaultTreeParams();
+    params.reuse = 4;
+    params.ncrit = 64;
+    params.advanceOnDevice = onDevice;
+    mesh::MeshParams meshParams = periodicMesh(L, start.size());
+    meshParams.backend = mesh::MeshBackend::fftw;
+    CudaEngine engine(Precision::float32, testConfig());
+    auto shortRange = std::make_unique<tree::PeriodicTreeSolver>(engine, params, box.gravity);
+    const tree::PeriodicTreeSolver& periodic = *shortRange;
+    mesh::TreePmSolver solver(std::move(shortRange), meshParams, box.gravity);
+    solver.setLongRangeSteps(true);
+    solver.setPotentialsWanted(false);
+    Run result;
+    bool perturbed = false;
+    result.bodies = start;
+    Particles& p = result.bodies;
+    mi::LeapfrogKDK leapfrog(solver, mi::LeapfrogKDK::VariableSteps{}, L);
+    leapfrog.initialize(p);
+    // The long step moves the fastest-pulled body by ~1% of r_s; the bins' scale gives bins 0 to 3.
+    const double largest = mi::maxAcceleration(p);
+    const double longStep = std::sqrt(0.01 * rs / largest) * 8.0;
+    const double binScale = 6.0 / std::sqrt(largest);
+    for (int longSteps = 0; longSteps < 3; ++longSteps) {
+      std::uint64_t tick = 0;
+      while (tick < mi::kTicksPerLongStep) {
+        mi::BinnedStep block;
+        block.tick = tick;
+        block.openingBinScale = block.closingBinScale = binScale;
+        const std::uint8_t finest = tick == 0 ? mi::timeBinFor(mi::maxAcceleration(p), binScale) : mi::finestTimeBin(p);
+        block.nextTick = tick + (std::uint64_t{1} << (mi::kDeepestTimeBin - finest));
+        for (std::size_t bin = 0; bin < mi::kNumTimeBins; ++bin) {
+          block.openingKick[bin] = block.closingKick[bin] = 0.5 * longStep * std::ldexp(1.0, -int(bin));
+        }
+        mi::KdkStep factors;
+        factors.drift = double(block.nextTick - tick) * (longStep / double(mi::kTicksPerLongStep));
+        factors.longRangeAtEnd = block.endsLongStep();
+        if (tick == 0) factors.longRangeOpeningKick = 0.5 * longStep;
+        if (block.endsLongStep()) factors.longRangeClosingKick = 0.5 * longStep;
+        factors.block = block;
+        const mi::StepReport report = leapfrog.step(p, factors);
+        EXPECT_FALSE(report.nonFinite.has_value());
+        ++result.calls;
+        result.drifted += periodic.lastStats().advancedOnDevice ? 1 : 0;
+        tick = block.nextTick;
+        result.mismatches += periodic.lastStats().advanceMismatch ? 1 : 0;
+        const tree::TreeStats& stats = periodic.lastStats();
+        if (!perturbed && longSteps >= 1 && !block.endsLongStep() && stats.callsOnTree >= 2 &&
+            stats.callsOnTree < stats.reuseSteps) {
+          // Not the leapfrog's doing, where the next call reuses the tree: the engine's copy is no longer the caller's
+          // bodies (in both runs alike). By one ulp, so that the body stays in its ball (a body out of it would be
+          // evaluated where the host places it, and its copy's place not read).
+          p.x[0] = std::nextafter(p.x[0], 0.5 * L);
+          perturbed = true;
+        }
+      }
+    }
+    return result;
+  };
+  const Run sent = run(false), drifted = run(true);
+  ASSERT_EQ(sent.calls, drifted.calls);
+  EXPECT_EQ(sent.drifted, 0);
+  EXPECT_GE(drifted.drifted, sent.calls / 3) << "of " << sent.calls << " calls";
+  EXPECT_GE(drifted.mismatches, 1) << "the moved body was not caught";
+  std::printf("block steps in a box: %d calls, %d drifted on the device\n", drifted.calls, drifted.drifted);
+  const Particles& a = sent.bodies;
+  const Particles& b = drifted.bodies;
+  ASSERT_EQ(a.id, b.id) << "the same trees sort the bodies alike";
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const bool same = a.x[i] == b.x[i] && a.y[i] == b.y[i] && a.z[i] == b.z[i] && a.vx[i] == b.vx[i] &&
+                      a.vy[i] == b.vy[i] && a.vz[i] == b.vz[i];
+    differ += same ? 0 : 1;
+  }
+  EXPECT_EQ(differ, 0u) << "bodies whose positions or velocities differ";
+}
+
 TEST_F(CudaEngineTest, PeriodicRefusesTheDoubleEngine) {
   GravityParams gravity;
   gravity.periodic = mesh::periodicSplit(periodicMesh(1.0, 4096));

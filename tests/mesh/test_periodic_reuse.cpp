@@ -11,8 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/tree_topology.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/integrator/leapfrog.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/periodic_reference.hpp"
@@ -606,6 +610,183 @@ TEST_F(PeriodicReuse, RestoredSolverContinuesBitForBit) {
     twin.y = box.bodies.y;
     twin.z = box.bodies.z;
   }
+}
+
+/// The CPU engine with a copy of the bodies of its own, kept as the CUDA engine keeps its (NearFieldEngine BodyUpdate,
+/// BodyMotion::drifted), in plain C++ (this test builds with -ffp-contract=off, as the integrator does): a drifted
+/// launch evaluates the copy's positions, not the caller's, and counts the launches whose positions differ from the
+/// caller's in any bit.
+class CopyKeepingEngine final : public NearFieldEngine {
+ public:
+  std::string name() const override { return "copy-keeping " + inner_.name(); }
+  InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
+                                 const GravityParams& gravity, const ForceView& out) override {
+    return inner_.evaluatePlan(sources, cells, plan, gravity, out);
+  }
+  InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
+                                   const ForceView& out) override {
+    return inner_.evaluateDirect(sources, gravity, out);
+  }
+  EngineTimings lastTimings() const override { return inner_.lastTimings(); }
+  void setTree(const TreeTopology& topology, const SourceView& bodies) override { inner_.setTree(topology, bodies); }
+  void setLists(const InteractionPlan& plan) override { inner_.setLists(plan); }
+  void dropLists() override { inner_.dropLists(); }
+  bool advancesBodies() const override { return true; }
+  bool periodicShortRange() const override { return inner_.periodicShortRange(); }
+  void discardResident() override { inner_.discardResident(); }
+  ResidentResult finishResident() override { return inner_.finishResident(); }
+
+  void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
+                      std::span<const std::uint32_t> groups, const BodyUpdate& update) override {
+    const std::size_t n = bodies.count;
+    if (update.motion != BodyMotion::drifted) {
+      kept_ = update.motion == BodyMotion::moved && update.vx != nullptr;
+      x_.assign(bodies.x, bodies.x + n);
+      y_.assign(bodies.y, bodies.y + n);
+      z_.assign(bodies.z, bodies.z + n);
+      if (kept_) {
+        vx_.assign(update.vx, update.vx + n);
+        vy_.assign(update.vy, update.vy + n);
+        vz_.assign(update.vz, update.vz + n);
+      }
+      pathX_ = x_;
+      pathY_ = y_;
+      pathZ_ = z_;
+      inner_.launchResident(bodies, gravity, out, groups, update);
+      return;
+    }
+    EXPECT_TRUE(kept_) << "a drifted launch without a copy kept";
+    ++drifted;
+    kicked += update.kickedAll ? n : update.kicked.size();
+    const auto kick = [&](std::size_t i) {
+      vx_[i] = update.vx[i];
+      vy_[i] = update.vy[i];
+      vz_[i] = update.vz[i];
+    };
+    if (update.kickedAll) {
+      for (std::size_t i = 0; i < n; ++i) kick(i);
+    } else {
+      for (const std::uint32_t i : update.kicked) kick(i);
+    }
+    const double box = update.drift.boxSize, half = 0.5 * box;
+    const auto move = [&](double& x, double v, double& path) {
+      x += v * update.drift.drift;
+      x += 0.0;
+      if (!(x >= 0.0 && x < box)) x = wrapIntoBox(x, box);
+      const double moved = x - path;
+      path = moved > half ? x - box : (moved < -half ? x + box : x);
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      move(x_[i], vx_[i], pathX_[i]);
+      move(y_[i], vy_[i], pathY_[i]);
+      move(z_[i], vz_[i], pathZ_[i]);
+    }
+    for (std::size_t k = 0; k < update.placed.size(); ++k) {
+      const std::uint32_t i = update.placed[k];
+      pathX_[i] = update.placedPoints[3 * k];
+      pathY_[i] = update.placedPoints[3 * k + 1];
+      pathZ_[i] = update.placedPoints[3 * k + 2];
+    }
+    placed += update.placed.size();
+    const bool same = std::equal(pathX_.begin(), pathX_.end(), bodies.x) &&
+                      std::equal(pathY_.begin(), pathY_.end(), bodies.y) &&
+                      std::equal(pathZ_.begin(), pathZ_.end(), bodies.z);
+    differing += same ? 0 : 1;
+    const SourceView own{pathX_.data(), pathY_.data(), pathZ_.data(), bodies.mass, n};
+    inner_.launchResident(own, gravity, out, groups, BodyMotion::moved);
+  }
+
+  int drifted = 0, differing = 0;
+  std::uint64_t kicked = 0, placed = 0;
+
+ private:
+  gpu::CpuEngine inner_{gpu::Precision::float64};
+  bool kept_ = false;
+  std::vector<double> x_, y_, z_, vx_, vy_, vz_, pathX_, pathY_, pathZ_;
+};
+
+// Block time steps in a box (the real leapfrog, TreePM with long-range steps on the CPU mesh, trees for 4 calls): where
+// the engine keeps a copy of the bodies (advancesBodies), the solver has it drift that copy (BodyMotion::drifted) from
+// each tree's build on, handing it the kicked bodies' velocities and the escaped bodies' places: the copy's positions
+// are the caller's at every call, bit for bit, and the run is the run of an engine that reads the caller's positions.
+TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
+  namespace mi = matcha::integrator;
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox box = drifting(2.0);
+  Particles start = box.bodies;
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    const std::uint64_t k = start.id[i];
+    start.vx[i] = box.vx[k];
+    start.vy[i] = box.vy[k];
+    start.vz[i] = box.vz[k];
+  }
+  struct Run {
+    Particles bodies;
+    int calls = 0;
+  };
+  const auto run = [&](NearFieldEngine& engine) {
+    TreeParams params;
+    params.reuse = 4;
+    params.ncrit = 32;
+    MeshParams meshParams;
+    meshParams.boxSize = L;
+    meshParams.grid = 16;
+    TreePmSolver solver(std::make_unique<tree::PeriodicTreeSolver>(engine, params, gravity), meshParams, gravity);
+    solver.setLongRangeSteps(true);
+    solver.setPotentialsWanted(false);
+    Run result;
+    result.bodies = start;
+    Particles& p = result.bodies;
+    mi::LeapfrogKDK leapfrog(solver, mi::LeapfrogKDK::VariableSteps{}, L);
+    leapfrog.initialize(p);
+    // A long step: bins 0 to 2, the velocities' drift about two calls' worth of DriftingBox's motion.
+    const double largest = mi::maxAcceleration(p);
+    const double binScale = 3.5 / std::sqrt(largest);
+    const double longStep = 2.0;
+    for (int longSteps = 0; longSteps < 3; ++longSteps) {
+      std::uint64_t tick = 0;
+      while (tick < mi::kTicksPerLongStep) {
+        mi::BinnedStep block;
+        block.tick = tick;
+        block.openingBinScale = block.closingBinScale = binScale;
+        const std::uint8_t finest = tick == 0 ? mi::timeBinFor(mi::maxAcceleration(p), binScale) : mi::finestTimeBin(p);
+        block.nextTick = tick + (std::uint64_t{1} << (mi::kDeepestTimeBin - finest));
+        // Kicks that change the speeds a little (the box's pulls are strong): some bodies leave their balls.
+        for (std::size_t bin = 0; bin < mi::kNumTimeBins; ++bin) {
+          block.openingKick[bin] = block.closingKick[bin] = 3e-6 * longStep * std::ldexp(1.0, -int(bin));
+        }
+        mi::KdkStep factors;
+        factors.drift = double(block.nextTick - tick) * (longStep / double(mi::kTicksPerLongStep));
+        factors.longRangeAtEnd = block.endsLongStep();
+        if (tick == 0) factors.longRangeOpeningKick = 3e-6 * longStep;
+        if (block.endsLongStep()) factors.longRangeClosingKick = 3e-6 * longStep;
+        factors.block = block;
+        EXPECT_FALSE(leapfrog.step(p, factors).nonFinite.has_value());
+        ++result.calls;
+        tick = block.nextTick;
+      }
+    }
+    return result;
+  };
+  gpu::CpuEngine reading(gpu::Precision::float64);
+  CopyKeepingEngine keeping;
+  const Run a = run(reading), b = run(keeping);
+  std::printf("block steps: %d calls, %d drifted launches, %llu kicked, %llu placed of %zu bodies\n", a.calls,
+              keeping.drifted, static_cast<unsigned long long>(keeping.kicked),
+              static_cast<unsigned long long>(keeping.placed), start.size());
+  ASSERT_EQ(a.calls, b.calls);
+  EXPECT_GE(a.calls, 9) << "bins below 0";
+  EXPECT_GE(keeping.drifted, a.calls / 3) << "of " << a.calls << " calls";
+  EXPECT_EQ(keeping.differing, 0) << "drifted launches whose copy was not the caller's bodies";
+  EXPECT_GT(keeping.kicked, 0u);
+  EXPECT_GT(keeping.placed, 0u) << "no body left its ball (109-185 placed in 8 seeds)";
+  EXPECT_LT(keeping.kicked, std::uint64_t(keeping.drifted) * start.size()) << "only the kicked bodies' velocities";
+  ASSERT_EQ(a.bodies.id, b.bodies.id);
+  EXPECT_EQ(a.bodies.x, b.bodies.x);
+  EXPECT_EQ(a.bodies.y, b.bodies.y);
+  EXPECT_EQ(a.bodies.z, b.bodies.z);
+  EXPECT_EQ(a.bodies.vx, b.bodies.vx);
+  EXPECT_EQ(a.bodies.vz, b.bodies.vz);
 }
 
 }  // namespace

@@ -662,11 +662,15 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
     handTreeToEngine(particles);
     phaseDone(Phase::upload);
     if (evaluateResident) {
+      // At the build every body's path is its position: the engine keeps the bodies and their velocities as its copy
+      // where the caller says how they move (driftUpdate, the calls after).
       const bool subset = findActiveGroups(particles);
       evaluateResidentLists(particles.sources(), out, report,
-                            subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{});
+                            subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
+                            copyForDrift(particles));
     }
   }
+  if (!treeHeld_ || !evaluateResident) mirrorValid_ = false;  // the bodies were sorted, and no launch kept them
 
   stats_ = TreeStats{};
   stats_.numBodies = n;
@@ -707,11 +711,85 @@ void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const Fo
 }
 
 void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
-                                               std::span<const std::uint32_t> groups) {
-  engine_.launchResident(positions, gravity_, out, groups, BodyMotion::moved);
-  const ResidentResult result = engine_.finishResident();
+                                               std::span<const std::uint32_t> groups, const BodyUpdate& update) {
+  engine_.launchResident(positions, gravity_, out, groups, update);
+  ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "the engine checked periodic lists");
   addEvaluation(result.counts, result.timings, report);
+  // The engine's copy (kept by a launch with velocities, drifted since) is the caller's only while every launch on it
+  // vouched for it and its sample agreed.
+  mirrorValid_ = (update.motion == BodyMotion::moved && update.vx != nullptr) ||
+                 (update.motion == BodyMotion::drifted && !result.advanceMismatch);
+  stats_.advancedOnDevice = update.motion == BodyMotion::drifted && !result.advanceMismatch;
+  if (update.motion == BodyMotion::drifted) {
+    if (result.advanceMismatch) {
+      // The copy was not the caller's bodies (moved otherwise than the word said): these forces are not theirs.
+      stats_.advanceMismatch = true;
+      engine_.launchResident(positions, gravity_, out, groups, BodyMotion::moved);
+      result = engine_.finishResident();
+      addEvaluation(result.counts, result.timings, report);
+    }
+  }
+}
+
+bool PeriodicTreeSolver::engineMayDrift() const {
+  return params_.advanceOnDevice && engine_.advancesBodies() && bodyDrift().has_value() &&
+         bodyDrift()->boxSize == gravity_.periodic.boxSize;
+}
+
+BodyUpdate PeriodicTreeSolver::copyForDrift(const Particles& particles) const {
+  BodyUpdate update(BodyMotion::moved);
+  if (engineMayDrift()) {
+    update.vx = particles.vx.data();
+    update.vy = particles.vy.data();
+    update.vz = particles.vz.data();
+  }
+  return update;
+}
+
+BodyUpdate PeriodicTreeSolver::driftUpdate(const Particles& particles) {
+  BodyUpdate update(BodyMotion::moved);
+  if (!mirrorValid_ || !engineMayDrift()) return update;
+  const BodyDrift& drift = *bodyDrift();
+  const std::size_t n = particles.size();
+  update.motion = BodyMotion::drifted;
+  update.drift = drift;
+  update.vx = particles.vx.data();
+  update.vy = particles.vy.data();
+  update.vz = particles.vz.data();
+  update.kickedAll = drift.kickedFrom == 0 || particles.timeBin.size() != n;
+  if (!update.kickedAll) {
+    // The kicked bodies in ascending order (each block's in turn), on every core.
+    const std::size_t blocks = (n + kBodiesPerTask - 1) / kBodiesPerTask;
+    kickedCounts_.assign(blocks + 1, 0);
+    tbb::parallel_for(std::size_t{0}, blocks, [&](std::size_t b) {
+      std::uint32_t count = 0;
+      for (std::size_t i = b * kBodiesPerTask; i < std::min(n, (b + 1) * kBodiesPerTask); ++i) {
+        count += particles.timeBin[i] >= drift.kickedFrom ? 1 : 0;
+      }
+      kickedCounts_[b + 1] = count;
+    });
+    for (std::size_t b = 0; b < blocks; ++b) kickedCounts_[b + 1] += kickedCounts_[b];
+    kicked_.resize(kickedCounts_[blocks]);
+    tbb::parallel_for(std::size_t{0}, blocks, [&](std::size_t b) {
+      std::uint32_t* to = kicked_.data() + kickedCounts_[b];
+      for (std::size_t i = b * kBodiesPerTask; i < std::min(n, (b + 1) * kBodiesPerTask); ++i) {
+        if (particles.timeBin[i] >= drift.kickedFrom) *to++ = static_cast<std::uint32_t>(i);
+      }
+    });
+    update.kicked = kicked_;
+  }
+  // The bodies outside their balls, evaluated on their surfaces (prepareEscaped).
+  placedPoints_.resize(3 * escaped_.size());
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t i = escaped_[k];
+    placedPoints_[3 * k] = pathX_[i];
+    placedPoints_[3 * k + 1] = pathY_[i];
+    placedPoints_[3 * k + 2] = pathZ_[i];
+  }
+  update.placed = escaped_;
+  update.placedPoints = placedPoints_.data();
+  return update;
 }
 
 void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
@@ -721,8 +799,11 @@ void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
   // With block time steps, only the groups whose bodies' steps end here: the engine refits every cell to the paths
   // (all bodies moved) but evaluates and returns those groups' lists alone.
   const bool subset = findActiveGroups(particles);
+  // Where the caller says how the bodies moved, an engine with its own copy of them drifts it: the kicked bodies'
+  // velocities cross the bus instead of every position (at 2^24 bodies, 400 MB a call).
   evaluateResidentLists(path, forcesToWrite(particles), report,
-                        subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{});
+                        subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
+                        driftUpdate(particles));
   ++builtCalls_;
   stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);
   stats_.estimatePass = false;
@@ -772,6 +853,7 @@ void PeriodicTreeSolver::saveState(CheckpointState& state) {
 
 void PeriodicTreeSolver::restoreState(const CheckpointState& state, const Particles& particles) {
   treeHeld_ = false;
+  mirrorValid_ = false;
   // A checkpoint of a run before periodic trees were reused keeps no state for them: the next tree's balls are points.
   builtCalls_ = state.scalars.count(stateName("built_calls")) != 0 ? state.count(stateName("built_calls")) : 0;
   motionKnown_ = builtCalls_ > 0;

@@ -158,6 +158,14 @@ class ForceSolver {
   void setLowestActiveBin(std::uint8_t bin) { lowestActiveBin_ = bin; }
   std::uint8_t lowestActiveBin() const { return lowestActiveBin_; }
 
+  /// The caller's word on how the bodies moved since the last call (BodyDrift), for the next call only: block time
+  /// steps in a periodic box say it before each call (integrator/leapfrog.hpp). A solver whose engine keeps its own
+  /// copy of the bodies may then drift that copy instead of sending the positions (the periodic tree solver with the
+  /// CUDA engine), checking a sample of it against the caller's. nullopt (the default): no word; the positions are
+  /// sent.
+  void setBodyDrift(const std::optional<BodyDrift>& drift) { bodyDrift_ = drift; }
+  const std::optional<BodyDrift>& bodyDrift() const { return bodyDrift_; }
+
   /// Changes the Plummer softening length eps (>= 0, finite) from the next call on: a comoving run whose softening is
   /// fixed in physical units once the expansion has grown it to its maximum (ComovingTimelineParams in cosmology/).
   /// The periodic solvers and the direct solver can; by default (the open-boundary tree solver, whose work for the
@@ -200,6 +208,7 @@ class ForceSolver {
   std::optional<bool> potentialsNext_;
   bool longRangeDue_ = true;
   std::uint8_t lowestActiveBin_ = 0;
+  std::optional<BodyDrift> bodyDrift_;
 
  protected:
   bool longRangeSteps_ = false;  ///< setLongRangeSteps': a splitting solver's override sets it

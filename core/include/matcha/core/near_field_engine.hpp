@@ -43,6 +43,10 @@ enum class BodyMotion {
   /// The engine's own copy of the bodies (BodyUpdate), moved by BodyUpdate::advance: no upload, then the refit
   /// (engines for which advancesBodies() is true).
   advanced,
+  /// A periodic box's bodies: the engine's own copy, the kicked bodies' velocities replaced and then drifted by
+  /// BodyUpdate::drift (BodyDrift); each body's path continued from the last launch's positions; then the refit
+  /// (engines for which advancesBodies() is true). See BodyUpdate.
+  drifted,
 };
 
 /// A tree for later calls, predicted on the engine's device from its copy of the bodies
@@ -97,6 +101,20 @@ struct BodyUpdate {
   const double* vy = nullptr;
   const double* vz = nullptr;
   BodyAdvance advance;  ///< BodyMotion::advanced: what the caller did to its bodies since the last launch
+  /// BodyMotion::drifted: since the last launch, the bodies `kicked` (caller's indices; every body where kickedAll)
+  /// took the velocities vx, vy, vz hold for them, then every body drifted and was folded into the box as `drift`
+  /// says. The engine repeats that on its copy (positions in the box, velocities), bit for bit, and evaluates each
+  /// body where its path continues: its copy's position, moved by a box length along any axis where that puts it
+  /// within half a box of its position at the last launch (as the periodic solver continues paths across the faces),
+  /// except the bodies `placed`, which go to placedPoints (x, y, z each, in the order of `placed`: the periodic
+  /// solver's bodies outside their balls, clamped onto them). The copy must have been given by a BodyMotion::moved
+  /// launch with velocities and moved by drifted launches alone since; the engine checks a sample of the positions it
+  /// evaluates against `bodies` (ResidentResult::advanceMismatch).
+  BodyDrift drift;
+  std::span<const std::uint32_t> kicked;
+  bool kickedAll = false;
+  std::span<const std::uint32_t> placed;
+  const double* placedPoints = nullptr;
   /// BodyMotion::advanced on an engine that predictsTrees(): also predict a tree's inputs from the moved copy
   /// (takeTreePrediction hands them over). Read within launchResident only.
   const TreePredictionRequest* prediction = nullptr;

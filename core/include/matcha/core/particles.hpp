@@ -48,6 +48,19 @@ struct BodyAdvance {
   double drift = 0.0;
 };
 
+/// How a run with block time steps moved its bodies in a periodic box since the last force call, as the leapfrog says
+/// before each call (ForceSolver::setBodyDrift): the bodies of bin >= kickedFrom (Particles::timeBin; every body where
+/// kickedFrom is 0) took kicks, and their velocities are the caller's now; the others' velocities are as they were.
+/// Then every body drifted and was folded into the box, each product and each sum rounded on its own:
+///   x = x + v * drift;  x = x + 0.0;  x = wrapIntoBox(x, boxSize) where x lies outside [0, boxSize)
+/// An engine that keeps its own copy of the bodies (the CUDA engine) repeats the drift instead of receiving the
+/// positions again, and receives the kicked bodies' velocities alone.
+struct BodyDrift {
+  double drift = 0.0;
+  double boxSize = 0.0;
+  std::uint8_t kickedFrom = 0;
+};
+
 /// All bodies of a simulation. Index i is the same body in every array. Solvers may reorder the bodies (the tree
 /// solver sorts them along a space-filling curve); they then permute every array together, so `id` always names
 /// the body.

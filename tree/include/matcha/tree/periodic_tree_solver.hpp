@@ -133,10 +133,13 @@ inline TreeParams periodicDefaultTreeParams() {
 /// at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and cell at
 /// its nearest image anyway. Other bodies or another order (the same ids in the same places are checked), or more
 /// bodies outside their balls than kEscapedMaxBodies and kEscapedBudget allow, make the call build anew; fewer have
-/// their pulls added exactly (kEscapedMaxBodies). TreeParams::pipeline, advanceOnDevice and predictOnDevice are ignored
-/// (no background builds: every tree is built within its call; built in the background beside the calls before,
-/// trees left a 256^3 comoving box's steps no faster on the H200's host, bench/RESULTS.md 2026-11-30); sortOnDevice
-/// is not. A call's bodies must lie in [0, L)^3.
+/// their pulls added exactly (kEscapedMaxBodies). TreeParams::pipeline and predictOnDevice are ignored (no background
+/// builds: every tree is built within its call; built in the background beside the calls before, trees left a 256^3
+/// comoving box's steps no faster on the H200's host, bench/RESULTS.md 2026-11-30); sortOnDevice is not, nor is
+/// advanceOnDevice: where the caller says how the bodies moved since the last call (ForceSolver::setBodyDrift: block
+/// time steps) an engine that keeps its own copy of the bodies (the CUDA engine) drifts it, receiving the kicked
+/// bodies' velocities instead of every position, from the tree's build on (BodyMotion::drifted: the same bits). A
+/// call's bodies must lie in [0, L)^3.
 ///
 /// With TreeParams::overlapWalk the groups are walked in batches cut as the open-boundary solver cuts
 /// them (walkBatchGroups) and each batch goes to NearFieldEngine::evaluatePlanBatch as soon as it is walked: an engine
@@ -198,8 +201,19 @@ class PeriodicTreeSolver final : public ForceSolver {
   void evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report);
   /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`: of
   /// `groups` alone where given (ids into groups_), of every group otherwise.
+  /// `update` says how `positions` relate to the engine's copy of the bodies (BodyMotion::moved, or drifted:
+  /// driftUpdate); a drifted launch whose copy the engine finds different from `positions` is launched again with them.
   void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
-                             std::span<const std::uint32_t> groups = {});
+                             std::span<const std::uint32_t> groups, const BodyUpdate& update);
+  /// Whether the engine may keep and drift its own copy of the bodies this call: it can (advancesBodies), and the
+  /// caller said how the bodies moved (ForceSolver::bodyDrift) in this box.
+  bool engineMayDrift() const;
+  /// A build's launch: BodyMotion::moved, with the velocities for the engine to keep where engineMayDrift.
+  BodyUpdate copyForDrift(const Particles& particles) const;
+  /// A reused call's launch: BodyMotion::drifted with the kicked bodies (kicked_) and the escaped ones' clamped places
+  /// where the engine's copy is the caller's bodies as the last launch left them (mirrorValid_) and engineMayDrift;
+  /// BodyMotion::moved otherwise.
+  BodyUpdate driftUpdate(const Particles& particles);
   /// The groups that hold a body of bin lowestActiveBin() or above (block time steps), ascending, into activeGroups_;
   /// false where every group does or no bins are set (the call evaluates them all).
   bool findActiveGroups(const Particles& particles);
@@ -269,8 +283,13 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::vector<std::uint32_t> escaped_;
   std::vector<double> escapedTrue_, escapedClamped_;
   std::vector<std::vector<BodyRange>> escapedRanges_;
-  std::vector<std::uint8_t> groupActive_;    ///< findActiveGroups' flag per group
-  std::vector<std::uint32_t> activeGroups_;  ///< findActiveGroups' result
+  /// The engine keeps a copy of the bodies (positions in the box and velocities) that is the caller's bodies as the
+  /// last launch left them: a launch with velocities, or drifted launches since (BodyMotion::drifted may follow).
+  bool mirrorValid_ = false;
+  std::vector<std::uint32_t> kicked_, kickedCounts_;  ///< driftUpdate's kicked bodies, and its count per block
+  std::vector<double> placedPoints_;                  ///< driftUpdate's escaped bodies' places (3 each)
+  std::vector<std::uint8_t> groupActive_;             ///< findActiveGroups' flag per group
+  std::vector<std::uint32_t> activeGroups_;           ///< findActiveGroups' result
 };
 
 /// Throws InputError, naming the first offender by id, unless every body lies in [0, boxSize)^3.

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace matcha::gpu::detail {
 
@@ -14,5 +15,9 @@ void parallelCopy(void* destination, const void* source, std::size_t bytes);
 /// to[first_k + t] = packed[offset_k + t] for every run k = {first, count, offset} (the x, y, z of `runs`, 3 per run),
 /// runs shared out over the cores: a subset's packed outputs back into place.
 void scatterRuns(double* to, const double* packed, const std::uint32_t* runs, std::size_t numRuns);
+
+/// packed[c * ids.size() + k] = from[c][ids[k]] for the three arrays `from`, on all cores: the kicked bodies'
+/// velocities of a drifted launch (NearFieldEngine BodyMotion::drifted) packed for one copy each.
+void gatherTriples(double* packed, const double* const from[3], std::span<const std::uint32_t> ids);
 
 }  // namespace matcha::gpu::detail
