@@ -1312,11 +1312,12 @@ struct CudaEngine::Impl {
       detail::launchPlaceBodies(r.placedIds.data(), r.placedPoints.data(), numPlaced, r.x.data(), r.y.data(),
                                 r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("placeBodiesKernel", config.synchronizeAfterLaunch);
-      // The positions evaluated, checked against the caller's when the launch is finished.
+      // The copy's positions, checked against the caller's (in the box) when the launch is finished.
       const std::uint32_t count = std::min(ResidentTree::kSampleBodies, n);
       r.sample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
       r.hostSample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
-      detail::launchSamplePositions(r.x.data(), r.y.data(), r.z.data(), n, count, r.sample.data(), stream.get());
+      detail::launchSamplePositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), n, count, r.sample.data(),
+                                    stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("samplePositionsKernel", config.synchronizeAfterLaunch);
       copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
       r.sampleTaken = true;

@@ -614,8 +614,8 @@ TEST_F(PeriodicReuse, RestoredSolverContinuesBitForBit) {
 
 /// The CPU engine with a copy of the bodies of its own, kept as the CUDA engine keeps its (NearFieldEngine BodyUpdate,
 /// BodyMotion::drifted), in plain C++ (this test builds with -ffp-contract=off, as the integrator does): a drifted
-/// launch evaluates the copy's positions, not the caller's, and counts the launches whose positions differ from the
-/// caller's in any bit.
+/// launch evaluates the paths it continues from its copy, not anything of the caller's, and counts the launches whose
+/// copy differs from the caller's bodies in any bit.
 class CopyKeepingEngine final : public NearFieldEngine {
  public:
   std::string name() const override { return "copy-keeping " + inner_.name(); }
@@ -688,9 +688,9 @@ class CopyKeepingEngine final : public NearFieldEngine {
       pathZ_[i] = update.placedPoints[3 * k + 2];
     }
     placed += update.placed.size();
-    const bool same = std::equal(pathX_.begin(), pathX_.end(), bodies.x) &&
-                      std::equal(pathY_.begin(), pathY_.end(), bodies.y) &&
-                      std::equal(pathZ_.begin(), pathZ_.end(), bodies.z);
+    // The launch's bodies are the caller's, in the box: the copy must be them.
+    const bool same = std::equal(x_.begin(), x_.end(), bodies.x) && std::equal(y_.begin(), y_.end(), bodies.y) &&
+                      std::equal(z_.begin(), z_.end(), bodies.z);
     differing += same ? 0 : 1;
     const SourceView own{pathX_.data(), pathY_.data(), pathZ_.data(), bodies.mass, n};
     inner_.launchResident(own, gravity, out, groups, BodyMotion::moved);

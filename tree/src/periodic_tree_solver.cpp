@@ -32,6 +32,22 @@ constexpr std::size_t kEscapedRangesPerTask = 16;
 /// Bodies whose speeds set a tree's K (ballRadii): about this many, every (N / kSpeedSamples)-th.
 constexpr std::size_t kSpeedSamples = std::size_t{1} << 16;
 
+/// Where a body's path continues from `built`, its place at the tree's build: `now` (in the box), moved by a box
+/// length where it crossed a face since (it lies within its ball, far less than half a box, of `built`); `moved` gets
+/// the displacement from `built`.
+inline double continuedPath(double now, double built, double box, double& moved) {
+  moved = now - built;
+  if (moved > 0.5 * box) {
+    moved -= box;
+    return now - box;
+  }
+  if (moved < -0.5 * box) {
+    moved += box;
+    return now + box;
+  }
+  return now;
+}
+
 }  // namespace
 
 PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
@@ -297,8 +313,9 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     sortedHook_(particles);
   }
   const Stopwatch checking;
-  // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls.
-  bool holds = treeHolds(particles);
+  // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls. Where
+  // the engine drifts its own copy of the bodies this call, it continues their paths itself: the pass writes none.
+  bool holds = treeHolds(particles, !(mirrorValid_ && engineMayDrift()));
   // A few bodies outside their balls keep the tree: their pulls are added exactly (addEscapedPulls); more than the
   // budget's worth of bodies near them make the call build anew.
   if (holds && !escaped_.empty()) holds = escaped_.size() <= kEscapedMaxBodies && prepareEscaped(particles);
@@ -334,40 +351,33 @@ bool PeriodicTreeSolver::sameBodiesAsBuilt(const Particles& particles) const {
       [](bool a, bool b) { return a && b; });
 }
 
-bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
+bool PeriodicTreeSolver::treeHolds(const Particles& particles, bool storePaths) {
   const std::size_t n = particles.size();
   escaped_.clear();
+  pathsStored_ = false;
   if (!treeHeld_ || builtCalls_ >= treeSteps_ || builtIds_.size() != n) return false;
-  // One pass: the ids, the balls, and each body where its path continues from the build (its position, moved by a
-  // box length where it crossed a face since; within its ball, far less than L / 2, of the build's position). Bodies
-  // outside their balls are collected (escaped_), not a reason to stop: addEscapedPulls may keep the tree for them.
+  // One pass: the ids, the balls, and (storePaths) each body where its path continues from the build. Bodies outside
+  // their balls are collected (escaped_), not a reason to stop: addEscapedPulls may keep the tree for them.
   pathX_.resize(n);
   pathY_.resize(n);
   pathZ_.resize(n);
-  const double box = gravity_.periodic.boxSize, half = 0.5 * box;
+  const double box = gravity_.periodic.boxSize;
   const auto inside = [box](double c) { return c >= 0.0 && c < box; };  // false for NaN
   tbb::enumerable_thread_specific<std::vector<std::uint32_t>> outside;
   const bool fits = tbb::parallel_reduce(
       tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
       [&](const tbb::blocked_range<std::size_t>& r, bool holds) {
-        const auto continued = [&](double now, double built, double& moved) {
-          moved = now - built;
-          if (moved > half) {
-            moved -= box;
-            return now - box;
-          }
-          if (moved < -half) {
-            moved += box;
-            return now + box;
-          }
-          return now;
-        };
         std::vector<std::uint32_t>* mine = nullptr;
         for (std::size_t i = r.begin(); holds && i != r.end(); ++i) {
           double dx, dy, dz;
-          pathX_[i] = continued(particles.x[i], builtX_[i], dx);
-          pathY_[i] = continued(particles.y[i], builtY_[i], dy);
-          pathZ_[i] = continued(particles.z[i], builtZ_[i], dz);
+          const double px = continuedPath(particles.x[i], builtX_[i], box, dx);
+          const double py = continuedPath(particles.y[i], builtY_[i], box, dy);
+          const double pz = continuedPath(particles.z[i], builtZ_[i], box, dz);
+          if (storePaths) {
+            pathX_[i] = px;
+            pathY_[i] = py;
+            pathZ_[i] = pz;
+          }
           const double ball = sortedRadius_[i];
           holds = particles.id[i] == builtIds_[i] && inside(particles.x[i]) && inside(particles.y[i]) &&
                   inside(particles.z[i]);
@@ -382,7 +392,43 @@ bool PeriodicTreeSolver::treeHolds(const Particles& particles) {
   if (!fits) return false;
   for (const std::vector<std::uint32_t>& some : outside) escaped_.insert(escaped_.end(), some.begin(), some.end());
   std::sort(escaped_.begin(), escaped_.end());
+  pathsStored_ = storePaths;
   return true;
+}
+
+void PeriodicTreeSolver::pathOf(const Particles& particles, std::uint32_t i, double* where) const {
+  if (pathsStored_) {
+    where[0] = pathX_[i];
+    where[1] = pathY_[i];
+    where[2] = pathZ_[i];
+    return;
+  }
+  const double box = gravity_.periodic.boxSize;
+  double moved;
+  where[0] = continuedPath(particles.x[i], builtX_[i], box, moved);
+  where[1] = continuedPath(particles.y[i], builtY_[i], box, moved);
+  where[2] = continuedPath(particles.z[i], builtZ_[i], box, moved);
+}
+
+void PeriodicTreeSolver::storePaths(const Particles& particles) {
+  const std::size_t n = particles.size();
+  const double box = gravity_.periodic.boxSize;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      double moved;
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                        pathX_[i] = continuedPath(particles.x[i], builtX_[i], box, moved);
+                        pathY_[i] = continuedPath(particles.y[i], builtY_[i], box, moved);
+                        pathZ_[i] = continuedPath(particles.z[i], builtZ_[i], box, moved);
+                      }
+                    });
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t i = escaped_[k];
+    pathX_[i] = escapedClamped_[3 * k];
+    pathY_[i] = escapedClamped_[3 * k + 1];
+    pathZ_[i] = escapedClamped_[3 * k + 2];
+  }
+  pathsStored_ = true;
 }
 
 void PeriodicTreeSolver::escapedNeighbours(const double* point, double radius, std::vector<BodyRange>& ranges) const {
@@ -424,9 +470,7 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
     const std::uint32_t i = escaped_[k];
     double* where = &escapedTrue_[3 * k];
     double* clamped = &escapedClamped_[3 * k];
-    where[0] = pathX_[i];
-    where[1] = pathY_[i];
-    where[2] = pathZ_[i];
+    pathOf(particles, i, where);
     // On its ball's surface (just within it, against rounding), along its path from the build: where the tree's lists
     // hold for it.
     const double moved[3] = {where[0] - builtX_[i], where[1] - builtY_[i], where[2] - builtZ_[i]};
@@ -443,7 +487,7 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
   }
   const std::uint64_t budget = std::max<std::uint64_t>(kEscapedMinBudget, std::uint64_t(kEscapedBudget * double(n)));
   if (candidates > budget) return false;
-  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+  for (std::size_t k = 0; pathsStored_ && k < escaped_.size(); ++k) {
     const std::uint32_t i = escaped_[k];
     pathX_[i] = escapedClamped_[3 * k];
     pathY_[i] = escapedClamped_[3 * k + 1];
@@ -461,7 +505,8 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
   const double cut2 = gravity_.periodic.cutoffRadius * gravity_.periodic.cutoffRadius;
   const double G = gravity_.G;
   const std::vector<double>& mass = particles.mass;
-  // pathX_ holds the clamped places of the escaped bodies (the engine's); their true places are escapedTrue_.
+  // The engine's places: each body's path (pathOf), the escaped bodies' clamped places; their true places are
+  // escapedTrue_.
   const auto isEscaped = [&](std::uint32_t j) { return std::binary_search(escaped_.begin(), escaped_.end(), j); };
   // With block time steps only the bodies whose steps end here need their forces right (ForceSolver::
   // setLowestActiveBin): the others' are not read before a later call computes them again.
@@ -486,7 +531,8 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
     for (const BodyRange& range : escapedRanges_[k]) {
       for (std::uint32_t j = range.first; j < range.last; ++j) {
         if (j == e || isEscaped(j)) continue;
-        const double from[3] = {pathX_[j], pathY_[j], pathZ_[j]};
+        double from[3];
+        pathOf(particles, j, from);
         pullOn(at, from, mass[j], sum);
       }
     }
@@ -508,7 +554,8 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
                         for (std::size_t r = some.begin(); r != some.end(); ++r) {
                           for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i) {
                             if (i == e || !needed(i) || isEscaped(i)) continue;
-                            const double at[3] = {pathX_[i], pathY_[i], pathZ_[i]};
+                            double at[3];
+                            pathOf(particles, i, at);
                             Pull added, removed;
                             pullOn(at, where, mass[e], added);
                             pullOn(at, clamped, mass[e], removed);
@@ -713,7 +760,7 @@ void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const Fo
 void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
                                                std::span<const std::uint32_t> groups, const BodyUpdate& update) {
   engine_.launchResident(positions, gravity_, out, groups, update);
-  ResidentResult result = engine_.finishResident();
+  const ResidentResult result = engine_.finishResident();
   MATCHA_ASSERT(result.failedGroups.empty(), "the engine checked periodic lists");
   addEvaluation(result.counts, result.timings, report);
   // The engine's copy (kept by a launch with velocities, drifted since) is the caller's only while every launch on it
@@ -721,15 +768,7 @@ void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, cons
   mirrorValid_ = (update.motion == BodyMotion::moved && update.vx != nullptr) ||
                  (update.motion == BodyMotion::drifted && !result.advanceMismatch);
   stats_.advancedOnDevice = update.motion == BodyMotion::drifted && !result.advanceMismatch;
-  if (update.motion == BodyMotion::drifted) {
-    if (result.advanceMismatch) {
-      // The copy was not the caller's bodies (moved otherwise than the word said): these forces are not theirs.
-      stats_.advanceMismatch = true;
-      engine_.launchResident(positions, gravity_, out, groups, BodyMotion::moved);
-      result = engine_.finishResident();
-      addEvaluation(result.counts, result.timings, report);
-    }
-  }
+  if (update.motion == BodyMotion::drifted && result.advanceMismatch) stats_.advanceMismatch = true;
 }
 
 bool PeriodicTreeSolver::engineMayDrift() const {
@@ -748,11 +787,10 @@ BodyUpdate PeriodicTreeSolver::copyForDrift(const Particles& particles) const {
 }
 
 BodyUpdate PeriodicTreeSolver::driftUpdate(const Particles& particles) {
-  BodyUpdate update(BodyMotion::moved);
-  if (!mirrorValid_ || !engineMayDrift()) return update;
+  MATCHA_ASSERT(mirrorValid_ && engineMayDrift(), "a drifted launch without the engine's copy of the bodies");
+  BodyUpdate update(BodyMotion::drifted);
   const BodyDrift& drift = *bodyDrift();
   const std::size_t n = particles.size();
-  update.motion = BodyMotion::drifted;
   update.drift = drift;
   update.vx = particles.vx.data();
   update.vy = particles.vy.data();
@@ -780,30 +818,33 @@ BodyUpdate PeriodicTreeSolver::driftUpdate(const Particles& particles) {
     update.kicked = kicked_;
   }
   // The bodies outside their balls, evaluated on their surfaces (prepareEscaped).
-  placedPoints_.resize(3 * escaped_.size());
-  for (std::size_t k = 0; k < escaped_.size(); ++k) {
-    const std::uint32_t i = escaped_[k];
-    placedPoints_[3 * k] = pathX_[i];
-    placedPoints_[3 * k + 1] = pathY_[i];
-    placedPoints_[3 * k + 2] = pathZ_[i];
-  }
   update.placed = escaped_;
-  update.placedPoints = placedPoints_.data();
+  update.placedPoints = escapedClamped_.data();
   return update;
 }
 
 void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
   // The engine refits its copy of the tree to the paths (on the GPU: the host refit and the upload of cells and lists
   // took ~110 ms of a 2^24-body call on the H200's host) and evaluates the lists it keeps.
-  const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
   // With block time steps, only the groups whose bodies' steps end here: the engine refits every cell to the paths
   // (all bodies moved) but evaluates and returns those groups' lists alone.
   const bool subset = findActiveGroups(particles);
-  // Where the caller says how the bodies moved, an engine with its own copy of them drifts it: the kicked bodies'
-  // velocities cross the bus instead of every position (at 2^24 bodies, 400 MB a call).
-  evaluateResidentLists(path, forcesToWrite(particles), report,
-                        subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
-                        driftUpdate(particles));
+  const std::span<const std::uint32_t> groups =
+      subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{};
+  const ForceView out = forcesToWrite(particles);
+  if (!pathsStored_) {
+    // Where the caller says how the bodies moved, an engine with its own copy of them drifts it and continues the
+    // paths itself: the kicked bodies' velocities cross the bus instead of every position (at 2^24 bodies, 400 MB a
+    // call), checked against the bodies as they are (in the box).
+    evaluateResidentLists(particles.sources(), out, report, groups, driftUpdate(particles));
+    // A copy that was not the caller's bodies (moved otherwise than the word said) gave forces that are not theirs:
+    // the paths go over and the lists are evaluated again.
+    if (!mirrorValid_) storePaths(particles);
+  }
+  if (pathsStored_) {
+    const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
+    evaluateResidentLists(path, out, report, groups, BodyMotion::moved);
+  }
   ++builtCalls_;
   stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);
   stats_.estimatePass = false;

@@ -108,8 +108,9 @@ struct BodyUpdate {
   /// within half a box of its position at the last launch (as the periodic solver continues paths across the faces),
   /// except the bodies `placed`, which go to placedPoints (x, y, z each, in the order of `placed`: the periodic
   /// solver's bodies outside their balls, clamped onto them). The copy must have been given by a BodyMotion::moved
-  /// launch with velocities and moved by drifted launches alone since; the engine checks a sample of the positions it
-  /// evaluates against `bodies` (ResidentResult::advanceMismatch).
+  /// launch with velocities (positions in the box) and moved by drifted launches alone since. The launch's `bodies`
+  /// are the caller's positions, in the box: the engine checks a sample of its copy against them
+  /// (ResidentResult::advanceMismatch), and evaluates the paths, which the caller need not compute.
   BodyDrift drift;
   std::span<const std::uint32_t> kicked;
   bool kickedAll = false;

@@ -210,9 +210,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   bool engineMayDrift() const;
   /// A build's launch: BodyMotion::moved, with the velocities for the engine to keep where engineMayDrift.
   BodyUpdate copyForDrift(const Particles& particles) const;
-  /// A reused call's launch: BodyMotion::drifted with the kicked bodies (kicked_) and the escaped ones' clamped places
-  /// where the engine's copy is the caller's bodies as the last launch left them (mirrorValid_) and engineMayDrift;
-  /// BodyMotion::moved otherwise.
+  /// A reused call's launch where the engine's copy is the caller's bodies as the last launch left them (mirrorValid_)
+  /// and engineMayDrift: BodyMotion::drifted with the kicked bodies (kicked_) and the escaped ones' clamped places.
   BodyUpdate driftUpdate(const Particles& particles);
   /// The groups that hold a body of bin lowestActiveBin() or above (block time steps), ascending, into activeGroups_;
   /// false where every group does or no bins are set (the call evaluates them all).
@@ -220,8 +219,13 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Builds a tree for this call and the K - 1 after it (`steps`), walks and evaluates it.
   void buildAndEvaluate(Particles& particles, std::uint32_t steps, ForceReport& report);
   /// Whether the current tree may serve this call: calls left, the same bodies in its order, each inside the box.
-  /// Fills pathX_ (and Y, Z) as it checks, and escaped_ with the bodies outside their balls.
-  bool treeHolds(const Particles& particles);
+  /// Fills escaped_ with the bodies outside their balls, and with `storePaths` pathX_ (and Y, Z) as it checks.
+  bool treeHolds(const Particles& particles, bool storePaths);
+  /// Body i where the engine evaluates it this call (a reused tree's), 3 doubles: where its path continues from the
+  /// build (an escaped body's true place; its clamped place once storePaths or prepareEscaped stored the paths).
+  void pathOf(const Particles& particles, std::uint32_t i, double* where) const;
+  /// Fills pathX_ (and Y, Z) with every body's pathOf, for a call whose treeHolds did not.
+  void storePaths(const Particles& particles);
   /// For the bodies of escaped_: whether they are few enough (kEscapedMaxBodies, kEscapedBudget) to keep the tree;
   /// if so their places in pathX_ become their clamped ones (kEscapedClampShrink), escapedTrue_ and escapedClamped_
   /// hold both, and escapedRanges_ the bodies that may lie within r_cut of either.
@@ -277,8 +281,10 @@ class PeriodicTreeSolver final : public ForceSolver {
   bool treeHasBalls_ = false;    ///< its bodies are balls (not points: built without the bodies' speeds)
   bool motionKnown_ = false;     ///< builtX_, builtIds_ and builtCalls_ hold the last build's bodies
   TreeTopology topology_;        ///< what handTreeToEngine gives the engine (kept: its arrays are reused)
-  /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since).
+  /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since),
+  /// where pathsStored_ (not while the engine drifts its own copy: pathOf then computes one where needed).
   std::vector<double> pathX_, pathY_, pathZ_;
+  bool pathsStored_ = false;
   /// This call's bodies outside their balls (ascending), their true and clamped places (3 each) and their neighbours.
   std::vector<std::uint32_t> escaped_;
   std::vector<double> escapedTrue_, escapedClamped_;
@@ -287,7 +293,6 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// last launch left them: a launch with velocities, or drifted launches since (BodyMotion::drifted may follow).
   bool mirrorValid_ = false;
   std::vector<std::uint32_t> kicked_, kickedCounts_;  ///< driftUpdate's kicked bodies, and its count per block
-  std::vector<double> placedPoints_;                  ///< driftUpdate's escaped bodies' places (3 each)
   std::vector<std::uint8_t> groupActive_;             ///< findActiveGroups' flag per group
   std::vector<std::uint32_t> activeGroups_;           ///< findActiveGroups' result
 };
