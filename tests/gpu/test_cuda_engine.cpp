@@ -1828,8 +1828,9 @@ TEST_F(CudaEngineTest, PeriodicBlockStepsFollowTheCpuEngine) {
 // Block time steps in a box (the real leapfrog, TreePM with long-range steps, trees for 4 calls): with advanceOnDevice
 // the engine keeps its own copy of the bodies and drifts it (BodyMotion::drifted), receiving the kicked bodies'
 // velocities alone; the run is the run that sends every position each call, bit for bit. A body moved behind the
-// leapfrog's back by one ulp (index 0: the sample's first body) is caught by the sample, and the call sends the
-// positions again. (On the H200, 2026-11-30, before that check was made by one ulp: 28 of 52 calls drifted.)
+// leapfrog's back (index 0: the sample's first body) is caught by the sample, and the call sends the positions again.
+// On the H200 (2026-11-30, with a long step 4x as long and one perturbation): 23-38 of 44-65 calls drifted, the runs
+// the same bits, no perturbed call followed by a drifted one (trees built anew there): not yet run as it stands.
 TEST_F(CudaEngineTest, PeriodicBlockStepsDriftTheEnginesCopyBitForBit) {
   namespace mi = matcha::integrator;
   const std::uint64_t seed = testing::freshSeed();
@@ -1849,6 +1850,10 @@ TEST_F(CudaEngineTest, PeriodicBlockStepsDriftTheEnginesCopyBitForBit) {
     Particles bodies;
     int drifted = 0, mismatches = 0, calls = 0;
   };
+  // The drifted run perturbs after each drifted call of the last two long steps whose tree is to serve the next call
+  // too (the next may build anyway: many bodies out of their balls), and records which: the run that sends the
+  // positions perturbs after the same calls.
+  std::vector<int> perturbAfter;
   const auto run = [&](bool onDevice) {
     TreeParams params = tree::periodicDefaultTreeParams();
     params.reuse = 4;
@@ -1863,14 +1868,15 @@ TEST_F(CudaEngineTest, PeriodicBlockStepsDriftTheEnginesCopyBitForBit) {
     solver.setLongRangeSteps(true);
     solver.setPotentialsWanted(false);
     Run result;
-    bool perturbed = false;
     result.bodies = start;
     Particles& p = result.bodies;
     mi::LeapfrogKDK leapfrog(solver, mi::LeapfrogKDK::VariableSteps{}, L);
     leapfrog.initialize(p);
-    // The long step moves the fastest-pulled body by ~1% of r_s; the bins' scale gives bins 0 to 3.
+    // The fastest-pulled body's fine step moves it by ~1% of r_s / 16 (its long step twice that); the bins' scale gives
+    // bins 0 to 3. With a long step four times as long, trees were built anew at nearly every third call (many
+    // bodies out of their balls: the CPU engine's twin of this run, 2026-11-30), before any perturbed call drifted.
     const double largest = mi::maxAcceleration(p);
-    const double longStep = std::sqrt(0.01 * rs / largest) * 8.0;
+    const double longStep = std::sqrt(0.01 * rs / largest) * 2.0;
     const double binScale = 6.0 / std::sqrt(largest);
     for (int longSteps = 0; longSteps < 3; ++longSteps) {
       std::uint64_t tick = 0;
@@ -1896,22 +1902,27 @@ TEST_F(CudaEngineTest, PeriodicBlockStepsDriftTheEnginesCopyBitForBit) {
         tick = block.nextTick;
         result.mismatches += periodic.lastStats().advanceMismatch ? 1 : 0;
         const tree::TreeStats& stats = periodic.lastStats();
-        if (!perturbed && longSteps >= 1 && !block.endsLongStep() && stats.callsOnTree >= 2 &&
-            stats.callsOnTree < stats.reuseSteps) {
+        const bool perturb =
+            onDevice ? longSteps >= 1 && stats.advancedOnDevice && stats.callsOnTree < stats.reuseSteps
+                     : std::find(perturbAfter.begin(), perturbAfter.end(), result.calls) != perturbAfter.end();
+        if (perturb) {
           // Not the leapfrog's doing, where the next call reuses the tree: the engine's copy is no longer the caller's
-          // bodies (in both runs alike). By one ulp, so that the body stays in its ball (a body out of it would be
-          // evaluated where the host places it, and its copy's place not read).
-          p.x[0] = std::nextafter(p.x[0], 0.5 * L);
-          perturbed = true;
+          // bodies (in both runs alike). By 1e-9 r_s, so that the body stays in its ball (a body out of it would be
+          // evaluated where the host places it) and the next drift's rounding keeps the difference (one ulp did not
+          // always survive it: the H200, 2026-11-30).
+          p.x[0] = wrapIntoBox(p.x[0] + 1e-9 * rs, L);
+          if (onDevice) perturbAfter.push_back(result.calls);
         }
       }
     }
     return result;
   };
-  const Run sent = run(false), drifted = run(true);
+  const Run drifted = run(true), sent = run(false);
+  ASSERT_FALSE(perturbAfter.empty()) << "no drifted call whose tree serves the next";
   ASSERT_EQ(sent.calls, drifted.calls);
   EXPECT_EQ(sent.drifted, 0);
-  EXPECT_GE(drifted.drifted, sent.calls / 3) << "of " << sent.calls << " calls";
+  // On the CPU engine's twin of this run: 11-14 of 31-44 calls drifted, 6-9 perturbations caught (8 seeds).
+  EXPECT_GE(drifted.drifted, sent.calls / 4) << "of " << sent.calls << " calls";
   EXPECT_GE(drifted.mismatches, 1) << "the moved body was not caught";
   std::printf("block steps in a box: %d calls, %d drifted on the device\n", drifted.calls, drifted.drifted);
   const Particles& a = sent.bodies;
