@@ -127,10 +127,12 @@ namespace {
 /// not. (The first 256^3 run to z = 1.5 on the H200 took 1,674 steps with the exact power against ~1,300 global ones.)
 constexpr double kBinRoom = 0.9;
 
-/// sqrt(sum |p|^2 / N) over the bodies, on every core; 0 for none.
+/// sqrt(sum |p|^2 / N) over the bodies, on every core; 0 for none. Summed in the same order whatever the threads do
+/// (a deterministic reduction): it sets the long-range steps' lengths, so a plain reduction's order, which follows the
+/// work stealing, made two runs of the same inputs step differently (in its last bits, then in the step count).
 double rmsMomentum(const Particles& p) {
   if (p.size() == 0) return 0.0;
-  const double sum = tbb::parallel_reduce(
+  const double sum = tbb::parallel_deterministic_reduce(
       tbb::blocked_range<std::size_t>(0, p.size(), 1 << 14), 0.0,
       [&](const tbb::blocked_range<std::size_t>& r, double partial) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
