@@ -54,6 +54,20 @@ void appendf(std::string& text, const char* format, auto... values) {
   text.resize(end + static_cast<std::size_t>(length));
 }
 
+/// "; positions moved on the GPU at X of N calls" (and the mismatches), or nothing where the engine never moved its
+/// copy of the bodies nor found it different: the CPU engine, --device-advance off.
+std::string advancedText(std::uint64_t advanced, std::uint64_t mismatches, std::uint64_t calls) {
+  if (advanced == 0 && mismatches == 0) return "";
+  std::string text;
+  appendf(text, "; positions moved on the GPU at %llu of %llu calls", static_cast<unsigned long long>(advanced),
+          static_cast<unsigned long long>(calls));
+  if (mismatches > 0) {
+    appendf(text, " (its copy differed from the host's at %llu: positions sent)",
+            static_cast<unsigned long long>(mismatches));
+  }
+  return text;
+}
+
 }  // namespace
 
 nlohmann::json phasesJson(const ForceTimings& timings, double scale) {
@@ -79,7 +93,7 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
   } else {
     appendf(line,
             "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
-            "host cores busy %.1f; trees built %llu%s; bodies stepped %.4g a step",
+            "host cores busy %.1f; trees built %llu%s; bodies stepped %.4g a step%s",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
             timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
@@ -88,7 +102,8 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
             timings.bodiesEscaped == 0
                 ? ""
                 : ("; bodies out of their balls " + std::to_string(timings.bodiesEscaped) + " (pulls added)").c_str(),
-            static_cast<double>(timings.bodiesStepped) / static_cast<double>(timings.steps));
+            static_cast<double>(timings.bodiesStepped) / static_cast<double>(timings.steps),
+            advancedText(timings.callsAdvancedOnDevice, timings.advanceMismatches, timings.steps).c_str());
   }
   return line;
 }
@@ -134,6 +149,11 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
           static_cast<unsigned long long>(summary.rebuilds), static_cast<unsigned long long>(summary.steps),
           static_cast<double>(summary.groupsWalked) / steps, static_cast<unsigned long long>(summary.groupsRepaired),
           static_cast<double>(summary.bodiesEscaped) / steps);
+  appendf(table,
+          "positions moved on the GPU (its own copy of the bodies): %llu of %llu steps; its copy differed from "
+          "the host's (positions sent): %llu\n",
+          static_cast<unsigned long long>(summary.callsAdvancedOnDevice),
+          static_cast<unsigned long long>(summary.steps), static_cast<unsigned long long>(summary.advanceMismatches));
   return table;
 }
 
@@ -164,7 +184,9 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
           {"groups_repaired", summary.groupsRepaired},
           {"bodies_escaped_per_step", perStep(static_cast<double>(summary.bodiesEscaped), steps)},
-          {"bodies_stepped_per_step", perStep(static_cast<double>(summary.bodiesStepped), steps)}};
+          {"bodies_stepped_per_step", perStep(static_cast<double>(summary.bodiesStepped), steps)},
+          {"calls_advanced_on_device", summary.callsAdvancedOnDevice},
+          {"advance_mismatches", summary.advanceMismatches}};
 }
 
 }  // namespace matcha::app

@@ -71,6 +71,8 @@ void addForceCall(OutputTimings& timings, const ForceReport& report) {
   timings.groupsWalked += report.numGroupsWalked;
   timings.groupsRepaired += report.numGroupsRepaired;
   timings.bodiesEscaped += report.numBodiesEscaped;
+  timings.callsAdvancedOnDevice += report.advancedOnDevice ? 1 : 0;
+  timings.advanceMismatches += report.advanceMismatch ? 1 : 0;
 }
 
 /// Adds the steps of one output interval to the run's totals.
@@ -84,6 +86,8 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.groupsRepaired += interval.groupsRepaired;
   summary.bodiesEscaped += interval.bodiesEscaped;
   summary.bodiesStepped += interval.bodiesStepped;
+  summary.callsAdvancedOnDevice += interval.callsAdvancedOnDevice;
+  summary.advanceMismatches += interval.advanceMismatches;
 }
 
 }  // namespace

@@ -1468,6 +1468,24 @@ TEST(FormatDuration, ReadsLikeATimeNotLikeSeconds) {
   EXPECT_EQ(formatDuration(std::numeric_limits<double>::infinity()), "?");
 }
 
+// The timings line says at how many calls the GPU moved its own copy of the bodies (ForceReport::advancedOnDevice), and
+// at how many that copy differed from the host's: nothing where neither happened (the CPU engine).
+TEST(OutputTimings, SayWhereTheGpuMovedItsCopyOfTheBodies) {
+  matcha::integrator::OutputTimings timings;
+  timings.steps = 10;
+  timings.stepWallSeconds = 1.0;
+  timings.bodiesStepped = 100;
+  EXPECT_EQ(matcha::app::formatOutputTimings(timings).find("GPU"), std::string::npos);
+  timings.callsAdvancedOnDevice = 7;
+  std::string line = matcha::app::formatOutputTimings(timings);
+  EXPECT_NE(line.find("; positions moved on the GPU at 7 of 10 calls"), std::string::npos) << line;
+  EXPECT_EQ(line.find("differed"), std::string::npos) << line;
+  timings.advanceMismatches = 2;
+  line = matcha::app::formatOutputTimings(timings);
+  EXPECT_NE(line.find("at 7 of 10 calls (its copy differed from the host's at 2: positions sent)"), std::string::npos)
+      << line;
+}
+
 }  // namespace
 
 // Periodic TreePM from the command line: --box and its refusals, an IC file that records its box, compare against

@@ -837,6 +837,8 @@ void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
     // paths itself: the kicked bodies' velocities cross the bus instead of every position (at 2^24 bodies, 400 MB a
     // call), checked against the bodies as they are (in the box).
     evaluateResidentLists(particles.sources(), out, report, groups, driftUpdate(particles));
+    report.advancedOnDevice = mirrorValid_;
+    report.advanceMismatch = !mirrorValid_;
     // A copy that was not the caller's bodies (moved otherwise than the word said) gave forces that are not theirs:
     // the paths go over and the lists are evaluated again.
     if (!mirrorValid_) storePaths(particles);

@@ -955,6 +955,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
       // next call builds anew). Again with the positions, which are sent from now on.
       if (predictionLaunchedFor_ == call_) cancel_ = true;
       advanceMismatch_ = true;
+      report.advanceMismatch = true;
       heldThisCall_ = false;
       engine_.launchResident(particles.sources(), gravity_, forcesToWrite(particles), {}, BodyMotion::moved);
       result = engine_.finishResident();
@@ -962,6 +963,7 @@ ForceReport TreeSolver::computeForces(Particles& particles) {
     report.timings.engineWaitSeconds += wait.seconds();
     stats_.advancedOnDevice = advanced && !advanceMismatch_;
     stats_.advanceMismatch = advanceMismatch_;
+    report.advancedOnDevice = stats_.advancedOnDevice;
     addResult(result, report);
     if (!result.failedGroups.empty()) repair(particles, std::move(result.failedGroups), report);
   }

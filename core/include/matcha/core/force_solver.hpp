@@ -78,6 +78,12 @@ struct ForceReport {
   /// Bodies outside the balls of the tree that served this call, whose pulls a periodic solver added exactly instead
   /// of building anew (Phase::repair; tree/periodic_tree_solver.hpp).
   std::uint64_t numBodiesEscaped = 0;
+  /// The engine moved its own copy of the bodies for this call (BodyMotion::advanced or drifted) instead of receiving
+  /// the positions.
+  bool advancedOnDevice = false;
+  /// The engine's copy differed from the caller's bodies at this call: the positions were sent after all (the forces
+  /// are right; the call took longer).
+  bool advanceMismatch = false;
 };
 
 class ForceSolver {

@@ -47,6 +47,8 @@ struct OutputTimings {
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired, summed over them
   std::uint64_t bodiesEscaped = 0;   ///< ForceReport::numBodiesEscaped, summed over them
   std::uint64_t bodiesStepped = 0;   ///< StepReport::bodiesStepped, summed over them
+  std::uint64_t callsAdvancedOnDevice = 0;  ///< calls with ForceReport::advancedOnDevice among them
+  std::uint64_t advanceMismatches = 0;      ///< calls with ForceReport::advanceMismatch among them
 };
 
 /// The run keeps a copy of its state for onNonFinite this often (in steps), and at each output.
@@ -130,15 +132,17 @@ struct RunSummary {
   std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked over the steps' force calls
   std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired over the steps' force calls
   std::uint64_t bodiesEscaped = 0;   ///< ForceReport::numBodiesEscaped over the steps' force calls
-  std::uint64_t bodiesStepped =
-      0;                       ///< StepReport::bodiesStepped over the steps (block time steps: fewer than N a step)
-  double initialEnergy = 0.0;  ///< E at t = 0
-  double finalEnergy = 0.0;    ///< E at tEnd
-  double relativeEnergyError = 0.0;  ///< |E_final - E_0| / |E_0| (see relativeEnergyError)
-  InteractionCounts interactions;    ///< summed over all force calls, the initial one included
-  std::uint64_t forceCalls = 0;      ///< this process's force calls: steps + 1, or a restarted run's steps since
-  Diagnostics initial;               ///< at t = 0
-  Diagnostics final;                 ///< at tEnd
+  /// StepReport::bodiesStepped over the steps (block time steps: fewer than N a step).
+  std::uint64_t bodiesStepped = 0;
+  std::uint64_t callsAdvancedOnDevice = 0;  ///< steps' force calls with ForceReport::advancedOnDevice
+  std::uint64_t advanceMismatches = 0;      ///< steps' force calls with ForceReport::advanceMismatch
+  double initialEnergy = 0.0;               ///< E at t = 0
+  double finalEnergy = 0.0;                 ///< E at tEnd
+  double relativeEnergyError = 0.0;         ///< |E_final - E_0| / |E_0| (see relativeEnergyError)
+  InteractionCounts interactions;           ///< summed over all force calls, the initial one included
+  std::uint64_t forceCalls = 0;             ///< this process's force calls: steps + 1, or a restarted run's steps since
+  Diagnostics initial;                      ///< at t = 0
+  Diagnostics final;                        ///< at tEnd
 };
 
 /// Runs KDK leapfrog from params.tStart to params.tEnd with step params.dt: one initial force call, then
