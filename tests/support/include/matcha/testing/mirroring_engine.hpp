@@ -17,13 +17,19 @@
 namespace matcha::testing {
 
 /// Launches with BodyMotion::moved copy the caller's positions (and velocities, when given); BodyMotion::advanced
-/// moves the copy as the BodyAdvance says, rounded as the host's leapfrog rounds it. Every launch evaluates `inner`
-/// on the copy, into outputs of its own that reach the caller's `out` only at finishResident, as a GPU's do; there
-/// the copy is compared with the caller's bodies, every body bit for bit (the CUDA engine compares a sample), and a
-/// difference is reported as ResidentResult::advanceMismatch.
+/// moves the copy as the BodyAdvance says, rounded as the host's leapfrog rounds it; BodyMotion::drifted takes the
+/// kicked bodies' velocities, drifts and wraps the copy as the BodyDrift says and evaluates each body where its path
+/// continues from the last launch (the placed bodies where they are placed), as the CUDA engine does. Every launch
+/// evaluates `inner` on the copy (or the paths), into outputs of its own that reach the caller's `out` only at
+/// finishResident, as a GPU's do; there the copy is compared with the caller's bodies, every body bit for bit (the
+/// CUDA engine compares a sample), and a difference is reported as ResidentResult::advanceMismatch. A test that
+/// includes this header builds with -ffp-contract=off, as the integrator does.
 class MirroringEngine final : public NearFieldEngine {
  public:
-  explicit MirroringEngine(NearFieldEngine& inner) : inner_(inner) {}
+  /// `periodicKernels`: offer the inner engine's periodic short range (false: none, an engine the periodic solvers
+  /// refuse).
+  explicit MirroringEngine(NearFieldEngine& inner, bool periodicKernels = false)
+      : inner_(inner), periodicKernels_(periodicKernels) {}
   explicit MirroringEngine(std::unique_ptr<NearFieldEngine> inner) : owned_(std::move(inner)), inner_(*owned_) {}
 
   std::string name() const override { return "mirroring " + inner_.name(); }
@@ -45,12 +51,18 @@ class MirroringEngine final : public NearFieldEngine {
   void setLists(const InteractionPlan& plan) override { inner_.setLists(plan); }
   void dropLists() override { inner_.dropLists(); }
   bool advancesBodies() const override { return true; }
+  bool periodicShortRange() const override { return periodicKernels_ && inner_.periodicShortRange(); }
 
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                       std::span<const std::uint32_t> groups, const BodyUpdate& update) override {
     EXPECT_FALSE(launched_) << "a launch while another is in flight";
     const std::size_t n = bodies.count;
-    if (update.motion == BodyMotion::moved || x_.size() != n) {
+    const bool drifted = update.motion == BodyMotion::drifted;
+    if (drifted) {
+      EXPECT_TRUE(held_ && x_.size() == n) << "BodyMotion::drifted without the bodies' copy";
+      drift(update);
+      ++numDrifted_;
+    } else if (update.motion == BodyMotion::moved || x_.size() != n) {
       x_.assign(bodies.x, bodies.x + n);
       y_.assign(bodies.y, bodies.y + n);
       z_.assign(bodies.z, bodies.z + n);
@@ -67,8 +79,13 @@ class MirroringEngine final : public NearFieldEngine {
       advance(update.advance);
       ++numAdvanced_;
     }
-    checkAgainst_ = update.motion == BodyMotion::advanced ? bodies : SourceView{};
-    inner_.launchResident({x_.data(), y_.data(), z_.data(), bodies.mass, n}, gravity,
+    if (!drifted) {
+      pathX_ = x_;
+      pathY_ = y_;
+      pathZ_ = z_;
+    }
+    checkAgainst_ = update.motion == BodyMotion::advanced || drifted ? bodies : SourceView{};
+    inner_.launchResident({pathX_.data(), pathY_.data(), pathZ_.data(), bodies.mass, n}, gravity,
                           {ax_.data(), ay_.data(), az_.data(), out.pot != nullptr ? pot_.data() : nullptr, n}, groups,
                           update.motion == BodyMotion::unchanged ? BodyMotion::unchanged : BodyMotion::moved);
     result_ = inner_.finishResident();
@@ -86,6 +103,7 @@ class MirroringEngine final : public NearFieldEngine {
         if (x_[i] != checkAgainst_.x[i] || y_[i] != checkAgainst_.y[i] || z_[i] != checkAgainst_.z[i]) {
           result.advanceMismatch = true;
           held_ = false;
+          ++numMismatches_;
           break;
         }
       }
@@ -117,6 +135,10 @@ class MirroringEngine final : public NearFieldEngine {
   std::uint64_t numMoved() const { return numMoved_; }
   std::uint64_t numAdvanced() const { return numAdvanced_; }
   std::uint64_t numDiscarded() const { return numDiscarded_; }
+  std::uint64_t numDrifted() const { return numDrifted_; }
+  std::uint64_t numMismatches() const { return numMismatches_; }
+  std::uint64_t numKicked() const { return numKicked_; }  ///< over the drifted launches
+  std::uint64_t numPlaced() const { return numPlaced_; }  ///< over the drifted launches
 
  private:
   /// The host's leapfrog (integrator/leapfrog.cpp: kick, drift), with the accelerations of the last launches.
@@ -133,17 +155,57 @@ class MirroringEngine final : public NearFieldEngine {
     }
   }
 
+  /// BodyDrift on the copy (core/particles.hpp), then each path continued from the last launch's place across the
+  /// faces (tree/periodic_tree_solver.cpp: continuedPath) and the placed bodies put in their places.
+  void drift(const BodyUpdate& update) {
+    const auto kick = [&](std::size_t i) {
+      vx_[i] = update.vx[i];
+      vy_[i] = update.vy[i];
+      vz_[i] = update.vz[i];
+    };
+    if (update.kickedAll) {
+      for (std::size_t i = 0; i < x_.size(); ++i) kick(i);
+      numKicked_ += x_.size();
+    } else {
+      for (const std::uint32_t i : update.kicked) kick(i);
+      numKicked_ += update.kicked.size();
+    }
+    const double box = update.drift.boxSize, half = 0.5 * box;
+    const auto move = [&](double& x, double v, double& path) {
+      x += v * update.drift.drift;
+      x += 0.0;
+      if (!(x >= 0.0 && x < box)) x = wrapIntoBox(x, box);
+      const double moved = x - path;
+      path = moved > half ? x - box : (moved < -half ? x + box : x);
+    };
+    for (std::size_t i = 0; i < x_.size(); ++i) {
+      move(x_[i], vx_[i], pathX_[i]);
+      move(y_[i], vy_[i], pathY_[i]);
+      move(z_[i], vz_[i], pathZ_[i]);
+    }
+    for (std::size_t k = 0; k < update.placed.size(); ++k) {
+      const std::uint32_t i = update.placed[k];
+      pathX_[i] = update.placedPoints[3 * k];
+      pathY_[i] = update.placedPoints[3 * k + 1];
+      pathZ_[i] = update.placedPoints[3 * k + 2];
+    }
+    numPlaced_ += update.placed.size();
+  }
+
   std::unique_ptr<NearFieldEngine> owned_;
   NearFieldEngine& inner_;
+  bool periodicKernels_ = false;
   TreeTopology topology_;
   std::vector<double> x_, y_, z_, vx_, vy_, vz_, ax_, ay_, az_, pot_;  ///< the copy, in the caller's order
+  std::vector<double> pathX_, pathY_, pathZ_;                          ///< where the last launch evaluated the bodies
   bool held_ = false;                                                  ///< the copy has velocities
   bool launched_ = false;
   ResidentResult result_;
   ForceView out_;
   std::vector<std::uint32_t> groups_;
   SourceView checkAgainst_;
-  std::uint64_t numMoved_ = 0, numAdvanced_ = 0, numDiscarded_ = 0;
+  std::uint64_t numMoved_ = 0, numAdvanced_ = 0, numDiscarded_ = 0, numDrifted_ = 0, numMismatches_ = 0;
+  std::uint64_t numKicked_ = 0, numPlaced_ = 0;
 };
 
 }  // namespace matcha::testing
