@@ -1143,6 +1143,21 @@ struct CudaEngine::Impl {
     r.countsFree.record(stream.get());
   }
 
+  /// Copies a sample of the engine's copy of the bodies (ResidentTree::kSampleBodies of them) to the host, for
+  /// finishResident to compare with `caller`'s, bit for bit.
+  void sampleCopy(const SourceView& caller) {
+    ResidentTree& r = res;
+    const std::uint32_t count = std::min(ResidentTree::kSampleBodies, r.numBodies);
+    r.sample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
+    r.hostSample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
+    detail::launchSamplePositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), r.numBodies, count,
+                                  r.sample.data(), stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("samplePositionsKernel", config.synchronizeAfterLaunch);
+    copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
+    r.sampleTaken = true;
+    r.sampleAgainst = caller;
+  }
+
   template <class Real>
   void launchResidentIn(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                         std::span<const std::uint32_t> groups, const BodyUpdate& update) {
@@ -1265,15 +1280,7 @@ struct CudaEngine::Impl {
                                         r.callerOutX.data(), r.callerOutY.data(), r.callerOutZ.data()};
       detail::launchAdvanceBodies(mirror, n, update.advance, stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("advanceBodiesKernel", config.synchronizeAfterLaunch);
-      const std::uint32_t count = std::min(ResidentTree::kSampleBodies, n);
-      r.sample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
-      r.hostSample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
-      detail::launchSamplePositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), n, count, r.sample.data(),
-                                    stream.get());
-      MATCHA_CUDA_CHECK_LAUNCH("samplePositionsKernel", config.synchronizeAfterLaunch);
-      copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
-      r.sampleTaken = true;
-      r.sampleAgainst = bodies;
+      sampleCopy(bodies);
       if (update.prediction != nullptr) {
         // The next tree's inputs, from the copy as this launch moved it and the accelerations of the launches before,
         // which the kernels below replace.
@@ -1312,16 +1319,7 @@ struct CudaEngine::Impl {
       detail::launchPlaceBodies(r.placedIds.data(), r.placedPoints.data(), numPlaced, r.x.data(), r.y.data(),
                                 r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("placeBodiesKernel", config.synchronizeAfterLaunch);
-      // The copy's positions, checked against the caller's (in the box) when the launch is finished.
-      const std::uint32_t count = std::min(ResidentTree::kSampleBodies, n);
-      r.sample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
-      r.hostSample.reserve(3 * std::size_t{ResidentTree::kSampleBodies});
-      detail::launchSamplePositions(r.callerX.data(), r.callerY.data(), r.callerZ.data(), n, count, r.sample.data(),
-                                    stream.get());
-      MATCHA_CUDA_CHECK_LAUNCH("samplePositionsKernel", config.synchronizeAfterLaunch);
-      copyToHost(r.hostSample.data(), r.sample.data(), 3 * std::size_t{count});
-      r.sampleTaken = true;
-      r.sampleAgainst = bodies;
+      sampleCopy(bodies);  // the caller's positions in the box, against the copy's
     }
     MATCHA_ASSERT(update.prediction == nullptr || advance, "a tree prediction asked of a launch that does not advance");
     if (refitNeeded && inCallerOrder && !drifted) {
