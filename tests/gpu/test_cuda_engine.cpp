@@ -28,6 +28,7 @@
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/testing/block_steps.hpp"
 #include "matcha/testing/float_sums.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/mesh_reduction_check.hpp"
@@ -1879,41 +1880,23 @@ TEST_F(CudaEngineTest, PeriodicBlockStepsDriftTheEnginesCopyBitForBit) {
     const double longStep = std::sqrt(0.01 * rs / largest) * 2.0;
     const double binScale = 6.0 / std::sqrt(largest);
     for (int longSteps = 0; longSteps < 3; ++longSteps) {
-      std::uint64_t tick = 0;
-      while (tick < mi::kTicksPerLongStep) {
-        mi::BinnedStep block;
-        block.tick = tick;
-        block.openingBinScale = block.closingBinScale = binScale;
-        const std::uint8_t finest = tick == 0 ? mi::timeBinFor(mi::maxAcceleration(p), binScale) : mi::finestTimeBin(p);
-        block.nextTick = tick + (std::uint64_t{1} << (mi::kDeepestTimeBin - finest));
-        for (std::size_t bin = 0; bin < mi::kNumTimeBins; ++bin) {
-          block.openingKick[bin] = block.closingKick[bin] = 0.5 * longStep * std::ldexp(1.0, -int(bin));
-        }
-        mi::KdkStep factors;
-        factors.drift = double(block.nextTick - tick) * (longStep / double(mi::kTicksPerLongStep));
-        factors.longRangeAtEnd = block.endsLongStep();
-        if (tick == 0) factors.longRangeOpeningKick = 0.5 * longStep;
-        if (block.endsLongStep()) factors.longRangeClosingKick = 0.5 * longStep;
-        factors.block = block;
-        const mi::StepReport report = leapfrog.step(p, factors);
+      testing::takeBlockLongStep(leapfrog, p, longStep, binScale, 1.0, [&](const mi::StepReport& report) {
         EXPECT_FALSE(report.nonFinite.has_value());
-        ++result.calls;
-        result.drifted += periodic.lastStats().advancedOnDevice ? 1 : 0;
-        tick = block.nextTick;
-        result.mismatches += periodic.lastStats().advanceMismatch ? 1 : 0;
+        const int call = ++result.calls;
         const tree::TreeStats& stats = periodic.lastStats();
-        const bool perturb =
-            onDevice ? longSteps >= 1 && stats.advancedOnDevice && stats.callsOnTree < stats.reuseSteps
-                     : std::find(perturbAfter.begin(), perturbAfter.end(), result.calls) != perturbAfter.end();
+        result.drifted += stats.advancedOnDevice ? 1 : 0;
+        result.mismatches += stats.advanceMismatch ? 1 : 0;
+        const bool perturb = onDevice ? longSteps >= 1 && stats.advancedOnDevice && stats.callsOnTree < stats.reuseSteps
+                                      : std::find(perturbAfter.begin(), perturbAfter.end(), call) != perturbAfter.end();
         if (perturb) {
           // Not the leapfrog's doing, where the next call reuses the tree: the engine's copy is no longer the caller's
           // bodies (in both runs alike). By 1e-9 r_s, so that the body stays in its ball (a body out of it would be
           // evaluated where the host places it) and the next drift's rounding keeps the difference (one ulp did not
           // always survive it: the H200, 2026-11-30).
           p.x[0] = wrapIntoBox(p.x[0] + 1e-9 * rs, L);
-          if (onDevice) perturbAfter.push_back(result.calls);
+          if (onDevice) perturbAfter.push_back(call);
         }
-      }
+      });
     }
     return result;
   };

@@ -29,6 +29,7 @@
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
+#include "matcha/testing/block_steps.hpp"
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/mirroring_engine.hpp"
 #include "matcha/testing/periodic_reference.hpp"
@@ -689,38 +690,22 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
     const double largest = mi::maxAcceleration(p);
     const double binScale = 3.5 / std::sqrt(largest);
     const double longStep = 2.0;
+    // Kicks that change the speeds a little (the box's pulls are strong): some bodies leave their balls.
+    const double kickScale = 6e-6;
     for (int longSteps = 0; longSteps < 3; ++longSteps) {
-      std::uint64_t tick = 0;
-      while (tick < mi::kTicksPerLongStep) {
-        mi::BinnedStep block;
-        block.tick = tick;
-        block.openingBinScale = block.closingBinScale = binScale;
-        const std::uint8_t finest = tick == 0 ? mi::timeBinFor(mi::maxAcceleration(p), binScale) : mi::finestTimeBin(p);
-        block.nextTick = tick + (std::uint64_t{1} << (mi::kDeepestTimeBin - finest));
-        // Kicks that change the speeds a little (the box's pulls are strong): some bodies leave their balls.
-        for (std::size_t bin = 0; bin < mi::kNumTimeBins; ++bin) {
-          block.openingKick[bin] = block.closingKick[bin] = 3e-6 * longStep * std::ldexp(1.0, -int(bin));
-        }
-        mi::KdkStep factors;
-        factors.drift = double(block.nextTick - tick) * (longStep / double(mi::kTicksPerLongStep));
-        factors.longRangeAtEnd = block.endsLongStep();
-        if (tick == 0) factors.longRangeOpeningKick = 3e-6 * longStep;
-        if (block.endsLongStep()) factors.longRangeClosingKick = 3e-6 * longStep;
-        factors.block = block;
-        EXPECT_FALSE(leapfrog.step(p, factors).nonFinite.has_value());
-        ++result.calls;
-        tick = block.nextTick;
+      testing::takeBlockLongStep(leapfrog, p, longStep, binScale, kickScale, [&](const mi::StepReport& report) {
+        EXPECT_FALSE(report.nonFinite.has_value());
+        const int call = ++result.calls;
         const tree::TreeStats& stats = periodic.lastStats();
-        const bool perturb =
-            keeps ? longSteps >= 1 && stats.advancedOnDevice && stats.callsOnTree < stats.reuseSteps
-                  : std::find(perturbAfter.begin(), perturbAfter.end(), result.calls) != perturbAfter.end();
+        const bool perturb = keeps ? longSteps >= 1 && stats.advancedOnDevice && stats.callsOnTree < stats.reuseSteps
+                                   : std::find(perturbAfter.begin(), perturbAfter.end(), call) != perturbAfter.end();
         if (perturb) {
           // Not the leapfrog's doing (in both runs alike): the next drifted launch's copy is not the caller's bodies,
           // the engine says so, and the solver sends the positions instead.
           p.x[0] = wrapIntoBox(p.x[0] + 1e-9 * gravity.periodic.splitRadius, L);
-          if (keeps) perturbAfter.push_back(result.calls);
+          if (keeps) perturbAfter.push_back(call);
         }
-      }
+      });
     }
     return result;
   };
