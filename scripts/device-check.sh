@@ -57,6 +57,9 @@ if [ "${1:-}" = bundle ]; then
   # the device tool carries at most 64 MiB.
   if [ -f build-device/bin/bench_cuda ]; then ln -sf ../bin/bench_cuda build-device/bench/bench_cuda; fi
   if [ -f build-device/bin/matcha ]; then ln -sf ../bin/matcha build-device/apps/matcha; fi  # the MPI tests' copy
+  # Without their symbol tables (the kernels' fatbins stay): ~2.5% less, which keeps the bundle within that limit.
+  find build-device/bin build-device/bench build-device/apps build-device/lib-all -type f -print0 |
+    xargs -0 -r strip --strip-unneeded
   find build-device/bin build-device/bench build-device/apps build-device/lib-all -type f -print0 |
     xargs -0 -n 1 -P "$(nproc)" xz -9 -T1
   du -sh build-device
