@@ -882,6 +882,13 @@ struct CudaEngine::Impl {
     DeviceBuffer<std::uint32_t> kickedIds, placedIds;
     DeviceBuffer<double> kickedVelocities, placedPoints;
     PinnedBuffer<std::uint32_t> hostKickedIds;
+    /// The balls of the last launch with BodyUpdate::ballRadius (driftResident): centres and radii, caller's order.
+    bool ballsKept = false;
+    DeviceBuffer<double> ballX, ballY, ballZ;
+    DeviceBuffer<float> ballRadius;
+    DeviceBuffer<std::uint32_t> outsideIds, outsideCount;
+    PinnedBuffer<std::uint32_t> hostOutside;  ///< the count, then the ids
+    bool driftedBefore = false;               ///< driftResident moved the copy for the next launch
     /// A launch with BodyMotion::advanced copies these many of the copy's positions back, and finishResident compares
     /// them with the caller's, bit for bit: a host that rounds its leapfrog differently shows at once.
     static constexpr std::uint32_t kSampleBodies = 64;
@@ -997,6 +1004,8 @@ struct CudaEngine::Impl {
     MATCHA_ASSERT(topology.relativeTolerance.size() == topology.numGroups(), "setTree: a tolerance per group needed");
     // stats stay the last evaluation's (lastCallStats): the periodic solver hands a tree over after evaluating it.
     if (n != r.numBodies) r.mirror = false;
+    r.ballsKept = false;  // balls are a tree's: its first launch gives them
+    r.driftedBefore = false;
     r.numBodies = static_cast<std::uint32_t>(n);
     r.numCells = static_cast<std::uint32_t>(topology.numCells());
     r.numGroups = static_cast<std::uint32_t>(topology.numGroups());
@@ -1158,6 +1167,106 @@ struct CudaEngine::Impl {
     r.sampleAgainst = caller;
   }
 
+  /// A drifted launch's kicked bodies' velocities (every body's at a long-range step's start) to the device, through
+  /// the page-locked staging; returns how many of them go through the kicked list (0 where every body was kicked).
+  std::uint32_t uploadKicked(const BodyUpdate& update) {
+    ResidentTree& r = res;
+    const std::uint32_t n = r.numBodies;
+    std::uint32_t numKicked = 0;
+    if (update.kickedAll) {
+      r.hostPositions.reserve(3 * std::size_t{n});
+      const double* from[3] = {update.vx, update.vy, update.vz};
+      double* onDevice[3] = {r.callerVX.data(), r.callerVY.data(), r.callerVZ.data()};
+      for (int d = 0; d < 3; ++d) {
+        double* slot = r.hostPositions.data() + std::size_t(d) * n;
+        detail::parallelCopy(slot, from[d], n * sizeof(double));
+        copyToDevice(onDevice[d], slot, n);
+      }
+    } else {
+      numKicked = static_cast<std::uint32_t>(update.kicked.size());
+      r.hostPositions.reserve(3 * std::max<std::size_t>(numKicked, 1));
+      r.hostKickedIds.reserve(std::max<std::size_t>(numKicked, 1));
+      const double* const from[3] = {update.vx, update.vy, update.vz};
+      if (numKicked > 0) {
+        detail::gatherTriples(r.hostPositions.data(), from, update.kicked);
+        detail::parallelCopy(r.hostKickedIds.data(), update.kicked.data(), numKicked * sizeof(std::uint32_t));
+      }
+      r.kickedVelocities.reserve(3 * std::max<std::size_t>(numKicked, 1));
+      r.kickedIds.reserve(std::max<std::size_t>(numKicked, 1));
+      copyToDevice(r.kickedIds.data(), r.hostKickedIds.data(), numKicked);
+      copyToDevice(r.kickedVelocities.data(), r.hostPositions.data(), 3 * std::size_t{numKicked});
+    }
+    return numKicked;
+  }
+
+  /// BodyUpdate::drift on the copy: the kicked bodies' velocities (uploadKicked) in, then the drift, the wrap and the
+  /// paths continued.
+  void driftCopy(const BodyDrift& drift, std::uint32_t numKicked) {
+    ResidentTree& r = res;
+    detail::launchScatterVelocities(r.kickedIds.data(), r.kickedVelocities.data(), numKicked, r.callerVX.data(),
+                                    r.callerVY.data(), r.callerVZ.data(), stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("scatterVelocitiesKernel", config.synchronizeAfterLaunch);
+    const detail::DriftedBodies bodiesToDrift{r.callerX.data(),  r.callerY.data(),  r.callerZ.data(),
+                                              r.callerVX.data(), r.callerVY.data(), r.callerVZ.data(),
+                                              r.x.data(),        r.y.data(),        r.z.data()};
+    detail::launchDriftBodies(bodiesToDrift, r.numBodies, drift, stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("driftBodiesKernel", config.synchronizeAfterLaunch);
+  }
+
+  /// Whether the sample sampleCopy took (copied to the host: after a synchronization) differs from the caller's
+  /// positions it was taken against, bit for bit.
+  bool sampleDiffers() {
+    ResidentTree& r = res;
+    const std::uint32_t count = std::min(ResidentTree::kSampleBodies, r.numBodies);
+    const double* caller[3] = {r.sampleAgainst.x, r.sampleAgainst.y, r.sampleAgainst.z};
+    for (std::uint32_t k = 0; k < count; ++k) {
+      const std::uint32_t i = detail::sampleIndex(k, r.numBodies, count);
+      for (int d = 0; d < 3; ++d) {
+        const double device = r.hostSample.data()[std::size_t(d) * count + k];
+        if (std::memcmp(&device, caller[d] + i, sizeof(double)) != 0) return true;
+      }
+    }
+    return false;
+  }
+
+  DriftCheck driftResident(const SourceView& bodies, const BodyUpdate& update, std::uint32_t maxOutside) {
+    ResidentTree& r = res;
+    MATCHA_ASSERT(update.motion == BodyMotion::drifted && !update.driftedBefore,
+                  "driftResident takes the update of a drifted launch");
+    MATCHA_ASSERT(r.mirror && r.refitted && !r.gathered && r.ballsKept && !r.driftedBefore,
+                  "driftResident without the bodies' copy, their balls and a launch before on this tree");
+    const std::uint32_t n = r.numBodies;
+    driftCopy(update.drift, uploadKicked(update));
+    sampleCopy(bodies);
+    r.outsideIds.reserve(std::max<std::uint32_t>(maxOutside, 1));
+    r.outsideCount.reserve(1);
+    r.hostOutside.reserve(std::size_t{maxOutside} + 1);
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(r.outsideCount.data(), 0, sizeof(std::uint32_t), stream.get()));
+    const detail::BallsOfBodies balls{r.callerX.data(), r.callerY.data(), r.callerZ.data(),   r.ballX.data(),
+                                      r.ballY.data(),   r.ballZ.data(),   r.ballRadius.data()};
+    detail::launchBodiesOutsideBalls(balls, n, update.drift.boxSize, maxOutside, r.outsideIds.data(),
+                                     r.outsideCount.data(), stream.get());
+    MATCHA_CUDA_CHECK_LAUNCH("bodiesOutsideBallsKernel", config.synchronizeAfterLaunch);
+    copyToHost(r.hostOutside.data(), r.outsideCount.data(), 1);
+    copyToHost(r.hostOutside.data() + 1, r.outsideIds.data(), maxOutside);
+    stream.synchronize();
+    r.sampleTaken = false;
+    DriftCheck check;
+    check.mismatch = sampleDiffers();
+    if (check.mismatch) {
+      r.mirror = false;  // the next launch gives the positions
+      r.ballsKept = false;
+      return check;
+    }
+    check.numOutside = r.hostOutside.data()[0];
+    if (check.numOutside <= maxOutside) {
+      check.outside.assign(r.hostOutside.data() + 1, r.hostOutside.data() + 1 + check.numOutside);
+      std::sort(check.outside.begin(), check.outside.end());
+    }
+    r.driftedBefore = true;
+    return check;
+  }
+
   template <class Real>
   void launchResidentIn(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                         std::span<const std::uint32_t> groups, const BodyUpdate& update) {
@@ -1185,11 +1294,15 @@ struct CudaEngine::Impl {
     stats = CudaCallStats{};
     r.start.record(stream.get());
     r.sampleTaken = false;
+    if (motion != BodyMotion::drifted) r.driftedBefore = false;
     if (upload) {
       // Positions (and velocities to keep), through page-locked staging: each coordinate goes over (asynchronously)
       // while the next is staged.
       const bool velocities = motion == BodyMotion::moved && r.mirror;
-      r.hostPositions.reserve((velocities ? 6 : 3) * std::size_t{n});
+      const bool balls = velocities && update.ballRadius != nullptr;
+      // The radii (floats) after the six arrays, in as many doubles as they fill.
+      const std::size_t radiusSlots = balls ? (std::size_t{n} + 1) / 2 : 0;
+      r.hostPositions.reserve((velocities ? 6 : 3) * std::size_t{n} + radiusSlots);
       double* staged = r.hostPositions.data();
       const double* arrays[6] = {bodies.x, bodies.y, bodies.z, update.vx, update.vy, update.vz};
       double* onDevice[6] = {inCallerOrder ? r.callerX.data() : r.x.data(),
@@ -1203,33 +1316,25 @@ struct CudaEngine::Impl {
         detail::parallelCopy(slot, arrays[d], n * sizeof(double));
         copyToDevice(onDevice[d], slot, n);
       }
+      // The balls about these positions, for driftResident until the next launch that moves the bodies.
+      r.ballsKept = balls;
+      if (balls) {
+        for (auto* buffer : {&r.ballX, &r.ballY, &r.ballZ}) buffer->reserve(n);
+        r.ballRadius.reserve(n);
+        copyOnDevice(r.ballX.data(), r.callerX.data(), n);
+        copyOnDevice(r.ballY.data(), r.callerY.data(), n);
+        copyOnDevice(r.ballZ.data(), r.callerZ.data(), n);
+        auto* radii = reinterpret_cast<float*>(staged + 6 * std::size_t{n});
+        detail::parallelCopy(radii, update.ballRadius, n * sizeof(float));
+        copyToDevice(r.ballRadius.data(), radii, n);
+      }
     }
     std::uint32_t numKicked = 0, numPlaced = 0;
+    MATCHA_ASSERT(!drifted || update.driftedBefore == r.driftedBefore,
+                  "launchResident: BodyMotion::drifted says driftResident ran when it did not, or not when it did");
+    if (drifted && !update.driftedBefore) numKicked = uploadKicked(update);
     if (drifted) {
-      // The kicked bodies' velocities (every body's at a long-range step's start) and the placed bodies' places.
-      if (update.kickedAll) {
-        r.hostPositions.reserve(3 * std::size_t{n});
-        const double* from[3] = {update.vx, update.vy, update.vz};
-        double* onDevice[3] = {r.callerVX.data(), r.callerVY.data(), r.callerVZ.data()};
-        for (int d = 0; d < 3; ++d) {
-          double* slot = r.hostPositions.data() + std::size_t(d) * n;
-          detail::parallelCopy(slot, from[d], n * sizeof(double));
-          copyToDevice(onDevice[d], slot, n);
-        }
-      } else {
-        numKicked = static_cast<std::uint32_t>(update.kicked.size());
-        r.hostPositions.reserve(3 * std::max<std::size_t>(numKicked, 1));
-        r.hostKickedIds.reserve(std::max<std::size_t>(numKicked, 1));
-        const double* const from[3] = {update.vx, update.vy, update.vz};
-        if (numKicked > 0) {
-          detail::gatherTriples(r.hostPositions.data(), from, update.kicked);
-          detail::parallelCopy(r.hostKickedIds.data(), update.kicked.data(), numKicked * sizeof(std::uint32_t));
-        }
-        r.kickedVelocities.reserve(3 * std::max<std::size_t>(numKicked, 1));
-        r.kickedIds.reserve(std::max<std::size_t>(numKicked, 1));
-        copyToDevice(r.kickedIds.data(), r.hostKickedIds.data(), numKicked);
-        copyToDevice(r.kickedVelocities.data(), r.hostPositions.data(), 3 * std::size_t{numKicked});
-      }
+      // The placed bodies' places.
       numPlaced = static_cast<std::uint32_t>(update.placed.size());
       r.placedIds.reserve(std::max<std::size_t>(numPlaced, 1));
       r.placedPoints.reserve(3 * std::max<std::size_t>(numPlaced, 1));
@@ -1308,18 +1413,14 @@ struct CudaEngine::Impl {
       }
     }
     if (drifted) {
-      detail::launchScatterVelocities(r.kickedIds.data(), r.kickedVelocities.data(), numKicked, r.callerVX.data(),
-                                      r.callerVY.data(), r.callerVZ.data(), stream.get());
-      MATCHA_CUDA_CHECK_LAUNCH("scatterVelocitiesKernel", config.synchronizeAfterLaunch);
-      const detail::DriftedBodies bodiesToDrift{r.callerX.data(),  r.callerY.data(),  r.callerZ.data(),
-                                                r.callerVX.data(), r.callerVY.data(), r.callerVZ.data(),
-                                                r.x.data(),        r.y.data(),        r.z.data()};
-      detail::launchDriftBodies(bodiesToDrift, n, update.drift, stream.get());
-      MATCHA_CUDA_CHECK_LAUNCH("driftBodiesKernel", config.synchronizeAfterLaunch);
+      if (!update.driftedBefore) {
+        driftCopy(update.drift, numKicked);
+        sampleCopy(bodies);  // the caller's positions in the box, against the copy's
+      }
+      r.driftedBefore = false;
       detail::launchPlaceBodies(r.placedIds.data(), r.placedPoints.data(), numPlaced, r.x.data(), r.y.data(),
                                 r.z.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("placeBodiesKernel", config.synchronizeAfterLaunch);
-      sampleCopy(bodies);  // the caller's positions in the box, against the copy's
     }
     MATCHA_ASSERT(update.prediction == nullptr || advance, "a tree prediction asked of a launch that does not advance");
     if (refitNeeded && inCallerOrder && !drifted) {
@@ -1577,6 +1678,7 @@ struct CudaEngine::Impl {
     r.stop.synchronize();
     // The copy was advanced for a call that did not come as announced: it may no longer be the caller's bodies.
     r.mirror = false;
+    r.driftedBefore = false;
   }
 
   ResidentResult finishResident() {
@@ -1620,15 +1722,7 @@ struct CudaEngine::Impl {
     ResidentResult result;
     if (r.sampleTaken) {
       r.sampleTaken = false;
-      const std::uint32_t count = std::min(ResidentTree::kSampleBodies, r.numBodies);
-      const double* caller[3] = {r.sampleAgainst.x, r.sampleAgainst.y, r.sampleAgainst.z};
-      for (std::uint32_t k = 0; k < count && !result.advanceMismatch; ++k) {
-        const std::uint32_t i = detail::sampleIndex(k, r.numBodies, count);
-        for (int d = 0; d < 3; ++d) {
-          const double device = r.hostSample.data()[std::size_t(d) * count + k];
-          if (std::memcmp(&device, caller[d] + i, sizeof(double)) != 0) result.advanceMismatch = true;
-        }
-      }
+      result.advanceMismatch = sampleDiffers();
       if (result.advanceMismatch) r.mirror = false;
     }
     result.counts = r.counts64;
@@ -1765,6 +1859,14 @@ void CudaEngine::launchResident(const SourceView& bodies, const GravityParams& g
   } else {
     impl_->launchResidentIn<double>(bodies, gravity, out, groups, update);
   }
+}
+
+DriftCheck CudaEngine::driftResident(const SourceView& bodies, const BodyUpdate& update, std::uint32_t maxOutside) {
+  MATCHA_ASSERT(impl_->res.hasTree, "driftResident before setTree");
+  MATCHA_ASSERT(!impl_->res.launched, "driftResident while a launch is in flight");
+  MATCHA_ASSERT(bodies.count == impl_->res.numBodies, "driftResident: the tree and the bodies differ in number");
+  impl_->selectDevice();
+  return impl_->driftResident(bodies, update, maxOutside);
 }
 
 ResidentResult CudaEngine::finishResident() {

@@ -128,6 +128,34 @@ __global__ void placeBodiesKernel(const std::uint32_t* ids, const double* points
   }
 }
 
+/// The periodic solver's ball test (tree/periodic_tree_solver.cpp: treeHolds, continuedPath), each product and sum
+/// rounded on its own as on the host: the same bodies outside, bit for bit. Their ids go to outside[] while fewer than
+/// `capacity` are found; *count counts them all.
+__global__ void bodiesOutsideBallsKernel(BallsOfBodies balls, std::uint32_t n, double box, std::uint32_t capacity,
+                                         std::uint32_t* outside, std::uint32_t* count) {
+  const double half = 0.5 * box;
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const double* position[3] = {balls.x, balls.y, balls.z};
+    const double* centre[3] = {balls.centreX, balls.centreY, balls.centreZ};
+    double moved[3];
+    for (int d = 0; d < 3; ++d) {
+      moved[d] = __dsub_rn(position[d][i], centre[d][i]);
+      if (moved[d] > half) {
+        moved[d] = __dsub_rn(moved[d], box);
+      } else if (moved[d] < -half) {
+        moved[d] = __dadd_rn(moved[d], box);
+      }
+    }
+    const double distance2 = __dadd_rn(__dadd_rn(__dmul_rn(moved[0], moved[0]), __dmul_rn(moved[1], moved[1])),
+                                       __dmul_rn(moved[2], moved[2]));
+    const double radius = balls.radius[i];
+    if (!(distance2 <= __dmul_rn(radius, radius))) {
+      const std::uint32_t k = atomicAdd(count, 1u);
+      if (k < capacity) outside[k] = i;
+    }
+  }
+}
+
 /// Positions of the bodies k n / count, k < count, as 3 x count values (x first).
 __global__ void samplePositionsKernel(const double* x, const double* y, const double* z, std::uint32_t n,
                                       std::uint32_t count, double* sample) {
@@ -279,6 +307,12 @@ void launchPlaceBodies(const std::uint32_t* ids, const double* points, std::uint
                        double* z, cudaStream_t stream) {
   if (count == 0) return;
   placeBodiesKernel<<<blocksFor(count), kThreads, 0, stream>>>(ids, points, count, x, y, z);
+}
+
+void launchBodiesOutsideBalls(const BallsOfBodies& balls, std::uint32_t n, double box, std::uint32_t capacity,
+                              std::uint32_t* outside, std::uint32_t* count, cudaStream_t stream) {
+  if (n == 0) return;
+  bodiesOutsideBallsKernel<<<blocksFor(n), kThreads, 0, stream>>>(balls, n, box, capacity, outside, count);
 }
 
 void launchSamplePositions(const double* x, const double* y, const double* z, std::uint32_t n, std::uint32_t count,

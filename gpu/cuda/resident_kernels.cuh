@@ -83,6 +83,18 @@ struct DriftedBodies {
   double* pathZ;
 };
 
+/// The engine's copy of the bodies (positions in the box) and their balls (centres and radii), for the periodic
+/// solver's test of which bodies left them (NearFieldEngine::driftResident).
+struct BallsOfBodies {
+  const double* x;
+  const double* y;
+  const double* z;
+  const double* centreX;
+  const double* centreY;
+  const double* centreZ;
+  const float* radius;
+};
+
 /// The k-th of `count` bodies sampled evenly from n: k n / count (64-bit product).
 __host__ __device__ inline std::uint32_t sampleIndex(std::uint32_t k, std::uint32_t n, std::uint32_t count) {
   return static_cast<std::uint32_t>(std::uint64_t{k} * n / count);
@@ -98,6 +110,10 @@ void launchDriftBodies(const DriftedBodies& bodies, std::uint32_t n, const BodyD
 /// path[ids[k]] = points[3 k], points[3 k + 1], points[3 k + 2] for k < count.
 void launchPlaceBodies(const std::uint32_t* ids, const double* points, std::uint32_t count, double* x, double* y,
                        double* z, cudaStream_t stream);
+/// The bodies outside their balls (|d|^2 > r^2, d at the nearest image, rounded as the host's treeHolds): ids, in no
+/// particular order, into outside[] below `capacity`; *count (zeroed by the caller) counts them all.
+void launchBodiesOutsideBalls(const BallsOfBodies& balls, std::uint32_t n, double box, std::uint32_t capacity,
+                              std::uint32_t* outside, std::uint32_t* count, cudaStream_t stream);
 void launchSamplePositions(const double* x, const double* y, const double* z, std::uint32_t n, std::uint32_t count,
                            double* sample, cudaStream_t stream);
 void launchGatherPositions(const double* x, const double* y, const double* z, const std::uint32_t* order,

@@ -26,8 +26,10 @@ namespace {
 /// Bodies per task of the reuse's passes over the bodies.
 constexpr std::size_t kBodiesPerTask = std::size_t{1} << 14;
 
-/// Ranges of bodies near an escaped body per task of addEscapedPulls.
+/// Ranges of bodies near an escaped body per task of computeEscapedPulls and addEscapedPulls.
 constexpr std::size_t kEscapedRangesPerTask = 16;
+/// Bodies near an escaped body below which addEscapedPulls adds its changes on one core (a task costs more).
+constexpr std::size_t kEscapedSerialBodies = std::size_t{1} << 14;
 
 /// Bodies whose speeds set a tree's K (ballRadii): about this many, every (N / kSpeedSamples)-th.
 constexpr std::size_t kSpeedSamples = std::size_t{1} << 16;
@@ -313,15 +315,37 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     sortedHook_(particles);
   }
   const Stopwatch checking;
-  // treeHolds' pass finds a body outside the box too (then the tree does not hold): a pass fewer on reused calls. Where
-  // the engine drifts its own copy of the bodies this call, it continues their paths itself: the pass writes none.
-  bool holds = treeHolds(particles, !(mirrorValid_ && engineMayDrift()));
+  bool holds = false;
+  // Where the engine keeps its copy of the bodies and their balls, it drifts the copy and finds the bodies outside
+  // their balls itself: no pass over the bodies on the host (their ids are compared beside the kernels).
+  driftedOnEngine_ = false;
+  if (mirrorValid_ && engineMayDrift() && engine_.checksBalls() && treeHeld_ && builtCalls_ < treeSteps_ &&
+      builtIds_.size() == n) {
+    const DriftCheck check = engine_.driftResident(particles.sources(), driftUpdate(particles), kEscapedMaxBodies);
+    if (check.mismatch) {
+      // The copy was not the caller's bodies: the host's pass below, and the positions go over.
+      mirrorValid_ = false;
+      report.advanceMismatch = true;
+      stats_.advanceMismatch = true;
+    } else {
+      driftedOnEngine_ = true;
+      escaped_ = check.outside;
+      pathsStored_ = false;
+      holds = check.numOutside <= kEscapedMaxBodies;
+    }
+  }
+  // Else treeHolds' pass, which finds a body outside the box too (then the tree does not hold): a pass fewer on reused
+  // calls. Where the engine drifts its own copy of the bodies this call, it continues their paths itself: the pass
+  // writes none.
+  if (!driftedOnEngine_) holds = treeHolds(particles, !(mirrorValid_ && engineMayDrift()));
   // A few bodies outside their balls keep the tree: their pulls are added exactly (addEscapedPulls); more than the
   // budget's worth of bodies near them make the call build anew.
   if (holds && !escaped_.empty()) holds = escaped_.size() <= kEscapedMaxBodies && prepareEscaped(particles);
   report.timings[Phase::motion] += checking.seconds();
+  // Computes the escaped bodies' pulls while the engine evaluates; false where the bodies' ids, compared there too
+  // after the engine's check of the balls, are not the tree's (the call then builds anew).
+  if (holds) holds = reuseAndEvaluate(particles, report);
   if (holds) {
-    reuseAndEvaluate(particles, report);
     const Stopwatch repairing;
     addEscapedPulls(particles);
     report.timings[Phase::repair] += repairing.seconds();
@@ -496,9 +520,17 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
   return true;
 }
 
-void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
-  if (escaped_.empty()) return;
-  const ForceView out = forcesToWrite(particles);
+void PeriodicTreeSolver::computeEscapedPulls(const Particles& particles) {
+  const std::size_t numEscaped = escaped_.size();
+  escapedOwn_.assign(numEscaped, Pull{});
+  escapedChangeStart_.assign(numEscaped + 1, 0);
+  for (std::size_t k = 0; k < numEscaped; ++k) {
+    std::size_t bodies = 0;
+    for (const BodyRange& range : escapedRanges_[k]) bodies += range.size();
+    escapedChangeStart_[k + 1] = escapedChangeStart_[k] + bodies;
+  }
+  escapedChanges_.resize(escapedChangeStart_[numEscaped]);
+  if (numEscaped == 0) return;
   const double box = gravity_.periodic.boxSize;
   const double eps2 = gravity_.eps2();
   const double invTwoSplit = 0.5 / gravity_.periodic.splitRadius;
@@ -512,68 +544,100 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) {
   // setLowestActiveBin): the others' are not read before a later call computes them again.
   const std::uint8_t lowest = particles.timeBin.size() == particles.size() ? lowestActiveBin() : 0;
   const auto needed = [&](std::uint32_t i) { return lowest == 0 || particles.timeBin[i] >= lowest; };
-  struct Pull {
-    double ax = 0, ay = 0, az = 0, pot = 0;
-  };
   const auto pullOn = [&](const double* at, const double* from, double m, Pull& pull) {
     accumulateTruncatedPairInteraction<double>(nearestImage(from[0] - at[0], box), nearestImage(from[1] - at[1], box),
                                                nearestImage(from[2] - at[2], box), m, eps2, invTwoSplit, cut2, pull.ax,
                                                pull.ay, pull.az, pull.pot);
   };
-  // The escaped bodies' own forces: the truncated pull of every body within r_cut of where they are (the short range
-  // has no other part), in double. Each from the bodies at the engine's places (the others' escaped at their own).
-  std::vector<Pull> own(escaped_.size());
-  tbb::parallel_for(std::size_t{0}, escaped_.size(), [&](std::size_t k) {
-    const std::uint32_t e = escaped_[k];
-    if (!needed(e)) return;
-    const double* at = &escapedTrue_[3 * k];
-    Pull sum;
-    for (const BodyRange& range : escapedRanges_[k]) {
-      for (std::uint32_t j = range.first; j < range.last; ++j) {
-        if (j == e || isEscaped(j)) continue;
-        double from[3];
-        pathOf(particles, j, from);
-        pullOn(at, from, mass[j], sum);
-      }
-    }
-    for (std::size_t other = 0; other < escaped_.size(); ++other) {
-      if (other != k) pullOn(at, &escapedTrue_[3 * other], mass[escaped_[other]], sum);
-    }
-    own[k] = sum;
-  });
-  // The other bodies felt each escaped body at its clamped place: that pull out, its pull from its true place in.
-  // One escaped body at a time (the bodies near one are distinct): the same sums whatever the thread count. Its
-  // ranges (leaves, most of a few dozen bodies) are shared out whole: a task per range would cost more than its pairs.
-  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+  // Every escaped body, and each one's ranges (leaves, most of a few dozen bodies) shared out whole: a task per range
+  // would cost more than its pairs. Each result has a slot of its own: the same sums whatever the thread count.
+  tbb::parallel_for(std::size_t{0}, numEscaped, [&](std::size_t k) {
     const std::uint32_t e = escaped_[k];
     const double* where = &escapedTrue_[3 * k];
     const double* clamped = &escapedClamped_[3 * k];
     const std::vector<BodyRange>& ranges = escapedRanges_[k];
+    // Its own force: the truncated pull of every body within r_cut of where it is (the short range has no other part),
+    // each from the engine's place of that body (the others escaped at their true places).
+    if (needed(e)) {
+      Pull sum;
+      for (const BodyRange& range : ranges) {
+        for (std::uint32_t j = range.first; j < range.last; ++j) {
+          if (j == e || isEscaped(j)) continue;
+          double from[3];
+          pathOf(particles, j, from);
+          pullOn(where, from, mass[j], sum);
+        }
+      }
+      for (std::size_t other = 0; other < numEscaped; ++other) {
+        if (other != k) pullOn(where, &escapedTrue_[3 * other], mass[escaped_[other]], sum);
+      }
+      escapedOwn_[k] = sum;
+    }
+    // The other bodies felt it at its clamped place: that pull out, its pull from its true place in.
+    std::vector<std::size_t> rangeStart(ranges.size() + 1, escapedChangeStart_[k]);
+    for (std::size_t r = 0; r < ranges.size(); ++r) rangeStart[r + 1] = rangeStart[r] + ranges[r].size();
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ranges.size(), kEscapedRangesPerTask),
                       [&](const tbb::blocked_range<std::size_t>& some) {
                         for (std::size_t r = some.begin(); r != some.end(); ++r) {
-                          for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i) {
+                          Pull* change = &escapedChanges_[rangeStart[r]];
+                          for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i, ++change) {
                             if (i == e || !needed(i) || isEscaped(i)) continue;
                             double at[3];
                             pathOf(particles, i, at);
                             Pull added, removed;
                             pullOn(at, where, mass[e], added);
                             pullOn(at, clamped, mass[e], removed);
-                            out.ax[i] += G * (added.ax - removed.ax);
-                            out.ay[i] += G * (added.ay - removed.ay);
-                            out.az[i] += G * (added.az - removed.az);
-                            if (out.pot != nullptr) out.pot[i] += G * (added.pot - removed.pot);
+                            *change = Pull{G * (added.ax - removed.ax), G * (added.ay - removed.ay),
+                                           G * (added.az - removed.az), G * (added.pot - removed.pot)};
                           }
                         }
                       });
+  });
+}
+
+void PeriodicTreeSolver::addEscapedPulls(Particles& particles) const {
+  if (escaped_.empty()) return;
+  MATCHA_ASSERT(escapedChangeStart_.size() == escaped_.size() + 1, "escaped bodies' pulls added before computed");
+  const ForceView out = forcesToWrite(particles);
+  const double G = gravity_.G;
+  const auto isEscaped = [&](std::uint32_t j) { return std::binary_search(escaped_.begin(), escaped_.end(), j); };
+  const std::uint8_t lowest = particles.timeBin.size() == particles.size() ? lowestActiveBin() : 0;
+  const auto needed = [&](std::uint32_t i) { return lowest == 0 || particles.timeBin[i] >= lowest; };
+  // One escaped body at a time (a body near two gets their changes in their order); its bodies are distinct, so one
+  // with many is shared out.
+  for (std::size_t k = 0; k < escaped_.size(); ++k) {
+    const std::uint32_t e = escaped_[k];
+    const std::vector<BodyRange>& ranges = escapedRanges_[k];
+    const auto add = [&](std::size_t firstRange, std::size_t endRange, std::size_t slot) {
+      for (std::size_t r = firstRange; r != endRange; ++r) {
+        for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i, ++slot) {
+          if (i == e || !needed(i) || isEscaped(i)) continue;
+          const Pull& change = escapedChanges_[slot];
+          out.ax[i] += change.ax;
+          out.ay[i] += change.ay;
+          out.az[i] += change.az;
+          if (out.pot != nullptr) out.pot[i] += change.pot;
+        }
+      }
+    };
+    const std::size_t bodies = escapedChangeStart_[k + 1] - escapedChangeStart_[k];
+    if (bodies < kEscapedSerialBodies) {
+      add(0, ranges.size(), escapedChangeStart_[k]);
+      continue;
+    }
+    std::vector<std::size_t> rangeStart(ranges.size() + 1, escapedChangeStart_[k]);
+    for (std::size_t r = 0; r < ranges.size(); ++r) rangeStart[r + 1] = rangeStart[r] + ranges[r].size();
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, ranges.size(), kEscapedRangesPerTask),
+        [&](const tbb::blocked_range<std::size_t>& some) { add(some.begin(), some.end(), rangeStart[some.begin()]); });
   }
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t e = escaped_[k];
     if (!needed(e)) continue;
-    out.ax[e] = G * own[k].ax;
-    out.ay[e] = G * own[k].ay;
-    out.az[e] = G * own[k].az;
-    if (out.pot != nullptr) out.pot[e] = G * own[k].pot;
+    out.ax[e] = G * escapedOwn_[k].ax;
+    out.ay[e] = G * escapedOwn_[k].ay;
+    out.az[e] = G * escapedOwn_[k].az;
+    if (out.pot != nullptr) out.pot[e] = G * escapedOwn_[k].pot;
   }
 }
 
@@ -758,9 +822,13 @@ void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const Fo
 }
 
 void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
-                                               std::span<const std::uint32_t> groups, const BodyUpdate& update) {
+                                               std::span<const std::uint32_t> groups, const BodyUpdate& update,
+                                               const std::function<void()>& beside) {
   engine_.launchResident(positions, gravity_, out, groups, update);
+  if (beside) beside();
+  const Stopwatch waiting;
   const ResidentResult result = engine_.finishResident();
+  report.timings.engineWaitSeconds += waiting.seconds();
   MATCHA_ASSERT(result.failedGroups.empty(), "the engine checked periodic lists");
   addEvaluation(result.counts, result.timings, report);
   // The engine's copy (kept by a launch with velocities, drifted since) is the caller's only while every launch on it
@@ -782,6 +850,8 @@ BodyUpdate PeriodicTreeSolver::copyForDrift(const Particles& particles) const {
     update.vx = particles.vx.data();
     update.vy = particles.vy.data();
     update.vz = particles.vz.data();
+    // Each body's ball about where it is, for the engine's own check at the calls after (driftResident).
+    if (engine_.checksBalls() && sortedRadius_.size() == particles.size()) update.ballRadius = sortedRadius_.data();
   }
   return update;
 }
@@ -823,7 +893,7 @@ BodyUpdate PeriodicTreeSolver::driftUpdate(const Particles& particles) {
   return update;
 }
 
-void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
+bool PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& report) {
   // The engine refits its copy of the tree to the paths (on the GPU: the host refit and the upload of cells and lists
   // took ~110 ms of a 2^24-body call on the H200's host) and evaluates the lists it keeps.
   // With block time steps, only the groups whose bodies' steps end here: the engine refits every cell to the paths
@@ -832,11 +902,40 @@ void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
   const std::span<const std::uint32_t> groups =
       subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{};
   const ForceView out = forcesToWrite(particles);
-  if (!pathsStored_) {
+  // The escaped bodies' pulls (Phase::repair) on the host while the engine evaluates: they read the bodies' places,
+  // which the launches do not change, and are added once the engine's forces are in (addEscapedPulls).
+  bool repairComputed = false;
+  bool sameBodies = true;
+  const auto repairBeside = [&] {
+    if (repairComputed) return;
+    if (driftedOnEngine_) {
+      const Stopwatch checking;
+      sameBodies = sameBodiesAsBuilt(particles);
+      report.timings[Phase::motion] += checking.seconds();
+    }
+    const Stopwatch repairing;
+    computeEscapedPulls(particles);
+    report.timings[Phase::repair] += repairing.seconds();
+    repairComputed = true;
+  };
+  if (driftedOnEngine_) {
+    // The engine drifted its copy and checked the balls (driftResident): the escaped bodies' places, then the refit.
+    BodyUpdate update(BodyMotion::drifted);
+    update.drift = *bodyDrift();
+    update.driftedBefore = true;
+    update.placed = escaped_;
+    update.placedPoints = escapedClamped_.data();
+    evaluateResidentLists(particles.sources(), out, report, groups, update, repairBeside);
+    if (!sameBodies) {
+      mirrorValid_ = false;
+      return false;
+    }
+    report.advancedOnDevice = true;
+  } else if (!pathsStored_) {
     // Where the caller says how the bodies moved, an engine with its own copy of them drifts it and continues the
     // paths itself: the kicked bodies' velocities cross the bus instead of every position (at 2^24 bodies, 400 MB a
     // call), checked against the bodies as they are (in the box).
-    evaluateResidentLists(particles.sources(), out, report, groups, driftUpdate(particles));
+    evaluateResidentLists(particles.sources(), out, report, groups, driftUpdate(particles), repairBeside);
     report.advancedOnDevice = mirrorValid_;
     report.advanceMismatch = !mirrorValid_;
     // A copy that was not the caller's bodies (moved otherwise than the word said) gave forces that are not theirs:
@@ -845,11 +944,12 @@ void PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
   }
   if (pathsStored_) {
     const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
-    evaluateResidentLists(path, out, report, groups, BodyMotion::moved);
+    evaluateResidentLists(path, out, report, groups, BodyMotion::moved, repairBeside);
   }
   ++builtCalls_;
   stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);
   stats_.estimatePass = false;
+  return true;
 }
 
 bool PeriodicTreeSolver::findActiveGroups(const Particles& particles) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "matcha/core/errors.hpp"
 #include "matcha/core/interaction_plan.hpp"
 #include "matcha/core/params.hpp"
 #include "matcha/core/particles.hpp"
@@ -116,9 +117,27 @@ struct BodyUpdate {
   bool kickedAll = false;
   std::span<const std::uint32_t> placed;
   const double* placedPoints = nullptr;
+  /// BodyMotion::drifted after NearFieldEngine::driftResident with this update: the copy is drifted and its paths
+  /// continued already; the launch places the `placed` bodies, refits and evaluates.
+  bool driftedBefore = false;
+  /// BodyMotion::moved with velocities, on an engine that checksBalls(): each body's ball radius (caller's order)
+  /// about its position at this launch, which the engine keeps with the radii for driftResident until the next such
+  /// launch. Null: no balls kept (driftResident may not follow).
+  const float* ballRadius = nullptr;
   /// BodyMotion::advanced on an engine that predictsTrees(): also predict a tree's inputs from the moved copy
   /// (takeTreePrediction hands them over). Read within launchResident only.
   const TreePredictionRequest* prediction = nullptr;
+};
+
+/// What NearFieldEngine::driftResident found.
+struct DriftCheck {
+  /// The drifted copy differs from the caller's positions (a sample, bit for bit, as ResidentResult::advanceMismatch):
+  /// the engine keeps no copy since, and `outside` says nothing.
+  bool mismatch = false;
+  /// The bodies outside their balls (caller's order, ascending), all of them where numOutside <= the call's
+  /// maxOutside, else none.
+  std::vector<std::uint32_t> outside;
+  std::uint64_t numOutside = 0;  ///< how many bodies are outside their balls
 };
 
 /// Where a plan handed to NearFieldEngine::evaluatePlanBatch lies among its force call's batches.
@@ -218,6 +237,23 @@ class NearFieldEngine {
   /// Whether the engine keeps its own copy of the bodies and can advance it (BodyMotion::advanced), which pays where
   /// the positions would cross a bus: the CUDA engine. An engine that reads the caller's arrays does not.
   virtual bool advancesBodies() const { return false; }
+
+  /// Whether the engine keeps the bodies' balls given with a launch (BodyUpdate::ballRadius) and offers driftResident:
+  /// the CUDA engine, where the periodic solver's pass over every body to find those outside their balls would read
+  /// ~1 GB of host memory a call at 2^24 bodies.
+  virtual bool checksBalls() const { return false; }
+
+  /// On an engine that checksBalls(), with nothing in flight, before a BodyMotion::drifted launch on its copy: moves
+  /// the copy as that launch would (`update`: the kicked velocities, the drift and wrap, each path continued), compares
+  /// a sample of it with the caller's positions `bodies`, and finds the bodies outside the balls the last launch with
+  /// BodyUpdate::ballRadius gave: |d|^2 > r^2 in double, d = the copy's position less the ball's centre, by a box
+  /// length along each axis where it exceeds half the box, each product and sum rounded on its own (the periodic
+  /// solver's treeHolds on the host). The launch that follows takes the same update with driftedBefore set.
+  virtual DriftCheck driftResident(const SourceView& /*bodies*/, const BodyUpdate& /*update*/,
+                                   std::uint32_t /*maxOutside*/) {
+    MATCHA_ASSERT(checksBalls(), "driftResident on an engine that keeps no balls");
+    return {};
+  }
 
   /// Whether a BodyMotion::advanced launch can predict a tree's inputs on the engine's device (BodyUpdate::prediction):
   /// the CUDA engine, whose copy of the bodies spares the host its passes over them (at 2^24 bodies: the prediction,

@@ -116,6 +116,8 @@ class CudaEngine final : public NearFieldEngine {
   ResidentResult finishResident() override;
   void discardResident() override;
   bool advancesBodies() const override { return true; }
+  bool checksBalls() const override { return true; }
+  DriftCheck driftResident(const SourceView& bodies, const BodyUpdate& update, std::uint32_t maxOutside) override;
   /// As NearFieldEngine::predictsTrees: the prediction's kernels, the key sort and the gather run on the engine's
   /// stream within the launch (a few ms at 2^24 bodies), the copies back on a stream of their own.
   bool predictsTrees() const override { return true; }

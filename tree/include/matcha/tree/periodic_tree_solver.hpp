@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -203,8 +205,10 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// `groups` alone where given (ids into groups_), of every group otherwise.
   /// `update` says how `positions` relate to the engine's copy of the bodies (BodyMotion::moved, or drifted:
   /// driftUpdate); a drifted launch whose copy the engine finds different from `positions` is launched again with them.
+  /// `beside`, where given, runs on the host between the launch and its finish, while a device evaluates.
   void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
-                             std::span<const std::uint32_t> groups, const BodyUpdate& update);
+                             std::span<const std::uint32_t> groups, const BodyUpdate& update,
+                             const std::function<void()>& beside = {});
   /// Whether the engine may keep and drift its own copy of the bodies this call: it can (advancesBodies), and the
   /// caller said how the bodies moved (ForceSolver::bodyDrift) in this box.
   bool engineMayDrift() const;
@@ -233,14 +237,20 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Bodies that may lie within `radius` of `point` (the nearest image), anywhere in their balls, as ranges in the
   /// tree's order.
   void escapedNeighbours(const double* point, double radius, std::vector<BodyRange>& ranges) const;
-  /// After the engine's evaluation at pathX_: the escaped bodies' pulls from their true places instead of their clamped
-  /// ones on the bodies near them, and their own forces, in double (kEscapedMaxBodies' comment).
-  void addEscapedPulls(Particles& particles);
+  /// The escaped bodies' pulls from their true places instead of their clamped ones on the bodies near them, and
+  /// their own forces, in double (kEscapedMaxBodies' comment), into escapedOwn_ and escapedChanges_: reads only the
+  /// bodies' places and bins, so it runs while the engine evaluates the lists (reuseAndEvaluate).
+  void computeEscapedPulls(const Particles& particles);
+  /// After the engine's evaluation at pathX_: computeEscapedPulls' changes added to the forces of the bodies near the
+  /// escaped ones, and the escaped bodies' own forces set, in the same order whatever the thread count.
+  void addEscapedPulls(Particles& particles) const;
   /// Hands the tree just built and its lists to the engine, which keeps them for the calls after (resident lists).
   void handTreeToEngine(const Particles& particles);
   /// Has the engine refit its copy of the current tree to the bodies where their paths continue from the build and
-  /// evaluate the lists it keeps.
-  void reuseAndEvaluate(Particles& particles, ForceReport& report);
+  /// evaluate the lists it keeps, computing the escaped bodies' pulls meanwhile (computeEscapedPulls). False where the
+  /// engine checked the balls (driftedOnEngine_) but the bodies' ids, compared meanwhile, are not the tree's: the
+  /// forces written are not theirs, and the call must build anew.
+  bool reuseAndEvaluate(Particles& particles, ForceReport& report);
   /// Whether `particles` are the bodies of the last build (the same ids, in its order).
   bool sameBodiesAsBuilt(const Particles& particles) const;
   /// Each body's ball for a tree built now for up to `steps` calls, in the bodies' current order (the last build's),
@@ -289,9 +299,21 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::vector<std::uint32_t> escaped_;
   std::vector<double> escapedTrue_, escapedClamped_;
   std::vector<std::vector<BodyRange>> escapedRanges_;
+  /// A pull in double: acceleration and potential.
+  struct Pull {
+    double ax = 0, ay = 0, az = 0, pot = 0;
+  };
+  /// computeEscapedPulls' results: each escaped body's own short-range pull (G not applied), and for each escaped body
+  /// k the change, G applied, of the pull it gives each body of its ranges (escapedRanges_[k], body by body), from
+  /// escapedChangeStart_[k] on.
+  std::vector<Pull> escapedOwn_, escapedChanges_;
+  std::vector<std::size_t> escapedChangeStart_;
   /// The engine keeps a copy of the bodies (positions in the box and velocities) that is the caller's bodies as the
   /// last launch left them: a launch with velocities, or drifted launches since (BodyMotion::drifted may follow).
   bool mirrorValid_ = false;
+  /// This call's bodies were drifted on the engine's copy, and its balls checked there (NearFieldEngine::
+  /// driftResident): the launch places the escaped bodies and evaluates.
+  bool driftedOnEngine_ = false;
   std::vector<std::uint32_t> kicked_, kickedCounts_;  ///< driftUpdate's kicked bodies, and its count per block
   std::vector<std::uint8_t> groupActive_;             ///< findActiveGroups' flag per group
   std::vector<std::uint32_t> activeGroups_;           ///< findActiveGroups' result

@@ -22,14 +22,17 @@ namespace matcha::testing {
 /// continues from the last launch (the placed bodies where they are placed), as the CUDA engine does. Every launch
 /// evaluates `inner` on the copy (or the paths), into outputs of its own that reach the caller's `out` only at
 /// finishResident, as a GPU's do; there the copy is compared with the caller's bodies, every body bit for bit (the
-/// CUDA engine compares a sample), and a difference is reported as ResidentResult::advanceMismatch. A test that
-/// includes this header builds with -ffp-contract=off, as the integrator does.
+/// CUDA engine compares a sample), and a difference is reported as ResidentResult::advanceMismatch. Where asked, it
+/// keeps the balls a launch gives and finds the bodies outside them (driftResident), as the CUDA engine does. A test
+/// that includes this header builds with -ffp-contract=off, as the integrator does.
 class MirroringEngine final : public NearFieldEngine {
  public:
   /// `periodicKernels`: offer the inner engine's periodic short range (false: none, an engine the periodic solvers
   /// refuse).
-  explicit MirroringEngine(NearFieldEngine& inner, bool periodicKernels = false)
-      : inner_(inner), periodicKernels_(periodicKernels) {}
+  /// `checksBalls`: keep the balls a launch gives (BodyUpdate::ballRadius) and offer driftResident, as the CUDA engine
+  /// does (false: the periodic solver checks the balls on the host).
+  explicit MirroringEngine(NearFieldEngine& inner, bool periodicKernels = false, bool checksBalls = false)
+      : inner_(inner), periodicKernels_(periodicKernels), checksBalls_(checksBalls) {}
   explicit MirroringEngine(std::unique_ptr<NearFieldEngine> inner) : owned_(std::move(inner)), inner_(*owned_) {}
 
   std::string name() const override { return "mirroring " + inner_.name(); }
@@ -45,12 +48,52 @@ class MirroringEngine final : public NearFieldEngine {
   void setTree(const TreeTopology& topology, const SourceView& bodies) override {
     EXPECT_FALSE(launched_) << "setTree while a launch is in flight";
     if (bodies.count != x_.size()) held_ = false;
+    ballR_.clear();  // balls are a tree's: its first launch gives them
+    driftedBefore_ = false;
     topology_ = topology;
     inner_.setTree(topology, bodies);
   }
   void setLists(const InteractionPlan& plan) override { inner_.setLists(plan); }
   void dropLists() override { inner_.dropLists(); }
   bool advancesBodies() const override { return true; }
+  bool checksBalls() const override { return checksBalls_; }
+
+  /// The drift of a drifted launch on the copy, then the copy against the caller's bodies (every body) and the balls.
+  DriftCheck driftResident(const SourceView& bodies, const BodyUpdate& update, std::uint32_t maxOutside) override {
+    EXPECT_TRUE(checksBalls_ && !launched_ && !driftedBefore_) << "driftResident out of turn";
+    EXPECT_TRUE(held_ && ballR_.size() == x_.size() && x_.size() == bodies.count) << "driftResident without balls";
+    drift(update, false);
+    ++numDriftChecks_;
+    DriftCheck check;
+    if (differsFrom(bodies)) {
+      check.mismatch = true;
+      held_ = false;
+      ballR_.clear();
+      ++numMismatches_;
+      return check;
+    }
+    const double box = update.drift.boxSize, half = 0.5 * box;
+    for (std::size_t i = 0; i < x_.size(); ++i) {
+      const double position[3] = {x_[i], y_[i], z_[i]}, centre[3] = {ballX_[i], ballY_[i], ballZ_[i]};
+      double moved[3];
+      for (int d = 0; d < 3; ++d) {
+        moved[d] = position[d] - centre[d];
+        if (moved[d] > half) {
+          moved[d] -= box;
+        } else if (moved[d] < -half) {
+          moved[d] += box;
+        }
+      }
+      const double radius = ballR_[i];
+      if (!(moved[0] * moved[0] + moved[1] * moved[1] + moved[2] * moved[2] <= radius * radius)) {
+        ++check.numOutside;
+        check.outside.push_back(static_cast<std::uint32_t>(i));
+      }
+    }
+    if (check.numOutside > maxOutside) check.outside.clear();
+    driftedBefore_ = true;
+    return check;
+  }
   bool periodicShortRange() const override { return periodicKernels_ && inner_.periodicShortRange(); }
 
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
@@ -58,9 +101,15 @@ class MirroringEngine final : public NearFieldEngine {
     EXPECT_FALSE(launched_) << "a launch while another is in flight";
     const std::size_t n = bodies.count;
     const bool drifted = update.motion == BodyMotion::drifted;
+    EXPECT_EQ(drifted && update.driftedBefore, driftedBefore_) << "driftedBefore without driftResident, or not after";
+    driftedBefore_ = false;
     if (drifted) {
       EXPECT_TRUE(held_ && x_.size() == n) << "BodyMotion::drifted without the bodies' copy";
-      drift(update);
+      if (update.driftedBefore) {
+        place(update);
+      } else {
+        drift(update, true);
+      }
       ++numDrifted_;
     } else if (update.motion == BodyMotion::moved || x_.size() != n) {
       x_.assign(bodies.x, bodies.x + n);
@@ -71,6 +120,13 @@ class MirroringEngine final : public NearFieldEngine {
         vx_.assign(update.vx, update.vx + n);
         vy_.assign(update.vy, update.vy + n);
         vz_.assign(update.vz, update.vz + n);
+      }
+      ballR_.clear();
+      if (held_ && checksBalls_ && update.ballRadius != nullptr) {
+        ballX_ = x_;
+        ballY_ = y_;
+        ballZ_ = z_;
+        ballR_.assign(update.ballRadius, update.ballRadius + n);
       }
       for (auto* array : {&ax_, &ay_, &az_, &pot_}) array->assign(n, 0.0);
       ++numMoved_;
@@ -98,15 +154,11 @@ class MirroringEngine final : public NearFieldEngine {
     EXPECT_TRUE(launched_) << "finishResident without a launch";
     launched_ = false;
     ResidentResult result = std::move(result_);
-    if (checkAgainst_.x != nullptr) {
-      for (std::size_t i = 0; i < x_.size(); ++i) {
-        if (x_[i] != checkAgainst_.x[i] || y_[i] != checkAgainst_.y[i] || z_[i] != checkAgainst_.z[i]) {
-          result.advanceMismatch = true;
-          held_ = false;
-          ++numMismatches_;
-          break;
-        }
-      }
+    if (checkAgainst_.x != nullptr && differsFrom(checkAgainst_)) {
+      result.advanceMismatch = true;
+      held_ = false;
+      ballR_.clear();
+      ++numMismatches_;
     }
     // Only the launched groups' bodies: the others keep what the caller's arrays hold.
     const auto copyOut = [&](std::uint32_t first, std::uint32_t last) {
@@ -129,6 +181,7 @@ class MirroringEngine final : public NearFieldEngine {
   void discardResident() override {
     launched_ = false;
     held_ = false;
+    driftedBefore_ = false;
     ++numDiscarded_;
   }
 
@@ -137,8 +190,9 @@ class MirroringEngine final : public NearFieldEngine {
   std::uint64_t numDiscarded() const { return numDiscarded_; }
   std::uint64_t numDrifted() const { return numDrifted_; }
   std::uint64_t numMismatches() const { return numMismatches_; }
-  std::uint64_t numKicked() const { return numKicked_; }  ///< over the drifted launches
-  std::uint64_t numPlaced() const { return numPlaced_; }  ///< over the drifted launches
+  std::uint64_t numKicked() const { return numKicked_; }            ///< over the drifted launches
+  std::uint64_t numPlaced() const { return numPlaced_; }            ///< over the drifted launches
+  std::uint64_t numDriftChecks() const { return numDriftChecks_; }  ///< driftResident calls
 
  private:
   /// The host's leapfrog (integrator/leapfrog.cpp: kick, drift), with the accelerations of the last launches.
@@ -155,9 +209,28 @@ class MirroringEngine final : public NearFieldEngine {
     }
   }
 
+  /// Whether the copy's positions differ from `bodies`' anywhere.
+  bool differsFrom(const SourceView& bodies) const {
+    for (std::size_t i = 0; i < x_.size(); ++i) {
+      if (x_[i] != bodies.x[i] || y_[i] != bodies.y[i] || z_[i] != bodies.z[i]) return true;
+    }
+    return false;
+  }
+
+  /// The placed bodies put in their places.
+  void place(const BodyUpdate& update) {
+    for (std::size_t k = 0; k < update.placed.size(); ++k) {
+      const std::uint32_t i = update.placed[k];
+      pathX_[i] = update.placedPoints[3 * k];
+      pathY_[i] = update.placedPoints[3 * k + 1];
+      pathZ_[i] = update.placedPoints[3 * k + 2];
+    }
+    numPlaced_ += update.placed.size();
+  }
+
   /// BodyDrift on the copy (core/particles.hpp), then each path continued from the last launch's place across the
-  /// faces (tree/periodic_tree_solver.cpp: continuedPath) and the placed bodies put in their places.
-  void drift(const BodyUpdate& update) {
+  /// faces (tree/periodic_tree_solver.cpp: continuedPath) and, with `placing`, the placed bodies put in their places.
+  void drift(const BodyUpdate& update, bool placing) {
     const auto kick = [&](std::size_t i) {
       vx_[i] = update.vx[i];
       vy_[i] = update.vy[i];
@@ -183,18 +256,16 @@ class MirroringEngine final : public NearFieldEngine {
       move(y_[i], vy_[i], pathY_[i]);
       move(z_[i], vz_[i], pathZ_[i]);
     }
-    for (std::size_t k = 0; k < update.placed.size(); ++k) {
-      const std::uint32_t i = update.placed[k];
-      pathX_[i] = update.placedPoints[3 * k];
-      pathY_[i] = update.placedPoints[3 * k + 1];
-      pathZ_[i] = update.placedPoints[3 * k + 2];
-    }
-    numPlaced_ += update.placed.size();
+    if (placing) place(update);
   }
 
   std::unique_ptr<NearFieldEngine> owned_;
   NearFieldEngine& inner_;
   bool periodicKernels_ = false;
+  bool checksBalls_ = false;
+  bool driftedBefore_ = false;                 ///< driftResident drifted the copy for the next launch
+  std::vector<double> ballX_, ballY_, ballZ_;  ///< the balls' centres (checksBalls_)
+  std::vector<float> ballR_;                   ///< and radii; empty: none kept
   TreeTopology topology_;
   std::vector<double> x_, y_, z_, vx_, vy_, vz_, ax_, ay_, az_, pot_;  ///< the copy, in the caller's order
   std::vector<double> pathX_, pathY_, pathZ_;                          ///< where the last launch evaluated the bodies
@@ -205,7 +276,7 @@ class MirroringEngine final : public NearFieldEngine {
   std::vector<std::uint32_t> groups_;
   SourceView checkAgainst_;
   std::uint64_t numMoved_ = 0, numAdvanced_ = 0, numDiscarded_ = 0, numDrifted_ = 0, numMismatches_ = 0;
-  std::uint64_t numKicked_ = 0, numPlaced_ = 0;
+  std::uint64_t numKicked_ = 0, numPlaced_ = 0, numDriftChecks_ = 0;
 };
 
 }  // namespace matcha::testing
