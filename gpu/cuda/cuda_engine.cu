@@ -1353,12 +1353,22 @@ struct CudaEngine::Impl {
       r.hostSubsetTasks.clear();
       r.hostSubsetCosts.clear();
       const double cellWeight = r.quadrupole ? kQuadrupoleEntryWeight : 1.0;
+      // Tasks whose bodies need no forces (block time steps: none ends its step here) are left out; where the tree's
+      // order is the caller's, the rows are the bodies.
+      const bool someRows = update.timeBin != nullptr && !r.gathered;
+      const auto anyActive = [&](std::uint32_t first, std::uint32_t rows) {
+        for (std::uint32_t i = first; i < first + rows; ++i) {
+          if (update.timeBin[i] >= update.lowestActiveBin) return true;
+        }
+        return false;
+      };
       for (const std::uint32_t g : groups) {
         MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
         const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
         // Cut as in the last whole launch: a group whose lists did not change gets the same sums.
         forEachBalancedWarpTask<Real>(r.groups[g], entries, r.longestTask,
                                       [&](std::uint32_t first, std::uint32_t rows, int kind) {
+                                        if (someRows && !anyActive(first, rows)) return;
                                         r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
                                         r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
                                       });
@@ -1660,7 +1670,11 @@ struct CudaEngine::Impl {
     if (all) {
       for (std::uint32_t g = 0; g < r.numGroups; ++g) addGroup(g);
     } else {
-      for (const std::uint32_t g : groups) addGroup(g);
+      // The rows of the tasks launched: those that hold no body in need of a force were left out.
+      for (const uint4& task : r.hostSubsetTasks) {
+        r.counts64.bodyBody += std::uint64_t{task.z} * r.listBodies[task.x];
+        r.counts64.bodyCell += std::uint64_t{task.z} * r.listCells[task.x];
+      }
     }
     stats.numTasks = numTasks;
     char text[128];

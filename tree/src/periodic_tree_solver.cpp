@@ -776,7 +776,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
       // At the build every body's path is its position: the engine keeps the bodies and their velocities as its copy
       // where the caller says how they move (driftUpdate, the calls after).
       const bool subset = findActiveGroups(particles);
-      evaluateResidentLists(particles.sources(), out, report,
+      evaluateResidentLists(particles, particles.sources(), out, report,
                             subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
                             copyForDrift(particles));
     }
@@ -821,10 +821,17 @@ void PeriodicTreeSolver::evaluateWalkedPlan(const Particles& particles, const Fo
   addEvaluation(counts, engine_.lastTimings(), report);
 }
 
-void PeriodicTreeSolver::evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
+void PeriodicTreeSolver::evaluateResidentLists(const Particles& particles, const SourceView& positions,
+                                               const ForceView& out, ForceReport& report,
                                                std::span<const std::uint32_t> groups, const BodyUpdate& update,
                                                const std::function<void()>& beside) {
-  engine_.launchResident(positions, gravity_, out, groups, update);
+  BodyUpdate launch = update;
+  if (!groups.empty() && particles.timeBin.size() == particles.size()) {
+    // Of the groups, only the bodies whose steps end here need forces (findActiveGroups).
+    launch.timeBin = particles.timeBin.data();
+    launch.lowestActiveBin = lowestActiveBin();
+  }
+  engine_.launchResident(positions, gravity_, out, groups, launch);
   if (beside) beside();
   const Stopwatch waiting;
   const ResidentResult result = engine_.finishResident();
@@ -925,7 +932,7 @@ bool PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
     update.driftedBefore = true;
     update.placed = escaped_;
     update.placedPoints = escapedClamped_.data();
-    evaluateResidentLists(particles.sources(), out, report, groups, update, repairBeside);
+    evaluateResidentLists(particles, particles.sources(), out, report, groups, update, repairBeside);
     if (!sameBodies) {
       mirrorValid_ = false;
       return false;
@@ -935,7 +942,7 @@ bool PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
     // Where the caller says how the bodies moved, an engine with its own copy of them drifts it and continues the
     // paths itself: the kicked bodies' velocities cross the bus instead of every position (at 2^24 bodies, 400 MB a
     // call), checked against the bodies as they are (in the box).
-    evaluateResidentLists(particles.sources(), out, report, groups, driftUpdate(particles), repairBeside);
+    evaluateResidentLists(particles, particles.sources(), out, report, groups, driftUpdate(particles), repairBeside);
     report.advancedOnDevice = mirrorValid_;
     report.advanceMismatch = !mirrorValid_;
     // A copy that was not the caller's bodies (moved otherwise than the word said) gave forces that are not theirs:
@@ -944,7 +951,7 @@ bool PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
   }
   if (pathsStored_) {
     const SourceView path{pathX_.data(), pathY_.data(), pathZ_.data(), particles.mass.data(), particles.size()};
-    evaluateResidentLists(path, out, report, groups, BodyMotion::moved, repairBeside);
+    evaluateResidentLists(particles, path, out, report, groups, BodyMotion::moved, repairBeside);
   }
   ++builtCalls_;
   stats_.callsOnTree = static_cast<std::uint32_t>(builtCalls_);

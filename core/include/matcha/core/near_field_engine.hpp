@@ -120,6 +120,12 @@ struct BodyUpdate {
   /// BodyMotion::drifted after NearFieldEngine::driftResident with this update: the copy is drifted and its paths
   /// continued already; the launch places the `placed` bodies, refits and evaluates.
   bool driftedBefore = false;
+  /// A launch of some groups (block time steps): where set, only the bodies with timeBin[i] >= lowestActiveBin (the
+  /// caller's order) need their forces; an engine may leave the others' outputs as they come (stale, not read before a
+  /// later launch computes them). The CUDA engine skips the warp tasks that hold none of them where the tree's order
+  /// is the caller's.
+  const std::uint8_t* timeBin = nullptr;
+  std::uint8_t lowestActiveBin = 0;
   /// BodyMotion::moved with velocities, on an engine that checksBalls(): each body's ball radius (caller's order)
   /// about its position at this launch, which the engine keeps with the radii for driftResident until the next such
   /// launch. Null: no balls kept (driftResident may not follow).

@@ -206,8 +206,9 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// `update` says how `positions` relate to the engine's copy of the bodies (BodyMotion::moved, or drifted:
   /// driftUpdate); a drifted launch whose copy the engine finds different from `positions` is launched again with them.
   /// `beside`, where given, runs on the host between the launch and its finish, while a device evaluates.
-  void evaluateResidentLists(const SourceView& positions, const ForceView& out, ForceReport& report,
-                             std::span<const std::uint32_t> groups, const BodyUpdate& update,
+  /// Of `groups`, only the bodies of `particles` whose steps end here need forces (their bins go with the launch).
+  void evaluateResidentLists(const Particles& particles, const SourceView& positions, const ForceView& out,
+                             ForceReport& report, std::span<const std::uint32_t> groups, const BodyUpdate& update,
                              const std::function<void()>& beside = {});
   /// Whether the engine may keep and drift its own copy of the bodies this call: it can (advancesBodies), and the
   /// caller said how the bodies moved (ForceSolver::bodyDrift) in this box.
