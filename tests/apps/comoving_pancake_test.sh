@@ -42,13 +42,35 @@ engine=${PANCAKE_ENGINE:-cpu}
 # z = 1.5 (32^3), with a quarter by 0.17% and 0.38%; 16^3 with the default 5% and 16%: a discreteness error that
 # shrinks with n and with the softening, not the integrator's (the positions stay within 1e-3 of the wavelength).
 pancake_softening=$("$python" -c "print(64.0 / $grid / 4)")
-# Groups of at most 16 bodies rather than the periodic default's 512: both problems are planes or a grid, whose
-# accelerations are zero (the grid) or along x only, so the relative opening test opens nearly every cell within r_cut
-# and a group's list holds every body within r_cut of its box. Smaller groups shorten the lists 2-3x on the CPU engine
-# (the tests check the integrator and the cosmology, not the opening); the unperturbed grid took 8 minutes of CI with
-# 512, ~4 with 64; 16 saves another third of the grid's time and a quarter of the pancake's.
-pancake_run_options=(--engine "$engine" --eps "$pancake_softening" --ncrit 16)  # e.g. --pm-grid 64, --max-dlna 0.01
-unperturbed_run_options=(--engine "$engine" --ncrit 16)  # likewise
+# The tree's settings (the CPU engine's; the GPU runs keep groups of 16 as measured there, bench/RESULTS.md). Both
+# problems are planes or a grid, whose accelerations are zero (the grid) or along x only, so the relative opening test
+# opens nearly every cell within r_cut and a group's list holds every body within r_cut of its box and leaves: ~90% of
+# a CPU step was the pair kernel, in proportion to the lists, so small groups and leaves pay (the tests check the
+# integrator and the cosmology, not the opening). Before (groups and leaves of 16 for both, the defaults else): 80 and
+# 99 s alone on 2 cores, 232 and 244 s side by side (CI: 257 and 290 s).
+#  - pancake: groups of 8, leaves of 4 (244 bodies + 105 cells a body's list against 872 + 24), each tree and its
+#    lists serving 4 steps (--reuse 4, built with room for the bodies' motion): ~45 s alone. Errors at z = 2 / 1.5:
+#    positions 1.0e-4 / 1.4e-4 of the wavelength, velocities 2.4e-3 / 4.7e-3 of the peak (before: 1.2e-4 / 1.6e-4 and
+#    2.2e-3 / 4.4e-3; without the reuse 2.6e-4 and 5.1e-3 at z = 1.5; groups and leaves of 4: 5.5e-3). The mesh keeps
+#    its default 2n: the softening is 0.4 r_s there; on a 4n mesh (0.8 r_s, the mesh's long range unsoftened) the
+#    velocities missed by 8.1e-3 at z = 1.5; theta alone (--alpha 0) by 9.9e-3.
+#  - unperturbed: a 4n mesh, commensurate with the grid (r_s = 1.25 L / 4n, r_cut = 1.7 spacings instead of 3.4: an
+#    eighth of the bodies within r_cut), groups and leaves of 4 (109 bodies a list against 1,060), theta 0.3 and
+#    --reuse 8: ~37 s alone, two thirds of it the mesh. The first force call has no accelerations for the relative test
+#    and opens by theta alone; at 0.7 its multipoles of the grid's cells kick every body, which then drifts as a growing
+#    mode (groups and leaves of 4 on the 4n mesh: 9.0e-4 of the spacing at z = 0, over the bound; before: 5.5e-5, and
+#    2.9e-7 with theta 0.3). Later calls open every cell within r_cut whatever theta (|a| ~ 0), so 0.3 costs the first
+#    call alone; theta alone in every call (--alpha 0) moved the grid by 1e-3 (2n mesh) and 6e-2 (4n). Largest
+#    displacement now 2.6e-8 of the spacing.
+if [[ $engine == cpu ]]; then
+  pancake_tree_options=(--ncrit 8 --nleaf 4 --reuse 4)
+  unperturbed_tree_options=(--pm-grid $((4 * grid)) --ncrit 4 --nleaf 4 --theta 0.3 --reuse 8)
+else
+  pancake_tree_options=(--ncrit 16)
+  unperturbed_tree_options=(--ncrit 16)
+fi
+pancake_run_options=(--engine "$engine" --eps "$pancake_softening" "${pancake_tree_options[@]}")  # e.g. --max-dlna 0.01
+unperturbed_run_options=(--engine "$engine" "${unperturbed_tree_options[@]}")                     # likewise
 pancake_output_z=(2 1.5)                # snapshot_001, snapshot_002, ...
 pancake_z_end=1.5
 max_position_error=0.01  # of the wavelength L
