@@ -31,7 +31,8 @@ enum class Phase : int {
   download,    ///< accelerations and potentials back to the host
   repair,      ///< groups whose lists failed the opening test at this step, walked and evaluated again
   motion,      ///< the host's record of the bodies' motion for reuse: the last calls' positions and accelerations,
-               ///< the next tree's predicted positions and the inputs its background build copies
+               ///< the next tree's predicted positions and the inputs its background build copies; a reused periodic
+               ///< tree's check of the balls (the engine's drift and check, where it keeps the bodies)
   mesh,        ///< periodic TreePM: the particle mesh's long range (deposit, FFTs, interpolation)
   decomposition,  ///< several ranks: the split along the curve and the bodies' moves to their owners (parallel/)
   exchange,       ///< several ranks: the local essential trees, pruned for and exchanged with the other ranks
