@@ -33,6 +33,7 @@
 #include "matcha/testing/generators.hpp"
 #include "matcha/testing/mirroring_engine.hpp"
 #include "matcha/testing/periodic_reference.hpp"
+#include "matcha/testing/same_bodies.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 
 namespace matcha::mesh {
@@ -734,12 +735,7 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
   EXPECT_GT(keeping.numPlaced(), 0u) << "no body left its ball (109-185 placed in 8 seeds)";
   EXPECT_LT(keeping.numKicked(), std::uint64_t(keeping.numDrifted()) * start.size())
       << "only the kicked bodies' velocities";
-  ASSERT_EQ(a.bodies.id, b.bodies.id);
-  EXPECT_EQ(a.bodies.x, b.bodies.x);
-  EXPECT_EQ(a.bodies.y, b.bodies.y);
-  EXPECT_EQ(a.bodies.z, b.bodies.z);
-  EXPECT_EQ(a.bodies.vx, b.bodies.vx);
-  EXPECT_EQ(a.bodies.vz, b.bodies.vz);
+  testing::expectSameBodiesBitForBit(a.bodies, b.bodies, "with the engine's copy drifted", /*withPotentials=*/false);
   std::printf(
       "with the balls checked on the copy: %llu checks, %d drifted launches (%d with a copy not the caller's), "
       "%llu placed\n",
@@ -751,13 +747,8 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
   EXPECT_LE(checking.numMismatches(), perturbAfter.size()) << "copies that differed but for the perturbed body";
   // (Bodies out of their balls at calls the copy served: 4-22 in 11 of 12 seeds, none in one.)
   EXPECT_EQ(checking.numPlaced(), c.escapedOnDrifted) << "the bodies the engine found outside their balls, placed";
-  ASSERT_EQ(a.bodies.id, c.bodies.id);
-  EXPECT_EQ(a.bodies.x, c.bodies.x);
-  EXPECT_EQ(a.bodies.y, c.bodies.y);
-  EXPECT_EQ(a.bodies.z, c.bodies.z);
-  EXPECT_EQ(a.bodies.vx, c.bodies.vx);
-  EXPECT_EQ(a.bodies.vy, c.bodies.vy);
-  EXPECT_EQ(a.bodies.vz, c.bodies.vz);
+  testing::expectSameBodiesBitForBit(a.bodies, c.bodies, "with the balls checked on the copy",
+                                     /*withPotentials=*/false);
 }
 
 }  // namespace
