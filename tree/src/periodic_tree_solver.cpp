@@ -523,13 +523,15 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
 void PeriodicTreeSolver::computeEscapedPulls(const Particles& particles) {
   const std::size_t numEscaped = escaped_.size();
   escapedOwn_.assign(numEscaped, Pull{});
-  escapedChangeStart_.assign(numEscaped + 1, 0);
+  // Each range's first slot in escapedChanges_, escaped body after escaped body.
+  escapedFirstRange_.assign(numEscaped + 1, 0);
+  escapedRangeSlot_.assign(1, 0);
   for (std::size_t k = 0; k < numEscaped; ++k) {
-    std::size_t bodies = 0;
-    for (const BodyRange& range : escapedRanges_[k]) bodies += range.size();
-    escapedChangeStart_[k + 1] = escapedChangeStart_[k] + bodies;
+    for (const BodyRange& range : escapedRanges_[k])
+      escapedRangeSlot_.push_back(escapedRangeSlot_.back() + range.size());
+    escapedFirstRange_[k + 1] = escapedRangeSlot_.size() - 1;
   }
-  escapedChanges_.resize(escapedChangeStart_[numEscaped]);
+  escapedChanges_.resize(escapedRangeSlot_.back());
   if (numEscaped == 0) return;
   const double box = gravity_.periodic.boxSize;
   const double eps2 = gravity_.eps2();
@@ -574,12 +576,11 @@ void PeriodicTreeSolver::computeEscapedPulls(const Particles& particles) {
       escapedOwn_[k] = sum;
     }
     // The other bodies felt it at its clamped place: that pull out, its pull from its true place in.
-    std::vector<std::size_t> rangeStart(ranges.size() + 1, escapedChangeStart_[k]);
-    for (std::size_t r = 0; r < ranges.size(); ++r) rangeStart[r + 1] = rangeStart[r] + ranges[r].size();
+    const std::size_t* rangeSlot = &escapedRangeSlot_[escapedFirstRange_[k]];
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ranges.size(), kEscapedRangesPerTask),
                       [&](const tbb::blocked_range<std::size_t>& some) {
                         for (std::size_t r = some.begin(); r != some.end(); ++r) {
-                          Pull* change = &escapedChanges_[rangeStart[r]];
+                          Pull* change = &escapedChanges_[rangeSlot[r]];
                           for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i, ++change) {
                             if (i == e || !needed(i) || isEscaped(i)) continue;
                             double at[3];
@@ -597,7 +598,7 @@ void PeriodicTreeSolver::computeEscapedPulls(const Particles& particles) {
 
 void PeriodicTreeSolver::addEscapedPulls(Particles& particles) const {
   if (escaped_.empty()) return;
-  MATCHA_ASSERT(escapedChangeStart_.size() == escaped_.size() + 1, "escaped bodies' pulls added before computed");
+  MATCHA_ASSERT(escapedFirstRange_.size() == escaped_.size() + 1, "escaped bodies' pulls added before computed");
   const ForceView out = forcesToWrite(particles);
   const double G = gravity_.G;
   const auto isEscaped = [&](std::uint32_t j) { return std::binary_search(escaped_.begin(), escaped_.end(), j); };
@@ -608,8 +609,10 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) const {
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t e = escaped_[k];
     const std::vector<BodyRange>& ranges = escapedRanges_[k];
-    const auto add = [&](std::size_t firstRange, std::size_t endRange, std::size_t slot) {
+    const std::size_t* rangeSlot = &escapedRangeSlot_[escapedFirstRange_[k]];
+    const auto add = [&](std::size_t firstRange, std::size_t endRange) {
       for (std::size_t r = firstRange; r != endRange; ++r) {
+        std::size_t slot = rangeSlot[r];
         for (std::uint32_t i = ranges[r].first; i < ranges[r].last; ++i, ++slot) {
           if (i == e || !needed(i) || isEscaped(i)) continue;
           const Pull& change = escapedChanges_[slot];
@@ -620,16 +623,12 @@ void PeriodicTreeSolver::addEscapedPulls(Particles& particles) const {
         }
       }
     };
-    const std::size_t bodies = escapedChangeStart_[k + 1] - escapedChangeStart_[k];
-    if (bodies < kEscapedSerialBodies) {
-      add(0, ranges.size(), escapedChangeStart_[k]);
+    if (rangeSlot[ranges.size()] - rangeSlot[0] < kEscapedSerialBodies) {
+      add(0, ranges.size());
       continue;
     }
-    std::vector<std::size_t> rangeStart(ranges.size() + 1, escapedChangeStart_[k]);
-    for (std::size_t r = 0; r < ranges.size(); ++r) rangeStart[r + 1] = rangeStart[r] + ranges[r].size();
-    tbb::parallel_for(
-        tbb::blocked_range<std::size_t>(0, ranges.size(), kEscapedRangesPerTask),
-        [&](const tbb::blocked_range<std::size_t>& some) { add(some.begin(), some.end(), rangeStart[some.begin()]); });
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, ranges.size(), kEscapedRangesPerTask),
+                      [&](const tbb::blocked_range<std::size_t>& some) { add(some.begin(), some.end()); });
   }
   for (std::size_t k = 0; k < escaped_.size(); ++k) {
     const std::uint32_t e = escaped_[k];

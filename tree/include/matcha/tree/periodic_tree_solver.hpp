@@ -305,10 +305,11 @@ class PeriodicTreeSolver final : public ForceSolver {
     double ax = 0, ay = 0, az = 0, pot = 0;
   };
   /// computeEscapedPulls' results: each escaped body's own short-range pull (G not applied), and for each escaped body
-  /// k the change, G applied, of the pull it gives each body of its ranges (escapedRanges_[k], body by body), from
-  /// escapedChangeStart_[k] on.
+  /// k the change, G applied, of the pull it gives each body of its ranges (escapedRanges_[k], body by body): range r
+  /// of escaped body k from slot escapedRangeSlot_[escapedFirstRange_[k] + r] on (escapedRangeSlot_ ends with the
+  /// total, so that each escaped body's last range has its end too).
   std::vector<Pull> escapedOwn_, escapedChanges_;
-  std::vector<std::size_t> escapedChangeStart_;
+  std::vector<std::size_t> escapedFirstRange_, escapedRangeSlot_;
   /// The engine keeps a copy of the bodies (positions in the box and velocities) that is the caller's bodies as the
   /// last launch left them: a launch with velocities, or drifted launches since (BodyMotion::drifted may follow).
   bool mirrorValid_ = false;
