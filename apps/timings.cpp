@@ -3,6 +3,7 @@
 
 #include <tbb/task_arena.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -68,6 +69,20 @@ std::string advancedText(std::uint64_t advanced, std::uint64_t mismatches, std::
   return text;
 }
 
+/// " (why: planned 40, escaped 3, crowded 25, other 0; 4.5 calls planned a tree)", or nothing where the solver does
+/// not say why it built its trees (open boundaries).
+std::string treeEndsText(const std::array<std::uint64_t, kNumTreeEnds>& ends, std::uint64_t plannedCalls) {
+  std::uint64_t said = 0;
+  for (int k = 1; k < kNumTreeEnds; ++k) said += ends[k];
+  if (said == 0) return "";
+  std::string text;
+  const auto count = [&](TreeEnd end) { return static_cast<unsigned long long>(ends[static_cast<int>(end)]); };
+  appendf(text, " (why: planned %llu, escaped %llu, crowded %llu, other %llu; %.3g calls planned a tree)",
+          count(TreeEnd::planned), count(TreeEnd::escaped), count(TreeEnd::crowded), count(TreeEnd::other),
+          static_cast<double>(plannedCalls) / static_cast<double>(said));
+  return text;
+}
+
 }  // namespace
 
 nlohmann::json phasesJson(const ForceTimings& timings, double scale) {
@@ -93,17 +108,21 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
   } else {
     appendf(line,
             "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
-            "host cores busy %.1f; trees built %llu%s; bodies stepped %.4g a step%s",
+            "host cores busy %.1f; trees built %llu%s%s; bodies stepped %.4g a step%s%s",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
             timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
             hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
             static_cast<unsigned long long>(timings.rebuilds),
+            treeEndsText(timings.treeEnds, timings.plannedCalls).c_str(),
             timings.bodiesEscaped == 0
                 ? ""
                 : ("; bodies out of their balls " + std::to_string(timings.bodiesEscaped) + " (pulls added)").c_str(),
             static_cast<double>(timings.bodiesStepped) / static_cast<double>(timings.steps),
-            advancedText(timings.callsAdvancedOnDevice, timings.advanceMismatches, timings.steps).c_str());
+            advancedText(timings.callsAdvancedOnDevice, timings.advanceMismatches, timings.steps).c_str(),
+            timings.longRangeSteps < timings.steps
+                ? ("; long-range (mesh) steps " + std::to_string(timings.longRangeSteps)).c_str()
+                : "");
   }
   return line;
 }
@@ -181,10 +200,19 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"engine_wait_seconds", summary.stepForceTimings.engineWaitSeconds},
           {"mesh_wait_seconds", summary.stepForceTimings.meshWaitSeconds},
           {"rebuilds", summary.rebuilds},
+          {"rebuilds_by_cause",
+           {{"planned", summary.treeEnds[static_cast<int>(TreeEnd::planned)]},
+            {"escaped", summary.treeEnds[static_cast<int>(TreeEnd::escaped)]},
+            {"crowded", summary.treeEnds[static_cast<int>(TreeEnd::crowded)]},
+            {"other", summary.treeEnds[static_cast<int>(TreeEnd::other)]}}},
+          {"calls_planned_per_tree", summary.rebuilds > 0 ? nlohmann::json(static_cast<double>(summary.plannedCalls) /
+                                                                           static_cast<double>(summary.rebuilds))
+                                                          : nlohmann::json(nullptr)},
           {"groups_walked_per_step", perStep(static_cast<double>(summary.groupsWalked), steps)},
           {"groups_repaired", summary.groupsRepaired},
           {"bodies_escaped_per_step", perStep(static_cast<double>(summary.bodiesEscaped), steps)},
           {"bodies_stepped_per_step", perStep(static_cast<double>(summary.bodiesStepped), steps)},
+          {"long_range_steps", summary.longRangeSteps},
           {"calls_advanced_on_device", summary.callsAdvancedOnDevice},
           {"advance_mismatches", summary.advanceMismatches}};
 }

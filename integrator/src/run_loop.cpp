@@ -68,6 +68,10 @@ class LongRangeStepsScope {
 void addForceCall(OutputTimings& timings, const ForceReport& report) {
   timings.force += report.timings;
   timings.rebuilds += report.rebuilt ? 1 : 0;
+  if (report.rebuilt) {
+    ++timings.treeEnds[static_cast<int>(report.treeEnd)];
+    timings.plannedCalls += report.plannedCalls;
+  }
   timings.groupsWalked += report.numGroupsWalked;
   timings.groupsRepaired += report.numGroupsRepaired;
   timings.bodiesEscaped += report.numBodiesEscaped;
@@ -82,10 +86,13 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.integrationSeconds += interval.integrationSeconds;
   summary.stepCpuSeconds += interval.stepCpuSeconds;
   summary.rebuilds += interval.rebuilds;
+  for (int k = 0; k < kNumTreeEnds; ++k) summary.treeEnds[k] += interval.treeEnds[k];
+  summary.plannedCalls += interval.plannedCalls;
   summary.groupsWalked += interval.groupsWalked;
   summary.groupsRepaired += interval.groupsRepaired;
   summary.bodiesEscaped += interval.bodiesEscaped;
   summary.bodiesStepped += interval.bodiesStepped;
+  summary.longRangeSteps += interval.longRangeSteps;
   summary.callsAdvancedOnDevice += interval.callsAdvancedOnDevice;
   summary.advanceMismatches += interval.advanceMismatches;
 }
@@ -240,6 +247,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     addForceCall(interval, stepReport.force);
     ++interval.steps;
     interval.bodiesStepped += stepReport.bodiesStepped;
+    interval.longRangeSteps += planned.factors.longRangeAtEnd ? 1 : 0;
     interval.stepWallSeconds += stepReport.wallSeconds;
     interval.integrationSeconds += stepReport.integrationSeconds;
     interval.stepCpuSeconds += stepReport.cpuSeconds;

@@ -1486,6 +1486,29 @@ TEST(OutputTimings, SayWhereTheGpuMovedItsCopyOfTheBodies) {
       << line;
 }
 
+// The timings line says why the trees of a periodic solver were built (ForceReport::treeEnd, summed in
+// OutputTimings::treeEnds) and how many of the steps had the long range: nothing where the solver does not say, or
+// every step has it.
+TEST(OutputTimings, SayWhyTreesWereBuiltAndHowManyStepsHadTheMesh) {
+  matcha::integrator::OutputTimings timings;
+  timings.steps = 10;
+  timings.stepWallSeconds = 1.0;
+  timings.rebuilds = 3;
+  timings.longRangeSteps = 10;
+  std::string line = matcha::app::formatOutputTimings(timings);
+  EXPECT_EQ(line.find("why"), std::string::npos) << line;
+  EXPECT_EQ(line.find("long-range"), std::string::npos) << line;
+  timings.treeEnds[static_cast<int>(matcha::TreeEnd::planned)] = 1;
+  timings.treeEnds[static_cast<int>(matcha::TreeEnd::crowded)] = 2;
+  timings.plannedCalls = 14;
+  timings.longRangeSteps = 2;
+  line = matcha::app::formatOutputTimings(timings);
+  EXPECT_NE(line.find("trees built 3 (why: planned 1, escaped 0, crowded 2, other 0; 4.67 calls planned a tree)"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("; long-range (mesh) steps 2"), std::string::npos) << line;
+}
+
 }  // namespace
 
 // Periodic TreePM from the command line: --box and its refusals, an IC file that records its box, compare against

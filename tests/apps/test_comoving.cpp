@@ -402,6 +402,7 @@ TEST(ComovingSchedule, BlockStepsGiveEachBodyItsOwnStepsAndTileItsKicks) {
   }
   EXPECT_EQ(first, solver.lowestActiveBins.size());
   EXPECT_EQ(longSteps, schedule.longRangeStepsBegun());
+  EXPECT_EQ(summary.longRangeSteps, longSteps) << "the run's count of the steps with the long range";
   EXPECT_GT(split, longSteps * 9 / 10) << "the strongest pull needs shorter steps than the long range";
   // The strongest pull's limit, at each step's start, holds for every step (bins are set at the steps' starts from
   // the limit there; a limit that shrinks within a step of 1% in a by ~1%).

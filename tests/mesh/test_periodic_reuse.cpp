@@ -179,6 +179,9 @@ TEST_F(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
     // four calls: 2-5, 6-9, 10-.
     const bool expectBuild = call <= 2 || (call - 2) % 4 == 0;
     EXPECT_EQ(report.rebuilt, expectBuild);
+    // Every tree here ends as planned: the first (of points) as the bodies move, the others after their four calls.
+    EXPECT_EQ(report.treeEnd, expectBuild ? TreeEnd::planned : TreeEnd::none);
+    EXPECT_EQ(report.plannedCalls, expectBuild ? reusing.lastStats().reuseSteps : 0u);
     EXPECT_EQ(reusing.lastStats().callsOnTree, expectBuild ? 1u : std::uint32_t((call - 2) % 4 + 1));
     if (call >= 2) {
       EXPECT_EQ(reusing.lastStats().reuseSteps, 4u) << "the balls for four calls fit kLargestBall";
@@ -289,8 +292,31 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew
   for (std::size_t i = 0; i < box.bodies.size(); ++i) box.bodies.y[i] = wrapIntoBox(box.bodies.y[i] + 0.1 * L, L);
   report = solver.computeForces(box.bodies);
   EXPECT_TRUE(report.rebuilt) << "every body jumped out of its ball";
+  EXPECT_EQ(report.treeEnd, TreeEnd::escaped) << "a tree with calls left, ended by the bodies out of their balls";
   EXPECT_EQ(report.numBodiesEscaped, 0u);
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
+
+  // The next tree serves one call (the jump set its bodies' speeds); the one after has calls left.
+  const auto settle = [&] {
+    box.drift(L);
+    ASSERT_TRUE(solver.computeForces(box.bodies).rebuilt);
+    ASSERT_GE(solver.lastStats().reuseSteps, 2u);
+  };
+  settle();
+
+  // Fewer than kEscapedMaxBodies out of their balls, but with more bodies near them than the repair's budget.
+  constexpr std::size_t kJumpers = 200;
+  box.drift(L);
+  for (std::size_t i = 0; i < kJumpers; ++i) box.bodies.y[i] = wrapIntoBox(box.bodies.y[i] + 0.1 * L, L);
+  // Each jumper has ~a third of the box within r_cut (0.35) + its jump of its two places: 200 of them count more
+  // bodies near them than kEscapedMinBudget (and a quarter of the bodies).
+  ASSERT_LT(kJumpers, tree::kEscapedMaxBodies);
+  ASSERT_LT(tree::kEscapedBudget * double(box.bodies.size()), double(tree::kEscapedMinBudget));
+  ASSERT_GT(double(kJumpers) * 0.3 * double(box.bodies.size()), double(tree::kEscapedMinBudget));
+  report = solver.computeForces(box.bodies);
+  EXPECT_TRUE(report.rebuilt);
+  EXPECT_EQ(report.treeEnd, TreeEnd::crowded);
+  settle();
 
   box.drift(L);
   std::mt19937_64 engineForOrder(seed + 3);
@@ -300,6 +326,7 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew
   box.bodies.permute(order);
   report = solver.computeForces(box.bodies);
   EXPECT_TRUE(report.rebuilt) << "the bodies came in another order";
+  EXPECT_EQ(report.treeEnd, TreeEnd::other);
   EXPECT_LT(percentile(errorsAgainstBruteForce(box.bodies, gravity), 0.99), 2e-4);
 }
 

@@ -316,6 +316,10 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   }
   const Stopwatch checking;
   bool holds = false;
+  // Why the call builds anew, should it: the cases below, in the order they are tried. A tree of points (the first,
+  // built without the bodies' speeds) was planned to end as soon as they move.
+  TreeEnd end = TreeEnd::planned;
+  if (treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_) end = TreeEnd::other;
   // Where the engine keeps its copy of the bodies and their balls, it drifts the copy and finds the bodies outside
   // their balls itself: no pass over the bodies on the host (their ids are compared beside the kernels).
   driftedOnEngine_ = false;
@@ -332,6 +336,7 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
       escaped_ = check.outside;
       pathsStored_ = false;
       holds = check.numOutside <= kEscapedMaxBodies;
+      if (!holds && treeHasBalls_) end = TreeEnd::escaped;
     }
   }
   // Else treeHolds' pass, which finds a body outside the box too (then the tree does not hold): a pass fewer on reused
@@ -340,11 +345,17 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   if (!driftedOnEngine_) holds = treeHolds(particles, !(mirrorValid_ && engineMayDrift()));
   // A few bodies outside their balls keep the tree: their pulls are added exactly (addEscapedPulls); more than the
   // budget's worth of bodies near them make the call build anew.
-  if (holds && !escaped_.empty()) holds = escaped_.size() <= kEscapedMaxBodies && prepareEscaped(particles);
+  if (holds && !escaped_.empty()) {
+    holds = escaped_.size() <= kEscapedMaxBodies && prepareEscaped(particles);
+    if (!holds && treeHasBalls_) end = escaped_.size() > kEscapedMaxBodies ? TreeEnd::escaped : TreeEnd::crowded;
+  }
   report.timings[Phase::motion] += checking.seconds();
   // Computes the escaped bodies' pulls while the engine evaluates; false where the bodies' ids, compared there too
   // after the engine's check of the balls, are not the tree's (the call then builds anew).
-  if (holds) holds = reuseAndEvaluate(particles, report);
+  if (holds) {
+    holds = reuseAndEvaluate(particles, report);
+    if (!holds) end = TreeEnd::other;
+  }
   if (holds) {
     const Stopwatch repairing;
     addEscapedPulls(particles);
@@ -357,6 +368,8 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     requireInsideBox(particles, gravity_.periodic.boxSize);
     const std::uint32_t steps = params_.reuse != 0 ? params_.reuse : periodicAutoReuse(engine_.evaluatesOnDevice());
     buildAndEvaluate(particles, steps, report);
+    report.treeEnd = end;
+    report.plannedCalls = treeSteps_;
   }
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();

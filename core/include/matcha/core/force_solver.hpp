@@ -70,10 +70,25 @@ struct ForceTimings {
   ForceTimings& operator+=(const ForceTimings& other);
 };
 
+/// Why a call built a new tree (ForceReport::treeEnd), reported by `matcha run --timings`. A periodic tree serves the
+/// calls its build planned (TreeParams::reuse, fewer where the bodies move fast: tree/periodic_tree_solver.hpp)
+/// unless its bodies' motion ends it sooner.
+enum class TreeEnd : int {
+  none,     ///< no new tree, or a solver that does not say
+  planned,  ///< the calls the last tree was built for were served (or there was none)
+  escaped,  ///< more bodies had left their balls than the solver repairs (kEscapedMaxBodies)
+  crowded,  ///< too many bodies near those out of their balls for the repair's budget (kEscapedBudget)
+  other,    ///< the bodies were not the tree's (reordered, others, one outside the box)
+  count
+};
+inline constexpr int kNumTreeEnds = static_cast<int>(TreeEnd::count);
+
 struct ForceReport {
   InteractionCounts counts;
   ForceTimings timings;
   bool rebuilt = false;                 ///< this call put a new tree (and all new lists) to use
+  TreeEnd treeEnd = TreeEnd::none;      ///< why, where the solver says (a periodic tree)
+  std::uint32_t plannedCalls = 0;       ///< the calls the new tree was built to serve, where the solver says
   std::uint64_t numGroupsWalked = 0;    ///< groups whose lists were walked for this call
   std::uint64_t numGroupsRepaired = 0;  ///< groups whose lists failed the opening test at this call (Phase::repair)
   /// Bodies outside the balls of the tree that served this call, whose pulls a periodic solver added exactly instead

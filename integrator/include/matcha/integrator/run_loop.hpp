@@ -3,6 +3,7 @@
 // the apps decide what an output is (snapshot, diagnostics line) and how often to print progress.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 
@@ -42,11 +43,15 @@ struct OutputTimings {
   /// the previous output (onProgress without outputPotentials) and the onLastCallOnTree calls since then. onTimings
   /// itself is not timed.
   double outputSeconds = 0.0;
-  std::uint64_t rebuilds = 0;        ///< force calls among them that put a new tree to use (ForceReport::rebuilt)
-  std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked, summed over them
-  std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired, summed over them
-  std::uint64_t bodiesEscaped = 0;   ///< ForceReport::numBodiesEscaped, summed over them
-  std::uint64_t bodiesStepped = 0;   ///< StepReport::bodiesStepped, summed over them
+  std::uint64_t rebuilds = 0;  ///< force calls among them that put a new tree to use (ForceReport::rebuilt)
+  /// Those new trees by ForceReport::treeEnd (index TreeEnd), and the calls their builds planned, summed.
+  std::array<std::uint64_t, kNumTreeEnds> treeEnds{};
+  std::uint64_t plannedCalls = 0;
+  std::uint64_t groupsWalked = 0;           ///< ForceReport::numGroupsWalked, summed over them
+  std::uint64_t groupsRepaired = 0;         ///< ForceReport::numGroupsRepaired, summed over them
+  std::uint64_t bodiesEscaped = 0;          ///< ForceReport::numBodiesEscaped, summed over them
+  std::uint64_t bodiesStepped = 0;          ///< StepReport::bodiesStepped, summed over them
+  std::uint64_t longRangeSteps = 0;         ///< steps among them whose force call had the long range (TreePM's mesh)
   std::uint64_t callsAdvancedOnDevice = 0;  ///< calls with ForceReport::advancedOnDevice among them
   std::uint64_t advanceMismatches = 0;      ///< calls with ForceReport::advanceMismatch among them
 };
@@ -129,9 +134,12 @@ struct RunSummary {
   double stepCpuSeconds = 0.0;       ///< CPU time of the process over the steps, all threads, outputs excluded
   double outputSeconds = 0.0;        ///< every OutputTimings::outputSeconds, output 0 included
   std::uint64_t rebuilds = 0;        ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
-  std::uint64_t groupsWalked = 0;    ///< ForceReport::numGroupsWalked over the steps' force calls
-  std::uint64_t groupsRepaired = 0;  ///< ForceReport::numGroupsRepaired over the steps' force calls
-  std::uint64_t bodiesEscaped = 0;   ///< ForceReport::numBodiesEscaped over the steps' force calls
+  std::array<std::uint64_t, kNumTreeEnds> treeEnds{};  ///< OutputTimings::treeEnds over the steps
+  std::uint64_t plannedCalls = 0;                      ///< OutputTimings::plannedCalls over the steps
+  std::uint64_t longRangeSteps = 0;                    ///< OutputTimings::longRangeSteps over the steps
+  std::uint64_t groupsWalked = 0;                      ///< ForceReport::numGroupsWalked over the steps' force calls
+  std::uint64_t groupsRepaired = 0;                    ///< ForceReport::numGroupsRepaired over the steps' force calls
+  std::uint64_t bodiesEscaped = 0;                     ///< ForceReport::numBodiesEscaped over the steps' force calls
   /// StepReport::bodiesStepped over the steps (block time steps: fewer than N a step).
   std::uint64_t bodiesStepped = 0;
   std::uint64_t callsAdvancedOnDevice = 0;  ///< steps' force calls with ForceReport::advancedOnDevice
