@@ -54,6 +54,13 @@ double wrapIntoBox(double x, double boxSize) {
   return wrapped >= 0.0 && wrapped < boxSize ? wrapped + 0.0 : 0.0;
 }
 
+double driftedCoordinate(double x, double v, const BodyDrift& drift) {
+  // This file is built with -ffp-contract=off, as the integrator: no fused multiply-add.
+  x += v * drift.drift;
+  x += 0.0;
+  return x >= 0.0 && x < drift.boxSize ? x : wrapIntoBox(x, drift.boxSize);
+}
+
 void wrapIntoBox(Particles& particles, double boxSize) {
   for (std::size_t i = 0; i < particles.size(); ++i) {
     particles.x[i] = wrapIntoBox(particles.x[i], boxSize);

@@ -889,6 +889,9 @@ struct CudaEngine::Impl {
     DeviceBuffer<std::uint32_t> outsideIds, outsideCount;
     PinnedBuffer<std::uint32_t> hostOutside;  ///< the count, then the ids
     bool driftedBefore = false;               ///< driftResident moved the copy for the next launch
+    /// driftResident took its sample before the caller drifted its positions (BodyUpdate::positionsPending): the
+    /// launch that follows compares it at its finish.
+    bool sampleAwaitsCaller = false;
     /// A launch with BodyMotion::advanced copies these many of the copy's positions back, and finishResident compares
     /// them with the caller's, bit for bit: a host that rounds its leapfrog differently shows at once.
     static constexpr std::uint32_t kSampleBodies = 64;
@@ -1006,6 +1009,7 @@ struct CudaEngine::Impl {
     if (n != r.numBodies) r.mirror = false;
     r.ballsKept = false;  // balls are a tree's: its first launch gives them
     r.driftedBefore = false;
+    r.sampleAwaitsCaller = false;
     r.numBodies = static_cast<std::uint32_t>(n);
     r.numCells = static_cast<std::uint32_t>(topology.numCells());
     r.numGroups = static_cast<std::uint32_t>(topology.numGroups());
@@ -1251,8 +1255,9 @@ struct CudaEngine::Impl {
     copyToHost(r.hostOutside.data() + 1, r.outsideIds.data(), maxOutside);
     stream.synchronize();
     r.sampleTaken = false;
+    r.sampleAwaitsCaller = update.positionsPending;
     DriftCheck check;
-    check.mismatch = sampleDiffers();
+    check.mismatch = !update.positionsPending && sampleDiffers();
     if (check.mismatch) {
       r.mirror = false;  // the next launch gives the positions
       r.ballsKept = false;
@@ -1293,7 +1298,9 @@ struct CudaEngine::Impl {
     }
     stats = CudaCallStats{};
     r.start.record(stream.get());
-    r.sampleTaken = false;
+    // The sample driftResident took before the caller drifted its positions, compared at this launch's finish.
+    r.sampleTaken = motion == BodyMotion::drifted && update.driftedBefore && r.sampleAwaitsCaller;
+    r.sampleAwaitsCaller = false;
     if (motion != BodyMotion::drifted) r.driftedBefore = false;
     if (upload) {
       // Positions (and velocities to keep), through page-locked staging: each coordinate goes over (asynchronously)
@@ -1693,6 +1700,7 @@ struct CudaEngine::Impl {
     // The copy was advanced for a call that did not come as announced: it may no longer be the caller's bodies.
     r.mirror = false;
     r.driftedBefore = false;
+    r.sampleAwaitsCaller = false;
   }
 
   ResidentResult finishResident() {

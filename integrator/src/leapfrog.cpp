@@ -287,6 +287,7 @@ class BlockCallScope {
   ~BlockCallScope() {
     solver_.setLowestActiveBin(0);
     solver_.setBodyDrift(std::nullopt);
+    solver_.takePendingDrift();  // a call that threw: its drift (which refers to this step) is dropped
   }
   BlockCallScope(const BlockCallScope&) = delete;
   BlockCallScope& operator=(const BlockCallScope&) = delete;
@@ -319,52 +320,66 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
   const std::uint8_t openingFrom = alignedTimeBin(block.tick);
   const double drift = factors.drift;
   const bool wrap = boxSize_ > 0.0;
-  const bool openingFinite = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
-      [&](const tbb::blocked_range<std::size_t>& range, bool finite) {
-        double probe = 0.0;
-        int outside = 0;
-        for (std::size_t i = range.begin(); i < range.end(); ++i) {
-          if (start) {
-            const double a2 = p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i];
-            p.timeBin[i] = timeBinFor(std::sqrt(a2), block.openingBinScale);
-          }
-          const std::uint8_t bin = p.timeBin[i];
-          if (bin >= openingFrom) {
-            const double k = block.openingKick[bin];
-            p.vx[i] += p.ax[i] * k;
-            p.vy[i] += p.ay[i] * k;
-            p.vz[i] += p.az[i] * k;
-            if (openingLong.count != 0) {
-              p.vx[i] += openingLong.ax[i] * (longOpening - k);
-              p.vy[i] += openingLong.ay[i] * (longOpening - k);
-              p.vz[i] += openingLong.az[i] * (longOpening - k);
+  // The opening pass: the kicks of the bodies whose steps begin here (at the long-range step's start every body's, its
+  // bin set first), then every body's drift, folded into the box. Where the solver takes the drift into its call
+  // (takesPendingDrift) the pass makes the kicks alone and hands the drift over, to be made while the engine
+  // evaluates; each body's arithmetic is the same either way, and so are the bits.
+  const auto opening = [&]<bool kKick, bool kDrift>() {
+    return tbb::parallel_reduce(
+        tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), true,
+        [&](const tbb::blocked_range<std::size_t>& range, bool finite) {
+          double probe = 0.0;
+          int outside = 0;
+          for (std::size_t i = range.begin(); i < range.end(); ++i) {
+            if constexpr (kKick) {
+              if (start) {
+                const double a2 = p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i];
+                p.timeBin[i] = timeBinFor(std::sqrt(a2), block.openingBinScale);
+              }
+              const std::uint8_t bin = p.timeBin[i];
+              if (bin >= openingFrom) {
+                const double k = block.openingKick[bin];
+                p.vx[i] += p.ax[i] * k;
+                p.vy[i] += p.ay[i] * k;
+                p.vz[i] += p.az[i] * k;
+                if (openingLong.count != 0) {
+                  p.vx[i] += openingLong.ax[i] * (longOpening - k);
+                  p.vy[i] += openingLong.ay[i] * (longOpening - k);
+                  p.vz[i] += openingLong.az[i] * (longOpening - k);
+                }
+              }
+            }
+            if constexpr (kDrift) {
+              p.x[i] += p.vx[i] * drift;
+              p.y[i] += p.vy[i] * drift;
+              p.z[i] += p.vz[i] * drift;
+              if (wrap) {
+                // As kicksThenDrift: flag the block, wrap it below (-0.0 becomes +0.0 here, as wrapIntoBox does).
+                p.x[i] += 0.0;
+                p.y[i] += 0.0;
+                p.z[i] += 0.0;
+                outside |= int(!(p.x[i] >= 0.0 && p.x[i] < boxSize_)) | int(!(p.y[i] >= 0.0 && p.y[i] < boxSize_)) |
+                           int(!(p.z[i] >= 0.0 && p.z[i] < boxSize_));
+              }
+              probe += (p.x[i] - p.x[i]) + (p.y[i] - p.y[i]) + (p.z[i] - p.z[i]) + (p.vx[i] - p.vx[i]) +
+                       (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]);
             }
           }
-          p.x[i] += p.vx[i] * drift;
-          p.y[i] += p.vy[i] * drift;
-          p.z[i] += p.vz[i] * drift;
-          if (wrap) {
-            // As kicksThenDrift: flag the block, wrap it below (-0.0 becomes +0.0 here, as wrapIntoBox does).
-            p.x[i] += 0.0;
-            p.y[i] += 0.0;
-            p.z[i] += 0.0;
-            outside |= int(!(p.x[i] >= 0.0 && p.x[i] < boxSize_)) | int(!(p.y[i] >= 0.0 && p.y[i] < boxSize_)) |
-                       int(!(p.z[i] >= 0.0 && p.z[i] < boxSize_));
+          if (outside != 0) {
+            for (std::size_t i = range.begin(); i < range.end(); ++i) {
+              p.x[i] = wrapIntoBox(p.x[i], boxSize_);
+              p.y[i] = wrapIntoBox(p.y[i], boxSize_);
+              p.z[i] = wrapIntoBox(p.z[i], boxSize_);
+            }
           }
-          probe += (p.x[i] - p.x[i]) + (p.y[i] - p.y[i]) + (p.z[i] - p.z[i]) + (p.vx[i] - p.vx[i]) +
-                   (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]);
-        }
-        if (outside != 0) {
-          for (std::size_t i = range.begin(); i < range.end(); ++i) {
-            p.x[i] = wrapIntoBox(p.x[i], boxSize_);
-            p.y[i] = wrapIntoBox(p.y[i], boxSize_);
-            p.z[i] = wrapIntoBox(p.z[i], boxSize_);
-          }
-        }
-        return finite && allFinite(probe);
-      },
-      [](bool a, bool b) { return a && b; });
+          return finite && allFinite(probe);
+        },
+        [](bool a, bool b) { return a && b; });
+  };
+  // Not where the call computes the long range: the mesh reads the positions first.
+  const bool driftInCall = wrap && !factors.longRangeAtEnd && solver_.takesPendingDrift();
+  bool openingFinite =
+      driftInCall ? opening.template operator()<true, false>() : opening.template operator()<true, true>();
   report.integrationSeconds = clock.seconds();
 
   const std::uint8_t closingFrom = alignedTimeBin(block.nextTick);
@@ -375,7 +390,16 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
     std::optional<BodyDrift> moved;
     if (wrap) moved = BodyDrift{drift, boxSize_, start ? std::uint8_t{0} : openingFrom};
     const BlockCallScope call(solver_, closingFrom, moved);
+    if (driftInCall) {
+      // Timed whole, as integration, though it overlaps the call's phases.
+      solver_.setPendingDrift([&] {
+        const Stopwatch drifting;
+        openingFinite = opening.template operator()<false, true>() && openingFinite;
+        report.integrationSeconds += drifting.seconds();
+      });
+    }
     report.force = solver_.computeForces(p);  // may permute the bodies, their bins with them
+    solver_.runPendingDrift();                // where the call did not
   }
   clock.restart();
   AccelerationView closingLong;

@@ -43,11 +43,20 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   shortRange_->setLowestActiveBin(lowestActiveBin());
   shortRange_->setBodyDrift(bodyDrift());
   if (longRangeStepsOn() && !longRangeDue()) {
-    // Within a long-range step: the short range alone.
-    ForceReport report = shortRange_->computeForces(particles);
+    // Within a long-range step: the short range alone, which makes the caller's drift where it left it to the call.
+    shortRange_->setPendingDrift(takePendingDrift());
+    ForceReport report;
+    try {
+      report = shortRange_->computeForces(particles);
+    } catch (...) {
+      shortRange_->takePendingDrift();  // refers to the caller's step, which ends here
+      throw;
+    }
+    shortRange_->runPendingDrift();  // where it did not
     report.timings.totalSeconds = total.seconds();
     return report;
   }
+  runPendingDrift();  // the mesh reads the positions
   // On the GPU the mesh starts as soon as the short range has put the bodies in their final order (its sort, which
   // also makes the deposit and interpolation touch neighbouring mesh points in turn: 1.5x faster than random order at
   // 128^3, README "Particle mesh") and runs beside the tree's build, walk and kernels; its results are added after the

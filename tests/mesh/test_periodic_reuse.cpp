@@ -224,7 +224,16 @@ TEST_F(PeriodicReuse, ReusedListsHoldAtEveryCallAndMatchBruteForce) {
 // tenth of the box a call) keep the tree: the engine evaluates them on their balls' surfaces, and their pulls from
 // where they are and their own forces are added in double, so the forces match brute force as a fresh tree's do and
 // theirs are the exact short range.
-// Bodies out of their balls beyond kEscapedMaxBodies make the call build anew, and so do the bodies handed over in
+// A tree keeps at least kEscapedMaxBodies out of their balls, and one body in kEscapedMaxShare of more: 8,192 of a
+// 256^3 box's.
+TEST(PeriodicEscapedBodies, TheirCountGrowsWithTheBodies) {
+  EXPECT_EQ(tree::escapedMaxBodies(0), tree::kEscapedMaxBodies);
+  EXPECT_EQ(tree::escapedMaxBodies(4096), tree::kEscapedMaxBodies);
+  EXPECT_EQ(tree::escapedMaxBodies(std::size_t{1} << 21), tree::kEscapedMaxBodies);
+  EXPECT_EQ(tree::escapedMaxBodies(std::size_t{1} << 24), 8192u);
+}
+
+// Bodies out of their balls beyond escapedMaxBodies make the call build anew, and so do the bodies handed over in
 // another order.
 TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew) {
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -286,8 +295,8 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew
   }
   box.vx[jumper] = box.vx[partner];
 
-  // Every body out of its ball at once: more than kEscapedMaxBodies or the budget near them, a tree built anew.
-  ASSERT_GT(box.bodies.size(), tree::kEscapedMaxBodies);
+  // Every body out of its ball at once: more than escapedMaxBodies or the budget near them, a tree built anew.
+  ASSERT_GT(box.bodies.size(), tree::escapedMaxBodies(box.bodies.size()));
   box.drift(L);
   for (std::size_t i = 0; i < box.bodies.size(); ++i) box.bodies.y[i] = wrapIntoBox(box.bodies.y[i] + 0.1 * L, L);
   report = solver.computeForces(box.bodies);
@@ -304,13 +313,13 @@ TEST_F(PeriodicReuse, ABodyOutsideItsBallKeepsTheTreeManyOrAnotherOrderBuildAnew
   };
   settle();
 
-  // Fewer than kEscapedMaxBodies out of their balls, but with more bodies near them than the repair's budget.
+  // Fewer than escapedMaxBodies out of their balls, but with more bodies near them than the repair's budget.
   constexpr std::size_t kJumpers = 200;
   box.drift(L);
   for (std::size_t i = 0; i < kJumpers; ++i) box.bodies.y[i] = wrapIntoBox(box.bodies.y[i] + 0.1 * L, L);
   // Each jumper has ~a third of the box within r_cut (0.35) + its jump of its two places: 200 of them count more
   // bodies near them than kEscapedMinBudget (and a quarter of the bodies).
-  ASSERT_LT(kJumpers, tree::kEscapedMaxBodies);
+  ASSERT_LT(kJumpers, tree::escapedMaxBodies(box.bodies.size()));
   ASSERT_LT(tree::kEscapedBudget * double(box.bodies.size()), double(tree::kEscapedMinBudget));
   ASSERT_GT(double(kJumpers) * 0.3 * double(box.bodies.size()), double(tree::kEscapedMinBudget));
   report = solver.computeForces(box.bodies);
@@ -583,7 +592,7 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
   for (int call = 1; call <= 12; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     const bool expectsReuse = !solver.atCheckpointBoundary() && call != 2 && call != 11;  // after trees of points
-    if (call == 7) {  // every body out of its ball: too many to keep the tree (kEscapedMaxBodies)
+    if (call == 7) {  // every body out of its ball: too many to keep the tree (escapedMaxBodies)
       for (double& x : box.bodies.x) x = wrapIntoBox(x + 0.1 * L, L);
     }
     if (call == 10) {
@@ -769,11 +778,15 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
       static_cast<unsigned long long>(checking.numDriftChecks()), int(checking.numDrifted()),
       int(checking.numMismatches()), static_cast<unsigned long long>(checking.numPlaced()));
   EXPECT_GE(checking.numDriftChecks(), std::uint64_t(a.calls / 3)) << "of " << a.calls << " calls";
+  // Within the long-range steps the leapfrog leaves its drift of the positions to the call (takesPendingDrift), which
+  // makes it while the engine evaluates: the copy is checked against them at the launch's finish.
+  EXPECT_GT(checking.numPendingChecks(), 0u);
   // Caught at the check, also before a call that then builds anew (the drifted launch never came to the other engine).
   EXPECT_GE(checking.numMismatches(), keeping.numMismatches());
   EXPECT_LE(checking.numMismatches(), perturbAfter.size()) << "copies that differed but for the perturbed body";
   // (Bodies out of their balls at calls the copy served: 4-22 in 11 of 12 seeds, none in one.)
-  EXPECT_EQ(checking.numPlaced(), c.escapedOnDrifted) << "the bodies the engine found outside their balls, placed";
+  EXPECT_EQ(checking.numPlacedServed(), c.escapedOnDrifted)
+      << "the bodies the engine found outside their balls, placed (at the launches whose copy was the caller's)";
   testing::expectSameBodiesBitForBit(a.bodies, c.bodies, "with the balls checked on the copy",
                                      /*withPotentials=*/false);
 }

@@ -311,50 +311,24 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   // reused call's) starts before the ball pass. Should the tree not hold after all (a body left its ball), the build's
   // sort calls the hook again, which supersedes this call (ForceSolver::SortedBodiesHook).
   // (Not on a tree of points, built without the bodies' speeds: it holds only while nothing moves.)
+  // The caller's drift of the positions, where it left it to this call (ForceSolver::setPendingDrift), is made while
+  // the engine evaluates where the engine drifts its own copy and checks the balls (reuseAndEvaluate); at once else.
+  const bool mayDriftOnEngine = mirrorValid_ && engineMayDrift() && engine_.checksBalls() && treeHeld_ &&
+                                builtCalls_ < treeSteps_ && builtIds_.size() == n;
+  if (!mayDriftOnEngine) runPendingDrift();
   if (sortedHook_ && treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_ && builtIds_.size() == n) {
+    runPendingDrift();
     sortedHook_(particles);
   }
-  const Stopwatch checking;
-  bool holds = false;
-  // Why the call builds anew, should it: the cases below, in the order they are tried. A tree of points (the first,
-  // built without the bodies' speeds) was planned to end as soon as they move.
+  // Why the call builds anew, should it. A tree of points (the first, built without the bodies' speeds) was planned
+  // to end as soon as they move.
   TreeEnd end = TreeEnd::planned;
   if (treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_) end = TreeEnd::other;
-  // Where the engine keeps its copy of the bodies and their balls, it drifts the copy and finds the bodies outside
-  // their balls itself: no pass over the bodies on the host (their ids are compared beside the kernels).
-  driftedOnEngine_ = false;
-  if (mirrorValid_ && engineMayDrift() && engine_.checksBalls() && treeHeld_ && builtCalls_ < treeSteps_ &&
-      builtIds_.size() == n) {
-    const DriftCheck check = engine_.driftResident(particles.sources(), driftUpdate(particles), kEscapedMaxBodies);
-    if (check.mismatch) {
-      // The copy was not the caller's bodies: the host's pass below, and the positions go over.
-      mirrorValid_ = false;
-      report.advanceMismatch = true;
-      stats_.advanceMismatch = true;
-    } else {
-      driftedOnEngine_ = true;
-      escaped_ = check.outside;
-      pathsStored_ = false;
-      holds = check.numOutside <= kEscapedMaxBodies;
-      if (!holds && treeHasBalls_) end = TreeEnd::escaped;
-    }
-  }
-  // Else treeHolds' pass, which finds a body outside the box too (then the tree does not hold): a pass fewer on reused
-  // calls. Where the engine drifts its own copy of the bodies this call, it continues their paths itself: the pass
-  // writes none.
-  if (!driftedOnEngine_) holds = treeHolds(particles, !(mirrorValid_ && engineMayDrift()));
-  // A few bodies outside their balls keep the tree: their pulls are added exactly (addEscapedPulls); more than the
-  // budget's worth of bodies near them make the call build anew.
-  if (holds && !escaped_.empty()) {
-    holds = escaped_.size() <= kEscapedMaxBodies && prepareEscaped(particles);
-    if (!holds && treeHasBalls_) end = escaped_.size() > kEscapedMaxBodies ? TreeEnd::escaped : TreeEnd::crowded;
-  }
-  report.timings[Phase::motion] += checking.seconds();
-  // Computes the escaped bodies' pulls while the engine evaluates; false where the bodies' ids, compared there too
-  // after the engine's check of the balls, are not the tree's (the call then builds anew).
-  if (holds) {
-    holds = reuseAndEvaluate(particles, report);
-    if (!holds) end = TreeEnd::other;
+  bool holds = reuseTree(particles, report, mayDriftOnEngine, end);
+  if (!holds && copyDifferedLate_) {
+    // The engine's copy was not the caller's bodies, as found once the caller's drift was made beside the evaluation:
+    // as where it is found before, the host's pass and the positions (the forces an engine that reads them gives).
+    holds = reuseTree(particles, report, false, end);
   }
   if (holds) {
     const Stopwatch repairing;
@@ -363,6 +337,7 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
     report.numBodiesEscaped = escaped_.size();
     stats_.bodiesEscaped = escaped_.size();
   } else {
+    runPendingDrift();
     escaped_.clear();
     stats_.bodiesEscaped = 0;
     requireInsideBox(particles, gravity_.periodic.boxSize);
@@ -374,6 +349,54 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   return report;
+}
+
+bool PeriodicTreeSolver::reuseTree(Particles& particles, ForceReport& report, bool onEngine, TreeEnd& end) {
+  const Stopwatch checking;
+  bool holds = false;
+  copyDifferedLate_ = false;
+  const auto maxEscaped = static_cast<std::uint32_t>(escapedMaxBodies(particles.size()));
+  // Where the engine keeps its copy of the bodies and their balls, it drifts the copy and finds the bodies outside
+  // their balls itself: no pass over the bodies on the host (their ids are compared beside the kernels).
+  driftedOnEngine_ = false;
+  if (onEngine) {
+    BodyUpdate update = driftUpdate(particles);
+    update.positionsPending = driftPending();
+    const DriftCheck check = engine_.driftResident(particles.sources(), update, maxEscaped);
+    if (check.mismatch) {
+      // The copy was not the caller's bodies: the host's pass below, and the positions go over.
+      mirrorValid_ = false;
+      report.advanceMismatch = true;
+      stats_.advanceMismatch = true;
+    } else {
+      driftedOnEngine_ = true;
+      escaped_ = check.outside;
+      pathsStored_ = false;
+      holds = check.numOutside <= maxEscaped;
+      if (!holds && treeHasBalls_) end = TreeEnd::escaped;
+    }
+  }
+  // Else treeHolds' pass, which finds a body outside the box too (then the tree does not hold): a pass fewer on reused
+  // calls. Where the engine drifts its own copy of the bodies this call, it continues their paths itself: the pass
+  // writes none.
+  if (!driftedOnEngine_) {
+    runPendingDrift();
+    holds = treeHolds(particles, !(mirrorValid_ && engineMayDrift()));
+  }
+  // A few bodies outside their balls keep the tree: their pulls are added exactly (addEscapedPulls); more than the
+  // budget's worth of bodies near them make the call build anew.
+  if (holds && !escaped_.empty()) {
+    holds = escaped_.size() <= maxEscaped && prepareEscaped(particles);
+    if (!holds && treeHasBalls_) end = escaped_.size() > maxEscaped ? TreeEnd::escaped : TreeEnd::crowded;
+  }
+  report.timings[Phase::motion] += checking.seconds();
+  // Computes the escaped bodies' pulls while the engine evaluates; false where the bodies' ids, compared there too
+  // after the engine's check of the balls, are not the tree's (the call then builds anew), or the copy was not theirs.
+  if (holds) {
+    holds = reuseAndEvaluate(particles, report);
+    if (!holds) end = TreeEnd::other;
+  }
+  return holds;
 }
 
 bool PeriodicTreeSolver::sameBodiesAsBuilt(const Particles& particles) const {
@@ -507,7 +530,17 @@ bool PeriodicTreeSolver::prepareEscaped(const Particles& particles) {
     const std::uint32_t i = escaped_[k];
     double* where = &escapedTrue_[3 * k];
     double* clamped = &escapedClamped_[3 * k];
-    pathOf(particles, i, where);
+    if (driftPending()) {
+      // The caller's positions are not drifted yet (computeForces): this body's, as its drift will make it.
+      const BodyDrift& drift = *bodyDrift();
+      const double box = gravity_.periodic.boxSize;
+      double moved;
+      where[0] = continuedPath(driftedCoordinate(particles.x[i], particles.vx[i], drift), builtX_[i], box, moved);
+      where[1] = continuedPath(driftedCoordinate(particles.y[i], particles.vy[i], drift), builtY_[i], box, moved);
+      where[2] = continuedPath(driftedCoordinate(particles.z[i], particles.vz[i], drift), builtZ_[i], box, moved);
+    } else {
+      pathOf(particles, i, where);
+    }
     // On its ball's surface (just within it, against rounding), along its path from the build: where the tree's lists
     // hold for it.
     const double moved[3] = {where[0] - builtX_[i], where[1] - builtY_[i], where[2] - builtZ_[i]};
@@ -927,6 +960,7 @@ bool PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
   bool sameBodies = true;
   const auto repairBeside = [&] {
     if (repairComputed) return;
+    runPendingDrift();  // the engine drifted its copy already: the host's positions now, for the pulls below
     if (driftedOnEngine_) {
       const Stopwatch checking;
       sameBodies = sameBodiesAsBuilt(particles);
@@ -945,7 +979,11 @@ bool PeriodicTreeSolver::reuseAndEvaluate(Particles& particles, ForceReport& rep
     update.placed = escaped_;
     update.placedPoints = escapedClamped_.data();
     evaluateResidentLists(particles, particles.sources(), out, report, groups, update, repairBeside);
-    if (!sameBodies) {
+    if (!sameBodies || !mirrorValid_) {
+      // Other bodies (the call builds anew), or, where the caller drifted its positions beside the evaluation, a copy
+      // that was not theirs (computeForces tries the host's pass).
+      copyDifferedLate_ = sameBodies;
+      report.advanceMismatch = report.advanceMismatch || sameBodies;
       mirrorValid_ = false;
       return false;
     }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/interaction_plan.hpp"
@@ -76,7 +77,7 @@ struct ForceTimings {
 enum class TreeEnd : int {
   none,     ///< no new tree, or a solver that does not say
   planned,  ///< the calls the last tree was built for were served (or there was none)
-  escaped,  ///< more bodies had left their balls than the solver repairs (kEscapedMaxBodies)
+  escaped,  ///< more bodies had left their balls than the solver repairs (escapedMaxBodies)
   crowded,  ///< too many bodies near those out of their balls for the repair's budget (kEscapedBudget)
   other,    ///< the bodies were not the tree's (reordered, others, one outside the box)
   count
@@ -188,6 +189,22 @@ class ForceSolver {
   void setBodyDrift(const std::optional<BodyDrift>& drift) { bodyDrift_ = drift; }
   const std::optional<BodyDrift>& bodyDrift() const { return bodyDrift_; }
 
+  /// Whether the solver takes the caller's drift of the positions into its next call (setPendingDrift): the periodic
+  /// tree solver whose engine drifts its own copy of the bodies and checks their balls (the CUDA engine), which makes
+  /// the host's pass over every body (~20 ms a step at 2^24 bodies on the H200's host) while the GPU evaluates.
+  virtual bool takesPendingDrift() const { return false; }
+  /// With setBodyDrift: the caller made the kicks but left the drift of every body's position (as the BodyDrift says)
+  /// to `drift`, for the next call only. The call runs it (runPendingDrift) before it reads a position, at once where
+  /// nothing else overlaps it; the caller runs it after the call where the call did not.
+  void setPendingDrift(std::function<void()> drift) { pendingDrift_ = std::move(drift); }
+  bool driftPending() const { return static_cast<bool>(pendingDrift_); }
+  /// Runs the pending drift, once; nothing where none is pending.
+  void runPendingDrift() {
+    if (const std::function<void()> drift = takePendingDrift()) drift();
+  }
+  /// The pending drift, handed over (TreePM to its short range), none pending since.
+  std::function<void()> takePendingDrift() { return std::exchange(pendingDrift_, nullptr); }
+
   /// Changes the Plummer softening length eps (>= 0, finite) from the next call on: a comoving run whose softening is
   /// fixed in physical units once the expansion has grown it to its maximum (ComovingTimelineParams in cosmology/).
   /// The periodic solvers and the direct solver can; by default (the open-boundary tree solver, whose work for the
@@ -231,6 +248,7 @@ class ForceSolver {
   bool longRangeDue_ = true;
   std::uint8_t lowestActiveBin_ = 0;
   std::optional<BodyDrift> bodyDrift_;
+  std::function<void()> pendingDrift_;
 
  protected:
   bool longRangeSteps_ = false;  ///< setLongRangeSteps': a splitting solver's override sets it

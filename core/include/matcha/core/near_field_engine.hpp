@@ -117,6 +117,9 @@ struct BodyUpdate {
   bool kickedAll = false;
   std::span<const std::uint32_t> placed;
   const double* placedPoints = nullptr;
+  /// NearFieldEngine::driftResident: the caller's positions are not drifted yet (ForceSolver::setPendingDrift); they
+  /// are before the launch that follows is finished, and finishResident compares the copy with them then.
+  bool positionsPending = false;
   /// BodyMotion::drifted after NearFieldEngine::driftResident with this update: the copy is drifted and its paths
   /// continued already; the launch places the `placed` bodies, refits and evaluates.
   bool driftedBefore = false;
@@ -254,7 +257,9 @@ class NearFieldEngine {
   /// a sample of it with the caller's positions `bodies`, and finds the bodies outside the balls the last launch with
   /// BodyUpdate::ballRadius gave: |d|^2 > r^2 in double, d = the copy's position less the ball's centre, by a box
   /// length along each axis where it exceeds half the box, each product and sum rounded on its own (the periodic
-  /// solver's treeHolds on the host). The launch that follows takes the same update with driftedBefore set.
+  /// solver's treeHolds on the host). The launch that follows takes the same update with driftedBefore set. With
+  /// update.positionsPending the sample is compared at that launch's finishResident instead (advanceMismatch), once
+  /// the caller has drifted its positions.
   virtual DriftCheck driftResident(const SourceView& /*bodies*/, const BodyUpdate& /*update*/,
                                    std::uint32_t /*maxOutside*/) {
     MATCHA_ASSERT(checksBalls(), "driftResident on an engine that keeps no balls");

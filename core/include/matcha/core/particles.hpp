@@ -61,6 +61,11 @@ struct BodyDrift {
   std::uint8_t kickedFrom = 0;
 };
 
+/// One coordinate x of a body with velocity v, drifted and folded into the box as BodyDrift says, rounded as the
+/// leapfrog's pass over the bodies rounds it (the same bits): for the few bodies a solver needs drifted before the
+/// caller's pass has run (ForceSolver::setPendingDrift).
+double driftedCoordinate(double x, double v, const BodyDrift& drift);
+
 /// All bodies of a simulation. Index i is the same body in every array. Solvers may reorder the bodies (the tree
 /// solver sorts them along a space-filling curve); they then permute every array together, so `id` always names
 /// the body.

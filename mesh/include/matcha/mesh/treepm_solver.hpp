@@ -38,6 +38,8 @@ class TreePmSolver final : public ForceSolver {
   /// Long-range steps: a call that is not due (ForceSolver::setLongRangeDue) is the short range's alone, no mesh; a
   /// call that is keeps the mesh's accelerations apart (lastLongRange) and adds them to the short range's.
   bool splitsLongRange() const override { return true; }
+  /// The short range's: within long-range steps its calls are the short range's alone (computeForces).
+  bool takesPendingDrift() const override { return shortRange_->takesPendingDrift(); }
   void setLongRangeSteps(bool on) override;
   AccelerationView lastLongRange() const override;
   /// The mesh alone (ParticleMesh::addLongRange, without potentials) at the bodies as they are, for lastLongRange.

@@ -55,7 +55,7 @@ void buildPeriodicPlan(const Octree& tree, const Groups& groups, const PeriodicS
 /// A body's ball in a periodic tree built for K calls (TreeParams::reuse) holds kBallRoom times the path it would
 /// take over the K - 1 calls after the build at the mean speed it had over the last tree's calls (its displacement
 /// since that build, at the nearest image, over the calls made): room for the speed to grow by half. A body that
-/// leaves its ball anyway costs its pulls in double (kEscapedMaxBodies) or a tree built within that call, not
+/// leaves its ball anyway costs its pulls in double (escapedMaxBodies) or a tree built within that call, not
 /// accuracy.
 inline constexpr double kBallRoom = 1.5;
 
@@ -76,10 +76,17 @@ inline constexpr double kBallCap = 4.0;
 /// double, each body within r_cut of it loses its pull from there and gains its pull from where it is, and its own
 /// force is the truncated pull of every body within r_cut of it (the whole short range: there is nothing beyond).
 /// Exact up to the tree's own error of that one source's pull. The tree is built anew instead where more than
-/// kEscapedMaxBodies have left their balls or more than kEscapedBudget of the bodies (at least kEscapedMinBudget)
+/// escapedMaxBodies(n) have left their balls or more than kEscapedBudget of the bodies (at least kEscapedMinBudget)
 /// lie near them. A 32^3 comoving box from z = 4 to 3 (CPU engine, reuse 8): every one of its 19 trees had ended at
-/// a call where one to four of the 32,768 bodies had left their balls, by 3-85%.
+/// a call where one to four of the 32,768 bodies had left their balls, by 3-85%. The count grows with the bodies (one
+/// in kEscapedMaxShare): with a fixed 1,024, the trees of a 256^3 box ended at that count below z = 1.5 (45-95% of
+/// them, after 4.7 of the 6-8 calls planned; H200, 2026-11-30), while the pairs near the escaped bodies, what their
+/// pulls cost, are bounded by the budget anyway; the count bounds their neighbour queries (one tree walk each).
 inline constexpr std::size_t kEscapedMaxBodies = 1024;
+inline constexpr std::size_t kEscapedMaxShare = 2048;
+inline std::size_t escapedMaxBodies(std::size_t numBodies) {
+  return numBodies / kEscapedMaxShare > kEscapedMaxBodies ? numBodies / kEscapedMaxShare : kEscapedMaxBodies;
+}
 inline constexpr double kEscapedBudget = 0.25;
 inline constexpr std::uint64_t kEscapedMinBudget = 65536;
 /// An escaped body is moved to this fraction of its ball's radius: within it despite rounding.
@@ -134,8 +141,8 @@ inline TreeParams periodicDefaultTreeParams() {
 /// continues from the build, across a face it crossed since (its position + or - L: the integrator wraps the bodies
 /// at each drift, which would otherwise tear the cells that hold them apart); the engine takes every pair and cell at
 /// its nearest image anyway. Other bodies or another order (the same ids in the same places are checked), or more
-/// bodies outside their balls than kEscapedMaxBodies and kEscapedBudget allow, make the call build anew; fewer have
-/// their pulls added exactly (kEscapedMaxBodies). TreeParams::pipeline and predictOnDevice are ignored (no background
+/// bodies outside their balls than escapedMaxBodies and kEscapedBudget allow, make the call build anew; fewer have
+/// their pulls added exactly (escapedMaxBodies). TreeParams::pipeline and predictOnDevice are ignored (no background
 /// builds: every tree is built within its call; built in the background beside the calls before, trees left a 256^3
 /// comoving box's steps no faster on the H200's host, bench/RESULTS.md 2026-11-30); sortOnDevice is not, nor is
 /// advanceOnDevice: where the caller says how the bodies moved since the last call (ForceSolver::setBodyDrift: block
@@ -166,6 +173,11 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Called right after the sort of a call that builds, and first thing in a call that expects to reuse the tree
   /// (again after the sort where the tree does not hold after all: ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
+  /// Where the engine drifts its own copy of the bodies and checks their balls (TreeParams::advanceOnDevice, the CUDA
+  /// engine): a reused tree's call makes the caller's drift while the engine evaluates, else first.
+  bool takesPendingDrift() const override {
+    return params_.advanceOnDevice && engine_.advancesBodies() && engine_.checksBalls();
+  }
   void setSoftening(double eps) override;
   std::string describe() const override;
 
@@ -213,6 +225,10 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// Whether the engine may keep and drift its own copy of the bodies this call: it can (advancesBodies), and the
   /// caller said how the bodies moved (ForceSolver::bodyDrift) in this box.
   bool engineMayDrift() const;
+  /// The checks of a call that may reuse the tree and, where it holds, its evaluation (reuseAndEvaluate): on the
+  /// engine's copy (`onEngine`: driftResident) or the host's pass (treeHolds). False where the call must build anew
+  /// (`end` says why) or, with copyDifferedLate_, try the host's pass.
+  bool reuseTree(Particles& particles, ForceReport& report, bool onEngine, TreeEnd& end);
   /// A build's launch: BodyMotion::moved, with the velocities for the engine to keep where engineMayDrift.
   BodyUpdate copyForDrift(const Particles& particles) const;
   /// A reused call's launch where the engine's copy is the caller's bodies as the last launch left them (mirrorValid_)
@@ -231,7 +247,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   void pathOf(const Particles& particles, std::uint32_t i, double* where) const;
   /// Fills pathX_ (and Y, Z) with every body's pathOf, for a call whose treeHolds did not.
   void storePaths(const Particles& particles);
-  /// For the bodies of escaped_: whether they are few enough (kEscapedMaxBodies, kEscapedBudget) to keep the tree;
+  /// For the bodies of escaped_: whether they are few enough (escapedMaxBodies, kEscapedBudget) to keep the tree;
   /// if so their places in pathX_ become their clamped ones (kEscapedClampShrink), escapedTrue_ and escapedClamped_
   /// hold both, and escapedRanges_ the bodies that may lie within r_cut of either.
   bool prepareEscaped(const Particles& particles);
@@ -239,7 +255,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// tree's order.
   void escapedNeighbours(const double* point, double radius, std::vector<BodyRange>& ranges) const;
   /// The escaped bodies' pulls from their true places instead of their clamped ones on the bodies near them, and
-  /// their own forces, in double (kEscapedMaxBodies' comment), into escapedOwn_ and escapedChanges_: reads only the
+  /// their own forces, in double (escapedMaxBodies' comment), into escapedOwn_ and escapedChanges_: reads only the
   /// bodies' places and bins, so it runs while the engine evaluates the lists (reuseAndEvaluate).
   void computeEscapedPulls(const Particles& particles);
   /// After the engine's evaluation at pathX_: computeEscapedPulls' changes added to the forces of the bodies near the
@@ -316,6 +332,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// This call's bodies were drifted on the engine's copy, and its balls checked there (NearFieldEngine::
   /// driftResident): the launch places the escaped bodies and evaluates.
   bool driftedOnEngine_ = false;
+  /// The engine's drifted copy differed from the caller's positions drifted beside its evaluation (reuseAndEvaluate).
+  bool copyDifferedLate_ = false;
   std::vector<std::uint32_t> kicked_, kickedCounts_;  ///< driftUpdate's kicked bodies, and its count per block
   std::vector<std::uint8_t> groupActive_;             ///< findActiveGroups' flag per group
   std::vector<std::uint32_t> activeGroups_;           ///< findActiveGroups' result

@@ -65,7 +65,9 @@ class MirroringEngine final : public NearFieldEngine {
     drift(update, false);
     ++numDriftChecks_;
     DriftCheck check;
-    if (differsFrom(bodies)) {
+    // With positionsPending the caller drifts its positions later: the launch that follows compares them at its finish.
+    numPendingChecks_ += update.positionsPending ? 1 : 0;
+    if (!update.positionsPending && differsFrom(bodies)) {
       check.mismatch = true;
       held_ = false;
       ballR_.clear();
@@ -159,7 +161,10 @@ class MirroringEngine final : public NearFieldEngine {
       held_ = false;
       ballR_.clear();
       ++numMismatches_;
+    } else {
+      numPlacedServed_ += placedAtLaunch_;
     }
+    placedAtLaunch_ = 0;
     // Only the launched groups' bodies: the others keep what the caller's arrays hold.
     const auto copyOut = [&](std::uint32_t first, std::uint32_t last) {
       for (std::uint32_t k = first; k < last; ++k) {
@@ -180,6 +185,7 @@ class MirroringEngine final : public NearFieldEngine {
 
   void discardResident() override {
     launched_ = false;
+    placedAtLaunch_ = 0;
     held_ = false;
     driftedBefore_ = false;
     ++numDiscarded_;
@@ -190,9 +196,13 @@ class MirroringEngine final : public NearFieldEngine {
   std::uint64_t numDiscarded() const { return numDiscarded_; }
   std::uint64_t numDrifted() const { return numDrifted_; }
   std::uint64_t numMismatches() const { return numMismatches_; }
-  std::uint64_t numKicked() const { return numKicked_; }            ///< over the drifted launches
-  std::uint64_t numPlaced() const { return numPlaced_; }            ///< over the drifted launches
+  std::uint64_t numKicked() const { return numKicked_; }  ///< over the drifted launches
+  std::uint64_t numPlaced() const { return numPlaced_; }  ///< over the drifted launches
+  /// over the drifted launches whose copy was the caller's bodies (finishResident found no difference)
+  std::uint64_t numPlacedServed() const { return numPlacedServed_; }
   std::uint64_t numDriftChecks() const { return numDriftChecks_; }  ///< driftResident calls
+  /// driftResident calls made before the caller drifted its positions (BodyUpdate::positionsPending)
+  std::uint64_t numPendingChecks() const { return numPendingChecks_; }
 
  private:
   /// The host's leapfrog (integrator/leapfrog.cpp: kick, drift), with the accelerations of the last launches.
@@ -226,6 +236,7 @@ class MirroringEngine final : public NearFieldEngine {
       pathZ_[i] = update.placedPoints[3 * k + 2];
     }
     numPlaced_ += update.placed.size();
+    placedAtLaunch_ = update.placed.size();
   }
 
   /// BodyDrift on the copy (core/particles.hpp), then each path continued from the last launch's place across the
@@ -276,7 +287,8 @@ class MirroringEngine final : public NearFieldEngine {
   std::vector<std::uint32_t> groups_;
   SourceView checkAgainst_;
   std::uint64_t numMoved_ = 0, numAdvanced_ = 0, numDiscarded_ = 0, numDrifted_ = 0, numMismatches_ = 0;
-  std::uint64_t numKicked_ = 0, numPlaced_ = 0, numDriftChecks_ = 0;
+  std::uint64_t numKicked_ = 0, numPlaced_ = 0, numDriftChecks_ = 0, numPendingChecks_ = 0;
+  std::uint64_t numPlacedServed_ = 0, placedAtLaunch_ = 0;  ///< placedAtLaunch_: place()'s, at the launch in flight
 };
 
 }  // namespace matcha::testing
