@@ -69,6 +69,15 @@ std::string advancedText(std::uint64_t advanced, std::uint64_t mismatches, std::
   return text;
 }
 
+/// " (drift beside the kernels D)": the part of the integration's ms a step made within the force call while the
+/// engine evaluated; nothing where none was.
+std::string driftBesideText(double ms) {
+  if (ms <= 0.0) return "";
+  std::string text;
+  appendf(text, " (drift beside the kernels %.3g)", ms);
+  return text;
+}
+
 /// " (why: planned 40, escaped 3, crowded 25, other 0; 4.5 calls planned a tree)", or nothing where the solver does
 /// not say why it built its trees (open boundaries).
 std::string treeEndsText(const std::array<std::uint64_t, kNumTreeEnds>& ends, std::uint64_t plannedCalls) {
@@ -107,12 +116,12 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
             timings.outputSeconds * 1e3);
   } else {
     appendf(line,
-            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g; output %.3g); "
+            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g%s; output %.3g); "
             "host cores busy %.1f; trees built %llu%s%s; bodies stepped %.4g a step%s%s",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
-            timings.integrationSeconds * msPer, timings.outputSeconds * msPer,
-            hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
+            timings.integrationSeconds * msPer, driftBesideText(timings.driftBesideSeconds * msPer).c_str(),
+            timings.outputSeconds * msPer, hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
             static_cast<unsigned long long>(timings.rebuilds),
             treeEndsText(timings.treeEnds, timings.plannedCalls).c_str(),
             timings.bodiesEscaped == 0
@@ -155,6 +164,7 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   row("engine wait", force.engineWaitSeconds);
   row("mesh wait", force.meshWaitSeconds);
   row("integration", summary.integrationSeconds);
+  if (summary.driftBesideSeconds > 0.0) row("  drift beside", summary.driftBesideSeconds);
   row("output", summary.outputSeconds);
   row("step (wall)", stepWall);
   row("force call (wall)", force.totalSeconds);
@@ -191,6 +201,7 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"step_cpu_seconds", summary.stepCpuSeconds},
           {"step_wall_seconds", summary.stepWallSeconds},
           {"integration_seconds", summary.integrationSeconds},
+          {"drift_beside_seconds", summary.driftBesideSeconds},
           {"output_seconds", summary.outputSeconds},
           {"initial_call_seconds", summary.initialForceTimings.totalSeconds},
           {"initial_call", phasesJson(summary.initialForceTimings)},

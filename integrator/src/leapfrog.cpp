@@ -395,7 +395,8 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
       solver_.setPendingDrift([&] {
         const Stopwatch drifting;
         openingFinite = opening.template operator()<false, true>() && openingFinite;
-        report.integrationSeconds += drifting.seconds();
+        report.driftBesideSeconds = drifting.seconds();
+        report.integrationSeconds += report.driftBesideSeconds;
       });
     }
     report.force = solver_.computeForces(p);  // may permute the bodies, their bins with them
