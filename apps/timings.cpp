@@ -69,12 +69,12 @@ std::string advancedText(std::uint64_t advanced, std::uint64_t mismatches, std::
   return text;
 }
 
-/// " (drift beside the kernels D)": the part of the integration's ms a step made within the force call while the
-/// engine evaluated; nothing where none was.
-std::string driftBesideText(double ms) {
+/// " (drift in the force call D)": the part of the integration's ms a step that the force calls made (beside the
+/// engine's work on a reused tree's call); nothing where none was.
+std::string driftInCallText(double ms) {
   if (ms <= 0.0) return "";
   std::string text;
-  appendf(text, " (drift beside the kernels %.3g)", ms);
+  appendf(text, " (drift in the force call %.3g)", ms);
   return text;
 }
 
@@ -120,7 +120,7 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
             "host cores busy %.1f; trees built %llu%s%s; bodies stepped %.4g a step%s%s",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
-            timings.integrationSeconds * msPer, driftBesideText(timings.driftBesideSeconds * msPer).c_str(),
+            timings.integrationSeconds * msPer, driftInCallText(timings.driftInCallSeconds * msPer).c_str(),
             timings.outputSeconds * msPer, hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
             static_cast<unsigned long long>(timings.rebuilds),
             treeEndsText(timings.treeEnds, timings.plannedCalls).c_str(),
@@ -164,7 +164,7 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   row("engine wait", force.engineWaitSeconds);
   row("mesh wait", force.meshWaitSeconds);
   row("integration", summary.integrationSeconds);
-  if (summary.driftBesideSeconds > 0.0) row("  drift beside", summary.driftBesideSeconds);
+  if (summary.driftInCallSeconds > 0.0) row("  drift in call", summary.driftInCallSeconds);
   row("output", summary.outputSeconds);
   row("step (wall)", stepWall);
   row("force call (wall)", force.totalSeconds);
@@ -201,7 +201,7 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"step_cpu_seconds", summary.stepCpuSeconds},
           {"step_wall_seconds", summary.stepWallSeconds},
           {"integration_seconds", summary.integrationSeconds},
-          {"drift_beside_seconds", summary.driftBesideSeconds},
+          {"drift_in_call_seconds", summary.driftInCallSeconds},
           {"output_seconds", summary.outputSeconds},
           {"initial_call_seconds", summary.initialForceTimings.totalSeconds},
           {"initial_call", phasesJson(summary.initialForceTimings)},

@@ -395,8 +395,8 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
       solver_.setPendingDrift([&] {
         const Stopwatch drifting;
         openingFinite = opening.template operator()<false, true>() && openingFinite;
-        report.driftBesideSeconds = drifting.seconds();
-        report.integrationSeconds += report.driftBesideSeconds;
+        report.driftInCallSeconds = drifting.seconds();
+        report.integrationSeconds += report.driftInCallSeconds;
       });
     }
     report.force = solver_.computeForces(p);  // may permute the bodies, their bins with them

@@ -84,7 +84,7 @@ void addInterval(RunSummary& summary, const OutputTimings& interval) {
   summary.stepForceTimings += interval.force;
   summary.stepWallSeconds += interval.stepWallSeconds;
   summary.integrationSeconds += interval.integrationSeconds;
-  summary.driftBesideSeconds += interval.driftBesideSeconds;
+  summary.driftInCallSeconds += interval.driftInCallSeconds;
   summary.stepCpuSeconds += interval.stepCpuSeconds;
   summary.rebuilds += interval.rebuilds;
   for (int k = 0; k < kNumTreeEnds; ++k) summary.treeEnds[k] += interval.treeEnds[k];
@@ -251,7 +251,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     interval.longRangeSteps += planned.factors.longRangeAtEnd ? 1 : 0;
     interval.stepWallSeconds += stepReport.wallSeconds;
     interval.integrationSeconds += stepReport.integrationSeconds;
-    interval.driftBesideSeconds += stepReport.driftBesideSeconds;
+    interval.driftInCallSeconds += stepReport.driftInCallSeconds;
     interval.stepCpuSeconds += stepReport.cpuSeconds;
     const auto synchronise = [&] {
       const double seconds = leapfrog.synchronize(p);

@@ -1523,11 +1523,11 @@ TEST(OutputTimings, SayWhyTreesWereBuiltAndHowManyStepsHadTheMesh) {
             std::string::npos)
       << line;
   EXPECT_NE(line.find("; long-range (mesh) steps 2"), std::string::npos) << line;
-  EXPECT_EQ(line.find("drift beside"), std::string::npos) << line;
+  EXPECT_EQ(line.find("drift in"), std::string::npos) << line;
   timings.integrationSeconds = 0.2;
-  timings.driftBesideSeconds = 0.15;
+  timings.driftInCallSeconds = 0.15;
   line = matcha::app::formatOutputTimings(timings);
-  EXPECT_NE(line.find("integration 20 (drift beside the kernels 15)"), std::string::npos) << line;
+  EXPECT_NE(line.find("integration 20 (drift in the force call 15)"), std::string::npos) << line;
 }
 
 }  // namespace

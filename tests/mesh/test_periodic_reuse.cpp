@@ -703,7 +703,7 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
     Particles bodies;
     int calls = 0;
     std::uint64_t escapedOnDrifted = 0;  ///< bodies out of their balls at the calls the engine's copy served
-    int driftsBeside = 0;                ///< steps whose drift the call made beside the engine's work
+    int driftsInCall = 0;                ///< steps whose drift the call made beside the engine's work
   };
   // The run with the copy perturbs body 0 after each drifted call whose tree is to serve the next, and records which
   // calls: the other run perturbs after the same.
@@ -734,8 +734,8 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
     for (int longSteps = 0; longSteps < 3; ++longSteps) {
       testing::takeBlockLongStep(leapfrog, p, longStep, binScale, kickScale, [&](const mi::StepReport& report) {
         EXPECT_FALSE(report.nonFinite.has_value());
-        EXPECT_LE(report.driftBesideSeconds, report.integrationSeconds);
-        result.driftsBeside += report.driftBesideSeconds > 0.0 ? 1 : 0;
+        EXPECT_LE(report.driftInCallSeconds, report.integrationSeconds);
+        result.driftsInCall += report.driftInCallSeconds > 0.0 ? 1 : 0;
         const int call = ++result.calls;
         const tree::TreeStats& stats = periodic.lastStats();
         if (stats.advancedOnDevice) result.escapedOnDrifted += stats.bodiesEscaped;
@@ -784,8 +784,8 @@ TEST_F(PeriodicReuse, BlockStepsDriftTheEnginesCopyOfTheBodies) {
   // Within the long-range steps the leapfrog leaves its drift of the positions to the call (takesPendingDrift), which
   // makes it while the engine evaluates: the copy is checked against them at the launch's finish.
   EXPECT_GT(checking.numPendingChecks(), 0u);
-  EXPECT_GT(c.driftsBeside, 0) << "the leapfrog left no drift to the call";
-  EXPECT_EQ(a.driftsBeside + b.driftsBeside, 0) << "engines that check no balls take no drift into the call";
+  EXPECT_GT(c.driftsInCall, 0) << "the leapfrog left no drift to the call";
+  EXPECT_EQ(a.driftsInCall + b.driftsInCall, 0) << "engines that check no balls take no drift into the call";
   // Caught at the check, also before a call that then builds anew (the drifted launch never came to the other engine).
   EXPECT_GE(checking.numMismatches(), keeping.numMismatches());
   EXPECT_LE(checking.numMismatches(), perturbAfter.size()) << "copies that differed but for the perturbed body";

@@ -47,8 +47,9 @@ std::optional<NonFiniteValue> findNonFinite(const Particles& p, bool checkPotent
 struct StepReport {
   ForceReport force;                ///< the solver's report for the step's force call
   double integrationSeconds = 0.0;  ///< wall time of the two kicks and the drift
-  /// Of it, the drift the force call made while its engine evaluated (ForceSolver::setPendingDrift): overlapped.
-  double driftBesideSeconds = 0.0;
+  /// Of it, the drift the leapfrog left to the force call (ForceSolver::setPendingDrift): made while the engine
+  /// evaluated on a reused tree's call, first on the others (a build's).
+  double driftInCallSeconds = 0.0;
   double wallSeconds = 0.0;  ///< wall time of the whole step: kick, drift, force call, kick
   double cpuSeconds = 0.0;   ///< CPU time the process used over that wall time, all threads (background builds)
   /// The first value of the new state that is not finite: positions, velocities, accelerations and, when the solver

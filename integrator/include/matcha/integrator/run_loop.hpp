@@ -38,7 +38,7 @@ struct OutputTimings {
   ForceTimings force;               ///< those steps' force calls, summed; at output 0 the initial force call
   double stepWallSeconds = 0.0;     ///< wall time of those steps: kicks, drift and force call (0 at output 0)
   double integrationSeconds = 0.0;  ///< their kicks and drifts
-  double driftBesideSeconds = 0.0;  ///< of it, StepReport::driftBesideSeconds: drifts made beside the engine's work
+  double driftInCallSeconds = 0.0;  ///< of it, StepReport::driftInCallSeconds, summed
   double stepCpuSeconds = 0.0;      ///< CPU time of the process over those steps, all threads (StepReport::cpuSeconds)
   /// This output's outputPotentials, diagnostics and onOutput, plus the diagnostics measured after each step since
   /// the previous output (onProgress without outputPotentials) and the onLastCallOnTree calls since then. onTimings
@@ -132,7 +132,7 @@ struct RunSummary {
   ForceTimings stepForceTimings;     ///< the steps' force calls, summed (the initial call not included)
   double stepWallSeconds = 0.0;      ///< wall time of the steps (kick, drift, force call, kick), outputs excluded
   double integrationSeconds = 0.0;   ///< the kicks and drifts of all steps
-  double driftBesideSeconds = 0.0;   ///< of it, the drifts made beside the engine's work (OutputTimings')
+  double driftInCallSeconds = 0.0;   ///< of it, OutputTimings::driftInCallSeconds, summed
   double stepCpuSeconds = 0.0;       ///< CPU time of the process over the steps, all threads, outputs excluded
   double outputSeconds = 0.0;        ///< every OutputTimings::outputSeconds, output 0 included
   std::uint64_t rebuilds = 0;        ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
