@@ -296,6 +296,20 @@ class BlockCallScope {
   ForceSolver& solver_;
 };
 
+/// Body i's kick of a block step: its bin's factor k for the whole acceleration, and where the long range is apart
+/// (`longRange`, at a long-range step's ends) its own factor for that part: acc holds their sum, so the long range
+/// takes longFactor - k. Each product and sum rounded on its own (this file builds with -ffp-contract=off).
+inline void binKick(Particles& p, std::size_t i, double k, const AccelerationView& longRange, double longFactor) {
+  p.vx[i] += p.ax[i] * k;
+  p.vy[i] += p.ay[i] * k;
+  p.vz[i] += p.az[i] * k;
+  if (longRange.count != 0) {
+    p.vx[i] += longRange.ax[i] * (longFactor - k);
+    p.vy[i] += longRange.ay[i] * (longFactor - k);
+    p.vz[i] += longRange.az[i] * (longFactor - k);
+  }
+}
+
 }  // namespace
 
 void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& report) {
@@ -338,15 +352,7 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
               }
               const std::uint8_t bin = p.timeBin[i];
               if (bin >= openingFrom) {
-                const double k = block.openingKick[bin];
-                p.vx[i] += p.ax[i] * k;
-                p.vy[i] += p.ay[i] * k;
-                p.vz[i] += p.az[i] * k;
-                if (openingLong.count != 0) {
-                  p.vx[i] += openingLong.ax[i] * (longOpening - k);
-                  p.vy[i] += openingLong.ay[i] * (longOpening - k);
-                  p.vz[i] += openingLong.az[i] * (longOpening - k);
-                }
+                binKick(p, i, block.openingKick[bin], openingLong, longOpening);
               }
             }
             if constexpr (kDrift) {
@@ -420,15 +426,7 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
           const std::uint8_t bin = p.timeBin[i];
           if (bin < closingFrom) continue;
           ++done.bodies;
-          const double k = block.closingKick[bin];
-          p.vx[i] += p.ax[i] * k;
-          p.vy[i] += p.ay[i] * k;
-          p.vz[i] += p.az[i] * k;
-          if (closingLong.count != 0) {
-            p.vx[i] += closingLong.ax[i] * (longClosing - k);
-            p.vy[i] += closingLong.ay[i] * (longClosing - k);
-            p.vz[i] += closingLong.az[i] * (longClosing - k);
-          }
+          binKick(p, i, block.closingKick[bin], closingLong, longClosing);
           const double a2 = p.ax[i] * p.ax[i] + p.ay[i] * p.ay[i] + p.az[i] * p.az[i];
           if (!ends) p.timeBin[i] = std::max(timeBinFor(std::sqrt(a2), block.closingBinScale), closingFrom);
           probe += (a2 - a2) + (p.vx[i] - p.vx[i]) + (p.vy[i] - p.vy[i]) + (p.vz[i] - p.vz[i]) +
