@@ -797,14 +797,16 @@ TEST_F(Cli, TuneStoppedByCtrlCKeepsTheSettingsMeasuredAndWritesItsResultFromThem
   // SIGINT once the first setting's row is in tune.csv (not after a fixed delay: on a loaded machine the set-up
   // alone took longer than 6 s): the setting being measured is finished, then the tune ends as if converged, with
   // what it has; an --ic file of the user's is its input. 8192 bodies and 6 steps a setting: a search that needs a
-  // minute and more.
+  // minute and more. `timeout --foreground`: without it timeout passes the SIGINT on twice (to its child and to its
+  // process group), and a second Ctrl-C stops the tune as it should.
   ASSERT_EQ(matcha("ic plummer -n 8192 --seed 5 --out bodies.hdf5").exitCode, 0);
   const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-  const std::string command = "cd '" + dir_.string() + "' && { timeout 300 '" + matchaBinary() +
+  const std::string command = "cd '" + dir_.string() + "' && { timeout --foreground 300 '" + matchaBinary() +
                               "' tune --ic bodies.hdf5 --engine cpu --steps 6 --out ctrl-c >'" + out.string() +
                               "' 2>'" + err.string() +
                               "' </dev/null & pid=$!; for i in $(seq 1200); do "
-                              "[ \"$(wc -l < ctrl-c/tune.csv 2>/dev/null || echo 0)\" -ge 2 ] && break; sleep 0.1; "
+                              "[ -f ctrl-c/tune.csv ] && [ \"$(wc -l < ctrl-c/tune.csv)\" -ge 2 ] && break; "
+                              "sleep 0.1; "
                               "done; kill -INT $pid; wait $pid; }";
   const int status = std::system(command.c_str());
   Result stopped;
