@@ -20,9 +20,9 @@ MATCHA_HOST_DEVICE inline double openingRadius(double halfExtent, double theta, 
 /// Squared distance from point p to the axis-aligned box (centre c, half extents h); 0 inside the box.
 MATCHA_HOST_DEVICE inline double distanceToBox2(double px, double py, double pz, double cx, double cy, double cz,
                                                 double hx, double hy, double hz) {
-  const double dx = std::fmax(0.0, std::fabs(px - cx) - hx);
-  const double dy = std::fmax(0.0, std::fabs(py - cy) - hy);
-  const double dz = std::fmax(0.0, std::fabs(pz - cz) - hz);
+  const double dx = largerOf(0.0, std::fabs(px - cx) - hx);
+  const double dy = largerOf(0.0, std::fabs(py - cy) - hy);
+  const double dz = largerOf(0.0, std::fabs(pz - cz) - hz);
   return dx * dx + dy * dy + dz * dz;
 }
 
@@ -30,7 +30,7 @@ MATCHA_HOST_DEVICE inline double distanceToBox2(double px, double py, double pz,
 /// L: each axis's offset |p - c| folded into [0, L/2] first. For p and c within the cube, |p - c| < L.
 MATCHA_HOST_DEVICE inline double periodicGapToBox(double offset, double half, double boxSize) {
   offset = std::fabs(offset);
-  return std::fmax(0.0, std::fmin(offset, boxSize - offset) - half);
+  return largerOf(0.0, smallerOf(offset, boxSize - offset) - half);
 }
 MATCHA_HOST_DEVICE inline double periodicDistanceToBox2(double px, double py, double pz, double cx, double cy,
                                                         double cz, double hx, double hy, double hz, double boxSize) {
