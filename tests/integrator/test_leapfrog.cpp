@@ -1717,6 +1717,14 @@ TEST(TimeBins, AlignmentAndTheBinOfAnAcceleration) {
   EXPECT_EQ(mi::timeBinFor(1.0001, 1.0), 1);  // just beyond: half of it
   EXPECT_EQ(mi::timeBinFor(16.0, 1.0), 2);
   EXPECT_EQ(mi::timeBinFor(17.0, 1.0), 3);
+  // The exact ceiling of log2 at powers of two and one ulp beyond them (log2 in double rounds 2^8 (1 + 2^-52) to 8).
+  for (int b = 1; b <= 30; ++b) {
+    const double power = std::ldexp(1.0, b);
+    EXPECT_EQ(mi::timeBinFor(1.0, power), b);
+    EXPECT_EQ(mi::timeBinFor(1.0, std::nextafter(power, 2.0 * power)), b + 1);
+    EXPECT_EQ(mi::timeBinFor(1.0, std::nextafter(power, 0.0)), b);
+  }
+  EXPECT_EQ(mi::timeBinFor(std::numeric_limits<double>::infinity(), 1.0), mi::kDeepestTimeBin);
   EXPECT_EQ(mi::timeBinFor(1e300, 1.0), mi::kDeepestTimeBin);
   Particles p(3);
   EXPECT_EQ(mi::finestTimeBin(p), 0);  // no bins

@@ -75,8 +75,8 @@ std::uint8_t alignedTimeBin(std::uint64_t tick);
 
 /// The bin of a body with acceleration |a|: the coarsest whose step is within its limit, with `binScale` the
 /// long-range step over the limit at |a| = 1 (a limit ~ 1 / sqrt(|a|), Power et al.'s):
-/// max(0, ceil(log2(binScale sqrt(|a|)))), at most kDeepestTimeBin. Monotone in |a|, so the finest bin of a set of
-/// bodies is that of the largest |a|.
+/// max(0, ceil(log2(binScale sqrt(|a|)))) exactly (a ratio one ulp above 2^b is in bin b + 1), at most
+/// kDeepestTimeBin. Monotone in |a|, so the finest bin of a set of bodies is that of the largest |a|.
 std::uint8_t timeBinFor(double acceleration, double binScale);
 
 /// The finest bin among the bodies (0 for none, or without bins).
