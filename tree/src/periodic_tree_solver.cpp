@@ -797,7 +797,11 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   if (evaluateResident && !treeHeld_) evaluateWalkedPlan(particles, out, report);
   treeHasBalls_ = balls;
   motionKnown_ = steps > 1;  // also under a tree for one call: the next tree's balls need the bodies' speeds
-  if (motionKnown_) {
+  // The places and ids at the build, which the next calls' balls and checks read (not this call's evaluation): made
+  // beside the kernels where the engine evaluates the resident lists now.
+  const auto keepBuildPositions = [&] {
+    if (!motionKnown_) return;
+    const Stopwatch copying;
     // On every core: one core's copies took ~60 ms of a 2^24 call (H200 host).
     builtX_.resize(n);
     builtY_.resize(n);
@@ -812,8 +816,8 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
                           builtIds_[i] = particles.id[i];
                         }
                       });
-  }
-  phaseDone(Phase::motion);
+    report.timings[Phase::motion] += copying.seconds();
+  };
   if (treeHeld_) {
     handTreeToEngine(particles);
     phaseDone(Phase::upload);
@@ -823,15 +827,19 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
       const bool subset = findActiveGroups(particles);
       evaluateResidentLists(particles, particles.sources(), out, report,
                             subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
-                            copyForDrift(particles));
+                            copyForDrift(particles), keepBuildPositions);
+    } else {
+      keepBuildPositions();
     }
+  } else {
+    keepBuildPositions();
   }
   if (!treeHeld_ || !evaluateResident) mirrorValid_ = false;  // the bodies were sorted, and no launch kept them
 
   stats_ = TreeStats{};
   stats_.numBodies = n;
   stats_.numCells = tree_.numCells();
-  for (std::size_t c = 0; c < tree_.numCells(); ++c) stats_.numLeaves += tree_.isLeaf(c) ? 1 : 0;
+  stats_.numLeaves = stats_.numCells - (walkTree_.blocks.size() - 1);  // a cell with children owns one block
   stats_.depth = tree_.numLevels() - 1;
   stats_.numGroups = groups_.size();
   stats_.meanGroupSize = double(n) / double(groups_.size());
