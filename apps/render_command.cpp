@@ -111,10 +111,13 @@ int render(const RenderOptions& options) {
   if (!options.width) {
     view.width = io::enclosingWidth(bodies, view.axis, view.centre, kFramedMassFraction);
     widthSource = "holds 99% of the mass";
-    if (view.width == 0.0) {  // that much mass at one point: frame every body, or one length unit if all coincide
+    // That much mass at one point (a width of 0, or below what a map resolves): frame every body, or one length unit
+    // if all coincide.
+    const double smallest = io::smallestResolvableWidth(view.pixels, view.centre);
+    if (view.width < smallest) {
       view.width = io::enclosingWidth(bodies, view.axis, view.centre, 1.0);
       widthSource = "holds every body";
-      if (view.width == 0.0) {
+      if (view.width < smallest) {
         view.width = 1.0;
         widthSource = "every body at one point";
       }

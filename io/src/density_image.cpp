@@ -101,8 +101,9 @@ void paintMap(cairo_surface_t* surface, const SurfaceDensityMap& map, const Colo
       const double sigma = map.at(column, row);
       int index = 0;
       if (sigma > 0.0) {
-        const double fraction = (std::log10(sigma) - scale.logMin) * inverseRange;
-        index = static_cast<int>(std::clamp(fraction * 256.0, 0.0, 255.0));
+        // NaN (a degenerate scale) takes the first colour: static_cast<int> of NaN is undefined.
+        const double level = (std::log10(sigma) - scale.logMin) * inverseRange * 256.0;
+        index = level >= 255.0 ? 255 : (level > 0.0 ? static_cast<int>(level) : 0);
       }
       line[column] = words[static_cast<std::size_t>(index)];
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -95,6 +96,12 @@ std::array<int, 2> planeAxes(ProjectionAxis axis) {
   return {0, 1};
 }
 
+double smallestResolvableWidth(int pixels, const std::array<double, 3>& centre) {
+  double largestCoordinate = 0.0;
+  for (const double c : centre) largestCoordinate = std::max(largestCoordinate, std::abs(c));
+  return pixels * std::max(1e-150, 1e-12 * largestCoordinate);
+}
+
 void validateView(const ProjectionView& view) {
   if (view.pixels < kMinPixels || view.pixels > kMaxPixels) {
     throw InputError("pixels must be " + std::to_string(kMinPixels) + " to " + std::to_string(kMaxPixels) + " (got " +
@@ -105,6 +112,11 @@ void validateView(const ProjectionView& view) {
   }
   for (const double c : view.centre) {
     if (!std::isfinite(c)) throw InputError("the centre must be three finite numbers (got " + shortest(c) + ")");
+  }
+  if (view.width < smallestResolvableWidth(view.pixels, view.centre)) {
+    throw InputError("the width " + shortest(view.width) + " is too small to resolve in " +
+                     std::to_string(view.pixels) + " pixels around this centre (at least " +
+                     shortest(smallestResolvableWidth(view.pixels, view.centre)) + ")");
   }
 }
 
@@ -172,6 +184,11 @@ SurfaceDensityMap depositSurfaceDensity(const SourceView& bodies, const Projecti
                       });
   }
   map.numBodiesInField = std::accumulate(inField.begin(), inField.end(), std::size_t{0});
+  // Finite masses over a normal pixel area can still exceed a double (masses near 1e300, pixels far below 1).
+  if (!std::all_of(map.sigma.begin(), map.sigma.end(), [](double sigma) { return std::isfinite(sigma); })) {
+    throw InputError("the surface density overflows a double: the masses are too large for pixels of side " +
+                     shortest(map.pixelSide()));
+  }
   return map;
 }
 
@@ -244,7 +261,9 @@ double enclosingWidth(const SourceView& bodies, ProjectionAxis axis, const std::
   const double target = massFraction * extent.mass;
   double low = 0.0, high = extent.maxReach;
   double massBelowLow = 0.0;  // mass with reach < low
-  while (high - low > 1e-6 * high) {
+  // Until the bin holding the quantile is 1e-6 of its reach wide, or too narrow to split further in double: mass at
+  // one point (reach 0 for the bulk, or below the smallest normal number) would otherwise halve the bins forever.
+  while (high - low > 1e-6 * high && (high - low) / kBins >= std::numeric_limits<double>::min()) {
     const double binWidth = (high - low) / kBins;
     using Histogram = std::vector<double>;
     const Histogram histogram = tbb::parallel_deterministic_reduce(

@@ -1182,6 +1182,30 @@ Png readPng(const fs::path& path) {
 // The test, end to end: `matcha render` of a known input (testing::clumpInHalo: a dense Plummer clump at
 // (0.7, -0.3, 0.2) inside a wide halo) writes a PNG of the documented size whose brightest map pixel is the clump's,
 // along each axis. The field [-1, 1)^2 over 64 pixels puts the clump 0.1 pixel from the centre of its pixel.
+// Degenerate views: a width too small for a map's pixels is refused in one line (it was a segfault: the pixel area
+// underflowed), and where 99% of the mass sits at one point (a dominant body; a clump at the very centre, where the
+// width search never ended) render frames every body instead.
+TEST_F(Cli, RenderRefusesWidthsItCannotResolveAndFramesAPointMassByEveryBody) {
+  matcha::Particles bodies = matcha::testing::plummer(256, 9);
+  matcha::io::writeSnapshot(dir_ / "plain.hdf5", bodies, {}, {false, {}});
+  expectOneLineError("render plain.hdf5 --width 1e-160 --centre 0.25,0.25,0.25 --out tiny.png", "width");
+  EXPECT_FALSE(fs::exists(dir_ / "tiny.png"));
+  bodies.mass[17] = 1e20;
+  matcha::io::writeSnapshot(dir_ / "dominant.hdf5", bodies, {}, {false, {}});
+  matcha::Particles clump = matcha::testing::plummer(202, 9);
+  for (std::size_t i = 0; i < 200; ++i) clump.x[i] = clump.y[i] = clump.z[i] = 0.0;
+  clump.x[200] = 1.0;
+  clump.x[201] = -1.0;
+  clump.y[200] = clump.y[201] = clump.z[200] = clump.z[201] = 0.0;
+  matcha::io::writeSnapshot(dir_ / "clump.hdf5", clump, {}, {false, {}});
+  for (const std::string name : {"dominant", "clump"}) {
+    const Result result = matcha("render " + name + ".hdf5 --pixels 64 --out " + name + ".png");
+    ASSERT_EQ(result.exitCode, 0) << result.err;
+    EXPECT_NE(result.out.find("holds every body"), std::string::npos) << result.out;
+    EXPECT_TRUE(fs::exists(dir_ / (name + ".png")));
+  }
+}
+
 TEST_F(Cli, RenderWritesAPngOfTheRightSizeWhoseBrightestPixelIsTheDensityPeak) {
   const std::uint64_t seed = matcha::testing::freshSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));

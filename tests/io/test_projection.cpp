@@ -210,6 +210,15 @@ TEST(Projection, BadViewsAreInputErrors) {
                InputError);
   EXPECT_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {0.0, std::nan(""), 0.0}, 1, 64)),
                InputError);
+  // Pixels whose area is no normal double (1e-160 / 1024: it was a segfault, the inverse area infinite), or finer
+  // than the centre's coordinates resolve.
+  EXPECT_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {}, 1e-160, 1024)), InputError);
+  EXPECT_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {1e6, 0.0, 0.0}, 1e-8, 64)),
+               InputError);
+  EXPECT_NO_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {1e6, 0.0, 0.0}, 1e-4, 64)));
+  // Masses whose surface density exceeds a double.
+  const Particles heavy = bodiesAt({{0.0, 0.0, 0.0, 1e300}});
+  EXPECT_THROW(matcha::io::depositSurfaceDensity(heavy.sources(), view(ProjectionAxis::z, {}, 1e-3, 64)), InputError);
 }
 
 TEST(Projection, CentreOfMassWeighsByMass) {
@@ -241,6 +250,16 @@ TEST(Projection, EnclosingWidthIsTheMassQuantileOfTheSquareReach) {
   // All bodies at the centre: 0.
   const Particles point = bodiesAt({{1.0, 1.0, 1.0, 1.0}, {1.0, 1.0, 1.0, 1.0}});
   EXPECT_EQ(matcha::io::enclosingWidth(point.sources(), ProjectionAxis::z, {1.0, 1.0, 1.0}, 0.99), 0.0);
+  // 200 bodies at the centre and two at reach 1 (this search halved its bins forever once they underflowed), and one
+  // body that holds nearly all the mass: widths below any map's resolution, found in finite time.
+  std::vector<std::array<double, 4>> clump(200, {0.0, 0.0, 0.0, 1.0});
+  clump.push_back({1.0, 0.0, 0.0, 1.0});
+  clump.push_back({-1.0, 0.0, 0.0, 1.0});
+  EXPECT_LT(matcha::io::enclosingWidth(bodiesAt(clump).sources(), ProjectionAxis::z, {}, 0.99),
+            matcha::io::smallestResolvableWidth(16, {}));
+  const Particles dominant = bodiesAt({{0.25, 0.5, 0.0, 1e20}, {1.0, 0.0, 0.0, 1.0}, {0.0, 2.0, 0.0, 1.0}});
+  EXPECT_LT(matcha::io::enclosingWidth(dominant.sources(), ProjectionAxis::z, {0.25, 0.5, 0.0}, 0.99),
+            matcha::io::smallestResolvableWidth(16, {0.25, 0.5, 0.0}));
   EXPECT_THROW(matcha::io::enclosingWidth(p.sources(), ProjectionAxis::z, {}, 0.0), InputError);
   EXPECT_THROW(matcha::io::enclosingWidth(p.sources(), ProjectionAxis::z, {}, 1.5), InputError);
 }

@@ -60,9 +60,14 @@ struct SurfaceDensityMap {
   }
 };
 
-/// Throws InputError (one line) unless view.pixels is in [kMinPixels, kMaxPixels], view.width is finite and > 0,
-/// and every centre component is finite.
+/// Throws InputError (one line) unless view.pixels is in [kMinPixels, kMaxPixels], view.width is finite and at least
+/// smallestResolvableWidth, and every centre component is finite.
 void validateView(const ProjectionView& view);
+
+/// The smallest width a map of `pixels` around `centre` resolves: pixels of at least 1e-150 (their area, whose inverse
+/// scales the masses, stays a normal double) and 1e-12 of the centre's largest coordinate (else neighbouring pixels
+/// fall on the same positions in double).
+double smallestResolvableWidth(int pixels, const std::array<double, 3>& centre);
 
 /// Deposits `bodies` onto the map of `view` with CIC weights (see the file comment). Parallel over bodies (TBB)
 /// without atomics: up to 16 equal slabs of bodies each fill a map of their own, added up pixel by pixel in a fixed
@@ -81,8 +86,8 @@ std::array<double, 3> centreOfMass(const SourceView& bodies);
 /// The side of the smallest square, centred on `centre` in the plane of `axis`, that holds at least `massFraction`
 /// of the total mass in projection (a body counts as inside when its projected position is; the square's half side
 /// is the mass-weighted quantile of max(|u - u_c|, |v - v_c|)), found to a relative precision of 1e-6 by a few
-/// parallel histogram passes (no sort, no allocation per body). A result of 0 (all that mass at one point) is
-/// returned as 0: the caller decides what to show.
+/// parallel histogram passes (no sort, no allocation per body). All that mass at one point gives 0 or a width below
+/// the smallest normal double: the caller decides what to show (smallestResolvableWidth).
 /// Throws InputError when massFraction is not in (0, 1], there are no bodies or the total mass is not > 0.
 double enclosingWidth(const SourceView& bodies, ProjectionAxis axis, const std::array<double, 3>& centre,
                       double massFraction);
