@@ -30,6 +30,7 @@
 #include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "memory_check.hpp"
+#include "output_file.hpp"
 #include "timings.hpp"
 
 namespace matcha::app {
@@ -83,11 +84,15 @@ nlohmann::json toJson(const Row& row, std::size_t numBodies) {
           {"waits", {{"engine", row.report.timings.engineWaitSeconds}, {"mesh", row.report.timings.meshWaitSeconds}}}};
 }
 
+/// The first line of every CSV `compare --csv` writes: an existing file is replaced only if it starts with it.
+constexpr const char* kCsvHeader =
+    "n,sample,multipole,theta,alpha,ncrit,nleaf,eps,reference,median,p90,p99,max,bb_per_body,bc_per_body,"
+    "interactions_per_body,mean_list_bodies,max_list_bodies,mean_list_cells,max_list_cells,tree_seconds\n";
+
 std::string csvTable(const std::vector<Row>& rows, std::size_t numBodies, std::size_t numTargets,
                      const GravityParams& gravity, const std::string& referenceKind) {
   std::ostringstream csv;
-  csv << "n,sample,multipole,theta,alpha,ncrit,nleaf,eps,reference,median,p90,p99,max,bb_per_body,bc_per_body,"
-         "interactions_per_body,mean_list_bodies,max_list_bodies,mean_list_cells,max_list_cells,tree_seconds\n";
+  csv << kCsvHeader;
   csv.precision(9);
   for (const Row& row : rows) {
     const InteractionCounts& counts = row.report.counts;
@@ -136,6 +141,13 @@ int compareSolvers(const Options& given, const CompareOptions& compare, const Co
     const std::filesystem::path folder = std::filesystem::absolute(compare.csvPath).parent_path();
     if (!std::filesystem::is_directory(folder)) {
       throw InputError("--csv " + compare.csvPath + ": the folder " + folder.string() + " does not exist");
+    }
+    // An earlier compare's table is replaced (sweeps are rerun); any other file is the user's.
+    std::error_code ec;
+    if (std::filesystem::symlink_status(compare.csvPath, ec).type() != std::filesystem::file_type::not_found &&
+        !fileStartsWith(compare.csvPath, kCsvHeader)) {
+      throw InputError("--csv " + compare.csvPath +
+                       " exists and is not a table `matcha compare --csv` wrote; name another file");
     }
   }
   std::ostream& info = options.json ? std::cerr : std::cout;

@@ -41,7 +41,9 @@ struct PeriodicBoxOptions {
 
 /// Checks --out before any work: initial conditions a user wrote, perhaps with hours of a generator's time in them, are
 /// not replaced by a repeated command unless it says --overwrite.
-void requireOutputFile(const std::string& outPath, bool overwrite) { checkOutputFile(outPath, {}, overwrite); }
+void requireOutputFile(const std::string& outPath, bool overwrite) {
+  checkOutputFile(outPath, {}, overwrite, isHdf5File, "an HDF5 file");
+}
 
 /// Writes the bodies (atomically, without forces) with `boxSize` in the header (0: open boundaries) and the
 /// parameters `command` used.

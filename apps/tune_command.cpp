@@ -33,6 +33,7 @@
 #include "matcha/io/run_folder.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "memory_check.hpp"
+#include "output_file.hpp"
 #include "timings.hpp"
 #include "tune_search.hpp"
 
@@ -65,6 +66,7 @@ struct TuneOptions {
   int steps = 0;                      ///< --steps: steady-state steps timed per setting; 0: chosen (autoSteps)
   std::int64_t sample = 0;            ///< --sample: bodies the errors are measured on; 0: kSample of the reference
   std::uint64_t sampleSeed = 1;       ///< --sample-seed
+  bool overwrite = false;             ///< --overwrite: replace an earlier tune's files in --out
 };
 
 /// Bodies the errors are measured on by default: the GPU's double direct sum onto 8192 of 2^22 bodies is ~0.1 s; the
@@ -481,6 +483,22 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
   if (std::filesystem::exists(outDir) && !std::filesystem::is_directory(outDir)) {
     throw InputError("--out " + given.outDir + ": is a file, not a folder");
   }
+  // An earlier tune's files are replaced only when asked, and then only if they are a tune's (tuned.toml may have
+  // been edited by hand since, or be another file of the user's).
+  for (const auto& [name, signature] :
+       {std::pair{"tune.csv", csvHeader()}, std::pair{"tuned.toml", std::string("# matcha tune: ")}}) {
+    const std::filesystem::path file = outDir / name;
+    std::error_code ec;
+    if (std::filesystem::symlink_status(file, ec).type() == std::filesystem::file_type::not_found) continue;
+    if (!given.overwrite) {
+      throw InputError("--out " + given.outDir + " holds " + name +
+                       " already; pass --overwrite to replace an earlier " + "tune's files, or name another folder");
+    }
+    if (!fileStartsWith(file, signature)) {
+      throw InputError("--out " + given.outDir + ": " + name +
+                       " is not one `matcha tune` wrote; --overwrite replaces " + "only those");
+    }
+  }
   const InitialConditionsInfo ic = inspectInitialConditions(options);
   if (ic.boxSize > 0.0) {
     throw InputError("--ic " + options.icFile + ": a periodic box; matcha tune measures open-boundary trees only");
@@ -683,6 +701,7 @@ std::function<int()> addTuneCommand(CLI::App& parent, Options& options) {
       ->capture_default_str();
   command->add_option("--out", tune->outDir, "folder for tuned.toml, tune.csv and tune.png (created if missing)")
       ->capture_default_str();
+  command->add_flag("--overwrite", tune->overwrite, "replace an earlier tune's files in --out");
   command->add_option("--dt", tune->dt, "leapfrog time step of the measured runs (reuse's predictions depend on it)")
       ->capture_default_str();
   command

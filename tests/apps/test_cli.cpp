@@ -7,6 +7,7 @@
 #include <hdf5.h>
 #include <spawn.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -836,6 +837,32 @@ TEST_F(Cli, TuneRefusesBadInputInOneLine) {
   expectBadInput("tune -n 4096 --engine cpu --budget 0.01 --out small", "--budget");
   writeText("file", "not a folder");
   expectBadInput("tune -n 4096 --out file", "--out file");
+}
+
+// Files a user wrote are never replaced by an output: `compare --csv` replaces only an earlier compare table, `ic
+// --overwrite` only an HDF5 file and never a device (its atomic rename replaced /dev/null itself), `tune` an earlier
+// tune's files only with --overwrite. Each of these wrote over the user's file, exit 0, before.
+TEST_F(Cli, OutputsNeverReplaceFilesTheUserWrote) {
+  writeText("notes.csv", "my notes\n");
+  expectOneLineError("compare -n 64 --csv notes.csv", "notes.csv");
+  EXPECT_EQ(readFile(dir_ / "notes.csv"), "my notes\n");
+  ASSERT_EQ(matcha("compare -n 64 --csv table.csv").exitCode, 0);
+  EXPECT_EQ(matcha("compare -n 64 --csv table.csv").exitCode, 0) << "an earlier table is replaced";
+
+  writeText("notes.txt", "my notes\n");
+  expectOneLineError("ic plummer -n 64 --out notes.txt --overwrite", "not an HDF5 file");
+  EXPECT_EQ(readFile(dir_ / "notes.txt"), "my notes\n");
+  ASSERT_EQ(matcha("ic plummer -n 64 --out bodies.hdf5").exitCode, 0);
+  EXPECT_EQ(matcha("ic plummer -n 64 --seed 2 --out bodies.hdf5 --overwrite").exitCode, 0);
+  ASSERT_EQ(mkfifo((dir_ / "pipe").c_str(), 0600), 0);
+  expectOneLineError("ic plummer -n 64 --out pipe --overwrite", "not a regular file");
+  EXPECT_EQ(fs::status(dir_ / "pipe").type(), fs::file_type::fifo);
+
+  fs::create_directories(dir_ / "mine");
+  writeText("mine/tuned.toml", "theta = 0.4\n");
+  expectOneLineError("tune -n 1024 --budget 5 --out mine", "--overwrite");
+  expectOneLineError("tune -n 1024 --budget 5 --out mine --overwrite", "not one `matcha tune` wrote");
+  EXPECT_EQ(readFile(dir_ / "mine" / "tuned.toml"), "theta = 0.4\n");
 }
 
 TEST_F(Cli, DiagnosticPotentialsComeFromADirectSumWhenAskedOrCheap) {
@@ -1757,10 +1784,14 @@ TEST_F(Cli, IcGeneratorsReplaceAnExistingFileOnlyWithOverwrite) {
     std::string line;
     std::getline(kept, line);
     EXPECT_EQ(line, "a file the user wrote");
-    const Result replaced = matcha(command + " --seed 1 --out mine.hdf5 --overwrite");
+    // --overwrite replaces an HDF5 file, an earlier output, never the user's text.
+    expectBadInput(command + " --seed 1 --out mine.hdf5 --overwrite", "is not an HDF5 file");
+    ASSERT_EQ(matcha(command + " --seed 2 --out ours.hdf5").exitCode, 0);
+    const Result replaced = matcha(command + " --seed 1 --out ours.hdf5 --overwrite");
     ASSERT_EQ(replaced.exitCode, 0) << replaced.err;
-    EXPECT_EQ(matcha::io::readSnapshot(dir_ / "mine.hdf5").particles.size(), 64u);
+    EXPECT_EQ(matcha::io::readSnapshot(dir_ / "ours.hdf5").particles.size(), 64u);
     std::filesystem::remove(dir_ / "mine.hdf5");
+    std::filesystem::remove(dir_ / "ours.hdf5");
   }
 }
 
