@@ -67,7 +67,15 @@ cosmology::LinearPowerSpectrum makeLinearPowerSpectrum(const CLI::App& command, 
   params.form = options.source == "eh" ? cosmology::TransferForm::withWiggles : cosmology::TransferForm::noWiggle;
   params.transfer.omegaMatter = cosmology.omegaMatter;
   params.transfer.hubbleParam = cosmology.hubbleParam;
-  return cosmology::LinearPowerSpectrum::eisensteinHu(params);
+  try {
+    return cosmology::LinearPowerSpectrum::eisensteinHu(params);
+  } catch (const NumericalError& error) {
+    // Parameters far outside any cosmology (h 2000, n_s 2000, Omega_b 1e-300) make the fit's spectrum overflow.
+    throw InputError(sourceOption + " " + options.source + ": no finite spectrum for Omega_m " +
+                     shortNumber(cosmology.omegaMatter) + ", Omega_b " + shortNumber(params.transfer.omegaBaryon) +
+                     ", h " + shortNumber(cosmology.hubbleParam) + ", n_s " + shortNumber(params.spectralIndex) + " (" +
+                     error.what() + ")");
+  }
 }
 
 std::string describeLinearPower(const CLI::App& command, const LinearPowerOptions& options,

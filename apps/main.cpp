@@ -20,6 +20,17 @@ constexpr int kExitIo = 1;
 constexpr int kExitBadInput = 2;
 constexpr int kExitInternal = 3;
 
+/// An empty value (`--t-end ''`, `--t-end=`) is refused by every option that takes one: CLI11 reads it as 0 for a
+/// number, which ran a 0-step run with exit 0, and a folder or file named '' means nothing either.
+void refuseEmptyValues(CLI::App& command) {
+  const CLI::Validator nonEmpty([](std::string& value) { return value.empty() ? std::string("an empty value") : ""; },
+                                "", "non-empty");
+  for (CLI::Option* option : command.get_options()) {
+    if (option->get_expected_max() > 0) option->check(nonEmpty);
+  }
+  for (CLI::App* sub : command.get_subcommands([](const CLI::App*) { return true; })) refuseEmptyValues(*sub);
+}
+
 const CLI::App* findSubcommand(const CLI::App& parent, const std::string& name) {
   for (const CLI::App* sub : parent.get_subcommands([](const CLI::App*) { return true; })) {
     if (sub->get_name() == name) return sub;
@@ -112,6 +123,7 @@ int main(int argc, char** argv) {
   const auto tuneCommand = matcha::app::addTuneCommand(app, tuneOptions);
   const auto renderCommand = matcha::app::addRenderCommand(app);
   const auto analyzeCommand = matcha::app::addAnalyzeCommand(app);
+  refuseEmptyValues(app);
 
   try {
     std::vector<std::string> args(argv + 1, argv + argc);

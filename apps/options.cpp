@@ -65,14 +65,14 @@ void addWordOption(CLI::App& command, const std::string& name, Enum& target, con
 
 /// A check for an option that takes a number or the word auto: "must be <what> or auto (got 'x')" otherwise. Only the
 /// form is checked here; the value's range is the option's own.
-CLI::Validator numberOrAuto(const std::string& what, const std::string& typeName) {
+CLI::Validator numberOrAuto(const std::string& what, const std::string& typeName, bool positive = false) {
   return CLI::Validator(
-      [what](std::string& text) {
+      [what, positive](std::string& text) {
         if (text == "auto") return std::string();
         try {
           std::size_t used = 0;
-          std::stod(text, &used);
-          if (used == text.size()) return std::string();
+          const double value = std::stod(text, &used);
+          if (used == text.size() && (!positive || (std::isfinite(value) && value > 0.0))) return std::string();
         } catch (const std::exception&) {
         }
         return "must be " + what + " or auto (got '" + text + "')";
@@ -217,6 +217,7 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                     "--reuse off on the CUDA engine each step's own tree is built during the step before), or within "
                     "the step that needs it (off)")
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
+        ->check(CLI::IsMember({"0", "1"}))
         ->capture_default_str();
     command
         .add_option("--device-advance", options.tree.advanceOnDevice,
@@ -288,7 +289,7 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
             [&options](const std::string& text) { options.maxStepRequested = text == "auto" ? 0.0 : std::stod(text); },
             "hermite: the largest step, a power of two dividing --output-interval (every body is synchronised at "
             "its multiples, the outputs among them), or auto: the largest such power of two")
-        ->check(numberOrAuto("a power of two such as 0.125,", "STEP|auto"))
+        ->check(numberOrAuto("a power of two such as 0.125,", "STEP|auto", true))
         ->default_str("auto");
     char minStep[32];
     std::snprintf(minStep, sizeof minStep, "%.17g", hermite.minStep);  // 2^-40 exactly, echoed and read back
@@ -633,7 +634,14 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
     if (item.inputs.empty()) throw InputError("--config " + path + ": key '" + item.name + "' needs a value");
     if (option->get_expected_max() == 0) {  // a flag: true/false
       if (item.inputs.size() != 1) throw InputError("--config " + path + ": key '" + item.name + "' needs one value");
-      if (item.inputs[0] == "true" || item.inputs[0] == "1") arguments.push_back("--" + item.name);
+      const std::string& flag = item.inputs[0];
+      if (flag == "true" || flag == "1") {
+        arguments.push_back("--" + item.name);
+      } else if (flag != "false" && flag != "0") {
+        // `dry-run = yes` ran the whole simulation before: a flag's value is checked as the command line's is.
+        throw InputError("--config " + path + ": key '" + item.name + "' is a flag: true or false (got '" + flag +
+                         "')");
+      }
       continue;
     }
     // A list (`theta = 0.3, 0.5` or `[0.3, 0.5]`) becomes the comma-separated text of compare's --theta; an option

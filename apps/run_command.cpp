@@ -246,8 +246,13 @@ ComovingRun prepareComovingRun(Options& options, double aStart, double scaleFact
   params.outputRedshifts =
       options.outputRedshifts.empty() ? std::vector<double>{} : parseRedshiftList(options.outputRedshifts);
   params.softening = options.gravity.eps;
-  if (options.comoving.maxPhysicalSoftening && !(*options.comoving.maxPhysicalSoftening > 0.0)) {
-    params.maxPhysicalSoftening.reset();  // --max-physical-softening 0: none
+  if (options.comoving.maxPhysicalSoftening) {
+    const double largest = *options.comoving.maxPhysicalSoftening;
+    if (!(std::isfinite(largest) && largest >= 0.0)) {
+      throw InputError("--max-physical-softening must be a finite length >= 0 (0: none; got " +
+                       std::to_string(largest) + ")");
+    }
+    if (largest == 0.0) params.maxPhysicalSoftening.reset();  // --max-physical-softening 0: none
   }
   const cosmology::Background background = comovingBackground(header, units, source);
   ComovingRun run{cosmology::ComovingTimeline(background, params), header, units};

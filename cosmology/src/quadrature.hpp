@@ -6,6 +6,7 @@
 #include <boost/math/quadrature/tanh_sinh.hpp>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "matcha/core/errors.hpp"
@@ -45,8 +46,14 @@ double integrate(const Integrand& integrand, double lower, double upper, double 
   const double width = upper - lower;
   double errorEstimate = 0.0;
   double absoluteIntegral = 0.0;
-  const double value = tanhSinhRule().integrate([&](double t) { return integrand(lower + width * t); }, 0.0, 1.0,
-                                                relativeTolerance, &errorEstimate, &absoluteIntegral);
+  double value = 0.0;
+  try {
+    value = tanhSinhRule().integrate([&](double t) { return integrand(lower + width * t); }, 0.0, 1.0,
+                                     relativeTolerance, &errorEstimate, &absoluteIntegral);
+  } catch (const std::runtime_error&) {  // boost::math::evaluation_error: the integrand is not finite somewhere
+    throw NumericalError(std::string("cosmology: the integrand of ") + what + " over [" + formatNumber(lower) + ", " +
+                         formatNumber(upper) + "] is not finite");
+  }
   if (!(std::isfinite(value) && errorEstimate <= 100.0 * relativeTolerance * absoluteIntegral)) {
     throw NumericalError(std::string("cosmology: the quadrature of ") + what + " over [" + formatNumber(lower) + ", " +
                          formatNumber(upper) + "] did not converge (estimated error " +

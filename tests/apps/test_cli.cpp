@@ -865,6 +865,33 @@ TEST_F(Cli, OutputsNeverReplaceFilesTheUserWrote) {
   EXPECT_EQ(readFile(dir_ / "mine" / "tuned.toml"), "theta = 0.4\n");
 }
 
+// Values that ran with exit 0 before: empty values (read as 0), a flag in a parameter file set to neither true nor
+// false (read as false), out-of-range steps and softenings (read as "none" or auto), and generators' or spectra's
+// parameters whose results overflow a double (files of NaN, infinite or zero masses, or Boost's exception text).
+TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
+  expectOneLineError("run -n 256 --t-end ''", "--t-end: an empty value");
+  expectOneLineError("ic lattice -n 64 --perturbation '' --out l.hdf5", "--perturbation: an empty value");
+  writeText("flags.toml", "dry-run = yes\n");
+  expectOneLineError("run -n 256 --config flags.toml", "'dry-run' is a flag: true or false (got 'yes')");
+  EXPECT_FALSE(fs::exists(dir_ / "matcha-run"));
+  writeText("flags.toml", "timings = false\n");
+  EXPECT_EQ(matcha("run -n 256 --t-end 0.0078125 --output-interval 0.0078125 --config flags.toml --out f").exitCode, 0);
+  expectOneLineError("run -n 256 --integrator hermite --solver direct --max-step -1", "--max-step");
+  expectOneLineError("run -n 256 --integrator hermite --solver direct --max-step nan", "--max-step");
+  expectOneLineError("run -n 256 --pipeline 2", "--pipeline");
+  expectOneLineError("run --cosmology --grid 8 --z-end 40 --max-physical-softening -1 --out c",
+                     "--max-physical-softening");
+  for (const std::string options : {"--sigma8 1e160", "--box 1e160", "--box 1e-160", "--z-start 1e300"}) {
+    expectOneLineError("ic cosmo --grid 8 " + options + " --out c.hdf5", "nothing was written");
+  }
+  expectOneLineError("ic pancake --grid 8 --box 1e-300 --out p.hdf5", "nothing was written");
+  for (const std::string options : {"--h 2000", "--ns 2000", "--omega-b 1e-300", "--omega-m 1e300"}) {
+    expectOneLineError("ic cosmo --grid 8 " + options + " --out c.hdf5", "no finite spectrum");
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "c.hdf5"));
+  EXPECT_FALSE(fs::exists(dir_ / "p.hdf5"));
+}
+
 TEST_F(Cli, DiagnosticPotentialsComeFromADirectSumWhenAskedOrCheap) {
   // With direct potentials a tree run measures the energy a direct-summation run of the same bodies measures (both
   // float engines; to their rounding); with the tree's own potentials it carries the tree's potential error.
@@ -1095,8 +1122,8 @@ TEST_F(Cli, BadInputCatalogue) {
   expectBadInput("compare --config unknown.toml", "unknown key 'opening_angle'");
 
   // Output and timing.
-  expectBadInput("run -n 64 --out ''", "--out: the output folder must be named");
-  expectBadInput("ic plummer -n 64 --out ''", "--out: the output file must be named");
+  expectBadInput("run -n 64 --out ''", "--out: an empty value");
+  expectBadInput("ic plummer -n 64 --out ''", "--out: an empty value");
   expectBadInput("run -n 64 --output-interval 0.3",
                  "--output-interval 0.3 is not a whole number of steps of dt = 0.0078125; the nearest valid values "
                  "are 0.296875 and 0.3046875");
@@ -1150,11 +1177,12 @@ TEST_F(Cli, BadInputCatalogue) {
   for (const char* width : {"nan", "inf", "-1", "0"}) {
     expectBadInput(std::string("render few.hdf5 --width ") + width, "--width must be a finite length > 0");
   }
-  for (const char* centre : {"1,2", "1,2,3,4", "1,2,nan", "a,b,c", "''", "1,2,3,"}) {
+  for (const char* centre : {"1,2", "1,2,3,4", "1,2,nan", "a,b,c", "1,2,3,"}) {
     expectBadInput(std::string("render few.hdf5 --centre ") + centre, "--centre must be three finite numbers X,Y,Z");
   }
+  expectBadInput("render few.hdf5 --centre ''", "--centre: an empty value");
   expectBadInput("render few.hdf5 --decades 0", "--decades must be 0.5 to 30");
-  expectBadInput("render few.hdf5 --out ''", "--out: the output file must be named");
+  expectBadInput("render few.hdf5 --out ''", "--out: an empty value");
   expectBadInput("render few.hdf5 --out few.hdf5 --overwrite", "is the snapshot itself");
   expectBadInput("render few.hdf5 --out folder.toml", "is a folder");
   writeText("taken.png", "not an image");
@@ -1805,7 +1833,7 @@ TEST_F(Cli, IcClumpsAndLatticeRefuseBadInput) {
     }
     expectBadInput(command + " -n 64 --box two", "--box");
     expectBadInput(command + " -n 64 --seed -1", "--seed: must be a whole number");
-    expectBadInput(command + " -n 64 --out ''", "--out: the output file must be named");
+    expectBadInput(command + " -n 64 --out ''", "--out: an empty value");
   }
   expectBadInput("ic clumps -n 100 --clumps 0", "--clumps must be at least 1 (got 0)");
   expectBadInput("ic clumps -n 100 --clumps -3", "--clumps must be at least 1 (got -3)");
@@ -2216,7 +2244,7 @@ TEST_F(Cli, IcCosmoRefusesBadInput) {
   expectBadInput("ic cosmo --power broken.txt", "broken.txt");
   expectBadInput("ic cosmo --power table.txt --ns 1", "--ns applies to the EH98 spectra only");
   expectBadInput("ic cosmo --grid 128", "initial conditions on a 128^3 grid need ~", "MATCHA_MEMORY_LIMIT=260M");
-  expectBadInput("ic cosmo --out ''", "--out: the output file must be named");
+  expectBadInput("ic cosmo --out ''", "--out: an empty value");
   EXPECT_FALSE(fs::exists(dir_ / "cosmo.hdf5"));
   // A table is read and used as it is (a warning names the modes it does not cover).
   const Result table = matcha("ic cosmo --box 10 --grid 8 --power table.txt --out t.hdf5");
@@ -2580,7 +2608,7 @@ TEST_F(Cli, IcPancakeAndAnalyzePancakeRefuseBadInput) {
   expectBadInput("ic pancake --z-caustic -1", "--z-caustic must be a finite number > -1");
   expectBadInput("ic pancake --z-start 1 --z-caustic 2", "--z-start must be above --z-caustic");
   expectBadInput("ic pancake --h 0", "--h must be a finite number > 0");
-  expectBadInput("ic pancake --out ''", "--out: the output file must be named");
+  expectBadInput("ic pancake --out ''", "--out: an empty value");
   expectBadInput("ic pancake --grid 1024", "just to hold the bodies", "MATCHA_MEMORY_LIMIT=1G");
   EXPECT_FALSE(fs::exists(dir_ / "pancake.hdf5"));
 

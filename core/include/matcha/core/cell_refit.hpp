@@ -52,8 +52,8 @@ struct RefitCells {
 namespace detail {
 /// The traceless quadrupole m (3 d d^T - |d|^2 I) of masses m at offsets d from the expansion centre, summed, and the
 /// second-moment trace m |d|^2. Named members rather than an array of seven: the compiler keeps these in registers
-/// through a leaf's loop, where an array stayed on the stack and each body's sums waited on the stores of the last
-/// (that wait was ~15% of the build's refit on the 2-core build machine).
+/// through a leaf's loop, where it kept an array on the stack and each body's sums waited on the stores of the last
+/// (perf on the 2-core build machine: 15% of the refit's samples on the first use of a reloaded sum).
 struct QuadrupoleSum {
   double xx = 0.0, yy = 0.0, zz = 0.0, xy = 0.0, xz = 0.0, yz = 0.0, trace = 0.0;
 
