@@ -3,6 +3,7 @@
 // --multipole orders) measured against ONE reference computation, on every body or on a random sample of them;
 // error percentiles, interaction counts and list lengths per configuration (STYLE.md habit 4).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -249,6 +250,17 @@ int compareSolvers(const Options& given, const CompareOptions& compare, const Co
     rows[k].error = summariseForceErrors(treeForces[k].view(), reference.view());
   }
   const ForceErrorStats directError = summariseForceErrors(direct.view(), reference.view());
+  // Errors that are not numbers are no measurement: say so (exit 3) rather than print them with exit 0. The inputs'
+  // range is checked up front (requireFloatRange); this is the guard behind it.
+  std::vector<ForceErrorStats> measured{directError};
+  for (const Row& row : rows) measured.push_back(row.error);
+  for (const ForceErrorStats& error : measured) {
+    if (!(std::isfinite(error.median) && std::isfinite(error.max))) {
+      throw NumericalError("compare: the force errors are not finite (median " + std::to_string(error.median) +
+                           ", max " + std::to_string(error.max) + "): a force of the tree, the direct sum or the " +
+                           "reference overflowed; nothing was written");
+    }
+  }
   const tree::TreeStats& stats = rows.back().stats;  // cells and groups depend on ncrit and nleaf alone
   if (!compare.csvPath.empty()) {
     io::writeTextFile(compare.csvPath, csvTable(rows, n, sample.numTargets, options.gravity, referenceKind));

@@ -114,6 +114,28 @@ void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
     extent = std::max(extent, *hi - *lo);
   }
   if (extent > kMaxFloatLength) refuse("the bodies' extent (largest side of their bounding box)", extent);
+  // The small side: a periodic box whose side is below 2^-30 leaves the float kernels' offsets and r_s^2 near the
+  // bottom of float's normal range (a box of 1e-15 gave NaN errors in compare with exit 0).
+  if (gravity.periodic.enabled() && gravity.periodic.boxSize < 1.0 / kMaxFloatLength) {
+    char message[300];
+    std::snprintf(message, sizeof message,
+                  "the box side %.6g is below %.6g (2^-30) length units, the smallest the float engines evaluate; "
+                  "gravity is scale-free: rescale lengths by s, velocities by 1/sqrt(s) and times by s^1.5",
+                  gravity.periodic.boxSize, 1.0 / kMaxFloatLength);
+    throw InputError(message);
+  }
+  // G M: a pull G m / r^2 and a cell's G M b^2 terms in float stay far below 3.4e38 up to kMaxFloatMass (a 3 Gpc/h box
+  // in GADGET's units has G M ~ 1e16).
+  double mass = 0.0;
+  for (const double m : bodies.mass) mass += m;
+  if (!(std::abs(gravity.G * mass) <= kMaxFloatMass)) {
+    char message[300];
+    std::snprintf(message, sizeof message,
+                  "G times the total mass, %.6g, exceeds %.6g (2^60), the largest the float engines evaluate; gravity "
+                  "is scale-free: rescale masses by s and velocities by sqrt(s)",
+                  gravity.G * mass, kMaxFloatMass);
+    throw InputError(message);
+  }
 }
 
 }  // namespace matcha::gpu

@@ -723,6 +723,36 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
       throw InputError("the snapshot is split over " + std::to_string(files->front()) +
                        " files (NumFilesPerSnapshot); matcha reads one-file snapshots only");
     }
+    if (files->size() != 1 || files->front() < 1) {
+      throw InputError("/Header NumFilesPerSnapshot is not one count >= 1");
+    }
+  }
+  // A one-file snapshot's totals are this file's counts: a total that differs says rows or files are missing.
+  if (auto total = readNumericAttribute<std::uint64_t>(h, "NumPart_Total", H5T_NATIVE_UINT64, where)) {
+    if (total->size() != 6) {
+      throw InputError("/Header NumPart_Total has " + std::to_string(total->size()) + " entries, expected 6");
+    }
+    std::vector<std::uint64_t> high(6, 0);
+    if (auto highWord = readNumericAttribute<std::uint64_t>(h, "NumPart_Total_HighWord", H5T_NATIVE_UINT64, where)) {
+      if (highWord->size() != 6) {
+        throw InputError("/Header NumPart_Total_HighWord has " + std::to_string(highWord->size()) +
+                         " entries, expected 6");
+      }
+      high = *highWord;
+    }
+    for (std::size_t type = 0; type < 6; ++type) {
+      if (high[type] >= (std::uint64_t{1} << 32)) {
+        throw InputError("/Header NumPart_Total_HighWord[" + std::to_string(type) + "] is not below 2^32");
+      }
+      const std::uint64_t bodies = (*total)[type] + (high[type] << 32);
+      const std::uint64_t expected = type == 1 ? count : 0;
+      if (bodies != expected) {
+        throw InputError("/Header NumPart_Total[" + std::to_string(type) + "] (with its high word) is " +
+                         std::to_string(bodies) + " but the file holds " + std::to_string(expected) +
+                         (type == 1 ? " rows of " + std::string(kGroup) + "/Coordinates" : " of that type") +
+                         "; matcha reads whole one-file snapshots only");
+      }
+    }
   }
   if (auto numPart = readNumericAttribute<std::uint64_t>(h, "NumPart_ThisFile", H5T_NATIVE_UINT64, where)) {
     if (numPart->size() != 6)
@@ -758,8 +788,11 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
     boxSize = box->front();
   }
   bool periodic = info.matchaVersion.empty() && boxSize > 0.0;  // another code's file: GADGET's meaning
-  if (auto flag = readNumericAttribute<std::int64_t>(h, "MatchaPeriodic", H5T_NATIVE_INT64, where)) {
-    periodic = flag->size() == 1 && flag->front() == 1;
+  if (auto flag = readNumericAttribute<double>(h, "MatchaPeriodic", H5T_NATIVE_DOUBLE, where)) {
+    if (flag->size() != 1 || !(flag->front() == 0.0 || flag->front() == 1.0)) {
+      throw InputError("/Header MatchaPeriodic is not 0 or 1");
+    }
+    periodic = flag->front() == 1.0;
     if (periodic && !(boxSize > 0.0)) throw InputError("/Header MatchaPeriodic is 1 but BoxSize is not > 0");
   }
   info.boxSize = periodic ? boxSize : 0.0;

@@ -258,6 +258,14 @@ TEST_F(Cli, RefusesWhatFloatCannotEvaluate) {
   expectOneLineError("compare --ic wide.hdf5 --eps 4e7", "extent");
   expectOneLineError("compare -n 256 --eps 1e20", "2^30");
   EXPECT_EQ(matcha("run --ic wide.hdf5 --eps 4e7 --t-end 0.0078125 --out wide").exitCode, 2);
+  // The small side of a box and the mass (compare printed NaN percentiles with exit 0; run stopped at step 0, exit 3).
+  expectOneLineError("compare -n 256 --box 1e-15", "2^-30");
+  expectOneLineError("run -n 256 --box 1e-300 --out tiny", "2^-30");
+  matcha::Particles heavy = matcha::testing::plummer(512, 5);
+  heavy.mass[7] = 1e300;
+  matcha::io::writeSnapshot(dir_ / "heavy.hdf5", heavy, {}, {false, {}});
+  expectOneLineError("compare --ic heavy.hdf5", "2^60");
+  expectOneLineError("run --ic heavy.hdf5 --t-end 0.0078125 --out heavy", "2^60");
 }
 
 // A run that goes non-finite stops at the first such value: one line on stderr naming the step, the time, the body

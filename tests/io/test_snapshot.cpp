@@ -858,6 +858,34 @@ TEST(SnapshotReadErrors, HeaderCountMismatchIsInputError) {
   expectOneLineMentioning(readError<InputError>(path), {"NumPart_ThisFile[1] = 6", "5 rows"});
 }
 
+// Totals that say rows or files are missing, a file count below one and a periodic flag that is neither 0 nor 1 were
+// read without a word before.
+TEST(SnapshotReadErrors, HeaderTotalsFileCountAndPeriodicFlagAreChecked) {
+  ScratchDir dir;
+  const fs::path path = writeGood(dir);
+  const std::array<std::uint32_t, 6> total{0, 1000, 0, 0, 0, 0};
+  editFile(path, [&](hid_t file) { writeHeaderAttribute(file, "NumPart_Total", H5T_NATIVE_UINT32, total.data()); });
+  expectOneLineMentioning(readError<InputError>(path), {"NumPart_Total[1]", "1000", "5 rows"});
+
+  const fs::path high = writeGood(dir, "high.hdf5");
+  const std::array<std::uint32_t, 6> highWord{0, 1, 0, 0, 0, 0};
+  editFile(high, [&](hid_t file) {
+    writeHeaderAttribute(file, "NumPart_Total_HighWord", H5T_NATIVE_UINT32, highWord.data());
+  });
+  expectOneLineMentioning(readError<InputError>(high), {"NumPart_Total[1]", "4294967301"});
+
+  for (const std::int32_t files : {0, -1}) {
+    const fs::path path2 = writeGood(dir, "files.hdf5");
+    editFile(path2, [&](hid_t file) { writeHeaderAttribute(file, "NumFilesPerSnapshot", H5T_NATIVE_INT32, &files); });
+    expectOneLineMentioning(readError<InputError>(path2), {"NumFilesPerSnapshot"});
+  }
+  for (const std::int32_t flag : {2, -1}) {
+    const fs::path path3 = writeGood(dir, "flag.hdf5");
+    editFile(path3, [&](hid_t file) { writeHeaderAttribute(file, "MatchaPeriodic", H5T_NATIVE_INT32, &flag); });
+    expectOneLineMentioning(readError<InputError>(path3), {"MatchaPeriodic"});
+  }
+}
+
 // ================================================================================================================
 // Accepted variants (foreign initial conditions)
 // ================================================================================================================

@@ -76,10 +76,13 @@ struct EngineChoice {
 /// past 2^30 (1.07e9) they overflow to inf and the forces to NaN (measured: a Plummer sphere scaled by 1e10 gave NaN
 /// for 699 of 4096 bodies with quadrupole cells, eps = 1e20 NaN everywhere).
 inline constexpr double kMaxFloatLength = 0x1p30;
+/// The largest G times the total mass the float engines evaluate (requireFloatRange).
+inline constexpr double kMaxFloatMass = 0x1p60;
 
 /// Refuses, up front, inputs whose float evaluation would overflow: InputError (one line, giving the limit) when
-/// eps or the bodies' extent exceeds kMaxFloatLength. Gravity is scale-free, so such a run can be rescaled: lengths
-/// by s, velocities by 1/sqrt(s) and times by s^1.5 at fixed G and masses.
+/// eps or the bodies' extent exceeds kMaxFloatLength, a periodic box's side is below 1 / kMaxFloatLength, or G times
+/// the total mass exceeds kMaxFloatMass (or is not finite). Gravity is scale-free, so such a run can be rescaled:
+/// lengths by s, velocities by 1/sqrt(s) and times by s^1.5 at fixed G and masses.
 void requireFloatRange(const Particles& bodies, const GravityParams& gravity);
 
 /// `cpu`: the float CPU engine. `cuda`: the CUDA engine, or InputError when none can be used. `automatic`: CUDA when
