@@ -389,6 +389,18 @@ int analyzePower(const CLI::App& command, const PowerOptions& options) {
     for (const cosmology::PowerBin& bin : spectrum.bins)
       linear->power.push_back(linearSpectrum->power(bin.k) * growth2);
   }
+  // A box or a linear theory beyond a double (--box 1e300, --scale-factor 1e300, --sigma8 1e300) gave columns of inf
+  // or NaN with exit 0: nothing is written then.
+  bool finite = std::isfinite(spectrum.shotNoise) && (!cosmo || std::isfinite(cosmo->growthRatio));
+  for (const cosmology::PowerBin& bin : spectrum.bins)
+    finite = finite && std::isfinite(bin.k) && std::isfinite(bin.power);
+  if (linear) {
+    for (const double power : linear->power) finite = finite && std::isfinite(power);
+  }
+  if (!finite) {
+    throw InputError("analyze power: the box (" + number(params.boxSize) +
+                     ") or the linear theory's parameters give a spectrum beyond a double; nothing was written");
+  }
   io::writeTextFile(out, powerFileText(options, info, params, spectrum, cosmo, linear));
   char timings[96];
   std::snprintf(timings, sizeof timings, "read %.2f s, measure %.2f s", readSeconds, measureSeconds);

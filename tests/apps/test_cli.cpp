@@ -898,6 +898,13 @@ TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
   }
   EXPECT_FALSE(fs::exists(dir_ / "c.hdf5"));
   EXPECT_FALSE(fs::exists(dir_ / "p.hdf5"));
+  ASSERT_EQ(matcha("ic lattice -n 512 --box 100 --out lattice.hdf5").exitCode, 0);
+  expectOneLineError("analyze power lattice.hdf5 --box 1e300 --out pk.txt", "beyond a double");
+  expectOneLineError(
+      "analyze power lattice.hdf5 --omega-m 0.3 --omega-lambda 0.7 --h 0.7 --linear eh --scale-factor 1e300 --out "
+      "pk.txt",
+      "beyond a double");
+  EXPECT_FALSE(fs::exists(dir_ / "pk.txt"));
 }
 
 TEST_F(Cli, DiagnosticPotentialsComeFromADirectSumWhenAskedOrCheap) {
