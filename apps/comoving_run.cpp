@@ -229,6 +229,7 @@ integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, dou
       // near that step, not up to half of it, and stays its bin while its |a| grows within the long-range step.
       double limit = timeline_.longRangeStepLimit(scaleFactor, rmsMomentum(p), *longRangeLength_);
       const double shortLimit = timeline_.maxStep(scaleFactor, largest);  // names a non-finite |a|
+      requireFeasibleSteps(scaleFactor, shortLimit);
       if (shortLimit < limit) {
         const double room = kBinRoom * shortLimit;
         limit = std::ldexp(room, std::ilogb(limit / room));
@@ -254,6 +255,7 @@ integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, dou
     // long-range step).
     const double limit = timeline_.longRangeStepLimit(scaleFactor, rmsMomentum(p), *longRangeLength_);
     const double shortLimit = timeline_.maxStep(scaleFactor, largest);
+    requireFeasibleSteps(scaleFactor, shortLimit);
     const double whole = shortLimit < limit ? std::floor(limit / shortLimit) * shortLimit : limit;
     longRangeEnd_ = timeline_.longRangeStepEnd(scaleFactor, whole);
     const cosmology::KdkFactors longRange = timeline_.kdkFactors(scaleFactor, longRangeEnd_);
@@ -301,6 +303,17 @@ bool ComovingSchedule::mayPlanDiagnostics(std::uint64_t /*stepsTaken*/, double s
 double ComovingSchedule::fractionDone(double scaleFactor) const {
   const double span = std::log(timeline_.endScaleFactor() / timeline_.startScaleFactor());
   return std::clamp(std::log(scaleFactor / timeline_.startScaleFactor()) / span, 0.0, 1.0);
+}
+
+void ComovingSchedule::requireFeasibleSteps(double scaleFactor, double shortLimit) const {
+  const double steps = std::log(timeline_.endScaleFactor() / scaleFactor) / shortLimit;
+  if (steps > kMaxComovingSteps) {
+    std::ostringstream message;
+    message << "comoving steps: at a = " << scaleFactor << " the step limit d ln a = " << shortLimit
+            << " (Power et al.'s, from --eta and the softening) leaves ~" << steps << " steps to z-end, more than "
+            << kMaxComovingSteps << "; raise --eta or the softening";
+    throw InputError(message.str());
+  }
 }
 
 std::uint64_t ComovingSchedule::estimatedSteps(std::uint64_t stepsTaken, double scaleFactor) const {

@@ -125,7 +125,13 @@ class ComovingSchedule final : public integrator::StepSchedule {
   integrator::PlannedStep planBlockStep(const Particles& p, double largestAcceleration);
   /// What every step from aNow to aNext plans alike: its end, outputs, diagnostics, softening (and lastStepDlnA_).
   void endStep(double aNow, double aNext, integrator::PlannedStep& planned);
+  /// InputError (one line) where the short range's step limit `shortLimit` (in ln a) at `scaleFactor` leaves more than
+  /// kMaxComovingSteps steps to z-end: a run that could not finish (`--eta 1e-300` ran at an ETA above a year).
+  void requireFeasibleSteps(double scaleFactor, double shortLimit) const;
 };
+
+/// The most steps a comoving run may need at its step limits (a 1024^3 box needs ~1e4 - 1e5).
+inline constexpr double kMaxComovingSteps = 1e9;
 
 /// The Layzer-Irvine check of a comoving run, fed the run's diagnostics (integrator::Diagnostics of the run's state:
 /// kinetic = (1/2) sum m |p|^2 and potential = (1/2) sum m phi, both comoving, time = a) after every step.

@@ -889,6 +889,8 @@ TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
   expectOneLineError("run -n 256 --pipeline 2", "--pipeline");
   expectOneLineError("run --cosmology --grid 8 --z-end 40 --max-physical-softening -1 --out c",
                      "--max-physical-softening");
+  // Step limits that leave a run more steps than it could ever take (it ran on, its ETA above a year).
+  expectOneLineError("run --cosmology --grid 8 --z-end 40 --eta 1e-300 --out e", "raise --eta or the softening");
   for (const std::string options : {"--sigma8 1e160", "--box 1e160", "--box 1e-160", "--z-start 1e300"}) {
     expectOneLineError("ic cosmo --grid 8 " + options + " --out c.hdf5", "nothing was written");
   }
