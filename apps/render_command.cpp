@@ -101,7 +101,8 @@ int render(const RenderOptions& options) {
 
   std::cout << "reading snapshot " << snapshotPath.string() << "..." << std::endl;
   Stopwatch clock;
-  const io::Snapshot snapshot = io::readSnapshot(snapshotPath);
+  // A truncated or corrupt snapshot, or a folder, is bad input (exit 2) as for every command that reads one.
+  const io::Snapshot snapshot = asBadInput([&] { return io::readSnapshot(snapshotPath); });
   const double readSeconds = clock.seconds();
   const SourceView bodies = snapshot.particles.sources();
 

@@ -1262,6 +1262,12 @@ TEST_F(Cli, RenderRefusesWidthsItCannotResolveAndFramesAPointMassByEveryBody) {
   matcha::io::writeSnapshot(dir_ / "plain.hdf5", bodies, {}, {false, {}});
   expectOneLineError("render plain.hdf5 --width 1e-160 --centre 0.25,0.25,0.25 --out tiny.png", "width");
   EXPECT_FALSE(fs::exists(dir_ / "tiny.png"));
+  // A truncated snapshot or a folder is bad input, exit 2, as for run and compare (render said 1).
+  const std::string whole = readFile(dir_ / "plain.hdf5");
+  writeText("cut.hdf5", whole.substr(0, whole.size() / 2));
+  expectBadInput("render cut.hdf5 --out cut.png", "cut.hdf5");
+  fs::create_directories(dir_ / "folder.hdf5");
+  expectBadInput("render folder.hdf5 --out folder.png", "folder.hdf5");
   bodies.mass[17] = 1e20;
   matcha::io::writeSnapshot(dir_ / "dominant.hdf5", bodies, {}, {false, {}});
   matcha::Particles clump = matcha::testing::plummer(202, 9);
