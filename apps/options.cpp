@@ -622,6 +622,10 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
     // it writes, which a shared file must not name: the bodies would land in a file called like the run's folder.
     const bool icCommand = command.get_parent() != nullptr && command.get_parent()->get_name() == "ic";
     if (icCommand && item.name == "out") continue;
+    if (item.fullname().find_first_of(" \t") != std::string::npos) {
+      // `theta 0.5`: CLI11 reads a dotted key ("theta 0" in section "5"); say what the line lacks.
+      throw InputError("--config " + path + ": '" + item.fullname() + "' is not a `key = value` line");
+    }
     if (!item.parents.empty()) {
       throw InputError("--config " + path + ": sections are not supported (key '" + item.fullname() + "')");
     }

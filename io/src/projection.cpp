@@ -113,6 +113,11 @@ void validateView(const ProjectionView& view) {
   for (const double c : view.centre) {
     if (!std::isfinite(c)) throw InputError("the centre must be three finite numbers (got " + shortest(c) + ")");
   }
+  // The other side: pixels whose area's inverse underflows (masses over it would all read 0).
+  if (view.width / view.pixels > 1e150) {
+    throw InputError("the width " + shortest(view.width) + " is too large for " + std::to_string(view.pixels) +
+                     " pixels (pixels of at most 1e150)");
+  }
   if (view.width < smallestResolvableWidth(view.pixels, view.centre)) {
     throw InputError("the width " + shortest(view.width) + " is too small to resolve in " +
                      std::to_string(view.pixels) + " pixels around this centre (at least " +

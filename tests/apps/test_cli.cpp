@@ -882,6 +882,8 @@ TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
   writeText("flags.toml", "dry-run = yes\n");
   expectOneLineError("run -n 256 --config flags.toml", "'dry-run' is a flag: true or false (got 'yes')");
   EXPECT_FALSE(fs::exists(dir_ / "matcha-run"));
+  writeText("spaced.toml", "theta 0.5\n");
+  expectOneLineError("run -n 256 --config spaced.toml", "is not a `key = value` line");
   writeText("flags.toml", "timings = false\n");
   EXPECT_EQ(matcha("run -n 256 --t-end 0.0078125 --output-interval 0.0078125 --config flags.toml --out f").exitCode, 0);
   expectOneLineError("run -n 256 --integrator hermite --solver direct --max-step -1", "--max-step");

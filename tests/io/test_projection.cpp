@@ -216,6 +216,8 @@ TEST(Projection, BadViewsAreInputErrors) {
   EXPECT_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {1e6, 0.0, 0.0}, 1e-8, 64)),
                InputError);
   EXPECT_NO_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {1e6, 0.0, 0.0}, 1e-4, 64)));
+  // Pixels so large that a mass over their area underflows to 0 (it said "no mass falls in the field").
+  EXPECT_THROW(matcha::io::depositSurfaceDensity(p.sources(), view(ProjectionAxis::z, {}, 1e300, 64)), InputError);
   // Masses whose surface density exceeds a double.
   const Particles heavy = bodiesAt({{0.0, 0.0, 0.0, 1e300}});
   EXPECT_THROW(matcha::io::depositSurfaceDensity(heavy.sources(), view(ProjectionAxis::z, {}, 1e-3, 64)), InputError);

@@ -60,8 +60,8 @@ struct SurfaceDensityMap {
   }
 };
 
-/// Throws InputError (one line) unless view.pixels is in [kMinPixels, kMaxPixels], view.width is finite and at least
-/// smallestResolvableWidth, and every centre component is finite.
+/// Throws InputError (one line) unless view.pixels is in [kMinPixels, kMaxPixels], view.width is finite, at least
+/// smallestResolvableWidth and at most 1e150 a pixel, and every centre component is finite.
 void validateView(const ProjectionView& view);
 
 /// The smallest width a map of `pixels` around `centre` resolves: pixels of at least 1e-150 (their area, whose inverse
