@@ -735,7 +735,17 @@ double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t nu
   if (options.openingAuto.alpha) options.tree.alpha = inBox ? periodic.alpha : open.alpha;
   options.gravity.periodic = PeriodicSplit{};
   options.integrator.boxSize = 0.0;
-  if (!(box > 0.0)) return 0.0;
+  if (!(box > 0.0)) {
+    // A mesh option without a box was ignored before: say that it does nothing here.
+    for (const char* name : {"--pm-grid", "--pm-assignment", "--mesh-overlap"}) {
+      if (givenOnCommandLine(options, name)) {
+        throw InputError(std::string(name) +
+                         " sets the periodic mesh, and this run has open boundaries (give --box, or an --ic file "
+                         "with a periodic box)");
+      }
+    }
+    return 0.0;
+  }
   if (options.solver == SolverKind::direct) {
     throw InputError(
         "periodic gravity needs the tree solver (its reference is `matcha compare`'s Ewald sum), not "

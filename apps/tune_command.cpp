@@ -520,8 +520,13 @@ int tuneSettings(const Options& givenOptions, const TuneOptions& given) {
   std::iota(bodies.id.begin(), bodies.id.end(), std::uint64_t{0});  // ids index the error sample (Sample)
   options.integrator.tStart = 0.0;
   TuneOptions tune = given;
-  if (tune.sample == 0) tune.sample = referenceKind == "gpu-double" ? kSampleGpu : kSampleCpu;
-  tune.sample = std::min<std::int64_t>(tune.sample, static_cast<std::int64_t>(bodies.size()));
+  if (tune.sample == 0) {
+    tune.sample = std::min<std::int64_t>(referenceKind == "gpu-double" ? kSampleGpu : kSampleCpu,
+                                         static_cast<std::int64_t>(bodies.size()));
+  } else if (tune.sample > static_cast<std::int64_t>(bodies.size())) {
+    throw InputError("--sample " + std::to_string(tune.sample) + " exceeds the " + std::to_string(bodies.size()) +
+                     " bodies (as compare, which refuses it too)");
+  }
   std::filesystem::create_directories(outDir);
   const std::filesystem::path csvPath = outDir / "tune.csv";
   std::ofstream csv(csvPath, std::ios::trunc);

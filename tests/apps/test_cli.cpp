@@ -882,6 +882,8 @@ TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
   writeText("flags.toml", "dry-run = yes\n");
   expectOneLineError("run -n 256 --config flags.toml", "'dry-run' is a flag: true or false (got 'yes')");
   EXPECT_FALSE(fs::exists(dir_ / "matcha-run"));
+  expectOneLineError("run -n 256 --pm-grid 64 --out m", "--pm-grid sets the periodic mesh");
+  expectOneLineError("tune -n 1024 --sample 2000 --budget 5 --out s", "--sample 2000 exceeds the 1024 bodies");
   writeText("spaced.toml", "theta 0.5\n");
   expectOneLineError("run -n 256 --config spaced.toml", "is not a `key = value` line");
   writeText("flags.toml", "timings = false\n");
