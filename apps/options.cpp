@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <iterator>
 #include <sstream>
 
 #include "matcha/core/errors.hpp"
@@ -608,6 +609,20 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
   }
   std::ifstream file(path);
   if (!file) throw InputError("--config " + path + ": cannot open the parameter file");
+  {
+    // A binary file (a program, an HDF5 file given by mistake) is named as such, its bytes not echoed.
+    const std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+    const auto control = std::find_if(text.begin(), text.end(), [](char c) {
+      const auto byte = static_cast<unsigned char>(c);
+      return (byte < 0x20 && c != '\n' && c != '\r' && c != '\t') || byte == 0x7f;
+    });
+    if (control != text.end()) {
+      throw InputError("--config " + path + ": not a text parameter file (a control byte at offset " +
+                       std::to_string(control - text.begin()) + ")");
+    }
+    file.clear();
+    file.seekg(0);
+  }
   const std::vector<const CLI::Option*> given = givenOptions(command, commandLine);
   std::vector<CLI::ConfigItem> items;
   try {

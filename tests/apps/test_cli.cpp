@@ -884,6 +884,10 @@ TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
   EXPECT_FALSE(fs::exists(dir_ / "matcha-run"));
   expectOneLineError("run -n 256 --pm-grid 64 --out m", "--pm-grid sets the periodic mesh");
   expectOneLineError("tune -n 1024 --sample 2000 --budget 5 --out s", "--sample 2000 exceeds the 1024 bodies");
+  writeText("binary.toml", std::string("\x7f"
+                                       "ELF\x02\x01",
+                                       6));
+  expectOneLineError("run -n 256 --config binary.toml", "not a text parameter file");
   writeText("spaced.toml", "theta 0.5\n");
   expectOneLineError("run -n 256 --config spaced.toml", "is not a `key = value` line");
   writeText("flags.toml", "timings = false\n");
