@@ -620,6 +620,22 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
       throw InputError("--config " + path + ": not a text parameter file (a control byte at offset " +
                        std::to_string(control - text.begin()) + ")");
     }
+    // A key given twice: which one was meant is not for matcha to guess (CLI11 reads the two as one list).
+    std::istringstream lines(text);
+    std::vector<std::string> keys;
+    for (std::string line; std::getline(lines, line);) {
+      const std::size_t start = line.find_first_not_of(" \t");
+      const std::size_t equals = line.find('=');
+      if (start == std::string::npos || line[start] == '#' || line[start] == '[' || equals == std::string::npos) {
+        continue;
+      }
+      std::string key = line.substr(start, equals - start);
+      key.erase(key.find_last_not_of(" \t") + 1);
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+        throw InputError("--config " + path + ": key '" + key + "' is given twice");
+      }
+      keys.push_back(key);
+    }
     file.clear();
     file.seekg(0);
   }

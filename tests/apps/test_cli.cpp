@@ -888,6 +888,8 @@ TEST_F(Cli, ValuesThatMeanNothingAreRefusedInOneLine) {
                                        "ELF\x02\x01",
                                        6));
   expectOneLineError("run -n 256 --config binary.toml", "not a text parameter file");
+  writeText("twice.toml", "theta = 0.5\ntheta = 0.7\n");
+  expectOneLineError("run -n 256 --config twice.toml", "key 'theta' is given twice");
   writeText("spaced.toml", "theta 0.5\n");
   expectOneLineError("run -n 256 --config spaced.toml", "is not a `key = value` line");
   writeText("flags.toml", "timings = false\n");
