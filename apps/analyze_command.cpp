@@ -99,12 +99,7 @@ std::string number(double value, int digits = 6) {
 }
 
 /// An earlier power spectrum: what --overwrite may replace.
-bool isPowerSpectrumFile(const fs::path& path) {
-  std::ifstream file(path);
-  std::string firstLine;
-  std::getline(file, firstLine);
-  return firstLine.rfind(kPowerFileTitle, 0) == 0;
-}
+bool isPowerSpectrumFile(const fs::path& path) { return fileStartsWith(path, kPowerFileTitle); }
 
 /// The file: `# key = value` header lines, then the column names and one line per bin.
 std::string powerFileText(const PowerOptions& options, const io::SnapshotInfo& info,

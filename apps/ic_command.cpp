@@ -46,23 +46,15 @@ void requireOutputFile(const std::string& outPath, bool overwrite) {
   checkOutputFile(outPath, {}, overwrite, isHdf5File, "an HDF5 file");
 }
 
-/// Refuses, in one line, generated bodies that no run could read back (`run --ic` refuses them): a position or
-/// velocity that is not finite, or a mass that is not finite and > 0. Extreme options do that (`ic cosmo --sigma8
-/// 1e160` overflows the displacements, `--box 1e-160` the masses), and wrote such a file with exit 0 before.
+/// Refuses, in one line, generated bodies that no run could read back (Particles::validate, as `run --ic` checks
+/// them): extreme options (`ic cosmo --sigma8 1e160` overflows the displacements, `--box 1e-160` the masses) wrote
+/// such a file with exit 0 before.
 void requireUsableBodies(const CLI::App& command, const Particles& particles) {
-  const std::string name = "ic " + command.get_name();
-  for (std::size_t i = 0; i < particles.size(); ++i) {
-    const bool finite = std::isfinite(particles.x[i]) && std::isfinite(particles.y[i]) &&
-                        std::isfinite(particles.z[i]) && std::isfinite(particles.vx[i]) &&
-                        std::isfinite(particles.vy[i]) && std::isfinite(particles.vz[i]);
-    const bool massive = std::isfinite(particles.mass[i]) && particles.mass[i] > 0.0;
-    if (!finite || !massive) {
-      std::ostringstream mass;
-      mass << particles.mass[i];
-      throw InputError(name + ": these options give body " + std::to_string(i) + " " +
-                       (finite ? "a mass of " + mass.str() : std::string("a position or velocity that is not finite")) +
-                       " (beyond a double); nothing was written");
-    }
+  try {
+    particles.validate();
+  } catch (const InputError& error) {
+    throw InputError("ic " + command.get_name() + ": nothing was written: with these options " + error.what() +
+                     " (beyond a double)");
   }
 }
 

@@ -818,21 +818,22 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
                       });
     report.timings[Phase::motion] += copying.seconds();
   };
+  const bool evaluateNow = treeHeld_ && evaluateResident;
+  if (!evaluateNow) {
+    keepBuildPositions();
+    clock.restart();
+  }
   if (treeHeld_) {
     handTreeToEngine(particles);
     phaseDone(Phase::upload);
-    if (evaluateResident) {
-      // At the build every body's path is its position: the engine keeps the bodies and their velocities as its copy
-      // where the caller says how they move (driftUpdate, the calls after).
-      const bool subset = findActiveGroups(particles);
-      evaluateResidentLists(particles, particles.sources(), out, report,
-                            subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
-                            copyForDrift(particles), keepBuildPositions);
-    } else {
-      keepBuildPositions();
-    }
-  } else {
-    keepBuildPositions();
+  }
+  if (evaluateNow) {
+    // At the build every body's path is its position: the engine keeps the bodies and their velocities as its copy
+    // where the caller says how they move (driftUpdate, the calls after).
+    const bool subset = findActiveGroups(particles);
+    evaluateResidentLists(particles, particles.sources(), out, report,
+                          subset ? std::span<const std::uint32_t>(activeGroups_) : std::span<const std::uint32_t>{},
+                          copyForDrift(particles), keepBuildPositions);
   }
   if (!treeHeld_ || !evaluateResident) mirrorValid_ = false;  // the bodies were sorted, and no launch kept them
 
