@@ -150,6 +150,12 @@ std::uint64_t deviceFreeBytes() {
   return device.available ? device.freeBytes : 0;
 }
 
+/// --background-output: the outputs' copy of the bodies (io::BackgroundWriter), kept for the whole run.
+void addBackgroundOutput(RunMemory& memory, std::uint64_t numBodies, bool on) {
+  memory.backgroundOutput = on;
+  if (on) memory.estimate.add("outputs written in the background (a copy of the bodies)", numBodies * kBytesPerBody);
+}
+
 }  // namespace
 
 RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials,
@@ -204,11 +210,12 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   if (directPotentials) estimate.add("direct potentials' scratch", n * 3 * sizeof(double));
   // The run keeps a copy of the last state whose values were all finite (integrator/run_loop.hpp: onNonFinite).
   estimate.add("last good state", n * kBytesPerBody);
+  addBackgroundOutput(memory, n, options.backgroundOutput);
   estimate.add("program and libraries", kProgramBytes);
   return memory;
 }
 
-RunMemory estimateHermiteRunMemory(std::uint64_t numBodies) {
+RunMemory estimateHermiteRunMemory(std::uint64_t numBodies, bool backgroundOutput) {
   RunMemory memory;
   MemoryEstimate& estimate = memory.estimate;
   const std::uint64_t n = numBodies;
@@ -223,6 +230,7 @@ RunMemory estimateHermiteRunMemory(std::uint64_t numBodies) {
   // The CPU engine's j-memory (one JParticle a slot) and its prediction (positions, velocities, mass, id).
   estimate.add("Hermite engine (j-particles and their prediction)", n * (sizeof(JParticle) + 8 * sizeof(double)));
   estimate.add("last good state", n * kBytesPerBody);
+  addBackgroundOutput(memory, n, backgroundOutput);
   estimate.add("program and libraries", kProgramBytes);
   return memory;
 }
@@ -253,7 +261,8 @@ void requireRunFits(const RunMemory& memory) {
   if (host != 0 && estimate.hostBytes > host) {
     throw InputError("this run needs ~" + formatBytes(estimate.hostBytes) + " of host memory (" + formatBytes(host) +
                      " available); use fewer bodies" +
-                     (memory.reuseSteps > 1 ? std::string(" or a smaller --reuse") : std::string()) +
+                     (memory.reuseSteps > 1 ? std::string(", a smaller --reuse") : std::string()) +
+                     (memory.backgroundOutput ? std::string(" or --background-output false") : std::string()) +
                      " (matcha run --dry-run shows where it goes)");
   }
   if (memory.onGpu) {

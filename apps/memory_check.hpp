@@ -20,6 +20,7 @@ struct RunMemory {
   std::uint32_t reuseSteps = 1;  ///< K the trees were sized for (1: exact positions, no reuse phase)
   TreeSizes sizes;               ///< tree runs: the trees the estimate is sized by
   bool onGpu = false;
+  bool backgroundOutput = false;  ///< counts a copy of the bodies for outputs written in the background
 };
 
 /// Measures the tree (and, for runs that reach reuse, a tree of balls; tree/memory_estimate.hpp) over `particles`
@@ -31,8 +32,9 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
 
 /// The memory of `matcha run --integrator hermite` on `numBodies` bodies: the bodies and their last good copy, the
 /// Hermite integrator's per-body state and block scratch (integrator/hermite.hpp, sized for a block of every body), and
-/// the Hermite engine's host j-memory (the CPU engine's; the CUDA engine's device memory is not estimated).
-RunMemory estimateHermiteRunMemory(std::uint64_t numBodies);
+/// the Hermite engine's host j-memory (the CPU engine's; the CUDA engine's device memory is not estimated), and with
+/// `backgroundOutput` the outputs' copy of the bodies.
+RunMemory estimateHermiteRunMemory(std::uint64_t numBodies, bool backgroundOutput);
 
 /// Host memory a run may use: MemAvailable of /proc/meminfo, less where a cgroup limit (memory.max less
 /// memory.current) is tighter, less where the environment variable MATCHA_MEMORY_LIMIT (bytes, or a number with a

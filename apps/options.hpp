@@ -57,6 +57,8 @@ struct Options {
   DiagnosticPotential diagnosticPotential = DiagnosticPotential::automatic;  ///< --diagnostic-potential (run)
   bool timings = false;  ///< --timings (run): a timings line per output and a table of the phases at the end
   bool dryRun = false;   ///< --dry-run (run): print the memory the run needs and stop
+  /// --background-output (run): snapshots and checkpoints written on a thread of their own (io::BackgroundWriter)
+  bool backgroundOutput = true;
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both

@@ -28,6 +28,7 @@
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/integrator/hermite_run.hpp"
 #include "matcha/integrator/run_loop.hpp"
+#include "matcha/io/background_writer.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "memory_check.hpp"
@@ -428,6 +429,10 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   // steps from t = 0.25 to 0.5, the difference of two entries. Wall seconds of this process (a restart starts at 0).
   const Stopwatch runClock;
   nlohmann::json hermiteOutputs = nlohmann::json::array();
+  // --background-output: snapshots and checkpoints written while the next steps run (io::BackgroundWriter); the last
+  // good state, written when a run fails, waits for them.
+  std::optional<io::BackgroundWriter> background;
+  if (options.backgroundOutput) background.emplace();
   callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
     if (index == 0) initial = diagnostics;
     if (hermite != nullptr) {
@@ -447,7 +452,13 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
     io::SnapshotWriteOptions write;
     stateAt(diagnostics.time, metadata, write);
-    io::writeSnapshot(outDir / name, state, metadata, write);
+    if (background) {
+      background->submit(state, [path = outDir / name, meta = metadata, write](const Particles& copy) {
+        io::writeSnapshot(path, copy, meta, write);
+      });
+    } else {
+      io::writeSnapshot(outDir / name, state, metadata, write);
+    }
   };
   callbacks.onProgress = [&](const integrator::ProgressInfo& step) {
     progress.update(step, comoving != nullptr
@@ -494,6 +505,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     // Between outputs a run with direct diagnostic potentials has none (pot NaN): the file then has no Potential,
     // so that it still reads back as initial conditions.
     write.includePotential = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
+    if (background) background->finish();  // HDF5 is one thread's at a time
     io::writeSnapshot(lastGoodPath, state, lastGood, write);
     lastGoodTime = time;
     lastGoodStep = step;
@@ -532,7 +544,14 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     stateAt(time, saved, unused);
     saved.step = position.step;
     const bool potentials = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
-    io::writeCheckpoint(outDir / io::kCheckpointName, state, saved, run, solverState, potentials);
+    if (background) {
+      background->submit(state, [path = outDir / io::kCheckpointName, saved, run = std::move(run),
+                                 solverState = std::move(solverState), potentials](const Particles& copy) {
+        io::writeCheckpoint(path, copy, saved, run, solverState, potentials);
+      });
+    } else {
+      io::writeCheckpoint(outDir / io::kCheckpointName, state, saved, run, solverState, potentials);
+    }
   };
 
   integrator::RunSummary summary;
@@ -579,6 +598,14 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     if (options.json) std::cout << failed.dump(2) << std::endl;
     throw NumericalError(message);
   }
+  if (background) {
+    // The last snapshot is on disk before the summary calls the run complete; the wait is the run's.
+    const double before = background->callerSeconds();
+    background->finish();
+    const double waited = background->callerSeconds() - before;
+    summary.wallSeconds += waited;
+    summary.outputSeconds += waited;
+  }
   const double interactionsPerSecond =
       summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
   nlohmann::json json = {
@@ -605,6 +632,11 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       {"interactions_per_second", interactionsPerSecond},
       {"timings", hermite != nullptr ? nlohmann::json(nullptr) : timingsJson(summary, runner.engine->onGpu)},
       {"force_checks", forceCheck ? forceCheck->json() : nlohmann::json(nullptr)},
+      // Seconds the run waited for its files (the copies and the writes still in flight) and the writes took on
+      // their own thread; null when they were written in place (--background-output false).
+      {"background_output", background ? nlohmann::json{{"run_seconds", background->callerSeconds()},
+                                                        {"writer_seconds", background->writerSeconds()}}
+                                       : nlohmann::json(nullptr)},
       {"output_dir", outDir.string()}};
   if (hermiteSummary) {
     // A Hermite run has no dt and no force phases: its record says what the block steps did.
@@ -731,7 +763,7 @@ int runHermiteSimulation(CLI::App& command, Options options, const InitialCondit
   integrator::HermiteIntegrator hermite(*engine, options.hermite, options.gravity.G, options.gravity.eps,
                                         options.integrator.tStart);
   const RunIntegrator runner = RunIntegrator::hermiteOn(hermite, *engine, reason);
-  const RunMemory memory = estimateHermiteRunMemory(particles.size());
+  const RunMemory memory = estimateHermiteRunMemory(particles.size(), options.backgroundOutput);
   const std::string source = bodiesSource(options);
   if (options.dryRun) {
     info << "matcha run --dry-run: " << particles.size() << " bodies from " << source
@@ -774,7 +806,7 @@ int resumeHermite(CLI::App& command, Options options, io::Checkpoint checkpoint,
                                         options.integrator.tStart);
   hermite.restore(particles, checkpoint.solver);
   const RunIntegrator runner = RunIntegrator::hermiteOn(hermite, *engine, reason);
-  const RunMemory memory = estimateHermiteRunMemory(particles.size());
+  const RunMemory memory = estimateHermiteRunMemory(particles.size(), options.backgroundOutput);
   requireRunFits(memory);
   const io::RunFolderRequest folder{dir, io::RunFolderMode::resume, {}};
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
@@ -976,6 +1008,11 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       ->add_option("--checkpoint-interval", options.integrator.checkpointInterval,
                    "wall-clock seconds between checkpoints (OUT/checkpoint.hdf5, for --restart); 0: as often as the "
                    "solver allows; checkpoints also follow the first output and any output a minute after the last")
+      ->capture_default_str();
+  command
+      ->add_option("--background-output", options.backgroundOutput,
+                   "write snapshots and checkpoints on a thread of their own while the run goes on (needs a copy of "
+                   "the bodies in memory; runs over several ranks write in place); false: write them in place")
       ->capture_default_str();
   command
       ->add_option("--force-check", options.forceCheck,

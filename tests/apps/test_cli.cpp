@@ -2350,6 +2350,42 @@ TEST_F(Cli, ComovingRestartIsBitIdentical) {
   expectOneLineError("run --restart halves --z-end 1", "z-end");
 }
 
+// Snapshots and checkpoints written on the writer's thread (the default) hold what the same run writes in place
+// (--background-output false), bit for bit, and the run's diagnostics are the same; summary.json says how long the
+// writes took and the memory estimate counts the copy of the bodies they are written from.
+TEST_F(Cli, OutputsWrittenInTheBackgroundAreTheOutputsWrittenInPlace) {
+  ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 6 --out c.hdf5").exitCode, 0);
+  const std::string args = "run --ic c.hdf5 --engine cpu --checkpoint-interval 0 --z-end 1 --output-z 4,2";
+  const Result background = matcha(args + " --out background");
+  ASSERT_EQ(background.exitCode, 0) << background.err;
+  const Result inPlace = matcha(args + " --background-output false --out in-place");
+  ASSERT_EQ(inPlace.exitCode, 0) << inPlace.err;
+  for (const char* name :
+       {"snapshot_000.hdf5", "snapshot_001.hdf5", "snapshot_002.hdf5", "snapshot_003.hdf5", "checkpoint.hdf5"}) {
+    SCOPED_TRACE(name);
+    expectSameStateBitForBit(dir_ / "in-place" / name, dir_ / "background" / name);
+  }
+  EXPECT_EQ(dataLines(readFile(dir_ / "in-place" / "diagnostics.log")),
+            dataLines(readFile(dir_ / "background" / "diagnostics.log")));
+  // No temporary file is left behind once the run has ended.
+  for (const auto& entry : fs::directory_iterator(dir_ / "background")) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".", 0), std::string::npos) << entry.path();
+  }
+  const nlohmann::json summary = nlohmann::json::parse(readFile(dir_ / "background" / "summary.json"));
+  EXPECT_EQ(summary["status"], "complete");
+  EXPECT_GT(summary["background_output"]["writer_seconds"].get<double>(), 0.0);
+  EXPECT_GE(summary["background_output"]["run_seconds"].get<double>(), 0.0);
+  EXPECT_TRUE(nlohmann::json::parse(readFile(dir_ / "in-place" / "summary.json"))["background_output"].is_null());
+
+  const Result dryRun = matcha("run --ic c.hdf5 --engine cpu --dry-run --out dry");
+  ASSERT_EQ(dryRun.exitCode, 0) << dryRun.err;
+  EXPECT_NE(dryRun.out.find("outputs written in the background"), std::string::npos) << dryRun.out;
+  const Result dryInPlace = matcha("run --ic c.hdf5 --engine cpu --dry-run --background-output false --out dry");
+  ASSERT_EQ(dryInPlace.exitCode, 0) << dryInPlace.err;
+  EXPECT_EQ(dryInPlace.out.find("outputs written in the background"), std::string::npos) << dryInPlace.out;
+  expectBadInput("run --ic c.hdf5 --engine cpu --background-output maybe --out r", "--background-output");
+}
+
 TEST_F(Cli, ComovingRunRefusesBadInput) {
   ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 3 --out c.hdf5").exitCode, 0);
   const std::string run = "run --ic c.hdf5 --engine cpu --out r ";

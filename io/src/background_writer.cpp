@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/io/background_writer.hpp"
+
+#include <tbb/blocked_range2d.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "matcha/core/stopwatch.hpp"
+
+namespace matcha::io {
+
+namespace {
+
+/// to <- from for the arrays a file takes (positions, velocities, masses, forces, potentials, ids), the arrays and
+/// their blocks spread over the cores together (one array alone is bound by one core's share of the bandwidth).
+void copyBodies(const Particles& from, Particles& to) {
+  const std::size_t n = from.size();
+  if (to.size() != n) to.resize(n);
+  constexpr std::array members{&Particles::x,  &Particles::y,  &Particles::z,  &Particles::vx,
+                               &Particles::vy, &Particles::vz, &Particles::mass, &Particles::ax,
+                               &Particles::ay, &Particles::az, &Particles::pot};
+  constexpr std::size_t kArrays = members.size() + 1;  // and the ids
+  tbb::parallel_for(tbb::blocked_range2d<std::size_t>(0, kArrays, 1, 0, n, std::size_t{1} << 16),
+                    [&](const tbb::blocked_range2d<std::size_t>& range) {
+                      const auto first = static_cast<std::ptrdiff_t>(range.cols().begin());
+                      const auto last = static_cast<std::ptrdiff_t>(range.cols().end());
+                      for (std::size_t array = range.rows().begin(); array != range.rows().end(); ++array) {
+                        if (array == members.size()) {
+                          std::copy(from.id.begin() + first, from.id.begin() + last, to.id.begin() + first);
+                        } else {
+                          const std::vector<double>& source = from.*members[array];
+                          std::copy(source.begin() + first, source.begin() + last, (to.*members[array]).begin() + first);
+                        }
+                      }
+                    });
+}
+
+}  // namespace
+
+BackgroundWriter::~BackgroundWriter() {
+  if (inFlight_.valid()) inFlight_.wait();
+}
+
+void BackgroundWriter::submit(const Particles& bodies, std::function<void(const Particles&)> write) {
+  finish();
+  const Stopwatch clock;
+  copyBodies(bodies, copy_);
+  inFlight_ = std::async(std::launch::async, [this, write = std::move(write)] {
+    const Stopwatch writing;
+    write(copy_);
+    return writing.seconds();
+  });
+  callerSeconds_ += clock.seconds();
+}
+
+void BackgroundWriter::finish() {
+  if (!inFlight_.valid()) return;
+  // The wait is the caller's time whether the write succeeded or threw.
+  struct Charge {
+    double& seconds;
+    Stopwatch clock;
+    ~Charge() { seconds += clock.seconds(); }
+  } charge{callerSeconds_, {}};
+  std::future<double> write = std::move(inFlight_);  // invalid from here on, whether get() throws or not
+  writerSeconds_ += write.get();
+}
+
+}  // namespace matcha::io
