@@ -173,7 +173,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   OutputTimings interval;
   std::uint64_t outputIndex = 0;
   std::uint64_t firstStep = 1;
-  Stopwatch outputClock;
+  Stopwatch outputClock;  ///< restarted at each output
   if (resumeFrom != nullptr) {
     // A checkpoint's state carries its forces: no initial force call, no output 0.
     schedule.resume(resumeFrom->step, resumeFrom->time);
@@ -196,6 +196,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
     account(initialReport);
     summary.initialForceTimings = initialReport.timings;
     addForceCall(interval, initialReport);
+    outputClock.restart();  // output 0 is its diagnostics and snapshot, not the force call before them
     summary.initial = measureOutput(time);
     requireFiniteEnergy(summary.initial, 0);
     summary.final = summary.initial;

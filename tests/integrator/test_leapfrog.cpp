@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cfenv>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numbers>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "matcha/core/errors.hpp"
@@ -891,6 +893,31 @@ TEST(RunLeapfrog, SumsTheForceCallsTimingsWithTheInitialCallApart) {
   EXPECT_DOUBLE_EQ(summary.stepWallSeconds, stepWall);
   EXPECT_DOUBLE_EQ(summary.integrationSeconds, integration);
   EXPECT_DOUBLE_EQ(summary.outputSeconds, output);
+}
+
+// Output 0's seconds are its diagnostics and its snapshot, not the initial force call before them (which its line
+// reports as the first force call): a slow first call leaves output 0 short.
+TEST(RunLeapfrog, OutputZeroLeavesTheInitialForceCallOut) {
+  class SlowFirstCall : public KeplerSolver {
+   public:
+    ForceReport computeForces(Particles& p) override {
+      if (calls() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return KeplerSolver::computeForces(p);
+    }
+  };
+  Particles p = TwoBody{}.make();
+  SlowFirstCall solver;
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 8.0;
+  params.tEnd = 0.25;
+  params.outputInterval = 0.25;
+  std::vector<mi::OutputTimings> intervals;
+  mi::RunCallbacks callbacks;
+  callbacks.onTimings = [&](const mi::OutputTimings& timings) { intervals.push_back(timings); };
+  const mi::RunSummary summary = mi::runLeapfrog(p, solver, params, callbacks);
+  ASSERT_EQ(intervals.size(), 2u);
+  EXPECT_LT(intervals[0].outputSeconds, 0.1);
+  EXPECT_GE(summary.wallSeconds, 0.3);
 }
 
 TEST(RunLeapfrog, ZeroLengthRunReportsTheInitialCallOnly) {
