@@ -26,7 +26,8 @@
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
 # Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
 # matcha tune against the best hand-picked setting, RANKS=1 (RANKS_SIZES, RANKS_COUNTS or RANKS_RUNS, RANKS_STEPS, RANKS_OPTIONS) for
-# matcha run on K ranks with the CUDA engine on each.
+# matcha run on K ranks with the CUDA engine on each, LATE_AB=1 (LATE_GRID, LATE_Z, LATE_RUNS, LATE_OUTPUT_Z,
+# LATE_SECONDS) for an A/B of a comoving run's late steps from one checkpoint.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -480,6 +481,55 @@ if [ "${COSMO:-0}" = 1 ]; then
       "$matcha" analyze power "$last" --linear eh --out "$OUT/cosmo-power-$n.txt" --overwrite >>"$OUT/cosmo-ic-$n.log" 2>&1
     fi
     summary+=("cosmo n=$n: ic $ic_seconds s, run exit $status: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); c=d["comoving"]; print("%d steps z %.3g -> %.3g, wall %.1f s (force %.1f s), %.1f steps per ln a, Layzer-Irvine %.2e" % (d["steps"], c["z_start"], c["z_end"], d["wall_seconds"], d["force_seconds"], c["steps_per_unit_ln_a"], c["layzer_irvine_relative_violation"]))' "$OUT/cosmo-run-$n.json" 2>&1 | tail -c 300)")
+  done
+fi
+
+# LATE_AB=1: an A/B of a comoving run's late steps, where the 256^3 box spends most of its time (issue 16). One run
+# (LATE_GRID^3 bodies, default 256, box 100 Mpc/h, seed 7, the defaults) goes from z = 49 to just past LATE_Z (default
+# 1) with an output at LATE_Z, which a checkpoint follows; then each run of LATE_RUNS ("label=options;...", default: outputs in the background and in
+# place) restarts from that checkpoint, each from its own folder (the HDF5 files hard-linked), towards z = 0 with
+# outputs at LATE_OUTPUT_Z, for LATE_SECONDS (default 110) of wall time. Every run thus starts from the same bodies;
+# the table gives each run's step and z at its end and its timings lines. A run whose label has a binary
+# build-device/apps/matcha-LABEL (carried beside the bundle's) runs that binary: a branch against main.
+if [ "${LATE_AB:-0}" = 1 ]; then
+  echo "== late steps, A/B from one checkpoint"
+  matcha="$build/apps/matcha"
+  late_dir=${TMPDIR:-/tmp}/matcha-late
+  rm -rf "$late_dir"
+  mkdir -p "$late_dir"
+  n=${LATE_GRID:-256}
+  "$matcha" ic cosmo --grid "$n" --box 100 --seed 7 --out "$late_dir/ic.hdf5" >"$OUT/late-ic.log" 2>&1
+  start=$(date +%s)
+  z_past=$(awk -v z="${LATE_Z:-1}" 'BEGIN { print z - 0.02 * (1 + z) }')  # a few steps past LATE_Z
+  "$matcha" run --ic "$late_dir/ic.hdf5" --engine "${LATE_ENGINE:-cuda}" --output-z "${LATE_Z:-1}" --z-end "$z_past" \
+    --checkpoint-interval 100000 --timings --out "$late_dir/prefix" >"$OUT/late-prefix.log" 2>&1
+  status=$?
+  summary+=("late A/B: the run to z = ${LATE_Z:-1} took $(( $(date +%s) - start )) s (exit $status)")
+  cp "$late_dir/prefix/diagnostics.log" "$OUT/late-prefix.diagnostics.log" 2>/dev/null
+  IFS=';' read -ra late_runs <<<"${LATE_RUNS:-background=--background-output true;in-place=--background-output false}"
+  for spec in "${late_runs[@]}"; do
+    label=${spec%%=*}
+    options=${spec#*=}
+    binary=$matcha
+    [ -x "$build/apps/matcha-$label" ] && binary="$build/apps/matcha-$label"
+    dir="$late_dir/$label"
+    mkdir -p "$dir"
+    for file in "$late_dir"/prefix/*; do
+      case $file in
+        *.hdf5) ln "$file" "$dir/" ;;  # replaced by renames, never written in place: a link is a copy here
+        *) cp "$file" "$dir/" ;;
+      esac
+    done
+    # shellcheck disable=SC2086
+    timeout "${LATE_SECONDS:-110}" "$binary" run --restart "$dir" --z-end 0 --output-z "${LATE_OUTPUT_Z:-0.75,0.5,0.25,0}" \
+      --timings $options >"$OUT/late-$label.log" 2>&1
+    status=$?
+    cp "$dir/diagnostics.log" "$OUT/late-$label.diagnostics.log" 2>/dev/null
+    reached=$(tr '\r' '\n' <"$OUT/late-$label.log" | grep '^step' | tail -n 1 | cut -c1-80)
+    summary+=("late A/B $label ($binary $options): exit $status, $reached")
+    mapfile -t timings < <(awk '/^# restarted/ { since = 1 } since && /timings since/' "$dir/diagnostics.log" |
+      sed "s/.*since last output: /  /" | cut -c1-400)
+    summary+=("${timings[@]}")
   done
 fi
 
