@@ -78,17 +78,19 @@ std::string driftInCallText(double ms) {
   return text;
 }
 
-/// " (why: planned 40, escaped 3, crowded 25, other 0; 4.5 calls planned a tree)", or nothing where the solver does
-/// not say why it built its trees (open boundaries).
+/// " (why: planned 40, escaped 3, crowded 25, other 0; 4.5 calls planned a tree)", with ", checkpoint 2" before the
+/// ';' where the run ended trees for checkpoints, or nothing where the solver does not say why it built its trees
+/// (open boundaries).
 std::string treeEndsText(const std::array<std::uint64_t, kNumTreeEnds>& ends, std::uint64_t plannedCalls) {
   std::uint64_t said = 0;
   for (int k = 1; k < kNumTreeEnds; ++k) said += ends[k];
   if (said == 0) return "";
   std::string text;
   const auto count = [&](TreeEnd end) { return static_cast<unsigned long long>(ends[static_cast<int>(end)]); };
-  appendf(text, " (why: planned %llu, escaped %llu, crowded %llu, other %llu; %.3g calls planned a tree)",
-          count(TreeEnd::planned), count(TreeEnd::escaped), count(TreeEnd::crowded), count(TreeEnd::other),
-          static_cast<double>(plannedCalls) / static_cast<double>(said));
+  appendf(text, " (why: planned %llu, escaped %llu, crowded %llu, other %llu", count(TreeEnd::planned),
+          count(TreeEnd::escaped), count(TreeEnd::crowded), count(TreeEnd::other));
+  if (count(TreeEnd::checkpoint) > 0) appendf(text, ", checkpoint %llu", count(TreeEnd::checkpoint));
+  appendf(text, "; %.3g calls planned a tree)", static_cast<double>(plannedCalls) / static_cast<double>(said));
   return text;
 }
 
@@ -215,7 +217,8 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
            {{"planned", summary.treeEnds[static_cast<int>(TreeEnd::planned)]},
             {"escaped", summary.treeEnds[static_cast<int>(TreeEnd::escaped)]},
             {"crowded", summary.treeEnds[static_cast<int>(TreeEnd::crowded)]},
-            {"other", summary.treeEnds[static_cast<int>(TreeEnd::other)]}}},
+            {"other", summary.treeEnds[static_cast<int>(TreeEnd::other)]},
+            {"checkpoint", summary.treeEnds[static_cast<int>(TreeEnd::checkpoint)]}}},
           {"calls_planned_per_tree", summary.rebuilds > 0 ? nlohmann::json(static_cast<double>(summary.plannedCalls) /
                                                                            static_cast<double>(summary.rebuilds))
                                                           : nlohmann::json(nullptr)},

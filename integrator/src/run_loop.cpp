@@ -309,8 +309,10 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       lastGoodTime = time;
       lastGoodStep = step;
     }
+    // A checkpoint waits for the solver's boundary (between two trees) unless it has waited too long: late in a
+    // comoving run the trees end by their bodies' motion, never at a boundary, and the run ends one for it.
     if (callbacks.onCheckpoint && !planned.last && synchronous && checkpoints.due(checkpointClock()) &&
-        solver.atCheckpointBoundary()) {
+        (solver.atCheckpointBoundary() || (checkpoints.overdue(checkpointClock()) && solver.endTreeForCheckpoint()))) {
       synchronise();
       callbacks.onCheckpoint(p, time, RunPosition{step, outputIndex, summary.initial, time});
       checkpoints.taken(checkpointClock());

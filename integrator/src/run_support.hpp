@@ -16,7 +16,10 @@ namespace matcha::integrator::detail {
 
 /// When a run writes a checkpoint (RunCallbacks::onCheckpoint): every `interval` wall seconds, and after an output
 /// unless the last checkpoint is younger than a minute (or the interval, when that is shorter); the first output is
-/// always followed by one. The caller asks at the places where it can save its state.
+/// always followed by one. The caller asks at the places where it can save its state; a checkpoint that has waited
+/// for such a place longer than a minute (or the interval) is overdue, and the caller makes one
+/// (ForceSolver::endTreeForCheckpoint). With interval 0 checkpoints take the places as they come and are never
+/// overdue.
 class CheckpointCadence {
  public:
   /// @param interval  in: IntegratorParams::checkpointInterval (wall seconds, >= 0)
@@ -26,10 +29,21 @@ class CheckpointCadence {
   /// An output was written (at wall time irrelevant: it only makes the next boundary a candidate).
   void noteOutput() { outputSince_ = true; }
 
-  /// Whether a checkpoint is due at wall time `now`.
-  bool due(double now) const {
+  /// Whether a checkpoint is due at wall time `now`; the first time it is, the wait for a place to take it starts.
+  bool due(double now) {
     const double since = now - last_;
-    return since >= interval_ || (outputSince_ && (!taken_ || since >= std::min(interval_, kOutputCheckpointSeconds)));
+    const bool isDue =
+        since >= interval_ || (outputSince_ && (!taken_ || since >= std::min(interval_, kOutputCheckpointSeconds)));
+    if (isDue && !waiting_) {
+      waiting_ = true;
+      dueSince_ = now;
+    }
+    return isDue;
+  }
+
+  /// Whether the due checkpoint has waited for a place longer than min(interval, a minute) by wall time `now`.
+  bool overdue(double now) const {
+    return interval_ > 0.0 && waiting_ && now - dueSince_ >= std::min(interval_, kOutputCheckpointSeconds);
   }
 
   /// A checkpoint was written; `now` is the wall time after it.
@@ -37,6 +51,7 @@ class CheckpointCadence {
     last_ = now;
     outputSince_ = false;
     taken_ = true;
+    waiting_ = false;
   }
 
  private:
@@ -48,6 +63,8 @@ class CheckpointCadence {
   double last_;
   bool outputSince_ = false;
   bool taken_ = false;
+  bool waiting_ = false;   ///< a checkpoint is due and waits for a place to take it
+  double dueSince_ = 0.0;  ///< since when (while waiting_)
 };
 
 /// to <- from, every array, in parallel blocks (the copy of the last good state).

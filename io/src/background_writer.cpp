@@ -19,7 +19,7 @@ namespace {
 void copyBodies(const Particles& from, Particles& to) {
   const std::size_t n = from.size();
   if (to.size() != n) to.resize(n);
-  constexpr std::array members{&Particles::x,  &Particles::y,  &Particles::z,  &Particles::vx,
+  constexpr std::array members{&Particles::x,  &Particles::y,  &Particles::z,    &Particles::vx,
                                &Particles::vy, &Particles::vz, &Particles::mass, &Particles::ax,
                                &Particles::ay, &Particles::az, &Particles::pot};
   constexpr std::size_t kArrays = members.size() + 1;  // and the ids
@@ -32,7 +32,8 @@ void copyBodies(const Particles& from, Particles& to) {
                           std::copy(from.id.begin() + first, from.id.begin() + last, to.id.begin() + first);
                         } else {
                           const std::vector<double>& source = from.*members[array];
-                          std::copy(source.begin() + first, source.begin() + last, (to.*members[array]).begin() + first);
+                          std::copy(source.begin() + first, source.begin() + last,
+                                    (to.*members[array]).begin() + first);
                         }
                       }
                     });

@@ -1638,6 +1638,14 @@ TEST(OutputTimings, SayWhyTreesWereBuiltAndHowManyStepsHadTheMesh) {
       << line;
   EXPECT_NE(line.find("; long-range (mesh) steps 2"), std::string::npos) << line;
   EXPECT_EQ(line.find("drift in"), std::string::npos) << line;
+  timings.treeEnds[static_cast<int>(matcha::TreeEnd::crowded)] = 1;
+  timings.treeEnds[static_cast<int>(matcha::TreeEnd::checkpoint)] = 1;  // ended by the run for a checkpoint
+  line = matcha::app::formatOutputTimings(timings);
+  EXPECT_NE(line.find("(why: planned 1, escaped 0, crowded 1, other 0, checkpoint 1; 4.67 calls planned a tree)"),
+            std::string::npos)
+      << line;
+  timings.treeEnds[static_cast<int>(matcha::TreeEnd::crowded)] = 2;
+  timings.treeEnds[static_cast<int>(matcha::TreeEnd::checkpoint)] = 0;
   timings.integrationSeconds = 0.2;
   timings.driftInCallSeconds = 0.15;
   line = matcha::app::formatOutputTimings(timings);

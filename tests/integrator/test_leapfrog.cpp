@@ -19,6 +19,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/params.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/integrator/diagnostics.hpp"
 #include "matcha/integrator/leapfrog.hpp"
 #include "matcha/integrator/run_loop.hpp"
@@ -1179,6 +1180,71 @@ TEST(RunLeapfrog, CheckpointsFollowTheIntervalTheFirstOutputAndTheSolversBoundar
       EXPECT_EQ(steps, (std::vector<std::uint64_t>{3, 6, 9, 12, 15, 18, 21, 24, 27, 30}));
     } else {
       EXPECT_EQ(steps, (std::vector<std::uint64_t>{9}));  // the first boundary at or after the output at step 8
+    }
+  }
+}
+
+namespace {
+
+// KeplerSolver whose trees always end before their plan (a periodic tree ended by its bodies' motion): never at a
+// boundary unless the run ends its tree for a checkpoint, which makes the call just made a boundary.
+class NeverAtABoundarySolver : public KeplerSolver {
+ public:
+  ForceReport computeForces(Particles& p) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ended_ = false;
+    return KeplerSolver::computeForces(p);
+  }
+  bool atCheckpointBoundary() const override { return ended_; }
+  bool endTreeForCheckpoint() override {
+    ended_ = true;
+    endedAtCall_.push_back(calls());
+    return true;
+  }
+  const std::vector<int>& endedAtCall() const { return endedAtCall_; }
+
+ private:
+  bool ended_ = false;
+  std::vector<int> endedAtCall_;
+};
+
+}  // namespace
+
+// A checkpoint that waits longer than min(interval, a minute) for the solver's boundary is overdue: the run has the
+// solver end its tree (ForceSolver::endTreeForCheckpoint) and takes it there. With interval 0 the checkpoints take
+// the solver's boundaries as they come: none here, and no tree is ended for them.
+TEST(RunLeapfrog, AnOverdueCheckpointEndsTheSolversTree) {
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 64.0;
+  params.tEnd = 48.0 / 64.0;  // 48 steps of >= 2 ms
+  params.outputInterval = params.tEnd;
+  for (const double interval : {0.0, 0.02}) {
+    SCOPED_TRACE("interval " + std::to_string(interval));
+    params.checkpointInterval = interval;
+    Particles p = TwoBody{}.make();
+    NeverAtABoundarySolver solver;
+    std::vector<std::uint64_t> steps;
+    std::vector<double> seconds;
+    mi::RunCallbacks callbacks;
+    const matcha::Stopwatch clock;
+    callbacks.onCheckpoint = [&](const Particles&, double, const mi::RunPosition& position) {
+      EXPECT_TRUE(solver.atCheckpointBoundary());
+      steps.push_back(position.step);
+      seconds.push_back(clock.seconds());
+    };
+    mi::runLeapfrog(p, solver, params, callbacks);
+    if (interval == 0.0) {
+      EXPECT_TRUE(steps.empty());
+      EXPECT_TRUE(solver.endedAtCall().empty());
+    } else {
+      // Due after 0.02 s (~10 steps), overdue 0.02 s later: a checkpoint every ~20 steps, each at a tree the run ended.
+      EXPECT_GE(steps.size(), 1u);
+      EXPECT_LE(steps.size(), 4u);
+      ASSERT_EQ(solver.endedAtCall().size(), steps.size());
+      for (std::size_t k = 0; k < steps.size(); ++k) {
+        EXPECT_EQ(std::uint64_t(solver.endedAtCall()[k]), steps[k] + 1) << "call k + 1 is step k's";
+      }
+      EXPECT_GE(seconds.front(), 0.04) << "not before the checkpoint was due (0.02 s) and then overdue (0.02 s more)";
     }
   }
 }

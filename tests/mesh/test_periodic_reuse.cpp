@@ -681,6 +681,52 @@ TEST_F(PeriodicReuse, RestoredSolverContinuesBitForBit) {
   }
 }
 
+// A tree with calls left, ended for a checkpoint (endTreeForCheckpoint): the call just made becomes a boundary, the
+// next call builds (its treeEnd says why), and a solver restored from the state saved there builds the same trees and
+// forces, bit for bit, as the solver that went on.
+TEST_F(PeriodicReuse, ATreeEndedForACheckpointRestartsBitForBit) {
+  SCOPED_TRACE(testing::seedTrace(seed));
+  DriftingBox box = drifting();
+  TreeParams params;
+  params.reuse = 4;
+  gpu::CpuEngine engine(gpu::Precision::float32);
+  tree::PeriodicTreeSolver going(engine, params, gravity);
+  // Two trees in, then one call into the third: a tree with calls left.
+  int call = 0;
+  int builds = 0;
+  while (builds < 3) {
+    builds += going.computeForces(box.bodies).rebuilt ? 1 : 0;
+    box.drift(L);
+    ASSERT_LT(++call, 20);
+  }
+  ASSERT_FALSE(going.atCheckpointBoundary()) << "the third tree was planned for more than one call";
+  EXPECT_TRUE(going.endTreeForCheckpoint());
+  EXPECT_TRUE(going.atCheckpointBoundary());
+  CheckpointState state;
+  going.saveState(state);
+  tree::PeriodicTreeSolver restored(engine, params, gravity);
+  restored.restoreState(state, box.bodies);
+  Particles twin = box.bodies;
+  for (int more = 0; more < 5; ++more) {
+    SCOPED_TRACE("call " + std::to_string(more) + " after the checkpoint");
+    const ForceReport a = going.computeForces(box.bodies);
+    const ForceReport b = restored.computeForces(twin);
+    if (more == 0) {
+      EXPECT_TRUE(a.rebuilt);
+      EXPECT_EQ(a.treeEnd, TreeEnd::checkpoint);
+    }
+    EXPECT_EQ(a.rebuilt, b.rebuilt);
+    ASSERT_EQ(box.bodies.id, twin.id);
+    EXPECT_EQ(box.bodies.ax, twin.ax);
+    EXPECT_EQ(box.bodies.ay, twin.ay);
+    EXPECT_EQ(box.bodies.az, twin.az);
+    box.drift(L);
+    twin.x = box.bodies.x;
+    twin.y = box.bodies.y;
+    twin.z = box.bodies.z;
+  }
+}
+
 // Block time steps in a box (the real leapfrog, TreePM with long-range steps on the CPU mesh, trees for 4 calls): where
 // the engine keeps a copy of the bodies (testing::MirroringEngine, as the CUDA engine does), the solver has it drift
 // that copy (BodyMotion::drifted) from each tree's build on, handing it the kicked bodies' velocities and the escaped

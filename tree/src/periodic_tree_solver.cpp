@@ -322,7 +322,8 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   }
   // Why the call builds anew, should it. A tree of points (the first, built without the bodies' speeds) was planned
   // to end as soon as they move.
-  TreeEnd end = TreeEnd::planned;
+  TreeEnd end = endedForCheckpoint_ ? TreeEnd::checkpoint : TreeEnd::planned;
+  endedForCheckpoint_ = false;
   if (treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_) end = TreeEnd::other;
   bool holds = reuseTree(particles, report, mayDriftOnEngine, end);
   if (!holds && copyDifferedLate_) {
@@ -1041,6 +1042,16 @@ bool PeriodicTreeSolver::findActiveGroups(const Particles& particles) {
 }
 
 bool PeriodicTreeSolver::atCheckpointBoundary() const { return !treeHeld_ || builtCalls_ >= treeSteps_; }
+
+bool PeriodicTreeSolver::endTreeForCheckpoint() {
+  if (!atCheckpointBoundary()) {
+    // As if the build had planned the calls served so far: the next call builds as after a planned end, from the same
+    // state (builtCalls_, the build positions) that saveState writes and a restart restores.
+    treeSteps_ = static_cast<std::uint32_t>(builtCalls_);
+    endedForCheckpoint_ = true;
+  }
+  return true;
+}
 
 namespace {
 

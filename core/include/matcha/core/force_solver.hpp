@@ -75,11 +75,12 @@ struct ForceTimings {
 /// calls its build planned (TreeParams::reuse, fewer where the bodies move fast: tree/periodic_tree_solver.hpp)
 /// unless its bodies' motion ends it sooner.
 enum class TreeEnd : int {
-  none,     ///< no new tree, or a solver that does not say
-  planned,  ///< the calls the last tree was built for were served (or there was none)
-  escaped,  ///< more bodies had left their balls than the solver repairs (escapedMaxBodies)
-  crowded,  ///< too many bodies near those out of their balls for the repair's budget (kEscapedBudget)
-  other,    ///< the bodies were not the tree's (reordered, others, one outside the box)
+  none,        ///< no new tree, or a solver that does not say
+  planned,     ///< the calls the last tree was built for were served (or there was none)
+  escaped,     ///< more bodies had left their balls than the solver repairs (escapedMaxBodies)
+  crowded,     ///< too many bodies near those out of their balls for the repair's budget (kEscapedBudget)
+  other,       ///< the bodies were not the tree's (reordered, others, one outside the box)
+  checkpoint,  ///< ended by the run for an overdue checkpoint (ForceSolver::endTreeForCheckpoint)
   count
 };
 inline constexpr int kNumTreeEnds = static_cast<int>(TreeEnd::count);
@@ -221,6 +222,12 @@ class ForceSolver {
   /// Whether the state between this call and the next can be saved (the tree solver: when the next call needs a new
   /// tree). A solver without state: always.
   virtual bool atCheckpointBoundary() const { return true; }
+  /// Makes the state between this call and the next savable where the solver can: a solver whose tree still has
+  /// calls planned ends it here, so that its next call builds a new tree, in this run and in a run restarted from the
+  /// state alike (the restart stays bit for bit). For a checkpoint overdue because the trees keep ending sooner than
+  /// planned: a periodic tree ended by its bodies' motion is never at a boundary. Returns atCheckpointBoundary()
+  /// afterwards; by default (a solver that cannot end its tree early) it only asks.
+  virtual bool endTreeForCheckpoint() { return atCheckpointBoundary(); }
   /// Adds the solver's state to `state` (names prefixed with the solver's kind). May wait for background work.
   virtual void saveState(CheckpointState& /*state*/) {}
   /// Takes up a state saved by the same kind of solver with the same parameters, for `particles` as they were saved

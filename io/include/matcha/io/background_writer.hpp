@@ -42,7 +42,6 @@ class BackgroundWriter {
   double writerSeconds() const { return writerSeconds_; }
 
  private:
-
   Particles copy_;  ///< kept between writes: its memory is touched once, not at every output
   std::future<double> inFlight_;
   double callerSeconds_ = 0.0;

@@ -50,6 +50,10 @@ class TreePmSolver final : public ForceSolver {
   bool atCheckpointBoundary() const override {
     return shortRange_->atCheckpointBoundary() && (!longRangeStepsOn() || longRangeKept_);
   }
+  /// Within a long-range step nothing is ended: its end is where the long range is whole.
+  bool endTreeForCheckpoint() override {
+    return (!longRangeStepsOn() || longRangeKept_) && shortRange_->endTreeForCheckpoint();
+  }
   void saveState(CheckpointState& state) override { shortRange_->saveState(state); }
   void restoreState(const CheckpointState& state, const Particles& particles) override {
     shortRange_->restoreState(state, particles);

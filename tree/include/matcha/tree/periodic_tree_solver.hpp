@@ -197,6 +197,8 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// tree's balls depend on (the bodies' positions at the last build and the calls made since), so that the restarted
   /// run computes the forces of the run that went on, bit for bit.
   bool atCheckpointBoundary() const override;
+  /// The current tree's plan ends at the call just made (the next call builds, its treeEnd TreeEnd::checkpoint).
+  bool endTreeForCheckpoint() override;
   void saveState(CheckpointState& state) override;
   void restoreState(const CheckpointState& state, const Particles& particles) override;
 
@@ -303,11 +305,12 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::vector<std::uint64_t> builtIds_;
   std::vector<float> radius_, sortedRadius_;
   std::uint64_t builtCalls_ = 0;
-  std::uint32_t treeSteps_ = 1;  ///< K of the current tree
-  bool treeHeld_ = false;        ///< the current tree and its lists may serve a later call (within its balls)
-  bool treeHasBalls_ = false;    ///< its bodies are balls (not points: built without the bodies' speeds)
-  bool motionKnown_ = false;     ///< builtX_, builtIds_ and builtCalls_ hold the last build's bodies
-  TreeTopology topology_;        ///< what handTreeToEngine gives the engine (kept: its arrays are reused)
+  std::uint32_t treeSteps_ = 1;      ///< K of the current tree
+  bool endedForCheckpoint_ = false;  ///< endTreeForCheckpoint cut the current tree's plan short
+  bool treeHeld_ = false;            ///< the current tree and its lists may serve a later call (within its balls)
+  bool treeHasBalls_ = false;        ///< its bodies are balls (not points: built without the bodies' speeds)
+  bool motionKnown_ = false;         ///< builtX_, builtIds_ and builtCalls_ hold the last build's bodies
+  TreeTopology topology_;            ///< what handTreeToEngine gives the engine (kept: its arrays are reused)
   /// The bodies where their paths continue from the build (a reused call's positions, across faces crossed since),
   /// where pathsStored_ (not while the engine drifts its own copy: pathOf then computes one where needed).
   std::vector<double> pathX_, pathY_, pathZ_;
