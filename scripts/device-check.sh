@@ -9,7 +9,9 @@
 #                                                 build-cuda) and copy what the check needs (every gpu-labelled
 #                                                 test as scripts/bundle_gpu_tests.py writes it, the benchmarks,
 #                                                 matcha, the shared libraries they use) into build-device/, for a
-#                                                 GPU machine that lacks the packages
+#                                                 GPU machine that lacks the packages; BUNDLE_TESTS=0 leaves the
+#                                                 tests out, BUNDLE_EXTRA="LABEL=PATH ..." adds other matcha
+#                                                 binaries as apps/matcha-LABEL (a branch's, for LATE_AB)
 #   MATCHA_PREBUILT=1 scripts/device-check.sh     on the GPU machine: use that build-device/ instead of building
 #
 # Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
@@ -37,16 +39,22 @@ if [ "${1:-}" = bundle ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
   cmake --build "$build" -j "$(nproc)" || exit 1
   rm -rf build-device
-  mkdir -p build-device/bench build-device/apps build-device/lib-all
-  # Every gpu-labelled test (bundle_gpu_tests.py: the executables they run, a ctest file with placeholders), the
-  # benchmarks and matcha.
-  ctest --test-dir "$build" -L gpu --show-only=json-v1 >build-device/gpu-tests.json || exit 1
-  /usr/bin/python3 scripts/bundle_gpu_tests.py build-device/gpu-tests.json "$build" . build-device >build-device/bin.txt ||
-    exit 1
-  mapfile -t test_binaries <build-device/bin.txt
-  rm build-device/gpu-tests.json build-device/bin.txt
+  mkdir -p build-device/bench build-device/apps build-device/bin build-device/lib-all
+  # Every gpu-labelled test (bundle_gpu_tests.py: the executables they run, a ctest file with placeholders), unless
+  # BUNDLE_TESTS=0 (a call that only runs matcha: room for BUNDLE_EXTRA), the benchmarks and matcha.
+  test_binaries=()
+  if [ "${BUNDLE_TESTS:-1}" = 1 ]; then
+    ctest --test-dir "$build" -L gpu --show-only=json-v1 >build-device/gpu-tests.json || exit 1
+    /usr/bin/python3 scripts/bundle_gpu_tests.py build-device/gpu-tests.json "$build" . build-device \
+      >build-device/bin.txt || exit 1
+    mapfile -t test_binaries <build-device/bin.txt
+    rm build-device/gpu-tests.json build-device/bin.txt
+  fi
   cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
   cp "$build/apps/matcha" build-device/apps/
+  # BUNDLE_EXTRA="LABEL=PATH ...": other matcha binaries (a branch's) as apps/matcha-LABEL, which LATE_AB runs for the
+  # runs of that label.
+  for extra in ${BUNDLE_EXTRA:-}; do cp "${extra#*=}" "build-device/apps/matcha-${extra%%=*}" || exit 1; done
   # Every shared library outside the C runtime (ours, matcha_force and matcha_g6, among them); the GPU machine links
   # only those it lacks. Not cuFFT (the mesh's GPU backend): 286 MB, over the device tool's limit; the GPU machine takes
   # its own (see MATCHA_PREBUILT below).
@@ -89,7 +97,9 @@ with lzma.open(sys.argv[1]) as packed, open(sys.argv[1][:-3], "wb") as unpacked:
 os.chmod(sys.argv[1][:-3], 0o755); os.remove(sys.argv[1])' "$packed"
     fi
   done
-  sed -i -e "s|@BUILD@|$root/$build|g" -e "s|@ROOT@|$root|g" "$build"/CTestTestfile.cmake
+  if [ -f "$build"/CTestTestfile.cmake ]; then  # not in a bundle made with BUNDLE_TESTS=0
+    sed -i -e "s|@BUILD@|$root/$build|g" -e "s|@ROOT@|$root|g" "$build"/CTestTestfile.cmake
+  fi
   mkdir -p "$build/work"
   # test_cli runs the matcha binary it was built beside: here, the bundle's.
   export MATCHA_TEST_BINARY="$root/$build/apps/matcha"
