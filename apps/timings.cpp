@@ -78,6 +78,21 @@ std::string driftInCallText(double ms) {
   return text;
 }
 
+/// " [waited: rebuild R, engine E, mesh M]": of the force call's ms a step, those its host thread spent waiting (on a
+/// rebuild, on the engine's work not hidden behind its own, on a mesh started beside it), each where it did. The
+/// phases of work that overlaps (the mesh beside the short range) add up to more than the call: the waits say which
+/// of it the call's wall time carried.
+std::string waitsText(const ForceTimings& force, double msPer) {
+  std::string text;
+  const auto add = [&](const char* what, double seconds) {
+    if (seconds > 0.0) appendf(text, "%s%s %.3g", text.empty() ? " [waited: " : ", ", what, seconds * msPer);
+  };
+  add("rebuild", force.rebuildWaitSeconds);
+  add("engine", force.engineWaitSeconds);
+  add("mesh", force.meshWaitSeconds);
+  return text.empty() ? text : text + "]";
+}
+
 /// " (why: planned 40, escaped 3, crowded 25, other 0; 4.5 calls planned a tree)", with ", checkpoint 2" before the
 /// ';' where the run ended trees for checkpoints, or nothing where the solver does not say why it built its trees
 /// (open boundaries).
@@ -118,12 +133,13 @@ std::string formatOutputTimings(const integrator::OutputTimings& timings) {
             timings.outputSeconds * 1e3);
   } else {
     appendf(line,
-            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s; integration %.3g%s; output %.3g); "
-            "host cores busy %.1f; trees built %llu%s%s; bodies stepped %.4g a step%s%s",
+            "# timings since last output: %llu steps, %.3g ms/step (force %.3g%s%s%s; integration %.3g%s; output "
+            "%.3g); host cores busy %.1f; trees built %llu%s%s; bodies stepped %.4g a step%s%s",
             static_cast<unsigned long long>(timings.steps), timings.stepWallSeconds * msPer,
             timings.force.totalSeconds * msPer, phases.empty() ? "" : ": ", phases.c_str(),
-            timings.integrationSeconds * msPer, driftInCallText(timings.driftInCallSeconds * msPer).c_str(),
-            timings.outputSeconds * msPer, hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
+            waitsText(timings.force, msPer).c_str(), timings.integrationSeconds * msPer,
+            driftInCallText(timings.driftInCallSeconds * msPer).c_str(), timings.outputSeconds * msPer,
+            hostCoresBusy(timings.stepCpuSeconds, timings.stepWallSeconds),
             static_cast<unsigned long long>(timings.rebuilds),
             treeEndsText(timings.treeEnds, timings.plannedCalls).c_str(),
             timings.bodiesEscaped == 0

@@ -1650,6 +1650,14 @@ TEST(OutputTimings, SayWhyTreesWereBuiltAndHowManyStepsHadTheMesh) {
   timings.driftInCallSeconds = 0.15;
   line = matcha::app::formatOutputTimings(timings);
   EXPECT_NE(line.find("integration 20 (drift in the force call 15)"), std::string::npos) << line;
+  // The waits of the force calls, after their phases, each where there was one.
+  EXPECT_EQ(line.find("waited"), std::string::npos) << line;
+  timings.force.totalSeconds = 1.0;
+  timings.force[matcha::Phase::mesh] = 0.5;
+  timings.force.meshWaitSeconds = 0.05;
+  timings.force.engineWaitSeconds = 0.1;
+  line = matcha::app::formatOutputTimings(timings);
+  EXPECT_NE(line.find("(force 100: mesh 50 [waited: engine 10, mesh 5]; integration 20"), std::string::npos) << line;
 }
 
 }  // namespace
