@@ -571,8 +571,16 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       summary = integrator::runLeapfrog(particles, *runner.solver, options.integrator, callbacks, resume);
     }
   } catch (const NumericalError& error) {
-    const std::string message = std::string(error.what()) + "; the last good state (step " +
-                                std::to_string(lastGoodStep) + ") is in " + lastGoodPath.string();
+    std::string message = std::string(error.what()) + "; the last good state (step " + std::to_string(lastGoodStep) +
+                          ") is in " + lastGoodPath.string();
+    // A file still being written is complete (or failed, and said so) before the record of the failed run.
+    if (background) {
+      try {
+        background->finish();
+      } catch (const std::exception& writeError) {
+        message += "; and " + std::string(writeError.what());
+      }
+    }
     nlohmann::json failed = {{"status", "failed"},
                              {"error", message},
                              {"matcha", buildJson()},
