@@ -1015,7 +1015,8 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   command
       ->add_option("--checkpoint-interval", options.integrator.checkpointInterval,
                    "wall-clock seconds between checkpoints (OUT/checkpoint.hdf5, for --restart); 0: as often as the "
-                   "solver allows; checkpoints also follow the first output and any output a minute after the last")
+                   "solver allows; checkpoints also follow the first output after the start and any output a minute "
+                   "after the last")
       ->capture_default_str();
   command
       ->add_option("--background-output", options.backgroundOutput,
