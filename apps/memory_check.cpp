@@ -262,7 +262,7 @@ void requireRunFits(const RunMemory& memory) {
     throw InputError("this run needs ~" + formatBytes(estimate.hostBytes) + " of host memory (" + formatBytes(host) +
                      " available); use fewer bodies" +
                      (memory.reuseSteps > 1 ? std::string(", a smaller --reuse") : std::string()) +
-                     (memory.backgroundOutput ? std::string(" or --background-output false") : std::string()) +
+                     (memory.backgroundOutput ? std::string(" or --background-output off") : std::string()) +
                      " (matcha run --dry-run shows where it goes)");
   }
   if (memory.onGpu) {

@@ -641,7 +641,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       {"timings", hermite != nullptr ? nlohmann::json(nullptr) : timingsJson(summary, runner.engine->onGpu)},
       {"force_checks", forceCheck ? forceCheck->json() : nlohmann::json(nullptr)},
       // Seconds the run waited for its files (the copies and the writes still in flight) and the writes took on
-      // their own thread; null when they were written in place (--background-output false).
+      // their own thread; null when they were written in place (--background-output off).
       {"background_output", background ? nlohmann::json{{"run_seconds", background->callerSeconds()},
                                                         {"writer_seconds", background->writerSeconds()}}
                                        : nlohmann::json(nullptr)},
@@ -1020,8 +1020,9 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       ->capture_default_str();
   command
       ->add_option("--background-output", options.backgroundOutput,
-                   "write snapshots and checkpoints on a thread of their own while the run goes on (needs a copy of "
-                   "the bodies in memory; runs over several ranks write in place); false: write them in place")
+                   "write snapshots and checkpoints on a thread of their own while the run goes on (on: needs a copy "
+                   "of the bodies in memory; runs over several ranks write in place), or in place (off)")
+      ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
       ->capture_default_str();
   command
       ->add_option("--force-check", options.forceCheck,

@@ -516,7 +516,7 @@ if [ "${LATE_AB:-0}" = 1 ]; then
   status=$?
   summary+=("late A/B: the run to z = ${LATE_Z:-1} took $(( $(date +%s) - start )) s (exit $status)")
   cp "$late_dir/prefix/diagnostics.log" "$OUT/late-prefix.diagnostics.log" 2>/dev/null
-  IFS=';' read -ra late_runs <<<"${LATE_RUNS:-background=--background-output true;in-place=--background-output false}"
+  IFS=';' read -ra late_runs <<<"${LATE_RUNS:-background=--background-output on;in-place=--background-output off}"
   for spec in "${late_runs[@]}"; do
     label=${spec%%=*}
     options=${spec#*=}

@@ -2367,14 +2367,14 @@ TEST_F(Cli, ComovingRestartIsBitIdentical) {
 }
 
 // Snapshots and checkpoints written on the writer's thread (the default) hold what the same run writes in place
-// (--background-output false), bit for bit, and the run's diagnostics are the same; summary.json says how long the
+// (--background-output off), bit for bit, and the run's diagnostics are the same; summary.json says how long the
 // writes took and the memory estimate counts the copy of the bodies they are written from.
 TEST_F(Cli, OutputsWrittenInTheBackgroundAreTheOutputsWrittenInPlace) {
   ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 6 --out c.hdf5").exitCode, 0);
   const std::string args = "run --ic c.hdf5 --engine cpu --checkpoint-interval 0 --z-end 1 --output-z 4,2";
   const Result background = matcha(args + " --out background");
   ASSERT_EQ(background.exitCode, 0) << background.err;
-  const Result inPlace = matcha(args + " --background-output false --out in-place");
+  const Result inPlace = matcha(args + " --background-output off --out in-place");
   ASSERT_EQ(inPlace.exitCode, 0) << inPlace.err;
   for (const char* name :
        {"snapshot_000.hdf5", "snapshot_001.hdf5", "snapshot_002.hdf5", "snapshot_003.hdf5", "checkpoint.hdf5"}) {
@@ -2396,7 +2396,7 @@ TEST_F(Cli, OutputsWrittenInTheBackgroundAreTheOutputsWrittenInPlace) {
   const Result dryRun = matcha("run --ic c.hdf5 --engine cpu --dry-run --out dry");
   ASSERT_EQ(dryRun.exitCode, 0) << dryRun.err;
   EXPECT_NE(dryRun.out.find("outputs written in the background"), std::string::npos) << dryRun.out;
-  const Result dryInPlace = matcha("run --ic c.hdf5 --engine cpu --dry-run --background-output false --out dry");
+  const Result dryInPlace = matcha("run --ic c.hdf5 --engine cpu --dry-run --background-output off --out dry");
   ASSERT_EQ(dryInPlace.exitCode, 0) << dryInPlace.err;
   EXPECT_EQ(dryInPlace.out.find("outputs written in the background"), std::string::npos) << dryInPlace.out;
   expectBadInput("run --ic c.hdf5 --engine cpu --background-output maybe --out r", "--background-output");
