@@ -20,7 +20,10 @@ struct RunMemory {
   std::uint32_t reuseSteps = 1;  ///< K the trees were sized for (1: exact positions, no reuse phase)
   TreeSizes sizes;               ///< tree runs: the trees the estimate is sized by
   bool onGpu = false;
-  bool backgroundOutput = false;  ///< counts a copy of the bodies for outputs written in the background
+  /// Outputs written in the background (--background-output on), their copy of the bodies counted; false where they
+  /// are written in place: asked for, or the copy would not fit (backgroundCopyBytes then says how much it was).
+  bool backgroundOutput = false;
+  std::uint64_t backgroundCopyBytes = 0;  ///< the copy left out because it would not fit; 0 otherwise
 };
 
 /// Measures the tree (and, for runs that reach reuse, a tree of balls; tree/memory_estimate.hpp) over `particles`
@@ -33,7 +36,7 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
 /// The memory of `matcha run --integrator hermite` on `numBodies` bodies: the bodies and their last good copy, the
 /// Hermite integrator's per-body state and block scratch (integrator/hermite.hpp, sized for a block of every body), and
 /// the Hermite engine's host j-memory (the CPU engine's; the CUDA engine's device memory is not estimated), and with
-/// `backgroundOutput` the outputs' copy of the bodies.
+/// `backgroundOutput` the outputs' copy of the bodies where it fits (RunMemory::backgroundOutput).
 RunMemory estimateHermiteRunMemory(std::uint64_t numBodies, bool backgroundOutput);
 
 /// Host memory a run may use: MemAvailable of /proc/meminfo, less where a cgroup limit (memory.max less
@@ -51,6 +54,10 @@ void requireBodiesFit(std::uint64_t numBodies, bool measuresTree = true);
 /// Throws InputError with one line ("this run needs ~X GiB of host memory (Y GiB available); ...") when the estimate
 /// exceeds the available host memory or, on the CUDA engine, the device's free memory.
 void requireRunFits(const RunMemory& memory);
+
+/// "outputs: written in place, not in the background: ..." for a run whose copy of the bodies would not fit
+/// (RunMemory::backgroundCopyBytes > 0).
+std::string backgroundOutputDropped(const RunMemory& memory);
 
 /// `bytes` as "1.23 GiB" (or "123.4 MiB" below 1 GiB).
 std::string formatBytes(std::uint64_t bytes);

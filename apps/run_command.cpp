@@ -364,6 +364,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
        << (memory.onGpu ? ", ~" + formatBytes(memory.estimate.deviceBytes) + " device" : std::string())
        << " (estimated; --dry-run for the parts)\noutput: " << outDir.string()
        << "/ (snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
+  if (memory.backgroundCopyBytes > 0) info << backgroundOutputDropped(memory) << "\n";
   if (resume != nullptr) {
     info << "restart: step " << resume->step << " of the run, " << (comoving != nullptr ? "a = " : "t = ")
          << resume->time << ", from " << (outDir / io::kCheckpointName).string() << "\n";
@@ -432,7 +433,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   // --background-output: snapshots and checkpoints written while the next steps run (io::BackgroundWriter); the last
   // good state, written when a run fails, waits for them.
   std::optional<io::BackgroundWriter> background;
-  if (options.backgroundOutput) background.emplace();
+  if (memory.backgroundOutput) background.emplace();
   callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
     if (index == 0) initial = diagnostics;
     if (hermite != nullptr) {
@@ -1021,7 +1022,8 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   command
       ->add_option("--background-output", options.backgroundOutput,
                    "write snapshots and checkpoints on a thread of their own while the run goes on (on: needs a copy "
-                   "of the bodies in memory; runs over several ranks write in place), or in place (off)")
+                   "of the bodies in memory, and where that would not fit they are written in place; runs over "
+                   "several ranks write in place), or in place (off)")
       ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
       ->capture_default_str();
   command

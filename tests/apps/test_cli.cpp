@@ -2368,7 +2368,8 @@ TEST_F(Cli, ComovingRestartIsBitIdentical) {
 
 // Snapshots and checkpoints written on the writer's thread (the default) hold what the same run writes in place
 // (--background-output off), bit for bit, and the run's diagnostics are the same; summary.json says how long the
-// writes took and the memory estimate counts the copy of the bodies they are written from.
+// writes took and the memory estimate counts the copy of the bodies they are written from; where that copy would not
+// fit, the outputs are written in place.
 TEST_F(Cli, OutputsWrittenInTheBackgroundAreTheOutputsWrittenInPlace) {
   ASSERT_EQ(matcha("ic cosmo --box 100 --grid 8 --z-start 9 --seed 6 --out c.hdf5").exitCode, 0);
   const std::string args = "run --ic c.hdf5 --engine cpu --checkpoint-interval 0 --z-end 1 --output-z 4,2";
@@ -2400,6 +2401,24 @@ TEST_F(Cli, OutputsWrittenInTheBackgroundAreTheOutputsWrittenInPlace) {
   ASSERT_EQ(dryInPlace.exitCode, 0) << dryInPlace.err;
   EXPECT_EQ(dryInPlace.out.find("outputs written in the background"), std::string::npos) << dryInPlace.out;
   expectBadInput("run --ic c.hdf5 --engine cpu --background-output maybe --out r", "--background-output");
+
+  // Where the copy would not fit in the host memory available (MATCHA_MEMORY_LIMIT between the run's need with it
+  // and without it), the outputs are written in place, as the run says, and the run goes on: the same files.
+  const Result sized = matcha("run --ic c.hdf5 --engine cpu --dry-run --json --out dry");
+  ASSERT_EQ(sized.exitCode, 0) << sized.err;
+  const nlohmann::json estimate = nlohmann::json::parse(sized.out);
+  std::uint64_t copy = 0;
+  for (const auto& part : estimate["parts"]) {
+    if (part["name"].get<std::string>().find("background") != std::string::npos) copy = part["host_bytes"];
+  }
+  ASSERT_GT(copy, 0u);
+  const std::string limit =
+      "MATCHA_MEMORY_LIMIT=" + std::to_string(estimate["host_bytes"].get<std::uint64_t>() - copy / 2);
+  const Result tight = matcha(args + " --out tight", limit);
+  ASSERT_EQ(tight.exitCode, 0) << tight.err;
+  EXPECT_NE(tight.out.find("outputs: written in place, not in the background"), std::string::npos) << tight.out;
+  EXPECT_TRUE(nlohmann::json::parse(readFile(dir_ / "tight" / "summary.json"))["background_output"].is_null());
+  expectSameStateBitForBit(dir_ / "in-place" / "snapshot_003.hdf5", dir_ / "tight" / "snapshot_003.hdf5");
 }
 
 TEST_F(Cli, ComovingRunRefusesBadInput) {
