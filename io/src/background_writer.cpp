@@ -18,11 +18,20 @@ namespace {
 /// their blocks spread over the cores together (one array alone is bound by one core's share of the bandwidth).
 void copyBodies(const Particles& from, Particles& to) {
   const std::size_t n = from.size();
-  if (to.size() != n) to.resize(n);
   constexpr std::array members{&Particles::x,  &Particles::y,  &Particles::z,    &Particles::vx,
                                &Particles::vy, &Particles::vz, &Particles::mass, &Particles::ax,
                                &Particles::ay, &Particles::az, &Particles::pot};
   constexpr std::size_t kArrays = members.size() + 1;  // and the ids
+  if (to.size() != n) {
+    // The first copy allocates: one array a task, so that its pages are first touched (zeroed) on many cores, not one.
+    tbb::parallel_for(std::size_t{0}, kArrays, [&](std::size_t array) {
+      if (array == members.size()) {
+        to.id.resize(n);
+      } else {
+        (to.*members[array]).resize(n);
+      }
+    });
+  }
   tbb::parallel_for(tbb::blocked_range2d<std::size_t>(0, kArrays, 1, 0, n, std::size_t{1} << 16),
                     [&](const tbb::blocked_range2d<std::size_t>& range) {
                       const auto first = static_cast<std::ptrdiff_t>(range.cols().begin());

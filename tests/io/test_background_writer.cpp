@@ -52,7 +52,12 @@ TEST(BackgroundWriter, WritesTheBodiesAsTheyWereWhenSubmitted) {
   const matcha::io::Snapshot back = matcha::io::readSnapshot(dir / "a.hdf5");
   ASSERT_EQ(back.particles.size(), submitted.size());
   EXPECT_EQ(back.particles.x, submitted.x);
+  EXPECT_EQ(back.particles.y, submitted.y);
+  EXPECT_EQ(back.particles.z, submitted.z);
+  EXPECT_EQ(back.particles.vx, submitted.vx);
+  EXPECT_EQ(back.particles.vy, submitted.vy);
   EXPECT_EQ(back.particles.vz, submitted.vz);
+  EXPECT_EQ(back.particles.ax, submitted.ax);
   EXPECT_EQ(back.particles.mass, submitted.mass);
   EXPECT_EQ(back.particles.id, submitted.id);
   EXPECT_EQ(back.particles.pot, submitted.pot);
