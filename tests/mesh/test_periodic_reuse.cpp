@@ -146,6 +146,30 @@ std::uint64_t interactionsOfActiveGroups(const InteractionPlan& plan, const std:
   return total;
 }
 
+/// `going` and `restored` (a solver restored from a state `going` saved at this point) over five more calls on the
+/// drifting bodies: the same trees and forces, bit for bit. Returns `going`'s report of the first of them.
+ForceReport expectRestoredSolverFollows(tree::PeriodicTreeSolver& going, tree::PeriodicTreeSolver& restored,
+                                        DriftingBox& box, double L = 1.0) {
+  ForceReport first;
+  Particles twin = box.bodies;
+  for (int more = 0; more < 5; ++more) {
+    SCOPED_TRACE("call " + std::to_string(more) + " after the checkpoint");
+    const ForceReport a = going.computeForces(box.bodies);
+    const ForceReport b = restored.computeForces(twin);
+    if (more == 0) first = a;
+    EXPECT_EQ(a.rebuilt, b.rebuilt);
+    EXPECT_EQ(box.bodies.id, twin.id);
+    EXPECT_EQ(box.bodies.ax, twin.ax);
+    EXPECT_EQ(box.bodies.ay, twin.ay);
+    EXPECT_EQ(box.bodies.az, twin.az);
+    box.drift(L);
+    twin.x = box.bodies.x;
+    twin.y = box.bodies.y;
+    twin.z = box.bodies.z;
+  }
+  return first;
+}
+
 /// Each test's fresh seed (its trace is the test's own SCOPED_TRACE), the box and its drifting bodies.
 class PeriodicReuse : public ::testing::Test {
  protected:
@@ -664,21 +688,7 @@ TEST_F(PeriodicReuse, RestoredSolverContinuesBitForBit) {
   restored.restoreState(state, box.bodies);
   tree::PeriodicTreeSolver fromOldCheckpoint(engine, params, gravity);
   EXPECT_NO_THROW(fromOldCheckpoint.restoreState(CheckpointState{}, box.bodies));
-  Particles twin = box.bodies;
-  for (int more = 0; more < 5; ++more) {
-    SCOPED_TRACE("call " + std::to_string(more) + " after the checkpoint");
-    const ForceReport a = going.computeForces(box.bodies);
-    const ForceReport b = restored.computeForces(twin);
-    EXPECT_EQ(a.rebuilt, b.rebuilt);
-    ASSERT_EQ(box.bodies.id, twin.id);
-    EXPECT_EQ(box.bodies.ax, twin.ax);
-    EXPECT_EQ(box.bodies.ay, twin.ay);
-    EXPECT_EQ(box.bodies.az, twin.az);
-    box.drift(L);
-    twin.x = box.bodies.x;
-    twin.y = box.bodies.y;
-    twin.z = box.bodies.z;
-  }
+  expectRestoredSolverFollows(going, restored, box);
 }
 
 // A tree with calls left, ended for a checkpoint (endTreeForCheckpoint): the call just made becomes a boundary, the
@@ -706,25 +716,9 @@ TEST_F(PeriodicReuse, ATreeEndedForACheckpointRestartsBitForBit) {
   going.saveState(state);
   tree::PeriodicTreeSolver restored(engine, params, gravity);
   restored.restoreState(state, box.bodies);
-  Particles twin = box.bodies;
-  for (int more = 0; more < 5; ++more) {
-    SCOPED_TRACE("call " + std::to_string(more) + " after the checkpoint");
-    const ForceReport a = going.computeForces(box.bodies);
-    const ForceReport b = restored.computeForces(twin);
-    if (more == 0) {
-      EXPECT_TRUE(a.rebuilt);
-      EXPECT_EQ(a.treeEnd, TreeEnd::checkpoint);
-    }
-    EXPECT_EQ(a.rebuilt, b.rebuilt);
-    ASSERT_EQ(box.bodies.id, twin.id);
-    EXPECT_EQ(box.bodies.ax, twin.ax);
-    EXPECT_EQ(box.bodies.ay, twin.ay);
-    EXPECT_EQ(box.bodies.az, twin.az);
-    box.drift(L);
-    twin.x = box.bodies.x;
-    twin.y = box.bodies.y;
-    twin.z = box.bodies.z;
-  }
+  const ForceReport first = expectRestoredSolverFollows(going, restored, box);
+  EXPECT_TRUE(first.rebuilt);
+  EXPECT_EQ(first.treeEnd, TreeEnd::checkpoint);
 }
 
 // Block time steps in a box (the real leapfrog, TreePM with long-range steps on the CPU mesh, trees for 4 calls): where
