@@ -10,6 +10,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -434,6 +435,9 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   // good state, written when a run fails, waits for them.
   std::optional<io::BackgroundWriter> background;
   if (memory.backgroundOutput) background.emplace();
+  // The time of the state the writer copied last: a checkpoint of that same state (right after its output) is written
+  // from that copy, after the snapshot, rather than waiting for it.
+  double copiedTime = std::numeric_limits<double>::quiet_NaN();
   callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
     if (index == 0) initial = diagnostics;
     if (hermite != nullptr) {
@@ -457,6 +461,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       background->submit(state, [path = outDir / name, meta = metadata, write](const Particles& copy) {
         io::writeSnapshot(path, copy, meta, write);
       });
+      copiedTime = diagnostics.time;
     } else {
       io::writeSnapshot(outDir / name, state, metadata, write);
     }
@@ -546,10 +551,16 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     saved.step = position.step;
     const bool potentials = std::all_of(state.pot.begin(), state.pot.end(), [](double v) { return std::isfinite(v); });
     if (background) {
-      background->submit(state, [path = outDir / io::kCheckpointName, saved, run = std::move(run),
-                                 solverState = std::move(solverState), potentials](const Particles& copy) {
+      auto writeCheckpoint = [path = outDir / io::kCheckpointName, saved, run = std::move(run),
+                              solverState = std::move(solverState), potentials](const Particles& copy) {
         io::writeCheckpoint(path, copy, saved, run, solverState, potentials);
-      });
+      };
+      if (time == copiedTime) {
+        background->submitSameBodies(std::move(writeCheckpoint));
+      } else {
+        background->submit(state, std::move(writeCheckpoint));
+        copiedTime = time;
+      }
     } else {
       io::writeCheckpoint(outDir / io::kCheckpointName, state, saved, run, solverState, potentials);
     }

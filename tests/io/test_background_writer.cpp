@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/io/background_writer.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/testing/generators.hpp"
@@ -85,6 +86,36 @@ TEST(BackgroundWriter, WritesOneAtATimeInTheOrderSubmitted) {
   EXPECT_GE(writer.writerSeconds(), 4 * 0.04);
   // The first submit did not wait, the next three waited for the write before them.
   EXPECT_GE(writer.callerSeconds(), 3 * 0.04);
+}
+
+// A second file of the same state (a checkpoint after its snapshot) is written from the same copy after the first,
+// without the caller waiting for the first; should the first fail, the second is not written and the error shows.
+TEST(BackgroundWriter, ASecondFileOfTheSameBodiesFollowsTheFirstWithoutAWait) {
+  Particles bodies = matcha::testing::plummer(100, 5);
+  const Particles submitted = bodies;
+  std::vector<int> order;
+  BackgroundWriter writer;
+  writer.submit(bodies, [&](const Particles&) {
+    pause();
+    pause();
+    order.push_back(1);
+  });
+  for (std::size_t i = 0; i < bodies.size(); ++i) bodies.x[i] += 1.0;  // the run goes on
+  const matcha::Stopwatch clock;
+  writer.submitSameBodies([&](const Particles& copy) {
+    EXPECT_EQ(copy.x, submitted.x);
+    order.push_back(2);
+  });
+  EXPECT_LT(clock.seconds(), 0.05) << "the second file waited for the first";
+  writer.finish();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_GE(writer.writerSeconds(), 0.09);
+
+  bool second = false;
+  writer.submit(bodies, [](const Particles&) { throw IoError("cannot write snapshot 'y': disk full"); });
+  writer.submitSameBodies([&](const Particles&) { second = true; });
+  EXPECT_THROW(writer.finish(), IoError);
+  EXPECT_FALSE(second) << "written after the first write of its bodies failed";
 }
 
 TEST(BackgroundWriter, AWritesErrorShowsAtTheNextSubmitAndTheWriterGoesOn) {

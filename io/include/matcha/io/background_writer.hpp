@@ -33,6 +33,12 @@ class BackgroundWriter {
   /// besides the copy.
   void submit(const Particles& bodies, std::function<void(const Particles&)> write);
 
+  /// Starts `write(copy)` after the write in flight, from the copy the last submit() made, without waiting: a second
+  /// file of that same state (a checkpoint right after its snapshot), which would otherwise wait for the first file
+  /// and copy the bodies again. Should the write before fail, this one does not run and the error is thrown as
+  /// submit()'s. Needs a submit() before.
+  void submitSameBodies(std::function<void(const Particles&)> write);
+
   /// Waits for the write in flight, if any, and throws its error.
   void finish();
 
@@ -42,8 +48,9 @@ class BackgroundWriter {
   double writerSeconds() const { return writerSeconds_; }
 
  private:
-  Particles copy_;  ///< kept between writes: its memory is touched once, not at every output
-  std::future<double> inFlight_;
+  Particles copy_;                ///< kept between writes: its memory is touched once, not at every output
+  std::future<double> inFlight_;  ///< the last write started (it waits for the one before, where it was chained)
+  bool copied_ = false;           ///< copy_ holds the bodies of a submit()
   double callerSeconds_ = 0.0;
   double writerSeconds_ = 0.0;
 };
