@@ -309,8 +309,8 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       lastGoodTime = time;
       lastGoodStep = step;
     }
-    // A checkpoint waits for the solver's boundary (between two trees) unless it has waited too long: late in a
-    // comoving run the trees end by their bodies' motion, never at a boundary, and the run ends one for it.
+    // A checkpoint waits for the solver's boundary (between two trees) unless it follows an output or has waited too
+    // long: late in a comoving run the trees end by their bodies' motion, never at a boundary, and the run ends one.
     if (callbacks.onCheckpoint && !planned.last && synchronous && checkpoints.due(checkpointClock()) &&
         (solver.atCheckpointBoundary() || (checkpoints.overdue(checkpointClock()) && solver.endTreeForCheckpoint()))) {
       synchronise();

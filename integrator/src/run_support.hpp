@@ -18,8 +18,10 @@ namespace matcha::integrator::detail {
 /// unless the last checkpoint is younger than a minute (or the interval, when that is shorter); the first output is
 /// always followed by one. The caller asks at the places where it can save its state; a checkpoint that has waited
 /// for such a place longer than a minute (or the interval) is overdue, and the caller makes one
-/// (ForceSolver::endTreeForCheckpoint). With interval 0 checkpoints take the places as they come and are never
-/// overdue.
+/// (ForceSolver::endTreeForCheckpoint). So is one that follows an output: written at the output's step it is the
+/// output's state (one copy of the bodies serves both), and a run that ends a few steps after its output still
+/// leaves a checkpoint there, where late in a comoving run no tree ends at a boundary for minutes. With interval 0
+/// checkpoints take the places as they come and are never overdue.
 class CheckpointCadence {
  public:
   /// @param interval  in: IntegratorParams::checkpointInterval (wall seconds, >= 0)
@@ -41,9 +43,11 @@ class CheckpointCadence {
     return isDue;
   }
 
-  /// Whether the due checkpoint has waited for a place longer than min(interval, a minute) by wall time `now`.
+  /// Whether the due checkpoint follows an output or has waited for a place longer than min(interval, a minute) by
+  /// wall time `now`.
   bool overdue(double now) const {
-    return interval_ > 0.0 && waiting_ && now - dueSince_ >= std::min(interval_, kOutputCheckpointSeconds);
+    return interval_ > 0.0 && waiting_ &&
+           (outputSince_ || now - dueSince_ >= std::min(interval_, kOutputCheckpointSeconds));
   }
 
   /// A checkpoint was written; `now` is the wall time after it.

@@ -1249,6 +1249,36 @@ TEST(RunLeapfrog, AnOverdueCheckpointEndsTheSolversTree) {
   }
 }
 
+// A checkpoint that follows an output is written at the output's step: the run ends the solver's tree there rather
+// than wait for a boundary that may not come before the run ends (late in a comoving run, or a run stopped a few
+// steps after its output). With interval 0 it waits for a boundary, as every checkpoint does.
+TEST(RunLeapfrog, ACheckpointAfterAnOutputIsTakenAtTheOutput) {
+  matcha::IntegratorParams params;
+  params.dt = 1.0 / 64.0;
+  params.tEnd = 12.0 / 64.0;
+  params.outputInterval = 8.0 / 64.0;
+  for (const double interval : {0.0, 900.0}) {
+    SCOPED_TRACE("interval " + std::to_string(interval));
+    params.checkpointInterval = interval;
+    Particles p = TwoBody{}.make();
+    NeverAtABoundarySolver solver;
+    std::vector<std::uint64_t> steps;
+    mi::RunCallbacks callbacks;
+    callbacks.onCheckpoint = [&](const Particles&, double, const mi::RunPosition& position) {
+      EXPECT_TRUE(solver.atCheckpointBoundary());
+      steps.push_back(position.step);
+    };
+    mi::runLeapfrog(p, solver, params, callbacks);
+    if (interval == 0.0) {
+      EXPECT_TRUE(steps.empty());
+      EXPECT_TRUE(solver.endedAtCall().empty());
+    } else {
+      EXPECT_EQ(steps, (std::vector<std::uint64_t>{8})) << "at the output of step 8, once";
+      EXPECT_EQ(solver.endedAtCall(), (std::vector<int>{9})) << "call k + 1 is step k's";
+    }
+  }
+}
+
 // The last step on each tree: after every step whose call ends a tree (here every third), the last step included,
 // with the state after the step; its time is output time, and the forces it sees are the step's own.
 TEST(RunLeapfrog, TheLastCallOnEachTreeIsReportedWithTheStateAfterIt) {
