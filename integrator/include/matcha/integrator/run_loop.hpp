@@ -22,8 +22,9 @@ struct ProgressInfo {
   double time = 0.0;             ///< simulation time after this step
   double tEnd = 0.0;             ///< simulation end time
   double elapsedSeconds = 0.0;   ///< wall time since the run started (first force call included)
-  /// The larger of elapsed * (share left) / (share done by this run) (StepSchedule::fractionDone) and the steps left
-  /// (totalSteps - step) times the recent steps' wall time; 0 after the last step.
+  /// The larger of the wall time since the run's first step times (share left) / (share done since) (StepSchedule::
+  /// fractionDone) and the steps left (totalSteps - step) times the recent steps' wall time; 0 after the last step,
+  /// -1 (not known) after the first alone, whose time is mostly the run's warm-up.
   double etaSeconds = 0.0;
   double relativeEnergyError = 0.0;  ///< |E - E0| / |E0| now, or at the latest output (RunCallbacks::outputPotentials)
   std::uint64_t bodySteps = 0;       ///< Hermite runs (runHermite): bodies advanced so far; 0 for leapfrog runs
