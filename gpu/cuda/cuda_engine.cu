@@ -150,6 +150,9 @@ double taskCostPerEntry(int kind) { return kStageCost + kPairCost * detail::kPla
 /// best[n]: the first chunk's kind of the cheapest decomposition of n bodies (n <= kMaxDecomposed).
 constexpr std::uint32_t kMaxDecomposed = 256;
 
+/// Groups a core takes at a time when a launch builds the warp tasks of a subset of the groups (launchResident).
+constexpr std::size_t kSubsetGroupsPerChunk = 256;
+
 struct ChunkTable {
   std::array<int, kMaxDecomposed + 1> firstKind{};
 
@@ -920,6 +923,8 @@ struct CudaEngine::Impl {
     std::vector<uint4> hostTasks, hostSubsetTasks, hostSortedSubsetTasks;
     std::vector<double> hostSubsetCosts;
     std::vector<std::uint32_t> subsetOrder;
+    std::vector<std::vector<uint4>> chunkTasks;  ///< a subset's tasks, built a chunk of groups a core
+    std::vector<std::vector<double>> chunkCosts;
     // The check's results.
     DeviceBuffer<std::uint32_t> failedFlags, failedList, failedCount;
     PinnedBuffer<std::uint32_t> hostFailed;
@@ -1357,8 +1362,6 @@ struct CudaEngine::Impl {
     if (!all) {
       // Longest first, as the whole tree's tasks are sorted on the device: the kernel takes tasks in order, and a
       // long task taken last leaves the GPU idle but for it (a solver's batch is a few waves of tasks).
-      r.hostSubsetTasks.clear();
-      r.hostSubsetCosts.clear();
       const double cellWeight = r.quadrupole ? kQuadrupoleEntryWeight : 1.0;
       // Tasks whose bodies need no forces (block time steps: none ends its step here) are left out; where the tree's
       // order is the caller's, the rows are the bodies.
@@ -1369,21 +1372,40 @@ struct CudaEngine::Impl {
         }
         return false;
       };
-      for (const std::uint32_t g : groups) {
-        MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
-        const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
-        // Cut as in the last whole launch: a group whose lists did not change gets the same sums.
-        forEachBalancedWarpTask<Real>(r.groups[g], entries, r.longestTask,
-                                      [&](std::uint32_t first, std::uint32_t rows, int kind) {
-                                        if (someRows && !anyActive(first, rows)) return;
-                                        r.hostSubsetTasks.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
-                                        r.hostSubsetCosts.push_back(entries * taskCostPerEntry(kind));
-                                      });
+      // On every core, in chunks of groups joined in the groups' order, then sorted there (the order is unique: the
+      // same tasks in the same places as one core's loop and stable sort gave). Late in a comoving box nearly every
+      // step is such a subset, and the GPU waits while the host scans the bins and sorts the tasks.
+      const std::size_t numChunks = (groups.size() + kSubsetGroupsPerChunk - 1) / kSubsetGroupsPerChunk;
+      if (r.chunkTasks.size() < numChunks) {
+        r.chunkTasks.resize(numChunks);
+        r.chunkCosts.resize(numChunks);
       }
-      r.subsetOrder.resize(r.hostSubsetTasks.size());
-      std::iota(r.subsetOrder.begin(), r.subsetOrder.end(), 0u);
-      std::stable_sort(r.subsetOrder.begin(), r.subsetOrder.end(),
-                       [&](std::uint32_t a, std::uint32_t b) { return r.hostSubsetCosts[a] > r.hostSubsetCosts[b]; });
+      detail::parallelForEach(numChunks, [&](std::size_t c) {
+        std::vector<uint4>& tasksOfChunk = r.chunkTasks[c];
+        std::vector<double>& costsOfChunk = r.chunkCosts[c];
+        tasksOfChunk.clear();
+        costsOfChunk.clear();
+        const std::size_t end = std::min(groups.size(), (c + 1) * kSubsetGroupsPerChunk);
+        for (std::size_t k = c * kSubsetGroupsPerChunk; k < end; ++k) {
+          const std::uint32_t g = groups[k];
+          MATCHA_ASSERT(g < r.numGroups, "launchResident: group id outside the tree");
+          const double entries = double(r.listBodies[g]) + double(r.listCells[g]) * cellWeight;
+          // Cut as in the last whole launch: a group whose lists did not change gets the same sums.
+          forEachBalancedWarpTask<Real>(r.groups[g], entries, r.longestTask,
+                                        [&](std::uint32_t first, std::uint32_t rows, int kind) {
+                                          if (someRows && !anyActive(first, rows)) return;
+                                          tasksOfChunk.push_back(uint4{g, first, rows, static_cast<unsigned>(kind)});
+                                          costsOfChunk.push_back(entries * taskCostPerEntry(kind));
+                                        });
+        }
+      });
+      r.hostSubsetTasks.clear();
+      r.hostSubsetCosts.clear();
+      for (std::size_t c = 0; c < numChunks; ++c) {
+        r.hostSubsetTasks.insert(r.hostSubsetTasks.end(), r.chunkTasks[c].begin(), r.chunkTasks[c].end());
+        r.hostSubsetCosts.insert(r.hostSubsetCosts.end(), r.chunkCosts[c].begin(), r.chunkCosts[c].end());
+      }
+      detail::orderLongestFirst(r.hostSubsetCosts, r.subsetOrder);
       r.hostSortedSubsetTasks.resize(r.hostSubsetTasks.size());
       for (std::size_t k = 0; k < r.subsetOrder.size(); ++k) {
         r.hostSortedSubsetTasks[k] = r.hostSubsetTasks[r.subsetOrder[k]];

@@ -3,9 +3,11 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_sort.h>
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 namespace matcha::gpu::detail {
 
@@ -45,6 +47,19 @@ void gatherTriples(double* packed, const double* const from[3], std::span<const 
                         for (std::size_t k = some.begin(); k != some.end(); ++k) to[k] = from[c][ids[k]];
                       }
                     });
+}
+
+void parallelForEach(std::size_t count, const std::function<void(std::size_t)>& body) {
+  tbb::parallel_for(std::size_t{0}, count, [&](std::size_t k) { body(k); });
+}
+
+void orderLongestFirst(std::span<const double> costs, std::vector<std::uint32_t>& order) {
+  order.resize(costs.size());
+  std::iota(order.begin(), order.end(), 0u);
+  // The index breaks ties: the order is unique, as stable_sort's, whatever the threads.
+  tbb::parallel_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return costs[a] > costs[b] || (costs[a] == costs[b] && a < b);
+  });
 }
 
 }  // namespace matcha::gpu::detail
