@@ -115,6 +115,9 @@ HermiteRunSummary runHermite(Particles& p, HermiteIntegrator& integrator, const 
   }
   const HermiteCounters atStart = integrator.counters();
   const double fractionAtStart = span > 0.0 ? integrator.time() / span : 1.0;
+  // The ETA's pace is measured from the end of the first block step, whose time is mostly warm-up (as runLeapfrog's).
+  double fractionAtFirstStep = -1.0;
+  double secondsAtFirstStep = 0.0;
   double latestEnergy = summary.final.total;
   detail::CheckpointCadence checkpoints(params.checkpointInterval, wall.seconds());
 
@@ -160,8 +163,18 @@ HermiteRunSummary runHermite(Particles& p, HermiteIntegrator& integrator, const 
                                          : 0.0;
       info.totalSteps = last ? counters.blockSteps
                              : std::max<std::uint64_t>(counters.blockSteps + 1, static_cast<std::uint64_t>(estimate));
-      info.etaSeconds =
-          last || !progressed ? 0.0 : info.elapsedSeconds * (1.0 - fraction) / (fraction - fractionAtStart);
+      if (fractionAtFirstStep < 0.0) {
+        fractionAtFirstStep = fraction;
+        secondsAtFirstStep = info.elapsedSeconds;
+      }
+      if (last) {
+        info.etaSeconds = 0.0;
+      } else if (fraction > fractionAtFirstStep) {
+        info.etaSeconds =
+            (info.elapsedSeconds - secondsAtFirstStep) * (1.0 - fraction) / (fraction - fractionAtFirstStep);
+      } else {
+        info.etaSeconds = -1.0;  // not known yet (it read 0 s, as if done)
+      }
       info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
       callbacks.onProgress(info);
     }
