@@ -293,11 +293,15 @@ nlohmann::json buildJson() { return {{"version", kVersion}, {"git_commit", kGitC
 
 namespace {
 
-/// (tEnd - tStart) / dt must be a whole number of steps; with an --ic snapshot's start time the plain "multiple of
-/// dt" of runLeapfrog would not say why 1.0 fails.
+/// (tEnd - tStart) / dt must be a whole number of steps, checked before the bodies are made or read (runLeapfrog's
+/// own check came after a 2^24-body Plummer sphere was generated); with an --ic snapshot's start time the plain
+/// "multiple of dt" would not say why 1.0 fails.
 void requireWholeStepsFromStart(const Options& options) {
   const IntegratorParams& p = options.integrator;
-  if (p.tStart == 0.0) return;
+  if (p.tStart == 0.0) {
+    integrator::checkedStepCount(p.tEnd, p.dt);
+    return;
+  }
   try {
     integrator::checkedStepCount(p.tEnd - p.tStart, p.dt);
   } catch (const InputError&) {

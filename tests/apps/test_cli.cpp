@@ -1156,6 +1156,13 @@ TEST_F(Cli, BadInputCatalogue) {
                  "are 0.296875 and 0.3046875");
   expectBadInput("run -n 64 --output-interval 0.001", "the nearest valid value is 0.0078125");
   expectBadInput("run -n 64 --dt 0.01 --t-end 0.015 --output-interval 0.01", "multiple of dt");
+  {
+    // Before any work: the bodies are not made first (the run loop's own check came after the sphere was generated).
+    const Result late = matcha("run -n 64 --t-end 0.01");
+    EXPECT_EQ(late.exitCode, 2) << late.err;
+    EXPECT_NE(late.err.find("t-end must be a multiple of dt"), std::string::npos) << late.err;
+    EXPECT_EQ(late.out.find("generating"), std::string::npos) << late.out;
+  }
 
   // Initial-condition files: negative ids, a MassTable that contradicts the Masses, a start after t-end.
   const matcha::Particles bodies = matcha::testing::plummer(64, 5);
