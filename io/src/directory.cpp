@@ -37,7 +37,9 @@ void ensureWritableDirectory(const std::filesystem::path& dir) {
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     const int code = errno;  // before anything else can change it
-    throw IoError("output directory " + quoted(target) + " is not writable: " + errnoText(code));
+    // The probe's own errno reads oddly alone: /proc refuses new files with "No such file or directory".
+    throw IoError("output directory " + quoted(target) + " is not writable: a file created there failed (" +
+                  errnoText(code) + ")");
   }
   ::close(fd);
   if (::unlink(probe.c_str()) != 0) {

@@ -72,4 +72,13 @@ TEST(EnsureWritableDirectory, ARegularFileIsIoError) {
   EXPECT_NE(message.find(file.string()), std::string::npos) << message;
 }
 
+// A directory that exists but takes no new files, even as root: /proc (procfs refuses them with ENOENT, which alone
+// would read "No such file or directory" of a directory that plainly exists).
+TEST(EnsureWritableDirectory, ADirectoryThatRefusesNewFilesSaysSo) {
+  if (!fs::is_directory("/proc/self")) GTEST_SKIP() << "no /proc here";
+  const std::string message = ioErrorMessage("/proc");
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(message.find("'/proc' is not writable: a file created there failed ("), std::string::npos) << message;
+}
+
 }  // namespace
