@@ -660,6 +660,17 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
     if (!item.parents.empty()) {
       throw InputError("--config " + path + ": sections are not supported (key '" + item.fullname() + "')");
     }
+    // Not parameters: `help = true` printed the help and ran nothing (exit 0), and `restart = DIR` restarted DIR
+    // without its own used_parameters.toml, which --restart on the command line takes.
+    if (item.name == "help") {
+      throw InputError("--config " + path + ": 'help' is not a parameter (matcha " + command.get_name() +
+                       " --help prints the options)");
+    }
+    if (item.name == "restart") {
+      throw InputError("--config " + path +
+                       ": 'restart' is not a parameter: give --restart DIR on the command line (it takes "
+                       "DIR/used_parameters.toml as the run's parameters)");
+    }
     const CLI::Option* option = command.get_option_no_throw("--" + item.name);
     if (option == nullptr && item.name != "config" && anotherCommandTakes(root, command, "--" + item.name)) continue;
     if (option == nullptr || item.name == "config") {

@@ -1147,6 +1147,10 @@ TEST_F(Cli, BadInputCatalogue) {
   expectBadInput("run --config missing.toml", "missing.toml");
   writeText("unknown.toml", "opening_angle = 0.7\n");
   expectBadInput("compare --config unknown.toml", "unknown key 'opening_angle'");
+  writeText("help.toml", "help = true\n");
+  expectBadInput("run --config help.toml -n 64", "'help' is not a parameter (matcha run --help prints the options)");
+  writeText("restart.toml", "restart = elsewhere\n");
+  expectBadInput("run --config restart.toml", "'restart' is not a parameter: give --restart DIR on the command line");
 
   // Output and timing.
   expectBadInput("run -n 64 --out ''", "--out: an empty value");
