@@ -209,10 +209,10 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   }
   interval = OutputTimings{};
   interval.outputIndex = outputIndex;
-  // The ETA's pace is measured from the end of the run's first step: that step carries the warm-up (a restarted run's
-  // first tree and mesh, the device's first launches: 4.7 of a 256^3 box's ~0.18 s steps on the H200), which made
-  // the first minute's ETAs hours long.
-  double fractionAtFirstStep = schedule.fractionDone(time);
+  // The ETA's pace is measured from the end of the run's first step (both set there): that step carries the warm-up
+  // (a restarted run's first tree and mesh, the device's first launches: 3.7-4.7 s against a 256^3 box's ~0.18 s
+  // steps on the H200), which made the first minute's ETAs hours long.
+  double fractionAtFirstStep = 0.0;
   double secondsAtFirstStep = 0.0;
   double lastProgressSeconds = wall.seconds();
   double recentStepSeconds = -1.0;  ///< none yet

@@ -1241,6 +1241,30 @@ class NeverAtABoundarySolver : public KeplerSolver {
   std::vector<int> endedAtCall_;
 };
 
+/// What a run on NeverAtABoundarySolver did for its checkpoints: each one's step and wall seconds since the run's
+/// start, and the calls at which the run ended the solver's tree.
+struct CheckpointsTaken {
+  std::vector<std::uint64_t> steps;
+  std::vector<double> seconds;
+  std::vector<int> endedAtCall;
+};
+
+CheckpointsTaken runWithoutBoundaries(const matcha::IntegratorParams& params) {
+  Particles p = TwoBody{}.make();
+  NeverAtABoundarySolver solver;
+  CheckpointsTaken taken;
+  mi::RunCallbacks callbacks;
+  const matcha::Stopwatch clock;
+  callbacks.onCheckpoint = [&](const Particles&, double, const mi::RunPosition& position) {
+    EXPECT_TRUE(solver.atCheckpointBoundary());
+    taken.steps.push_back(position.step);
+    taken.seconds.push_back(clock.seconds());
+  };
+  mi::runLeapfrog(p, solver, params, callbacks);
+  taken.endedAtCall = solver.endedAtCall();
+  return taken;
+}
+
 }  // namespace
 
 // A checkpoint that waits longer than min(interval, a minute) for the solver's boundary is overdue: the run has the
@@ -1254,30 +1278,20 @@ TEST(RunLeapfrog, AnOverdueCheckpointEndsTheSolversTree) {
   for (const double interval : {0.0, 0.02}) {
     SCOPED_TRACE("interval " + std::to_string(interval));
     params.checkpointInterval = interval;
-    Particles p = TwoBody{}.make();
-    NeverAtABoundarySolver solver;
-    std::vector<std::uint64_t> steps;
-    std::vector<double> seconds;
-    mi::RunCallbacks callbacks;
-    const matcha::Stopwatch clock;
-    callbacks.onCheckpoint = [&](const Particles&, double, const mi::RunPosition& position) {
-      EXPECT_TRUE(solver.atCheckpointBoundary());
-      steps.push_back(position.step);
-      seconds.push_back(clock.seconds());
-    };
-    mi::runLeapfrog(p, solver, params, callbacks);
+    const CheckpointsTaken taken = runWithoutBoundaries(params);
     if (interval == 0.0) {
-      EXPECT_TRUE(steps.empty());
-      EXPECT_TRUE(solver.endedAtCall().empty());
+      EXPECT_TRUE(taken.steps.empty());
+      EXPECT_TRUE(taken.endedAtCall.empty());
     } else {
       // Due after 0.02 s (~10 steps), overdue 0.02 s later: a checkpoint every ~20 steps, each at a tree the run ended.
-      EXPECT_GE(steps.size(), 1u);
-      EXPECT_LE(steps.size(), 4u);
-      ASSERT_EQ(solver.endedAtCall().size(), steps.size());
-      for (std::size_t k = 0; k < steps.size(); ++k) {
-        EXPECT_EQ(std::uint64_t(solver.endedAtCall()[k]), steps[k] + 1) << "call k + 1 is step k's";
+      EXPECT_GE(taken.steps.size(), 1u);
+      EXPECT_LE(taken.steps.size(), 4u);
+      ASSERT_EQ(taken.endedAtCall.size(), taken.steps.size());
+      for (std::size_t k = 0; k < taken.steps.size(); ++k) {
+        EXPECT_EQ(std::uint64_t(taken.endedAtCall[k]), taken.steps[k] + 1) << "call k + 1 is step k's";
       }
-      EXPECT_GE(seconds.front(), 0.04) << "not before the checkpoint was due (0.02 s) and then overdue (0.02 s more)";
+      EXPECT_GE(taken.seconds.front(), 0.04)
+          << "not before the checkpoint was due (0.02 s) and then overdue (0.02 s more)";
     }
   }
 }
@@ -1293,21 +1307,13 @@ TEST(RunLeapfrog, ACheckpointAfterAnOutputIsTakenAtTheOutput) {
   for (const double interval : {0.0, 900.0}) {
     SCOPED_TRACE("interval " + std::to_string(interval));
     params.checkpointInterval = interval;
-    Particles p = TwoBody{}.make();
-    NeverAtABoundarySolver solver;
-    std::vector<std::uint64_t> steps;
-    mi::RunCallbacks callbacks;
-    callbacks.onCheckpoint = [&](const Particles&, double, const mi::RunPosition& position) {
-      EXPECT_TRUE(solver.atCheckpointBoundary());
-      steps.push_back(position.step);
-    };
-    mi::runLeapfrog(p, solver, params, callbacks);
+    const CheckpointsTaken taken = runWithoutBoundaries(params);
     if (interval == 0.0) {
-      EXPECT_TRUE(steps.empty());
-      EXPECT_TRUE(solver.endedAtCall().empty());
+      EXPECT_TRUE(taken.steps.empty());
+      EXPECT_TRUE(taken.endedAtCall.empty());
     } else {
-      EXPECT_EQ(steps, (std::vector<std::uint64_t>{8})) << "at the output of step 8, once";
-      EXPECT_EQ(solver.endedAtCall(), (std::vector<int>{9})) << "call k + 1 is step k's";
+      EXPECT_EQ(taken.steps, (std::vector<std::uint64_t>{8})) << "at the output of step 8, once";
+      EXPECT_EQ(taken.endedAtCall, (std::vector<int>{9})) << "call k + 1 is step k's";
     }
   }
 }

@@ -80,7 +80,7 @@ enum class TreeEnd : int {
   escaped,     ///< more bodies had left their balls than the solver repairs (escapedMaxBodies)
   crowded,     ///< too many bodies near those out of their balls for the repair's budget (kEscapedBudget)
   other,       ///< the bodies were not the tree's (reordered, others, one outside the box)
-  checkpoint,  ///< ended by the run for an overdue checkpoint (ForceSolver::endTreeForCheckpoint)
+  checkpoint,  ///< ended by the run for a checkpoint, overdue or after an output (ForceSolver::endTreeForCheckpoint)
   count
 };
 inline constexpr int kNumTreeEnds = static_cast<int>(TreeEnd::count);
@@ -224,8 +224,9 @@ class ForceSolver {
   virtual bool atCheckpointBoundary() const { return true; }
   /// Makes the state between this call and the next savable where the solver can: a solver whose tree still has
   /// calls planned ends it here, so that its next call builds a new tree, in this run and in a run restarted from the
-  /// state alike (the restart stays bit for bit). For a checkpoint overdue because the trees keep ending sooner than
-  /// planned: a periodic tree ended by its bodies' motion is never at a boundary. Returns atCheckpointBoundary()
+  /// state alike (the restart stays bit for bit). For a checkpoint after an output, or one overdue because the trees
+  /// keep ending sooner than planned: a periodic tree ended by its bodies' motion is never at a boundary. Returns
+  /// atCheckpointBoundary()
   /// afterwards; by default (a solver that cannot end its tree early) it only asks.
   virtual bool endTreeForCheckpoint() { return atCheckpointBoundary(); }
   /// Adds the solver's state to `state` (names prefixed with the solver's kind). May wait for background work.
