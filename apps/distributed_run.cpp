@@ -362,17 +362,12 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
 }
 
 /// What `run` and `compare` do on one rank only, refused on several (every rank the same, from the options alone):
-/// compare on the GPU (whose references and sweeps are one rank's) and compare in a periodic box (whose reference is
-/// one rank's Ewald sum).
+/// compare on the GPU (whose references and sweeps are one rank's).
 void requireSupportedOnRanks(const Options& options, const std::string& subcommand) {
   const std::string ranks = std::to_string(worldSize()) + " ranks";
   if (subcommand == "compare" && options.engine == EngineKind::cuda) {
     throw InputError("matcha compare --engine cuda on " + ranks +
                      " is not supported yet: use --engine cpu, or one rank (matcha run takes a GPU per rank)");
-  }
-  if (subcommand == "compare" && options.box > 0.0) {
-    throw InputError("matcha compare --box on " + ranks +
-                     ": periodic comparisons (against Ewald) run on one rank only (matcha run takes a box on several)");
   }
 }
 
@@ -934,16 +929,29 @@ namespace {
 /// then the timed one), with the sample's forces gathered to rank 0 by slot and the trees' statistics over all ranks.
 TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sample, Particles& mine,
                                NearFieldEngine& engine, MPI_Comm comm) {
-  parallel::DistributedTreeSolver solver(engine, configuration.tree, configuration.gravity, comm);
-  solver.computeForces(mine);
+  auto distributed =
+      std::make_unique<parallel::DistributedTreeSolver>(engine, configuration.tree, configuration.gravity, comm);
+  const parallel::DistributedTreeSolver& solver = *distributed;  // the short range: its trees and lists
+  std::unique_ptr<ForceSolver> forces;
+  if (configuration.gravity.periodic.enabled()) {
+    // TreePM as `run` takes it on ranks: the distributed short range and the mesh of every rank's deposits (FFTW).
+    mesh::MeshParams meshParams = configuration.mesh;
+    meshParams.backend = mesh::MeshBackend::fftw;
+    auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(distributed), meshParams, configuration.gravity);
+    treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
+    forces = std::move(treePm);
+  } else {
+    forces = std::move(distributed);
+  }
+  forces->computeForces(mine);
   TreeMeasurement measured;
   MPI_Barrier(comm);
   const Stopwatch clock;
-  measured.report = solver.computeForces(mine);
+  measured.report = forces->computeForces(mine);
   MPI_Barrier(comm);
   measured.seconds = clock.seconds();
   measured.report.counts = sumCounts(measured.report.counts, comm);
-  measured.description = solver.describe();
+  measured.description = forces->describe();
 
   // Cells, leaves and groups summed over the ranks' trees (each over its own bodies), the deepest tree, the lists.
   const tree::Octree& octree = solver.octree();
@@ -1021,12 +1029,16 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
 
   Particles mine;
   std::uint64_t numBodies = 0;
+  // The --ic file's periodic box (0: none), which only rank 0 reads: every rank resolves the box, its mesh and the
+  // opening settings from it and --box alike (resolvePeriodicBox), as rank 0's compareSolvers does.
+  double fileBoxSize = 0.0;
   std::size_t measuredConfigurations = 0;
   CompareSharing sharing;
   sharing.shareBodies = [&](const Particles& bodies) {
     endRankZeroWork();
     numBodies = bodies.size();
     MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
+    MPI_Bcast(&fileBoxSize, 1, MPI_DOUBLE, 0, comm);
     mine = scatterBodies(&bodies, numBodies, comm);
   };
   sharing.measure = [&](const Options& configuration, const Sample& sample) {
@@ -1040,20 +1052,19 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   if (rank == 0) {
     const InitialConditionsInfo ic = inspectInitialConditions(options);
     requireNonComovingIc(ic, options);
-    if (ic.boxSize > 0.0 && !options.open) {
-      throw InputError("--ic " + options.icFile +
-                       " records a periodic box: periodic comparisons (against Ewald) run on one rank only (--open "
-                       "compares it with open boundaries)");
-    }
     requireBodiesPerRank(ic.numBodies);
+    fileBoxSize = ic.boxSize;
     const int code = compareSolvers(options, compare, &sharing);
     endRankZeroWork();
     return code;
   }
   MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
+  MPI_Bcast(&fileBoxSize, 1, MPI_DOUBLE, 0, comm);
   mine = scatterBodies(nullptr, numBodies, comm);
+  resolvePeriodicBox(options, fileBoxSize, numBodies);
+  const std::vector<TreeParams> boxSweep = treeSweep(options);  // the opening settings left at auto are the box's
   const Sample sample = drawSample(numBodies, static_cast<std::size_t>(compare.sample), compare.sampleSeed);
-  for (const TreeParams& params : sweep) {
+  for (const TreeParams& params : boxSweep) {
     Options configuration = options;
     configuration.tree = params;
     configuration.tree.reuse = 1;
