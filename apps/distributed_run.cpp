@@ -932,26 +932,26 @@ TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sampl
   auto distributed =
       std::make_unique<parallel::DistributedTreeSolver>(engine, configuration.tree, configuration.gravity, comm);
   const parallel::DistributedTreeSolver& solver = *distributed;  // the short range: its trees and lists
-  std::unique_ptr<ForceSolver> forces;
+  std::unique_ptr<ForceSolver> forceSolver;                      // the short range, in TreePM in a box
   if (configuration.gravity.periodic.enabled()) {
     // TreePM as `run` takes it on ranks: the distributed short range and the mesh of every rank's deposits (FFTW).
     mesh::MeshParams meshParams = configuration.mesh;
     meshParams.backend = mesh::MeshBackend::fftw;
     auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(distributed), meshParams, configuration.gravity);
     treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
-    forces = std::move(treePm);
+    forceSolver = std::move(treePm);
   } else {
-    forces = std::move(distributed);
+    forceSolver = std::move(distributed);
   }
-  forces->computeForces(mine);
+  forceSolver->computeForces(mine);
   TreeMeasurement measured;
   MPI_Barrier(comm);
   const Stopwatch clock;
-  measured.report = forces->computeForces(mine);
+  measured.report = forceSolver->computeForces(mine);
   MPI_Barrier(comm);
   measured.seconds = clock.seconds();
   measured.report.counts = sumCounts(measured.report.counts, comm);
-  measured.description = forces->describe();
+  measured.description = forceSolver->describe();
 
   // Cells, leaves and groups summed over the ranks' trees (each over its own bodies), the deepest tree, the lists.
   const tree::Octree& octree = solver.octree();
@@ -1050,8 +1050,8 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
 
   beginRankZeroWork();
   if (rank == 0) {
+    // A cosmological file compares as any periodic box (compare reads positions and masses alone, as on one rank).
     const InitialConditionsInfo ic = inspectInitialConditions(options);
-    requireNonComovingIc(ic, options);
     requireBodiesPerRank(ic.numBodies);
     fileBoxSize = ic.boxSize;
     const int code = compareSolvers(options, compare, &sharing);

@@ -15,7 +15,7 @@
 #    the host), against one rank on the GPU; without h5py the diagnostics alone; skipped (77) without CUDA;
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree); the
-#    same for 8192 bodies of `ic clumps` in their periodic box, TreePM against Ewald;
+#    same for 8192 bodies of `ic clumps` in their periodic box and a 16^3 box of `ic cosmo`, TreePM against Ewald;
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
@@ -207,18 +207,23 @@ EOF
 compare)
   # A Plummer sphere against direct summation, and a periodic box of clumps (TreePM, the box's opening settings)
   # against Ewald: the same percentiles on K ranks as on one.
+  # A cosmological file compares as any periodic box.
   "$matcha" ic clumps -n 8192 --seed 3 --out clumps.hdf5 >/dev/null
+  "$matcha" ic cosmo --grid 16 --seed 3 --out cosmo.hdf5 >/dev/null
   plummer=(compare -n 8192 --seed 5 --engine cpu --theta 0.5 --sample 1024 --reference cpu-double --json)
   periodic=(compare --ic clumps.hdf5 --engine cpu --sample 1024 --json)
+  cosmo=(compare --ic cosmo.hdf5 --engine cpu --sample 512 --json)
   "$matcha" "${plummer[@]}" >one.json
   on_ranks "${plummer[@]}" >ranks.json
   "$matcha" "${periodic[@]}" >one-periodic.json
   on_ranks "${periodic[@]}" >ranks-periodic.json
+  "$matcha" "${cosmo[@]}" >one-cosmo.json
+  on_ranks "${cosmo[@]}" >ranks-cosmo.json
   "$python" - "$ranks" <<'EOF'
 import sys, json
 ranks = int(sys.argv[1])
 failed = []
-for name, suffix in (("Plummer", ""), ("periodic clumps", "-periodic")):
+for name, suffix in (("Plummer", ""), ("periodic clumps", "-periodic"), ("a 16^3 2LPT box", "-cosmo")):
     one, many = json.load(open(f"one{suffix}.json")), json.load(open(f"ranks{suffix}.json"))
     for a, b in zip(one["rows"], many["rows"]):
         for key in ("median", "p99"):
