@@ -181,9 +181,12 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     const bool sweep = (sets & kTreeSweep) != 0;
     const TreeParams open;
     const tree::OpeningSettings& periodic = tree::kPeriodicOpening;
-    const auto autoText = [](double openValue, double periodicValue) {
-      return "auto: " + formatNumber(openValue) + " with open boundaries, " + formatNumber(periodicValue) +
-             " in a periodic box";
+    const tree::OpeningSettings& periodicOnCpu = tree::kPeriodicOpeningOnCpu;
+    const auto autoText = [](double openValue, double periodicValue, double periodicOnCpuValue) {
+      std::string text = "auto: " + formatNumber(openValue) + " with open boundaries, " + formatNumber(periodicValue) +
+                         " in a periodic box";
+      if (periodicOnCpuValue != periodicValue) text += " (" + formatNumber(periodicOnCpuValue) + " on the CPU engine)";
+      return text;
     };
     if (sweep) {
       options.thetaList = "auto";
@@ -191,17 +194,18 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
       command
           .add_option("--theta", options.thetaList,
                       "opening angles, comma-separated (0.3,0.5,0.7), each in (0, 1.5], or " +
-                          autoText(open.theta, periodic.theta))
+                          autoText(open.theta, periodic.theta, periodicOnCpu.theta))
           ->capture_default_str();
     } else {
-      addNumberOrAutoOption(command, "--theta", options.tree.theta, options.openingAuto.theta, "THETA|auto",
-                            "opening angle, in (0, 1.5], or " + autoText(open.theta, periodic.theta));
+      addNumberOrAutoOption(
+          command, "--theta", options.tree.theta, options.openingAuto.theta, "THETA|auto",
+          "opening angle, in (0, 1.5], or " + autoText(open.theta, periodic.theta, periodicOnCpu.theta));
     }
-    addCountOrAutoOption(
-        command, "--ncrit", options.tree.ncrit, options.openingAuto.ncrit,
-        "most bodies per group (one interaction list each), or " + autoText(open.ncrit, periodic.ncrit));
+    addCountOrAutoOption(command, "--ncrit", options.tree.ncrit, options.openingAuto.ncrit,
+                         "most bodies per group (one interaction list each), or " +
+                             autoText(open.ncrit, periodic.ncrit, periodicOnCpu.ncrit));
     addCountOrAutoOption(command, "--nleaf", options.tree.nleaf, options.openingAuto.nleaf,
-                         "most bodies per leaf cell, or " + autoText(open.nleaf, periodic.nleaf));
+                         "most bodies per leaf cell, or " + autoText(open.nleaf, periodic.nleaf, periodicOnCpu.nleaf));
     command
         .add_option(
             "--reuse", options.tree.reuse,
@@ -244,7 +248,7 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
     addNumberOrAutoOption(command, "--alpha", options.tree.alpha, options.openingAuto.alpha, "ALPHA|auto",
                           "relative opening tolerance on top of theta: open a cell while its truncation term exceeds "
                           "alpha |a_old|; 0 = theta alone; or " +
-                              autoText(open.alpha, periodic.alpha));
+                              autoText(open.alpha, periodic.alpha, periodicOnCpu.alpha));
     if (sweep) {
       command
           .add_option("--multipole", options.multipoleChoice,
@@ -769,7 +773,11 @@ InitialConditionsInfo inspectInitialConditions(const Options& options) {
 double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies) {
   const double box = options.open ? 0.0 : options.box > 0.0 ? options.box : fileBoxSize;
   const TreeParams open;
-  const tree::OpeningSettings& periodic = tree::kPeriodicOpening;
+  // The engine is made later (makeRunEngine); auto takes the CUDA engine where one is built and a device answers.
+  const bool onDevice =
+      options.engine == EngineKind::cuda ||
+      (options.engine == EngineKind::automatic && gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available);
+  const tree::OpeningSettings& periodic = tree::periodicOpening(onDevice);
   const bool inBox = box > 0.0;
   if (options.openingAuto.theta) options.tree.theta = inBox ? periodic.theta : open.theta;
   if (options.openingAuto.ncrit) options.tree.ncrit = inBox ? periodic.ncrit : open.ncrit;

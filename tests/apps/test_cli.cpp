@@ -1752,19 +1752,22 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
 }
 
 // --theta, --ncrit, --nleaf and --alpha default to auto: the open-boundary settings (TreeParams) without a box, the
-// periodic solver's (tree::kPeriodicOpening) in one, for run and compare alike; a value given wins either way; the
-// run's used_parameters.toml keeps auto, so that a restart resolves it as the run did.
+// periodic solver's in one (tree::periodicOpening: on the CPU engine, here, kPeriodicOpeningOnCpu's smaller groups),
+// for run and compare alike; a value given wins either way; the run's used_parameters.toml keeps auto, so that a
+// restart resolves it as the run did.
 TEST_F(Cli, OpeningSettingsLeftAtAutoAreTheBoxs) {
   const matcha::TreeParams open;
-  const matcha::tree::OpeningSettings& periodic = matcha::tree::kPeriodicOpening;
+  const matcha::tree::OpeningSettings& periodic = matcha::tree::periodicOpening(false);
   ASSERT_NE(periodic.theta, open.theta);
   ASSERT_NE(periodic.ncrit, open.ncrit);
   ASSERT_NE(periodic.nleaf, open.nleaf);
   ASSERT_NE(periodic.alpha, open.alpha);
+  ASSERT_NE(periodic.ncrit, matcha::tree::periodicOpening(true).ncrit);
   ASSERT_EQ(matcha("ic plummer -n 1200 --seed 5 --box 2 --out periodic.hdf5").exitCode, 0);
   // compare's settings: theta in the row, the others in the report.
   const auto settings = [&](const std::string& args) {
-    const Result result = matcha("compare --ic periodic.hdf5 --sample 20 --reference cpu-double --json " + args);
+    const Result result =
+        matcha("compare --ic periodic.hdf5 --engine cpu --sample 20 --reference cpu-double --json " + args);
     EXPECT_EQ(result.exitCode, 0) << result.err;
     if (result.exitCode != 0) return std::vector<double>{};
     const nlohmann::json report = nlohmann::json::parse(result.out);
@@ -1778,7 +1781,8 @@ TEST_F(Cli, OpeningSettingsLeftAtAutoAreTheBoxs) {
   EXPECT_EQ(settings("--theta 0.4 --ncrit 64 --nleaf 4 --alpha 0"), (std::vector<double>{0.4, 64, 4, 0}));
   EXPECT_EQ(settings("--theta auto --ncrit auto --nleaf auto --alpha auto"), periodicSettings);
 
-  const Result run = matcha("run --ic periodic.hdf5 --dt 0.03125 --t-end 0.0625 --output-interval 0.0625 --out r1");
+  const Result run =
+      matcha("run --ic periodic.hdf5 --engine cpu --dt 0.03125 --t-end 0.0625 --output-interval 0.0625 --out r1");
   ASSERT_EQ(run.exitCode, 0) << run.err;
   std::ostringstream described;
   described << "theta " << periodic.theta << ", ncrit " << periodic.ncrit << ", nleaf " << periodic.nleaf

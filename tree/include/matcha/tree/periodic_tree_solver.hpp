@@ -117,6 +117,17 @@ struct OpeningSettings {
   double alpha;
 };
 inline constexpr OpeningSettings kPeriodicOpening{0.7, 512, 16, 2e-3};
+/// On the CPU engine a periodic box's groups are smaller. There a tree serves one call (periodicAutoReuse) and the
+/// evaluation of the lists dwarfs the build, so shorter lists pay for the extra groups and walks. Measured on the
+/// 2-core build machine (2026-12-01, `matcha compare --engine cpu --sample 1024`, 2 threads, theta 0.7, nleaf 16):
+/// 2^15 bodies of `ic clumps`, 0.79 s a call at ncrit 512 and 0.45 at 128 (p99 3.4e-4 and 4.2e-4); 2^18, 10.6 and
+/// 6.1 s (p99 4.5e-4 and 6.4e-4; ncrit 64: 5.9 s, 7.4e-4); a 64^3 2LPT box at z = 49, 11.0 and 6.3 s (p99 1.45e-3
+/// at both, the mesh's part).
+inline constexpr OpeningSettings kPeriodicOpeningOnCpu{0.7, 128, 16, 2e-3};
+/// A periodic box's opening settings for an engine on a device (kPeriodicOpening) or the CPU engine.
+inline const OpeningSettings& periodicOpening(bool engineOnDevice) {
+  return engineOnDevice ? kPeriodicOpening : kPeriodicOpeningOnCpu;
+}
 /// TreeParams' defaults with kPeriodicOpening's settings: a periodic run's where the user names none.
 inline TreeParams periodicDefaultTreeParams() {
   TreeParams params;
