@@ -932,7 +932,7 @@ TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sampl
   auto distributed =
       std::make_unique<parallel::DistributedTreeSolver>(engine, configuration.tree, configuration.gravity, comm);
   const parallel::DistributedTreeSolver& solver = *distributed;  // the short range: its trees and lists
-  std::unique_ptr<ForceSolver> forceSolver;                      // the short range, in TreePM in a box
+  std::unique_ptr<ForceSolver> forceSolver;                      // TreePM in a box, else the tree alone
   if (configuration.gravity.periodic.enabled()) {
     // TreePM as `run` takes it on ranks: the distributed short range and the mesh of every rank's deposits (FFTW).
     mesh::MeshParams meshParams = configuration.mesh;

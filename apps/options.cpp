@@ -773,12 +773,12 @@ InitialConditionsInfo inspectInitialConditions(const Options& options) {
 double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t numBodies) {
   const double box = options.open ? 0.0 : options.box > 0.0 ? options.box : fileBoxSize;
   const TreeParams open;
+  const bool inBox = box > 0.0;
   // The engine is made later (makeRunEngine); auto takes the CUDA engine where one is built and a device answers.
   const bool onDevice =
-      options.engine == EngineKind::cuda ||
-      (options.engine == EngineKind::automatic && gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available);
+      inBox && (options.engine == EngineKind::cuda || (options.engine == EngineKind::automatic &&
+                                                       gpu::cudaEngineBuilt() && gpu::queryCudaDevice().available));
   const tree::OpeningSettings& periodic = tree::periodicOpening(onDevice);
-  const bool inBox = box > 0.0;
   if (options.openingAuto.theta) options.tree.theta = inBox ? periodic.theta : open.theta;
   if (options.openingAuto.ncrit) options.tree.ncrit = inBox ? periodic.ncrit : open.ncrit;
   if (options.openingAuto.nleaf) options.tree.nleaf = inBox ? periodic.nleaf : open.nleaf;
