@@ -115,9 +115,7 @@ HermiteRunSummary runHermite(Particles& p, HermiteIntegrator& integrator, const 
   }
   const HermiteCounters atStart = integrator.counters();
   const double fractionAtStart = span > 0.0 ? integrator.time() / span : 1.0;
-  // The ETA's pace is measured from the end of the first block step, whose time is mostly warm-up (as runLeapfrog's).
-  double fractionAtFirstStep = -1.0;
-  double secondsAtFirstStep = 0.0;
+  detail::PaceSinceFirstStep pace;  // from the end of the first block step, as runLeapfrog's
   double latestEnergy = summary.final.total;
   detail::CheckpointCadence checkpoints(params.checkpointInterval, wall.seconds());
 
@@ -163,18 +161,8 @@ HermiteRunSummary runHermite(Particles& p, HermiteIntegrator& integrator, const 
                                          : 0.0;
       info.totalSteps = last ? counters.blockSteps
                              : std::max<std::uint64_t>(counters.blockSteps + 1, static_cast<std::uint64_t>(estimate));
-      if (fractionAtFirstStep < 0.0) {
-        fractionAtFirstStep = fraction;
-        secondsAtFirstStep = info.elapsedSeconds;
-      }
-      if (last) {
-        info.etaSeconds = 0.0;
-      } else if (fraction > fractionAtFirstStep) {
-        info.etaSeconds =
-            (info.elapsedSeconds - secondsAtFirstStep) * (1.0 - fraction) / (fraction - fractionAtFirstStep);
-      } else {
-        info.etaSeconds = -1.0;  // not known yet (it read 0 s, as if done)
-      }
+      pace.markFirstStep(fraction, info.elapsedSeconds);
+      info.etaSeconds = last ? 0.0 : pace.etaSeconds(fraction, info.elapsedSeconds);  // -1 until known
       info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
       callbacks.onProgress(info);
     }

@@ -209,11 +209,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   }
   interval = OutputTimings{};
   interval.outputIndex = outputIndex;
-  // The ETA's pace is measured from the end of the run's first step (both set there): that step carries the warm-up
-  // (a restarted run's first tree and mesh, the device's first launches: 3.7-4.7 s against a 256^3 box's ~0.18 s
-  // steps on the H200), which made the first minute's ETAs hours long.
-  double fractionAtFirstStep = 0.0;
-  double secondsAtFirstStep = 0.0;
+  detail::PaceSinceFirstStep pace;
   double lastProgressSeconds = wall.seconds();
   double recentStepSeconds = -1.0;  ///< none yet
 
@@ -333,8 +329,7 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       lastProgressSeconds = info.elapsedSeconds;
       const double fraction = schedule.fractionDone(time);
       if (step == firstStep) {
-        fractionAtFirstStep = fraction;
-        secondsAtFirstStep = info.elapsedSeconds;
+        pace.markFirstStep(fraction, info.elapsedSeconds);
       } else {
         recentStepSeconds = recentStepSeconds < 0.0
                                 ? stepSeconds
@@ -343,14 +338,13 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
       // The larger of two estimates: the run's pace since its first step over its share of the clock, and the steps
       // left at the recent steps' pace (a comoving run's steps shorten and slow as structure forms, which the first
       // misses). Not known after the first step alone.
+      const double byPace = pace.etaSeconds(fraction, info.elapsedSeconds);
       if (planned.last) {
         info.etaSeconds = 0.0;
-      } else if (recentStepSeconds < 0.0 || !(fraction > fractionAtFirstStep)) {
+      } else if (recentStepSeconds < 0.0 || byPace < 0.0) {
         info.etaSeconds = -1.0;
       } else {
-        info.etaSeconds =
-            std::max((info.elapsedSeconds - secondsAtFirstStep) * (1.0 - fraction) / (fraction - fractionAtFirstStep),
-                     static_cast<double>(info.totalSteps - step) * recentStepSeconds);
+        info.etaSeconds = std::max(byPace, static_cast<double>(info.totalSteps - step) * recentStepSeconds);
       }
       info.relativeEnergyError = relativeEnergyError(latestEnergy, summary.initial.total);
       callbacks.onProgress(info);

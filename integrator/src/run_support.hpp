@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // What the leapfrog's run loop (run_loop.cpp) and the Hermite run (hermite_run.cpp) share: when a checkpoint is due,
-// the copy of the last good state, and the one-line description of a value that is not finite. Private to integrator/.
+// the ETA's pace, the copy of the last good state, and the one-line description of a value that is not finite. Private
+// to integrator/.
 #pragma once
 
 #include <algorithm>
@@ -78,5 +79,31 @@ void copyState(const Particles& from, Particles& to);
 /// value finite (value unset), the energy of `diagnostics` instead. `stepName` is "step" or "block step".
 std::string describeNonFinite(const char* stepName, std::uint64_t step, double time,
                               const std::optional<NonFiniteValue>& value, const Diagnostics* diagnostics);
+
+/// The progress line's ETA from the run's pace since the end of its first step: that step carries the warm-up (a
+/// restarted run's first tree and mesh, the device's first launches: 3.7-4.7 s against a 256^3 box's ~0.18 s steps on
+/// the H200), which made the first minute's ETAs hours long.
+class PaceSinceFirstStep {
+ public:
+  /// Records the share of the run done (StepSchedule::fractionDone) and the wall time at the end of the first step;
+  /// later calls change nothing.
+  void markFirstStep(double fraction, double seconds) {
+    if (marked_) return;
+    marked_ = true;
+    fraction_ = fraction;
+    seconds_ = seconds;
+  }
+  /// The wall time since the first step times (share left) / (share done since); -1 (not known) before any share is
+  /// done since the first step.
+  double etaSeconds(double fraction, double seconds) const {
+    if (!marked_ || !(fraction > fraction_)) return -1.0;
+    return (seconds - seconds_) * (1.0 - fraction) / (fraction - fraction_);
+  }
+
+ private:
+  bool marked_ = false;
+  double fraction_ = 0.0;
+  double seconds_ = 0.0;
+};
 
 }  // namespace matcha::integrator::detail

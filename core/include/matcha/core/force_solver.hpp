@@ -226,8 +226,7 @@ class ForceSolver {
   /// calls planned ends it here, so that its next call builds a new tree, in this run and in a run restarted from the
   /// state alike (the restart stays bit for bit). For a checkpoint after an output, or one overdue because the trees
   /// keep ending sooner than planned: a periodic tree ended by its bodies' motion is never at a boundary. Returns
-  /// atCheckpointBoundary()
-  /// afterwards; by default (a solver that cannot end its tree early) it only asks.
+  /// atCheckpointBoundary() afterwards; by default (a solver that cannot end its tree early) it only asks.
   virtual bool endTreeForCheckpoint() { return atCheckpointBoundary(); }
   /// Adds the solver's state to `state` (names prefixed with the solver's kind). May wait for background work.
   virtual void saveState(CheckpointState& /*state*/) {}
