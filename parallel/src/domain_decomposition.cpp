@@ -62,22 +62,25 @@ void domainKeys(const Particles& particles, const Domain& domain, std::vector<st
 
 namespace {
 
-/// One body as it travels between ranks: every array of Particles, the id's bits in a double, and its weight.
-constexpr int kRecordDoubles = 13;
+/// One body as it travels between ranks: every array of Particles, the id's bits in a double, its weight and its time
+/// bin (0 where the bodies have none).
+constexpr int kRecordDoubles = 14;
 
-void packBody(const Particles& p, std::size_t i, double weight, double* record) {
+void packBody(const Particles& p, std::size_t i, double weight, bool bins, double* record) {
   const double values[11] = {p.x[i],    p.y[i],  p.z[i],  p.vx[i], p.vy[i], p.vz[i],
                              p.mass[i], p.ax[i], p.ay[i], p.az[i], p.pot[i]};
   std::copy(values, values + 11, record);
   std::memcpy(&record[11], &p.id[i], sizeof(double));
   record[12] = weight;
+  record[13] = bins ? double(p.timeBin[i]) : 0.0;
 }
 
-void unpackBody(const double* record, Particles& p, std::size_t i, double& weight) {
+void unpackBody(const double* record, Particles& p, std::size_t i, bool bins, double& weight) {
   std::vector<double>* arrays[11] = {&p.x, &p.y, &p.z, &p.vx, &p.vy, &p.vz, &p.mass, &p.ax, &p.ay, &p.az, &p.pot};
   for (int k = 0; k < 11; ++k) (*arrays[k])[i] = record[k];
   std::memcpy(&p.id[i], &record[11], sizeof(double));
   weight = record[12];
+  if (bins) p.timeBin[i] = static_cast<std::uint8_t>(record[13]);
 }
 
 void copyBody(const Particles& from, std::size_t i, Particles& to, std::size_t k) {
@@ -93,6 +96,7 @@ void copyBody(const Particles& from, std::size_t i, Particles& to, std::size_t k
   to.az[k] = from.az[i];
   to.pot[k] = from.pot[i];
   to.id[k] = from.id[i];
+  if (!to.timeBin.empty()) to.timeBin[k] = from.timeBin[i];
 }
 
 /// Bodies per block of the passes that sum or count: fixed, so that sums round alike whatever the number of threads
@@ -288,8 +292,14 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
                  const Cube* keyCube, DecompositionBuffers* buffers) {
   const int numRanks = numRanksOf(comm);
   const std::size_t n = particles.size();
-  std::uint64_t numBodies = n;
-  MPI_Allreduce(MPI_IN_PLACE, &numBodies, 1, MPI_UINT64_T, MPI_SUM, comm);
+  // The bodies, and the ranks whose bodies have time bins (block time steps): then every rank's travel with them.
+  std::uint64_t counts[2] = {n, particles.timeBin.empty() ? 0u : 1u};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_UINT64_T, MPI_SUM, comm);
+  const std::uint64_t numBodies = counts[0];
+  const bool bins = counts[1] > 0;
+  MATCHA_ASSERT(particles.timeBin.empty() || particles.timeBin.size() == n, "time bins of some bodies only");
+  MATCHA_ASSERT(!bins || n == 0 || particles.timeBin.size() == n, "time bins on some ranks' bodies only");
+  if (bins) particles.timeBin.resize(n);
   checkOnEveryRank(
       [&] {
         if (numBodies < static_cast<std::uint64_t>(numRanks)) {
@@ -379,7 +389,7 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
       }
       holes += i < kept ? 1 : 0;
       const std::size_t k = sendOffsets[to] + next[to]++;
-      packBody(particles, i, weight[i], &b.sendBuffer[std::size_t(kRecordDoubles) * k]);
+      packBody(particles, i, weight[i], bins, &b.sendBuffer[std::size_t(kRecordDoubles) * k]);
     }
     holesBefore[block + 1] = holes;
     fillersBefore[block + 1] = fillers;
@@ -413,11 +423,12 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
 
   // The kept bodies first, then the others' by sending rank.
   particles.resize(kept + numReceived);
+  if (bins) particles.timeBin.resize(kept + numReceived);
   weight.resize(kept + numReceived);
   tbb::parallel_for(
       tbb::blocked_range<std::size_t>(0, numReceived, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
         for (std::size_t k = r.begin(); k < r.end(); ++k) {
-          unpackBody(&b.receiveBuffer[std::size_t(kRecordDoubles) * k], particles, kept + k, weight[kept + k]);
+          unpackBody(&b.receiveBuffer[std::size_t(kRecordDoubles) * k], particles, kept + k, bins, weight[kept + k]);
         }
       });
 

@@ -162,6 +162,41 @@ TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
   EXPECT_EQ(stats.bodiesReceived, 0u);
 }
 
+// Block time steps keep each body's bin in Particles::timeBin: it travels with the body, also to a rank that started
+// with no bodies (and so no bins), and bodies without bins get none.
+TEST(DomainDecomposition, CarriesTimeBinsWithTheirBodies) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const std::size_t n = 3000;
+  Particles all = plummerWithData(n, seed);
+  const auto binOf = [](std::uint64_t id) { return static_cast<std::uint8_t>((id * 2654435761u) % 23u); };
+  Particles plain = worldRank() == 0 ? all : Particles{};  // every body on rank 0 first
+  all.timeBin.resize(n);
+  for (std::size_t i = 0; i < n; ++i) all.timeBin[i] = binOf(all.id[i]);
+  Particles local = worldRank() == 0 ? all : Particles{};
+  decompose(local, nullptr, MPI_COMM_WORLD);
+  const auto expectBins = [&](const Particles& p) {
+    ASSERT_EQ(p.timeBin.size(), p.size()) << "rank " << worldRank();
+    for (std::size_t i = 0; i < p.size(); ++i) ASSERT_EQ(p.timeBin[i], binOf(p.id[i])) << "body " << p.id[i];
+  };
+  expectBins(local);
+  // Moved as in MigratesBodiesThatCrossDomains: most bodies change rank, and some fill the places of those that left.
+  const Particles before = all;
+  for (Particles* p : {&local, &all}) {
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const std::size_t from = (p->id[i] + n / 2) % n;
+      p->x[i] = before.x[from];
+      p->y[i] = before.y[from];
+      p->z[i] = before.z[from];
+    }
+  }
+  const Domain domain = decompose(local, nullptr, MPI_COMM_WORLD);
+  expectCoveredOnce(local, domain, all);
+  expectBins(local);
+  decompose(plain, nullptr, MPI_COMM_WORLD);
+  EXPECT_TRUE(plain.timeBin.empty()) << "bodies without bins came back with some";
+}
+
 TEST(DomainDecomposition, LeavesRanksEmptyWhenOneBodyHoldsTheWork) {
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));

@@ -96,6 +96,9 @@ class DistributedTreeSolver final : public ForceSolver {
   /// when there are fewer bodies than ranks. In a periodic box the estimate pass is PeriodicTreeSolver's (theta
   /// alone, the cells' own order).
   ForceReport computeForces(Particles& particles) override;
+  /// From the next call on (every call builds its trees and lists anew, so nothing made with the old one remains):
+  /// a comoving run's softening once it is fixed in physical units. Every rank must set the same.
+  void setSoftening(double eps) override { gravity_ = gravity_.withSoftening(eps); }
   std::string describe() const override;
 
   /// Weights for the next call's split instead of the last call's work: one per body, in the order the next call

@@ -61,13 +61,14 @@ struct DecompositionBuffers {
 Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
 
 /// Splits the curve among the ranks of `comm` and moves every body to its owner (MPI_Alltoallv of every array of
-/// Particles): on return `particles` holds the bodies of this rank's range, those it kept first (each in its place,
-/// but for those that fill the places of the bodies that left, the k-th of them taking the k-th such place), then
-/// those received, by sending rank. `weights` (in/out, optional): one work weight per body, finite and >= 0 (the
-/// tree's interactions per body from the last force call), moved with the bodies; empty: every body weighs 1. The
-/// splitters put about total / numRanks of the weight before each (the smallest key at which the weight below reaches
-/// r total / numRanks), so each rank's work is within one body's weight of the mean. Calling it again on the current
-/// bodies rebalances and migrates the bodies that crossed a boundary since. Collective.
+/// Particles, Particles::timeBin too where any rank's bodies have bins: block time steps): on return `particles` holds
+/// the bodies of this rank's range, those it kept first (each in its place, but for those that fill the places of the
+/// bodies that left, the k-th of them taking the k-th such place), then those received, by sending rank. `weights`
+/// (in/out, optional): one work weight per body, finite and >= 0 (the tree's interactions per body from the last force
+/// call), moved with the bodies; empty: every body weighs 1. The splitters put about total / numRanks of the weight
+/// before each (the smallest key at which the weight below reaches r total / numRanks), so each rank's work is within
+/// one body's weight of the mean. Calling it again on the current bodies rebalances and migrates the bodies that
+/// crossed a boundary since. Collective.
 ///
 /// `keyCube` (optional): the cube the keys are taken in instead of globalBoundingCube's, the same on every rank, with
 /// every body inside it (the periodic box [0, L)^3, which is then every rank's tree root, as one rank's periodic tree
