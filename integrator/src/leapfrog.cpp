@@ -419,12 +419,15 @@ void LeapfrogKDK::blockStep(Particles& p, const KdkStep& factors, StepReport& re
   const double longClosing = factors.longRangeClosingKick;
   const bool checkPotential = solver_.potentialsWanted();
   const bool ends = block.endsLongStep();
+  // The call may have changed the bodies as well as their order: a solver over several ranks moves bodies between
+  // them (each body's bin with it).
+  MATCHA_ASSERT(p.timeBin.size() == p.size(), "the force call left bodies without bins");
   struct Closed {
     bool finite = true;
     std::uint64_t bodies = 0;
   };
   const Closed closed = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, n, kBodiesPerTask), Closed{},
+      tbb::blocked_range<std::size_t>(0, p.size(), kBodiesPerTask), Closed{},
       [&](const tbb::blocked_range<std::size_t>& range, Closed done) {
         double probe = 0.0;
         for (std::size_t i = range.begin(); i < range.end(); ++i) {
