@@ -499,6 +499,12 @@ void prepareHermiteRun(Options& options, const InitialConditionsInfo& ic) {
   integrator::validateHermiteRun(options.integrator, options.hermite);
 }
 
+void echoDefault(CLI::App& command, const std::string& name, double value) {
+  std::ostringstream text;
+  text << std::setprecision(17) << value;
+  command.get_option(name)->default_str(text.str());
+}
+
 void refuseComovingOptions(const Options& options) {
   for (const char* name : {"--z-end", "--output-z", "--max-dlna", "--max-physical-softening", "--pm-steps",
                            "--pm-displacement", "--block-steps"}) {

@@ -186,6 +186,10 @@ std::vector<std::string> configFileArguments(const std::string& path, const CLI:
 /// The parameters `command` actually used, defaults included, as `key = value` lines: a valid --config file.
 std::string usedParameters(const CLI::App& command);
 
+/// Shows `value` as the default of option `name` (what --help and used_parameters.toml say): a default the run chose
+/// from the kind of run (--eta's), to 17 digits.
+void echoDefault(CLI::App& command, const std::string& name, double value);
+
 /// The same parameters as (key, value) pairs, for snapshot headers.
 std::vector<std::pair<std::string, std::string>> usedParameterList(const CLI::App& command);
 

@@ -2,6 +2,7 @@
 #include "timings.hpp"
 
 #include <tbb/task_arena.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -245,6 +246,31 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
           {"long_range_steps", summary.longRangeSteps},
           {"calls_advanced_on_device", summary.callsAdvancedOnDevice},
           {"advance_mismatches", summary.advanceMismatches}};
+}
+
+ProgressLine::ProgressLine(bool blockSteps) : blockSteps_(blockSteps), terminal_(::isatty(STDERR_FILENO) != 0) {}
+
+void ProgressLine::update(const integrator::ProgressInfo& info, std::optional<double> layzerIrvine) {
+  const bool last = info.step == info.totalSteps;
+  if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
+  lastPrinted_ = info.elapsedSeconds;
+  char where[128];
+  if (layzerIrvine) {
+    std::snprintf(where, sizeof where, "step %llu/~%llu  z = %.4f -> %.4g", static_cast<unsigned long long>(info.step),
+                  static_cast<unsigned long long>(info.totalSteps), 1.0 / info.time - 1.0, 1.0 / info.tEnd - 1.0);
+  } else if (blockSteps_) {
+    std::snprintf(where, sizeof where, "block step %llu/~%llu (%.3g body steps)  t = %.4f/%.4g",
+                  static_cast<unsigned long long>(info.step), static_cast<unsigned long long>(info.totalSteps),
+                  static_cast<double>(info.bodySteps), info.time, info.tEnd);
+  } else {
+    std::snprintf(where, sizeof where, "step %llu/%llu  t = %.4f/%.4g", static_cast<unsigned long long>(info.step),
+                  static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd);
+  }
+  std::fprintf(stderr, "%s%s  elapsed %.1f s  ETA %s  %s = %.2e%s", terminal_ ? "\r" : "", where, info.elapsedSeconds,
+               formatDuration(info.etaSeconds).c_str(), layzerIrvine ? "Layzer-Irvine |dE|/|W|" : "|dE/E|",
+               layzerIrvine ? std::abs(*layzerIrvine) : info.relativeEnergyError,
+               terminal_ ? (last ? "\n" : "          ") : "\n");
+  std::fflush(stderr);
 }
 
 }  // namespace matcha::app

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "matcha/core/force_solver.hpp"
@@ -34,5 +35,20 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
 /// summary.json's "timings" object: the same numbers as the table, and the initial call's phases. Means over steps
 /// are null for a run without steps.
 nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu);
+
+/// A run's progress on stderr: one line at most per second (and at the last step), rewritten in place on a terminal.
+/// A comoving run's (layzerIrvine set) shows the redshift, the steps as an estimate ahead and the Layzer-Irvine check
+/// instead of t and dE/E; a Hermite run's (blockSteps) its block steps, the bodies they advanced and the |dE/E| of its
+/// latest output. On several ranks, rank 0's alone.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool blockSteps = false);
+  void update(const integrator::ProgressInfo& info, std::optional<double> layzerIrvine = std::nullopt);
+
+ private:
+  bool blockSteps_;
+  bool terminal_;
+  double lastPrinted_ = -1e30;
+};
 
 }  // namespace matcha::app
