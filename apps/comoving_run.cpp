@@ -127,12 +127,12 @@ namespace {
 /// not. (The first 256^3 run to z = 1.5 on the H200 took 1,674 steps with the exact power against ~1,300 global ones.)
 constexpr double kBinRoom = 0.9;
 
-/// sqrt(sum |p|^2 / N) over the bodies, on every core; 0 for none. Summed in the same order whatever the threads do
-/// (a deterministic reduction): it sets the long-range steps' lengths, so a plain reduction's order, which follows the
+/// sum |p|^2 over the bodies, on every core; 0 for none. Summed in the same order whatever the threads do (a
+/// deterministic reduction): it sets the long-range steps' lengths, so a plain reduction's order, which follows the
 /// work stealing, made two runs of the same inputs step differently (in its last bits, then in the step count).
-double rmsMomentum(const Particles& p) {
+double sumOfSquaredMomenta(const Particles& p) {
   if (p.size() == 0) return 0.0;
-  const double sum = tbb::parallel_deterministic_reduce(
+  return tbb::parallel_deterministic_reduce(
       tbb::blocked_range<std::size_t>(0, p.size(), 1 << 14), 0.0,
       [&](const tbb::blocked_range<std::size_t>& r, double partial) {
         for (std::size_t i = r.begin(); i != r.end(); ++i) {
@@ -141,7 +141,6 @@ double rmsMomentum(const Particles& p) {
         return partial;
       },
       std::plus<>());
-  return std::sqrt(sum / double(p.size()));
 }
 
 }  // namespace
@@ -161,6 +160,25 @@ ComovingSchedule::ComovingSchedule(const cosmology::ComovingTimeline& timeline, 
   }
 }
 
+double ComovingSchedule::largestAcceleration(const Particles& p) const {
+  const double local = integrator::maxAcceleration(p);
+  return reductions_.maximum ? reductions_.maximum(local) : local;
+}
+
+double ComovingSchedule::rmsMomentum(const Particles& p) const {
+  double sum = sumOfSquaredMomenta(p), count = double(p.size());
+  if (reductions_.sum) {
+    sum = reductions_.sum(sum);
+    count = reductions_.sum(count);
+  }
+  return count > 0.0 ? std::sqrt(sum / count) : 0.0;
+}
+
+std::uint8_t ComovingSchedule::finestTimeBin(const Particles& p) const {
+  const std::uint8_t local = integrator::finestTimeBin(p);
+  return reductions_.maximum ? static_cast<std::uint8_t>(reductions_.maximum(double(local))) : local;
+}
+
 bool ComovingSchedule::readsVelocities(std::uint64_t /*stepsTaken*/, double scaleFactor) const {
   return longRangeLength_.has_value() && !(scaleFactor < longRangeEnd_);
 }
@@ -171,7 +189,7 @@ double ComovingSchedule::scaleFactorAtTick(double tick) const {
   return std::exp(longRangeStartLnA_ + longRangeLengthLnA_ * (tick / double(integrator::kTicksPerLongStep)));
 }
 
-integrator::PlannedStep ComovingSchedule::planBlockStep(const Particles& p, double largestAcceleration) {
+integrator::PlannedStep ComovingSchedule::planBlockStep(const Particles& p, double largest) {
   using integrator::kDeepestTimeBin;
   using integrator::kTicksPerLongStep;
   integrator::PlannedStep planned;
@@ -182,8 +200,7 @@ integrator::PlannedStep ComovingSchedule::planBlockStep(const Particles& p, doub
   block.openingBinScale = longRangeLengthLnA_ / timeline_.accelerationStepScale(aNow);
   // At the long-range step's start every body takes a bin (the leapfrog's opening pass, by the same rule): the finest
   // is that of the largest acceleration. Inside it the bins are the bodies'.
-  const std::uint8_t finest =
-      tick_ == 0 ? integrator::timeBinFor(largestAcceleration, block.openingBinScale) : integrator::finestTimeBin(p);
+  const std::uint8_t finest = tick_ == 0 ? integrator::timeBinFor(largest, block.openingBinScale) : finestTimeBin(p);
   block.nextTick = tick_ + (std::uint64_t{1} << (kDeepestTimeBin - finest));
   const double aNext = scaleFactorAtTick(double(block.nextTick));
   block.closingBinScale = longRangeLengthLnA_ / timeline_.accelerationStepScale(aNext);
@@ -224,7 +241,7 @@ integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, dou
     double largest = 0.0;
     if (readsVelocities(0, scaleFactor)) {
       // A long-range step begins: its length from the bodies' rms momentum alone (the bins divide it), its kicks.
-      largest = integrator::maxAcceleration(p);
+      largest = largestAcceleration(p);
       // A power of two of the fastest body's step with room to spare (kBinRoom), so that the finest bin's step is
       // near that step, not up to half of it, and stays its bin while its |a| grows within the long-range step.
       double limit = timeline_.longRangeStepLimit(scaleFactor, rmsMomentum(p), *longRangeLength_);
@@ -247,7 +264,7 @@ integrator::PlannedStep ComovingSchedule::plan(std::uint64_t /*stepsTaken*/, dou
     return planBlockStep(p, largest);
   }
   integrator::PlannedStep planned;
-  const double largest = integrator::maxAcceleration(p);
+  const double largest = largestAcceleration(p);
   if (readsVelocities(0, scaleFactor)) {
     // A long-range step begins: its end, landing on the outputs, and its kicks (the opening one made now, by the
     // leapfrog, with the long range of the call before). Its length is a whole number of the short range's steps as

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,15 @@ double startScaleFactor(double time, const io::CosmologyHeader& header, const st
 /// --output-z: "3,1,0.5,0" into redshifts (any order; each a finite number). @throws InputError naming the bad entry
 std::vector<double> parseRedshiftList(const std::string& text);
 
+/// A schedule over several ranks, each holding some of the bodies, must plan the same steps on every rank: what it
+/// reads of the bodies (the largest |a|, the sum of |p|^2 and the bodies' number, the finest time bin) goes through
+/// these, which give the ranks' maximum or sum of each rank's value, the same number on every rank (the sum in an
+/// order that does not change from call to call). Unset: one rank, its own bodies.
+struct RankReductions {
+  std::function<double(double)> maximum;
+  std::function<double(double)> sum;
+};
+
 /// cosmology::ComovingTimeline as the run loop's schedule. Each step's limit reads the largest |g| of the state it
 /// starts from (Power et al.'s criterion); its end, factors and output flag are the time line's. The run's clock is
 /// the scale factor. With a maximum physical softening the solver's softening follows eps_eff(a) of the step's end
@@ -102,9 +112,12 @@ class ComovingSchedule final : public integrator::StepSchedule {
   const cosmology::ComovingTimeline& timeline() const { return timeline_; }
   /// Long-range steps begun so far (0 without them).
   std::uint64_t longRangeStepsBegun() const { return longRangeStepsBegun_; }
+  /// Plans from every rank's bodies (before the first step): a run over several ranks.
+  void setRankReductions(RankReductions reductions) { reductions_ = std::move(reductions); }
 
  private:
   cosmology::ComovingTimeline timeline_;
+  RankReductions reductions_;
   double lastStepDlnA_ = 0.0;  ///< the last step's length in ln a (estimatedSteps)
   double appliedSoftening_;    ///< the softening the solver has now
   std::optional<double> longRangeLength_;
@@ -121,10 +134,15 @@ class ComovingSchedule final : public integrator::StepSchedule {
 
   /// The scale factor at `tick` of the current long-range step (its ends exactly as stored).
   double scaleFactorAtTick(double tick) const;
-  /// The block step from tick_ (the bodies' bins as `p` holds them, or from `largestAcceleration` at tick 0).
-  integrator::PlannedStep planBlockStep(const Particles& p, double largestAcceleration);
+  /// The block step from tick_ (the bodies' bins as `p` holds them, or from `largest`, the bodies' largest |a|, at tick
+  /// 0).
+  integrator::PlannedStep planBlockStep(const Particles& p, double largest);
   /// What every step from aNow to aNext plans alike: its end, outputs, diagnostics, softening (and lastStepDlnA_).
   void endStep(double aNow, double aNext, integrator::PlannedStep& planned);
+  /// The largest |a|, the rms momentum and the finest time bin of the run's bodies (of every rank's).
+  double largestAcceleration(const Particles& p) const;
+  double rmsMomentum(const Particles& p) const;
+  std::uint8_t finestTimeBin(const Particles& p) const;
   /// InputError (one line) where the short range's step limit `shortLimit` (in ln a) at `scaleFactor` leaves more than
   /// kMaxComovingSteps steps to z-end: a run that could not finish (`--eta 1e-300` ran at an ETA above a year).
   void requireFeasibleSteps(double scaleFactor, double shortLimit) const;

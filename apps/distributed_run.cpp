@@ -21,6 +21,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -29,6 +30,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "comoving_setup.hpp"
+#include "cosmological_ics.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/gpu/engine_factory.hpp"
@@ -279,26 +282,6 @@ class DirectPotentialsOnRanks {
   double seconds_ = 0.0;
 };
 
-/// Rank 0's progress line, as the one-rank run's (at most once a second, and the last step; in place on a terminal).
-class ProgressOnRankZero {
- public:
-  void update(const integrator::ProgressInfo& info) {
-    const bool last = info.step == info.totalSteps;
-    if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
-    lastPrinted_ = info.elapsedSeconds;
-    std::fprintf(stderr, "%sstep %llu/%llu  t = %.4f/%.4g  elapsed %.1f s  ETA %s  |dE/E| = %.2e%s",
-                 terminal_ ? "\r" : "", static_cast<unsigned long long>(info.step),
-                 static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd, info.elapsedSeconds,
-                 formatDuration(info.etaSeconds).c_str(), info.relativeEnergyError,
-                 terminal_ ? (last ? "\n" : "          ") : "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  bool terminal_ = ::isatty(STDERR_FILENO) != 0;
-  double lastPrinted_ = -1e30;
-};
-
 /// Collective: every rank's totals (parallel::DistributedTotals, plain numbers), on rank 0 (empty elsewhere), in rank
 /// order.
 std::vector<parallel::DistributedTotals> gatherRankTotals(const parallel::DistributedTotals& totals, MPI_Comm comm) {
@@ -377,7 +360,6 @@ void requireRunOptionsOnRanks(const Options& options) {
     throw InputError("matcha run " + what + ranks + " is not supported yet (run it on one rank)");
   };
   if (options.integratorKind != IntegratorKind::leapfrog) refuse("--integrator hermite");
-  if (options.cosmology) refuse("--cosmology");
   if (options.solver != SolverKind::tree) refuse("--solver direct");
   if (options.forceCheck != 0) refuse("--force-check");
   if (options.dryRun) refuse("--dry-run");
@@ -418,12 +400,99 @@ gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm, int& dev
   return engine;
 }
 
-/// Rank 0: an --ic file that cannot run on several ranks (a cosmology) is refused with one line.
-void requireNonComovingIc(const InitialConditionsInfo& ic, const Options& options) {
-  if (ic.cosmology) {
-    throw InputError("--ic " + options.icFile +
-                     " has a cosmology: comoving runs on several ranks are not supported yet");
+/// Collective: rank 0's named numbers (`state`'s scalars) on every rank, in place.
+void broadcastScalars(CheckpointState& state, MPI_Comm comm) {
+  std::string names;  // each followed by a newline
+  std::vector<double> values;
+  const bool root = parallel::rankOf(comm) == 0;
+  if (root) {
+    for (const auto& [name, value] : state.scalars) {
+      names += name + "\n";
+      values.push_back(value);
+    }
   }
+  std::uint64_t sizes[2] = {names.size(), values.size()};
+  MPI_Bcast(sizes, 2, MPI_UINT64_T, 0, comm);
+  names.resize(sizes[0]);
+  values.resize(sizes[1]);
+  MPI_Bcast(names.data(), static_cast<int>(sizes[0]), MPI_CHAR, 0, comm);
+  MPI_Bcast(values.data(), static_cast<int>(sizes[1]), MPI_DOUBLE, 0, comm);
+  if (root) return;
+  state.scalars.clear();
+  std::size_t start = 0;
+  for (const double value : values) {
+    const std::size_t end = names.find('\n', start);
+    state.scalars[names.substr(start, end - start)] = value;
+    start = end + 1;
+  }
+}
+
+/// Collective: every rank's value, in rank order, on every rank.
+std::vector<double> gatherFromRanks(double local, MPI_Comm comm) {
+  std::vector<double> values(static_cast<std::size_t>(parallel::numRanksOf(comm)));
+  MPI_Allgather(&local, 1, MPI_DOUBLE, values.data(), 1, MPI_DOUBLE, comm);
+  return values;
+}
+
+/// What a comoving schedule reads of the bodies, over the ranks (ComovingSchedule::setRankReductions): the ranks'
+/// largest value, NaN where any rank's is (as integrator::maxAcceleration's NaN wins, which MPI_MAX does not promise),
+/// and their sum added in rank order: the same bits on every rank and at every call (an MPI_Allreduce's order is the
+/// library's), so that every rank plans the same step.
+RankReductions comovingRankReductions(MPI_Comm comm) {
+  RankReductions reductions;
+  reductions.maximum = [comm](double local) {
+    double largest = -std::numeric_limits<double>::infinity();
+    for (const double value : gatherFromRanks(local, comm)) {
+      if (std::isnan(value) || value > largest) largest = value;
+      if (std::isnan(largest)) break;
+    }
+    return largest;
+  };
+  reductions.sum = [comm](double local) {
+    double sum = 0.0;
+    for (const double value : gatherFromRanks(local, comm)) sum += value;
+    return sum;
+  };
+  return reductions;
+}
+
+/// Rank 0: what the other ranks need to set up the same comoving run (comovingOnRanks): where its time line starts
+/// and where the run now stands (scale factors), the cosmology and the units of its file.
+void describeComovingOnRanks(double aStart, double aNow, const io::CosmologyHeader& cosmology,
+                             const std::optional<UnitSystem>& units, CheckpointState& state) {
+  state.set("comoving", 1.0);
+  state.set("a_start", aStart);
+  state.set("a_now", aNow);
+  state.set("redshift", cosmology.redshift);
+  state.set("omega0", cosmology.omega0);
+  state.set("omega_lambda", cosmology.omegaLambda);
+  state.set("hubble_param", cosmology.hubbleParam);
+  if (units) {
+    state.set("unit_length_in_cm", units->lengthInCm);
+    state.set("unit_mass_in_g", units->massInGram);
+    state.set("unit_velocity_in_cm_per_s", units->velocityInCmPerS);
+    state.set("gravitational_constant", units->gravitationalConstant);
+  }
+}
+
+/// Every rank: the comoving run rank 0 described (describeComovingOnRanks), from the softening given; sets G and the
+/// softening of its a in options.gravity as on one rank (prepareComovingRun).
+ComovingRun comovingOnRanks(Options& options, const CheckpointState& state) {
+  io::CosmologyHeader cosmology;
+  cosmology.redshift = state.scalar("redshift");
+  cosmology.omega0 = state.scalar("omega0");
+  cosmology.omegaLambda = state.scalar("omega_lambda");
+  cosmology.hubbleParam = state.scalar("hubble_param");
+  std::optional<UnitSystem> units;
+  if (state.scalars.count("gravitational_constant") != 0) {
+    units.emplace();
+    units->lengthInCm = state.scalar("unit_length_in_cm");
+    units->massInGram = state.scalar("unit_mass_in_g");
+    units->velocityInCmPerS = state.scalar("unit_velocity_in_cm_per_s");
+    units->gravitationalConstant = state.scalar("gravitational_constant");
+  }
+  return prepareComovingRun(options, state.scalar("a_start"), state.scalar("a_now"), cosmology, units,
+                            options.integrator.boxSize, "the run's cosmology");
 }
 
 void requireBodiesPerRank(std::uint64_t numBodies) {
@@ -444,10 +513,13 @@ struct RestartOnRanks {
   std::vector<int> rankBodies;      ///< each rank's bodies at the checkpoint, in rank order; empty: another K
   std::vector<double> workWeights;  ///< DistributedTreeSolver::nextWorkWeights of every rank, in rank order
   double boxSize = 0.0;             ///< the checkpoint's periodic box (0: open boundaries)
+  /// "comoving" 0, or 1 and what the other ranks need of the comoving run (describeComovingOnRanks) with its
+  /// Layzer-Irvine check as it stood.
+  CheckpointState comoving;
 };
 
-/// Rank 0: reads and checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run, its dt,
-/// a later end, its box; comoving and Hermite checkpoints are refused on several ranks), and sets
+/// Rank 0: reads and checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run, its dt or
+/// its cosmology, a later end, its box; Hermite checkpoints are refused on several ranks), and sets
 /// options.integrator.tStart and the box (resolvePeriodicBox). Writes nothing.
 RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
   const std::filesystem::path dir = options.restartDir;
@@ -458,9 +530,9 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
     throw InputError("--restart " + dir.string() + ": a Hermite run's checkpoint cannot continue" + ranks +
                      " (Hermite runs are one rank's)");
   }
-  if (run.scalars.count("comoving") != 0) {
-    throw InputError("--restart " + dir.string() + ": comoving runs" + ranks + " are not supported yet");
-  }
+  const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
+  if (!comovingCheckpoint) refuseComovingOptions(options);
+  prepareLeapfrogRun(options, comovingCheckpoint);
   RestartOnRanks restart;
   restart.boxSize = checkpoint.snapshot.boxSize;
   resolvePeriodicBox(options, restart.boxSize, checkpoint.snapshot.particles.size());
@@ -474,7 +546,15 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
   }
   requireBodiesPerRank(restart.bodies.size());
   options.integrator.tStart = run.scalar("t_start");
-  requireLeapfrogContinues(dir, options, run, restart.position.step, runIsComplete(dir));
+  if (comovingCheckpoint) {
+    const ComovingResume resumed = resumeComovingRun(options, checkpoint, restart.position, runIsComplete(dir), dir);
+    describeComovingOnRanks(options.integrator.tStart, restart.position.time, *checkpoint.snapshot.cosmology,
+                            checkpoint.snapshot.units, restart.comoving);
+    resumed.layzerIrvine.save(restart.comoving);
+  } else {
+    restart.comoving.set("comoving", 0.0);
+    requireLeapfrogContinues(dir, options, run, restart.position.step, runIsComplete(dir));
+  }
   gpu::requireFloatRange(restart.bodies, options.gravity);
   // The shares and weights of a checkpoint written on as many ranks; another K starts from even shares.
   const auto shares = run.doubles.find("rank_bodies");
@@ -598,7 +678,9 @@ int runDistributed(CLI::App& command, const Options& given) {
     options.icFile.clear();  // the bodies come from the checkpoint
   }
   validateOptions(options, kRunOptions);
-  prepareLeapfrogRun(options, false);
+  // The softening given: every rank sets up the run from it (resolvePeriodicBox, then prepareComovingRun, which
+  // replaces it with the softening of the run's a), rank 0 first while it checks.
+  const double givenSoftening = options.gravity.eps;
   std::ostream quiet(nullptr);  // the other ranks' lines: rank 0 speaks for the run
   std::ostream& info = rank != 0 ? quiet : (options.json ? std::cerr : std::cout);
   const std::filesystem::path outDir = options.outPath;
@@ -613,6 +695,8 @@ int runDistributed(CLI::App& command, const Options& given) {
   // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
   // and the box of the IC file or the checkpoint (0: none)
   double header[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+  CheckpointState comovingState;  ///< what every rank needs of a comoving run (comovingOnRanks), from rank 0
+  std::string source;             ///< where the bodies come from, for the start line (rank 0)
   beginRankZeroWork();
   if (rank == 0) {
     if (restart) {
@@ -621,43 +705,89 @@ int runDistributed(CLI::App& command, const Options& given) {
       info << "reading the checkpoint " << (outDir / io::kCheckpointName).string() << "..." << std::endl;
       resumed = readRestartOnRankZero(options, numRanks);
       all = std::move(resumed.bodies);
+      comovingState = std::move(resumed.comoving);
       requireBodiesFit(all.size());
       io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
-      // The log's lines start with their time: those more than half a step after the checkpoint's belong to the
-      // stopped run's later steps.
-      rewindRunFolder(outDir, resumed.position, resumed.position.time, 0.5 * options.integrator.dt);
+      // The log's lines start with their time: a fixed-step run's lines more than half a step after the checkpoint's,
+      // a comoving run's (a, printed to 11 digits) any later, belong to the stopped run's later steps.
+      rewindRunFolder(
+          outDir, resumed.position, resumed.position.time,
+          comovingState.scalar("comoving") != 0.0 ? 1e-9 * resumed.position.time : 0.5 * options.integrator.dt);
       header[2] = double(resumed.position.step);
       header[3] = double(resumed.position.nextOutputIndex);
       header[4] = resumed.position.time;
       header[5] = double(resumed.rankBodies.size());
       header[6] = resumed.boxSize;
+      source = "the checkpoint of " + outDir.string();
     } else {
       const io::RunFolderRequest folder{
           outDir, options.overwrite ? io::RunFolderMode::overwrite : io::RunFolderMode::fresh, options.icFile};
       io::checkRunFolder(folder);
-      const InitialConditionsInfo ic = inspectInitialConditions(options);
-      requireNonComovingIc(ic, options);
+      // As on one rank: the bodies' count and start from the IC file's header, or with --cosmology from the options
+      // (the linear spectrum made, a table read, before any body is).
+      std::optional<cosmology::LinearPowerSpectrum> spectrum;
+      const InitialConditionsInfo ic =
+          options.cosmology ? planCosmologicalIcs(command, options) : inspectInitialConditions(options);
+      if (options.cosmology) spectrum = cosmologicalIcSpectrum(command, options.cosmologicalIcs, std::cerr);
+      if (!ic.cosmology) refuseComovingOptions(options);
+      prepareLeapfrogRun(options, ic.cosmology.has_value());
       requireBodiesPerRank(ic.numBodies);
       header[6] = ic.boxSize;
       resolvePeriodicBox(options, ic.boxSize, ic.numBodies);  // every rank again below, from the broadcast
-      options.integrator.tStart = ic.time;
-      options.integrator.validate();
-      integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+      if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
+        std::cerr << warning << '\n';
+      }
+      std::optional<ComovingRun> comoving;
+      const std::string icSource = options.cosmology ? "--cosmology" : "--ic " + options.icFile;
+      if (ic.cosmology) {
+        const double aStart = startScaleFactor(ic.time, *ic.cosmology, icSource);
+        comoving.emplace(
+            prepareComovingRun(options, aStart, aStart, *ic.cosmology, ic.units, options.integrator.boxSize, icSource));
+        options.integrator.tStart = comoving->timeline.startScaleFactor();
+        describeComovingOnRanks(comoving->timeline.startScaleFactor(), comoving->timeline.startScaleFactor(),
+                                *ic.cosmology, ic.units, comovingState);
+      } else {
+        comovingState.set("comoving", 0.0);
+        options.integrator.tStart = ic.time;
+        options.integrator.validate();
+        integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+      }
       requireBodiesFit(ic.numBodies);
-      all = loadInitialConditions(options, info);
+      all = options.cosmology ? makeCosmologicalIcs(options.cosmologicalIcs, *spectrum, info).particles
+                              : loadInitialConditions(options, info);
+      if (comoving) {
+        checkComovingStart(*comoving, options, std::accumulate(all.mass.begin(), all.mass.end(), 0.0), icSource);
+        storedVelocitiesToMomenta(all, comoving->timeline.startScaleFactor());
+      }
       gpu::requireFloatRange(all, options.gravity);
       io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+      source = options.cosmology
+                   ? cosmologicalIcSource(options.cosmologicalIcs.ic)
+                   : (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")"
+                                             : options.icFile);
     }
     header[0] = double(all.size());
     header[1] = options.integrator.tStart;
     endRankZeroWork();
   }
   MPI_Bcast(header, 7, MPI_DOUBLE, 0, comm);
+  broadcastScalars(comovingState, comm);
   const auto numBodies = static_cast<std::uint64_t>(header[0]);
   options.integrator.tStart = header[1];
-  // The box, its mesh, split and opening settings, alike on every rank (a restart's checkpoint has none: periodic
-  // restarts on several ranks are refused).
+  // The box, its mesh, split and opening settings (--eps auto's softening too), alike on every rank.
+  options.gravity.eps = givenSoftening;
   resolvePeriodicBox(options, header[6], numBodies);
+  // The kind of run, its options and, for a comoving run, its time line, alike on every rank: what rank 0 checked.
+  const bool isComoving = comovingState.scalar("comoving") != 0.0;
+  if (!isComoving) refuseComovingOptions(options);
+  prepareLeapfrogRun(options, isComoving);
+  if (isComoving && !options.eta) echoDefault(command, "--eta", options.comoving.eta);
+  std::optional<ComovingRun> comoving;
+  std::optional<LayzerIrvineCheck> layzerIrvine;
+  if (isComoving) {
+    comoving.emplace(comovingOnRanks(options, comovingState));
+    if (restart) layzerIrvine = LayzerIrvineCheck::restore(comovingState);
+  }
   auto distributed =
       std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity, comm);
   parallel::DistributedTreeSolver& solver = *distributed;  // the short range, its work weights and statistics
@@ -716,10 +846,6 @@ int runDistributed(CLI::App& command, const Options& given) {
                                           ? "direct summation at each output on rank 0 (the solver computes "
                                             "accelerations only)"
                                           : "the tree's (its force error enters W)";
-  const std::string source =
-      restart
-          ? "the checkpoint of " + outDir.string()
-          : (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")" : options.icFile);
 
   // Rank 0 writes the run folder; a failure there stops every rank with its message (checkOnEveryRank).
   const auto onRankZero = [&](const std::function<void()>& work) {
@@ -731,6 +857,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   };
   std::ofstream log;
   integrator::RunSummary summary;
+  std::uint64_t longRangeSteps = 0;  ///< a comoving run's long-range steps begun (summary.json)
   std::optional<DirectPotentialsOnRanks> outputPotentials;
   try {
     onRankZero([&] {
@@ -741,10 +868,15 @@ int runDistributed(CLI::App& command, const Options& given) {
            << "/ (snapshot_NNN.hdf5 and checkpoint.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, "
               "summary.json; RUNNING until the end)\n";
       if (position) {
-        info << "restart: step " << position->step << " of the run, t = " << position->time << ", from "
-             << (outDir / io::kCheckpointName).string()
+        info << "restart: step " << position->step << " of the run, " << (comoving ? "a = " : "t = ") << position->time
+             << ", from " << (outDir / io::kCheckpointName).string()
              << (header[5] > 0.0 ? " (its ranks' shares and split)" : " (written on another number of ranks)") << "\n";
+      } else if (comoving) {
+        info << describeComovingRun(*comoving, options,
+                                    fewestComovingSteps(*comoving, options, options.integrator.tStart))
+             << "\n";
       }
+      const std::string columns = comoving ? comovingDiagnosticsHeader() : integrator::diagnosticsHeader();
       io::writeTextFile(outDir / "used_parameters.toml", usedParameters(command));
       log.open(outDir / "diagnostics.log", position ? std::ios::app : std::ios::trunc);
       if (!log) throw IoError("cannot write " + (outDir / "diagnostics.log").string());
@@ -752,29 +884,50 @@ int runDistributed(CLI::App& command, const Options& given) {
         log << "# restarted at step " << position->step << " by " << versionText() << " on " << numRanks << " ranks\n";
       } else {
         log << "# " << versionText() << "\n# " << forces->describe() << "; potentials from " << potentialSource << "\n"
-            << integrator::diagnosticsHeader() << "\n";
+            << columns << "\n";
       }
-      info << integrator::diagnosticsHeader() << "\n";
+      info << columns << "\n";
     });
 
     io::SnapshotMetadata metadata;
     metadata.parameters = usedParameterList(command);
     metadata.boxSize = options.integrator.boxSize;
+    if (comoving) {
+      metadata.units = comoving->units;
+      metadata.cosmology = comoving->header;
+    }
+    // A state's metadata at its time (a comoving state's: a, its Redshift, the momenta written as GADGET's u).
+    const auto stateAt = [&](double time, io::SnapshotMetadata& meta, io::SnapshotWriteOptions& write) {
+      meta.time = time;
+      if (comoving) setComovingSnapshotState(time, meta, write);
+    };
     integrator::Diagnostics initial = position ? position->initial : integrator::Diagnostics{};
-    ProgressOnRankZero progress;
+    ProgressLine progress;
     integrator::RunCallbacks callbacks;
     callbacks.combineDiagnostics = [&](const integrator::Diagnostics& local) { return sumDiagnostics(local, comm); };
+    if (comoving) {
+      // The whole system's diagnostics (combined), the same on every rank: each keeps the check.
+      callbacks.onDiagnostics = [&](const integrator::Diagnostics& diagnostics) {
+        if (layzerIrvine) {
+          layzerIrvine->add(diagnostics);
+        } else {
+          layzerIrvine.emplace(diagnostics);
+        }
+      };
+    }
     callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
       if (index == 0) initial = diagnostics;
       const Particles whole = gatherBodies(state, comm);
       onRankZero([&] {
-        const std::string row = integrator::formatDiagnostics(diagnostics, initial);
+        const std::string row = comoving ? formatComovingDiagnostics(diagnostics, *layzerIrvine)
+                                         : integrator::formatDiagnostics(diagnostics, initial);
         log << row << std::endl;
         info << row << std::endl;
         char name[32];
         std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
-        metadata.time = diagnostics.time;
-        io::writeSnapshot(outDir / name, whole, metadata);
+        io::SnapshotWriteOptions write;
+        stateAt(diagnostics.time, metadata, write);
+        io::writeSnapshot(outDir / name, whole, metadata, write);
       });
     };
     // Checkpoints (on rank 0's clock, as the progress line's energies: every rank takes them after the same steps):
@@ -804,10 +957,12 @@ int runDistributed(CLI::App& command, const Options& given) {
         run.set("ranks", double(numRanks));
         run.doubles["rank_bodies"].assign(layout.counts.begin(), layout.counts.end());
         saveDiagnostics(at.initial, run);
+        if (comoving) saveComovingCheckpoint(*comoving, *layzerIrvine, run);
         CheckpointState solverState;
         if (allKnown != 0) solverState.doubles["distributed_work"] = std::move(allWork);
         io::SnapshotMetadata saved = metadata;
-        saved.time = time;
+        io::SnapshotWriteOptions unused;  // the checkpoint keeps the momenta as held
+        stateAt(time, saved, unused);
         saved.step = at.step;
         const bool potentials =
             std::all_of(whole.pot.begin(), whole.pot.end(), [](double v) { return std::isfinite(v); });
@@ -816,7 +971,9 @@ int runDistributed(CLI::App& command, const Options& given) {
     };
     // The progress line's energies, at most once a second of rank 0's clock: every rank measures on those steps.
     callbacks.onProgress = [&](const integrator::ProgressInfo& step) {
-      if (rank == 0) progress.update(step);
+      if (rank != 0) return;
+      progress.update(step, comoving ? std::optional<double>(layzerIrvine ? layzerIrvine->relativeViolation() : 0.0)
+                                     : std::nullopt);
     };
     callbacks.sharedSeconds = [&](double local) {
       MPI_Bcast(&local, 1, MPI_DOUBLE, 0, comm);
@@ -841,7 +998,15 @@ int runDistributed(CLI::App& command, const Options& given) {
         if (step.step == 2) throw NumericalError("step 2: a failure injected by MATCHA_TEST_FAIL_RANK");
       };
     }
-    summary = integrator::runLeapfrog(mine, *forces, options.integrator, callbacks, position ? &*position : nullptr);
+    if (comoving) {
+      ComovingSchedule schedule = makeComovingSchedule(*comoving, options, numBodies, *forces);
+      schedule.setRankReductions(comovingRankReductions(comm));
+      summary =
+          integrator::runSteps(mine, *forces, schedule, options.integrator, callbacks, position ? &*position : nullptr);
+      longRangeSteps = schedule.longRangeStepsBegun();
+    } else {
+      summary = integrator::runLeapfrog(mine, *forces, options.integrator, callbacks, position ? &*position : nullptr);
+    }
   } catch (const std::exception& error) {
     // As runGuarded: on rank 0, summary.json says the run failed and the marker goes (best effort). A rank that fails
     // alone ends the job (reportFailure) before rank 0 can write it: the folder then keeps its RUNNING marker.
@@ -871,7 +1036,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
     const double diagnosticSeconds = outputPotentials ? outputPotentials->seconds() : 0.0;
     const parallel::DistributedStats& stats = solver.lastStats();
-    const nlohmann::json json = {
+    nlohmann::json json = {
         {"bodies", numBodies},
         {"status", "complete"},
         {"matcha", buildJson()},
@@ -897,12 +1062,20 @@ int runDistributed(CLI::App& command, const Options& given) {
         {"rank_timings", rankTotalsJson(ranksTotals)},
         {"force_checks", nullptr},
         {"output_dir", outDir.string()}};
-    log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+    if (comoving) {
+      addComovingSummary(json, *comoving, options, summary, longRangeSteps, *layzerIrvine);
+      log << comovingLogSummary(summary, *layzerIrvine) << "\n";
+    } else {
+      log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps << " steps\n";
+    }
     log.close();
     io::writeTextFile(outDir / "summary.json", json.dump(2) + "\n");
     io::removeRunningMarker(outDir);
     if (options.json) {
       std::cout << json.dump(2) << std::endl;
+    } else if (comoving) {
+      std::printf("%s on %d ranks (last call's imbalance %.2f)\n",
+                  comovingSummaryLine(*comoving, summary, *layzerIrvine).c_str(), numRanks, stats.imbalance());
     } else {
       std::printf(
           "summary: |dE/E| = %.3e after %llu steps to t = %g; wall %.2f s (force %.2f s, diagnostic potentials %.2f "

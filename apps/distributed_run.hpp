@@ -61,9 +61,11 @@ int reportFailure(int exitCode, const std::string& message);
 /// `run` and `compare` run on several.
 void requireRunsOnRanks(const std::string& subcommand);
 
-/// `matcha run` on several ranks: a leapfrog run of the distributed tree on the CPU engine, open boundaries; rank 0
-/// reads or makes the bodies and scatters them, every rank integrates its own, rank 0 writes the run folder (the
-/// snapshots gathered). Collective over MPI_COMM_WORLD. Throws InputError (on every rank) for what it does not do yet.
+/// `matcha run` on several ranks: a leapfrog run of the distributed tree (open boundaries, or TreePM in a periodic box,
+/// a comoving one from a cosmological file or --cosmology with its long-range and block time steps) on each rank's
+/// engine; rank 0 reads or makes the bodies and scatters them, every rank integrates its own, rank 0 writes the run
+/// folder (the snapshots gathered). Collective over MPI_COMM_WORLD. Throws InputError (on every rank) for what it does
+/// not do yet (requireRunOptionsOnRanks).
 int runDistributed(CLI::App& command, const Options& options);
 
 /// `matcha compare` on several ranks: the distributed tree's forces on rank 0's bodies against direct summation on

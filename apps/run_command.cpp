@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "comoving_run.hpp"
+#include "comoving_setup.hpp"
 #include "distributed_run.hpp"
 #include "force_reference.hpp"
 #include "matcha/core/errors.hpp"
@@ -148,43 +148,6 @@ class ForceCheck {
   nlohmann::json worst_ = nlohmann::json::object();
 };
 
-// One progress line at most per second (and at the last step); rewritten in place on a terminal. A comoving run's
-// (layzerIrvine set) shows the redshift, the steps as an estimate ahead and the Layzer-Irvine check instead of t and
-// dE/E; a Hermite run's (blockSteps) its block steps, the bodies they advanced and the |dE/E| of its latest output.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool blockSteps = false) : blockSteps_(blockSteps) {}
-
-  void update(const integrator::ProgressInfo& info, std::optional<double> layzerIrvine = std::nullopt) {
-    const bool last = info.step == info.totalSteps;
-    if (!last && info.elapsedSeconds - lastPrinted_ < 1.0) return;
-    lastPrinted_ = info.elapsedSeconds;
-    char where[128];
-    if (layzerIrvine) {
-      std::snprintf(where, sizeof where, "step %llu/~%llu  z = %.4f -> %.4g",
-                    static_cast<unsigned long long>(info.step), static_cast<unsigned long long>(info.totalSteps),
-                    1.0 / info.time - 1.0, 1.0 / info.tEnd - 1.0);
-    } else if (blockSteps_) {
-      std::snprintf(where, sizeof where, "block step %llu/~%llu (%.3g body steps)  t = %.4f/%.4g",
-                    static_cast<unsigned long long>(info.step), static_cast<unsigned long long>(info.totalSteps),
-                    static_cast<double>(info.bodySteps), info.time, info.tEnd);
-    } else {
-      std::snprintf(where, sizeof where, "step %llu/%llu  t = %.4f/%.4g", static_cast<unsigned long long>(info.step),
-                    static_cast<unsigned long long>(info.totalSteps), info.time, info.tEnd);
-    }
-    std::fprintf(stderr, "%s%s  elapsed %.1f s  ETA %s  %s = %.2e%s", terminal_ ? "\r" : "", where, info.elapsedSeconds,
-                 formatDuration(info.etaSeconds).c_str(), layzerIrvine ? "Layzer-Irvine |dE|/|W|" : "|dE/E|",
-                 layzerIrvine ? std::abs(*layzerIrvine) : info.relativeEnergyError,
-                 terminal_ ? (last ? "\n" : "          ") : "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  bool blockSteps_;
-  bool terminal_ = ::isatty(STDERR_FILENO) != 0;
-  double lastPrinted_ = -1e30;
-};
-
 /// What integrates a run in its folder: the leapfrog on a force solver (and the solver's engine), or the Hermite
 /// integrator on its engine. Exactly one of `solver` and `hermite` is set; they outlive the run.
 struct RunIntegrator {
@@ -222,69 +185,6 @@ struct RunIntegrator {
   std::string engineReason() const { return hermite != nullptr ? hermiteEngineReason : engine->reason; }
   std::string engineName() const { return hermite != nullptr ? hermiteEngineName : engine->engine->name(); }
 };
-
-/// What makes a run comoving: its background, its time line and the units of its file.
-struct ComovingRun {
-  cosmology::ComovingTimeline timeline;
-  io::CosmologyHeader header;  ///< the cosmology the snapshots record (their Redshift set at each output)
-  UnitSystem units;
-};
-
-/// The comoving run of a cosmological file (or checkpoint) starting at scale factor aStart in a box of side boxSize:
-/// G and the softening go to options.gravity (eps_eff(a) at `scaleFactorNow`: the start, or a checkpoint's a), the
-/// redshifts and step limits from options. Throws InputError (one line naming `source`) for an open box, a cosmology
-/// or time line that cannot be, or (checkMass) bodies whose mass is not the box's mean density.
-ComovingRun prepareComovingRun(Options& options, double aStart, double scaleFactorNow,
-                               const io::CosmologyHeader& header, const std::optional<UnitSystem>& fileUnits,
-                               double boxSize, const std::string& source) {
-  if (!(boxSize > 0.0)) {
-    throw InputError(source + " has a cosmology but no periodic box (BoxSize): comoving runs are periodic" +
-                     (options.open ? " (--open was given)" : ""));
-  }
-  const UnitSystem units = fileUnits.value_or(gadgetCosmologicalUnits());
-  options.gravity.G = units.gravitationalConstant;
-  cosmology::ComovingTimelineParams params = options.comoving;
-  params.redshiftStart = cosmology::redshiftFromScaleFactor(aStart);
-  params.outputRedshifts =
-      options.outputRedshifts.empty() ? std::vector<double>{} : parseRedshiftList(options.outputRedshifts);
-  params.softening = options.gravity.eps;
-  if (options.comoving.maxPhysicalSoftening) {
-    const double largest = *options.comoving.maxPhysicalSoftening;
-    if (!(std::isfinite(largest) && largest >= 0.0)) {
-      throw InputError("--max-physical-softening must be a finite length >= 0 (0: none; got " +
-                       std::to_string(largest) + ")");
-    }
-    if (largest == 0.0) params.maxPhysicalSoftening.reset();  // --max-physical-softening 0: none
-  }
-  const cosmology::Background background = comovingBackground(header, units, source);
-  ComovingRun run{cosmology::ComovingTimeline(background, params), header, units};
-  options.gravity.eps = run.timeline.comovingSoftening(scaleFactorNow);
-  return run;
-}
-
-/// `run --cosmology`: the initial conditions' box (--box, else ic cosmo's default) and seed (--seed) from the run's
-/// own options; every check of the options before any work (ic cosmo's, and a z-end below z-start); what the run
-/// needs to know of the bodies before they are made, as an --ic file's header would tell it. Throws InputError.
-InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& options) {
-  CosmologicalIcOptions& ics = options.cosmologicalIcs;
-  if (options.box > 0.0) ics.ic.boxSize = options.box;
-  ics.ic.seed = options.seed;
-  checkCosmologicalIcOptions(command, ics);
-  if (!(options.comoving.redshiftEnd < ics.ic.startRedshift)) {
-    std::ostringstream message;
-    message << std::setprecision(12) << "--z-end " << options.comoving.redshiftEnd << " must be below --z-start "
-            << ics.ic.startRedshift << " (the run goes forward in time)";
-    throw InputError(message.str());
-  }
-  InitialConditionsInfo info;
-  const std::uint64_t side = static_cast<std::uint64_t>(ics.ic.grid);
-  info.numBodies = side * side * side;
-  info.time = ics.ic.scaleFactor();
-  info.boxSize = ics.ic.boxSize;
-  info.cosmology = cosmologicalIcHeader(ics);
-  info.units = gadgetCosmologicalUnits();  // the units makeCosmologicalIcs writes in
-  return info;
-}
 
 }  // namespace
 
@@ -340,15 +240,6 @@ nlohmann::json hermiteJson(const integrator::HermiteRunSummary& summary, const i
           {"interactions_per_second", c.forceSeconds > 0.0 ? double(c.interactions) / c.forceSeconds : 0.0}};
 }
 
-/// A comoving run's long-range length (ComovingSchedule): the smaller of the split radius and the mean spacing, where
-/// --pm-steps is on and the solver splits its force (TreePM); unset otherwise.
-std::optional<double> comovingLongRangeLength(const Options& options, std::size_t numBodies,
-                                              const ForceSolver& solver) {
-  if (!options.longRangeSteps || !solver.splitsLongRange() || numBodies == 0) return std::nullopt;
-  const double spacing = options.mesh.boxSize / std::cbrt(static_cast<double>(numBodies));
-  return std::min(options.mesh.splitRadius(), spacing);
-}
-
 /// The run itself, in a folder that prepareRunFolder took over; ends by writing summary.json ("complete") and
 /// removing the RUNNING marker.
 int runInFolder(const CLI::App& command, const Options& options, Particles& particles, const RunIntegrator& runner,
@@ -374,19 +265,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     info << "restart: step " << resume->step << " of the run, " << (comoving != nullptr ? "a = " : "t = ")
          << resume->time << ", from " << (outDir / io::kCheckpointName).string() << "\n";
   } else if (comoving != nullptr) {
-    const cosmology::ComovingTimeline& timeline = comoving->timeline;
-    info << "comoving: z = " << cosmology::redshiftFromScaleFactor(timeline.startScaleFactor()) << " -> "
-         << cosmology::redshiftFromScaleFactor(timeline.endScaleFactor()) << " (Omega_m " << comoving->header.omega0
-         << ", Omega_Lambda " << comoving->header.omegaLambda << ", h " << comoving->header.hubbleParam
-         << "); steps: d ln a <= " << options.comoving.maxDlnA << " and Power et al.'s eta " << options.comoving.eta
-         << " (~" << memory.numSteps << " steps); comoving softening " << options.gravity.eps
-         << (options.comoving.maxPhysicalSoftening
-                 ? ", at most " + std::to_string(*options.comoving.maxPhysicalSoftening) + " physical"
-                 : std::string())
-         << "; G = " << options.gravity.G << "; energy check: Layzer-Irvine"
-         << (options.longRangeSteps ? "; the mesh's long range over long-range steps (--pm-steps)" : "")
-         << (options.blockSteps && options.longRangeSteps ? "; block time steps within them (--block-steps)" : "")
-         << "\n";
+    info << describeComovingRun(*comoving, options, memory.numSteps) << "\n";
   } else if (!options.icFile.empty()) {
     info << "start: t = " << options.integrator.tStart << ", the Header Time of " << options.icFile << " (t-end "
          << options.integrator.tEnd << " is absolute time"
@@ -414,10 +293,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   // A comoving state's metadata at scale factor a: Time a, Redshift, and the momenta written as GADGET's u.
   const auto stateAt = [&](double time, io::SnapshotMetadata& meta, io::SnapshotWriteOptions& write) {
     meta.time = time;
-    if (comoving != nullptr) {
-      meta.cosmology->redshift = cosmology::redshiftFromScaleFactor(time);
-      write.velocityScale = storedVelocityPerMomentum(time);
-    }
+    if (comoving != nullptr) setComovingSnapshotState(time, meta, write);
   };
   integrator::Diagnostics initial = resume != nullptr ? resume->initial : integrator::Diagnostics{};
   ProgressLine progress(hermite != nullptr);
@@ -535,14 +411,10 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     } else {
       run.set("dt", options.integrator.dt);
     }
-    run.set("t_end", comoving != nullptr ? comoving->timeline.endScaleFactor() : options.integrator.tEnd);
+    run.set("t_end", options.integrator.tEnd);
     run.set("bodies", double(state.size()));
     saveDiagnostics(position.initial, run);
-    if (comoving != nullptr) {
-      // The checkpoint's bodies keep the run's momenta (p = a^2 dx/dt, not u): a restart continues from them as held.
-      run.set("comoving", 1.0);
-      layzerIrvine->save(run);
-    }
+    if (comoving != nullptr) saveComovingCheckpoint(*comoving, *layzerIrvine, run);
     CheckpointState solverState;
     if (hermite != nullptr) {
       hermite->saveState(solverState);
@@ -578,9 +450,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
       hermiteSummary = integrator::runHermite(particles, *hermite, options.integrator, callbacks, resume);
       summary = hermiteSummary->run;
     } else if (comoving != nullptr) {
-      const std::optional<double> longRangeLength = comovingLongRangeLength(options, particles.size(), *runner.solver);
-      // Block time steps live within long-range steps (prepareLeapfrogRun refused a typed "on" without them).
-      ComovingSchedule schedule(comoving->timeline, longRangeLength, options.blockSteps && longRangeLength);
+      ComovingSchedule schedule = makeComovingSchedule(*comoving, options, particles.size(), *runner.solver);
       summary = integrator::runSteps(particles, *runner.solver, schedule, options.integrator, callbacks, resume);
       longRangeSteps = schedule.longRangeStepsBegun();
     } else {
@@ -671,27 +541,8 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
     json["hermite"]["outputs"] = hermiteOutputs;
   }
   if (comoving != nullptr) {
-    // A comoving run's energy check is Layzer-Irvine's; its times are scale factors and its steps vary.
-    const cosmology::ComovingTimeline& timeline = comoving->timeline;
-    json["t_start"] = timeline.startScaleFactor();
-    json["t_end"] = timeline.endScaleFactor();
-    json.erase("dt");
-    json.erase("relative_energy_error");
-    json["comoving"] = {{"a_start", timeline.startScaleFactor()},
-                        {"a_end", timeline.endScaleFactor()},
-                        {"z_start", cosmology::redshiftFromScaleFactor(timeline.startScaleFactor())},
-                        {"z_end", cosmology::redshiftFromScaleFactor(timeline.endScaleFactor())},
-                        {"max_dlna", options.comoving.maxDlnA},
-                        {"eta", options.comoving.eta},
-                        {"pm_steps", options.longRangeSteps},
-                        {"block_steps", options.blockSteps && longRangeSteps > 0},
-                        {"long_range_steps", longRangeSteps},
-                        {"steps_per_unit_ln_a",
-                         double(summary.steps) / std::log(timeline.endScaleFactor() / timeline.startScaleFactor())},
-                        {"layzer_irvine_relative_violation", layzerIrvine->relativeViolation()},
-                        {"layzer_irvine_integral", layzerIrvine->check().integral()}};
-    log << "# Layzer-Irvine (K + W + int (2K+W) dln a - E0) / |W| = " << layzerIrvine->relativeViolation() << " after "
-        << summary.steps << " steps\n";
+    addComovingSummary(json, *comoving, options, summary, longRangeSteps, *layzerIrvine);
+    log << comovingLogSummary(summary, *layzerIrvine) << "\n";
   } else {
     log << "# |dE/E| = " << summary.relativeEnergyError << " after " << summary.steps
         << (hermite != nullptr ? " block steps\n" : " steps\n");
@@ -702,12 +553,7 @@ int runInFolder(const CLI::App& command, const Options& options, Particles& part
   if (options.json) {
     std::cout << json.dump(2) << std::endl;
   } else if (comoving != nullptr) {
-    std::printf(
-        "summary: Layzer-Irvine |dE|/|W| = %.3e after %llu steps to z = %g; wall %.2f s (force %.2f s); %.3e "
-        "interactions/s\n",
-        std::abs(layzerIrvine->relativeViolation()), static_cast<unsigned long long>(summary.steps),
-        cosmology::redshiftFromScaleFactor(comoving->timeline.endScaleFactor()), summary.wallSeconds,
-        summary.forceSeconds, interactionsPerSecond);
+    std::printf("%s\n", comovingSummaryLine(*comoving, summary, *layzerIrvine).c_str());
   } else if (hermiteSummary) {
     const integrator::HermiteCounters& counters = hermiteSummary->counters;
     std::printf(
@@ -755,11 +601,6 @@ int runGuarded(const std::filesystem::path& outDir, const std::function<int()>& 
 
 /// Sets the value used_parameters.toml echoes for `name` when the user did not give it: an option whose default
 /// depends on the run (--eta: Aarseth's 0.02 for hermite, Power et al.'s 0.025 for comoving runs, none otherwise).
-void echoDefault(CLI::App& command, const std::string& name, double value) {
-  std::ostringstream text;
-  text << std::setprecision(17) << value;
-  command.get_option(name)->default_str(text.str());
-}
 
 /// A default for --help: a double as the stream writes it (0.02, 0.025).
 std::string formatDefault(double value) {
@@ -884,26 +725,10 @@ int resumeSimulation(CLI::App& command, Options options) {
   std::optional<LayzerIrvineCheck> layzerIrvine;
   std::optional<std::uint64_t> comovingSteps;
   if (comovingCheckpoint) {
-    if (!checkpoint.snapshot.cosmology) throw InputError("--restart: the comoving checkpoint has no cosmology header");
-    const std::string source = "the checkpoint of " + dir.string();
-    comoving.emplace(prepareComovingRun(options, options.integrator.tStart, position.time,
-                                        *checkpoint.snapshot.cosmology, checkpoint.snapshot.units,
-                                        options.integrator.boxSize, source));
-    layzerIrvine = LayzerIrvineCheck::restore(run);
-    const double aEnd = comoving->timeline.endScaleFactor();
-    if (!(position.time < aEnd) || (complete && aEnd <= run.scalar("t_end"))) {
-      std::ostringstream message;
-      message << std::setprecision(12) << "--restart " << dir.string() << ": ";
-      if (complete) {
-        message << "the run is complete (z-end " << cosmology::redshiftFromScaleFactor(run.scalar("t_end")) << ")";
-      } else {
-        message << "the checkpoint is at z = " << cosmology::redshiftFromScaleFactor(position.time);
-      }
-      message << "; give a lower --z-end to continue it";
-      throw InputError(message.str());
-    }
-    comovingSteps = position.step +
-                    static_cast<std::uint64_t>(std::ceil(std::log(aEnd / position.time) / options.comoving.maxDlnA));
+    ComovingResume resumed = resumeComovingRun(options, checkpoint, position, complete, dir);
+    comoving.emplace(std::move(resumed.run));
+    layzerIrvine.emplace(resumed.layzerIrvine);
+    comovingSteps = resumed.fewestSteps;
   } else {
     requireLeapfrogContinues(dir, options, run, position.step, complete);
   }
@@ -979,27 +804,17 @@ int runSimulation(CLI::App& command, const Options& given) {
                                           : loadInitialConditions(options, info);
   std::optional<std::uint64_t> comovingSteps;
   if (comoving) {
-    const cosmology::ComovingTimeline& timeline = comoving->timeline;
-    requireMeanMatterDensity(std::accumulate(particles.mass.begin(), particles.mass.end(), 0.0),
-                             options.integrator.boxSize, timeline.background(), options.gravity.G, icSource);
-    storedVelocitiesToMomenta(particles, timeline.startScaleFactor());
-    // The fewest steps the limit in ln a allows; the accelerations' limit adds more once structures form.
-    comovingSteps = static_cast<std::uint64_t>(
-        std::ceil(std::log(timeline.endScaleFactor() / timeline.startScaleFactor()) / options.comoving.maxDlnA));
+    comovingSteps = checkComovingStart(*comoving, options,
+                                       std::accumulate(particles.mass.begin(), particles.mass.end(), 0.0), icSource);
+    storedVelocitiesToMomenta(particles, comoving->timeline.startScaleFactor());
   }
   gpu::requireFloatRange(particles, options.gravity);
   gpu::EngineChoice engine = makeRunEngine(options);
   const bool directPotentials = directOutputPotentials(options, particles.size(), engine.onGpu);
   const RunMemory memory = estimateRunMemory(options, particles, engine.onGpu, directPotentials, comovingSteps);
   const std::unique_ptr<ForceSolver> solver = makeSolver(options, engine);
-  std::string source = bodiesSource(options);
-  if (options.cosmology) {
-    const cosmology::CosmologicalIcParams& made = options.cosmologicalIcs.ic;
-    std::ostringstream text;
-    text << (made.lptOrder == 2 ? "2LPT" : "Zel'dovich") << " initial conditions made by the run (--cosmology: box "
-         << made.boxSize << " Mpc/h, z = " << made.startRedshift << ", seed " << made.seed << ")";
-    source = text.str();
-  }
+  const std::string source =
+      options.cosmology ? cosmologicalIcSource(options.cosmologicalIcs.ic) : bodiesSource(options);
   if (options.dryRun) {
     info << "matcha run --dry-run: " << particles.size() << " bodies from " << source << ", " << memory.numSteps
          << " steps\nsolver: " << solver->describe() << "\nengine: " << engine.reason << "\n"

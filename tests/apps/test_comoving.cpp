@@ -4,9 +4,13 @@
 // follows a maximum physical one), and a run of free bodies through the real run loop whose drift is known exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <barrier>
 #include <bit>
 #include <cmath>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "comoving_run.hpp"
@@ -436,6 +440,104 @@ TEST(LayzerIrvineCheck, ASavedCheckContinuesAsTheOneThatWentOn) {
   // The same state again (an output right after its step's sample) adds nothing.
   going.add(d);
   EXPECT_EQ(going.check().integral(), restored.check().integral());
+}
+
+// Over several ranks each schedule sees its own bodies and reads the run's through RankReductions: two "ranks" (two
+// threads exchanging their values at a barrier, as MPI_Allgather would) holding halves of the bodies plan, step after
+// step, exactly the steps one schedule plans from all of them: the long-range steps' lengths (the rms momentum), the
+// short steps (the largest |a|) and, with block time steps, the ticks (the finest bin).
+TEST(ComovingSchedule, RanksPlanTheStepsOfAllTheirBodies) {
+  const cosmo::ComovingTimeline timeline(einsteinDeSitter(), timelineParams());
+  const std::size_t n = 8;
+  Particles all(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    all.mass[i] = 1.0;
+    all.ax[i] = 1e8 * double(i + 1);  // the largest |a| on the second half: Power et al.'s limit holds
+    all.vy[i] = 3.0 * double((i * 5) % n);
+    all.vz[i] = i < n / 2 ? 1.5 : 0.0;
+  }
+  Particles halves[2] = {Particles(n / 2), Particles(n / 2)};
+  for (std::size_t i = 0; i < n; ++i) {
+    Particles& half = halves[i / (n / 2)];
+    const std::size_t k = i % (n / 2);
+    half.mass[k] = all.mass[k];
+    half.ax[k] = all.ax[i];
+    half.vy[k] = all.vy[i];
+    half.vz[k] = all.vz[i];
+  }
+  for (const bool block : {false, true}) {
+    SCOPED_TRACE(block ? "block time steps" : "global steps");
+    const double length = 0.05;
+    // The bins the leapfrog would set: the finest from the bodies' own |a| (here the second half's).
+    const auto setBins = [](Particles& p, std::uint8_t finest) {
+      p.timeBin.assign(p.size(), 0);
+      if (!p.timeBin.empty()) p.timeBin.back() = finest;
+    };
+    const auto runFrom = [&](app::ComovingSchedule& schedule, Particles& p, std::uint8_t finest) {
+      std::vector<mi::PlannedStep> planned;
+      double a = schedule.startTime();
+      for (std::uint64_t step = 0; step < 400; ++step) {
+        if (block) setBins(p, finest);
+        planned.push_back(schedule.plan(step, a, p));
+        a = planned.back().endTime;
+        if (planned.back().last) break;
+      }
+      return planned;
+    };
+    app::ComovingSchedule whole(timeline, length, block);
+    const std::vector<mi::PlannedStep> expected = runFrom(whole, all, 3);
+    // The exchange of two ranks: each posts its value, both read both at the barrier.
+    std::barrier meeting(2);
+    double posted[2] = {0.0, 0.0};
+    const auto exchange = [&](int rank, double local) {
+      posted[rank] = local;
+      meeting.arrive_and_wait();
+      const double values[2] = {posted[0], posted[1]};
+      meeting.arrive_and_wait();
+      return std::pair<double, double>(values[0], values[1]);
+    };
+    std::vector<mi::PlannedStep> ranksPlanned[2];
+    const auto rank = [&](int r) {
+      app::ComovingSchedule schedule(timeline, length, block);
+      app::RankReductions reductions;
+      reductions.maximum = [&, r](double local) {
+        const auto [first, second] = exchange(r, local);
+        return std::max(first, second);
+      };
+      reductions.sum = [&, r](double local) {
+        const auto [first, second] = exchange(r, local);
+        return first + second;
+      };
+      schedule.setRankReductions(std::move(reductions));
+      ranksPlanned[r] = runFrom(schedule, halves[r], r == 1 ? 3 : 1);
+    };
+    std::thread other(rank, 1);
+    rank(0);
+    other.join();
+    for (const std::vector<mi::PlannedStep>& planned : ranksPlanned) {
+      ASSERT_EQ(planned.size(), expected.size());
+      for (std::size_t s = 0; s < planned.size(); ++s) {
+        EXPECT_EQ(planned[s].endTime, expected[s].endTime) << "step " << s;
+        EXPECT_EQ(planned[s].factors.openingKick, expected[s].factors.openingKick) << "step " << s;
+        EXPECT_EQ(planned[s].factors.longRangeOpeningKick, expected[s].factors.longRangeOpeningKick) << "step " << s;
+        EXPECT_EQ(planned[s].factors.longRangeClosingKick, expected[s].factors.longRangeClosingKick) << "step " << s;
+        ASSERT_EQ(planned[s].factors.block.has_value(), block);
+        if (block) {
+          EXPECT_EQ(planned[s].factors.block->nextTick, expected[s].factors.block->nextTick) << "step " << s;
+        }
+      }
+    }
+    // Without the reductions a rank plans from its own bodies: the first half alone, with the smaller accelerations
+    // and the larger momenta, plans other steps.
+    app::ComovingSchedule alone(timeline, length, block);
+    Particles first = halves[0];
+    const std::vector<mi::PlannedStep> own = runFrom(alone, first, 1);
+    bool differs = own.size() != expected.size();
+    for (std::size_t s = 0; s < std::min(own.size(), expected.size()); ++s) {
+      differs = differs || own[s].endTime != expected[s].endTime;
+    }
+    EXPECT_TRUE(differs) << "the test's halves plan alike: it would not see a missing reduction";
+  }
 }
 
 }  // namespace

@@ -13,6 +13,12 @@
 #    final snapshot's ids, positions and velocities those of 16 uninterrupted steps;
 #  - periodic_cuda K: the periodic case with --engine cuda (the cuFFT mesh on each rank's GPU, its grid summed through
 #    the host), against one rank on the GPU; without h5py the diagnostics alone; skipped (77) without CUDA;
+#  - comoving K: a 16^3 2LPT box from z = 49 to 3 with the defaults (long-range and block time steps): K, W and the
+#    Layzer-Irvine check within 1e-4 (1e-5 absolute) of one rank's at every output, the step count within 2%, the
+#    final snapshot's ids once, positions within 1e-4 L and velocities within 1e-3 of the rms of one rank's; a
+#    K-rank checkpoint at z = 4 continued to z = 3 on K ranks bit for bit the uninterrupted K-rank run (on one rank,
+#    its K within 1e-4); run
+#    --cosmology on K ranks the file's run to z = 6;
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree); the
 #    same for 8192 bodies of `ic clumps` in their periodic box and a 16^3 box of `ic cosmo`, TreePM against Ewald;
@@ -32,12 +38,12 @@
 #    mpiexec): energies to 1e-4 relative and positions to 1e-4 of the uninterrupted run's;
 #  - restart_cuda K: the restart case with --engine cuda (without h5py, as on the device machine, the diagnostics
 #    alone); skipped (77) where the CUDA engine cannot start.
-# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|compare|bad|fail|restart|restart_cuda K
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|restart|restart_cuda K
 # Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
-  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|compare|bad|fail|restart|restart_cuda K" >&2
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|restart|restart_cuda K" >&2
   exit 2
 fi
 mpiexec=$1
@@ -199,6 +205,82 @@ with h5py.File("one/snapshot_002.hdf5") as f1, h5py.File("ranks/snapshot_002.hdf
         print(f"largest position difference {worst:.2e} (box {box})")
         if worst > 1e-4 * box:
             failed.append(f"positions differ by up to {worst:.2e} from one rank's")
+for line in failed:
+    print("FAILED:", line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+EOF
+  ;;
+comoving)
+  # A comoving run of a 16^3 2LPT box (50 Mpc/h, z = 49 -> 3; TreePM with long-range and block time steps, the
+  # defaults) on K ranks against one rank; a K-rank checkpoint continued on K ranks against the uninterrupted K-rank
+  # run; and run --cosmology (the ICs made on rank 0) against the file's run on K ranks.
+  "$matcha" ic cosmo --grid 16 --box 50 --seed 3 --out cosmo.hdf5 >/dev/null
+  args=(run --ic cosmo.hdf5 --engine cpu --checkpoint-interval 0 --z-end 3 --output-z 6,4)
+  "$matcha" "${args[@]}" --out one >one.txt
+  on_ranks "${args[@]}" --out ranks >ranks.txt
+  cat ranks.txt
+  on_ranks run --ic cosmo.hdf5 --engine cpu --checkpoint-interval 0 --z-end 4 --output-z 6 --out halves >halves.txt
+  cp -r halves halves-on-one
+  on_ranks run --restart halves --z-end 3 --output-z 6,4 >halves-continued.txt
+  "$matcha" run --restart halves-on-one --z-end 3 --output-z 6,4 >halves-on-one.txt
+  on_ranks run --cosmology --grid 16 --box 50 --seed 3 --engine cpu --z-end 6 --out made >made.txt
+  "$python" - "$ranks" <<'EOF'
+import sys, json
+import h5py, numpy as np
+ranks = int(sys.argv[1])
+def table(folder):
+    return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
+failed = []
+one, many, halves, made = table("one"), table("ranks"), table("halves"), table("made")
+if len(one) != 4 or len(many) != 4:
+    failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks} (the start, z = 6, 4, 3)")
+for a, b in zip(one, many):
+    # a z K W K+W integral dE_LI/|W| 2K/|W| |P| |x_cm|
+    for column, name in ((2, "K"), (3, "W")):
+        x, y = float(a[column]), float(b[column])
+        if abs(x - y) > 1e-4 * abs(x):
+            failed.append(f"z = {a[1]}: {name} {y} on {ranks} ranks against {x} on one")
+    x, y = float(a[6]), float(b[6])
+    if abs(x - y) > 1e-5:
+        failed.append(f"z = {a[1]}: Layzer-Irvine {y} on {ranks} ranks against {x} on one")
+    print(f"z = {float(a[1]):g}: K {a[2]} / {b[2]}  dE_LI/|W| {a[6]} / {b[6]}")
+if halves != many:
+    failed.append(f"a checkpoint continued on {ranks} ranks: the diagnostics lines differ from the uninterrupted run's")
+elsewhere = table("halves-on-one")
+if len(elsewhere) != 4 or any(abs(float(a[2]) - float(b[2])) > 1e-4 * float(a[2]) for a, b in zip(many, elsewhere)):
+    failed.append(f"a {ranks}-rank checkpoint continued on one rank: K differs from the uninterrupted run's")
+if len(made) != 2 or made != many[:2]:
+    failed.append(f"run --cosmology on {ranks} ranks: the diagnostics to z = 6 differ from the file's run")
+s1, sk = json.load(open("one/summary.json")), json.load(open("ranks/summary.json"))
+if sk.get("ranks") != ranks or "comoving" not in sk or sk["status"] != "complete":
+    failed.append(f"summary.json on {ranks} ranks: {sk.get('ranks')} ranks, status {sk['status']}, no comoving record")
+elif abs(sk["steps"] - s1["steps"]) > 0.02 * s1["steps"]:
+    failed.append(f"{sk['steps']} steps on {ranks} ranks against {s1['steps']} on one")
+else:
+    print(f"steps {s1['steps']} / {sk['steps']}, long-range steps {s1['comoving']['long_range_steps']} / "
+          f"{sk['comoving']['long_range_steps']}")
+with h5py.File("ranks/snapshot_003.hdf5") as fk, h5py.File("halves/snapshot_003.hdf5") as fh:
+    for field in ("ParticleIDs", "Coordinates", "Velocities"):
+        if not np.array_equal(fk["PartType1/" + field][:], fh["PartType1/" + field][:]):
+            failed.append(f"the continued run's final {field} differ from the uninterrupted run's")
+with h5py.File("one/snapshot_003.hdf5") as f1, h5py.File("ranks/snapshot_003.hdf5") as fk:
+    header = fk["Header"].attrs
+    box = header["BoxSize"]
+    if abs(header["Time"] - 0.25) > 1e-12 or abs(header["Redshift"] - 3) > 1e-9 or header["Omega0"] != f1["Header"].attrs["Omega0"]:
+        failed.append(f"the final snapshot's header on {ranks} ranks: Time {header['Time']}, Redshift {header['Redshift']}")
+    ids1, idsk = f1["PartType1/ParticleIDs"][:], fk["PartType1/ParticleIDs"][:]
+    if len(idsk) != 4096 or len(np.unique(idsk)) != 4096 or set(idsk) != set(ids1):
+        failed.append(f"the final snapshot on {ranks} ranks does not hold every id once")
+    else:
+        o1, ok = np.argsort(ids1), np.argsort(idsk)
+        x1, xk = f1["PartType1/Coordinates"][:][o1], fk["PartType1/Coordinates"][:][ok]
+        v1, vk = f1["PartType1/Velocities"][:][o1], fk["PartType1/Velocities"][:][ok]
+        d = np.abs(x1 - xk)
+        worst = np.minimum(d, box - d).max()
+        dv = np.abs(v1 - vk).max() / np.sqrt((v1 ** 2).mean())
+        print(f"largest position difference {worst:.2e} (box {box}), velocity {dv:.2e} of the rms")
+        if worst > 1e-4 * box or dv > 1e-3:
+            failed.append(f"positions differ by up to {worst:.2e}, velocities {dv:.2e} of the rms, from one rank's")
 for line in failed:
     print("FAILED:", line, file=sys.stderr)
 sys.exit(1 if failed else 0)
