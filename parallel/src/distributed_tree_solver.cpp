@@ -101,8 +101,31 @@ bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particl
   return true;
 }
 
-InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, double theta, MultipoleOrder order,
-                                                      bool potentials, ForceReport& report) {
+const tree::Groups& DistributedTreeSolver::groupsToEvaluate(const Particles& particles) {
+  const std::uint8_t lowest = particles.timeBin.size() == particles.size() ? lowestActiveBin() : 0;
+  if (lowest == 0) return groups_;
+  const std::size_t numGroups = groups_.size();
+  std::vector<std::uint8_t> active(numGroups, 0);
+  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
+    const BodyRange range = groups_.ranges[g];
+    for (std::uint32_t i = range.first; i < range.last && active[g] == 0; ++i) {
+      active[g] = particles.timeBin[i] >= lowest ? 1 : 0;
+    }
+  });
+  activeGroups_ = tree::Groups{};
+  for (std::size_t g = 0; g < numGroups; ++g) {
+    if (active[g] == 0) continue;
+    activeGroups_.ranges.push_back(groups_.ranges[g]);
+    activeGroups_.centre.insert(activeGroups_.centre.end(), &groups_.centre[3 * g], &groups_.centre[3 * g + 3]);
+    activeGroups_.halfExtent.insert(activeGroups_.halfExtent.end(), &groups_.halfExtent[3 * g],
+                                    &groups_.halfExtent[3 * g + 3]);
+    activeGroups_.relativeTolerance.push_back(groups_.relativeTolerance[g]);
+  }
+  return activeGroups_;
+}
+
+InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, const tree::Groups& groups, double theta,
+                                                      MultipoleOrder order, bool potentials, ForceReport& report) {
   const std::size_t n = particles.size();
   Stopwatch clock;
   if (n > 0) {
@@ -111,17 +134,17 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, doub
     report.timings[Phase::multipoles] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
     clock.restart();
-    planBuilder_.build(walkTree_, groups_, 0, static_cast<std::uint32_t>(groups_.size()), localPlan_);
+    planBuilder_.build(walkTree_, groups, 0, static_cast<std::uint32_t>(groups.size()), localPlan_);
     stats_.walkSeconds += clock.seconds();
     report.timings[Phase::walk] += clock.seconds();
   }
-  let_.exchange(tree_, particles.sources(), particles.id, groups_, comm_, gravity_.periodic);
+  let_.exchange(tree_, particles.sources(), particles.id, groups, comm_, gravity_.periodic);
   const LetStats& let = let_.stats();
   stats_.letBuildSeconds += let.buildSeconds;
   stats_.communicationSeconds += let.communicationSeconds;
   report.timings[Phase::exchange] += let.buildSeconds + let.communicationSeconds;
   if (n == 0) return {};
-  let_.buildPlan(groups_, localPlan_, plan_);
+  let_.buildPlan(groups, localPlan_, plan_);
   stats_.walkSeconds += let_.stats().walkSeconds;
   report.timings[Phase::walk] += let_.stats().walkSeconds;
   // The engine writes the outputs of the plan's groups, this rank's bodies: the front of the sources (the received
@@ -131,10 +154,23 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, doub
   outPot_.resize(potentials ? numSources : 0);
   const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
   const InteractionCounts counts = engine_.evaluatePlan(let_.sources(), let_.cells(), plan_, gravity_, out);
-  copyInParallel(outAx_, particles.ax, n);
-  copyInParallel(outAy_, particles.ay, n);
-  copyInParallel(outAz_, particles.az, n);
-  if (potentials) copyInParallel(outPot_, particles.pot, n);
+  if (&groups == &groups_) {
+    copyInParallel(outAx_, particles.ax, n);
+    copyInParallel(outAy_, particles.ay, n);
+    copyInParallel(outAz_, particles.az, n);
+    if (potentials) copyInParallel(outPot_, particles.pot, n);
+  } else {
+    // The engine wrote the evaluated groups' bodies only: the others keep what they brought.
+    tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
+      const BodyRange range = groups.ranges[g];
+      for (std::uint32_t i = range.first; i < range.last; ++i) {
+        particles.ax[i] = outAx_[i];
+        particles.ay[i] = outAy_[i];
+        particles.az[i] = outAz_[i];
+        if (potentials) particles.pot[i] = outPot_[i];
+      }
+    });
+  }
   const EngineTimings timings = engine_.lastTimings();
   stats_.kernelSeconds += timings.kernelSeconds;
   report.timings[Phase::upload] += timings.uploadSeconds;
@@ -184,6 +220,13 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     domainKeys(particles, domain_, keys_);
     tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
     permuter_.permute(particles, order_);
+    if (work_.size() == n) {
+      // The split's weights follow the bodies into the tree's order: a call that evaluates some groups only (block
+      // time steps) keeps the others' weights from the calls that last evaluated them.
+      sortedWork_.resize(n);
+      tbb::parallel_for(std::size_t{0}, n, [&](std::size_t k) { sortedWork_[k] = work_[order_[k]]; });
+      work_.swap(sortedWork_);
+    }
     report.timings[Phase::sort] += clock.seconds();
     clock.restart();
     tree::buildOctree(sortedKeys_, domain_.cube, params_.nleaf, tree_);
@@ -203,24 +246,32 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     const Stopwatch estimate;
     ForceReport pass;
     if (periodic) {
-      evaluatePass(particles, params_.theta, params_.multipole, false, pass);
+      evaluatePass(particles, groups_, params_.theta, params_.multipole, false, pass);
     } else {
-      evaluatePass(particles, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
+      evaluatePass(particles, groups_, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
     }
     report.counts += pass.counts;
     tolerancesSet = setGlobalRelativeTolerances(particles);
     report.timings[Phase::estimate] += estimate.seconds();
     stats_.estimatePass = true;
   }
+  const tree::Groups& evaluated = groupsToEvaluate(particles);
   const InteractionCounts counts =
-      evaluatePass(particles, params_.theta, params_.multipole, potentialsWanted(), report);
+      evaluatePass(particles, evaluated, params_.theta, params_.multipole, potentialsWanted(), report);
   stats_.let = let_.stats();
 
-  // Each body's work for the next split: the length of its group's whole list.
-  work_.resize(n);
-  tbb::parallel_for(std::size_t{0}, groups_.size(), [&](std::size_t g) {
+  // Each body's work for the next split: the length of its group's whole list (a group not evaluated keeps its
+  // weight; where it has none yet, the mean of those evaluated).
+  if (work_.size() != n) {
+    double lengths = 0.0;
+    for (std::size_t g = 0; g < evaluated.size(); ++g) {
+      lengths += double(plan_.numListCells(g)) + double(plan_.numListBodies(g));
+    }
+    work_.assign(n, evaluated.size() > 0 ? lengths / double(evaluated.size()) : 1.0);
+  }
+  tbb::parallel_for(std::size_t{0}, evaluated.size(), [&](std::size_t g) {
     const double length = double(plan_.numListCells(g)) + double(plan_.numListBodies(g));
-    std::fill(work_.begin() + groups_.ranges[g].first, work_.begin() + groups_.ranges[g].last, length);
+    std::fill(work_.begin() + evaluated.ranges[g].first, work_.begin() + evaluated.ranges[g].last, length);
   });
   stats_.numLocalBodies = n;
   stats_.numGroups = groups_.size();
@@ -232,7 +283,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   stats_.maxWork = sumAndMax[1];
 
   report.rebuilt = true;
-  report.numGroupsWalked = groups_.size();
+  report.numGroupsWalked = evaluated.size();
   clearUnwantedPotentials(particles);
   report.timings.totalSeconds = total.seconds();
   stats_.callSeconds = report.timings.totalSeconds;

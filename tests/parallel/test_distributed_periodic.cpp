@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -292,6 +293,71 @@ TEST(DistributedPeriodic, RanksWithoutBodiesTakePart) {
   MPI_Allreduce(MPI_IN_PLACE, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(empty, std::max(0, worldSize() - 2));
   expectOneRankForces(local, input, solver, c, params, gravity);
+}
+
+// Block time steps (ForceSolver::setLowestActiveBin): a call evaluates only the groups that hold a body whose step ends
+// there. Two solvers that split alike (each primed by the same first call) get the same bodies with bins, one asked
+// for bins >= 2 only, the other for every body: the active bodies' forces are the same, bit for bit (their groups'
+// lists are the same, the other ranks pruning for fewer groups), the others' are computed as well where they share a
+// group with an active body and keep what they brought elsewhere, and the call walked fewer groups; the next split
+// keeps weights for every body.
+TEST(DistributedPeriodic, BlockStepsEvaluateTheActiveGroupsAlone) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const double L = 1.0;
+  const GravityParams gravity = periodicGravity(L);
+  TreeParams params;
+  params.theta = 0.6;
+  params.alpha = 1e-3;
+  gpu::CpuEngine engine;
+  DistributedTreeSolver some(engine, params, gravity, MPI_COMM_WORLD), all(engine, params, gravity, MPI_COMM_WORLD);
+  const Particles box = periodicBox(true, seed, L);
+  Particles first = testing::dealOut(box, worldRank(), worldSize());
+  Particles second = first;
+  some.computeForces(first);
+  all.computeForces(second);
+  ASSERT_EQ(first.id, second.id);
+  // Active (bins 2, 3) in a slab of the box, as a clump's bodies would be: the groups elsewhere hold none.
+  const auto binOf = [&](std::uint64_t id) {
+    return static_cast<std::uint8_t>((box.x[id] < 0.35 * L ? 2 : 0) + id % 2);
+  };
+  for (Particles* p : {&first, &second}) {
+    p->timeBin.resize(p->size());
+    for (std::size_t i = 0; i < p->size(); ++i) p->timeBin[i] = binOf(p->id[i]);
+    for (double& x : p->x) x = wrapIntoBox(x + 1e-4 * L, L);  // the bodies moved a little since
+  }
+  const Particles brought = first;
+  some.setLowestActiveBin(2);
+  const ForceReport partial = some.computeForces(first);
+  const ForceReport whole = all.computeForces(second);
+  ASSERT_EQ(first.id, second.id) << "the two solvers split alike";
+  std::size_t active = 0, kept = 0;
+  std::vector<std::size_t> slotOfId;
+  for (std::size_t i = 0; i < brought.size(); ++i) {
+    if (slotOfId.size() <= brought.id[i]) slotOfId.resize(brought.id[i] + 1, SIZE_MAX);
+    slotOfId[brought.id[i]] = i;
+  }
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    ASSERT_EQ(first.timeBin[i], binOf(first.id[i])) << "the bins travel with their bodies";
+    if (first.timeBin[i] >= 2) {
+      ++active;
+      ASSERT_EQ(first.ax[i], second.ax[i]) << "body " << first.id[i];
+      ASSERT_EQ(first.az[i], second.az[i]) << "body " << first.id[i];
+    } else if (first.id[i] < slotOfId.size() && slotOfId[first.id[i]] != SIZE_MAX) {
+      // In an evaluated group (beside an active body) an inactive body gets its force too; elsewhere it keeps its own.
+      const double own = brought.ax[slotOfId[first.id[i]]];
+      ASSERT_TRUE(first.ax[i] == own || first.ax[i] == second.ax[i]) << "body " << first.id[i];
+      kept += first.ax[i] == own && own != second.ax[i] ? 1 : 0;
+    }
+  }
+  std::uint64_t counts[5] = {active, first.size(), partial.numGroupsWalked, whole.numGroupsWalked, kept};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GT(counts[0], 0u) << "no body was active";
+  EXPECT_GT(counts[4], 0u) << "no inactive group kept its bodies' forces";
+  EXPECT_LT(counts[2], counts[3]) << "every group was walked";
+  EXPECT_EQ(some.nextWorkWeights().size(), first.size());
+  EXPECT_TRUE(
+      std::all_of(some.nextWorkWeights().begin(), some.nextWorkWeights().end(), [](double w) { return w > 0; }));
 }
 
 // TreePM over K ranks: the distributed tree's short range and a particle mesh that every rank solves for the whole

@@ -132,10 +132,14 @@ class DistributedTreeSolver final : public ForceSolver {
   /// its own bodies' mean, which on K ranks would give each rank a different floor). Returns false, the test off,
   /// when alpha is 0 or every rank's accelerations are all zero. Collective.
   bool setGlobalRelativeTolerances(const Particles& particles);
-  /// Multipoles at `theta` and `order`, the walks, the exchange and the evaluation into particles' acc (and pot when
-  /// `potentials`). Collective.
-  InteractionCounts evaluatePass(Particles& particles, double theta, MultipoleOrder order, bool potentials,
-                                 ForceReport& report);
+  /// Multipoles at `theta` and `order`, the walks of `groups` (groups_ or a subset of it), the exchange and the
+  /// evaluation into the acc (and pot when `potentials`) of the bodies of `groups`. Collective.
+  InteractionCounts evaluatePass(Particles& particles, const tree::Groups& groups, double theta, MultipoleOrder order,
+                                 bool potentials, ForceReport& report);
+  /// The groups whose forces the call must compute: every group, or with block time steps (ForceSolver::
+  /// setLowestActiveBin, the bodies' timeBin) those that hold a body whose step ends here, as activeGroups_ (with
+  /// their boxes and tolerances). The others' bodies keep the acc and pot they brought.
+  const tree::Groups& groupsToEvaluate(const Particles& particles);
 
   NearFieldEngine& engine_;
   TreeParams params_;
@@ -156,6 +160,8 @@ class DistributedTreeSolver final : public ForceSolver {
   tree::BodyPermuter permuter_;
   tree::Octree tree_;
   tree::Groups groups_;
+  tree::Groups activeGroups_;       ///< groupsToEvaluate's subset of groups_ (block time steps)
+  std::vector<double> sortedWork_;  ///< work_ in the tree's order (scratch)
   tree::WalkTree walkTree_;
   tree::PlanBuilder planBuilder_;
   InteractionPlan localPlan_, plan_;
