@@ -26,8 +26,8 @@
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
 #    whose shares do not add up, restarts with another dt (on K ranks and on one) or an end no later than the
-#    checkpoint, compare --engine cuda, and a subcommand that runs on one rank only: one line on
-#    stderr, exit status 2, no hang;
+#    checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, and
+#    a subcommand that runs on one rank only: one line on stderr, exit status 2, no hang;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots and the checkpoint written before are whole (they read back), none is left as a temporary file; when
@@ -340,6 +340,11 @@ bad)
     fi
   }
   expect_refusal "every rank needs at least one body" run -n $((ranks - 1)) --engine cpu --out few
+  # Comoving runs on K ranks refuse what one rank refuses: a cosmological file without its box, a comoving option
+  # for a run that is not comoving.
+  "$matcha" ic cosmo --grid 8 --seed 3 --out cosmo8.hdf5 >/dev/null
+  expect_refusal "comoving runs are periodic" run --ic cosmo8.hdf5 --open --engine cpu --out open-cosmo
+  expect_refusal "is an option of comoving runs" run -n 64 --z-end 3 --engine cpu --out plummer-z-end
   if [[ -e few/snapshot_000.hdf5 ]]; then
     echo "FAILED: a snapshot was written by a refused run" >&2
     failed=1
