@@ -362,7 +362,6 @@ void requireRunOptionsOnRanks(const Options& options) {
   if (options.integratorKind != IntegratorKind::leapfrog) refuse("--integrator hermite");
   if (options.solver != SolverKind::tree) refuse("--solver direct");
   if (options.forceCheck != 0) refuse("--force-check");
-  if (options.dryRun) refuse("--dry-run");
   requireSupportedOnRanks(options, "run");
 }
 
@@ -493,6 +492,107 @@ ComovingRun comovingOnRanks(Options& options, const CheckpointState& state) {
   }
   return prepareComovingRun(options, state.scalar("a_start"), state.scalar("a_now"), cosmology, units,
                             options.integrator.boxSize, "the run's cosmology");
+}
+
+/// The memory of a run over several ranks: this rank's own, and what the ranks that share its host (its memory) and
+/// its GPU need together.
+struct MemoryOnRanks {
+  RunMemory mine;
+  std::uint64_t hostBytes = 0;    ///< over the ranks of this rank's host
+  std::uint64_t deviceBytes = 0;  ///< over the ranks on this rank's GPU (0 on the CPU engine)
+  int hostRanks = 1;
+  int deviceRanks = 1;
+  int device = 0;  ///< this rank's GPU
+};
+
+/// Collective: one rank's estimate of its own share (estimateRunMemory on `mine`, sized as the distributed solver
+/// works: a tree a call, no reuse; outputs written in place), with what ranks add: the local essential tree's received
+/// bodies (counted as many as the rank's own: a periodic test's domain of 2048 bodies receives ~1.5 times its own, a
+/// large domain's shell within r_cut a few percent), the decomposition's exchange records, and on rank 0 the whole
+/// system, which it reads or makes, and gathers at every output and checkpoint. Summed over the ranks of each host and
+/// of each GPU.
+MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& mine, std::uint64_t numBodies, bool onGpu,
+                                    int device, bool directPotentials, std::uint64_t numSteps, MPI_Comm comm) {
+  Options sized = options;
+  sized.tree.reuse = 1;
+  sized.backgroundOutput = false;
+  MemoryOnRanks memory;
+  memory.device = device;
+  memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps);
+  MemoryEstimate& estimate = memory.mine.estimate;
+  const std::uint64_t n = mine.size();
+  estimate.add("received bodies (LET)", n * kBytesPerBody);
+  estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
+  if (parallel::rankOf(comm) == 0) estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
+  MPI_Comm host = MPI_COMM_NULL, gpu = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  MPI_Comm_split(host, onGpu ? device : 0, 0, &gpu);
+  std::uint64_t bytes[2] = {estimate.hostBytes, estimate.deviceBytes};
+  MPI_Allreduce(MPI_IN_PLACE, &bytes[0], 1, MPI_UINT64_T, MPI_SUM, host);
+  MPI_Allreduce(MPI_IN_PLACE, &bytes[1], 1, MPI_UINT64_T, MPI_SUM, gpu);
+  memory.hostBytes = bytes[0];
+  memory.deviceBytes = onGpu ? bytes[1] : 0;
+  MPI_Comm_size(host, &memory.hostRanks);
+  MPI_Comm_size(gpu, &memory.deviceRanks);
+  MPI_Comm_free(&gpu);
+  MPI_Comm_free(&host);
+  return memory;
+}
+
+/// Throws InputError (one line) when this rank's host or GPU cannot hold what its ranks need together.
+void requireRunFitsOnRanks(const MemoryOnRanks& memory) {
+  const std::uint64_t host = availableHostBytes();
+  if (host != 0 && memory.hostBytes > host) {
+    throw InputError("this run needs ~" + formatBytes(memory.hostBytes) + " of host memory on a host of " +
+                     std::to_string(memory.hostRanks) + " ranks (" + formatBytes(host) +
+                     " available); use more hosts, fewer ranks a host or fewer bodies (--dry-run shows where it "
+                     "goes)");
+  }
+  if (memory.mine.onGpu) {
+    const std::uint64_t device = deviceFreeBytes(memory.device);
+    if (device != 0 && memory.deviceBytes > device) {
+      throw InputError("this run needs ~" + formatBytes(memory.deviceBytes) + " of GPU memory on GPU " +
+                       std::to_string(memory.device) + " for its " + std::to_string(memory.deviceRanks) + " ranks (" +
+                       formatBytes(device) + " free); use more GPUs or fewer bodies (--dry-run shows where it goes)");
+    }
+  }
+}
+
+/// --dry-run's lines after rank 0's table: what this rank's host and GPU hold for all their ranks.
+std::string formatMemoryOnRanks(const MemoryOnRanks& memory) {
+  const std::uint64_t host = availableHostBytes();
+  std::string text =
+      "rank 0's host, its " + std::to_string(memory.hostRanks) + " ranks: needs ~" + formatBytes(memory.hostBytes) +
+      ", " +
+      (host != 0 ? formatBytes(host) + " available: " + (memory.hostBytes <= host ? "fits" : "does NOT fit")
+                 : std::string("available memory unknown")) +
+      "\n";
+  if (memory.mine.onGpu) {
+    const std::uint64_t device = deviceFreeBytes(memory.device);
+    text += "rank 0's GPU " + std::to_string(memory.device) + ", its " + std::to_string(memory.deviceRanks) +
+            " ranks: needs ~" + formatBytes(memory.deviceBytes) + ", " +
+            (device != 0 ? formatBytes(device) + " free: " + (memory.deviceBytes <= device ? "fits" : "does NOT fit")
+                         : std::string("free memory unknown")) +
+            "\n";
+  }
+  return text;
+}
+
+/// --dry-run --json: rank 0's estimate (runMemoryJson) with the totals of its host and GPU.
+std::string memoryOnRanksJson(const MemoryOnRanks& memory) {
+  nlohmann::json json = nlohmann::json::parse(runMemoryJson(memory.mine));
+  const std::uint64_t host = availableHostBytes();
+  json["ranks"] = worldSize();
+  json["host_ranks"] = memory.hostRanks;
+  json["host_total_bytes"] = memory.hostBytes;
+  json["fits"] = host == 0 || memory.hostBytes <= host;
+  if (memory.mine.onGpu) {
+    const std::uint64_t device = deviceFreeBytes(memory.device);
+    json["device_ranks"] = memory.deviceRanks;
+    json["device_total_bytes"] = memory.deviceBytes;
+    json["fits"] = json["fits"].get<bool>() && (device == 0 || memory.deviceBytes <= device);
+  }
+  return json.dump(2);
 }
 
 void requireBodiesPerRank(std::uint64_t numBodies) {
@@ -697,6 +797,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   double header[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   CheckpointState comovingState;  ///< what every rank needs of a comoving run (comovingOnRanks), from rank 0
   std::string source;             ///< where the bodies come from, for the start line (rank 0)
+  std::optional<io::RunFolderRequest> folderRequest;  ///< rank 0: the folder, taken over once the run is known to fit
   beginRankZeroWork();
   if (rank == 0) {
     if (restart) {
@@ -707,12 +808,7 @@ int runDistributed(CLI::App& command, const Options& given) {
       all = std::move(resumed.bodies);
       comovingState = std::move(resumed.comoving);
       requireBodiesFit(all.size());
-      io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
-      // The log's lines start with their time: a fixed-step run's lines more than half a step after the checkpoint's,
-      // a comoving run's (a, printed to 11 digits) any later, belong to the stopped run's later steps.
-      rewindRunFolder(
-          outDir, resumed.position, resumed.position.time,
-          comovingState.scalar("comoving") != 0.0 ? 1e-9 * resumed.position.time : 0.5 * options.integrator.dt);
+      folderRequest = folder;
       header[2] = double(resumed.position.step);
       header[3] = double(resumed.position.nextOutputIndex);
       header[4] = resumed.position.time;
@@ -760,7 +856,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         storedVelocitiesToMomenta(all, comoving->timeline.startScaleFactor());
       }
       gpu::requireFloatRange(all, options.gravity);
-      io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
+      folderRequest = folder;
       source = options.cosmology
                    ? cosmologicalIcSource(options.cosmologicalIcs.ic)
                    : (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")"
@@ -842,6 +938,26 @@ int runDistributed(CLI::App& command, const Options& given) {
   all = Particles{};  // no rank keeps the whole system
   resumed = RestartOnRanks{};
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
+
+  // The memory of each host and GPU over the ranks that share it, before anything is written: a run that will not fit
+  // is refused on every rank with one line; --dry-run shows the estimate and stops.
+  const std::uint64_t sizedSteps =
+      comoving
+          ? fewestComovingSteps(*comoving, options, position ? position->time : options.integrator.tStart)
+          : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
+  const MemoryOnRanks memory =
+      estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials, sizedSteps, comm);
+  if (options.dryRun) {
+    if (rank == 0) {
+      info << "matcha run --dry-run: " << numBodies << " bodies from " << source << " on " << numRanks << " ranks, ~"
+           << sizedSteps << " steps\nsolver: " << forces->describe() << "\nengine: " << engine.reason
+           << "\nrank 0's share (" << mine.size() << " bodies):\n"
+           << formatRunMemory(memory.mine) << formatMemoryOnRanks(memory) << std::flush;
+      if (options.json) std::cout << memoryOnRanksJson(memory) << std::endl;
+    }
+    return 0;
+  }
+  parallel::checkOnEveryRank([&] { requireRunFitsOnRanks(memory); }, comm);
   const std::string potentialSource = directPotentials
                                           ? "direct summation at each output on rank 0 (the solver computes "
                                             "accelerations only)"
@@ -859,6 +975,15 @@ int runDistributed(CLI::App& command, const Options& given) {
   integrator::RunSummary summary;
   std::uint64_t longRangeSteps = 0;  ///< a comoving run's long-range steps begun (summary.json)
   std::optional<DirectPotentialsOnRanks> outputPotentials;
+  onRankZero([&] {
+    io::prepareRunFolder(*folderRequest, io::markerForThisProcess(options.commandLine));
+    if (position) {
+      // The log's lines start with their time: a fixed-step run's lines more than half a step after the checkpoint's,
+      // a comoving run's (a, printed to 11 digits) any later, belong to the stopped run's later steps.
+      rewindRunFolder(outDir, *position, position->time,
+                      comoving ? 1e-9 * position->time : 0.5 * options.integrator.dt);
+    }
+  });
   try {
     onRankZero([&] {
       info << "matcha run: " << numBodies << " bodies from " << source << " on " << numRanks

@@ -144,12 +144,6 @@ std::uint64_t environmentLimit() {
   return static_cast<std::uint64_t>(std::min(value * scale, 1.8e19));
 }
 
-/// Free device memory, 0 when unknown.
-std::uint64_t deviceFreeBytes() {
-  const gpu::CudaMemoryInfo device = gpu::queryCudaMemory();
-  return device.available ? device.freeBytes : 0;
-}
-
 /// --background-output on: the outputs' copy of the bodies (io::BackgroundWriter), kept for the whole run, where
 /// the run fits in the available host memory with it; else the outputs are written in place, which needs no copy
 /// (the largest runs: at 2^28 bodies the copy is 25.8 GB of the H200 host's 128). Called with every other part added.
@@ -248,6 +242,11 @@ RunMemory estimateHermiteRunMemory(std::uint64_t numBodies, bool backgroundOutpu
 std::uint64_t availableHostBytes() {
   const std::uint64_t available = std::min({memAvailable(), cgroupAvailable(), environmentLimit()});
   return available == kUnknown ? 0 : available;
+}
+
+std::uint64_t deviceFreeBytes(int device) {
+  const gpu::CudaMemoryInfo info = gpu::queryCudaMemory(device);
+  return info.available ? info.freeBytes : 0;
 }
 
 void requireBodiesFit(std::uint64_t numBodies, bool measuresTree) {

@@ -45,6 +45,9 @@ RunMemory estimateHermiteRunMemory(std::uint64_t numBodies, bool backgroundOutpu
 /// @throws InputError when MATCHA_MEMORY_LIMIT is malformed
 std::uint64_t availableHostBytes();
 
+/// Free memory of CUDA device `device`, 0 when unknown (no CUDA, no such device).
+std::uint64_t deviceFreeBytes(int device = 0);
+
 /// Throws InputError, before the initial conditions are made or read, when `numBodies` bodies (and, with
 /// `measuresTree`, the memory estimate's working arrays: run and compare) exceed the available host memory (a run
 /// that far too large is refused before it allocates), or when there are more than kMaxBodies (the tree's 32-bit

@@ -7,16 +7,17 @@
 
 namespace matcha::gpu::detail {
 
-CudaMemoryInfo queryCudaMemoryImpl() {
+CudaMemoryInfo queryCudaMemoryImpl(int device) {
   CudaMemoryInfo info;
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
     cudaGetLastError();  // clear the sticky error so later calls start clean
     return info;
   }
   std::size_t freeBytes = 0, totalBytes = 0;
-  // The engine works on device 0 (engine_factory.cpp), whose context this creates if the engine has not yet.
-  if (cudaSetDevice(0) != cudaSuccess || cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
+  // One rank's engine works on device 0 (engine_factory.cpp), a distributed run's rank on its own: this creates the
+  // device's context if the engine has not yet.
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&freeBytes, &totalBytes) != cudaSuccess) {
     cudaGetLastError();
     return info;
   }

@@ -133,6 +133,6 @@ void addEngineDirectMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& 
       static_cast<std::uint64_t>(withRoom(n * (8 * sizeof(double) + 32 + sizeof(float) + sizeof(std::uint32_t)))));
 }
 
-CudaMemoryInfo queryCudaMemory() { return detail::queryCudaMemoryImpl(); }
+CudaMemoryInfo queryCudaMemory(int device) { return detail::queryCudaMemoryImpl(device); }
 
 }  // namespace matcha::gpu

@@ -4,6 +4,6 @@
 
 namespace matcha::gpu::detail {
 
-CudaMemoryInfo queryCudaMemoryImpl() { return {}; }
+CudaMemoryInfo queryCudaMemoryImpl(int /*device*/) { return {}; }
 
 }  // namespace matcha::gpu::detail

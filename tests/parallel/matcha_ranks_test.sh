@@ -26,8 +26,9 @@
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
 #    whose shares do not add up, restarts with another dt (on K ranks and on one) or an end no later than the
-#    checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, and
-#    a subcommand that runs on one rank only: one line on stderr, exit status 2, no hang;
+#    checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
+#    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written) and a subcommand that
+#    runs on one rank only: one line on stderr, exit status 2, no hang; --dry-run on K ranks writes nothing;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots and the checkpoint written before are whole (they read back), none is left as a temporary file; when
@@ -345,6 +346,16 @@ bad)
   "$matcha" ic cosmo --grid 8 --seed 3 --out cosmo8.hdf5 >/dev/null
   expect_refusal "comoving runs are periodic" run --ic cosmo8.hdf5 --open --engine cpu --out open-cosmo
   expect_refusal "is an option of comoving runs" run -n 64 --z-end 3 --engine cpu --out plummer-z-end
+  # Memory: a run that fits one rank's share (20 MiB) but not the host's ranks together is refused before anything is
+  # written; --dry-run prints rank 0's estimate and the host's total, runs nothing and writes nothing.
+  MATCHA_MEMORY_LIMIT=20M expect_refusal "of host memory on a host of $ranks ranks" run -n 4096 --engine cpu \
+    --out too-big
+  on_ranks run -n 4096 --engine cpu --dry-run --json --out dry >dry.json
+  if [[ -e too-big || -e dry ]] || ! "$python" -c "import json, sys; d = json.load(open('dry.json')); \
+sys.exit(0 if d['ranks'] == $ranks and d['host_ranks'] == $ranks and d['host_total_bytes'] > d['host_bytes'] else 1)"; then
+    echo "FAILED: the memory check or --dry-run on $ranks ranks wrote a folder or its JSON lacks the host's total" >&2
+    failed=1
+  fi
   if [[ -e few/snapshot_000.hdf5 ]]; then
     echo "FAILED: a snapshot was written by a refused run" >&2
     failed=1

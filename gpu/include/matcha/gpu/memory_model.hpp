@@ -32,13 +32,14 @@ void addEngineTreePredictionMemory(std::uint64_t numBodies, bool onGpu, MemoryEs
 /// engine nothing that grows with the bodies.
 void addEngineDirectMemory(std::uint64_t numBodies, bool onGpu, MemoryEstimate& estimate);
 
-/// Free and total memory of CUDA device 0 (cudaMemGetInfo; creates the runtime's context on the device when there
-/// is none yet). `available` is false in a build without CUDA or on a machine without a device. Never throws.
+/// Free and total memory of CUDA device `device` (cudaMemGetInfo; makes it the current device and creates the
+/// runtime's context on it when there is none yet): device 0 is one rank's engine's, a rank of a distributed run
+/// asks for its own. `available` is false in a build without CUDA or on a machine without that device. Never throws.
 struct CudaMemoryInfo {
   bool available = false;
   std::uint64_t freeBytes = 0;
   std::uint64_t totalBytes = 0;
 };
-CudaMemoryInfo queryCudaMemory();
+CudaMemoryInfo queryCudaMemory(int device = 0);
 
 }  // namespace matcha::gpu

@@ -7,7 +7,7 @@
 
 namespace matcha::gpu::detail {
 
-/// Free and total memory of device 0; `available` false without CUDA or a device. Never throws.
-CudaMemoryInfo queryCudaMemoryImpl();
+/// Free and total memory of `device`; `available` false without CUDA or such a device. Never throws.
+CudaMemoryInfo queryCudaMemoryImpl(int device);
 
 }  // namespace matcha::gpu::detail
