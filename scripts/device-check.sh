@@ -28,7 +28,8 @@
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
 # Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
 # matcha tune against the best hand-picked setting, RANKS=1 (RANKS_SIZES, RANKS_COUNTS or RANKS_RUNS, RANKS_STEPS, RANKS_OPTIONS) for
-# matcha run on K ranks with the CUDA engine on each, LATE_AB=1 (LATE_GRID, LATE_Z, LATE_RUNS, LATE_OUTPUT_Z,
+# matcha run on K ranks with the CUDA engine on each, RANKS_COSMO=1 (RANKS_COSMO_GRID, RANKS_COSMO_COUNTS,
+# RANKS_COSMO_Z_END, RANKS_COSMO_TIMEOUT) for a comoving run on K ranks, LATE_AB=1 (LATE_GRID, LATE_Z, LATE_RUNS, LATE_OUTPUT_Z,
 # LATE_SECONDS) for an A/B of a comoving run's late steps from one checkpoint.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -633,6 +634,26 @@ if [ "${RANKS:-0}" = 1 ]; then
     echo "exit $?" >>"$OUT/ranks-n$n-k$k.log"
     tail -n 30 "$OUT/ranks-n$n-k$k.log"
     summary+=("ranks N=$n K=$k: $(grep -E '^# timings since|^summary' "$OUT/ranks-n$n-k$k.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
+  done
+fi
+
+# RANKS_COSMO=1: a comoving run on K ranks with the CUDA engine on each (issue 19): `run --cosmology` of a
+# RANKS_COSMO_GRID^3 box (default 128, 100 Mpc/h, seed 7) from z = 49 to RANKS_COSMO_Z_END (default 3) with the defaults
+# (long-range and block time steps) for each K of RANKS_COSMO_COUNTS (default 1 2), --timings; the summary lines and
+# the Layzer-Irvine check of each K side by side.
+if [ "${RANKS_COSMO:-0}" = 1 ]; then
+  echo "== comoving runs on K ranks, the CUDA engine on each"
+  matcha="$build/apps/matcha"
+  grid=${RANKS_COSMO_GRID:-128}
+  for k in ${RANKS_COSMO_COUNTS:-1 2}; do
+    log="$OUT/ranks-cosmo-g$grid-k$k.log"
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_COSMO_TIMEOUT:-300}" \
+      mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run --cosmology --grid "$grid" \
+      --box 100 --seed 7 --engine cuda --z-end "${RANKS_COSMO_Z_END:-3}" --timings --overwrite \
+      --out "${TMPDIR:-/tmp}/matcha-ranks-cosmo-$grid-$k" >"$log" 2>&1
+    echo "exit $?" >>"$log"
+    grep -vE '^step ' "$log" | tail -n 40
+    summary+=("ranks cosmo ${grid}^3 K=$k: $(grep -E '^summary' "$log" | tail -n 1 | head -c 400)")
   done
 fi
 
