@@ -6,6 +6,7 @@
 #include <tbb/global_control.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 int main(int argc, char** argv) {
@@ -18,9 +19,13 @@ int main(int argc, char** argv) {
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }
+  // Each rank its share of the cores, as `matcha` gives it under mpirun; MATCHA_TEST_RANK_THREADS sets another number
+  // (ctest's parallel_threads.np2: two threads a rank, so that the local walk runs beside the exchange).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const char* given = std::getenv("MATCHA_TEST_RANK_THREADS");
+  const int rankThreads = given != nullptr ? std::max(1, std::atoi(given)) : std::max(1, cores / numRanks);
   const tbb::global_control threads(tbb::global_control::max_allowed_parallelism,
-                                    static_cast<std::size_t>(std::max(1, cores / numRanks)));
+                                    static_cast<std::size_t>(rankThreads));
   int failed = RUN_ALL_TESTS();
   // Every rank's verdict: a test that failed on rank 3 alone must fail the run that rank 0 reports.
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
