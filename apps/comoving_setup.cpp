@@ -62,6 +62,20 @@ ComovingRun prepareComovingRun(Options& options, double aStart, double scaleFact
   return run;
 }
 
+std::string initialConditionsSource(const Options& options) {
+  return options.cosmology ? "--cosmology" : "--ic " + options.icFile;
+}
+
+std::optional<ComovingRun> comovingRunOfInitialConditions(Options& options, const InitialConditionsInfo& ic) {
+  if (!ic.cosmology) return std::nullopt;
+  const std::string source = initialConditionsSource(options);
+  const double aStart = startScaleFactor(ic.time, *ic.cosmology, source);
+  ComovingRun run =
+      prepareComovingRun(options, aStart, aStart, *ic.cosmology, ic.units, options.integrator.boxSize, source);
+  options.integrator.tStart = run.timeline.startScaleFactor();
+  return run;
+}
+
 std::optional<double> comovingLongRangeLength(const Options& options, std::uint64_t numBodies,
                                               const ForceSolver& solver) {
   if (!options.longRangeSteps || !solver.splitsLongRange() || numBodies == 0) return std::nullopt;

@@ -42,6 +42,14 @@ ComovingRun prepareComovingRun(Options& options, double aStart, double scaleFact
                                const io::CosmologyHeader& header, const std::optional<UnitSystem>& fileUnits,
                                double boxSize, const std::string& source);
 
+/// Where the initial conditions come from, as errors name them: "--cosmology", or "--ic FILE".
+std::string initialConditionsSource(const Options& options);
+
+/// The comoving run of initial conditions whose header has a cosmology (an --ic file's, or --cosmology's), starting
+/// at their Time (checked against their Redshift), with options.integrator.tStart set to it; nullopt for initial
+/// conditions without one. Throws as startScaleFactor and prepareComovingRun.
+std::optional<ComovingRun> comovingRunOfInitialConditions(Options& options, const InitialConditionsInfo& ic);
+
 /// A comoving run's long-range length (ComovingSchedule): the smaller of the split radius and the mean spacing of
 /// `numBodies` (all ranks'), where --pm-steps is on and the solver splits its force (TreePM); unset otherwise.
 std::optional<double> comovingLongRangeLength(const Options& options, std::uint64_t numBodies,

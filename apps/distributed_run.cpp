@@ -833,13 +833,8 @@ int runDistributed(CLI::App& command, const Options& given) {
       if (const std::string warning = periodicSofteningWarning(options, ic.numBodies); !warning.empty()) {
         std::cerr << warning << '\n';
       }
-      std::optional<ComovingRun> comoving;
-      const std::string icSource = options.cosmology ? "--cosmology" : "--ic " + options.icFile;
-      if (ic.cosmology) {
-        const double aStart = startScaleFactor(ic.time, *ic.cosmology, icSource);
-        comoving.emplace(
-            prepareComovingRun(options, aStart, aStart, *ic.cosmology, ic.units, options.integrator.boxSize, icSource));
-        options.integrator.tStart = comoving->timeline.startScaleFactor();
+      const std::optional<ComovingRun> comoving = comovingRunOfInitialConditions(options, ic);
+      if (comoving) {
         describeComovingOnRanks(comoving->timeline.startScaleFactor(), comoving->timeline.startScaleFactor(),
                                 *ic.cosmology, ic.units, comovingState);
       } else {
@@ -852,7 +847,8 @@ int runDistributed(CLI::App& command, const Options& given) {
       all = options.cosmology ? makeCosmologicalIcs(options.cosmologicalIcs, *spectrum, info).particles
                               : loadInitialConditions(options, info);
       if (comoving) {
-        checkComovingStart(*comoving, options, std::accumulate(all.mass.begin(), all.mass.end(), 0.0), icSource);
+        checkComovingStart(*comoving, options, std::accumulate(all.mass.begin(), all.mass.end(), 0.0),
+                           initialConditionsSource(options));
         storedVelocitiesToMomenta(all, comoving->timeline.startScaleFactor());
       }
       gpu::requireFloatRange(all, options.gravity);

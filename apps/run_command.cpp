@@ -784,14 +784,8 @@ int runSimulation(CLI::App& command, const Options& given) {
     std::cerr << warning << '\n';
   }
   // A file with a cosmology runs in comoving coordinates, its steps set by the time line rather than --dt.
-  std::optional<ComovingRun> comoving;
-  const std::string icSource = options.cosmology ? "--cosmology" : "--ic " + options.icFile;
-  if (ic.cosmology) {
-    const double aStart = startScaleFactor(ic.time, *ic.cosmology, icSource);
-    comoving.emplace(
-        prepareComovingRun(options, aStart, aStart, *ic.cosmology, ic.units, options.integrator.boxSize, icSource));
-    options.integrator.tStart = comoving->timeline.startScaleFactor();
-  } else {
+  const std::optional<ComovingRun> comoving = comovingRunOfInitialConditions(options, ic);
+  if (!comoving) {
     options.integrator.validate();
     requireWholeStepsFromStart(options);
   }
@@ -804,8 +798,9 @@ int runSimulation(CLI::App& command, const Options& given) {
                                           : loadInitialConditions(options, info);
   std::optional<std::uint64_t> comovingSteps;
   if (comoving) {
-    comovingSteps = checkComovingStart(*comoving, options,
-                                       std::accumulate(particles.mass.begin(), particles.mass.end(), 0.0), icSource);
+    comovingSteps =
+        checkComovingStart(*comoving, options, std::accumulate(particles.mass.begin(), particles.mass.end(), 0.0),
+                           initialConditionsSource(options));
     storedVelocitiesToMomenta(particles, comoving->timeline.startScaleFactor());
   }
   gpu::requireFloatRange(particles, options.gravity);

@@ -107,14 +107,19 @@ const tree::Groups& DistributedTreeSolver::groupsToEvaluate(const Particles& par
   const std::uint8_t lowest = particles.timeBin.size() == particles.size() ? lowestActiveBin() : 0;
   if (lowest == 0) return groups_;
   const std::size_t numGroups = groups_.size();
-  std::vector<std::uint8_t> active(numGroups, 0);
+  std::vector<std::uint8_t>& active = groupActive_;
+  active.assign(numGroups, 0);
   tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
     const BodyRange range = groups_.ranges[g];
     for (std::uint32_t i = range.first; i < range.last && active[g] == 0; ++i) {
       active[g] = particles.timeBin[i] >= lowest ? 1 : 0;
     }
   });
-  activeGroups_ = tree::Groups{};
+  // Cleared, not replaced: the block steps' calls keep the vectors' room from call to call.
+  activeGroups_.ranges.clear();
+  activeGroups_.centre.clear();
+  activeGroups_.halfExtent.clear();
+  activeGroups_.relativeTolerance.clear();
   for (std::size_t g = 0; g < numGroups; ++g) {
     if (active[g] == 0) continue;
     activeGroups_.ranges.push_back(groups_.ranges[g]);

@@ -160,8 +160,9 @@ class DistributedTreeSolver final : public ForceSolver {
   tree::BodyPermuter permuter_;
   tree::Octree tree_;
   tree::Groups groups_;
-  tree::Groups activeGroups_;       ///< groupsToEvaluate's subset of groups_ (block time steps)
-  std::vector<double> sortedWork_;  ///< work_ in the tree's order (scratch)
+  tree::Groups activeGroups_;              ///< groupsToEvaluate's subset of groups_ (block time steps)
+  std::vector<std::uint8_t> groupActive_;  ///< groupsToEvaluate's flag per group of groups_ (scratch)
+  std::vector<double> sortedWork_;         ///< work_ in the tree's order (scratch)
   tree::WalkTree walkTree_;
   tree::PlanBuilder planBuilder_;
   InteractionPlan localPlan_, plan_;
