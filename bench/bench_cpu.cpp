@@ -350,12 +350,19 @@ void threadCounts(benchmark::internal::Benchmark* benchmark) {
   }
 }
 
+// The periodic tree also at 2^24 (issue 15's force call), on 1, 4 and all cores: where its phases stop scaling.
+void periodicThreadCounts(benchmark::internal::Benchmark* benchmark) {
+  threadCounts(benchmark);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  for (const int t : {1, 4, cores}) benchmark->Args({1 << 24, t});
+}
+
 }  // namespace
 
 BENCHMARK(BM_TreePhases)->ArgNames({"N", "threads"})->Apply(threadCounts)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PeriodicTreePhases)
     ->ArgNames({"N", "threads"})
-    ->Apply(threadCounts)
+    ->Apply(periodicThreadCounts)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_ParallelArithmetic)
