@@ -103,20 +103,24 @@ inline constexpr std::uint32_t kPeriodicAutoReuse = 8;
 inline std::uint32_t periodicAutoReuse(bool engineOnDevice) { return engineOnDevice ? kPeriodicAutoReuse : 1; }
 
 /// The opening settings of a periodic box where the user names none (the command line's auto): theta 0.7, ncrit 512,
-/// nleaf 16, alpha 2e-3, against the open-boundary defaults' 0.5, 256, 8 and 1e-3 (TreeParams). The short range ends
+/// nleaf 32, alpha 2e-3, against the open-boundary defaults' 0.5, 256, 8 and 1e-3 (TreeParams). The short range ends
 /// at r_cut, so a looser opening angle costs less accuracy than with open boundaries, and larger groups and leaves
 /// halve the walk, the multipoles and the octree, which build a periodic tree on the host's cores. Measured on the
 /// H200 with its 16-core host (2026-11-30, one call each; bench/RESULTS.md): 2^24 bodies in clumps (`matcha ic
 /// clumps`), TreePM against Ewald on 4096 bodies, p99 4.8e-4 in a 479 ms call against 3.8e-4 in 738 ms (the issue's
 /// bound: 1e-3); the nearly uniform 256^3 box at z = 49, p99 7.0e-4 against 8.6e-4; its comoving steps to z = 30, 301
-/// against 369 ms a step, the Layzer-Irvine check unchanged (1.53e-4 against 1.54e-4).
+/// against 369 ms a step, the Layzer-Irvine check unchanged (1.53e-4 against 1.54e-4). Leaves of 32 rather than 16
+/// (2026-12-02, one lease): the clumps' call 462 -> 399 ms at p99 4.84e-4 -> 4.92e-4 (walk 97 -> 68, groups 42 -> 31,
+/// multipoles 30 -> 21, octree 20 -> 12 ms; the kernels 119 -> 121), the uniform box's p99 7.03e-4 -> 6.98e-4 with
+/// its kernels unchanged (88 ms); leaves of 64 gave 379 ms on the clumps but the uniform box's kernels 88 -> 114 ms,
+/// which every reused step of a comoving run pays.
 struct OpeningSettings {
   double theta;
   std::uint32_t ncrit;
   std::uint32_t nleaf;
   double alpha;
 };
-inline constexpr OpeningSettings kPeriodicOpening{0.7, 512, 16, 2e-3};
+inline constexpr OpeningSettings kPeriodicOpening{0.7, 512, 32, 2e-3};
 /// On the CPU engine a periodic box's groups are smaller. There a tree serves one call (periodicAutoReuse) and the
 /// evaluation of the lists dwarfs the build, so shorter lists pay for the extra groups and walks. Measured on the
 /// 2-core build machine (2026-12-01, `matcha compare --engine cpu --sample 1024`, 2 threads, theta 0.7, nleaf 16):
