@@ -104,9 +104,10 @@ MeshParams defaultMesh(double L, std::size_t numBodies) {
 // Against Ewald.
 
 // The target, p99 <= 1e-3 with the defaults on a clustered box: four Plummer clumps in a background, 2^13
-// bodies, float CPU engine, a periodic run's defaults (tree::periodicDefaultTreeParams: theta 0.7, alpha 2e-3, ncrit
-// 512, nleaf 16, quadrupoles), default mesh (42^3), eps 1e-3 L. Measured over 6 seeds: p50 5.8e-5 - 7.9e-5, p99
-// 2.1e-4 - 3.1e-4 (the mesh alone, with an exact short range: p99 2.8e-4 - 4.8e-4; with the open-boundary settings,
+// bodies, float CPU engine, a periodic run's defaults (tree::periodicDefaultTreeParams: theta 0.8, alpha 2e-3, ncrit
+// 512, nleaf 32, quadrupoles), default mesh (42^3), eps 1e-3 L. Measured over 6 seeds: p50 5.4e-5 - 7.9e-5, p99
+// 2.3e-4 - 3.1e-4 (theta 0.7 and nleaf 16, the defaults until 2026-12-02: p50 5.8e-5 - 7.9e-5, p99 2.1e-4 - 3.1e-4;
+// the mesh alone, with an exact short range: p99 2.8e-4 - 4.8e-4; with the open-boundary settings,
 // theta 0.5, alpha 1e-3, ncrit 256, nleaf 8, over 20 seeds: p99 2.2e-4 - 8.1e-4); the bounds leave about twice that.
 /// `p` folded into the box of side L, with TreePM's defaults (eps 1e-3 L) against Ewald on 512 bodies; `name` labels
 /// the recorded percentiles.
