@@ -94,10 +94,11 @@ struct TreeParams {
   /// each batch while it walks the next: an engine on a device (NearFieldEngine::evaluatesOnDevice) evaluates on a
   /// second host thread, beside the walk on the cores; others evaluate each batch after walking it. The forces are
   /// those of one plan of all groups, bit for bit (NearFieldEngine::evaluatePlanBatch). false: every group walked into
-  /// one plan, then evaluated (the sequential call). The open-boundary solver always overlaps. Off by default: on the
-  /// H200 the batched evaluation's downloads and the engine's waits cost more than the overlap hid (2^22 clumps: 241.5
-  /// ms a call with it against 227.6 without; 2^24: 824 against 863, but 797 against 786 with the mesh overlapped too;
-  /// bench/RESULTS.md, 2d67e42).
+  /// one plan, then evaluated (the sequential call; an engine on a device takes the bodies and cells during the walk).
+  /// The open-boundary solver always overlaps. Off by default: on the H200 the batched evaluation's downloads and the
+  /// engine's waits cost more than the overlap hid (2^22 clumps: 241.5 ms a call with it against 227.6 without; 2^24:
+  /// 824 against 863, but 797 against 786 with the mesh overlapped too; bench/RESULTS.md, 2d67e42; 2026-12-02, nleaf
+  /// 32: 444 and 471 against 444 and 485, the GPU idle between batches while the next is staged).
   bool overlapWalk = false;
   /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU, in two
   /// arenas indexed in 32 bits. Repairs add to a tree's entries up to 5/4 of the bound (3.75 * 2^30 < 2^32 at most);
