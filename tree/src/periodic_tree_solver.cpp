@@ -229,10 +229,10 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     ++lists.batches;
     return entries;
   };
+  // A plan that is a call's first and last batch is evaluated as evaluatePlan evaluates it, on every engine.
   const auto evaluate = [&](const InteractionPlan& plan, PlanBatch where) {
     Evaluated done;
-    done.counts = params_.overlapWalk ? engine_.evaluatePlanBatch(sources, tree_.multipoles, plan, gravity_, out, where)
-                                      : engine_.evaluatePlan(sources, tree_.multipoles, plan, gravity_, out);
+    done.counts = engine_.evaluatePlanBatch(sources, tree_.multipoles, plan, gravity_, out, where);
     done.timings = engine_.lastTimings();  // read by the thread that evaluated, before the next evaluation
     return done;
   };
@@ -243,16 +243,8 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     // first batch), then the whole plan as the last batch: evaluatePlan's forces, bit for bit (evaluatePlanBatch).
     // The upload was ~23 ms of a 2^24 call (clumps, H200), all of it after the walk before.
     const bool uploadAhead = evaluatePlan && engine_.evaluatesOnDevice();
-    const auto evaluateBatch = [&](const InteractionPlan& plan, PlanBatch where) {
-      Evaluated done;
-      done.counts = engine_.evaluatePlanBatch(sources, tree_.multipoles, plan, gravity_, out, where);
-      done.timings = engine_.lastTimings();
-      return done;
-    };
     std::future<Evaluated> uploading;
-    if (uploadAhead) {
-      uploading = std::async(std::launch::async, evaluateBatch, std::cref(noGroups_), PlanBatch{true, false});
-    }
+    if (uploadAhead) uploading = std::async(std::launch::async, evaluate, std::cref(noGroups_), PlanBatch{true, false});
     planBuilder_.build(walkTree_, groups_, 0, numGroups, plan_);
     planJoined_ = true;
     numBatches_ = 0;
@@ -262,7 +254,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
       const Stopwatch waiting;
       take(uploading.get());
       report.timings.engineWaitSeconds += waiting.seconds();
-      take(evaluateBatch(plan_, PlanBatch{false, true}));
+      take(evaluate(plan_, PlanBatch{false, true}));
     } else if (evaluatePlan) {
       take(evaluate(plan_, PlanBatch{}));
     }
