@@ -38,6 +38,7 @@
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "matcha/mesh/slab_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/parallel/collective.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
@@ -76,6 +77,29 @@ struct MpiSession::State {
 namespace {
 
 MpiSession::State* session = nullptr;
+
+/// Collective: TreePM over the ranks with every rank's mesh the whole box, solved from the deposits of all ranks
+/// summed over them (the CUDA engine's: cuFFT on each rank's GPU).
+std::unique_ptr<ForceSolver> replicatedTreePm(std::unique_ptr<ForceSolver> shortRange, const mesh::MeshParams& params,
+                                              const GravityParams& gravity, MPI_Comm comm) {
+  auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(shortRange), params, gravity);
+  treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
+  return treePm;
+}
+
+/// Collective: TreePM over the ranks with the mesh in slabs (mesh::SlabMesh, FFTW's MPI interface): each rank holds
+/// 1/K of the grid and the planes its bodies reach.
+std::unique_ptr<ForceSolver> slabTreePm(std::unique_ptr<ForceSolver> shortRange, const mesh::MeshParams& params,
+                                        const GravityParams& gravity, MPI_Comm comm) {
+  auto slabs = std::make_shared<mesh::SlabMesh>(params, comm);
+  const std::string where = "FFTW slabs over " + std::to_string(slabs->numRanks()) + " ranks";
+  return std::make_unique<mesh::TreePmSolver>(
+      std::move(shortRange), params, gravity,
+      [slabs](const SourceView& sources, const GravityParams& g, const ForceView& out) {
+        slabs->addLongRange(sources, g, out);
+      },
+      where);
+}
 
 /// Rank 0's outcome, broadcast to the ranks waiting for it: 0 done, else the exit code of its failure.
 void broadcastRankZeroOutcome(int& exitCode) { MPI_Bcast(&exitCode, 1, MPI_INT, 0, MPI_COMM_WORLD); }
@@ -885,14 +909,14 @@ int runDistributed(CLI::App& command, const Options& given) {
   parallel::DistributedTreeSolver& solver = *distributed;  // the short range, its work weights and statistics
   std::unique_ptr<ForceSolver> forces;
   if (options.gravity.periodic.enabled()) {
-    // TreePM: the distributed tree's short range, and a particle mesh that every rank solves for the whole box from
-    // the deposits of all ranks (cuFFT on the rank's GPU with the CUDA engine, as on one rank; else FFTW).
+    // TreePM: the distributed tree's short range, and the mesh: on the CUDA engine each rank solves the whole box on
+    // its GPU from the deposits of all ranks (cuFFT, as on one rank); on the CPU engine the mesh lies in slabs over
+    // the ranks (FFTW's MPI interface), no rank holding the whole grid.
     mesh::MeshParams meshParams = options.mesh;
     meshParams.backend = engine.onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
     meshParams.device = device;
-    auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(distributed), meshParams, options.gravity);
-    treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
-    forces = std::move(treePm);
+    forces = engine.onGpu ? replicatedTreePm(std::move(distributed), meshParams, options.gravity, comm)
+                          : slabTreePm(std::move(distributed), meshParams, options.gravity, comm);
   } else {
     forces = std::move(distributed);
   }
@@ -1228,12 +1252,10 @@ TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sampl
   const parallel::DistributedTreeSolver& solver = *distributed;  // the short range: its trees and lists
   std::unique_ptr<ForceSolver> forceSolver;                      // TreePM in a box, else the tree alone
   if (configuration.gravity.periodic.enabled()) {
-    // TreePM as `run` takes it on ranks: the distributed short range and the mesh of every rank's deposits (FFTW).
+    // TreePM as `run` takes it on ranks of the CPU engine: the distributed short range and the mesh in slabs.
     mesh::MeshParams meshParams = configuration.mesh;
     meshParams.backend = mesh::MeshBackend::fftw;
-    auto treePm = std::make_unique<mesh::TreePmSolver>(std::move(distributed), meshParams, configuration.gravity);
-    treePm->setDensityReduction([comm](std::span<double> grid) { parallel::sumOverRanks(grid, comm); });
-    forceSolver = std::move(treePm);
+    forceSolver = slabTreePm(std::move(distributed), meshParams, configuration.gravity, comm);
   } else {
     forceSolver = std::move(distributed);
   }

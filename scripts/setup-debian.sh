@@ -18,6 +18,7 @@ packages=(
   libgtest-dev libgmock-dev      # tests
   libbenchmark-dev               # bench/
   libopenmpi-dev openmpi-bin     # parallel/: the distributed solver (MATCHA_MPI), mpirun for its tests
+  libfftw3-mpi-dev               # parallel/: the particle mesh in slabs over the ranks (FFTW's MPI interface)
   python3-numpy python3-matplotlib python3-h5py  # scripts/*.py, run with /usr/bin/python3
 )
 

@@ -20,12 +20,13 @@ void tbbParallelLoop(void* (*work)(char*), char* jobData, std::size_t jobSize, i
   tbb::parallel_for(0, numJobs, [&](int job) { work(jobData + jobSize * static_cast<std::size_t>(job)); });
 }
 
-/// FFTW's planner and its thread set-up are process-wide: set up once, and plans made one at a time (the planner is
-/// not reentrant, and fftw_plan_with_nthreads is a global that the plan reads).
+}  // namespace
+
 std::mutex& plannerMutex() {
   static std::mutex mutex;
   return mutex;
 }
+
 void setUpThreadsOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -33,8 +34,6 @@ void setUpThreadsOnce() {
     fftw_threads_set_callback(tbbParallelLoop, nullptr);
   });
 }
-
-}  // namespace
 
 std::size_t FftwGrid::paddedSize(int n) {
   const auto side = static_cast<std::size_t>(n);

@@ -6,8 +6,16 @@
 
 #include <complex>
 #include <cstddef>
+#include <mutex>
 
 namespace matcha::mesh::detail {
+
+/// FFTW's thread set-up is process-wide: its threaded loops run on TBB's workers (fftw_threads_set_callback), set up
+/// once by the first grid (or the slab mesh, slab_mesh.cpp) before it plans.
+void setUpThreadsOnce();
+/// FFTW's planner is not reentrant and fftw_plan_with_nthreads is a global that the next plan reads: every plan is
+/// made, and destroyed, holding this.
+std::mutex& plannerMutex();
 
 /// n^3 real values in FFTW's padded in-place layout (n x n x 2 (n/2 + 1) doubles), which also hold their transform
 /// (n x n x (n/2 + 1) complex values), and the forward (real to complex) and inverse (complex to real) plans.

@@ -93,13 +93,14 @@ void OrderedDeposit::bin(const SourceView& s, double offset) {
 }
 
 /// Masses onto the mesh: the chunks of even index in parallel, then the odd ones; each chunk adds its bodies in
-/// order.
+/// order. On a slab (planes.count < n) only the parts of the windows on its planes: a subset of each body's writes, so
+/// chunks of one parity still never write one point at once.
 template <MassAssignment A>
-void OrderedDeposit::depositBinned(const SourceView& s, double offset, double* rho) const {
+void OrderedDeposit::depositBinned(const SourceView& s, double offset, double* rho, PlaneRange planes) const {
   const MeshLayout meshLayout = layout();
   const std::size_t plane = static_cast<std::size_t>(n_) * meshLayout.padded;
-  tbb::parallel_for(tbb::blocked_range<int>(0, n_), [&](const tbb::blocked_range<int>& planes) {
-    std::fill(rho + planes.begin() * plane, rho + planes.end() * plane, 0.0);
+  tbb::parallel_for(tbb::blocked_range<int>(0, planes.count), [&](const tbb::blocked_range<int>& r) {
+    std::fill(rho + r.begin() * plane, rho + r.end() * plane, 0.0);
   });
   for (int phase = 0; phase < 2; ++phase) {
     tbb::parallel_for(0, numChunks_ / 2, [&](int pair) {
@@ -107,19 +108,27 @@ void OrderedDeposit::depositBinned(const SourceView& s, double offset, double* r
       for (std::size_t k = chunkStart_[c]; k < chunkStart_[c + 1]; ++k) {
         const std::size_t i = order_[k];
         const BodyWindow<support(A), double> window(s.x[i], s.y[i], s.z[i], invBox_, n_, offset);
-        depositBody(rho, meshLayout, window, s.mass[i], [](double* point, double value) { *point += value; });
+        depositBody(
+            rho, meshLayout, window, s.mass[i], [](double* point, double value) { *point += value; }, planes);
       }
     });
   }
 }
 
 void OrderedDeposit::deposit(const SourceView& bodies, MassAssignment assignment, double offset, double* rho) {
+  deposit(bodies, assignment, offset, rho, PlaneRange{0, n_});
+}
+
+void OrderedDeposit::deposit(const SourceView& bodies, MassAssignment assignment, double offset, double* rho,
+                             PlaneRange planes) {
+  MATCHA_ASSERT(planes.first >= 0 && planes.count >= 0 && planes.count <= n_ - planes.first,
+                "OrderedDeposit: planes outside the mesh");
   if (assignment == MassAssignment::cic) {
     bin<MassAssignment::cic>(bodies, offset);
-    depositBinned<MassAssignment::cic>(bodies, offset, rho);
+    depositBinned<MassAssignment::cic>(bodies, offset, rho, planes);
   } else {
     bin<MassAssignment::tsc>(bodies, offset);
-    depositBinned<MassAssignment::tsc>(bodies, offset, rho);
+    depositBinned<MassAssignment::tsc>(bodies, offset, rho, planes);
   }
 }
 

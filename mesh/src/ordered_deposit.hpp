@@ -32,6 +32,11 @@ class OrderedDeposit {
   /// bodies.count < 2^32.
   void deposit(const SourceView& bodies, MassAssignment assignment, double offset, double* rho);
 
+  /// The same deposit on a slab of the mesh: rho holds planes.count x n x P values (zeroed first), the mesh's plane
+  /// planes.first + j at plane j, and gets the parts of the bodies' windows on those planes (a body's other planes are
+  /// some other slab's). The bits at a point of the slab are those of the whole-mesh deposit of the same bodies.
+  void deposit(const SourceView& bodies, MassAssignment assignment, double offset, double* rho, PlaneRange planes);
+
   /// The bodies' indices in the order of the last deposit (grouped by chunk, in body order within one): an
   /// interpolation that visits them in this order reads neighbouring planes together. The first bodies.count entries.
   const std::vector<std::uint32_t>& order() const { return order_; }
@@ -45,7 +50,7 @@ class OrderedDeposit {
   template <MassAssignment A>
   void bin(const SourceView& s, double offset);
   template <MassAssignment A>
-  void depositBinned(const SourceView& s, double offset, double* rho) const;
+  void depositBinned(const SourceView& s, double offset, double* rho, PlaneRange planes) const;
 
   int n_;
   double invBox_;

@@ -24,8 +24,17 @@ PeriodicSplit periodicSplit(const MeshParams& params) {
 
 TreePmSolver::TreePmSolver(std::unique_ptr<ForceSolver> shortRange, const MeshParams& meshParams,
                            const GravityParams& gravity)
-    : shortRange_(std::move(shortRange)), mesh_(meshParams), gravity_(gravity) {
+    : TreePmSolver(std::move(shortRange), meshParams, gravity, LongRange{}, {}) {}
+
+TreePmSolver::TreePmSolver(std::unique_ptr<ForceSolver> shortRange, const MeshParams& meshParams,
+                           const GravityParams& gravity, LongRange longRange, std::string longRangeName)
+    : shortRange_(std::move(shortRange)),
+      meshParams_(meshParams),
+      longRange_(std::move(longRange)),
+      longRangeName_(std::move(longRangeName)),
+      gravity_(gravity) {
   MATCHA_ASSERT(shortRange_ != nullptr, "TreePM without a short-range solver");
+  if (!longRange_) mesh_.emplace(meshParams);
   gravity_.validate();
   const PeriodicSplit split = periodicSplit(meshParams);
   MATCHA_ASSERT(gravity_.periodic.boxSize == split.boxSize && gravity_.periodic.splitRadius == split.splitRadius &&
@@ -62,8 +71,8 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   // 128^3, README "Particle mesh") and runs beside the tree's build, walk and kernels; its results are added after the
   // short range, as the sequential call adds them.
   bool started = false;
-  const bool beside = mesh_.runsBeside() && shortRange_->setSortedBodiesHook([&](const Particles& sorted) {
-    mesh_.startLongRange(sorted.sources(), gravity_, wantPotentials);
+  const bool beside = mesh_ && mesh_->runsBeside() && shortRange_->setSortedBodiesHook([&](const Particles& sorted) {
+    mesh_->startLongRange(sorted.sources(), gravity_, wantPotentials);
     started = true;
   });
   ForceReport report;
@@ -71,7 +80,7 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
     report = shortRange_->computeForces(particles);
   } catch (...) {
     if (beside) shortRange_->setSortedBodiesHook({});
-    mesh_.abandonLongRange();
+    if (mesh_) mesh_->abandonLongRange();
     throw;
   }
   if (beside) shortRange_->setSortedBodiesHook({});
@@ -87,11 +96,11 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
     meshOut.az = longZ_.data();
   }
   if (started) {
-    const LongRangeTiming timing = mesh_.finishLongRange(particles.sources(), gravity_, meshOut);
+    const LongRangeTiming timing = mesh_->finishLongRange(particles.sources(), gravity_, meshOut);
     report.timings[Phase::mesh] += timing.seconds;
     report.timings.meshWaitSeconds += timing.waitSeconds;
   } else {
-    mesh_.addLongRange(particles.sources(), gravity_, meshOut);
+    addLongRange(particles, meshOut);
     report.timings[Phase::mesh] += clock.seconds();
   }
   if (keep) {
@@ -142,8 +151,21 @@ void TreePmSolver::zeroLongRange(std::size_t count) {
 void TreePmSolver::computeLongRange(Particles& particles) {
   const std::size_t n = particles.size();
   zeroLongRange(n);
-  mesh_.addLongRange(particles.sources(), gravity_, ForceView{longX_.data(), longY_.data(), longZ_.data(), nullptr, n});
+  addLongRange(particles, ForceView{longX_.data(), longY_.data(), longZ_.data(), nullptr, n});
   longRangeKept_ = true;
+}
+
+void TreePmSolver::addLongRange(const Particles& particles, const ForceView& out) {
+  if (mesh_) {
+    mesh_->addLongRange(particles.sources(), gravity_, out);
+  } else {
+    longRange_(particles.sources(), gravity_, out);
+  }
+}
+
+void TreePmSolver::setDensityReduction(ParticleMesh::DensityReduction reduce) {
+  MATCHA_ASSERT(mesh_.has_value(), "TreePmSolver::setDensityReduction without a mesh of its own");
+  mesh_->setDensityReduction(std::move(reduce));
 }
 
 void TreePmSolver::setSoftening(double eps) {
@@ -152,13 +174,13 @@ void TreePmSolver::setSoftening(double eps) {
 }
 
 std::string TreePmSolver::describe() const {
-  const MeshParams& p = mesh_.params();
+  const MeshParams& p = meshParams_;
   std::ostringstream text;
   text.precision(4);
-  text << "TreePM (mesh " << p.grid << "^3 on " << toString(p.backend) << ", " << toString(p.assignment) << ", "
-       << toString(p.gradient) << (p.interlace ? ", interlaced" : "") << ", a_smooth " << p.aSmooth << ", r_cut "
-       << p.cutoffFactor << " r_s" << (mesh_.runsBeside() ? ", beside the short range" : "") << ") + "
-       << shortRange_->describe();
+  text << "TreePM (mesh " << p.grid << "^3 on " << (mesh_ ? toString(p.backend) : longRangeName_) << ", "
+       << toString(p.assignment) << ", " << toString(p.gradient) << (p.interlace ? ", interlaced" : "") << ", a_smooth "
+       << p.aSmooth << ", r_cut " << p.cutoffFactor << " r_s"
+       << (mesh_ && mesh_->runsBeside() ? ", beside the short range" : "") << ") + " << shortRange_->describe();
   return text.str();
 }
 

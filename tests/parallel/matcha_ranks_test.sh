@@ -5,10 +5,10 @@
 #  - run K: a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds every id once; its
 #    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
-#  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and a mesh on
-#    every rank summed over the ranks), 8 steps of 1/1024 (--reuse off; |dE/E| ~2e-3): every diagnostics line's E, T
-#    and W within 1e-4 of one rank's, the final snapshot records the box, holds every id once, inside [0, L)^3, at
-#    positions within 1e-4 of one rank's; and
+#  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and the mesh in
+#    FFTW slabs over the ranks, which the run's solver line must name), 8 steps of 1/1024 (--reuse off; |dE/E|
+#    ~2e-3): every diagnostics line's E, T and W within 1e-4 of one rank's, the final snapshot records the box,
+#    holds every id once, inside [0, L)^3, at positions within 1e-4 of one rank's; and
 #    8 steps with a checkpoint after each, continued with --restart to 16 on K ranks: every diagnostics line and the
 #    final snapshot's ids, positions and velocities those of 16 uninterrupted steps;
 #  - periodic_cuda K: the periodic case with --engine cuda (the cuFFT mesh on each rank's GPU, its grid summed through
@@ -163,6 +163,8 @@ failed = []
 if len(one) != len(many) or len(one) != 3:
     failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks}")
 whole, part = table("whole"), table("part")
+if what == "periodic" and ranks > 1 and f"FFTW slabs over {ranks} ranks" not in open("ranks.txt").read():
+    failed.append(f"the run on {ranks} ranks does not put its mesh in FFTW slabs")
 if what == "periodic":
     if len(whole) != 5 or part != whole:
         failed.append(f"restarted on {ranks} ranks: the diagnostics lines differ from 16 uninterrupted steps'")

@@ -18,6 +18,7 @@
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
+#include "matcha/mesh/slab_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/parallel/collective.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
@@ -361,13 +362,14 @@ TEST(DistributedPeriodic, BlockStepsEvaluateTheActiveGroupsAlone) {
 }
 
 // TreePM over K ranks: the distributed tree's short range and a particle mesh that every rank solves for the whole
-// box, its deposits summed over the ranks (ParticleMesh::setDensityReduction with sumOverRanks), against one-rank
-// TreePM on the same bodies, per body by id. The short range takes bodies alone in double (theta 0.02, alpha 1e-30:
-// the clumpy case of MatchOneRankPerBody, whose bounds these are), so the mesh adds its summation order's rounding
-// only; a rank's mesh without the others' deposits is off by the long range itself (without the sum, 2 ranks: p99
-// 3e-2 of the rms pull, the potential 0.3 of its rms). Twice: every rank with bodies, then ranks left without any
+// box, its deposits summed over the ranks (ParticleMesh::setDensityReduction with sumOverRanks, the CUDA engine's
+// way), or the mesh in slabs over the ranks (mesh::SlabMesh as TreePM's long range, the CPU engine's), against
+// one-rank TreePM on the same bodies, per body by id. The short range takes bodies alone in double (theta 0.02, alpha
+// 1e-30: the clumpy case of MatchOneRankPerBody, whose bounds these are), so the mesh adds its summation order's
+// rounding only; a rank's mesh without the others' deposits is off by the long range itself (without the sum, 2 ranks:
+// p99 3e-2 of the rms pull, the potential 0.3 of its rms). Twice: every rank with bodies, then ranks left without any
 // (they deposit nothing and still take part in the sum).
-TEST(DistributedPeriodic, TreePmWithTheMeshOnEveryRankMatchesOneRank) {
+TEST(DistributedPeriodic, TreePmOverRanksMatchesOneRank) {
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));
   const double L = 1.5;
@@ -380,8 +382,10 @@ TEST(DistributedPeriodic, TreePmWithTheMeshOnEveryRankMatchesOneRank) {
   TreeParams params;
   params.theta = 0.02;
   params.alpha = 1e-30;
-  for (const bool emptyRanks : {false, true}) {
+  mesh::SlabMesh slabs(meshParams, MPI_COMM_WORLD);
+  for (const auto& [inSlabs, emptyRanks] : {std::pair{false, false}, {false, true}, {true, false}, {true, true}}) {
     SCOPED_TRACE(emptyRanks ? "ranks left without bodies" : "bodies on every rank");
+    SCOPED_TRACE(inSlabs ? "the mesh in slabs" : "the whole mesh on every rank");
     Particles local = testing::dealOut(periodicBox(true, seed, L), worldRank(), worldSize());
     const Particles input = local;
     gpu::CpuEngine engine(gpu::Precision::float64);
@@ -391,9 +395,20 @@ TEST(DistributedPeriodic, TreePmWithTheMeshOnEveryRankMatchesOneRank) {
       for (std::size_t i = 0; i < local.size(); ++i) weights[i] = local.id[i] == 7 ? 1e7 : 1.0;
       shortRange->setWorkWeights(weights);
     }
-    mesh::TreePmSolver treePm(std::move(shortRange), meshParams, gravity);
-    treePm.setDensityReduction([](std::span<double> grid) { sumOverRanks(grid, MPI_COMM_WORLD); });
-    treePm.computeForces(local);
+    std::unique_ptr<mesh::TreePmSolver> treePm;
+    if (inSlabs) {
+      treePm = std::make_unique<mesh::TreePmSolver>(
+          std::move(shortRange), meshParams, gravity,
+          [&slabs](const SourceView& s, const GravityParams& g, const ForceView& out) {
+            slabs.addLongRange(s, g, out);
+          },
+          "slabs");
+      EXPECT_NE(treePm->describe().find("mesh 32^3 on slabs"), std::string::npos) << treePm->describe();
+    } else {
+      treePm = std::make_unique<mesh::TreePmSolver>(std::move(shortRange), meshParams, gravity);
+      treePm->setDensityReduction([](std::span<double> grid) { sumOverRanks(grid, MPI_COMM_WORLD); });
+    }
+    treePm->computeForces(local);
     int empty = local.empty() ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     EXPECT_EQ(empty, emptyRanks ? std::max(0, worldSize() - 2) : 0);
@@ -422,9 +437,9 @@ TEST(DistributedPeriodic, TreePmWithTheMeshOnEveryRankMatchesOneRank) {
     potentialRms = std::sqrt(potentialRms / double(single.size()));
     const double meshShare = rmsAcceleration(longRange) / rmsAcceleration(single);
     std::printf(
-        "[ TreePM ] %d ranks vs 1 (the mesh's rms pull %.2f of the whole): p99 %.2e max %.2e of the rms pull; "
+        "[ TreePM ] %d ranks vs 1, %s (the mesh's rms pull %.2f of the whole): p99 %.2e max %.2e of the rms pull; "
         "potential max %.2e of its rms\n",
-        worldSize(), meshShare, p99, worst, potentialWorst / potentialRms);
+        worldSize(), inSlabs ? "slabs" : "whole mesh", meshShare, p99, worst, potentialWorst / potentialRms);
     ASSERT_GT(meshShare, 1e-3) << "the long range must matter for the comparison to see the mesh";
     EXPECT_LE(p99, 1e-5);
     EXPECT_LE(worst, 1e-4);

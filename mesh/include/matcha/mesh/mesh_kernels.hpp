@@ -115,6 +115,15 @@ struct MeshLayout {
   }
 };
 
+/// The x planes a grid holds: planes first .. first + count - 1 of the mesh, stored from the grid's first plane on.
+/// The default is every plane from 0 on (a whole grid); a distributed mesh's slab (slab_mesh.hpp) holds its own
+/// planes, and a body's window that reaches past them adds (or reads) its part on them alone.
+struct PlaneRange {
+  int first = 0;
+  int count = 0x7fffffff;
+  MATCHA_HOST_DEVICE MATCHA_FORCEINLINE bool holds(int x) const { return x >= first && x - first < count; }
+};
+
 /// One body's window along the three axes, its points already wrapped into [0, n). The same for deposit and
 /// interpolation, on both engines.
 template <int Support, class T>
@@ -133,29 +142,33 @@ struct BodyWindow {
 };
 
 /// Adds mass times the body's window to the grid through add(pointer, value): a plain += on the CPU engine (whose
-/// chunks never write one point at once), an atomic add on the GPU.
+/// chunks never write one point at once), an atomic add on the GPU. Only on the planes the grid holds.
 template <int Support, class T, class Add>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void depositBody(T* rho, const MeshLayout& layout,
-                                                       const BodyWindow<Support, T>& window, T mass, Add add) {
+                                                       const BodyWindow<Support, T>& window, T mass, Add add,
+                                                       PlaneRange planes = {}) {
   for (int a = 0; a < Support; ++a) {
+    if (!planes.holds(window.index[0][a])) continue;
     const T mx = mass * window.w[0].w[a];
     for (int b = 0; b < Support; ++b) {
       const T mxy = mx * window.w[1].w[b];
-      T* row = rho + layout.realIndex(window.index[0][a], window.index[1][b], 0);
+      T* row = rho + layout.realIndex(window.index[0][a] - planes.first, window.index[1][b], 0);
       for (int c = 0; c < Support; ++c) add(row + window.index[2][c], mxy * window.w[2].w[c]);
     }
   }
 }
 
-/// The window-weighted sum of `field` around the body: the interpolation back, the deposit's transpose.
+/// The window-weighted sum of `field` around the body: the interpolation back, the deposit's transpose. Over the
+/// planes the grid holds: a slab's share of the sum (the shares of all slabs add up to the whole grid's sum).
 template <int Support, class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE T gatherBody(const T* field, const MeshLayout& layout,
-                                                   const BodyWindow<Support, T>& window) {
+                                                   const BodyWindow<Support, T>& window, PlaneRange planes = {}) {
   T sum = 0;
   for (int a = 0; a < Support; ++a) {
+    if (!planes.holds(window.index[0][a])) continue;
     T sumYz = 0;
     for (int b = 0; b < Support; ++b) {
-      const T* row = field + layout.realIndex(window.index[0][a], window.index[1][b], 0);
+      const T* row = field + layout.realIndex(window.index[0][a] - planes.first, window.index[1][b], 0);
       T sumZ = 0;
       for (int c = 0; c < Support; ++c) sumZ += window.w[2].w[c] * row[window.index[2][c]];
       sumYz += window.w[1].w[b] * sumZ;
@@ -241,11 +254,13 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void fdGradientWeights(const AxisWeights<T
 }
 
 /// The finite-difference pull's gradient (grad phi, before the minus sign) and the potential of a body from the
-/// potential on the mesh, in one pass over the (Support + 4)^3 points around it.
+/// potential on the mesh, in one pass over the (Support + 4)^3 points around it; over the planes the grid holds, as
+/// gatherBody.
 template <int Support, class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void gatherFiniteDifference(const T* phi, const MeshLayout& layout,
                                                                   const BodyWindow<Support, T>& window, T invCell,
-                                                                  T (&gradient)[3], T& potential) {
+                                                                  T (&gradient)[3], T& potential,
+                                                                  PlaneRange planes = {}) {
   constexpr int D = Support + 4;
   // Per axis: the window's weights over the D points first - 2 .. first + Support + 1 (0 outside the window), the
   // difference weights over the same points, and the points wrapped.
@@ -262,9 +277,10 @@ MATCHA_HOST_DEVICE MATCHA_FORCEINLINE void gatherFiniteDifference(const T* phi, 
   }
   T gx = 0, gy = 0, gz = 0, pot = 0;
   for (int a = 0; a < D; ++a) {
+    if (!planes.holds(index[0][a])) continue;
     T windowSum = 0, gySum = 0, gzSum = 0;  // windowSum serves the potential and the pull along x
     for (int b = 0; b < D; ++b) {
-      const T* row = phi + layout.realIndex(index[0][a], index[1][b], 0);
+      const T* row = phi + layout.realIndex(index[0][a] - planes.first, index[1][b], 0);
       T wz = 0, cz = 0;
       for (int k = 2; k < Support + 2; ++k) wz += w[2][k] * row[index[2][k]];
       for (int k = 0; k < D; ++k) cz += c[2][k] * row[index[2][k]];

@@ -4,7 +4,9 @@
 // ForceSolver interface and the mesh: tree/ and mesh/ stay independent (DESIGN.md §2), and apps/ wires the two.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,16 @@ class TreePmSolver final : public ForceSolver {
   /// builds it with that gravity; this checks the split it is told about). Allocates the mesh (meshMemoryBytes).
   /// Throws InputError for invalid params, InvariantError when gravity.periodic differs from the mesh's split.
   TreePmSolver(std::unique_ptr<ForceSolver> shortRange, const MeshParams& meshParams, const GravityParams& gravity);
+
+  /// A long range computed elsewhere, with meshParams' split: adds the long-range pull (and potentials, where out.pot
+  /// is given) at the bodies of `sources`, as ParticleMesh::addLongRange does. A distributed run's mesh in slabs over
+  /// the ranks (mesh/slab_mesh.hpp), called collectively.
+  using LongRange = std::function<void(const SourceView& sources, const GravityParams& gravity, const ForceView& out)>;
+
+  /// TreePM with `longRange` for the mesh (no ParticleMesh is allocated); `longRangeName` says where it runs in
+  /// describe() ("slabs over 4 ranks"). Otherwise as above.
+  TreePmSolver(std::unique_ptr<ForceSolver> shortRange, const MeshParams& meshParams, const GravityParams& gravity,
+               LongRange longRange, std::string longRangeName);
 
   /// Overwrites acc and pot with short range + long range at every body (the short-range solver may reorder the
   /// bodies). The report is the short range's, with the mesh's time as Phase::mesh and in totalSeconds. A mesh that
@@ -62,20 +74,26 @@ class TreePmSolver final : public ForceSolver {
   /// The mesh's ParticleMesh::setDensityReduction: TreePM over the ranks of a distributed run, whose short range is
   /// the distributed tree's (parallel/) and whose mesh every rank solves for the whole system. Computing forces is then
   /// collective.
-  void setDensityReduction(ParticleMesh::DensityReduction reduce) { mesh_.setDensityReduction(std::move(reduce)); }
+  /// Only with the constructor that allocates the mesh.
+  void setDensityReduction(ParticleMesh::DensityReduction reduce);
 
-  const MeshParams& meshParams() const { return mesh_.params(); }
+  const MeshParams& meshParams() const { return meshParams_; }
   ForceSolver& shortRange() { return *shortRange_; }
 
  private:
   std::unique_ptr<ForceSolver> shortRange_;
-  ParticleMesh mesh_;
+  MeshParams meshParams_;
+  std::optional<ParticleMesh> mesh_;  ///< the mesh of this process, unless the long range is computed elsewhere:
+  LongRange longRange_;               ///< then this
+  std::string longRangeName_;
   GravityParams gravity_;
   /// With long-range steps on: the last call's long-range accelerations, in its order (longRangeKept_: it computed
   /// them; the arrays keep their size between calls).
   std::vector<double> longX_, longY_, longZ_;
   bool longRangeKept_ = false;
 
+  /// The long range at the bodies as they are, added to out: the mesh's addLongRange or longRange_.
+  void addLongRange(const Particles& particles, const ForceView& out);
   /// longX_, longY_, longZ_ of `count` zeros, on every core.
   void zeroLongRange(std::size_t count);
 };

@@ -1,0 +1,534 @@
+// SPDX-License-Identifier: MIT
+#include "matcha/mesh/slab_mesh.hpp"
+
+#include <fftw3-mpi.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <numbers>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "fftw_grid.hpp"
+#include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
+#include "matcha/mesh/mesh_kernels.hpp"
+#include "ordered_deposit.hpp"
+
+namespace matcha::mesh {
+namespace {
+
+constexpr int support(MassAssignment assignment) { return assignment == MassAssignment::cic ? 2 : 3; }
+
+/// Throws InvariantError naming the MPI call that failed (MPI's default handler aborts first; this is for a
+/// communicator whose handler returns).
+void check(int status, const char* call) {
+  if (status != MPI_SUCCESS) throw InvariantError(std::string("slab mesh: ") + call + " failed");
+}
+
+/// FFTW-MPI's set-up, once per process, after FFTW's threads (fftw_mpi_init must follow fftw_init_threads).
+void setUpMpiOnce() {
+  detail::setUpThreadsOnce();
+  static std::once_flag once;
+  std::call_once(once, [] { fftw_mpi_init(); });
+}
+
+/// Most distinct slabs one body's window (with the finite-difference gradient's two planes on each side) can reach.
+constexpr int kMaxOwnersPerBody = kMaxGradientSupport;
+
+/// One body's record in the exchanges, in one buffer for both directions: on the way to a slab its position and
+/// mass, on the way back that slab's share of its pull and potential.
+struct BodyRecord {
+  double v[4];
+};
+enum RecordField { kX = 0, kY = 1, kZ = 2, kMass = 3 };   ///< going
+enum ShareField { kAx = 0, kAy = 1, kAz = 2, kPot = 3 };  ///< coming back
+
+}  // namespace
+
+struct SlabMesh::Impl {
+  MeshParams params;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, ranks = 1;
+  int n = 0;
+  std::size_t padded = 0;  ///< P = 2 (n/2 + 1) doubles per row of the real grid
+  std::size_t half = 0;    ///< n/2 + 1 complex values per row of the spectrum
+  double invBox = 0, invCell = 0;
+  ptrdiff_t localN0 = 0, local0Start = 0;       ///< the x planes this rank owns (real layout)
+  ptrdiff_t localN1 = 0, local1Start = 0;       ///< the y rows it owns of the transposed spectrum
+  std::size_t slabReals = 0;                    ///< doubles FFTW allocated for the slab (and for work)
+  std::vector<int> ownerOfPlane;                ///< the rank owning each x plane
+  MPI_Datatype recordType = MPI_DATATYPE_NULL;  ///< a BodyRecord (4 doubles)
+  double* slab = nullptr;                       ///< deposit, spectrum, potential (FFTW's allocation)
+  double* work = nullptr;                       ///< one component of the pull (Fourier gradient only)
+  fftw_plan forwardPlan = nullptr, inversePlan = nullptr, workInversePlan = nullptr;
+  std::vector<double> greenAxis, modeSquared, derivativeWavenumber;
+  detail::OrderedDeposit depositor;  ///< the received bodies onto the slab
+
+  // One pass's traffic. Sent: each body once per slab its window reaches, grouped by destination rank (in rank order,
+  // each rank's in body order). Received: the same from every rank, in rank order.
+  std::vector<int> sendCounts, sendDispls, recvCounts, recvDispls;
+  std::vector<std::uint32_t> sentBody;   ///< the local body of each sent entry
+  std::vector<BodyRecord> sent;          ///< this rank's bodies, then the slabs' shares of them
+  std::vector<BodyRecord> received;      ///< the bodies that reach this slab, then this slab's shares of them
+  std::vector<double> rx, ry, rz, rm;    ///< the received bodies, as a SourceView
+  std::vector<std::size_t> blockCounts;  ///< routing: entries per (block, destination)
+
+  SlabMeshStats stats;
+  bool potentials = false;  ///< this call's: some rank asked for potentials
+
+  Impl(const MeshParams& p, MPI_Comm parent)
+      : params(p),
+        n(p.grid),
+        padded(2 * (static_cast<std::size_t>(p.grid) / 2 + 1)),
+        half(static_cast<std::size_t>(p.grid) / 2 + 1),
+        invBox(1.0 / p.boxSize),
+        invCell(p.grid / p.boxSize),
+        depositor(p.grid, p.boxSize, "particle mesh") {
+    check(MPI_Comm_dup(parent, &comm), "MPI_Comm_dup");
+    try {
+      setUp();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~Impl() { release(); }
+
+  void setUp() {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
+    setUpMpiOnce();
+    const auto side = static_cast<ptrdiff_t>(n);
+    const ptrdiff_t allocComplex = fftw_mpi_local_size_3d_transposed(side, side, side / 2 + 1, comm, &localN0,
+                                                                     &local0Start, &localN1, &local1Start);
+    // FFTW may ask for more than the slab's planes (room for its transposes); at least a little so that a rank
+    // without planes still has a buffer to plan on.
+    slabReals = static_cast<std::size_t>(std::max<ptrdiff_t>(2 * allocComplex, 2));
+    slab = fftw_alloc_real(slabReals);
+    if (slab == nullptr) throw std::bad_alloc();
+    if (params.gradient == MeshGradient::fourier) {
+      work = fftw_alloc_real(slabReals);
+      if (work == nullptr) throw std::bad_alloc();
+    }
+    {
+      std::lock_guard<std::mutex> lock(detail::plannerMutex());
+      fftw_plan_with_nthreads(kFftJobs);
+      auto* spectrum = reinterpret_cast<fftw_complex*>(slab);
+      forwardPlan =
+          fftw_mpi_plan_dft_r2c_3d(side, side, side, slab, spectrum, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_OUT);
+      inversePlan =
+          fftw_mpi_plan_dft_c2r_3d(side, side, side, spectrum, slab, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_IN);
+      if (work != nullptr) {
+        auto* pull = reinterpret_cast<fftw_complex*>(work);
+        workInversePlan =
+            fftw_mpi_plan_dft_c2r_3d(side, side, side, pull, work, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_IN);
+      }
+    }
+    if (forwardPlan == nullptr || inversePlan == nullptr || (work != nullptr && workInversePlan == nullptr)) {
+      throw InvariantError("FFTW-MPI could not plan a " + std::to_string(n) + "^3 transform over " +
+                           std::to_string(ranks) + " ranks");
+    }
+    static_assert(sizeof(BodyRecord) == 4 * sizeof(double));
+    check(MPI_Type_contiguous(4, MPI_DOUBLE, &recordType), "MPI_Type_contiguous");
+    check(MPI_Type_commit(&recordType), "MPI_Type_commit");
+
+    const int myFirst = static_cast<int>(local0Start), myCount = static_cast<int>(localN0);
+    std::vector<int> firsts(ranks), counts(ranks);
+    check(MPI_Allgather(&myFirst, 1, MPI_INT, firsts.data(), 1, MPI_INT, comm), "MPI_Allgather");
+    check(MPI_Allgather(&myCount, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
+    ownerOfPlane.assign(n, -1);
+    for (int r = 0; r < ranks; ++r) {
+      for (int plane = firsts[r]; plane < firsts[r] + counts[r]; ++plane) ownerOfPlane[plane] = r;
+    }
+    MATCHA_ASSERT(std::find(ownerOfPlane.begin(), ownerOfPlane.end(), -1) == ownerOfPlane.end(),
+                  "slab mesh: FFTW-MPI left a plane without an owner");
+
+    const int windowOrder = params.assignment == MassAssignment::cic ? 2 : 3;
+    greenAxis.resize(n);
+    modeSquared.resize(n);
+    derivativeWavenumber.resize(n);
+    for (int i = 0; i < n; ++i) {
+      const int m = signedMode(i, n);
+      greenAxis[i] = greenAxisFactor(m, n, params.aSmooth, windowOrder);
+      modeSquared[i] = static_cast<double>(m) * m;
+      derivativeWavenumber[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / params.boxSize;
+    }
+  }
+
+  void release() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(detail::plannerMutex());
+      for (fftw_plan* plan : {&forwardPlan, &inversePlan, &workInversePlan}) {
+        if (*plan != nullptr) fftw_destroy_plan(*plan);
+        *plan = nullptr;
+      }
+    }
+    if (slab != nullptr) fftw_free(slab);
+    if (work != nullptr) fftw_free(work);
+    slab = work = nullptr;
+    if (recordType != MPI_DATATYPE_NULL) MPI_Type_free(&recordType);
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+
+  MeshLayout layout() const { return {n, padded}; }
+  PlaneRange ownPlanes() const { return {static_cast<int>(local0Start), static_cast<int>(localN0)}; }
+
+  /// Collective: InputError on every rank when any rank holds a body with a non-finite position (the first such
+  /// rank's first such body), before anything else is exchanged.
+  void requireFinitePositions(const SourceView& s) const {
+    const std::size_t bad = tbb::parallel_reduce(
+        tbb::blocked_range<std::size_t>(0, s.count, 1 << 14), s.count,
+        [&](const tbb::blocked_range<std::size_t>& r, std::size_t first) {
+          for (std::size_t i = r.begin(); i != r.end() && i < first; ++i) {
+            if (!(std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && std::isfinite(s.z[i]))) return i;
+          }
+          return first;
+        },
+        [](std::size_t a, std::size_t b) { return std::min(a, b); });
+    const long long mine = bad < s.count ? static_cast<long long>(bad) : -1;
+    std::vector<long long> all(ranks);
+    check(MPI_Allgather(&mine, 1, MPI_LONG_LONG, all.data(), 1, MPI_LONG_LONG, comm), "MPI_Allgather");
+    for (int r = 0; r < ranks; ++r) {
+      if (all[r] >= 0) {
+        throw InputError("particle mesh: body " + std::to_string(all[r]) + " of rank " + std::to_string(r) +
+                         " has a non-finite position");
+      }
+    }
+  }
+
+  /// The ranks whose slabs body i's window reaches (its deposit's planes, and with finite differences the two more
+  /// on each side that its pull reads), each once, in the order of the planes. Returns how many.
+  template <MassAssignment A>
+  int ownersOf(const SourceView& s, std::size_t i, double offset, int (&owners)[kMaxOwnersPerBody]) const {
+    const int margin = params.gradient == MeshGradient::finiteDifference ? 2 : 0;
+    const AxisWeights<double> w = windowWeights<support(A)>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
+    int count = 0;
+    for (int plane = w.first - margin; plane < w.first + support(A) + margin; ++plane) {
+      const int owner = ownerOfPlane[wrapMeshIndex(plane, n)];
+      if (std::find(owners, owners + count, owner) == owners + count) owners[count++] = owner;
+    }
+    return count;
+  }
+
+  /// Sends every body to the slabs its window reaches and receives the bodies that reach this one (MPI_Alltoallv),
+  /// in an order fixed by the input: by destination, then by block of bodies, then in body order.
+  template <MassAssignment A>
+  void route(const SourceView& s, double offset) {
+    const std::size_t count = s.count;
+    const std::size_t numBlocks = std::clamp<std::size_t>((count + (1 << 14) - 1) >> 14, 1, 256);
+    const std::size_t blockSize = (count + numBlocks - 1) / numBlocks;
+    const auto K = static_cast<std::size_t>(ranks);
+    blockCounts.assign(numBlocks * K, 0);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+      int owners[kMaxOwnersPerBody];
+      for (std::size_t i = b * blockSize; i < std::min(count, (b + 1) * blockSize); ++i) {
+        const int reached = ownersOf<A>(s, i, offset, owners);
+        for (int k = 0; k < reached; ++k) ++blockCounts[b * K + static_cast<std::size_t>(owners[k])];
+      }
+    });
+    // Counts go as 64-bit integers, so that every rank sees an overflow of MPI's int counts and all stop alike.
+    std::vector<long long> sendTotals(K, 0), recvTotals(K, 0);
+    std::size_t position = 0;
+    for (std::size_t r = 0; r < K; ++r) {
+      const std::size_t first = position;
+      for (std::size_t b = 0; b < numBlocks; ++b) {
+        const std::size_t entries = blockCounts[b * K + r];
+        blockCounts[b * K + r] = position;
+        position += entries;
+      }
+      sendTotals[r] = static_cast<long long>(position - first);
+    }
+    check(MPI_Alltoall(sendTotals.data(), 1, MPI_LONG_LONG, recvTotals.data(), 1, MPI_LONG_LONG, comm), "MPI_Alltoall");
+    constexpr auto kMaxCount = static_cast<long long>(std::numeric_limits<int>::max());
+    int overflow = (static_cast<long long>(position) > kMaxCount ||
+                    std::accumulate(recvTotals.begin(), recvTotals.end(), 0LL) > kMaxCount)
+                       ? 1
+                       : 0;
+    check(MPI_Allreduce(MPI_IN_PLACE, &overflow, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+    if (overflow != 0) {
+      throw InputError("particle mesh: more than 2^31 - 1 bodies a rank reach the slabs or one slab; use more ranks");
+    }
+    sendCounts.assign(ranks, 0);
+    sendDispls.assign(ranks, 0);
+    recvCounts.assign(ranks, 0);
+    recvDispls.assign(ranks, 0);
+    for (int r = 0, sentBefore = 0, receivedBefore = 0; r < ranks; ++r) {
+      sendCounts[r] = static_cast<int>(sendTotals[r]);
+      recvCounts[r] = static_cast<int>(recvTotals[r]);
+      sendDispls[r] = sentBefore;
+      recvDispls[r] = receivedBefore;
+      sentBefore += sendCounts[r];
+      receivedBefore += recvCounts[r];
+    }
+    const auto total = static_cast<std::size_t>(recvDispls[ranks - 1] + recvCounts[ranks - 1]);
+    sent.resize(position);
+    sentBody.resize(position);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+      int owners[kMaxOwnersPerBody];
+      for (std::size_t i = b * blockSize; i < std::min(count, (b + 1) * blockSize); ++i) {
+        const int reached = ownersOf<A>(s, i, offset, owners);
+        for (int k = 0; k < reached; ++k) {
+          const std::size_t slot = blockCounts[b * K + static_cast<std::size_t>(owners[k])]++;
+          sent[slot] = {{s.x[i], s.y[i], s.z[i], s.mass[i]}};
+          sentBody[slot] = static_cast<std::uint32_t>(i);
+        }
+      }
+    });
+    received.resize(total);
+    check(MPI_Alltoallv(sent.data(), sendCounts.data(), sendDispls.data(), recordType, received.data(),
+                        recvCounts.data(), recvDispls.data(), recordType, comm),
+          "MPI_Alltoallv");
+    rx.resize(total);
+    ry.resize(total);
+    rz.resize(total);
+    rm.resize(total);
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, total, 1 << 14),
+                      [&](const tbb::blocked_range<std::size_t>& r) {
+                        for (std::size_t k = r.begin(); k != r.end(); ++k) {
+                          rx[k] = received[k].v[kX];
+                          ry[k] = received[k].v[kY];
+                          rz[k] = received[k].v[kZ];
+                          rm[k] = received[k].v[kMass];
+                          received[k] = {{0, 0, 0, 0}};  // from here on this slab's shares of the body
+                        }
+                      });
+    stats.bodiesSent += sent.size();
+    stats.bodiesReceived += total;
+    stats.bytesSent += sent.size() * sizeof(BodyRecord);
+    stats.bytesReceived += total * sizeof(BodyRecord);
+  }
+
+  SourceView receivedBodies() const { return {rx.data(), ry.data(), rz.data(), rm.data(), rx.size()}; }
+
+  /// The transposed spectrum's mode (x, y, z) at ((y - local1Start) n + x) (n/2 + 1) + z: each rank holds rows y of
+  /// [local1Start, local1Start + localN1).
+  template <class Visit>
+  void forEachOwnedRow(Visit visit) const {
+    tbb::parallel_for(ptrdiff_t{0}, localN1, [&](ptrdiff_t yl) {
+      const int y = static_cast<int>(local1Start + yl);
+      for (int x = 0; x < n; ++x) visit(x, y, (static_cast<std::size_t>(yl) * n + x) * half);
+    });
+  }
+
+  /// The mass spectrum becomes the potential's, as ParticleMesh's applyGreen.
+  void applyGreen(double G) {
+    const double scale = greenScale(G, params.boxSize);
+    auto* spectrum = reinterpret_cast<std::complex<double>*>(slab);
+    forEachOwnedRow([&](int x, int y, std::size_t base) {
+      const double gxy = scale * greenAxis[x] * greenAxis[y];
+      const double m2xy = modeSquared[x] + modeSquared[y];
+      for (std::size_t z = 0; z < half; ++z) {
+        spectrum[base + z] *= greenMultiplier(gxy, m2xy, greenAxis[z], modeSquared[z]);
+      }
+    });
+  }
+
+  /// work = -i k_d phi_k, as ParticleMesh's differentiate.
+  void differentiate(int axis) {
+    const auto* phi = reinterpret_cast<const std::complex<double>*>(slab);
+    auto* pull = reinterpret_cast<std::complex<double>*>(work);
+    forEachOwnedRow([&](int x, int y, std::size_t base) {
+      for (std::size_t z = 0; z < half; ++z) {
+        const int index = axis == 0 ? x : (axis == 1 ? y : static_cast<int>(z));
+        const double k = derivativeWavenumber[index];
+        const std::complex<double> value = phi[base + z];
+        pull[base + z] = {k * value.imag(), -k * value.real()};  // -i k (re + i im)
+      }
+    });
+  }
+
+  /// Each received body's share of `field` from this slab's planes, into `component` of its record. In the deposit's
+  /// order (by plane), as ParticleMesh interpolates.
+  template <MassAssignment A>
+  void shareOf(const double* field, double offset, ShareField component) {
+    const SourceView r = receivedBodies();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, r.count, 1024),
+                      [&](const tbb::blocked_range<std::size_t>& range) {
+                        for (std::size_t slot = range.begin(); slot != range.end(); ++slot) {
+                          const std::size_t k = depositor.order()[slot];
+                          const BodyWindow<support(A), double> window(r.x[k], r.y[k], r.z[k], invBox, n, offset);
+                          received[k].v[component] = gatherBody(field, layout(), window, ownPlanes());
+                        }
+                      });
+  }
+
+  /// The finite-difference variant: the pull and potential shares in one pass over the potential's slab.
+  template <MassAssignment A>
+  void finiteDifferenceShares(double offset) {
+    const SourceView r = receivedBodies();
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, r.count, 1024),
+                      [&](const tbb::blocked_range<std::size_t>& range) {
+                        for (std::size_t slot = range.begin(); slot != range.end(); ++slot) {
+                          const std::size_t k = depositor.order()[slot];
+                          const BodyWindow<support(A), double> window(r.x[k], r.y[k], r.z[k], invBox, n, offset);
+                          double gradient[3], pot;
+                          gatherFiniteDifference(slab, layout(), window, invCell, gradient, pot, ownPlanes());
+                          received[k] = {{-gradient[0], -gradient[1], -gradient[2], pot}};
+                        }
+                      });
+  }
+
+  /// The shares go back to the bodies' ranks, which add them times `weight`, slab by slab in rank order.
+  void collectShares(double weight, const ForceView& out) {
+    check(MPI_Alltoallv(received.data(), recvCounts.data(), recvDispls.data(), recordType, sent.data(),
+                        sendCounts.data(), sendDispls.data(), recordType, comm),
+          "MPI_Alltoallv");
+    stats.bytesSent += received.size() * sizeof(BodyRecord);
+    stats.bytesReceived += sent.size() * sizeof(BodyRecord);
+    for (int r = 0; r < ranks; ++r) {  // a body has at most one entry per slab: no two threads add to one body
+      const auto first = static_cast<std::size_t>(sendDispls[r]);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(first, first + static_cast<std::size_t>(sendCounts[r]), 4096),
+                        [&](const tbb::blocked_range<std::size_t>& range) {
+                          for (std::size_t e = range.begin(); e != range.end(); ++e) {
+                            const std::size_t i = sentBody[e];
+                            const double* share = sent[e].v;
+                            out.ax[i] += weight * share[kAx];
+                            out.ay[i] += weight * share[kAy];
+                            out.az[i] += weight * share[kAz];
+                            if (out.pot != nullptr) out.pot[i] += weight * share[kPot];
+                          }
+                        });
+    }
+  }
+
+  /// One pass (ParticleMesh::Impl::addPass over the ranks). Returns the mass deposited by all ranks.
+  template <MassAssignment A>
+  double addPass(const SourceView& s, const GravityParams& gravity, double offset, double weight,
+                 const ForceView& out) {
+    Stopwatch clock;
+    route<A>(s, offset);
+    stats.exchangeSeconds += clock.seconds();
+
+    clock.restart();
+    depositor.deposit(receivedBodies(), A, offset, slab, ownPlanes());
+    stats.depositSeconds += clock.seconds();
+
+    clock.restart();
+    fftw_mpi_execute_dft_r2c(forwardPlan, slab, reinterpret_cast<fftw_complex*>(slab));
+    stats.fftSeconds += clock.seconds();
+
+    clock.restart();
+    // The k = 0 mode (the deposited mass) lies on the rank holding row y = 0 of the transposed spectrum.
+    const double mine = (localN1 > 0 && local1Start == 0) ? slab[0] : 0.0;
+    double totalMass = 0;
+    check(MPI_Allreduce(&mine, &totalMass, 1, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
+    applyGreen(gravity.G);
+    stats.greenSeconds += clock.seconds();
+
+    if (params.gradient == MeshGradient::fourier) {
+      constexpr ShareField components[3] = {kAx, kAy, kAz};
+      for (int d = 0; d < 3; ++d) {
+        clock.restart();
+        differentiate(d);
+        stats.greenSeconds += clock.seconds();
+        clock.restart();
+        fftw_mpi_execute_dft_c2r(workInversePlan, reinterpret_cast<fftw_complex*>(work), work);
+        stats.fftSeconds += clock.seconds();
+        clock.restart();
+        shareOf<A>(work, offset, components[d]);
+        stats.interpolateSeconds += clock.seconds();
+      }
+      if (potentials) {  // collective: a rank without bodies has no potentials to write but takes part
+        clock.restart();
+        fftw_mpi_execute_dft_c2r(inversePlan, reinterpret_cast<fftw_complex*>(slab), slab);
+        stats.fftSeconds += clock.seconds();
+        clock.restart();
+        shareOf<A>(slab, offset, kPot);
+        stats.interpolateSeconds += clock.seconds();
+      }
+    } else {
+      clock.restart();
+      fftw_mpi_execute_dft_c2r(inversePlan, reinterpret_cast<fftw_complex*>(slab), slab);
+      stats.fftSeconds += clock.seconds();
+      clock.restart();
+      finiteDifferenceShares<A>(offset);
+      stats.interpolateSeconds += clock.seconds();
+    }
+    clock.restart();
+    collectShares(weight, out);
+    stats.exchangeSeconds += clock.seconds();
+    return totalMass;
+  }
+
+  template <MassAssignment A>
+  void run(const SourceView& s, const GravityParams& gravity, const ForceView& out) {
+    // Interlacing as ParticleMesh: a second pass on the mesh moved by half a cell, averaged with the first.
+    const int passes = params.interlace ? 2 : 1;
+    const double weight = 1.0 / passes;
+    double totalMass = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+      const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out);
+      if (pass == 0) totalMass = mass;
+    }
+    if (out.pot != nullptr) {
+      const double rs = params.splitRadius(), L = params.boxSize, G = gravity.G;
+      const double kernelIntegral = shortRangeKernelIntegral(rs, params.cutoffRadius());
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 4096),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                            out.pot[i] += selfPotentialCorrection(G, s.mass[i], totalMass, rs, L, kernelIntegral);
+                          }
+                        });
+    }
+  }
+
+  /// What this rank holds for the mesh after a call: the slab (twice with the Fourier gradient) and the last pass's
+  /// records, sent and received, with their indices.
+  std::size_t heldBytes() const {
+    const std::size_t slabs = (work != nullptr ? 2 : 1) * slabReals * sizeof(double);
+    const std::size_t records = (sent.capacity() + received.capacity()) * sizeof(BodyRecord) +
+                                sentBody.capacity() * sizeof(std::uint32_t) + 4 * rx.capacity() * sizeof(double) +
+                                depositor.order().capacity() * sizeof(std::uint32_t);
+    return slabs + records;
+  }
+};
+
+SlabMesh::SlabMesh(const MeshParams& params, MPI_Comm comm) {
+  params.validate();
+  impl_ = std::make_unique<Impl>(params, comm);
+}
+
+SlabMesh::~SlabMesh() = default;
+
+const MeshParams& SlabMesh::params() const { return impl_->params; }
+int SlabMesh::numRanks() const { return impl_->ranks; }
+SlabMeshStats SlabMesh::lastStats() const { return impl_->stats; }
+
+void SlabMesh::addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
+  gravity.validate();
+  MATCHA_ASSERT(out.count == sources.count, "SlabMesh::addLongRange: the output size differs from the sources'");
+  MATCHA_ASSERT(sources.count <= std::numeric_limits<std::uint32_t>::max(),
+                "SlabMesh::addLongRange: at most 2^32 - 1 bodies a rank");
+  const Stopwatch total;
+  Impl& m = *impl_;
+  m.stats = SlabMeshStats{};
+  m.stats.slabPlanes = static_cast<int>(m.localN0);
+  m.requireFinitePositions(sources);
+  // Potentials are asked for alike on every rank that has bodies (a rank without has nowhere to write them): the
+  // potential's transform and exchange run when any rank wants them.
+  const int mine = out.pot != nullptr ? 1 : 0;
+  int any = 0;
+  check(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, m.comm), "MPI_Allreduce");
+  MATCHA_ASSERT(sources.count == 0 || any == mine, "SlabMesh::addLongRange: potentials asked for on some ranks only");
+  m.potentials = any != 0;
+  if (m.params.assignment == MassAssignment::cic) {
+    m.run<MassAssignment::cic>(sources, gravity, out);
+  } else {
+    m.run<MassAssignment::tsc>(sources, gravity, out);
+  }
+  m.stats.heldBytes = m.heldBytes();
+  m.stats.totalSeconds = total.seconds();
+}
+
+}  // namespace matcha::mesh
