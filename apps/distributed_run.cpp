@@ -548,6 +548,17 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
   estimate.add("received bodies (LET)", n * kBytesPerBody);
   estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
   if (parallel::rankOf(comm) == 0) estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
+  if (options.gravity.periodic.enabled() && !onGpu) {
+    // The CPU engine's mesh lies in slabs over the ranks (slabTreePm): a rank holds its share, not the whole grid.
+    auto whole = std::find_if(estimate.parts.begin(), estimate.parts.end(),
+                              [](const MemoryPart& part) { return part.name == "particle mesh"; });
+    MATCHA_ASSERT(whole != estimate.parts.end(), "the run's memory estimate has no particle mesh");
+    estimate.hostBytes -= whole->hostBytes;
+    estimate.parts.erase(whole);
+    int ranks = 1;
+    MPI_Comm_size(comm, &ranks);
+    estimate.add("particle mesh (FFTW slabs)", mesh::slabMeshMemoryBytes(options.mesh, ranks, n));
+  }
   MPI_Comm host = MPI_COMM_NULL, gpu = MPI_COMM_NULL;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   MPI_Comm_split(host, onGpu ? device : 0, 0, &gpu);

@@ -494,6 +494,16 @@ struct SlabMesh::Impl {
   }
 };
 
+std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies) {
+  const auto n = static_cast<std::size_t>(params.grid);
+  const std::size_t planes = (n + static_cast<std::size_t>(numRanks) - 1) / static_cast<std::size_t>(numRanks);
+  const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
+  // Per record: 36 bytes sent (the record and its body's index), 68 received (the record, the body as the deposit's
+  // arrays, its place in the deposit's order).
+  constexpr std::size_t kRecordBytes = 36 + 68;
+  return grids * planes * n * 2 * (n / 2 + 1) * sizeof(double) + numBodies * kRecordBytes * 3 / 2;
+}
+
 SlabMesh::SlabMesh(const MeshParams& params, MPI_Comm comm) {
   params.validate();
   impl_ = std::make_unique<Impl>(params, comm);

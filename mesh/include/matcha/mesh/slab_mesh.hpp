@@ -35,6 +35,11 @@
 
 namespace matcha::mesh {
 
+/// A rank's bytes for a SlabMesh of `params` over `numRanks` ranks holding `numBodies` bodies, for memory checks: its
+/// share of the grid (ceil(n / K) planes; twice with the Fourier gradient) and the records of its bodies, counted as
+/// 1.5 records a body (a body near a slab's edge reaches two slabs; a rank receives about as many as it sends).
+std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies);
+
 /// What the last SlabMesh::addLongRange did on this rank.
 struct SlabMeshStats {
   int slabPlanes = 0;              ///< x planes of the mesh this rank owns
