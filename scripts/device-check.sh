@@ -23,6 +23,7 @@
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
 # COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
 # (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential,
+# SLABS=1 (SLABS_CASES, SLABS_COUNTS, SLABS_REPEAT) for the particle mesh in slabs over K ranks of the host,
 # PERIODIC_STEPS=1 (PSTEP_SIZES, PSTEP_RUNS, PSTEP_COSMO_GRID, PSTEP_COSMO_RUNS) for periodic steps with and without reuse,
 # GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
@@ -52,6 +53,7 @@ if [ "${1:-}" = bundle ]; then
     rm build-device/gpu-tests.json build-device/bin.txt
   fi
   cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
+  if [ -f "$build/bench/bench_slab_mesh" ]; then cp "$build/bench/bench_slab_mesh" build-device/bench/; fi
   cp "$build/apps/matcha" build-device/apps/
   # BUNDLE_EXTRA="LABEL=PATH ...": other matcha binaries (a branch's) as apps/matcha-LABEL, which LATE_AB runs for the
   # runs of that label.
@@ -59,7 +61,7 @@ if [ "${1:-}" = bundle ]; then
   # Every shared library outside the C runtime (ours, matcha_force and matcha_g6, among them); the GPU machine links
   # only those it lacks. Not cuFFT (the mesh's GPU backend): 286 MB, over the device tool's limit; the GPU machine takes
   # its own (see MATCHA_PREBUILT below).
-  ldd "${test_binaries[@]}" build-device/bench/bench_cuda build-device/bench/bench_cpu build-device/apps/matcha |
+  ldd "${test_binaries[@]}" build-device/bench/bench_* build-device/apps/matcha |
     awk '/=> \//{print $3}' | sort -u | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
     grep -v '/libcufft\.so' | xargs -r cp -L -t build-device/lib-all/
   # The benchmark smoke test bundled bench_cuda already: one copy, linked where the checks below look for it. Each
@@ -611,9 +613,12 @@ fi
 # RANKS=1: issue 19 on this machine's GPUs. `mpirun -np K matcha run --engine cuda` (a GPU per rank; the ranks of one
 # host take its GPUs in turns, so on a one-GPU machine they share it) for each K of RANKS_COUNTS (default 1 2 4) at
 # each size of RANKS_SIZES (default 2^22), RANKS_STEPS steps (default 10) of 1/128 with RANKS_OPTIONS, --timings.
-# RANKS_RUNS="K:N K:N ..." names the runs instead (weak scaling: N growing with K).
+# RANKS_RUNS="K:N K:N ..." names the runs instead (weak scaling: N growing with K). RANKS_ENGINE=cpu runs the CPU engine
+# (each of K ranks on a host takes 1/K of its cores), RANKS_IC=clumps a periodic box of `matcha ic clumps` (seed 7)
+# instead of the Plummer sphere.
 if [ "${RANKS:-0}" = 1 ]; then
-  echo "== matcha run on K ranks, the CUDA engine on each"
+  engine=${RANKS_ENGINE:-cuda}
+  echo "== matcha run on K ranks, the $engine engine on each"
   nvidia-smi -L
   matcha="$build/apps/matcha"
   t_end=$(python3 -c "print(${RANKS_STEPS:-10} / 128)")
@@ -626,9 +631,16 @@ if [ "${RANKS:-0}" = 1 ]; then
   for run in $runs; do
     k=${run%%:*}
     n=${run#*:}
+    bodies=(-n "$n" --seed 7)
+    if [ "${RANKS_IC:-}" = clumps ]; then
+      ic="${TMPDIR:-/tmp}/matcha-ranks-clumps-$n.hdf5"
+      [ -f "$ic" ] || "$matcha" ic clumps -n "$n" --seed 7 --out "$ic" >/dev/null
+      bodies=(--ic "$ic")
+    fi
     # shellcheck disable=SC2086
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
-      mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run -n "$n" --seed 7 --engine cuda --dt 0.0078125 \
+      mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run \
+      "${bodies[@]}" --engine "$engine" --dt 0.0078125 \
       --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
       --out "${TMPDIR:-/tmp}/matcha-ranks-$n-$k" >"$OUT/ranks-n$n-k$k.json" 2>"$OUT/ranks-n$n-k$k.log"
     echo "exit $?" >>"$OUT/ranks-n$n-k$k.log"
@@ -655,6 +667,30 @@ if [ "${RANKS_COSMO:-0}" = 1 ]; then
     grep -vE '^step ' "$log" | tail -n 40
     summary+=("ranks cosmo ${grid}^3 K=$k: $(grep -E '^summary' "$log" | tail -n 1 | head -c 400)")
   done
+fi
+
+# SLABS=1: the particle mesh over K ranks on this machine's host (issue 19; the CPU engine's mesh, FFTW): bench_slab_mesh
+# with K ranks of 16 / K threads for each K of SLABS_COUNTS (default 1 2 4 8) and each N:grid of SLABS_CASES (default
+# 2^22 at 256^3 and 2^24 at 512^3, the default grids' sizes), the slab mesh against the replicated one, one table.
+if [ "${SLABS:-0}" = 1 ]; then
+  echo "== the particle mesh in slabs over K ranks (host cores)"
+  cores=$(nproc)
+  header=--header
+  for case in ${SLABS_CASES:-4194304:256 16777216:512}; do
+    for k in ${SLABS_COUNTS:-1 2 4 8}; do
+      threads=$((cores / k))
+      [ "$threads" -ge 1 ] || threads=1
+      # shellcheck disable=SC2086
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${SLABS_TIMEOUT:-300}" \
+        mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$build/bench/bench_slab_mesh" \
+        -n "${case%%:*}" --grid "${case#*:}" --threads "$threads" --repeat "${SLABS_REPEAT:-3}" $header \
+        >>"$OUT/slabs.md" 2>>"$OUT/slabs.log"
+      echo "exit $? (K=$k, $case)" >>"$OUT/slabs.log"
+      header=
+    done
+  done
+  cat "$OUT/slabs.md"
+  summary+=("slabs: $(grep -c '^| [0-9]' "$OUT/slabs.md") rows in slabs.md")
 fi
 
 echo
