@@ -807,6 +807,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   const int numRanks = worldSize();
   Options options = given;
   requireRunOptionsOnRanks(options);
+  const bool perRankSnapshots = options.snapshotPerRank && numRanks > 1;  // --snapshot-files ranks
   const bool restart = !options.restartDir.empty();
   if (restart) {
     options.outPath = options.restartDir;
@@ -1021,8 +1022,9 @@ int runDistributed(CLI::App& command, const Options& given) {
            << " ranks\nsolver: " << forces->describe() << "\nengine: " << engine.reason
            << ", on every rank\nenergy diagnostics: potentials from " << potentialSource
            << "\noutput: " << outDir.string()
-           << "/ (snapshot_NNN.hdf5 and checkpoint.hdf5 gathered to rank 0, diagnostics.log, used_parameters.toml, "
-              "summary.json; RUNNING until the end)\n";
+           << (perRankSnapshots ? "/ (snapshot_NNN.R.hdf5 from every rank R, checkpoint.hdf5 gathered to rank 0, "
+                                : "/ (snapshot_NNN.hdf5 and checkpoint.hdf5 gathered to rank 0, ")
+           << "diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
       if (position) {
         info << "restart: step " << position->step << " of the run, " << (comoving ? "a = " : "t = ") << position->time
              << ", from " << (outDir / io::kCheckpointName).string()
@@ -1073,14 +1075,36 @@ int runDistributed(CLI::App& command, const Options& given) {
     }
     callbacks.onOutput = [&](const Particles& state, const integrator::Diagnostics& diagnostics, std::uint64_t index) {
       if (index == 0) initial = diagnostics;
-      const Particles whole = gatherBodies(state, comm);
+      char name[32];
+      std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
+      if (perRankSnapshots) {
+        // Every rank its own bodies, at once, as file `rank` of a GADGET multi-file snapshot; a failure on any rank
+        // stops every rank with its message. Open boundaries: every file the same BoxSize, the cube around all.
+        std::uint64_t total = state.size();
+        MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UINT64_T, MPI_SUM, comm);
+        double largest = 0.0;
+        for (const std::vector<double>* coordinate : {&state.x, &state.y, &state.z}) {
+          for (const double value : *coordinate) largest = std::max(largest, std::abs(value));
+        }
+        MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_DOUBLE, MPI_MAX, comm);
+        parallel::checkOnEveryRank(
+            [&] {
+              io::SnapshotWriteOptions write;
+              io::SnapshotMetadata meta = metadata;
+              stateAt(diagnostics.time, meta, write);
+              write.filePart =
+                  io::SnapshotWriteOptions::FilePart{rank, numRanks, total, largest > 0.0 ? 2.0 * largest : 1.0};
+              io::writeSnapshot(io::multiFilePath(outDir / name, rank), state, meta, write);
+            },
+            comm);
+      }
+      const Particles whole = perRankSnapshots ? Particles{} : gatherBodies(state, comm);
       onRankZero([&] {
         const std::string row = comoving ? formatComovingDiagnostics(diagnostics, *layzerIrvine)
                                          : integrator::formatDiagnostics(diagnostics, initial);
         log << row << std::endl;
         info << row << std::endl;
-        char name[32];
-        std::snprintf(name, sizeof name, "snapshot_%03llu.hdf5", static_cast<unsigned long long>(index));
+        if (perRankSnapshots) return;
         io::SnapshotWriteOptions write;
         stateAt(diagnostics.time, metadata, write);
         io::writeSnapshot(outDir / name, whole, metadata, write);

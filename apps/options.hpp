@@ -59,6 +59,9 @@ struct Options {
   bool dryRun = false;   ///< --dry-run (run): print the memory the run needs and stop
   /// --background-output (run): snapshots and checkpoints written on a thread of their own (io::BackgroundWriter)
   bool backgroundOutput = true;
+  /// --snapshot-files ranks (run on K ranks): every rank writes its own bodies, GADGET's multi-file snapshots
+  /// (io::SnapshotWriteOptions::FilePart), rather than rank 0 the gathered whole
+  bool snapshotPerRank = false;
   // compare's sweep (kTreeSweep): the text of --theta and --multipole, expanded by treeSweep().
   std::string thetaList;        ///< --theta: comma-separated opening angles, e.g. "0.3,0.5,0.7"
   std::string multipoleChoice;  ///< --multipole: mono, quad or both

@@ -49,7 +49,7 @@ void rewindRunFolder(const std::filesystem::path& dir, const integrator::RunPosi
                      double tolerance) {
   const io::RunFolderContents contents = io::inspectRunFolder(dir);
   for (const std::string& name : contents.snapshots) {
-    const std::uint64_t index = std::stoull(name.substr(9, name.size() - 9 - 5));  // snapshot_NNN.hdf5
+    const std::uint64_t index = std::stoull(name.substr(9));  // snapshot_NNN.hdf5 or snapshot_NNN.K.hdf5: NNN
     if (index >= position.nextOutputIndex) std::filesystem::remove(dir / name);
   }
   const std::filesystem::path logPath = dir / "diagnostics.log";

@@ -852,6 +852,14 @@ std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
       ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
       ->capture_default_str();
   command
+      ->add_option("--snapshot-files", options.snapshotPerRank,
+                   "runs on K ranks: each snapshot one file, the bodies gathered to rank 0, which writes it (one), or "
+                   "one file a rank, each written by its rank at once without a gather (ranks: GADGET's multi-file "
+                   "snapshots, snapshot_NNN.R.hdf5 with NumFilesPerSnapshot K; yt opens snapshot_NNN.0.hdf5, matcha "
+                   "any file of the set or snapshot_NNN.hdf5); a run on one rank writes one file either way")
+      ->transform(CLI::Transformer({{"one", "0"}, {"ranks", "1"}}))
+      ->capture_default_str();
+  command
       ->add_option("--force-check", options.forceCheck,
                    "after the last step on each tree (every step with --reuse off), measure the accelerations of this "
                    "many bodies drawn at random against direct summation in double (Ewald in a periodic box); "

@@ -37,10 +37,17 @@ std::optional<std::int64_t> parsePid(std::string_view text) {
   return pid;
 }
 
+/// snapshot_NNN.hdf5, or file K of a multi-file snapshot, snapshot_NNN.K.hdf5 (a run on ranks, --snapshot-files ranks).
 bool isSnapshotName(std::string_view name) {
-  return name.size() > kSnapshotPrefix.size() + kSnapshotSuffix.size() && name.starts_with(kSnapshotPrefix) &&
-         name.ends_with(kSnapshotSuffix) &&
-         allDigits(name.substr(kSnapshotPrefix.size(), name.size() - kSnapshotPrefix.size() - kSnapshotSuffix.size()));
+  if (!(name.size() > kSnapshotPrefix.size() + kSnapshotSuffix.size() && name.starts_with(kSnapshotPrefix) &&
+        name.ends_with(kSnapshotSuffix))) {
+    return false;
+  }
+  const std::string_view number =
+      name.substr(kSnapshotPrefix.size(), name.size() - kSnapshotPrefix.size() - kSnapshotSuffix.size());
+  const std::size_t dot = number.find('.');
+  return dot == std::string_view::npos ? allDigits(number)
+                                       : allDigits(number.substr(0, dot)) && allDigits(number.substr(dot + 1));
 }
 
 std::string quoted(const fs::path& path) {

@@ -155,6 +155,7 @@ using detail::oneLine;
 
 constexpr hsize_t kBlockRows = hsize_t{1} << 16;  // rows per N x 3 transfer: bounds the scratch buffer (1.5 MiB)
 constexpr const char* kGroup = "PartType1";
+constexpr std::int64_t kMaxSnapshotFiles = std::int64_t{1} << 16;  // files of a multi-file snapshot, at most
 
 /// Rethrows the exception in flight with `prefix` added: InputError and IoError keep their type, other matcha::Error
 /// types pass through unchanged, any other std::exception becomes IoError, and anything else propagates as is.
@@ -293,16 +294,28 @@ void writeTriples(hid_t group, const char* name, const std::vector<double>& x, c
   }
 }
 
-void checkWritable(const Particles& particles, const SnapshotMetadata& meta) {
+void checkWritable(const Particles& particles, const SnapshotMetadata& meta, const SnapshotWriteOptions& options) {
   const std::size_t count = particles.size();
   for (const auto* array : {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz,
                             &particles.ax, &particles.ay, &particles.az, &particles.pot}) {
     MATCHA_ASSERT(array->size() == count, "particle arrays differ in length");
   }
   MATCHA_ASSERT(particles.id.size() == count, "particle id array differs in length");
-  if (count == 0) throw InputError("there are no bodies to write");
+  if (const auto& part = options.filePart) {
+    if (part->count < 1 || part->index < 0 || part->index >= part->count) {
+      throw InputError("file " + std::to_string(part->index) + " of a snapshot of " + std::to_string(part->count) +
+                       " files");
+    }
+    if (count > part->totalBodies) {
+      throw InputError(std::to_string(count) + " bodies in one file of a snapshot of " +
+                       std::to_string(part->totalBodies));
+    }
+    if (part->totalBodies == 0) throw InputError("there are no bodies to write");
+  } else if (count == 0) {
+    throw InputError("there are no bodies to write");
+  }
   if (count > std::numeric_limits<std::uint32_t>::max()) {
-    throw InputError(std::to_string(count) + " bodies do not fit the uint32 NumPart_ThisFile of a one-file snapshot");
+    throw InputError(std::to_string(count) + " bodies do not fit the uint32 NumPart_ThisFile of one file");
   }
   std::set<std::string_view> names;
   for (const auto& [name, value] : meta.parameters) {
@@ -322,18 +335,20 @@ double boxSize(const Particles& particles) {
   return largest > 0.0 ? 2.0 * largest : 1.0;
 }
 
-void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata& meta) {
+void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata& meta,
+                 const SnapshotWriteOptions& options) {
   const std::size_t count = particles.size();
+  const auto& part = options.filePart;
   Handle header = createGroup(file, "Header", false);
   std::array<std::uint32_t, 6> thisFile{};
   std::array<std::uint32_t, 6> totalLow{};
   std::array<std::uint32_t, 6> totalHigh{};
-  const auto total = static_cast<std::uint64_t>(count);
-  thisFile[1] = static_cast<std::uint32_t>(total);  // checkWritable keeps count below 2^32
+  const std::uint64_t total = part ? part->totalBodies : static_cast<std::uint64_t>(count);
+  thisFile[1] = static_cast<std::uint32_t>(count);  // checkWritable keeps count below 2^32
   totalLow[1] = static_cast<std::uint32_t>(total & 0xffffffffu);
   totalHigh[1] = static_cast<std::uint32_t>(total >> 32);
   const std::array<double, 6> massTable{};  // all 0: masses are per body, in PartType1/Masses
-  const std::int32_t numFiles = 1;
+  const std::int32_t numFiles = part ? part->count : 1;
   writeAttribute(header.get(), "NumPart_ThisFile", H5T_STD_U32LE, H5T_NATIVE_UINT32, thisFile.data(), 6);
   writeAttribute(header.get(), "NumPart_Total", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalLow.data(), 6);
   writeAttribute(header.get(), "NumPart_Total_HighWord", H5T_STD_U32LE, H5T_NATIVE_UINT32, totalHigh.data(), 6);
@@ -346,7 +361,8 @@ void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata&
   // largest |coordinate|), and the README's loader gives yt that cube as the bounding box. MatchaPeriodic tells the
   // two meanings apart when matcha reads the file back.
   const bool periodic = meta.boxSize > 0.0;
-  writeScalar(header.get(), "BoxSize", periodic ? meta.boxSize : boxSize(particles));
+  const double openBox = part && part->openBoxSize > 0.0 ? part->openBoxSize : boxSize(particles);
+  writeScalar(header.get(), "BoxSize", periodic ? meta.boxSize : openBox);
   const std::int32_t periodicFlag = periodic ? 1 : 0;
   writeAttribute(header.get(), "MatchaPeriodic", H5T_STD_I32LE, H5T_NATIVE_INT32, &periodicFlag, 0);
   if (meta.step) {
@@ -409,7 +425,7 @@ void writeFile(const std::filesystem::path& target, const Particles& particles, 
   Handle fapl = detail::makeFileAccessList();
   Handle file =
       checked(H5Fcreate(target.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose, "creating the HDF5 file");
-  writeHeader(file.get(), particles, meta);
+  writeHeader(file.get(), particles, meta, options);
   writeUnits(file.get(), meta.units);
   writeParameters(file.get(), meta.parameters);
   {
@@ -706,6 +722,8 @@ struct HeaderInfo {
   std::string matchaVersion, matchaGitCommit;
   double boxSize = 0.0;                      ///< Snapshot::boxSize
   std::optional<CosmologyHeader> cosmology;  ///< Snapshot::cosmology
+  std::int64_t numFiles = 1;                 ///< NumFilesPerSnapshot (1 when absent)
+  std::uint64_t totalBodies = 0;             ///< NumPart_Total[1] with its high word (this file's rows when absent)
 };
 
 HeaderInfo readHeader(hid_t file, hsize_t count) {
@@ -719,15 +737,14 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
     info.time = time->front();
   }
   if (auto files = readNumericAttribute<std::int64_t>(h, "NumFilesPerSnapshot", H5T_NATIVE_INT64, where)) {
-    if (!files->empty() && files->front() > 1) {
-      throw InputError("the snapshot is split over " + std::to_string(files->front()) +
-                       " files (NumFilesPerSnapshot); matcha reads one-file snapshots only");
+    if (files->size() != 1 || files->front() < 1 || files->front() > kMaxSnapshotFiles) {
+      throw InputError("/Header NumFilesPerSnapshot is not one count from 1 to " + std::to_string(kMaxSnapshotFiles));
     }
-    if (files->size() != 1 || files->front() < 1) {
-      throw InputError("/Header NumFilesPerSnapshot is not one count >= 1");
-    }
+    info.numFiles = files->front();
   }
-  // A one-file snapshot's totals are this file's counts: a total that differs says rows or files are missing.
+  info.totalBodies = count;
+  // A one-file snapshot's totals are this file's counts: a total that differs says rows are missing. A multi-file
+  // snapshot's are the set's (readFileSet checks them against the files).
   if (auto total = readNumericAttribute<std::uint64_t>(h, "NumPart_Total", H5T_NATIVE_UINT64, where)) {
     if (total->size() != 6) {
       throw InputError("/Header NumPart_Total has " + std::to_string(total->size()) + " entries, expected 6");
@@ -745,6 +762,8 @@ HeaderInfo readHeader(hid_t file, hsize_t count) {
         throw InputError("/Header NumPart_Total_HighWord[" + std::to_string(type) + "] is not below 2^32");
       }
       const std::uint64_t bodies = (*total)[type] + (high[type] << 32);
+      if (type == 1) info.totalBodies = bodies;
+      if (type == 1 && info.numFiles > 1) continue;
       const std::uint64_t expected = type == 1 ? count : 0;
       if (bodies != expected) {
         throw InputError("/Header NumPart_Total[" + std::to_string(type) + "] (with its high word) is " +
@@ -874,8 +893,8 @@ SnapshotInfo inspectFile(const std::filesystem::path& path) {
   Handle group = openParticleGroup(file.get());
   const Array coordinates = requireArray(group.get(), "Coordinates", true);
   SnapshotInfo info;
-  info.numBodies = coordinates.rows;
   const HeaderInfo header = readHeader(file.get(), coordinates.rows);
+  info.numBodies = header.numFiles > 1 ? header.totalBodies : coordinates.rows;
   info.time = header.time;
   info.boxSize = header.boxSize;
   info.cosmology = header.cosmology;
@@ -883,14 +902,29 @@ SnapshotInfo inspectFile(const std::filesystem::path& path) {
   return info;
 }
 
-Snapshot readFile(const std::filesystem::path& path) {
+/// One file as a snapshot (of a multi-file set: that file's bodies, which may be none); its header into headerOut.
+Snapshot readFile(const std::filesystem::path& path, HeaderInfo* headerOut = nullptr) {
   Handle file = openForReading(path);
   Handle group = openParticleGroup(file.get());
   const hid_t g = group.get();
 
   const Array coordinates = requireArray(g, "Coordinates", true);
   const hsize_t count = coordinates.rows;
-  if (count == 0) throw InputError(coordinates.name + " has 0 rows: the snapshot holds no bodies");
+  HeaderInfo header;
+  if (count == 0) {
+    // No rows: an empty file of a multi-file set, or a snapshot without bodies (which its header's totals, where it
+    // has them, would report less plainly).
+    bool emptyPart = false;
+    try {
+      header = readHeader(file.get(), count);
+      emptyPart = header.numFiles > 1;
+    } catch (const InputError&) {
+    }
+    if (!emptyPart) throw InputError(coordinates.name + " has 0 rows: the snapshot holds no bodies");
+  } else {
+    header = readHeader(file.get(), count);
+  }
+  if (headerOut != nullptr) *headerOut = header;
   const Array velocities = requireArray(g, "Velocities", true);
   requireRows(velocities, count);
   const auto masses = openArray(g, "Masses", false, false);
@@ -900,7 +934,6 @@ Snapshot readFile(const std::filesystem::path& path) {
   for (const auto* array : {&masses, &ids, &potential, &acceleration}) {
     if (*array) requireRows(**array, count);
   }
-  const HeaderInfo header = readHeader(file.get(), count);
   if (!masses && !(header.massTable1 > 0.0 && std::isfinite(header.massTable1))) {
     throw InputError(std::string("there is no ") + kGroup + "/Masses dataset and /Header MassTable[1] is " +
                      shortestText(header.massTable1) + " (need one of them, MassTable[1] > 0)");
@@ -1047,7 +1080,7 @@ void writeSnapshot(const std::filesystem::path& path, const Particles& particles
   const detail::ErrorPrintingOff quiet;
   const std::filesystem::path temporary = temporaryPathFor(path);
   try {
-    checkWritable(particles, meta);
+    checkWritable(particles, meta, options);
     writeFile(temporary, particles, meta, options);
     syncFile(temporary);
     std::filesystem::rename(temporary, path);  // atomic on POSIX: readers see the old file or the new one
@@ -1059,10 +1092,107 @@ void writeSnapshot(const std::filesystem::path& path, const Particles& particles
   }
 }
 
+std::filesystem::path multiFilePath(const std::filesystem::path& path, int index) {
+  std::filesystem::path part = path;
+  part.replace_filename(path.stem().string() + "." + std::to_string(index) + path.extension().string());
+  return part;
+}
+
+namespace {
+
+/// The file a read starts from: `path`, or the first file of the multi-file set whose one-file name it is.
+std::filesystem::path firstFileOf(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && std::filesystem::is_regular_file(multiFilePath(path, 0), ec)) {
+    return multiFilePath(path, 0);
+  }
+  return path;
+}
+
+/// The one-file name of the set whose file `path` is ("snapshot_003.2.hdf5" -> "snapshot_003.hdf5" and 2).
+std::pair<std::filesystem::path, int> setNameOf(const std::filesystem::path& path) {
+  const std::string stem = path.stem().string();
+  const std::size_t dot = stem.rfind('.');
+  const std::string digits = dot == std::string::npos ? "" : stem.substr(dot + 1);
+  if (digits.empty() || digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    throw InputError("the header says the snapshot is split over several files (NumFilesPerSnapshot), but the name " +
+                     detail::quoted(path.filename()) + " is not NAME.K" + path.extension().string() +
+                     ", the name of file K of a set");
+  }
+  std::filesystem::path whole = path;
+  whole.replace_filename(stem.substr(0, dot) + path.extension().string());
+  return {whole, std::stoi(digits)};
+}
+
+void appendBodies(Particles& to, const Particles& from) {
+  for (auto [a, b] : {std::pair{&to.x, &from.x}, std::pair{&to.y, &from.y}, std::pair{&to.z, &from.z},
+                      std::pair{&to.vx, &from.vx}, std::pair{&to.vy, &from.vy}, std::pair{&to.vz, &from.vz},
+                      std::pair{&to.mass, &from.mass}, std::pair{&to.ax, &from.ax}, std::pair{&to.ay, &from.ay},
+                      std::pair{&to.az, &from.az}, std::pair{&to.pot, &from.pot}}) {
+    a->insert(a->end(), b->begin(), b->end());
+  }
+  to.id.insert(to.id.end(), from.id.begin(), from.id.end());
+}
+
+/// readSnapshot: one file, or every file of a multi-file set in order, checked against each other.
+Snapshot readFileSet(const std::filesystem::path& given) {
+  const std::filesystem::path first = firstFileOf(given);
+  HeaderInfo header;
+  Snapshot snapshot = readFile(first, &header);
+  if (header.numFiles == 1) return snapshot;
+  const auto [whole, start] = setNameOf(first);
+  if (start >= header.numFiles) {
+    throw InputError("file " + std::to_string(start) + " of a set of " + std::to_string(header.numFiles) +
+                     " files (NumFilesPerSnapshot)");
+  }
+  Snapshot set = std::move(snapshot);
+  Particles bodies;
+  for (std::vector<double>* array : {&bodies.x, &bodies.y, &bodies.z, &bodies.vx, &bodies.vy, &bodies.vz, &bodies.mass,
+                                     &bodies.ax, &bodies.ay, &bodies.az, &bodies.pot}) {
+    array->reserve(static_cast<std::size_t>(header.totalBodies));
+  }
+  bodies.id.reserve(static_cast<std::size_t>(header.totalBodies));
+  for (int k = 0; k < header.numFiles; ++k) {
+    const std::filesystem::path file = multiFilePath(whole, k);
+    Particles part;
+    try {
+      if (k == start) {
+        part = std::move(set.particles);
+      } else {
+        HeaderInfo partHeader;
+        part = readFile(file, &partHeader).particles;
+        if (partHeader.numFiles != header.numFiles || partHeader.totalBodies != header.totalBodies ||
+            partHeader.time != header.time || partHeader.boxSize != header.boxSize) {
+          throw InputError("its NumFilesPerSnapshot, NumPart_Total, Time or BoxSize differs from file " +
+                           std::to_string(start) + "'s: the files come from different snapshots");
+        }
+      }
+    } catch (...) {
+      rethrowWithPrefix("file " + std::to_string(k) + " of the set, " + detail::quoted(file) + ": ");
+    }
+    appendBodies(bodies, part);
+  }
+  if (bodies.size() != header.totalBodies) {
+    throw InputError("the " + std::to_string(header.numFiles) + " files hold " + std::to_string(bodies.size()) +
+                     " bodies but NumPart_Total says " + std::to_string(header.totalBodies));
+  }
+  std::vector<std::uint64_t> ids = bodies.id;
+  std::sort(ids.begin(), ids.end());
+  const auto repeated = std::adjacent_find(ids.begin(), ids.end());
+  if (repeated != ids.end()) {
+    throw InputError("ParticleID " + std::to_string(*repeated) + " is in two files of the set");
+  }
+  set.particles = std::move(bodies);
+  return set;
+}
+
+}  // namespace
+
 SnapshotInfo inspectSnapshot(const std::filesystem::path& path) {
   const detail::ErrorPrintingOff quiet;
   try {
-    return inspectFile(path);
+    return inspectFile(firstFileOf(path));
   } catch (...) {
     rethrowWithPrefix("cannot read snapshot " + detail::quoted(path) + ": ");
   }
@@ -1071,7 +1201,7 @@ SnapshotInfo inspectSnapshot(const std::filesystem::path& path) {
 Snapshot readSnapshot(const std::filesystem::path& path) {
   const detail::ErrorPrintingOff quiet;
   try {
-    return readFile(path);
+    return readFileSet(path);
   } catch (...) {
     rethrowWithPrefix("cannot read snapshot " + detail::quoted(path) + ": ");
   }

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <csignal>
@@ -884,6 +885,117 @@ TEST(SnapshotReadErrors, HeaderTotalsFileCountAndPeriodicFlagAreChecked) {
     editFile(path3, [&](hid_t file) { writeHeaderAttribute(file, "MatchaPeriodic", H5T_NATIVE_INT32, &flag); });
     expectOneLineMentioning(readError<InputError>(path3), {"MatchaPeriodic"});
   }
+}
+
+// ================================================================================================================
+// Multi-file snapshots (GADGET's NumFilesPerSnapshot: one file per rank of a distributed run)
+// ================================================================================================================
+
+/// Bodies [first, first + count) of `all`.
+Particles sliceOf(const Particles& all, std::size_t first, std::size_t count) {
+  Particles part(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    const std::size_t i = first + k;
+    for (auto [to, from] :
+         {std::pair{&part.x, &all.x}, std::pair{&part.y, &all.y}, std::pair{&part.z, &all.z},
+          std::pair{&part.vx, &all.vx}, std::pair{&part.vy, &all.vy}, std::pair{&part.vz, &all.vz},
+          std::pair{&part.mass, &all.mass}, std::pair{&part.ax, &all.ax}, std::pair{&part.ay, &all.ay},
+          std::pair{&part.az, &all.az}, std::pair{&part.pot, &all.pot}}) {
+      (*to)[k] = (*from)[i];
+    }
+    part.id[k] = all.id[i];
+  }
+  return part;
+}
+
+/// `all` as a set of files of `sizes` bodies each, in order, under the one-file name dir/name; returns that name.
+fs::path writeSet(const ScratchDir& dir, const Particles& all, const std::vector<std::size_t>& sizes,
+                  const SnapshotMetadata& meta, const std::string& name = "set.hdf5") {
+  const fs::path path = dir / name;
+  std::size_t first = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    SnapshotWriteOptions options;
+    options.filePart =
+        SnapshotWriteOptions::FilePart{static_cast<int>(k), static_cast<int>(sizes.size()), all.size(), 1e3};
+    writeSnapshot(matcha::io::multiFilePath(path, static_cast<int>(k)), sliceOf(all, first, sizes[k]), meta, options);
+    first += sizes[k];
+  }
+  return path;
+}
+
+TEST(SnapshotMultiFile, ReadsTheWholeFromAnyFileOrTheSetsName) {
+  EXPECT_EQ(matcha::io::multiFilePath("out/snapshot_003.hdf5", 2), fs::path("out/snapshot_003.2.hdf5"));
+  std::mt19937_64 rng(testSeed());
+  ScratchDir dir;
+  const Particles all = randomParticles(23, rng);
+  const fs::path set = writeSet(dir, all, {9, 0, 14}, someMetadata());
+  std::vector<std::string> files = dir.entries();
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"set.0.hdf5", "set.1.hdf5", "set.2.hdf5"}));
+  for (const fs::path& path : {set, dir / "set.0.hdf5", dir / "set.2.hdf5"}) {
+    SCOPED_TRACE(path.string());
+    const Snapshot read = readSnapshot(path);
+    expectSameParticles(all, read.particles);
+    EXPECT_EQ(read.time, 0.375);
+    EXPECT_EQ(read.parameters, someMetadata().parameters);
+    EXPECT_EQ(matcha::io::inspectSnapshot(path).numBodies, 23u);
+  }
+  // GADGET's header: this file's bodies, the set's total, the set's size; every file the same BoxSize.
+  H5 file(H5Fopen((dir / "set.1.hdf5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  H5 header(H5Gopen2(file, "Header", H5P_DEFAULT), H5Gclose);
+  EXPECT_EQ(readAttribute<std::uint32_t>(header, "NumPart_ThisFile", H5T_NATIVE_UINT32),
+            (std::vector<std::uint32_t>{0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(readAttribute<std::uint32_t>(header, "NumPart_Total", H5T_NATIVE_UINT32),
+            (std::vector<std::uint32_t>{0, 23, 0, 0, 0, 0}));
+  EXPECT_EQ(readAttribute<std::int32_t>(header, "NumFilesPerSnapshot", H5T_NATIVE_INT32), std::vector<std::int32_t>{3});
+  EXPECT_EQ(readAttribute<double>(header, "BoxSize", H5T_NATIVE_DOUBLE), std::vector<double>{1e3});
+}
+
+// A set with a file missing, files of two different writes, a body in two files, too few bodies, or a file whose name
+// does not say its place: one line naming the file, never a silently wrong system.
+TEST(SnapshotMultiFile, MissingMixedOrOverlappingFilesAreErrors) {
+  std::mt19937_64 rng(testSeed());
+  ScratchDir dir;
+  const Particles all = randomParticles(12, rng);
+  const fs::path missing = writeSet(dir, all, {4, 4, 4}, someMetadata(), "missing.hdf5");
+  fs::remove(dir / "missing.1.hdf5");
+  expectOneLineMentioning(readError<IoError>(missing), {"file 1 of the set", "missing.1.hdf5", "no such file"});
+
+  const fs::path mixed = writeSet(dir, all, {4, 4, 4}, someMetadata(), "mixed.hdf5");
+  SnapshotMetadata later = someMetadata();
+  later.time = 0.5;
+  SnapshotWriteOptions options;
+  options.filePart = SnapshotWriteOptions::FilePart{2, 3, 12, 1e3};
+  writeSnapshot(dir / "mixed.2.hdf5", sliceOf(all, 8, 4), later, options);
+  expectOneLineMentioning(readError<InputError>(mixed), {"file 2 of the set", "different snapshots"});
+
+  const fs::path twice = writeSet(dir, all, {4, 4, 4}, someMetadata(), "twice.hdf5");
+  writeSnapshot(dir / "twice.2.hdf5", sliceOf(all, 0, 4), someMetadata(), options);
+  expectOneLineMentioning(readError<InputError>(twice), {"ParticleID", "two files"});
+
+  const fs::path few = writeSet(dir, all, {4, 4, 4}, someMetadata(), "few.hdf5");
+  writeSnapshot(dir / "few.2.hdf5", sliceOf(all, 8, 3), someMetadata(), options);
+  expectOneLineMentioning(readError<InputError>(few), {"hold 11 bodies", "NumPart_Total says 12"});
+
+  writeSet(dir, all, {6, 6}, someMetadata(), "renamed.hdf5");
+  fs::rename(dir / "renamed.0.hdf5", dir / "renamed-first.hdf5");
+  expectOneLineMentioning(readError<InputError>(dir / "renamed-first.hdf5"), {"NumFilesPerSnapshot", "NAME.K"});
+}
+
+TEST(SnapshotMultiFile, WriterChecksThePart) {
+  ScratchDir dir;
+  const Particles some = simpleParticles(5);
+  for (const auto& [part, fragment] :
+       {std::pair{SnapshotWriteOptions::FilePart{3, 3, 10, 0}, "file 3 of a snapshot of 3"},
+        std::pair{SnapshotWriteOptions::FilePart{0, 2, 4, 0}, "5 bodies in one file of a snapshot of 4"},
+        std::pair{SnapshotWriteOptions::FilePart{0, 2, 0, 0}, "no bodies"}}) {
+    SnapshotWriteOptions options;
+    options.filePart = part;
+    const Particles bodies = part.totalBodies == 0 ? Particles{} : some;
+    expectOneLineMentioning(
+        messageOf<InputError>([&] { writeSnapshot(dir / "part.hdf5", bodies, someMetadata(), options); }), {fragment});
+  }
+  EXPECT_TRUE(dir.entries().empty());
 }
 
 // ================================================================================================================

@@ -5,6 +5,8 @@
 #  - run K: a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds every id once; its
 #    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
+#    with --snapshot-files ranks the K files of each snapshot hold the gathered snapshot's bodies bit for bit under
+#    GADGET's multi-file header (one file on one rank), and a run starts from file K-1 of the last set;
 #  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and the mesh in
 #    FFTW slabs over the ranks, which the run's solver line must name), 8 steps of 1/1024 (--reuse off; |dE/E|
 #    ~2e-3): every diagnostics line's E, T and W within 1e-4 of one rank's, the final snapshot records the box,
@@ -79,8 +81,14 @@ run | run_cuda)
   "$matcha" "${args[@]}" --out one >one.txt
   on_ranks "${args[@]}" --out ranks >ranks.txt
   cat ranks.txt
+  # The same run with a file a rank for each snapshot, and a run that starts from one file of the last set.
+  on_ranks "${args[@]}" --snapshot-files ranks --out files >files.txt
+  if [[ $ranks -gt 1 ]]; then
+    "$matcha" run --ic files/snapshot_002.$((ranks - 1)).hdf5 --engine "$engine" --dt 0.015625 --t-end 0.15625 \
+      --out from-files >from-files.txt || { echo "FAILED: a run from file $((ranks - 1)) of a set"; exit 1; }
+  fi
   "$python" - "$ranks" "$what" <<'EOF'
-import sys
+import os, sys
 ranks, what = int(sys.argv[1]), sys.argv[2]
 try:
     import h5py, numpy as np
@@ -127,6 +135,29 @@ else:
             print(f"largest position difference {worst:.2e}")
             if worst > 1e-4:
                 failed.append(f"positions differ by up to {worst:.2e} from one rank's")
+    # --snapshot-files ranks: K files (one on one rank) that hold together what the gathered snapshot holds, bit for
+    # bit, with GADGET's multi-file header.
+    if ranks == 1:
+        if not os.path.exists("files/snapshot_002.hdf5") or os.path.exists("files/snapshot_002.0.hdf5"):
+            failed.append("one rank with --snapshot-files ranks: not one file a snapshot")
+    else:
+        parts = [h5py.File(f"files/snapshot_002.{k}.hdf5") for k in range(ranks)]
+        header = parts[0]["Header"].attrs
+        counts = [int(p["Header"].attrs["NumPart_ThisFile"][1]) for p in parts]
+        if (any(int(p["Header"].attrs["NumFilesPerSnapshot"]) != ranks for p in parts) or
+                any(int(p["Header"].attrs["NumPart_Total"][1]) != 4096 for p in parts) or sum(counts) != 4096):
+            failed.append(f"--snapshot-files ranks: the files' headers do not describe one set of 4096 ({counts})")
+        with h5py.File("ranks/snapshot_002.hdf5") as fk:
+            idsk = fk["PartType1/ParticleIDs"][:]
+            order = np.argsort(idsk)
+            for field in ("ParticleIDs", "Coordinates", "Velocities", "Masses"):
+                joined = np.concatenate([p["PartType1/" + field][:] for p in parts])
+                ids = np.concatenate([p["PartType1/ParticleIDs"][:] for p in parts])
+                if not np.array_equal(joined[np.argsort(ids)], fk["PartType1/" + field][:][order]):
+                    failed.append(f"--snapshot-files ranks: the files' {field} differ from the gathered snapshot's")
+        print(f"--snapshot-files ranks: {ranks} files of {counts} bodies, the gathered snapshot's bodies bit for bit")
+        if "4096 bodies from files/snapshot_002" not in open("from-files.txt").read():
+            failed.append("the run from one file of the set did not read the whole set")
 for line in failed:
     print("FAILED:", line, file=sys.stderr)
 sys.exit(1 if failed else 0)

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// HDF5 snapshots in the GADGET/SWIFT layout (DESIGN.md §2 and §7). One file per snapshot, every body in PartType1:
+// HDF5 snapshots in the GADGET/SWIFT layout (DESIGN.md §2 and §7). One file per snapshot (or, from the ranks of a
+// distributed run, one per rank: GADGET's multi-file snapshots, SnapshotWriteOptions::filePart), every body in
+// PartType1:
 //
 //   /Header      NumPart_ThisFile, NumPart_Total, NumPart_Total_HighWord (6 x uint32, N at index 1),
 //                MassTable (6 x double, all 0: per-body masses are written), Time, Redshift, BoxSize (the
 //                periodic box's side L; for an open-boundary state the smallest origin-centred cube holding every
-//                body, which yt needs), MatchaPeriodic (int32: 1 periodic, 0 open), NumFilesPerSnapshot (int32 1),
+//                body, which yt needs), MatchaPeriodic (int32: 1 periodic, 0 open), NumFilesPerSnapshot (int32),
 //                Omega0, OmegaLambda, HubbleParam (a cosmological state's, SnapshotMetadata::cosmology; else 0, 0, 0
 //                and 1, a Newtonian state), and the build that wrote it: MatchaVersion,
 //                MatchaGitCommit, MatchaGitDirty (strings; matcha/core/version.hpp)
@@ -71,7 +73,24 @@ struct SnapshotWriteOptions {
   /// (double), each array a dataset (double or float, as held).
   const CheckpointState* checkpointRun = nullptr;
   const CheckpointState* checkpointSolver = nullptr;
+
+  /// One file of a snapshot split over several (GADGET's multi-file snapshots: NumFilesPerSnapshot, each file's
+  /// NumPart_ThisFile, the whole's NumPart_Total), as the ranks of a distributed run write them, each its own bodies.
+  struct FilePart {
+    int index = 0;                  ///< this file's place in the set, 0 .. count - 1 (its name: multiFilePath)
+    int count = 1;                  ///< files in the set, >= 1
+    std::uint64_t totalBodies = 0;  ///< bodies in all the files together (>= this file's)
+    /// An open-boundary state's BoxSize for every file (the origin-centred cube around all the set's bodies); 0: this
+    /// file's own bodies'.
+    double openBoxSize = 0.0;
+  };
+  /// Set: this file is one part of a multi-file snapshot and may hold no bodies. Unset: a one-file snapshot.
+  std::optional<FilePart> filePart = std::nullopt;
 };
+
+/// The name of file `index` of a multi-file snapshot whose one-file name would be `path`: "snapshot_003.hdf5" ->
+/// "snapshot_003.<index>.hdf5", GADGET's and yt's convention (yt opens "snapshot_003.0.hdf5" and finds the rest).
+std::filesystem::path multiFilePath(const std::filesystem::path& path, int index);
 
 /// Writes `particles` and `meta` to the HDF5 file `path`, atomically: the data go to a temporary file in the same
 /// directory (".<name>.tmp-<pid>-<k>"), which is flushed, closed, synced to disk and then renamed over `path`. A crash
@@ -111,7 +130,12 @@ struct Snapshot {
   std::optional<CosmologyHeader> cosmology;
 };
 
-/// Reads a snapshot or an initial-condition file written by matcha or by another GADGET-style HDF5 writer.
+/// Reads a snapshot or an initial-condition file written by matcha or by another GADGET-style HDF5 writer, in one file
+/// or in several (NumFilesPerSnapshot > 1): `path` names any file of the set ("snapshot_003.2.hdf5") or the set's
+/// one-file name ("snapshot_003.hdf5", when no such file exists and "snapshot_003.0.hdf5" does); the bodies come in
+/// file order. Every file must agree on NumFilesPerSnapshot, NumPart_Total, Time and BoxSize, and the files' bodies
+/// must add up to NumPart_Total with no ParticleID twice (a set mixed from two writes, or with a file missing, is an
+/// error naming the file).
 /// Accepts: Coordinates/Velocities/Potential/Acceleration stored as any integer or floating type (converted to
 /// double); a Masses dataset, or none and /Header MassTable[1] > 0 (equal masses); ParticleIDs of any integer type,
 /// or none (ids 0..N-1); Potential/Acceleration present or absent (zeros); /Header optional.
@@ -121,7 +145,7 @@ struct Snapshot {
 ///   InputError: the file is not HDF5, lacks /PartType1, Coordinates or Velocities, a dataset has the wrong rank,
 ///   shape or type class, dataset lengths differ, N = 0, a value is NaN or infinite, there is no Masses dataset and
 ///   MassTable[1] <= 0, a mass is <= 0, MassTable[1] > 0 and a mass differs from it (by more than 1e-6 relative),
-///   ParticleIDs repeat or one is negative, or the /Header describes other particle types or several files.
+///   ParticleIDs repeat or one is negative, or the /Header describes other particle types.
 Snapshot readSnapshot(const std::filesystem::path& path);
 
 /// A checkpoint as read back (`matcha run --restart`): the state with its forces, and what the run and the solver
@@ -150,7 +174,8 @@ struct SnapshotInfo {
 };
 
 /// Reads the body count, the time, the box, the cosmology and the units of a snapshot without reading (or allocating)
-/// its bodies: what a run checks before it loads them. Throws as readSnapshot does for a file that cannot be opened,
+/// its bodies: what a run checks before it loads them. A multi-file snapshot (named as for readSnapshot): its first
+/// file's header, the count NumPart_Total. Throws as readSnapshot does for a file that cannot be opened,
 /// lacks PartType1/Coordinates or whose /Header is malformed; the other datasets are not checked here.
 SnapshotInfo inspectSnapshot(const std::filesystem::path& path);
 
