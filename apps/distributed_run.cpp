@@ -542,23 +542,15 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
   sized.backgroundOutput = false;
   MemoryOnRanks memory;
   memory.device = device;
-  memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps);
+  // The CPU engine's mesh lies in slabs over the ranks (slabTreePm): a rank holds its share, not the whole grid.
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps, onGpu ? 1 : ranks);
   MemoryEstimate& estimate = memory.mine.estimate;
   const std::uint64_t n = mine.size();
   estimate.add("received bodies (LET)", n * kBytesPerBody);
   estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
   if (parallel::rankOf(comm) == 0) estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
-  if (options.gravity.periodic.enabled() && !onGpu) {
-    // The CPU engine's mesh lies in slabs over the ranks (slabTreePm): a rank holds its share, not the whole grid.
-    auto whole = std::find_if(estimate.parts.begin(), estimate.parts.end(),
-                              [](const MemoryPart& part) { return part.name == "particle mesh"; });
-    MATCHA_ASSERT(whole != estimate.parts.end(), "the run's memory estimate has no particle mesh");
-    estimate.hostBytes -= whole->hostBytes;
-    estimate.parts.erase(whole);
-    int ranks = 1;
-    MPI_Comm_size(comm, &ranks);
-    estimate.add("particle mesh (FFTW slabs)", mesh::slabMeshMemoryBytes(options.mesh, ranks, n));
-  }
   MPI_Comm host = MPI_COMM_NULL, gpu = MPI_COMM_NULL;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   MPI_Comm_split(host, onGpu ? device : 0, 0, &gpu);
@@ -1082,18 +1074,14 @@ int runDistributed(CLI::App& command, const Options& given) {
         // stops every rank with its message. Open boundaries: every file the same BoxSize, the cube around all.
         std::uint64_t total = state.size();
         MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_UINT64_T, MPI_SUM, comm);
-        double largest = 0.0;
-        for (const std::vector<double>* coordinate : {&state.x, &state.y, &state.z}) {
-          for (const double value : *coordinate) largest = std::max(largest, std::abs(value));
-        }
+        double largest = io::largestCoordinate(state);
         MPI_Allreduce(MPI_IN_PLACE, &largest, 1, MPI_DOUBLE, MPI_MAX, comm);
         parallel::checkOnEveryRank(
             [&] {
               io::SnapshotWriteOptions write;
               io::SnapshotMetadata meta = metadata;
               stateAt(diagnostics.time, meta, write);
-              write.filePart =
-                  io::SnapshotWriteOptions::FilePart{rank, numRanks, total, largest > 0.0 ? 2.0 * largest : 1.0};
+              write.filePart = io::SnapshotWriteOptions::FilePart{rank, numRanks, total, largest};
               io::writeSnapshot(io::multiFilePath(outDir / name, rank), state, meta, write);
             },
             comm);

@@ -163,7 +163,7 @@ void addBackgroundOutput(RunMemory& memory, std::uint64_t numBodies, bool on) {
 }  // namespace
 
 RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials,
-                            std::optional<std::uint64_t> numSteps) {
+                            std::optional<std::uint64_t> numSteps, int meshRanks) {
   RunMemory memory;
   memory.onGpu = onGpu;
   memory.numSteps = numSteps ? *numSteps
@@ -205,6 +205,8 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
     if (onGpu) {
       // Pinned on the host: the results and the bodies' staging, 4 doubles a body each (mesh/cuda/gpu_mesh.cu).
       estimate.add("particle mesh (cuFFT)", n * 8 * sizeof(double), mesh::meshDeviceMemoryBytes(options.mesh, n));
+    } else if (meshRanks > 1) {
+      estimate.add("particle mesh (FFTW slabs)", mesh::slabMeshMemoryBytes(options.mesh, meshRanks, n));
     } else {
       estimate.add("particle mesh", mesh::meshMemoryBytes(options.mesh, n));
     }

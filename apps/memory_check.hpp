@@ -29,9 +29,10 @@ struct RunMemory {
 /// Measures the tree (and, for runs that reach reuse, a tree of balls; tree/memory_estimate.hpp) over `particles`
 /// and adds every part. `onGpu`: the CUDA engine; `directPotentials`: direct sums at outputs. Does not modify
 /// `particles`; allocates, and frees again, about 130 bytes per body and a sample's lists. `numSteps`: the run's steps
-/// (a comoving run's estimate); unset, the fixed-step count of options.integrator.
+/// (a comoving run's estimate); unset, the fixed-step count of options.integrator. `meshRanks`: the ranks a periodic
+/// run's CPU mesh is split over (mesh::SlabMesh: this rank's share of it); 1, the whole grid.
 RunMemory estimateRunMemory(const Options& options, const Particles& particles, bool onGpu, bool directPotentials,
-                            std::optional<std::uint64_t> numSteps = std::nullopt);
+                            std::optional<std::uint64_t> numSteps = std::nullopt, int meshRanks = 1);
 
 /// The memory of `matcha run --integrator hermite` on `numBodies` bodies: the bodies and their last good copy, the
 /// Hermite integrator's per-body state and block scratch (integrator/hermite.hpp, sized for a block of every body), and

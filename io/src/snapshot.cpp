@@ -324,16 +324,8 @@ void checkWritable(const Particles& particles, const SnapshotMetadata& meta, con
   }
 }
 
-/// Twice the largest |coordinate| (finite ones; 1 when there are none or all are 0).
-double boxSize(const Particles& particles) {
-  double largest = 0.0;
-  for (const std::vector<double>* coordinate : {&particles.x, &particles.y, &particles.z}) {
-    for (const double value : *coordinate) {
-      if (std::isfinite(value)) largest = std::max(largest, std::abs(value));
-    }
-  }
-  return largest > 0.0 ? 2.0 * largest : 1.0;
-}
+/// An open-boundary state's BoxSize from its largest |coordinate|: twice it, 1 when it is 0.
+double openBoxSize(double largest) { return largest > 0.0 ? 2.0 * largest : 1.0; }
 
 void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata& meta,
                  const SnapshotWriteOptions& options) {
@@ -361,8 +353,9 @@ void writeHeader(hid_t file, const Particles& particles, const SnapshotMetadata&
   // largest |coordinate|), and the README's loader gives yt that cube as the bounding box. MatchaPeriodic tells the
   // two meanings apart when matcha reads the file back.
   const bool periodic = meta.boxSize > 0.0;
-  const double openBox = part && part->openBoxSize > 0.0 ? part->openBoxSize : boxSize(particles);
-  writeScalar(header.get(), "BoxSize", periodic ? meta.boxSize : openBox);
+  const double largest =
+      part && part->largestCoordinate >= 0.0 ? part->largestCoordinate : largestCoordinate(particles);
+  writeScalar(header.get(), "BoxSize", periodic ? meta.boxSize : openBoxSize(largest));
   const std::int32_t periodicFlag = periodic ? 1 : 0;
   writeAttribute(header.get(), "MatchaPeriodic", H5T_STD_I32LE, H5T_NATIVE_INT32, &periodicFlag, 0);
   if (meta.step) {
@@ -1090,6 +1083,16 @@ void writeSnapshot(const std::filesystem::path& path, const Particles& particles
     std::filesystem::remove(temporary, ignored);
     rethrowWithPrefix(prefix);
   }
+}
+
+double largestCoordinate(const Particles& particles) {
+  double largest = 0.0;
+  for (const std::vector<double>* coordinate : {&particles.x, &particles.y, &particles.z}) {
+    for (const double value : *coordinate) {
+      if (std::isfinite(value)) largest = std::max(largest, std::abs(value));
+    }
+  }
+  return largest;
 }
 
 std::filesystem::path multiFilePath(const std::filesystem::path& path, int index) {

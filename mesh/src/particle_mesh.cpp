@@ -3,14 +3,12 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdint>
 #include <limits>
-#include <numbers>
 #include <span>
 #include <sstream>
 #include <utility>
@@ -21,6 +19,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
+#include "mesh_modes.hpp"
 #include "ordered_deposit.hpp"
 
 namespace matcha::mesh {
@@ -126,6 +125,16 @@ std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies) {
   return grids * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) + numBodies * sizeof(std::uint32_t);
 }
 
+std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies) {
+  const auto n = static_cast<std::size_t>(params.grid);
+  const std::size_t planes = (n + static_cast<std::size_t>(numRanks) - 1) / static_cast<std::size_t>(numRanks);
+  const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
+  // Per record: 36 bytes sent (the record and its body's index), 68 received (the record, the body as the deposit's
+  // arrays, its place in the deposit's order).
+  constexpr std::size_t kRecordBytes = 36 + 68;
+  return grids * planes * n * 2 * (n / 2 + 1) * sizeof(double) + numBodies * kRecordBytes * 3 / 2;
+}
+
 std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies) {
   const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
   return (grids + 1) * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) + numBodies * 8 * sizeof(double);
@@ -142,12 +151,10 @@ struct ParticleMesh::Impl {
   std::size_t padded = 0;  ///< P = 2 (n/2 + 1): doubles per row of the real grid
   std::size_t half = 0;    ///< n/2 + 1: complex values per row of the spectrum
   double invBox = 0, invCell = 0;
-  detail::FftwGrid grid;                     ///< deposit, then spectrum, then potential
-  std::unique_ptr<detail::FftwGrid> work;    ///< one component of the pull (Fourier gradient only)
-  std::vector<double> greenAxis;             ///< greenAxisFactor per index, 0..n-1
-  std::vector<double> modeSquared;           ///< signedMode^2 per index
-  std::vector<double> derivativeWavenumber;  ///< 2 pi derivativeMode / L per index
-  detail::OrderedDeposit depositor;          ///< masses onto grid, in an order fixed by the input
+  detail::FftwGrid grid;                   ///< deposit, then spectrum, then potential
+  std::unique_ptr<detail::FftwGrid> work;  ///< one component of the pull (Fourier gradient only)
+  detail::ModeTables modes;                ///< the Green's function and derivative per axis index
+  detail::OrderedDeposit depositor;        ///< masses onto grid, in an order fixed by the input
 
   explicit Impl(const MeshParams& p)
       : params(validated(p)),
@@ -157,18 +164,9 @@ struct ParticleMesh::Impl {
         invBox(1.0 / p.boxSize),
         invCell(p.grid / p.boxSize),
         grid(p.grid, kFftJobs),
+        modes(p),
         depositor(p.grid, p.boxSize, "particle mesh") {
     if (p.gradient == MeshGradient::fourier) work = std::make_unique<detail::FftwGrid>(n, kFftJobs);
-    const int windowOrder = p.assignment == MassAssignment::cic ? 2 : 3;
-    greenAxis.resize(n);
-    modeSquared.resize(n);
-    derivativeWavenumber.resize(n);
-    for (int i = 0; i < n; ++i) {
-      const int m = signedMode(i, n);
-      greenAxis[i] = greenAxisFactor(m, n, p.aSmooth, windowOrder);
-      modeSquared[i] = static_cast<double>(m) * m;
-      derivativeWavenumber[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / p.boxSize;
-    }
   }
 
   MeshLayout layout() const { return {n, padded}; }
@@ -178,12 +176,8 @@ struct ParticleMesh::Impl {
     const double scale = greenScale(G, params.boxSize);
     std::complex<double>* spectrum = grid.spectrum();
     tbb::parallel_for(0, n, [&](int x) {
-      for (int y = 0; y < n; ++y) {
-        const double gxy = scale * greenAxis[x] * greenAxis[y];
-        const double m2xy = modeSquared[x] + modeSquared[y];
-        std::complex<double>* row = spectrum + (static_cast<std::size_t>(x) * n + y) * half;
-        for (std::size_t z = 0; z < half; ++z) row[z] *= greenMultiplier(gxy, m2xy, greenAxis[z], modeSquared[z]);
-      }
+      for (int y = 0; y < n; ++y)
+        modes.applyGreen(spectrum + (static_cast<std::size_t>(x) * n + y) * half, half, x, y, scale);
     });
   }
 
@@ -194,12 +188,7 @@ struct ParticleMesh::Impl {
     tbb::parallel_for(0, n, [&](int x) {
       for (int y = 0; y < n; ++y) {
         const std::size_t base = (static_cast<std::size_t>(x) * n + y) * half;
-        for (std::size_t z = 0; z < half; ++z) {
-          const int index = axis == 0 ? x : (axis == 1 ? y : static_cast<int>(z));
-          const double k = derivativeWavenumber[index];
-          const std::complex<double> value = phi[base + z];
-          pull[base + z] = {k * value.imag(), -k * value.real()};  // -i k (re + i im)
-        }
+        modes.differentiate(phi + base, pull + base, half, x, y, axis);
       }
     });
   }
@@ -275,16 +264,7 @@ struct ParticleMesh::Impl {
       const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out, reduce);
       if (pass == 0) totalMass = mass;
     }
-    if (out.pot != nullptr) {
-      const double rs = params.splitRadius(), L = params.boxSize, G = gravity.G;
-      const double kernelIntegral = shortRangeKernelIntegral(rs, params.cutoffRadius());
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 4096),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                            out.pot[i] += selfPotentialCorrection(G, s.mass[i], totalMass, rs, L, kernelIntegral);
-                          }
-                        });
-    }
+    if (out.pot != nullptr) detail::addSelfPotentials(s, params, gravity.G, totalMass, out.pot);
   }
 };
 
@@ -347,15 +327,7 @@ void ParticleMesh::startLongRange(const SourceView& sources, const GravityParams
   requireIndexableCount(sources.count);
   const Stopwatch clock;
   // The FFTW backend finds a non-finite position while it bins; the device would silently wrap it, so look first.
-  const std::size_t bad = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, sources.count, 1 << 14), sources.count,
-      [&](const tbb::blocked_range<std::size_t>& r, std::size_t first) {
-        for (std::size_t i = r.begin(); i != r.end() && i < first; ++i) {
-          if (!(std::isfinite(sources.x[i]) && std::isfinite(sources.y[i]) && std::isfinite(sources.z[i]))) return i;
-        }
-        return first;
-      },
-      [](std::size_t a, std::size_t b) { return std::min(a, b); });
+  const std::size_t bad = detail::firstNonFinitePosition(sources);
   if (bad < sources.count) {
     throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
   }

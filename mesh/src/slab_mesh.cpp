@@ -4,16 +4,13 @@
 #include <fftw3-mpi.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <tbb/parallel_reduce.h>
 
 #include <algorithm>
-#include <cmath>
 #include <complex>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <new>
-#include <numbers>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -22,6 +19,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
+#include "mesh_modes.hpp"
 #include "ordered_deposit.hpp"
 
 namespace matcha::mesh {
@@ -71,7 +69,7 @@ struct SlabMesh::Impl {
   double* slab = nullptr;                       ///< deposit, spectrum, potential (FFTW's allocation)
   double* work = nullptr;                       ///< one component of the pull (Fourier gradient only)
   fftw_plan forwardPlan = nullptr, inversePlan = nullptr, workInversePlan = nullptr;
-  std::vector<double> greenAxis, modeSquared, derivativeWavenumber;
+  detail::ModeTables modes;          ///< the Green's function and derivative per axis index
   detail::OrderedDeposit depositor;  ///< the received bodies onto the slab
 
   // One pass's traffic. Sent: each body once per slab its window reaches, grouped by destination rank (in rank order,
@@ -93,6 +91,7 @@ struct SlabMesh::Impl {
         half(static_cast<std::size_t>(p.grid) / 2 + 1),
         invBox(1.0 / p.boxSize),
         invCell(p.grid / p.boxSize),
+        modes(p),
         depositor(p.grid, p.boxSize, "particle mesh") {
     check(MPI_Comm_dup(parent, &comm), "MPI_Comm_dup");
     try {
@@ -153,17 +152,6 @@ struct SlabMesh::Impl {
     }
     MATCHA_ASSERT(std::find(ownerOfPlane.begin(), ownerOfPlane.end(), -1) == ownerOfPlane.end(),
                   "slab mesh: FFTW-MPI left a plane without an owner");
-
-    const int windowOrder = params.assignment == MassAssignment::cic ? 2 : 3;
-    greenAxis.resize(n);
-    modeSquared.resize(n);
-    derivativeWavenumber.resize(n);
-    for (int i = 0; i < n; ++i) {
-      const int m = signedMode(i, n);
-      greenAxis[i] = greenAxisFactor(m, n, params.aSmooth, windowOrder);
-      modeSquared[i] = static_cast<double>(m) * m;
-      derivativeWavenumber[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / params.boxSize;
-    }
   }
 
   void release() noexcept {
@@ -187,15 +175,7 @@ struct SlabMesh::Impl {
   /// Collective: InputError on every rank when any rank holds a body with a non-finite position (the first such
   /// rank's first such body), before anything else is exchanged.
   void requireFinitePositions(const SourceView& s) const {
-    const std::size_t bad = tbb::parallel_reduce(
-        tbb::blocked_range<std::size_t>(0, s.count, 1 << 14), s.count,
-        [&](const tbb::blocked_range<std::size_t>& r, std::size_t first) {
-          for (std::size_t i = r.begin(); i != r.end() && i < first; ++i) {
-            if (!(std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && std::isfinite(s.z[i]))) return i;
-          }
-          return first;
-        },
-        [](std::size_t a, std::size_t b) { return std::min(a, b); });
+    const std::size_t bad = detail::firstNonFinitePosition(s);
     const long long mine = bad < s.count ? static_cast<long long>(bad) : -1;
     std::vector<long long> all(ranks);
     check(MPI_Allgather(&mine, 1, MPI_LONG_LONG, all.data(), 1, MPI_LONG_LONG, comm), "MPI_Allgather");
@@ -325,58 +305,47 @@ struct SlabMesh::Impl {
   void applyGreen(double G) {
     const double scale = greenScale(G, params.boxSize);
     auto* spectrum = reinterpret_cast<std::complex<double>*>(slab);
-    forEachOwnedRow([&](int x, int y, std::size_t base) {
-      const double gxy = scale * greenAxis[x] * greenAxis[y];
-      const double m2xy = modeSquared[x] + modeSquared[y];
-      for (std::size_t z = 0; z < half; ++z) {
-        spectrum[base + z] *= greenMultiplier(gxy, m2xy, greenAxis[z], modeSquared[z]);
-      }
-    });
+    forEachOwnedRow([&](int x, int y, std::size_t base) { modes.applyGreen(spectrum + base, half, x, y, scale); });
   }
 
   /// work = -i k_d phi_k, as ParticleMesh's differentiate.
   void differentiate(int axis) {
     const auto* phi = reinterpret_cast<const std::complex<double>*>(slab);
     auto* pull = reinterpret_cast<std::complex<double>*>(work);
-    forEachOwnedRow([&](int x, int y, std::size_t base) {
-      for (std::size_t z = 0; z < half; ++z) {
-        const int index = axis == 0 ? x : (axis == 1 ? y : static_cast<int>(z));
-        const double k = derivativeWavenumber[index];
-        const std::complex<double> value = phi[base + z];
-        pull[base + z] = {k * value.imag(), -k * value.real()};  // -i k (re + i im)
-      }
-    });
+    forEachOwnedRow(
+        [&](int x, int y, std::size_t base) { modes.differentiate(phi + base, pull + base, half, x, y, axis); });
   }
 
-  /// Each received body's share of `field` from this slab's planes, into `component` of its record. In the deposit's
-  /// order (by plane), as ParticleMesh interpolates.
-  template <MassAssignment A>
-  void shareOf(const double* field, double offset, ShareField component) {
+  /// visit(k, window) for every received body k with its window, on all cores, in the deposit's order (by plane),
+  /// as ParticleMesh interpolates: neighbouring tasks read neighbouring planes.
+  template <MassAssignment A, class Visit>
+  void forEachReceived(double offset, Visit visit) {
     const SourceView r = receivedBodies();
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, r.count, 1024),
                       [&](const tbb::blocked_range<std::size_t>& range) {
                         for (std::size_t slot = range.begin(); slot != range.end(); ++slot) {
                           const std::size_t k = depositor.order()[slot];
-                          const BodyWindow<support(A), double> window(r.x[k], r.y[k], r.z[k], invBox, n, offset);
-                          received[k].v[component] = gatherBody(field, layout(), window, ownPlanes());
+                          visit(k, BodyWindow<support(A), double>(r.x[k], r.y[k], r.z[k], invBox, n, offset));
                         }
                       });
+  }
+
+  /// Each received body's share of `field` from this slab's planes, into `component` of its record.
+  template <MassAssignment A>
+  void shareOf(const double* field, double offset, ShareField component) {
+    forEachReceived<A>(offset, [&](std::size_t k, const BodyWindow<support(A), double>& window) {
+      received[k].v[component] = gatherBody(field, layout(), window, ownPlanes());
+    });
   }
 
   /// The finite-difference variant: the pull and potential shares in one pass over the potential's slab.
   template <MassAssignment A>
   void finiteDifferenceShares(double offset) {
-    const SourceView r = receivedBodies();
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, r.count, 1024),
-                      [&](const tbb::blocked_range<std::size_t>& range) {
-                        for (std::size_t slot = range.begin(); slot != range.end(); ++slot) {
-                          const std::size_t k = depositor.order()[slot];
-                          const BodyWindow<support(A), double> window(r.x[k], r.y[k], r.z[k], invBox, n, offset);
-                          double gradient[3], pot;
-                          gatherFiniteDifference(slab, layout(), window, invCell, gradient, pot, ownPlanes());
-                          received[k] = {{-gradient[0], -gradient[1], -gradient[2], pot}};
-                        }
-                      });
+    forEachReceived<A>(offset, [&](std::size_t k, const BodyWindow<support(A), double>& window) {
+      double gradient[3], pot;
+      gatherFiniteDifference(slab, layout(), window, invCell, gradient, pot, ownPlanes());
+      received[k] = {{-gradient[0], -gradient[1], -gradient[2], pot}};
+    });
   }
 
   /// The shares go back to the bodies' ranks, which add them times `weight`, slab by slab in rank order.
@@ -471,16 +440,7 @@ struct SlabMesh::Impl {
       const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out);
       if (pass == 0) totalMass = mass;
     }
-    if (out.pot != nullptr) {
-      const double rs = params.splitRadius(), L = params.boxSize, G = gravity.G;
-      const double kernelIntegral = shortRangeKernelIntegral(rs, params.cutoffRadius());
-      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, 4096),
-                        [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                            out.pot[i] += selfPotentialCorrection(G, s.mass[i], totalMass, rs, L, kernelIntegral);
-                          }
-                        });
-    }
+    if (out.pot != nullptr) detail::addSelfPotentials(s, params, gravity.G, totalMass, out.pot);
   }
 
   /// What this rank holds for the mesh after a call: the slab (twice with the Fourier gradient) and the last pass's
@@ -493,16 +453,6 @@ struct SlabMesh::Impl {
     return slabs + records;
   }
 };
-
-std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies) {
-  const auto n = static_cast<std::size_t>(params.grid);
-  const std::size_t planes = (n + static_cast<std::size_t>(numRanks) - 1) / static_cast<std::size_t>(numRanks);
-  const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
-  // Per record: 36 bytes sent (the record and its body's index), 68 received (the record, the body as the deposit's
-  // arrays, its place in the deposit's order).
-  constexpr std::size_t kRecordBytes = 36 + 68;
-  return grids * planes * n * 2 * (n / 2 + 1) * sizeof(double) + numBodies * kRecordBytes * 3 / 2;
-}
 
 SlabMesh::SlabMesh(const MeshParams& params, MPI_Comm comm) {
   params.validate();

@@ -916,7 +916,7 @@ fs::path writeSet(const ScratchDir& dir, const Particles& all, const std::vector
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     SnapshotWriteOptions options;
     options.filePart =
-        SnapshotWriteOptions::FilePart{static_cast<int>(k), static_cast<int>(sizes.size()), all.size(), 1e3};
+        SnapshotWriteOptions::FilePart{static_cast<int>(k), static_cast<int>(sizes.size()), all.size(), 500.0};
     writeSnapshot(matcha::io::multiFilePath(path, static_cast<int>(k)), sliceOf(all, first, sizes[k]), meta, options);
     first += sizes[k];
   }
@@ -940,7 +940,8 @@ TEST(SnapshotMultiFile, ReadsTheWholeFromAnyFileOrTheSetsName) {
     EXPECT_EQ(read.parameters, someMetadata().parameters);
     EXPECT_EQ(matcha::io::inspectSnapshot(path).numBodies, 23u);
   }
-  // GADGET's header: this file's bodies, the set's total, the set's size; every file the same BoxSize.
+  // GADGET's header: this file's bodies, the set's total, the set's size; every file the BoxSize of the set's largest
+  // coordinate (500), not its own (file 1 holds no bodies).
   H5 file(H5Fopen((dir / "set.1.hdf5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   H5 header(H5Gopen2(file, "Header", H5P_DEFAULT), H5Gclose);
   EXPECT_EQ(readAttribute<std::uint32_t>(header, "NumPart_ThisFile", H5T_NATIVE_UINT32),
@@ -965,7 +966,7 @@ TEST(SnapshotMultiFile, MissingMixedOrOverlappingFilesAreErrors) {
   SnapshotMetadata later = someMetadata();
   later.time = 0.5;
   SnapshotWriteOptions options;
-  options.filePart = SnapshotWriteOptions::FilePart{2, 3, 12, 1e3};
+  options.filePart = SnapshotWriteOptions::FilePart{2, 3, 12, 500.0};
   writeSnapshot(dir / "mixed.2.hdf5", sliceOf(all, 8, 4), later, options);
   expectOneLineMentioning(readError<InputError>(mixed), {"file 2 of the set", "different snapshots"});
 

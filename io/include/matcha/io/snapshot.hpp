@@ -80,13 +80,17 @@ struct SnapshotWriteOptions {
     int index = 0;                  ///< this file's place in the set, 0 .. count - 1 (its name: multiFilePath)
     int count = 1;                  ///< files in the set, >= 1
     std::uint64_t totalBodies = 0;  ///< bodies in all the files together (>= this file's)
-    /// An open-boundary state's BoxSize for every file (the origin-centred cube around all the set's bodies); 0: this
-    /// file's own bodies'.
-    double openBoxSize = 0.0;
+    /// largestCoordinate over all the set's bodies, so that every file of an open-boundary state gets the same BoxSize
+    /// (the origin-centred cube around them all); < 0: this file's own bodies'.
+    double largestCoordinate = -1.0;
   };
   /// Set: this file is one part of a multi-file snapshot and may hold no bodies. Unset: a one-file snapshot.
   std::optional<FilePart> filePart = std::nullopt;
 };
+
+/// The largest |coordinate| among the finite ones (0 when there are none): an open-boundary snapshot's BoxSize is
+/// twice it (1 when it is 0).
+double largestCoordinate(const Particles& particles);
 
 /// The name of file `index` of a multi-file snapshot whose one-file name would be `path`: "snapshot_003.hdf5" ->
 /// "snapshot_003.<index>.hdf5", GADGET's and yt's convention (yt opens "snapshot_003.0.hdf5" and finds the rest).

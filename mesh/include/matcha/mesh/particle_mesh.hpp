@@ -117,6 +117,12 @@ int defaultPmGrid(std::size_t numBodies, const MeshParams& params = {});
 /// order, for a dry-run memory check. FFTW's plans add a few kilobytes. Host memory of the FFTW backend.
 std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies);
 
+/// A rank's bytes for a SlabMesh (slab_mesh.hpp, built with MPI) of `params` over `numRanks` ranks holding `numBodies`
+/// bodies, for memory checks: its share of the grid (ceil(n / K) planes; twice with the Fourier gradient) and the
+/// records of its bodies, counted as 1.5 records a body (a body near a slab's edge reaches two slabs; a rank receives
+/// about as many as it sends).
+std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies);
+
 /// Device bytes the cuFFT backend holds: the same grids, cuFFT's work area (taken as one more grid: its in-place 3-d
 /// D2Z/Z2D plans need at most about that, and the backend checks the real size before it allocates) and 64 bytes per
 /// body (positions, masses, the four outputs, double). Its host side adds 64 bytes per body, pinned: the results and

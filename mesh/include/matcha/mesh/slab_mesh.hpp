@@ -16,12 +16,12 @@
 // rounding of the deposit's and the window sums' order and of the distributed transforms (tests/parallel:
 // test_slab_mesh.cpp). A one-rank SlabMesh gives ParticleMesh's bits.
 //
-// Memory per rank: the slab, 8 n^2 2 (n/2 + 1) / K bytes (FFTW's allocation; twice with the Fourier gradient), and
-// ~100 bytes per body: 36 for each record it sends (position and mass out, the share back in the same place, and
-// its index) and 68 for each it receives (the record, the body again as the deposit's arrays, the deposit's order).
-// A body near a slab's edge goes to two slabs. Traffic per pass: 32 bytes each way per record. Built only
-// with MATCHA_MPI; the FFTW backend only (cuFFT slabs are not done: a distributed run on the CUDA engine replicates
-// its mesh, ParticleMesh::setDensityReduction).
+// Memory per rank (slabMeshMemoryBytes, particle_mesh.hpp): the slab, 8 n^2 2 (n/2 + 1) / K bytes (FFTW's allocation;
+// twice with the Fourier gradient), and ~100 bytes per body: 36 for each record it sends (position and mass out, the
+// share back in the same place, and its index) and 68 for each it receives (the record, the body again as the deposit's
+// arrays, the deposit's order). A body near a slab's edge goes to two slabs. Traffic per pass: 32 bytes each way per
+// record. Built only with MATCHA_MPI; the FFTW backend only (cuFFT slabs are not done: a distributed run on the CUDA
+// engine replicates its mesh, ParticleMesh::setDensityReduction).
 #pragma once
 
 #include <mpi.h>
@@ -34,11 +34,6 @@
 #include "matcha/mesh/particle_mesh.hpp"
 
 namespace matcha::mesh {
-
-/// A rank's bytes for a SlabMesh of `params` over `numRanks` ranks holding `numBodies` bodies, for memory checks: its
-/// share of the grid (ceil(n / K) planes; twice with the Fourier gradient) and the records of its bodies, counted as
-/// 1.5 records a body (a body near a slab's edge reaches two slabs; a rank receives about as many as it sends).
-std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies);
 
 /// What the last SlabMesh::addLongRange did on this rank.
 struct SlabMeshStats {
