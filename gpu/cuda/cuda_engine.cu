@@ -281,6 +281,23 @@ struct PlanPart {
   const std::vector<std::uint8_t>* now = nullptr;
   /// Where forEachBalancedWarpTask cuts; NaN: longestTaskCost of the plan's own cost, as for a whole plan.
   double longestTask = std::numeric_limits<double>::quiet_NaN();
+  /// A batch of a call in the pipeline of CudaEngine::evaluatePlanBatch: its lists go over on the copy stream into
+  /// the next of two sets of list buffers while the kernels of the batch before run, its kernels queue behind them,
+  /// and the call returns without waiting; nothing is downloaded (the call's last batch downloads every batch's
+  /// groups at once) and the outputs are not poisoned (earlier batches' are in them).
+  bool pipelined = false;
+};
+
+/// The device and page-locked buffers of one plan's lists and warp tasks. The engine keeps two: a pipelined batch
+/// fills one while the kernels of the batch before read the other (PlanPart::pipelined).
+struct PlanListBuffers {
+  DeviceBuffer<double> groupCentres;
+  DeviceBuffer<uint2> bodyRanges;
+  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellList;
+  DeviceBuffer<uint4> tasks, groupLists;
+  PinnedBuffer<uint4> hostGroupLists, hostTasks;
+  detail::CudaEvent uploaded;  ///< recorded after the lists' copies: the page-locked arrays may be written again
+  detail::CudaEvent consumed;  ///< recorded after the kernels that read them: the device arrays may be written again
 };
 
 }  // namespace
@@ -369,51 +386,54 @@ struct CudaEngine::Impl {
 
   void selectDevice() { MATCHA_CUDA_CHECK(cudaSetDevice(config.device)); }
 
-  void uploadSources(const SourceView& sources, bool staged = false) {
+  void uploadSources(const SourceView& sources, bool staged = false, cudaStream_t on = nullptr) {
     const std::size_t n = sources.count;
     for (auto* buffer : {&sourceX, &sourceY, &sourceZ, &sourceMass}) buffer->reserve(n);
-    uploadArray(sourceX.data(), sources.x, n, staged);
-    uploadArray(sourceY.data(), sources.y, n, staged);
-    uploadArray(sourceZ.data(), sources.z, n, staged);
-    uploadArray(sourceMass.data(), sources.mass, n, staged);
+    uploadArray(sourceX.data(), sources.x, n, staged, on);
+    uploadArray(sourceY.data(), sources.y, n, staged, on);
+    uploadArray(sourceZ.data(), sources.z, n, staged, on);
+    uploadArray(sourceMass.data(), sources.mass, n, staged, on);
   }
 
   /// Bodies and cells (with their quadrupoles) to the device; `staged`: through the page-locked staging buffers
-  /// (uploadArray).
-  void uploadSourcesAndCells(const SourceView& sources, const CellMultipoles& cells, bool staged = false) {
-    uploadSources(sources, staged);
+  /// (uploadArray), on stream `on` (null: the engine's stream).
+  void uploadSourcesAndCells(const SourceView& sources, const CellMultipoles& cells, bool staged = false,
+                             cudaStream_t on = nullptr) {
+    uploadSources(sources, staged, on);
     const std::size_t numCells = cells.size();
     for (auto* buffer : {&cellX, &cellY, &cellZ, &cellMass}) buffer->reserve(std::max<std::size_t>(numCells, 1));
-    uploadArray(cellX.data(), cells.x.data(), numCells, staged);
-    uploadArray(cellY.data(), cells.y.data(), numCells, staged);
-    uploadArray(cellZ.data(), cells.z.data(), numCells, staged);
-    uploadArray(cellMass.data(), cells.mass.data(), numCells, staged);
+    uploadArray(cellX.data(), cells.x.data(), numCells, staged, on);
+    uploadArray(cellY.data(), cells.y.data(), numCells, staged, on);
+    uploadArray(cellZ.data(), cells.z.data(), numCells, staged, on);
+    uploadArray(cellMass.data(), cells.mass.data(), numCells, staged, on);
     if (cells.hasQuadrupole) {
       const std::array<const std::vector<double>*, 7> hostQ{&cells.qxx, &cells.qyy, &cells.qzz,  &cells.qxy,
                                                             &cells.qxz, &cells.qyz, &cells.trace};
       for (int c = 0; c < 7; ++c) {
         MATCHA_ASSERT(hostQ[c]->size() == numCells, "cell quadrupoles malformed");
         cellQuadrupole[c].reserve(std::max<std::size_t>(numCells, 1));
-        uploadArray(cellQuadrupole[c].data(), hostQ[c]->data(), numCells, staged);
+        uploadArray(cellQuadrupole[c].data(), hostQ[c]->data(), numCells, staged, on);
       }
     }
   }
 
   /// copyToDevice, or with `staged` uploadFromHost (large arrays through the page-locked staging buffers, on all
-  /// cores, while the DMA of the piece before runs). Only for calls with nothing else in flight on the stream.
+  /// cores, while the DMA of the piece before runs), on stream `on` (null: the engine's stream). Staged: only for
+  /// calls with nothing else in flight on that stream.
   template <class T>
-  void uploadArray(T* device, const T* host, std::size_t count, bool staged) {
+  void uploadArray(T* device, const T* host, std::size_t count, bool staged, cudaStream_t on = nullptr) {
     if (staged) {
-      uploadFromHost(device, host, count);
+      uploadFromHost(device, host, count, on);
     } else {
-      copyToDevice(device, host, count);
+      copyToDevice(device, host, count, on);
     }
   }
 
   template <class T>
-  void copyToDevice(T* device, const T* host, std::size_t count) {
+  void copyToDevice(T* device, const T* host, std::size_t count, cudaStream_t on = nullptr) {
     if (count == 0) return;
-    MATCHA_CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice, stream.get()));
+    MATCHA_CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice,
+                                      on != nullptr ? on : stream.get()));
     stats.bytesToDevice += count * sizeof(T);
   }
 
@@ -430,9 +450,10 @@ struct CudaEngine::Impl {
     stats.bytesFromDevice += count * sizeof(T);
   }
 
-  void reserveOutputs(std::size_t n) {
+  /// Room for n bodies' outputs; with `poison` and CudaKernelConfig::poisonDeviceOutputs, NaN in every one.
+  void reserveOutputs(std::size_t n, bool poison = true) {
     for (auto* buffer : {&outX, &outY, &outZ, &outPot}) buffer->reserve(n);
-    if (config.poisonDeviceOutputs) {
+    if (poison && config.poisonDeviceOutputs) {
       for (auto* buffer : {&outX, &outY, &outZ, &outPot}) {
         MATCHA_CUDA_CHECK(cudaMemsetAsync(buffer->data(), 0xff, n * sizeof(double), stream.get()));  // NaN
       }
@@ -602,6 +623,13 @@ struct CudaEngine::Impl {
     const bool periodic = gravity.periodic.enabled();
     const detail::PlanVariant<Real>* variant = planVariantFor<Real>(plan.accurateNearPairs, quadrupole, gravity, out);
     const auto now = [&](std::size_t g) { return part.now == nullptr || (*part.now)[g] != 0; };
+    // A pipelined batch takes the set the batch before did not; its page-locked arrays are written once their last
+    // copies are done (those of the batch before that).
+    PlanListBuffers& lists = planLists[part.pipelined ? batches.nextLists : 0];
+    if (part.pipelined) batches.nextLists ^= 1;
+    lists.uploaded.synchronize();
+    PinnedBuffer<uint4>& hostGroupLists = lists.hostGroupLists;
+    PinnedBuffer<uint4>& hostTasks = lists.hostTasks;
     // The kernels index bodies and cells with 32-bit integers, kept below 2^31 as setTree keeps them.
     MATCHA_ASSERT(numBodies < (std::size_t{1} << 31) && numCells < (std::size_t{1} << 31),
                   "more than 2^31 bodies or cells in one plan");
@@ -692,7 +720,14 @@ struct CudaEngine::Impl {
       }
     });
 
-    start.record(stream.get());
+    // A pipelined batch's copies run on the copy stream once the kernels that read its set last are done, and its
+    // kernels on the stream once its copies are: the kernels of the batch before run meanwhile.
+    const cudaStream_t copies = part.pipelined ? copyStream.get() : stream.get();
+    if (!part.pipelined || !batches.started) start.record(stream.get());
+    if (part.pipelined) {
+      batches.started = true;
+      MATCHA_CUDA_CHECK(cudaStreamWaitEvent(copies, lists.consumed.get(), 0));
+    }
     // A periodic call (a tree's first call: the calls after take the resident lists, tree/periodic_tree_solver.hpp)
     // sends its bodies, cells and lists, ~1.3 GB at 2^24, through the page-locked staging buffers: from pageable
     // memory they took 122-213 ms on the H200 (6-10 GB/s). So does an open-boundary plan on an engine that has never
@@ -701,24 +736,29 @@ struct CudaEngine::Impl {
     // launches, whose DMA a staged piece would wait behind (the periodic solver never launches its lists beside a
     // plan).
     const bool staged = periodic || !res.hasTree;
-    if (part.uploadBodies) uploadSourcesAndCells(sources, cells, staged);
-    groupCentres.reserve(3 * numGroups);
-    uploadArray(groupCentres.data(), plan.groupCentres.data(), 3 * numGroups, staged);
-    bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
+    if (part.uploadBodies) uploadSourcesAndCells(sources, cells, staged, copies);
+    lists.groupCentres.reserve(3 * numGroups);
+    uploadArray(lists.groupCentres.data(), plan.groupCentres.data(), 3 * numGroups, staged, copies);
+    lists.bodyRanges.reserve(std::max<std::size_t>(plan.bodyList.size(), 1));
     static_assert(sizeof(BodyRange) == sizeof(uint2), "BodyRange must match uint2 for the upload");
-    uploadArray(bodyRanges.data(), reinterpret_cast<const uint2*>(plan.bodyList.data()), plan.bodyList.size(), staged);
-    bodyRangeOffsets.reserve(numGroups + 1);
-    uploadArray(bodyRangeOffsets.data(), plan.bodyListOffsets.data(), numGroups + 1, staged);
-    cellList.reserve(std::max<std::size_t>(plan.cellList.size(), 1));
-    uploadArray(cellList.data(), plan.cellList.data(), plan.cellList.size(), staged);
-    groupLists.reserve(numGroups);
-    copyToDevice(groupLists.data(), hostGroupLists.data(), numGroups);
-    tasks.reserve(std::max<std::uint64_t>(numTasks, 1));
-    copyToDevice(tasks.data(), hostTasks.data(), numTasks);
+    uploadArray(lists.bodyRanges.data(), reinterpret_cast<const uint2*>(plan.bodyList.data()), plan.bodyList.size(),
+                staged, copies);
+    lists.bodyRangeOffsets.reserve(numGroups + 1);
+    uploadArray(lists.bodyRangeOffsets.data(), plan.bodyListOffsets.data(), numGroups + 1, staged, copies);
+    lists.cellList.reserve(std::max<std::size_t>(plan.cellList.size(), 1));
+    uploadArray(lists.cellList.data(), plan.cellList.data(), plan.cellList.size(), staged, copies);
+    lists.groupLists.reserve(numGroups);
+    copyToDevice(lists.groupLists.data(), hostGroupLists.data(), numGroups, copies);
+    lists.tasks.reserve(std::max<std::uint64_t>(numTasks, 1));
+    copyToDevice(lists.tasks.data(), hostTasks.data(), numTasks, copies);
+    if (part.pipelined) {
+      lists.uploaded.record(copies);
+      MATCHA_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), lists.uploaded.get(), 0));
+    }
     expandedBodies.reserve(std::max<std::uint32_t>(listBodies, 1));
     taskCounter.reserve(1);
     MATCHA_CUDA_CHECK(cudaMemsetAsync(taskCounter.data(), 0, sizeof(std::uint32_t), stream.get()));
-    reserveOutputs(numBodies);
+    reserveOutputs(numBodies, !part.pipelined);
 
     detail::PlanArgs<Real> args{};
     args.sources = {sourceX.data(), sourceY.data(), sourceZ.data(), sourceMass.data()};
@@ -728,13 +768,13 @@ struct CudaEngine::Impl {
                           cellQuadrupole[3].data(), cellQuadrupole[4].data(), cellQuadrupole[5].data(),
                           cellQuadrupole[6].data()};
     }
-    args.tasks = tasks.data();
+    args.tasks = lists.tasks.data();
     args.numTasks = static_cast<std::uint32_t>(numTasks);
     args.taskCounter = taskCounter.data();
-    args.groupCentres = groupCentres.data();
-    args.groupLists = groupLists.data();
+    args.groupCentres = lists.groupCentres.data();
+    args.groupLists = lists.groupLists.data();
     args.expandedBodies = expandedBodies.data();
-    args.cellList = cellList.data();
+    args.cellList = lists.cellList.data();
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
     args.inverseSoftening = inverseSoftening(gravity.eps2());
@@ -746,9 +786,9 @@ struct CudaEngine::Impl {
     const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
         1, std::min<std::uint64_t>(std::uint64_t(selection.numSMs) * blocksPerSM(variant->kernel, variant->threads),
                                    (numTasks + warpsPerBlock - 1) / warpsPerBlock)));
-    kernelsStart.record(stream.get());
+    if (!part.pipelined || !batches.kernelsStarted) kernelsStart.record(stream.get());
     if (listBodies > 0) {
-      detail::launchExpandBodyRanges(bodyRanges.data(), bodyRangeOffsets.data(), groupLists.data(),
+      detail::launchExpandBodyRanges(lists.bodyRanges.data(), lists.bodyRangeOffsets.data(), lists.groupLists.data(),
                                      static_cast<std::uint32_t>(numGroups), expandedBodies.data(), stream.get());
       MATCHA_CUDA_CHECK_LAUNCH("expandBodyRangesKernel", config.synchronizeAfterLaunch);
     }
@@ -758,21 +798,20 @@ struct CudaEngine::Impl {
     }
     kernelsStop.record(stream.get());
 
-    // Download only the plan's groups (other outputs stay untouched), merged into runs of consecutive bodies.
-    runs.clear();
+    // Download only the plan's groups (other outputs stay untouched), merged into runs of consecutive bodies; a
+    // pipelined batch's wait for the call's last batch.
+    if (!part.pipelined) runs.clear();
     for (std::size_t g = 0; g < numGroups; ++g) {
       if (plan.groups[g].size() > 0 && now(g)) runs.push_back(plan.groups[g]);
     }
-    if (!std::is_sorted(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; })) {
-      std::sort(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; });
+    if (part.pipelined) {
+      lists.consumed.record(stream.get());
+      batches.kernelsStarted = true;
+      batches.numTasks += numTasks;
+      batches.packedListBytes += packedBytes;
+      return {bodyBody, bodyCell};
     }
-    std::size_t k = 0;
-    while (k < runs.size()) {
-      const std::uint32_t first = runs[k].first;
-      std::uint32_t last = runs[k].last;
-      for (++k; k < runs.size() && runs[k].first <= last; ++k) last = std::max(last, runs[k].last);
-      downloadRange(out, first, last - first, staged);
-    }
+    downloadRuns(out, staged);
     finishCall();
     stats.numTasks = numTasks;
     stats.numSplits = 0;
@@ -785,6 +824,21 @@ struct CudaEngine::Impl {
     return {bodyBody, bodyCell};
   }
 
+  /// Downloads the outputs of the bodies in `runs` (group ranges in any order), merged into runs of consecutive
+  /// bodies.
+  void downloadRuns(const ForceView& out, bool staged) {
+    if (!std::is_sorted(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; })) {
+      std::sort(runs.begin(), runs.end(), [](BodyRange a, BodyRange b) { return a.first < b.first; });
+    }
+    std::size_t k = 0;
+    while (k < runs.size()) {
+      const std::uint32_t first = runs[k].first;
+      std::uint32_t last = runs[k].last;
+      for (++k; k < runs.size() && runs[k].first <= last; ++k) last = std::max(last, runs[k].last);
+      downloadRange(out, first, last - first, staged);
+    }
+  }
+
   /// evaluatePlanBatch's record of the batches of the call in progress.
   struct PlanBatches {
     bool bodiesOnDevice = false;   ///< the call's sources and cells went over, with its first batch or ahead of it
@@ -792,6 +846,14 @@ struct CudaEngine::Impl {
     double totalCost = 0.0;        ///< the cost of the call's groups so far, summed as evaluatePlanIn sums a plan's
     InteractionPlan deferred;      ///< groups held back for the call's last batch (evaluatePlanBatchIn)
     std::vector<std::uint8_t> now;
+    // The pipeline (PlanPart::pipelined): the call's start and first kernel recorded, the list set the next batch
+    // takes, and the warp tasks and packed list bytes of the batches so far. Their groups' runs wait in `runs`.
+    bool started = false;
+    bool kernelsStarted = false;
+    int nextLists = 0;
+    std::uint64_t numTasks = 0;
+    std::uint64_t packedListBytes = 0;
+    std::uint64_t bytesToDevice = 0;
   };
 
   /// CudaEngine::evaluatePlanBatch. The one plan of the call's groups would cut the tasks longer than
@@ -806,10 +868,18 @@ struct CudaEngine::Impl {
                                         const ForceView& out, PlanBatch where) {
     PlanBatches& b = batches;
     if (where.first) {
+      copyStream.synchronize();  // nothing of an earlier call that stopped half-way still reads the list buffers
+      stream.synchronize();
       b.bodiesOnDevice = false;
       b.groupsBefore = 0;
       b.totalCost = 0.0;
       b.deferred.clear();
+      b.started = false;
+      b.kernelsStarted = false;
+      b.numTasks = 0;
+      b.packedListBytes = 0;
+      b.bytesToDevice = 0;
+      runs.clear();
     }
     if (where.last && b.groupsBefore == 0) {
       // Every group of the call is in this batch (the ones before, if any, were empty: the bodies and cells went over
@@ -819,6 +889,20 @@ struct CudaEngine::Impl {
       const InteractionCounts counts = evaluatePlanIn<Real>(sources, cells, batch, gravity, out, whole);
       b.bodiesOnDevice = true;
       return counts;
+    }
+    if (batch.numGroups() == 0 && !where.last) {
+      // An empty batch ahead of the lists: the bodies and cells go over now, while the caller walks.
+      if (!b.bodiesOnDevice) {
+        start.record(stream.get());
+        reserveOutputs(sources.count);  // poisoned once a call, before any batch writes
+        uploadSourcesAndCells(sources, cells, true);
+        stop.record(stream.get());
+        stream.synchronize();
+        b.bodiesOnDevice = true;
+        b.bytesToDevice += stats.bytesToDevice;
+        stats.uploadMilliseconds = stats.totalMilliseconds = stop.millisecondsSince(start);
+      }
+      return {};
     }
     b.groupsBefore += batch.numGroups();
     const bool quadrupole = cells.hasQuadrupole;
@@ -836,25 +920,36 @@ struct CudaEngine::Impl {
       b.now[g] = 0;
       appendGroups(batch, g, g + 1, b.deferred);
     }
+    // Each batch's kernels queue behind the batch before's (PlanPart::pipelined) and the call waits only at its
+    // last batch, for the downloads of every batch's groups: the GPU runs while the caller walks the next batch.
     PlanPart part;
     part.uploadBodies = !b.bodiesOnDevice;
     part.now = &b.now;
     part.longestTask = std::numeric_limits<double>::infinity();
+    part.pipelined = true;
+    if (part.uploadBodies) reserveOutputs(sources.count);  // poisoned once a call, before any batch writes
     InteractionCounts counts = evaluatePlanIn<Real>(sources, cells, batch, gravity, out, part);
     b.bodiesOnDevice = true;
     if (where.last && b.deferred.numGroups() > 0) {
-      const CudaCallStats first = stats;
       counts += evaluatePlanIn<Real>(sources, cells, b.deferred, gravity, out,
-                                     PlanPart{false, nullptr, longestTaskCost(b.totalCost, *variant)});
-      stats.uploadMilliseconds += first.uploadMilliseconds;
-      stats.kernelMilliseconds += first.kernelMilliseconds;
-      stats.downloadMilliseconds += first.downloadMilliseconds;
-      stats.totalMilliseconds += first.totalMilliseconds;
-      stats.bytesToDevice += first.bytesToDevice;
-      stats.bytesFromDevice += first.bytesFromDevice;
-      stats.packedListBytes += first.packedListBytes;
-      stats.numTasks += first.numTasks;
+                                     PlanPart{false, nullptr, longestTaskCost(b.totalCost, *variant), true});
       b.deferred.clear();
+    }
+    b.bytesToDevice += stats.bytesToDevice;
+    stats.bytesToDevice = 0;
+    if (where.last) {
+      const bool staged = true;  // evaluatePlanIn's choice for periodic plans, the only batched ones
+      downloadRuns(out, staged);
+      finishCall();
+      copyStream.synchronize();
+      stats.bytesToDevice = b.bytesToDevice;
+      stats.numTasks = b.numTasks;
+      stats.packedListBytes = b.packedListBytes;
+      char text[160];
+      std::snprintf(text, sizeof text, "plan %s%s p%d (%llu warp tasks in batches)%s",
+                    gravity.periodic.enabled() ? "periodic " : "", quadrupole ? "quad" : "mono", variant->tile,
+                    static_cast<unsigned long long>(b.numTasks), variant->potential ? "" : ", accelerations only");
+      stats.kernel = text;
     }
     return counts;
   }
@@ -1012,18 +1107,19 @@ struct CudaEngine::Impl {
   static constexpr std::size_t kStagingPiece = std::size_t{64} << 20;
 
   template <class T>
-  void uploadFromHost(T* device, const T* host, std::size_t count) {
+  void uploadFromHost(T* device, const T* host, std::size_t count, cudaStream_t on = nullptr) {
     if (count * sizeof(T) >= kStagedBytes) {
-      uploadStaged(device, host, count * sizeof(T));
+      uploadStaged(device, host, count * sizeof(T), on);
     } else {
-      copyToDevice(device, host, count);
+      copyToDevice(device, host, count, on);
     }
   }
 
   /// Copies `bytes` from host memory to the device through the two page-locked staging buffers in turns: the host
-  /// fills one (on all cores) while the DMA of the other runs. Returns when the last piece is queued.
-  void uploadStaged(void* device, const void* host, std::size_t bytes) {
-    res.staging.upload(device, host, bytes, stream.get());
+  /// fills one (on all cores) while the DMA of the other runs. Returns when the last piece is queued. On stream `on`
+  /// (null: the engine's stream).
+  void uploadStaged(void* device, const void* host, std::size_t bytes, cudaStream_t on = nullptr) {
+    res.staging.upload(device, host, bytes, on != nullptr ? on : stream.get());
     stats.bytesToDevice += bytes;
   }
 
@@ -1825,6 +1921,7 @@ struct CudaEngine::Impl {
   CudaKernelConfig config;
   DeviceSelection selection;
   detail::CudaStream stream;
+  detail::CudaStream copyStream;  ///< a pipelined batch's list copies (PlanPart::pipelined)
   // Declared after `selection`: their events and staging buffers belong to the engine's device (created on the
   // runtime's default device, they failed every staged upload of an engine on another: cudaEventRecord on its
   // stream, an invalid resource handle, rank 1 of 2 on the 2-GPU H200 machine).
@@ -1846,12 +1943,8 @@ struct CudaEngine::Impl {
   DeviceBuffer<float> partialMagnitude;         ///< float direct sums: DirectArgs::partialMagnitude
   DeviceBuffer<std::uint32_t> cancelledBodies;  ///< float direct sums: count, then bodies (appendToBodyList)
   PinnedBuffer<std::uint32_t> hostCancelledCount;
-  DeviceBuffer<double> groupCentres;
-  DeviceBuffer<uint2> bodyRanges;
-  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellList, expandedBodies, taskCounter;
-  DeviceBuffer<uint4> tasks, groupLists;
-  PinnedBuffer<uint4> hostGroupLists;
-  PinnedBuffer<uint4> hostTasks;
+  std::array<PlanListBuffers, 2> planLists;  ///< evaluatePlanIn's lists; pipelined batches take them in turns
+  DeviceBuffer<std::uint32_t> expandedBodies, taskCounter;
   std::vector<std::uint64_t> groupListBodies;   ///< evaluatePlanIn: each group's list's j-bodies
   std::vector<std::uint64_t> blockBucketTasks;  ///< evaluatePlanIn: tasks per block of groups and cost bucket
   std::vector<BodyRange> runs;

@@ -764,9 +764,9 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   phaseDone(Phase::keys);
   sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
   phaseDone(Phase::sort);
-  // The octree needs the sorted keys alone: it is built beside the bodies' permutation and then the hook (TreePM's
-  // mesh start), memory-bound passes sharing the cores. The 2^24 clumps call (H200 host) spent ~40 ms on the
-  // permutation, 15 on the hook and 20 on the octree one after another.
+  // The octree needs the sorted keys alone: it is built beside the bodies' permutation, memory-bound passes sharing
+  // the cores. The 2^24 clumps call (H200 host) spent ~40 ms on the permutation, 15 on the hook (TreePM's mesh start)
+  // and 20 on the octree one after another.
   double permuteSeconds = 0.0, octreeSeconds = 0.0;
   tbb::parallel_invoke(
       [&] {
@@ -778,7 +778,6 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
                             [&](std::size_t k) { sortedRadius_[k] = balls ? radius_[order_[k]] : 0.0f; });
         }
         permuteSeconds = permuting.seconds();
-        if (sortedHook_) sortedHook_(particles);
       },
       [&] {
         const Stopwatch building;
@@ -788,6 +787,12 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // Each phase its own time (they overlap); the hook's is the caller's.
   report.timings[Phase::sort] += permuteSeconds;
   report.timings[Phase::octree] += octreeSeconds;
+  // The hook (TreePM's mesh start: a finite check and a copy into page-locked memory, ~15 ms of a 2^24 call) reads
+  // the sorted bodies beside the multipoles and groups, which read them too; it is done before anything writes their
+  // forces. (A future from std::async waits for its thread when destroyed: an exception thrown here leaves no hook
+  // running.)
+  std::future<void> hookRunning;
+  if (sortedHook_) hookRunning = std::async(std::launch::async, [&] { sortedHook_(particles); });
   clock.restart();
   computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_,
                     balls ? sortedRadius_.data() : nullptr);
@@ -797,6 +802,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   bool tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
   buildWalkTree(tree_, walkTree_, gravity_.periodic);
   phaseDone(Phase::groups);
+  if (hookRunning.valid()) hookRunning.get();  // its exception, if any, is the call's
 
   const ForceView out = forcesToWrite(particles);
   if (!tolerancesSet && params_.alpha > 0.0) {
