@@ -1,9 +1,24 @@
 // SPDX-License-Identifier: MIT
 #include "matcha/core/force_solver.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <limits>
+
 #include "matcha/core/errors.hpp"
 
 namespace matcha {
+
+void ForceSolver::clearUnwantedPotentials(Particles& particles) const {
+  if (potentialsWanted_) return;
+  double* pot = particles.pot.data();
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, particles.pot.size(), std::size_t{1} << 16),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      std::fill(pot + r.begin(), pot + r.end(), std::numeric_limits<double>::quiet_NaN());
+                    });
+}
 
 void ForceSolver::setSoftening(double /*eps*/) {
   throw InputError("the softening of " + describe() + " cannot change during a run");

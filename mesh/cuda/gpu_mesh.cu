@@ -15,6 +15,8 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -165,6 +167,16 @@ __global__ void interpolateFiniteDifferenceKernel(DeviceBodies bodies, MeshLayou
   if (pot != nullptr) pot[i] += weight * potential;
 }
 
+/// to[c][k] = results[c][order[k]] for each of the `outputs` arrays (capacity apart): the results in the bodies' new
+/// order (GpuMesh::orderResults).
+__global__ void gatherResultsKernel(const double* results, std::size_t capacity, const std::uint32_t* order,
+                                    std::size_t count, int outputs, double* to) {
+  const unsigned long long k = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+  if (k >= count) return;
+  const std::size_t from = order[k];
+  for (int c = 0; c < outputs; ++c) to[c * capacity + k] = results[c * capacity + from];
+}
+
 /// The stream and the two plans, released even when the mesh's constructor throws half way.
 struct StreamAndPlans {
   cudaStream_t stream = nullptr;
@@ -190,7 +202,9 @@ struct StreamAndPlans {
   }
 };
 
-enum Stage { kUpload, kAssignment, kFft, kGreen, kInterpolate, kDownload, kNumStages };
+/// kWait: the stream idle between the interpolation and the download, which waits for the bodies' new order
+/// (GpuMesh::orderResults); counted in the total, in no stage.
+enum Stage { kUpload, kAssignment, kFft, kGreen, kInterpolate, kDownload, kNumStages, kWait };
 
 }  // namespace
 
@@ -208,6 +222,7 @@ struct GpuMesh::Impl {
   DeviceArray<double> greenAxis, modeSquared, derivativeWavenumber;
   DeviceArray<double> bodies;   ///< x, y, z, mass: 4 capacity doubles
   DeviceArray<double> results;  ///< ax, ay, az, pot: 4 capacity doubles
+  DeviceArray<std::uint32_t> order;  ///< orderResults' order (the results go to `bodies`, free by then, in it)
   std::size_t capacity = 0;
   double* hostResults = nullptr;  ///< pinned, 4 capacity doubles
   /// Pinned, 4 capacity doubles: the bodies are copied in on all cores and sent at the bus's speed (from the caller's
@@ -220,6 +235,9 @@ struct GpuMesh::Impl {
   double* hostGrid = nullptr;
   bool inFlight = false;  ///< a launch whose results collect has not taken yet
   bool launchedPotentials = false;
+  bool downloadQueued = false;
+  std::size_t launchedCount = 0;  ///< the launch's results are on their way to hostResults (orderResults or collect)
+  cudaEvent_t bodiesSent = nullptr;  ///< after the bodies' upload: hostBodies may be written again
   std::vector<cudaEvent_t> events;
   std::vector<Stage> eventStage;  ///< the stage that ends at each event (after the first)
   MeshStageSeconds last;
@@ -286,6 +304,7 @@ struct GpuMesh::Impl {
     // Work still queued (a caller that started the mesh and then failed) would write into the buffers freed below.
     if (inFlight && stream != nullptr) cudaStreamSynchronize(stream);
     for (cudaEvent_t event : events) cudaEventDestroy(event);
+    if (bodiesSent != nullptr) cudaEventDestroy(bodiesSent);
     if (hostMass != nullptr) cudaFreeHost(hostMass);
     if (hostResults != nullptr) cudaFreeHost(hostResults);
     if (hostBodies != nullptr) cudaFreeHost(hostBodies);
@@ -312,14 +331,16 @@ struct GpuMesh::Impl {
     const std::size_t wanted = count + count / 8;
     std::size_t freeBytes = 0, totalBytes = 0;
     MESH_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
-    const std::size_t needed = 8 * wanted * sizeof(double);
-    if (needed > freeBytes + bodies.count * sizeof(double) + results.count * sizeof(double)) {
+    const std::size_t needed = 8 * wanted * sizeof(double) + wanted * sizeof(std::uint32_t);
+    if (needed > freeBytes + bodies.count * sizeof(double) + results.count * sizeof(double) +
+                     order.count * sizeof(std::uint32_t)) {
       throw InputError("the cuFFT particle mesh needs " + gibibytes(needed) + " of device memory for " +
                        std::to_string(count) + " bodies beside its " + std::to_string(n) + "^3 grids, only " +
                        gibibytes(freeBytes) + " free");
     }
     bodies.release();
     results.release();
+    order.release();
     if (hostResults != nullptr) MESH_CUDA_CHECK(cudaFreeHost(hostResults));
     hostResults = nullptr;
     if (hostBodies != nullptr) MESH_CUDA_CHECK(cudaFreeHost(hostBodies));
@@ -327,6 +348,7 @@ struct GpuMesh::Impl {
     capacity = 0;
     bodies.allocate(4 * wanted);
     results.allocate(4 * wanted);
+    order.allocate(wanted);
     MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostResults), 4 * wanted * sizeof(double)));
     MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostBodies), 4 * wanted * sizeof(double)));
     capacity = wanted;
@@ -420,25 +442,47 @@ struct GpuMesh::Impl {
     }
   }
 
-  void launch(const SourceView& s, double G, bool wantPotentials) {
+  std::size_t launch(const SourceView& s, double G, bool wantPotentials) {
     selectDevice();
     drop();
     reserveBodies(s.count);
     eventStage.clear();
-    mark(kUpload);    // the start
-    inFlight = true;  // from the first queued work on: an error half way leaves it for drop() to wait for
+    mark(kUpload);  // the start
     double* x = bodies.data;
     const double* source[4] = {s.x, s.y, s.z, s.mass};
+    // The copy looks for non-finite positions as it goes (the device would silently wrap them): one pass over the
+    // bodies instead of two, ~9 ms of a 2^24 call on the H200's host.
+    std::atomic<std::size_t> firstBad{s.count};
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, s.count, std::size_t{1} << 16),
                       [&](const tbb::blocked_range<std::size_t>& r) {
                         for (int k = 0; k < 4; ++k) {
                           std::copy(source[k] + r.begin(), source[k] + r.end(), hostBodies + k * capacity + r.begin());
                         }
+                        const double* px = hostBodies;
+                        const double* py = hostBodies + capacity;
+                        const double* pz = hostBodies + 2 * capacity;
+                        bool finite = true;
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          finite = finite && std::isfinite(px[i]) && std::isfinite(py[i]) && std::isfinite(pz[i]);
+                        }
+                        if (finite) return;
+                        for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                          if (std::isfinite(px[i]) && std::isfinite(py[i]) && std::isfinite(pz[i])) continue;
+                          std::size_t seen = firstBad.load();
+                          while (i < seen && !firstBad.compare_exchange_weak(seen, i)) {
+                          }
+                          break;
+                        }
                       });
+    if (firstBad.load() < s.count) return firstBad.load();  // nothing queued
+    inFlight = true;  // from the first queued work on: an error half way leaves it for drop() to wait for
     for (int k = 0; k < 4 && s.count > 0; ++k) {
       MESH_CUDA_CHECK(cudaMemcpyAsync(x + k * capacity, hostBodies + k * capacity, s.count * sizeof(double),
                                       cudaMemcpyHostToDevice, stream));
     }
+    if (bodiesSent == nullptr) MESH_CUDA_CHECK(cudaEventCreateWithFlags(&bodiesSent, cudaEventDisableTiming));
+    MESH_CUDA_CHECK(cudaEventRecord(bodiesSent, stream));
+    launchedCount = s.count;
     if (capacity > 0) MESH_CUDA_CHECK(cudaMemsetAsync(results.data, 0, 4 * capacity * sizeof(double), stream));
     mark(kUpload);
     const DeviceBodies d{x, x + capacity, x + 2 * capacity, x + 3 * capacity, s.count};
@@ -453,13 +497,43 @@ struct GpuMesh::Impl {
         addPass<3>(d, G, 0.5 * pass, weight, wantPotentials, results.data, mass);
       }
     }
-    const int outputs = wantPotentials ? 4 : 3;
-    for (int k = 0; k < outputs && s.count > 0; ++k) {
-      MESH_CUDA_CHECK(cudaMemcpyAsync(hostResults + k * capacity, results.data + k * capacity, s.count * sizeof(double),
+    launchedPotentials = wantPotentials;
+    downloadQueued = false;  // orderResults or collect queues it
+    return s.count;
+  }
+
+  /// Queues the results' download, in the launch's order of the bodies or, with `newOrder`, in that order: body k of
+  /// the new order is the launch's body newOrder[k] (gathered on the device into the bodies' buffer, free by then).
+  /// A second call queues the download again, in its order, which then lands last.
+  void queueDownload(std::span<const std::uint32_t> newOrder) {
+    MATCHA_ASSERT(inFlight, "GpuMesh: a download queued without a launch");
+    const std::size_t count = launchedCount;
+    MATCHA_ASSERT(newOrder.empty() || newOrder.size() == count, "GpuMesh::orderResults: the order's size differs");
+    mark(kWait);
+    const int outputs = launchedPotentials ? 4 : 3;
+    const double* from = results.data;
+    if (!newOrder.empty() && count > 0) {
+      // hostBodies is free once the bodies' upload (and an earlier order's) is done: long before, at any real size.
+      MESH_CUDA_CHECK(cudaEventSynchronize(bodiesSent));
+      auto* hostOrder = reinterpret_cast<std::uint32_t*>(hostBodies);
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, count, std::size_t{1} << 16),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          std::copy(newOrder.begin() + r.begin(), newOrder.begin() + r.end(), hostOrder + r.begin());
+                        });
+      MESH_CUDA_CHECK(
+          cudaMemcpyAsync(order.data, hostOrder, count * sizeof(std::uint32_t), cudaMemcpyHostToDevice, stream));
+      MESH_CUDA_CHECK(cudaEventRecord(bodiesSent, stream));
+      gatherResultsKernel<<<blocksFor(count), kBlock, 0, stream>>>(results.data, capacity, order.data, count, outputs,
+                                                                   bodies.data);
+      MESH_LAUNCH_CHECK();
+      from = bodies.data;
+    }
+    for (int k = 0; k < outputs && count > 0; ++k) {
+      MESH_CUDA_CHECK(cudaMemcpyAsync(hostResults + k * capacity, from + k * capacity, count * sizeof(double),
                                       cudaMemcpyDeviceToHost, stream));
     }
     mark(kDownload);
-    launchedPotentials = wantPotentials;
+    downloadQueued = true;
   }
 
   void drop() {
@@ -472,6 +546,7 @@ struct GpuMesh::Impl {
   GpuMeshResult collect(double* waitSeconds) {
     MATCHA_ASSERT(inFlight, "GpuMesh::collect without a launch in flight");
     selectDevice();
+    if (!downloadQueued) queueDownload({});
     inFlight = false;
     const Stopwatch waiting;
     MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -480,6 +555,7 @@ struct GpuMesh::Impl {
     double* stageSeconds[kNumStages] = {&last.upload, &last.assignment,  &last.fft,
                                         &last.green,  &last.interpolate, &last.download};
     for (std::size_t k = 1; k < eventStage.size(); ++k) {
+      if (eventStage[k] == kWait) continue;
       float ms = 0;
       MESH_CUDA_CHECK(cudaEventElapsedTime(&ms, events[k - 1], events[k]));
       *stageSeconds[eventStage[k]] += 1e-3 * ms;
@@ -499,8 +575,12 @@ struct GpuMesh::Impl {
 
 GpuMesh::GpuMesh(const MeshParams& params) : impl_(std::make_unique<Impl>(params)) {}
 GpuMesh::~GpuMesh() = default;
-void GpuMesh::launch(const SourceView& sources, double G, bool wantPotentials) {
-  impl_->launch(sources, G, wantPotentials);
+std::size_t GpuMesh::launch(const SourceView& sources, double G, bool wantPotentials) {
+  return impl_->launch(sources, G, wantPotentials);
+}
+void GpuMesh::orderResults(std::span<const std::uint32_t> newOrder) {
+  impl_->selectDevice();
+  impl_->queueDownload(newOrder);
 }
 GpuMeshResult GpuMesh::collect(double* waitSeconds) { return impl_->collect(waitSeconds); }
 void GpuMesh::drop() { impl_->drop(); }

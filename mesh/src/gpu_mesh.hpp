@@ -4,10 +4,12 @@
 // parts the backends share: validation, the host-side additions and the self-potential correction.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 
+#include "matcha/core/errors.hpp"
 #include "matcha/core/particles.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 
@@ -34,11 +36,18 @@ class GpuMesh {
   GpuMesh& operator=(const GpuMesh&) = delete;
 
   /// Every step of the mesh for `sources` (finite positions, checked by the caller) with constant G: copies the
-  /// bodies into page-locked memory (on all cores), queues the uploads, kernels, transforms and the downloads on the
-  /// mesh's stream, and returns; `sources` is not read after it returns. A launch still in flight is waited for and
+  /// bodies into page-locked memory (on all cores), queues the uploads, kernels and transforms on the mesh's stream,
+  /// and returns; `sources` is not read after it returns. The results' download is queued by orderResults or, without
+  /// it, by collect. Returns sources.count, or the index of a body with a non-finite position (found while copying;
+  /// then nothing is queued). A launch still in flight is waited for and
   /// dropped first. Throws InputError when the bodies' buffers would not fit in the free device memory, CudaError for
   /// a failed call.
-  void launch(const SourceView& sources, double G, bool wantPotentials);
+  std::size_t launch(const SourceView& sources, double G, bool wantPotentials);
+  /// Queues the download of the launch in flight's results (before collect), in the launch's order of the bodies
+  /// (`newOrder` empty) or in a new one: result k is then that of the launch's body newOrder[k] (a permutation of
+  /// [0, n)), gathered on the device. A second call supersedes the first (its download lands last). `newOrder` is
+  /// copied before this returns.
+  void orderResults(std::span<const std::uint32_t> newOrder);
   /// Waits for the last launch and hands over its results (`waitSeconds`: the host's wait for the device). Throws
   /// InvariantError without a launch in flight.
   GpuMeshResult collect(double* waitSeconds = nullptr);
@@ -46,7 +55,7 @@ class GpuMesh {
   void drop();
   /// launch, then collect: the same stream of work, so the same results.
   GpuMeshResult compute(const SourceView& sources, double G, bool wantPotentials) {
-    launch(sources, G, wantPotentials);
+    MATCHA_ASSERT(launch(sources, G, wantPotentials) == sources.count, "GpuMesh::compute: a non-finite position");
     return collect();
   }
 

@@ -16,7 +16,8 @@ GpuMesh::GpuMesh(const MeshParams& /*params*/) {
 }
 GpuMesh::~GpuMesh() = default;
 // Unreachable: the constructor throws.
-void GpuMesh::launch(const SourceView& /*sources*/, double /*G*/, bool /*wantPotentials*/) {}
+std::size_t GpuMesh::launch(const SourceView& sources, double /*G*/, bool /*wantPotentials*/) { return sources.count; }
+void GpuMesh::orderResults(std::span<const std::uint32_t> /*newOrder*/) {}
 GpuMeshResult GpuMesh::collect(double* /*waitSeconds*/) { return {}; }
 void GpuMesh::drop() {}
 MeshStageSeconds GpuMesh::lastStageSeconds() const { return {}; }

@@ -325,17 +325,24 @@ void ParticleMesh::startLongRange(const SourceView& sources, const GravityParams
   abandonLongRange();
   gravity.validate();
   requireIndexableCount(sources.count);
-  const Stopwatch clock;
-  // The FFTW backend finds a non-finite position while it bins; the device would silently wrap it, so look first.
-  const std::size_t bad = detail::firstNonFinitePosition(sources);
-  if (bad < sources.count) {
-    throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
-  }
-  const double checkSeconds = clock.seconds();
   // No bodies, no launch (finishLongRange then adds nothing), unless the grid is summed with other parts': this part
-  // then takes part, depositing nothing.
-  if (sources.count > 0 || reduceDensity_) gpu_->launch(sources, gravity.G, potentials);
-  started_ = Started{sources.count, potentials, checkSeconds};
+  // then takes part, depositing nothing. The launch finds a non-finite position while it copies the bodies (the
+  // device would silently wrap it; the FFTW backend finds it while it bins).
+  if (sources.count > 0 || reduceDensity_) {
+    const std::size_t bad = gpu_->launch(sources, gravity.G, potentials);
+    if (bad < sources.count) {
+      throw InputError("particle mesh: body " + std::to_string(bad) + " has a non-finite position");
+    }
+  }
+  started_ = Started{sources.count, potentials};
+}
+
+void ParticleMesh::reorderLongRange(std::span<const std::uint32_t> newOrder) {
+  MATCHA_ASSERT(started_.has_value(), "ParticleMesh::reorderLongRange without startLongRange");
+  MATCHA_ASSERT(newOrder.empty() || newOrder.size() == started_->count,
+                "ParticleMesh::reorderLongRange: the order's size differs from the start's bodies");
+  if (started_->count == 0 && !reduceDensity_) return;  // nothing was launched
+  gpu_->orderResults(newOrder);
 }
 
 LongRangeTiming ParticleMesh::finishLongRange(const SourceView& sources, const GravityParams& gravity,
@@ -365,7 +372,8 @@ LongRangeTiming ParticleMesh::finishLongRange(const SourceView& sources, const G
           }
         }
       });
-  timing.seconds = started.checkSeconds + gpu_->lastStageSeconds().total + adding.seconds();
+  // The stages' total starts before the launch's copy of the bodies, and so counts it.
+  timing.seconds = gpu_->lastStageSeconds().total + adding.seconds();
   return timing;
 }
 

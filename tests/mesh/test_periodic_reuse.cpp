@@ -604,12 +604,16 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
   gpu::CpuEngine engine(gpu::Precision::float64);
   tree::PeriodicTreeSolver solver(engine, params, gravity);
   int hooks = 0;
-  std::vector<std::uint64_t> idsAtHook;
+  std::vector<std::uint64_t> idsAtHook, idsAtStart;
   std::vector<double> xAtHook;
-  ASSERT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted) {
+  ASSERT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted, std::span<const std::uint32_t> order) {
     ++hooks;
     idsAtHook = sorted.id;
     xAtHook = sorted.x;
+    // The order maps the call's start to the bodies as the hook sees them (empty: none moved).
+    for (std::size_t k = 0; k < sorted.size(); ++k) {
+      ASSERT_EQ(idsAtStart[order.empty() ? k : order[k]], sorted.id[k]) << "body " << k;
+    }
   }));
   std::mt19937_64 random(seed + 11);
   int reused = 0, superseded = 0;
@@ -626,6 +630,7 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
       box.bodies.permute(order);  // another order
     }
     hooks = 0;
+    idsAtStart = box.bodies.id;
     const ForceReport report = solver.computeForces(box.bodies);
     EXPECT_EQ(hooks, expectsReuse && report.rebuilt ? 2 : 1);
     EXPECT_EQ(idsAtHook, box.bodies.id) << "the hook last saw another order than the call left";

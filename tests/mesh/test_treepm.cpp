@@ -711,9 +711,9 @@ TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
   }
 }
 
-// The sorted-bodies hook (ForceSolver::setSortedBodiesHook, which TreePM uses to start the mesh on the GPU): the
-// periodic solver calls it once per call, after its sort, with the bodies in the order the call leaves them; an empty
-// hook turns it off. TreePM with the FFTW mesh keeps the mesh after the short range whatever MeshParams::overlap says
+// The sorted-bodies hook (ForceSolver::setSortedBodiesHook, which TreePM uses to order the GPU mesh's results): the
+// periodic solver calls it once per call, after its sort, with the bodies in the order the call leaves them and the
+// order they came from (body k was the call's body order[k]); an empty hook turns it off. TreePM with the FFTW mesh keeps the mesh after the short range whatever MeshParams::overlap says
 // (ParticleMesh::runsBeside: false), with the same forces.
 TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
   const std::uint64_t seed = testing::freshSeed();
@@ -730,16 +730,22 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
   int calls = 0;
   std::vector<std::uint64_t> idsAtHook;
   std::vector<double> xAtHook;
-  EXPECT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted) {
+  std::vector<std::uint32_t> orderAtHook;
+  EXPECT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted, std::span<const std::uint32_t> order) {
     ++calls;
     idsAtHook = sorted.id;
     xAtHook = sorted.x;
+    orderAtHook.assign(order.begin(), order.end());
   }));
   Particles p = bodies;
   solver.computeForces(p);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(idsAtHook, p.id) << "the hook saw the bodies in another order than the call left them";
   EXPECT_EQ(xAtHook, p.x);
+  ASSERT_EQ(orderAtHook.size(), p.size());
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    ASSERT_EQ(bodies.id[orderAtHook[k]], p.id[k]) << "body " << k << " did not come from where the order says";
+  }
   EXPECT_NE(p.id, bodies.id) << "the input was already in Morton order: the test would not see a hook before the sort";
   solver.computeForces(p);
   EXPECT_EQ(calls, 2);

@@ -212,7 +212,8 @@ void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings
 
 PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
                                                                    ForceReport& report, bool evaluatePlan,
-                                                                   bool sequential) {
+                                                                   bool sequential,
+                                                                   std::future<EngineTimings>* bodiesSent) {
   const SourceView sources = particles.sources();
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   ListTotals lists;
@@ -237,6 +238,14 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     return done;
   };
   const auto take = [&](const Evaluated& done) { addEvaluation(done.counts, done.timings, report); };
+  const bool sentAhead = bodiesSent != nullptr && bodiesSent->valid();
+  const auto takeSentAhead = [&] {
+    if (bodiesSent == nullptr || !bodiesSent->valid()) return;
+    const Stopwatch waiting;
+    const EngineTimings timings = bodiesSent->get();
+    report.timings.engineWaitSeconds += waiting.seconds();
+    addEvaluation({}, timings, report);
+  };
   Stopwatch clock;
   if (!params_.overlapWalk || sequential) {
     // An engine on a device takes the call's bodies and cells on a second host thread while the cores walk (an empty
@@ -244,16 +253,22 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     // The upload was ~23 ms of a 2^24 call (clumps, H200), all of it after the walk before.
     const bool uploadAhead = evaluatePlan && engine_.evaluatesOnDevice();
     std::future<Evaluated> uploading;
-    if (uploadAhead) uploading = std::async(std::launch::async, evaluate, std::cref(noGroups_), PlanBatch{true, false});
+    if (uploadAhead && !sentAhead) {
+      uploading = std::async(std::launch::async, evaluate, std::cref(noGroups_), PlanBatch{true, false});
+    }
     planBuilder_.build(walkTree_, groups_, 0, numGroups, plan_);
     planJoined_ = true;
     numBatches_ = 0;
     report.timings[Phase::walk] += clock.seconds();
     countLists(plan_);
     if (uploadAhead) {
-      const Stopwatch waiting;
-      take(uploading.get());
-      report.timings.engineWaitSeconds += waiting.seconds();
+      if (sentAhead) {
+        takeSentAhead();
+      } else {
+        const Stopwatch waiting;
+        take(uploading.get());
+        report.timings.engineWaitSeconds += waiting.seconds();
+      }
       take(evaluate(plan_, PlanBatch{false, true}));
     } else if (evaluatePlan) {
       take(evaluate(plan_, PlanBatch{}));
@@ -274,6 +289,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     }
   };
   const auto collect = [&] {
+    takeSentAhead();
     if (!inFlight.valid()) return;
     const Stopwatch waiting;
     const Evaluated done = inFlight.get();
@@ -282,7 +298,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
   };
   PlanBatch where{true, false};
   if (beside) {
-    hand(noGroups_, where);  // the bodies and cells go over while the first batch is walked
+    if (!sentAhead) hand(noGroups_, where);  // the bodies and cells go over while the first batch is walked
     where.first = false;
   }
   // The open-boundary solver's batches: a small first one, so that the engine starts early, then growing ones of at
@@ -332,7 +348,7 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   if (!mayDriftOnEngine) runPendingDrift();
   if (sortedHook_ && treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_ && builtIds_.size() == n) {
     runPendingDrift();
-    sortedHook_(particles);
+    sortedHook_(particles, {});
   }
   // Why the call builds anew, should it. A tree of points (the first, built without the bodies' speeds) was planned
   // to end as soon as they move.
@@ -787,16 +803,33 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // Each phase its own time (they overlap); the hook's is the caller's.
   report.timings[Phase::sort] += permuteSeconds;
   report.timings[Phase::octree] += octreeSeconds;
-  // The hook (TreePM's mesh start: a finite check and a copy into page-locked memory, ~15 ms of a 2^24 call) reads
-  // the sorted bodies beside the multipoles and groups, which read them too; it is done before anything writes their
-  // forces. (A future from std::async waits for its thread when destroyed: an exception thrown here leaves no hook
-  // running.)
+  // The hook (TreePM: the sort's order to the mesh started before the call, which then gathers its results on the
+  // GPU; the mesh's start here took ~15 ms of a 2^24 call) runs beside the multipoles and groups, which read the
+  // bodies too; it is done before anything writes their forces. (A future from std::async waits for its thread when
+  // destroyed: an exception thrown here leaves no hook running.)
   std::future<void> hookRunning;
-  if (sortedHook_) hookRunning = std::async(std::launch::async, [&] { sortedHook_(particles); });
+  if (sortedHook_) hookRunning = std::async(std::launch::async, [&] { sortedHook_(particles, order_); });
   clock.restart();
   computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_,
                     balls ? sortedRadius_.data() : nullptr);
   phaseDone(Phase::multipoles);
+  // A tree for several calls is handed to the engine anyway (resident lists): the sequential walk's plan is then
+  // evaluated there, this call too, so that its lists cross to the GPU once, not twice (evaluatePlan, then the
+  // hand-over). The batches of an overlapped walk are evaluated as they are walked. With block time steps the walk is
+  // sequential too, and the engine evaluates the active bodies' groups alone (findActiveGroups).
+  const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
+  const bool evaluateResident = treeCalls > 1 && (!params_.overlapWalk || someActive);
+  const ForceView out = forcesToWrite(particles);
+  // An engine on a device takes the bodies and cells (an empty first batch) on another thread while the cores make
+  // the groups: the first lists of a 2^24 call waited ~20 ms for them (H200). With an estimate pass first, they are
+  // that pass's, and the call's own pass sends them again.
+  std::future<EngineTimings> bodiesSent;
+  if (!evaluateResident && engine_.evaluatesOnDevice()) {
+    bodiesSent = std::async(std::launch::async, [&] {
+      engine_.evaluatePlanBatch(particles.sources(), tree_.multipoles, noGroups_, gravity_, out, PlanBatch{true, false});
+      return engine_.lastTimings();
+    });
+  }
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
   if (balls) setGroupBoxesOfBalls(particles.sources(), sortedRadius_.data(), groups_);
   bool tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
@@ -804,24 +837,17 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   phaseDone(Phase::groups);
   if (hookRunning.valid()) hookRunning.get();  // its exception, if any, is the call's
 
-  const ForceView out = forcesToWrite(particles);
   if (!tolerancesSet && params_.alpha > 0.0) {
     // No accelerations yet (fresh initial conditions): a first pass with theta alone gives the |a| that the relative
     // test scales by, as the open-boundary solver's estimate pass does; its walk and evaluation count as the estimate.
     const Stopwatch estimate;
-    walkAndEvaluate(particles, out, report);
+    walkAndEvaluate(particles, out, report, true, false, &bodiesSent);
     tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
     for (const Phase phase : {Phase::walk, Phase::upload, Phase::kernels, Phase::download}) report.timings[phase] = 0.0;
     report.timings.engineWaitSeconds = 0.0;
     report.timings[Phase::estimate] += estimate.seconds();
   }
-  // A tree for several calls is handed to the engine anyway (resident lists): the sequential walk's plan is then
-  // evaluated there, this call too, so that its lists cross to the GPU once, not twice (evaluatePlan, then the
-  // hand-over). The batches of an overlapped walk are evaluated as they are walked. With block time steps the walk is
-  // sequential too, and the engine evaluates the active bodies' groups alone (findActiveGroups).
-  const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
-  const bool evaluateResident = treeCalls > 1 && (!params_.overlapWalk || someActive);
-  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident);
+  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident, &bodiesSent);
 
   clock.restart();
   treeSteps_ = treeCalls;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -217,9 +218,17 @@ class ParticleMesh {
   /// @param potentials  in: whether the potentials are wanted (finishLongRange's out.pot then non-null)
   void startLongRange(const SourceView& sources, const GravityParams& gravity, bool potentials);
 
+  /// Tells a started long range that its bodies have been put in a new order: body k now is the start's body
+  /// newOrder[k] (a permutation of [0, n); empty: the start's order). finishLongRange then takes them, and adds their
+  /// results, in the new order. Queues the results' download on the GPU at once (without it finishLongRange queues
+  /// it); a second call supersedes the first (the order is always relative to the start's). `newOrder` is not read
+  /// after this returns.
+  void reorderLongRange(std::span<const std::uint32_t> newOrder);
+
   /// Waits for the started long range and adds it to `out` exactly as addLongRange adds (the same sums in the same
   /// order: addLongRange on cuFFT is start then finish).
-  /// @param sources  in: the start's bodies, unchanged (their masses give the potential's self term)
+  /// @param sources  in: the start's bodies, unchanged but for the order reorderLongRange gave (their masses give the
+  ///                 potential's self term)
   /// @param gravity  in: the start's
   /// @param out      in/out: out.count == sources.count, out.pot non-null exactly when the start wanted potentials;
   ///                 ADDED to
@@ -249,12 +258,10 @@ class ParticleMesh {
   std::unique_ptr<detail::GpuMesh> gpu_;  ///< the cuFFT backend (null on FFTW)
   MeshParams params_;
   DensityReduction reduceDensity_;
-  /// A long range started and not yet finished (startLongRange): its body count, potentials, and the seconds its
-  /// start spent before the device's first event (the bodies' check).
+  /// A long range started and not yet finished (startLongRange): its body count and potentials.
   struct Started {
     std::size_t count = 0;
     bool potentials = false;
-    double checkSeconds = 0;
   };
   std::optional<Started> started_;
 };

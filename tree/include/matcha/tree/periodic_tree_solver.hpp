@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <deque>
 #include <functional>
 #include <span>
@@ -188,8 +189,9 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// ForceTimings::engineWaitSeconds is what the walk waited for the engine. Throws InputError, naming the body, for a
   /// body outside [0, L)^3 or with a non-finite coordinate.
   ForceReport computeForces(Particles& particles) override;
-  /// Called right after the sort of a call that builds, and first thing in a call that expects to reuse the tree
-  /// (again after the sort where the tree does not hold after all: ForceSolver::setSortedBodiesHook). Always true.
+  /// Called right after the sort of a call that builds, with the sort's order, and first thing in a call that expects
+  /// to reuse the tree, with none (again after the sort where the tree does not hold after all:
+  /// ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
   /// Where the engine drifts its own copy of the bodies and checks their balls (TreeParams::advanceOnDevice, the CUDA
   /// engine): a reused tree's call makes the caller's drift while the engine evaluates, else first.
@@ -229,8 +231,11 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// One pass over all groups: walks them (one plan, or batches with TreeParams::overlapWalk) and has the engine
   /// evaluate them into `out`, adding the phases and counts to `report`. Without `evaluatePlan` the one plan (the
   /// sequential walk's) is only walked, into plan_; `sequential` walks one plan whatever TreeParams::overlapWalk says.
+  /// `bodiesSent`, where valid: the empty first batch (the bodies and cells) already handed to an engine on a device,
+  /// on another thread, whose timings it brings; the pass waits for it before its first lists.
   ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report,
-                             bool evaluatePlan = true, bool sequential = false);
+                             bool evaluatePlan = true, bool sequential = false,
+                             std::future<EngineTimings>* bodiesSent = nullptr);
   /// Has the engine evaluate plan_ (walked, not evaluated) into `out`.
   void evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report);
   /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`: of
