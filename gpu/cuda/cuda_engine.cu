@@ -289,13 +289,15 @@ struct PlanPart {
 };
 
 /// The device and page-locked buffers of one plan's lists and warp tasks. The engine keeps two: a pipelined batch
-/// fills one while the kernels of the batch before read the other (PlanPart::pipelined).
+/// fills one while the kernels of the batch before read the other (PlanPart::pipelined), and launches its kernels on
+/// the set's own stream, so that they start on the SMs the batch before's last warp tasks leave idle.
 struct PlanListBuffers {
   DeviceBuffer<double> groupCentres;
   DeviceBuffer<uint2> bodyRanges;
-  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellList;
+  DeviceBuffer<std::uint32_t> bodyRangeOffsets, cellList, expandedBodies, taskCounter;
   DeviceBuffer<uint4> tasks, groupLists;
   PinnedBuffer<uint4> hostGroupLists, hostTasks;
+  detail::CudaStream kernels;  ///< a pipelined batch's kernels
   detail::CudaEvent uploaded;  ///< recorded after the lists' copies: the page-locked arrays may be written again
   detail::CudaEvent consumed;  ///< recorded after the kernels that read them: the device arrays may be written again
 };
@@ -626,7 +628,12 @@ struct CudaEngine::Impl {
     // A pipelined batch takes the set the batch before did not; its page-locked arrays are written once their last
     // copies are done (those of the batch before that).
     PlanListBuffers& lists = planLists[part.pipelined ? batches.nextLists : 0];
-    if (part.pipelined) batches.nextLists ^= 1;
+    if (part.pipelined) {
+      batches.nextLists ^= 1;
+    } else {
+      lists.kernels.synchronize();  // a pipelined call that stopped half way may still read the set
+      copyStream.synchronize();
+    }
     lists.uploaded.synchronize();
     PinnedBuffer<uint4>& hostGroupLists = lists.hostGroupLists;
     PinnedBuffer<uint4>& hostTasks = lists.hostTasks;
@@ -723,8 +730,11 @@ struct CudaEngine::Impl {
     // A pipelined batch's copies run on the copy stream once the kernels that read its set last are done, and its
     // kernels on the stream once its copies are: the kernels of the batch before run meanwhile.
     const cudaStream_t copies = part.pipelined ? copyStream.get() : stream.get();
+    const cudaStream_t launches = part.pipelined ? lists.kernels.get() : stream.get();
     if (!part.pipelined || !batches.started) start.record(stream.get());
     if (part.pipelined) {
+      // The first batch's copies (and so every kernel) after what the call queued on the stream (the outputs' poison).
+      if (!batches.started) MATCHA_CUDA_CHECK(cudaStreamWaitEvent(copies, start.get(), 0));
       batches.started = true;
       MATCHA_CUDA_CHECK(cudaStreamWaitEvent(copies, lists.consumed.get(), 0));
     }
@@ -753,11 +763,13 @@ struct CudaEngine::Impl {
     copyToDevice(lists.tasks.data(), hostTasks.data(), numTasks, copies);
     if (part.pipelined) {
       lists.uploaded.record(copies);
-      MATCHA_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), lists.uploaded.get(), 0));
+      MATCHA_CUDA_CHECK(cudaStreamWaitEvent(launches, lists.uploaded.get(), 0));
     }
-    expandedBodies.reserve(std::max<std::uint32_t>(listBodies, 1));
-    taskCounter.reserve(1);
-    MATCHA_CUDA_CHECK(cudaMemsetAsync(taskCounter.data(), 0, sizeof(std::uint32_t), stream.get()));
+    DeviceBuffer<std::uint32_t>& expanded = part.pipelined ? lists.expandedBodies : expandedBodies;
+    DeviceBuffer<std::uint32_t>& counter = part.pipelined ? lists.taskCounter : taskCounter;
+    expanded.reserve(std::max<std::uint32_t>(listBodies, 1));
+    counter.reserve(1);
+    MATCHA_CUDA_CHECK(cudaMemsetAsync(counter.data(), 0, sizeof(std::uint32_t), launches));
     reserveOutputs(numBodies, !part.pipelined);
 
     detail::PlanArgs<Real> args{};
@@ -770,10 +782,10 @@ struct CudaEngine::Impl {
     }
     args.tasks = lists.tasks.data();
     args.numTasks = static_cast<std::uint32_t>(numTasks);
-    args.taskCounter = taskCounter.data();
+    args.taskCounter = counter.data();
     args.groupCentres = lists.groupCentres.data();
     args.groupLists = lists.groupLists.data();
-    args.expandedBodies = expandedBodies.data();
+    args.expandedBodies = expanded.data();
     args.cellList = lists.cellList.data();
     args.eps2 = static_cast<Real>(gravity.eps2());
     args.eps2Double = gravity.eps2();
@@ -786,17 +798,17 @@ struct CudaEngine::Impl {
     const auto numBlocks = static_cast<unsigned>(std::max<std::uint64_t>(
         1, std::min<std::uint64_t>(std::uint64_t(selection.numSMs) * blocksPerSM(variant->kernel, variant->threads),
                                    (numTasks + warpsPerBlock - 1) / warpsPerBlock)));
-    if (!part.pipelined || !batches.kernelsStarted) kernelsStart.record(stream.get());
+    if (!part.pipelined || !batches.kernelsStarted) kernelsStart.record(launches);
     if (listBodies > 0) {
       detail::launchExpandBodyRanges(lists.bodyRanges.data(), lists.bodyRangeOffsets.data(), lists.groupLists.data(),
-                                     static_cast<std::uint32_t>(numGroups), expandedBodies.data(), stream.get());
+                                     static_cast<std::uint32_t>(numGroups), expanded.data(), launches);
       MATCHA_CUDA_CHECK_LAUNCH("expandBodyRangesKernel", config.synchronizeAfterLaunch);
     }
     if (numTasks > 0) {
-      variant->launch(numBlocks, stream.get(), args);
+      variant->launch(numBlocks, launches, args);
       MATCHA_CUDA_CHECK_LAUNCH("planKernel", config.synchronizeAfterLaunch);
     }
-    kernelsStop.record(stream.get());
+    if (!part.pipelined) kernelsStop.record(stream.get());
 
     // Download only the plan's groups (other outputs stay untouched), merged into runs of consecutive bodies; a
     // pipelined batch's wait for the call's last batch.
@@ -805,7 +817,7 @@ struct CudaEngine::Impl {
       if (plan.groups[g].size() > 0 && now(g)) runs.push_back(plan.groups[g]);
     }
     if (part.pipelined) {
-      lists.consumed.record(stream.get());
+      lists.consumed.record(launches);
       batches.kernelsStarted = true;
       batches.numTasks += numTasks;
       batches.packedListBytes += packedBytes;
@@ -869,6 +881,7 @@ struct CudaEngine::Impl {
     PlanBatches& b = batches;
     if (where.first) {
       copyStream.synchronize();  // nothing of an earlier call that stopped half-way still reads the list buffers
+      for (PlanListBuffers& lists : planLists) lists.kernels.synchronize();
       stream.synchronize();
       b.bodiesOnDevice = false;
       b.groupsBefore = 0;
@@ -938,6 +951,11 @@ struct CudaEngine::Impl {
     b.bytesToDevice += stats.bytesToDevice;
     stats.bytesToDevice = 0;
     if (where.last) {
+      // The downloads on the stream, after the last kernels of both sets' streams.
+      for (PlanListBuffers& lists : planLists) {
+        MATCHA_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), lists.consumed.get(), 0));
+      }
+      kernelsStop.record(stream.get());
       const bool staged = true;  // evaluatePlanIn's choice for periodic plans, the only batched ones
       downloadRuns(out, staged);
       finishCall();
@@ -1944,7 +1962,7 @@ struct CudaEngine::Impl {
   DeviceBuffer<std::uint32_t> cancelledBodies;  ///< float direct sums: count, then bodies (appendToBodyList)
   PinnedBuffer<std::uint32_t> hostCancelledCount;
   std::array<PlanListBuffers, 2> planLists;  ///< evaluatePlanIn's lists; pipelined batches take them in turns
-  DeviceBuffer<std::uint32_t> expandedBodies, taskCounter;
+  DeviceBuffer<std::uint32_t> expandedBodies, taskCounter;  ///< evaluatePlanIn's (a pipelined batch: its set's)
   std::vector<std::uint64_t> groupListBodies;   ///< evaluatePlanIn: each group's list's j-bodies
   std::vector<std::uint64_t> blockBucketTasks;  ///< evaluatePlanIn: tasks per block of groups and cost bucket
   std::vector<BodyRange> runs;
