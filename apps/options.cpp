@@ -348,8 +348,8 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                   "periodic: the mesh's mass assignment window (tsc: 0.5% force law; cic: cheaper, ~1%)");
     command
         .add_option("--mesh-overlap", options.mesh.overlap,
-                    "periodic, mesh on the GPU (CUDA engine): start the mesh as soon as the bodies are sorted, beside "
-                    "the tree's build, walk and kernels (on), or after the short range (off); the same forces")
+                    "periodic, mesh on the GPU (CUDA engine): start the mesh before the short range, beside the "
+                    "tree's sort, build and walk (on), or after the short range (off); the same forces")
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
     command

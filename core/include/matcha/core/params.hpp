@@ -95,11 +95,12 @@ struct TreeParams {
   /// second host thread, beside the walk on the cores; others evaluate each batch after walking it. The forces are
   /// those of one plan of all groups, bit for bit (NearFieldEngine::evaluatePlanBatch). false: every group walked into
   /// one plan, then evaluated (the sequential call; an engine on a device takes the bodies and cells during the walk).
-  /// The open-boundary solver always overlaps. Off by default: on the H200 the batched evaluation's downloads and the
-  /// engine's waits cost more than the overlap hid (2^22 clumps: 241.5 ms a call with it against 227.6 without; 2^24:
-  /// 824 against 863, but 797 against 786 with the mesh overlapped too; bench/RESULTS.md, 2d67e42; 2026-12-02, nleaf
-  /// 32: 444 and 471 against 444 and 485, the GPU idle between batches while the next is staged).
-  bool overlapWalk = false;
+  /// The open-boundary solver always overlaps. On by default since the CUDA engine runs a call's batches in a
+  /// pipeline (each batch's lists go over while the batch before's kernels run, and the call waits only at its last
+  /// batch): a fresh 2^24 call on the H200 (`matcha ic clumps`, compare's call) 318-342 ms against 340-430
+  /// sequential; a 256^3 comoving box's first steps 714 against 812 ms a step (bench/RESULTS.md, 2026-12-02). Before
+  /// the pipeline the batches' downloads and the GPU idle between them cost more than the overlap hid.
+  bool overlapWalk = true;
   /// Upper bound on the list entries (cells + j-bodies) the engine keeps at once: 4 bytes each on the GPU, in two
   /// arenas indexed in 32 bits. Repairs add to a tree's entries up to 5/4 of the bound (3.75 * 2^30 < 2^32 at most);
   /// a repair beyond is evaluated on its own and the next call builds anew. Beyond the bound (N ~ 2^25 and up at the
