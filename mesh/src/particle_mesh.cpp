@@ -137,7 +137,8 @@ std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::siz
 
 std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies) {
   const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
-  return (grids + 1) * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) + numBodies * 8 * sizeof(double);
+  return (grids + 1) * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) +
+         numBodies * (8 * sizeof(double) + sizeof(std::uint32_t));
 }
 
 struct ParticleMesh::Impl {

@@ -125,8 +125,8 @@ std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies);
 std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies);
 
 /// Device bytes the cuFFT backend holds: the same grids, cuFFT's work area (taken as one more grid: its in-place 3-d
-/// D2Z/Z2D plans need at most about that, and the backend checks the real size before it allocates) and 64 bytes per
-/// body (positions, masses, the four outputs, double). Its host side adds 64 bytes per body, pinned: the results and
+/// D2Z/Z2D plans need at most about that, and the backend checks the real size before it allocates) and 68 bytes per
+/// body (positions, masses, the four outputs, double; the order its results are gathered in). Its host side adds 64 bytes per body, pinned: the results and
 /// the bodies' staging.
 std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies);
 
