@@ -631,8 +631,7 @@ struct CudaEngine::Impl {
     if (part.pipelined) {
       batches.nextLists ^= 1;
     } else {
-      lists.kernels.synchronize();  // a pipelined call that stopped half way may still read the set
-      copyStream.synchronize();
+      drainPipeline();
     }
     lists.uploaded.synchronize();
     PinnedBuffer<uint4>& hostGroupLists = lists.hostGroupLists;
@@ -836,6 +835,14 @@ struct CudaEngine::Impl {
     return {bodyBody, bodyCell};
   }
 
+  /// Waits for whatever a pipelined call that stopped half way (an exception in its caller's walk) left queued: its
+  /// copies and both list sets' kernels, which read the sources, cells and lists a new call is about to overwrite.
+  /// Idle streams return at once.
+  void drainPipeline() {
+    copyStream.synchronize();
+    for (PlanListBuffers& set : planLists) set.kernels.synchronize();
+  }
+
   /// Downloads the outputs of the bodies in `runs` (group ranges in any order), merged into runs of consecutive
   /// bodies.
   void downloadRuns(const ForceView& out, bool staged) {
@@ -880,8 +887,7 @@ struct CudaEngine::Impl {
                                         const ForceView& out, PlanBatch where) {
     PlanBatches& b = batches;
     if (where.first) {
-      copyStream.synchronize();  // nothing of an earlier call that stopped half-way still reads the list buffers
-      for (PlanListBuffers& lists : planLists) lists.kernels.synchronize();
+      drainPipeline();
       stream.synchronize();
       b.bodiesOnDevice = false;
       b.groupsBefore = 0;

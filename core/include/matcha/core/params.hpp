@@ -97,7 +97,7 @@ struct TreeParams {
   /// one plan, then evaluated (the sequential call; an engine on a device takes the bodies and cells during the walk).
   /// The open-boundary solver always overlaps. On by default since the CUDA engine runs a call's batches in a
   /// pipeline (each batch's lists go over while the batch before's kernels run, and the call waits only at its last
-  /// batch): a fresh 2^24 call on the H200 (`matcha ic clumps`, compare's call) 318-342 ms against 340-430
+  /// batch): a fresh 2^24 call on the H200 (`matcha ic clumps`, compare's call) 315-320 ms against 351-367
   /// sequential; a 256^3 comoving box's first steps 714 against 812 ms a step (bench/RESULTS.md, 2026-12-02). Before
   /// the pipeline the batches' downloads and the GPU idle between them cost more than the overlap hid.
   bool overlapWalk = true;
