@@ -434,8 +434,8 @@ struct CudaEngine::Impl {
   template <class T>
   void copyToDevice(T* device, const T* host, std::size_t count, cudaStream_t on = nullptr) {
     if (count == 0) return;
-    MATCHA_CUDA_CHECK(cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice,
-                                      on != nullptr ? on : stream.get()));
+    MATCHA_CUDA_CHECK(
+        cudaMemcpyAsync(device, host, count * sizeof(T), cudaMemcpyHostToDevice, on != nullptr ? on : stream.get()));
     stats.bytesToDevice += count * sizeof(T);
   }
 
@@ -1969,7 +1969,7 @@ struct CudaEngine::Impl {
   PinnedBuffer<std::uint32_t> hostCancelledCount;
   std::array<PlanListBuffers, 2> planLists;  ///< evaluatePlanIn's lists; pipelined batches take them in turns
   DeviceBuffer<std::uint32_t> expandedBodies, taskCounter;  ///< evaluatePlanIn's (a pipelined batch: its set's)
-  std::vector<std::uint64_t> groupListBodies;   ///< evaluatePlanIn: each group's list's j-bodies
+  std::vector<std::uint64_t> groupListBodies;               ///< evaluatePlanIn: each group's list's j-bodies
   std::vector<std::uint64_t> blockBucketTasks;  ///< evaluatePlanIn: tasks per block of groups and cost bucket
   std::vector<BodyRange> runs;
 };

@@ -220,8 +220,8 @@ struct GpuMesh::Impl {
   DeviceArray<double> grid, work;  ///< work: one component of the pull (Fourier gradient only)
   DeviceArray<char> fftWorkArea;
   DeviceArray<double> greenAxis, modeSquared, derivativeWavenumber;
-  DeviceArray<double> bodies;   ///< x, y, z, mass: 4 capacity doubles
-  DeviceArray<double> results;  ///< ax, ay, az, pot: 4 capacity doubles
+  DeviceArray<double> bodies;        ///< x, y, z, mass: 4 capacity doubles
+  DeviceArray<double> results;       ///< ax, ay, az, pot: 4 capacity doubles
   DeviceArray<std::uint32_t> order;  ///< orderResults' order (the results go to `bodies`, free by then, in it)
   std::size_t capacity = 0;
   double* hostResults = nullptr;  ///< pinned, 4 capacity doubles
@@ -236,7 +236,7 @@ struct GpuMesh::Impl {
   bool inFlight = false;  ///< a launch whose results collect has not taken yet
   bool launchedPotentials = false;
   bool downloadQueued = false;
-  std::size_t launchedCount = 0;  ///< the launch's results are on their way to hostResults (orderResults or collect)
+  std::size_t launchedCount = 0;     ///< the launch's results are on their way to hostResults (orderResults or collect)
   cudaEvent_t bodiesSent = nullptr;  ///< after the bodies' upload: hostBodies may be written again
   std::vector<cudaEvent_t> events;
   std::vector<Stage> eventStage;  ///< the stage that ends at each event (after the first)

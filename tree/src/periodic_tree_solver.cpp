@@ -826,7 +826,8 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   std::future<EngineTimings> bodiesSent;
   if (!evaluateResident && engine_.evaluatesOnDevice()) {
     bodiesSent = std::async(std::launch::async, [&] {
-      engine_.evaluatePlanBatch(particles.sources(), tree_.multipoles, noGroups_, gravity_, out, PlanBatch{true, false});
+      engine_.evaluatePlanBatch(particles.sources(), tree_.multipoles, noGroups_, gravity_, out,
+                                PlanBatch{true, false});
       return engine_.lastTimings();
     });
   }

@@ -6,9 +6,9 @@
 #include <array>
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 

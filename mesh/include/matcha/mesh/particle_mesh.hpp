@@ -16,10 +16,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <cstdint>
 #include <span>
 #include <string>
 
@@ -126,8 +126,8 @@ std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::siz
 
 /// Device bytes the cuFFT backend holds: the same grids, cuFFT's work area (taken as one more grid: its in-place 3-d
 /// D2Z/Z2D plans need at most about that, and the backend checks the real size before it allocates) and 68 bytes per
-/// body (positions, masses, the four outputs, double; the order its results are gathered in). Its host side adds 64 bytes per body, pinned: the results and
-/// the bodies' staging.
+/// body (positions, masses, the four outputs, double; the order its results are gathered in). Its host side adds 64
+/// bytes per body, pinned: the results and the bodies' staging.
 std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies);
 
 /// Seconds of each stage of the last addLongRange call on the cuFFT backend, from CUDA events on its stream (both

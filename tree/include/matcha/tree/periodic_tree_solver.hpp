@@ -5,9 +5,9 @@
 #pragma once
 
 #include <cstdint>
-#include <future>
 #include <deque>
 #include <functional>
+#include <future>
 #include <span>
 #include <string>
 #include <vector>
