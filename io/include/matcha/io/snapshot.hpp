@@ -139,7 +139,8 @@ struct Snapshot {
 /// one-file name ("snapshot_003.hdf5", when no such file exists and "snapshot_003.0.hdf5" does); the bodies come in
 /// file order. Every file must agree on NumFilesPerSnapshot, NumPart_Total, Time and BoxSize, and the files' bodies
 /// must add up to NumPart_Total with no ParticleID twice (a set mixed from two writes, or with a file missing, is an
-/// error naming the file).
+/// error naming the file). A checkpoint's parts file (commitCheckpointParts) is read as the multi-file snapshot of its
+/// parts, each of which must also agree with the parts file's header.
 /// Accepts: Coordinates/Velocities/Potential/Acceleration stored as any integer or floating type (converted to
 /// double); a Masses dataset, or none and /Header MassTable[1] > 0 (equal masses); ParticleIDs of any integer type,
 /// or none (ids 0..N-1); Potential/Acceleration present or absent (zeros); /Header optional.
@@ -160,12 +161,14 @@ struct Checkpoint {
   CheckpointState solver;
 };
 
-/// Writes a checkpoint: a snapshot with forces (atomically, as writeSnapshot) and the two states.
+/// Writes a checkpoint: a snapshot with forces (atomically, as writeSnapshot) and the two states; then removes, best
+/// effort, the parts folders beside `path` of a checkpoint in parts that it replaces.
 void writeCheckpoint(const std::filesystem::path& path, const Particles& particles, const SnapshotMetadata& meta,
                      const CheckpointState& run, const CheckpointState& solver, bool includePotential);
 
-/// Reads a checkpoint written by writeCheckpoint. Throws as readSnapshot, and InputError when the file has no
-/// /Checkpoint group or it is malformed ("... is not a checkpoint").
+/// Reads a checkpoint written by writeCheckpoint, or in parts (commitCheckpointParts: the bodies of every part in part
+/// order, each per-body solver array joined over the parts). Throws as readSnapshot, and InputError when the file has
+/// no /Checkpoint group or it is malformed ("... is not a checkpoint"), or a part is missing or from another write.
 Checkpoint readCheckpoint(const std::filesystem::path& path);
 
 /// What a snapshot holds, read without its bodies.
@@ -179,9 +182,76 @@ struct SnapshotInfo {
 
 /// Reads the body count, the time, the box, the cosmology and the units of a snapshot without reading (or allocating)
 /// its bodies: what a run checks before it loads them. A multi-file snapshot (named as for readSnapshot): its first
-/// file's header, the count NumPart_Total. Throws as readSnapshot does for a file that cannot be opened,
-/// lacks PartType1/Coordinates or whose /Header is malformed; the other datasets are not checked here.
+/// file's header, the count NumPart_Total; a checkpoint's parts file: its own header. Throws as readSnapshot does for a
+/// file that cannot be opened, lacks PartType1/Coordinates or whose /Header is malformed; the other datasets are not
+/// checked here.
 SnapshotInfo inspectSnapshot(const std::filesystem::path& path);
+
+/// The bodies [first, first + count) of a snapshot in one file or in several (named as for readSnapshot), in the order
+/// readSnapshot gives them, with the header fields readSnapshot returns: what each rank of a distributed run reads, so
+/// that no process holds the whole system. Only the files that hold part of the range are opened, and of each only the
+/// rows in the range are read (hyperslabs, in bounded blocks). A checkpoint's parts file (commitCheckpointParts) is
+/// read as the multi-file snapshot it names.
+/// The checks are readSnapshot's, on the rows read and on every file opened, with one difference: ParticleIDs are
+/// checked not to repeat within the range only (the caller checks across ranges: ids are a set-wide property).
+/// Throws as readSnapshot, and InputError (one line) when count is 0 or first + count exceeds the set's bodies.
+Snapshot readSnapshotRange(const std::filesystem::path& path, std::uint64_t first, std::uint64_t count);
+
+/// A checkpoint written by the K ranks of a distributed run, each writing its own bodies, none gathering the whole
+/// system. The bodies are a GADGET multi-file snapshot (NumFilesPerSnapshot K, readable by yt) in a folder beside the
+/// checkpoint's path; the path itself becomes a small HDF5 "parts file" that names the folder and holds the run's and
+/// the solver's states (no bodies). Replacing a checkpoint takes three calls, in this order:
+///   1. one process: folder = prepareCheckpointParts(path, step), shared with the others;
+///   2. every process k of K: writeCheckpointPart(folder, k, K, ...), each file atomically (as writeSnapshot);
+///   3. one process, once every part is written and synced: commitCheckpointParts(path, folder, ...), which writes
+///      the parts file atomically and only then removes the folders no longer named (older checkpoints' parts, and
+///      parts of a write that was interrupted).
+/// A crash at any point leaves the old checkpoint or the new one complete, never a mix; readCheckpoint reads either.
+/// A one-file checkpoint (writeCheckpoint) at `path` is replaced the same way.
+
+/// The folder for a new set of parts beside `path` ("<name>.parts-<step>", or "<name>.parts-<step>.<n>" when the
+/// checkpoint at `path` names that one already), created empty (a stale folder of that name, left by an interrupted
+/// write, is emptied first). Throws IoError (one line) when the folder cannot be made.
+std::filesystem::path prepareCheckpointParts(const std::filesystem::path& path, std::uint64_t step);
+
+/// Writes part `index` of `count` (0 <= index < count) into `folder`: `particles` (which may be empty) as file `index`
+/// of a multi-file snapshot with forces (multiFilePath(folder / path's file name, index)), with `meta` and `part`
+/// (FilePart: totalBodies and largestCoordinate over all parts), and `partSolver` beside it: per-body arrays of this
+/// part's bodies (readCheckpoint joins each array over the parts in part order). Atomic as writeSnapshot. Throws as
+/// writeSnapshot, and InputError when partSolver holds a scalar or an array of another length than `particles`.
+void writeCheckpointPart(const std::filesystem::path& folder, const std::filesystem::path& path,
+                         const Particles& particles, const SnapshotMetadata& meta,
+                         const SnapshotWriteOptions::FilePart& part, const CheckpointState& partSolver,
+                         bool includePotential);
+
+/// Writes the parts file at `path` (atomically) naming `folder` (which must be beside it and hold `count` parts), with
+/// `meta`'s header fields, NumPart_Total `totalBodies`, the run's state and the solver's state that is not per body;
+/// then removes every other "<name>.parts-*" folder beside `path`. The parts' headers are read first: a part that is
+/// missing (IoError), or parts of another write (NumFilesPerSnapshot, NumPart_Total, Time or BoxSize not this
+/// checkpoint's: InputError), or a `folder` that is not a parts folder of `path` beside it (InputError) leave the old
+/// checkpoint and its folder untouched. Throws IoError (one line) when the file cannot be written; a folder that cannot
+/// be removed is left (a later commit tries again) without an error.
+void commitCheckpointParts(const std::filesystem::path& path, const std::filesystem::path& folder, int count,
+                           std::uint64_t totalBodies, const SnapshotMetadata& meta, const CheckpointState& run,
+                           const CheckpointState& solver);
+
+/// A checkpoint read without its bodies: what a distributed restart checks on one process before every rank reads its
+/// share (readCheckpointRange).
+struct CheckpointInfo {
+  SnapshotInfo snapshot;  ///< as inspectSnapshot (numBodies: the whole set's)
+  CheckpointState run;
+  CheckpointState solver;                  ///< the solver's state, without its per-body arrays
+  std::vector<std::string> perBodyArrays;  ///< the names of the solver's arrays with one entry per body
+  std::vector<std::uint64_t> partBodies;   ///< each part's bodies, in part order; empty for a one-file checkpoint
+};
+
+/// Reads a checkpoint's header and states, one-file or in parts. Throws as readCheckpoint.
+CheckpointInfo inspectCheckpoint(const std::filesystem::path& path);
+
+/// The bodies [first, first + count) of a checkpoint, one-file or in parts (as readSnapshotRange), with the run's
+/// state, and the solver's: its per-body arrays cut to the range (in a one-file checkpoint, the arrays with one entry
+/// per body), the rest whole. Throws as readCheckpoint and readSnapshotRange.
+Checkpoint readCheckpointRange(const std::filesystem::path& path, std::uint64_t first, std::uint64_t count);
 
 /// Makes sure `dir` (empty means the current directory) exists and can take new files: creates it and its parents
 /// if missing, then creates and removes a probe file in it.
