@@ -16,6 +16,7 @@
 
 #include "matcha/core/errors.hpp"
 #include "matcha/io/snapshot.hpp"
+#include "parts_folder_name.hpp"
 
 namespace matcha::io {
 namespace {
@@ -25,9 +26,7 @@ namespace fs = std::filesystem;
 constexpr std::string_view kSnapshotPrefix = "snapshot_";
 constexpr std::string_view kSnapshotSuffix = ".hdf5";
 
-bool allDigits(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
+using detail::allDigits;
 
 std::optional<std::int64_t> parsePid(std::string_view text) {
   std::int64_t pid = 0;
@@ -35,6 +34,40 @@ std::optional<std::int64_t> parsePid(std::string_view text) {
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), pid);
   if (error != std::errc() || end != text.data() + text.size() || pid <= 0) return std::nullopt;
   return pid;
+}
+
+/// The checkpoint's file name without its extension: "checkpoint", whose parts folders are "checkpoint.parts-<step>".
+std::string checkpointStem() { return fs::path(kCheckpointName).stem().string(); }
+
+/// A checkpoint's parts folder ("checkpoint.parts-<step>" or "checkpoint.parts-<step>.<n>"), which a run writes and
+/// replaces as it writes its checkpoints in parts (io::prepareCheckpointParts).
+bool isPartsFolderName(std::string_view name) { return detail::isPartsFolderName(name, checkpointStem()); }
+
+/// A file of a checkpoint's parts folder: "checkpoint.<k>.hdf5" (io::writeCheckpointPart).
+bool isPartFileName(std::string_view name) {
+  const fs::path checkpoint(kCheckpointName);
+  const std::string prefix = checkpoint.stem().string() + ".";
+  const std::string suffix = checkpoint.extension().string();
+  return name.size() > prefix.size() + suffix.size() && name.starts_with(prefix) && name.ends_with(suffix) &&
+         allDigits(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
+}
+
+/// The pid in the name of a temporary file of one of the files for which `isOwn` holds (see temporaryFileOwner).
+std::optional<std::int64_t> temporaryOwner(std::string_view name, bool (*isOwn)(std::string_view)) {
+  constexpr std::string_view probe = ".matcha-write-probe-";
+  if (name.starts_with(probe)) return parsePid(name.substr(probe.size()));
+  const std::size_t at = name.rfind(".tmp-");
+  if (at == std::string_view::npos || at == 0) return std::nullopt;
+  std::string_view rest = name.substr(at + 5);  // "<pid>" or "<pid>-<k>"
+  if (const std::size_t dash = rest.find('-'); dash != std::string_view::npos) {
+    if (!allDigits(rest.substr(dash + 1))) return std::nullopt;
+    rest = rest.substr(0, dash);
+  }
+  // Only temporaries of matcha's own files: ".<own file>.tmp-..." or "<own file>.tmp-..." (older versions).
+  std::string_view target = name.substr(0, at);
+  if (target.starts_with('.')) target.remove_prefix(1);
+  if (!isOwn(target)) return std::nullopt;
+  return parsePid(rest);
 }
 
 /// snapshot_NNN.hdf5, or file K of a multi-file snapshot, snapshot_NNN.K.hdf5 (a run on ranks, --snapshot-files ranks).
@@ -135,9 +168,10 @@ std::string temporaryName(const std::string& name, std::int64_t pid, std::option
   return text;
 }
 
+/// Removes a file, or a folder with its contents (a checkpoint's parts folder).
 void removeFile(const fs::path& path) {
   std::error_code ec;
-  fs::remove(path, ec);
+  fs::remove_all(path, ec);
   if (ec) throw IoError("cannot remove " + quoted(path) + ": " + ec.message());
 }
 
@@ -146,25 +180,10 @@ void removeFile(const fs::path& path) {
 bool isRunFileName(std::string_view name) {
   return isSnapshotName(name) || name == "summary.json" || name == "diagnostics.log" ||
          name == "used_parameters.toml" || name == "last_good_state.hdf5" || name == kCheckpointName ||
-         name == kRunningMarkerName;
+         name == kRunningMarkerName || isPartsFolderName(name);
 }
 
-std::optional<std::int64_t> temporaryFileOwner(std::string_view name) {
-  constexpr std::string_view probe = ".matcha-write-probe-";
-  if (name.starts_with(probe)) return parsePid(name.substr(probe.size()));
-  const std::size_t at = name.rfind(".tmp-");
-  if (at == std::string_view::npos || at == 0) return std::nullopt;
-  std::string_view rest = name.substr(at + 5);  // "<pid>" or "<pid>-<k>"
-  if (const std::size_t dash = rest.find('-'); dash != std::string_view::npos) {
-    if (!allDigits(rest.substr(dash + 1))) return std::nullopt;
-    rest = rest.substr(0, dash);
-  }
-  // Only temporaries of matcha's own files: ".<run file>.tmp-..." or "<run file>.tmp-..." (older versions).
-  std::string_view target = name.substr(0, at);
-  if (target.starts_with('.')) target.remove_prefix(1);
-  if (!isRunFileName(target)) return std::nullopt;
-  return parsePid(rest);
-}
+std::optional<std::int64_t> temporaryFileOwner(std::string_view name) { return temporaryOwner(name, isRunFileName); }
 
 bool processIsAlive(std::int64_t pid) {
   if (pid <= 0 || pid > std::int64_t{1} << 30) return false;
@@ -187,16 +206,28 @@ RunFolderContents inspectRunFolder(const fs::path& dir) {
   contents.exists = true;
   fs::directory_iterator entries(dir, ec);
   if (ec) throw IoError("cannot list the output folder " + quoted(dir) + ": " + ec.message());
+  auto addTemporary = [&](const std::string& name, std::int64_t owner) {
+    (owner != ::getpid() && processIsAlive(owner) ? contents.liveTemporaries : contents.staleTemporaries)
+        .push_back(name);
+  };
   for (const fs::directory_entry& entry : entries) {
-    // A run writes files only: a folder that bears one of their names is the user's (and a run fails to write there).
-    if (entry.is_directory(ec)) continue;
     const std::string name = entry.path().filename().string();
-    if (isRunFileName(name)) {
+    // A run writes files, and the parts folders of its checkpoints: another folder that bears one of their names is
+    // the user's (and a run fails to write there).
+    if (entry.is_directory(ec)) {
+      if (!isPartsFolderName(name)) continue;
+      contents.runFiles.push_back(name);
+      // The parts' temporaries: ranks writing a checkpoint now, or killed while they did.
+      fs::directory_iterator parts(entry.path(), ec);
+      for (const fs::directory_entry& part : parts) {
+        const std::string partName = part.path().filename().string();
+        if (const auto owner = temporaryOwner(partName, isPartFileName)) addTemporary(name + "/" + partName, *owner);
+      }
+    } else if (isRunFileName(name)) {
       contents.runFiles.push_back(name);
       if (isSnapshotName(name)) contents.snapshots.push_back(name);
     } else if (const auto owner = temporaryFileOwner(name)) {
-      (*owner != ::getpid() && processIsAlive(*owner) ? contents.liveTemporaries : contents.staleTemporaries)
-          .push_back(name);
+      addTemporary(name, *owner);
     }
   }
   std::sort(contents.runFiles.begin(), contents.runFiles.end());

@@ -243,6 +243,66 @@ TEST(RunFolder, ListsSnapshotsByNumber) {
   EXPECT_FALSE(io::inspectRunFolder(scratch / "missing").exists);
 }
 
+// A checkpoint in parts keeps its bodies in a folder beside checkpoint.hdf5 (io::prepareCheckpointParts): the one kind
+// of folder a run writes, counted, refused, removed and checked for writers like its files.
+TEST(RunFolder, CheckpointPartsFoldersAreTheRunsOwn) {
+  for (const char* name : {"checkpoint.parts-120", "checkpoint.parts-0", "checkpoint.parts-120.1"}) {
+    EXPECT_TRUE(io::isRunFileName(name)) << name;
+  }
+  for (const char* name : {"checkpoint.parts-", "checkpoint.parts-12a", "checkpoint.parts-1.2.3", "checkpoint.parts-1.",
+                           "snapshot.parts-1", "my_checkpoint.parts-1", "checkpoint.parts"}) {
+    EXPECT_FALSE(io::isRunFileName(name)) << name;
+  }
+  EXPECT_FALSE(io::temporaryFileOwner(".checkpoint.0.hdf5.tmp-42-0").has_value()) << "a part's, outside its folder";
+
+  ScratchDir scratch;
+  const fs::path dir = scratch.path();
+  fs::create_directories(dir / "checkpoint.parts-120");
+  touch(dir / "checkpoint.parts-120" / "checkpoint.0.hdf5");
+  fs::create_directories(dir / "checkpoint.parts-backup");  // not a name the run writes: the user's
+  touch(dir / "checkpoint.parts-backup" / "checkpoint.0.hdf5");
+  const io::RunFolderContents contents = io::inspectRunFolder(dir);
+  EXPECT_EQ(contents.runFiles, std::vector<std::string>{"checkpoint.parts-120"});
+  const std::string message = refusal(fresh(dir));
+  EXPECT_NE(message.find("already holds another run's files: checkpoint.parts-120"), std::string::npos) << message;
+  io::prepareRunFolder(overwrite(dir), io::markerForThisProcess("test"));
+  std::vector<std::string> left = scratch.entries();
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"RUNNING", "checkpoint.parts-backup"}));
+  EXPECT_TRUE(fs::exists(dir / "checkpoint.parts-backup" / "checkpoint.0.hdf5"));
+}
+
+TEST(RunFolder, TemporariesInAPartsFolderAreCheckedAndRemovedLikeTheOthers) {
+  ScratchDir scratch;
+  const fs::path dir = scratch.path();
+  const fs::path parts = dir / "checkpoint.parts-7";
+  fs::create_directories(parts);
+  touch(dir / "checkpoint.hdf5");
+  touch(parts / "checkpoint.0.hdf5");
+  const std::string dead = std::to_string(deadPid());
+  touch(parts / (".checkpoint.1.hdf5.tmp-" + dead + "-0"));
+  touch(parts / (".notes.txt.tmp-" + dead + "-0"));  // not a part's: stays
+  const io::RunFolderContents before = io::inspectRunFolder(dir);
+  EXPECT_EQ(before.staleTemporaries,
+            std::vector<std::string>{"checkpoint.parts-7/.checkpoint.1.hdf5.tmp-" + dead + "-0"});
+  const io::RunFolderRequest resume{dir, io::RunFolderMode::resume, {}};
+  io::prepareRunFolder(resume, io::markerForThisProcess("matcha run --restart"));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(parts)) left.push_back(entry.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".notes.txt.tmp-" + dead + "-0", "checkpoint.0.hdf5"}))
+      << "resume keeps the parts and removes the dead writer's temporary";
+  io::removeRunningMarker(dir);
+
+  // A rank writing its part now: whatever the mode, the folder is refused.
+  touch(parts / (".checkpoint.2.hdf5.tmp-" + std::to_string(::getppid()) + "-3"));
+  for (const io::RunFolderMode mode :
+       {io::RunFolderMode::fresh, io::RunFolderMode::overwrite, io::RunFolderMode::resume}) {
+    EXPECT_NE(refusal({dir, mode, {}}).find("another process is writing there (checkpoint.parts-7/"),
+              std::string::npos);
+  }
+}
+
 TEST(WriteTextFile, ReplacesAtomicallyAndLeavesNoTemporary) {
   ScratchDir scratch;
   io::writeTextFile(scratch / "summary.json", "one\n");

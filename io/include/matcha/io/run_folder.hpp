@@ -3,9 +3,11 @@
 // there, and how a new run takes the folder over without mixing its files with an older run's or removing anything
 // that matcha did not write.
 //
-// A run folder holds snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json and, while the run is in
-// progress (or after it was killed), the marker RUNNING (pid, host, start time, command line). Atomic writes leave
-// temporary files ".<name>.tmp-<pid>-<k>" (io::writeSnapshot, io::writeTextFile) behind only when their process dies.
+// A run folder holds snapshot_NNN.hdf5, diagnostics.log, used_parameters.toml, summary.json, checkpoint.hdf5 (with, for
+// a checkpoint in parts, its folder checkpoint.parts-<step>) and, while the run is in progress (or after it was
+// killed), the marker RUNNING (pid, host, start time, command line). Atomic writes leave temporary files
+// ".<name>.tmp-<pid>-<k>" (io::writeSnapshot, io::writeTextFile) behind only when their process dies; a parts folder
+// may hold those of its parts.
 //
 // Restarts: inspectRunFolder() reads what a run left (its snapshots in order, the marker, whether its writer is
 // alive) without changing anything. A `--restart OUT` continues from OUT's checkpoint.hdf5 and prepares the folder
@@ -27,7 +29,9 @@ inline constexpr const char* kRunningMarkerName = "RUNNING";
 inline constexpr const char* kCheckpointName = "checkpoint.hdf5";
 
 /// Whether `name` (a bare file name) is one of the files a run writes into its folder: snapshot_<digits>.hdf5,
-/// summary.json, diagnostics.log, used_parameters.toml, last_good_state.hdf5, checkpoint.hdf5 or RUNNING.
+/// summary.json, diagnostics.log, used_parameters.toml, last_good_state.hdf5, checkpoint.hdf5 or RUNNING; or the one
+/// kind of folder it writes there, a checkpoint's parts: checkpoint.parts-<digits> or
+/// checkpoint.parts-<digits>.<digits>.
 bool isRunFileName(std::string_view name);
 
 /// The pid in the name of a temporary file that matcha's atomic writes or its directory probe create
@@ -51,12 +55,15 @@ RunMarker markerForThisProcess(const std::string& commandLine);
 /// What a folder holds, as far as runs are concerned. Names are bare file names, each list sorted.
 struct RunFolderContents {
   bool exists = false;  ///< the folder exists (everything else is empty when it does not)
-  /// Every name for which isRunFileName holds, the marker included; folders are left out (a run writes files only).
+  /// Every name for which isRunFileName holds, the marker included; of the folders, only checkpoint parts folders
+  /// (a run writes no other).
   std::vector<std::string> runFiles;
-  std::vector<std::string> snapshots;         ///< the snapshot_NNN.hdf5 among them, by number
-  std::vector<std::string> staleTemporaries;  ///< temporary files whose process is gone (killed runs)
-  std::vector<std::string> liveTemporaries;   ///< temporary files of a live process: a writer is at work here now
-  std::optional<RunMarker> marker;            ///< RUNNING, when present (fields empty where it is unreadable)
+  std::vector<std::string> snapshots;  ///< the snapshot_NNN.hdf5 among them, by number
+  /// Temporary files whose process is gone (killed runs); those in a parts folder as "<folder>/<name>".
+  std::vector<std::string> staleTemporaries;
+  /// Temporary files of a live process (in the folder or in a parts folder): a writer is at work here now.
+  std::vector<std::string> liveTemporaries;
+  std::optional<RunMarker> marker;  ///< RUNNING, when present (fields empty where it is unreadable)
   /// The marker's run is alive: its pid exists on this host (a marker from another host counts as not alive).
   bool markerOwnerAlive = false;
 };
@@ -86,7 +93,8 @@ void checkRunFolder(const RunFolderRequest& request);
 
 /// Takes the folder over for a run: checkRunFolder again (the folder may have changed since), creates it if missing
 /// and probes that it is writable, removes stale temporaries, in overwrite mode removes the old run's files (only
-/// what runFiles lists: never a folder, never a file of another name), and writes
+/// what runFiles lists: a checkpoint's parts folders with their contents, never another folder, never a file of
+/// another name), and writes
 /// RUNNING with `marker` atomically and exclusively (a second run that starts at the same moment fails to create it
 /// and is refused). Throws InputError as checkRunFolder does, IoError when a file cannot be created or removed.
 void prepareRunFolder(const RunFolderRequest& request, const RunMarker& marker);
