@@ -227,7 +227,11 @@ std::size_t paddedSlots(std::size_t numJ) { return (numJ + kThreads - 1) / kThre
 
 }  // namespace
 
-std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl() { return std::make_unique<HermiteCudaEngine>(); }
+std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl(int device) {
+  HermiteCudaConfig config;
+  config.device = device;
+  return std::make_unique<HermiteCudaEngine>(config);
+}
 
 }  // namespace detail
 

@@ -64,7 +64,7 @@ EngineChoice makeEngine(EngineKind kind, int ordinal) {
   return {std::make_unique<CpuEngine>(Precision::float32), "CPU engine (auto: " + device.description + ")"};
 }
 
-std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason) {
+std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason, int deviceOrdinal) {
   const auto say = [&](const std::string& line) {
     if (reason != nullptr) *reason = line;
   };
@@ -78,13 +78,13 @@ std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* r
       throw InputError("engine cuda: this build has no CUDA engine (" + device.description + ")");
     }
     if (!device.available) throw InputError("engine cuda: no usable CUDA device (" + device.description + ")");
-    auto engine = detail::makeHermiteCudaEngineImpl();
+    auto engine = detail::makeHermiteCudaEngineImpl(deviceOrdinal);
     say("CUDA Hermite engine on " + device.description);
     return engine;
   }
   if (detail::cudaEngineCompiledIn() && device.available) {
     try {
-      auto engine = detail::makeHermiteCudaEngineImpl();
+      auto engine = detail::makeHermiteCudaEngineImpl(deviceOrdinal);
       say("CUDA Hermite engine on " + device.description + " (auto)");
       return engine;
     } catch (const CudaError& error) {
@@ -96,7 +96,7 @@ std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* r
   return std::make_unique<HermiteCpuEngine>();
 }
 
-void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
+void requireFloatRange(double extent, double mass, const GravityParams& gravity) {
   const auto refuse = [](const std::string& what, double value) {
     char message[400];
     std::snprintf(message, sizeof message,
@@ -107,12 +107,6 @@ void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
     throw InputError(message);
   };
   if (gravity.eps > kMaxFloatLength) refuse("eps", gravity.eps);
-  double extent = 0.0;
-  for (const std::vector<double>* coordinate : {&bodies.x, &bodies.y, &bodies.z}) {
-    if (coordinate->empty()) continue;
-    const auto [lo, hi] = std::minmax_element(coordinate->begin(), coordinate->end());
-    extent = std::max(extent, *hi - *lo);
-  }
   if (extent > kMaxFloatLength) refuse("the bodies' extent (largest side of their bounding box)", extent);
   // The small side: a periodic box whose side is below 2^-30 leaves the float kernels' offsets and r_s^2 near the
   // bottom of float's normal range (a box of 1e-15 gave NaN errors in compare with exit 0).
@@ -126,8 +120,6 @@ void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
   }
   // G M: a pull G m / r^2 and a cell's G M b^2 terms in float stay far below 3.4e38 up to kMaxFloatMass (a 3 Gpc/h box
   // in GADGET's units has G M ~ 1e16).
-  double mass = 0.0;
-  for (const double m : bodies.mass) mass += m;
   if (!(std::abs(gravity.G * mass) <= kMaxFloatMass)) {
     char message[300];
     std::snprintf(message, sizeof message,
@@ -136,6 +128,18 @@ void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
                   gravity.G * mass, kMaxFloatMass);
     throw InputError(message);
   }
+}
+
+void requireFloatRange(const Particles& bodies, const GravityParams& gravity) {
+  double extent = 0.0;
+  for (const std::vector<double>* coordinate : {&bodies.x, &bodies.y, &bodies.z}) {
+    if (coordinate->empty()) continue;
+    const auto [lo, hi] = std::minmax_element(coordinate->begin(), coordinate->end());
+    extent = std::max(extent, *hi - *lo);
+  }
+  double mass = 0.0;
+  for (const double m : bodies.mass) mass += m;
+  requireFloatRange(extent, mass, gravity);
 }
 
 }  // namespace matcha::gpu

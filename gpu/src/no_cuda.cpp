@@ -18,7 +18,7 @@ std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision, int) {
   throw InputError("this build has no CUDA support (no nvcc at configure time)");
 }
 
-std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl() {
+std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl(int) {
   throw InputError("this build has no CUDA support (no nvcc at configure time)");
 }
 

@@ -85,6 +85,10 @@ inline constexpr double kMaxFloatMass = 0x1p60;
 /// lengths by s, velocities by 1/sqrt(s) and times by s^1.5 at fixed G and masses.
 void requireFloatRange(const Particles& bodies, const GravityParams& gravity);
 
+/// requireFloatRange of a system known by its extent (the largest side of its bounding box) and total mass: a system
+/// spread over several processes, each knowing its own share.
+void requireFloatRange(double extent, double totalMass, const GravityParams& gravity);
+
 /// `cpu`: the float CPU engine. `cuda`: the CUDA engine, or InputError when none can be used. `automatic`: CUDA when
 /// built and a device is present (and the engine starts on it), else CPU. `reason` names the GPU. The CUDA engine
 /// runs on device `device` (an ordinal below CudaDeviceInfo::deviceCount: the ranks of a host each take one).
@@ -97,7 +101,8 @@ std::unique_ptr<NearFieldEngine> makeCudaEngine(Precision precision);
 /// The Hermite engine (core/hermite_engine.hpp) for `kind`: `cpu` the double CPU engine (HermiteCpuEngine); `cuda` the
 /// CUDA Hermite engine, or InputError (one line) when this build has none or the machine no device; `automatic` CUDA
 /// when built and a device is present (and the engine starts on it), else CPU. `reason`, when not null, receives one
-/// line saying which engine was chosen and why, for a run log.
-std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason = nullptr);
+/// line saying which engine was chosen and why, for a run log. The CUDA engine runs on device `device` (the ranks of a
+/// host each take one).
+std::unique_ptr<HermiteEngine> makeHermiteEngine(EngineKind kind, std::string* reason = nullptr, int device = 0);
 
 }  // namespace matcha::gpu

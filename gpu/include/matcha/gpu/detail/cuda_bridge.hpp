@@ -15,6 +15,6 @@ bool cudaEngineCompiledIn();
 /// The CUDA engine on device `device`. @throws CudaError when it cannot start, InputError in a build without CUDA
 std::unique_ptr<NearFieldEngine> makeCudaEngineImpl(Precision precision, int device = 0);
 /// The CUDA Hermite engine on device 0. @throws CudaError when it cannot start, InputError in a build without CUDA
-std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl();
+std::unique_ptr<HermiteEngine> makeHermiteCudaEngineImpl(int device);
 
 }  // namespace matcha::gpu::detail
