@@ -43,6 +43,7 @@
 #include "matcha/parallel/collective.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "memory_check.hpp"
+#include "rank_bodies.hpp"
 #include "restart_support.hpp"
 #include "timings.hpp"
 
@@ -53,6 +54,9 @@ namespace {
 /// How long a failing rank waits for the others to fail too (an error every rank meets, e.g. a bad option) before it
 /// decides that it failed alone and aborts the job.
 constexpr double kFailureAgreementSeconds = 5.0;
+
+/// The checkpoint's per-body solver array of the split's weights (DistributedTreeSolver::nextWorkWeights).
+constexpr const char* kWorkWeightsName = "distributed_work";
 
 /// A stream buffer that drops what it is given: std::cout on the ranks other than 0.
 class DiscardBuffer : public std::streambuf {
@@ -141,106 +145,6 @@ bool everyRankFailed() {
   }
 }
 
-/// Counts and offsets of `numBodies` split into contiguous, nearly equal shares, one per rank.
-void evenShares(std::uint64_t numBodies, int numRanks, std::vector<int>& counts, std::vector<int>& offsets) {
-  counts.assign(numRanks, 0);
-  offsets.assign(numRanks, 0);
-  for (int r = 0; r < numRanks; ++r) {
-    const std::uint64_t first = numBodies * std::uint64_t(r) / std::uint64_t(numRanks);
-    const std::uint64_t last = numBodies * std::uint64_t(r + 1) / std::uint64_t(numRanks);
-    offsets[r] = static_cast<int>(first);
-    counts[r] = static_cast<int>(last - first);
-  }
-}
-
-template <class T>
-MPI_Datatype mpiType() {
-  if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-  return MPI_UINT64_T;
-}
-
-/// Every array of Particles, the same way on every rank.
-template <class Visit>
-void forEachArray(Particles& p, const Particles* other, Visit&& visit) {
-  visit(p.x, other ? &other->x : nullptr);
-  visit(p.y, other ? &other->y : nullptr);
-  visit(p.z, other ? &other->z : nullptr);
-  visit(p.vx, other ? &other->vx : nullptr);
-  visit(p.vy, other ? &other->vy : nullptr);
-  visit(p.vz, other ? &other->vz : nullptr);
-  visit(p.mass, other ? &other->mass : nullptr);
-  visit(p.ax, other ? &other->ax : nullptr);
-  visit(p.ay, other ? &other->ay : nullptr);
-  visit(p.az, other ? &other->az : nullptr);
-  visit(p.pot, other ? &other->pot : nullptr);
-  visit(p.id, other ? &other->id : nullptr);
-}
-
-/// Offsets of contiguous shares of the given sizes, in rank order.
-std::vector<int> offsetsOf(const std::vector<int>& counts) {
-  std::vector<int> offsets(counts.size(), 0);
-  for (std::size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-  return offsets;
-}
-
-/// Collective: rank 0's `all` (null elsewhere) split into contiguous shares of `counts` bodies (the same on every
-/// rank), one per rank, in rank order.
-Particles scatterBodies(const Particles* all, const std::vector<int>& counts, MPI_Comm comm) {
-  const std::vector<int> offsets = offsetsOf(counts);
-  Particles mine;
-  mine.resize(static_cast<std::size_t>(counts[parallel::rankOf(comm)]));
-  const Particles empty;
-  forEachArray(mine, all != nullptr ? all : &empty, [&](auto& local, const auto* whole) {
-    using T = typename std::decay_t<decltype(local)>::value_type;
-    MPI_Scatterv(all != nullptr ? whole->data() : nullptr, counts.data(), offsets.data(), mpiType<T>(), local.data(),
-                 static_cast<int>(local.size()), mpiType<T>(), 0, comm);
-  });
-  return mine;
-}
-
-/// Collective: rank 0's `all` (numBodies of them; null elsewhere) split into contiguous, nearly equal shares, one per
-/// rank, in rank order. The first force call moves each body to its owner (DistributedTreeSolver).
-Particles scatterBodies(const Particles* all, std::uint64_t numBodies, MPI_Comm comm) {
-  std::vector<int> counts, offsets;
-  evenShares(numBodies, parallel::numRanksOf(comm), counts, offsets);
-  return scatterBodies(all, counts, comm);
-}
-
-/// Collective: every rank's count of bodies on rank 0, and where each rank's share starts in rank order (MPI_Gatherv's
-/// counts and displacements; meaningful on rank 0 only), and the total.
-struct GatherLayout {
-  std::vector<int> counts, offsets;
-  std::size_t total = 0;
-};
-
-GatherLayout gatherLayout(std::size_t count, MPI_Comm comm) {
-  const int numRanks = parallel::numRanksOf(comm);
-  GatherLayout layout;
-  layout.counts.resize(numRanks);
-  const int mine = static_cast<int>(count);
-  MPI_Gather(&mine, 1, MPI_INT, layout.counts.data(), 1, MPI_INT, 0, comm);
-  layout.offsets = offsetsOf(layout.counts);
-  for (const int n : layout.counts) layout.total += static_cast<std::size_t>(n);
-  return layout;
-}
-
-/// Collective: every rank's bodies on rank 0, in rank order (each rank's share in its order: the tree's); elsewhere
-/// an empty set. `layoutOut`: where each rank's share went (rank 0).
-Particles gatherBodies(const Particles& mine, MPI_Comm comm, GatherLayout* layoutOut = nullptr) {
-  const bool root = parallel::rankOf(comm) == 0;
-  const int count = static_cast<int>(mine.size());
-  GatherLayout layout = gatherLayout(mine.size(), comm);
-  Particles all;
-  if (root) all.resize(layout.total);
-  forEachArray(all, &mine, [&](auto& whole, const auto* local) {
-    using T = typename std::decay_t<decltype(whole)>::value_type;
-    MPI_Gatherv(local->data(), count, mpiType<T>(), root ? whole.data() : nullptr, layout.counts.data(),
-                layout.offsets.data(), mpiType<T>(), 0, comm);
-  });
-  if (layoutOut != nullptr) *layoutOut = std::move(layout);
-  return all;
-}
-
 /// Collective: the whole system's diagnostics from this rank's: sums of the sums, and the ratios of the totals.
 integrator::Diagnostics sumDiagnostics(const integrator::Diagnostics& local, MPI_Comm comm) {
   double sums[12] = {local.mass, local.kinetic, local.potential};
@@ -278,11 +182,11 @@ class DirectPotentialsOnRanks {
     const Stopwatch clock;
     const bool root = parallel::rankOf(comm_) == 0;
     const int count = static_cast<int>(p.size());
-    const GatherLayout layout = gatherLayout(p.size(), comm_);
-    const std::vector<int>& counts = layout.counts;
-    const std::vector<int>& offsets = layout.offsets;
+    const Shares shares = sharesOnRanks(p.size(), comm_);
+    const std::vector<int>& counts = shares.counts;
+    const std::vector<int>& offsets = shares.offsets;
     Particles all;
-    if (root) all.resize(layout.total);
+    if (root) all.resize(shares.total());
     const std::vector<double>* mine[4] = {&p.x, &p.y, &p.z, &p.mass};
     std::vector<double>* whole[4] = {&all.x, &all.y, &all.z, &all.mass};
     for (int k = 0; k < 4; ++k) {
@@ -423,33 +327,6 @@ gpu::EngineChoice makeRankEngine(const Options& options, MPI_Comm comm, int& dev
   return engine;
 }
 
-/// Collective: rank 0's named numbers (`state`'s scalars) on every rank, in place.
-void broadcastScalars(CheckpointState& state, MPI_Comm comm) {
-  std::string names;  // each followed by a newline
-  std::vector<double> values;
-  const bool root = parallel::rankOf(comm) == 0;
-  if (root) {
-    for (const auto& [name, value] : state.scalars) {
-      names += name + "\n";
-      values.push_back(value);
-    }
-  }
-  std::uint64_t sizes[2] = {names.size(), values.size()};
-  MPI_Bcast(sizes, 2, MPI_UINT64_T, 0, comm);
-  names.resize(sizes[0]);
-  values.resize(sizes[1]);
-  MPI_Bcast(names.data(), static_cast<int>(sizes[0]), MPI_CHAR, 0, comm);
-  MPI_Bcast(values.data(), static_cast<int>(sizes[1]), MPI_DOUBLE, 0, comm);
-  if (root) return;
-  state.scalars.clear();
-  std::size_t start = 0;
-  for (const double value : values) {
-    const std::size_t end = names.find('\n', start);
-    state.scalars[names.substr(start, end - start)] = value;
-    start = end + 1;
-  }
-}
-
 /// Collective: every rank's value, in rank order, on every rank.
 std::vector<double> gatherFromRanks(double local, MPI_Comm comm) {
   std::vector<double> values(static_cast<std::size_t>(parallel::numRanksOf(comm)));
@@ -532,11 +409,12 @@ struct MemoryOnRanks {
 /// Collective: one rank's estimate of its own share (estimateRunMemory on `mine`, sized as the distributed solver
 /// works: a tree a call, no reuse; outputs written in place), with what ranks add: the local essential tree's received
 /// bodies (counted as many as the rank's own: a periodic test's domain of 2048 bodies receives ~1.5 times its own, a
-/// large domain's shell within r_cut a few percent), the decomposition's exchange records, and on rank 0 the whole
-/// system, which it reads or makes, and gathers at every output and checkpoint. Summed over the ranks of each host and
-/// of each GPU.
+/// large domain's shell within r_cut a few percent), the decomposition's exchange records, and on rank 0, when
+/// `wholeOnRankZero`, the whole system (a generated start it makes, snapshots it gathers, direct potentials it sums).
+/// Summed over the ranks of each host and of each GPU.
 MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& mine, std::uint64_t numBodies, bool onGpu,
-                                    int device, bool directPotentials, std::uint64_t numSteps, MPI_Comm comm) {
+                                    int device, bool directPotentials, bool wholeOnRankZero, std::uint64_t numSteps,
+                                    MPI_Comm comm) {
   Options sized = options;
   sized.tree.reuse = 1;
   sized.backgroundOutput = false;
@@ -550,7 +428,9 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
   const std::uint64_t n = mine.size();
   estimate.add("received bodies (LET)", n * kBytesPerBody);
   estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
-  if (parallel::rankOf(comm) == 0) estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
+  if (wholeOnRankZero && parallel::rankOf(comm) == 0) {
+    estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
+  }
   MPI_Comm host = MPI_COMM_NULL, gpu = MPI_COMM_NULL;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   MPI_Comm_split(host, onGpu ? device : 0, 0, &gpu);
@@ -631,50 +511,53 @@ void requireBodiesPerRank(std::uint64_t numBodies) {
   }
 }
 
-/// `matcha run --restart DIR` on several ranks, read on rank 0: the checkpoint's bodies and where the run stands, and,
-/// when it was written on as many ranks as now, each rank's share and the split's weights (so that the restarted run
-/// splits, and computes, as the stopped one would have).
+/// `matcha run --restart DIR` on several ranks, as rank 0 finds it without reading the bodies (every rank reads its
+/// share after): where the run stands, and, when it was written on as many ranks as now, each rank's share (so that
+/// the restarted run splits, and computes, as the stopped one would have).
 struct RestartOnRanks {
-  Particles bodies;
+  std::uint64_t numBodies = 0;
   integrator::RunPosition position;
-  std::vector<int> rankBodies;      ///< each rank's bodies at the checkpoint, in rank order; empty: another K
-  std::vector<double> workWeights;  ///< DistributedTreeSolver::nextWorkWeights of every rank, in rank order
-  double boxSize = 0.0;             ///< the checkpoint's periodic box (0: open boundaries)
+  std::vector<int> rankBodies;  ///< each rank's bodies at the checkpoint, in rank order; empty: another K
+  double boxSize = 0.0;         ///< the checkpoint's periodic box (0: open boundaries)
   /// "comoving" 0, or 1 and what the other ranks need of the comoving run (describeComovingOnRanks) with its
   /// Layzer-Irvine check as it stood.
   CheckpointState comoving;
 };
 
-/// Rank 0: reads and checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run, its dt or
-/// its cosmology, a later end, its box; Hermite checkpoints are refused on several ranks), and sets
-/// options.integrator.tStart and the box (resolvePeriodicBox). Writes nothing.
-RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
+/// Rank 0: checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run, its dt or its
+/// cosmology, a later end, its box; Hermite checkpoints are refused on several ranks) from its header and states, and
+/// sets options.integrator.tStart and the box (resolvePeriodicBox). Reads no body; writes nothing.
+RestartOnRanks inspectRestartOnRankZero(Options& options, int numRanks) {
   const std::filesystem::path dir = options.restartDir;
-  io::Checkpoint checkpoint = asBadInput([&] { return io::readCheckpoint(dir / io::kCheckpointName); });
+  io::CheckpointInfo checkpoint = asBadInput([&] { return io::inspectCheckpoint(dir / io::kCheckpointName); });
   const CheckpointState& run = checkpoint.run;
-  const std::string ranks = " on " + std::to_string(numRanks) + " ranks";
   if (run.scalars.count("hermite") != 0) {
-    throw InputError("--restart " + dir.string() + ": a Hermite run's checkpoint cannot continue" + ranks +
-                     " (Hermite runs are one rank's)");
+    throw InputError("--restart " + dir.string() + ": a Hermite run's checkpoint cannot continue on " +
+                     std::to_string(numRanks) + " ranks (Hermite runs are one rank's)");
   }
   const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
   if (!comovingCheckpoint) refuseComovingOptions(options);
   prepareLeapfrogRun(options, comovingCheckpoint);
   RestartOnRanks restart;
+  restart.numBodies = checkpoint.snapshot.numBodies;
   restart.boxSize = checkpoint.snapshot.boxSize;
-  resolvePeriodicBox(options, restart.boxSize, checkpoint.snapshot.particles.size());
+  resolvePeriodicBox(options, restart.boxSize, restart.numBodies);
   restart.position.step = run.count("step");
   restart.position.nextOutputIndex = run.count("next_output_index");
   restart.position.initial = loadDiagnostics(run);
   restart.position.time = run.scalar("time");
-  restart.bodies = std::move(checkpoint.snapshot.particles);
-  if (run.count("bodies") != restart.bodies.size()) {
-    throw InputError("--restart: the checkpoint's body count is corrupt");
-  }
-  requireBodiesPerRank(restart.bodies.size());
+  if (run.count("bodies") != restart.numBodies) throw InputError("--restart: the checkpoint's body count is corrupt");
+  requireBodiesPerRank(restart.numBodies);
   options.integrator.tStart = run.scalar("t_start");
   if (comovingCheckpoint) {
-    const ComovingResume resumed = resumeComovingRun(options, checkpoint, restart.position, runIsComplete(dir), dir);
+    io::Checkpoint header;  // what resuming a comoving run reads of a checkpoint: its states and header, no body
+    header.run = checkpoint.run;
+    header.solver = checkpoint.solver;
+    header.snapshot.time = checkpoint.snapshot.time;
+    header.snapshot.boxSize = checkpoint.snapshot.boxSize;
+    header.snapshot.cosmology = checkpoint.snapshot.cosmology;
+    header.snapshot.units = checkpoint.snapshot.units;
+    const ComovingResume resumed = resumeComovingRun(options, header, restart.position, runIsComplete(dir), dir);
     describeComovingOnRanks(options.integrator.tStart, restart.position.time, *checkpoint.snapshot.cosmology,
                             checkpoint.snapshot.units, restart.comoving);
     resumed.layzerIrvine.save(restart.comoving);
@@ -682,14 +565,13 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
     restart.comoving.set("comoving", 0.0);
     requireLeapfrogContinues(dir, options, run, restart.position.step, runIsComplete(dir));
   }
-  gpu::requireFloatRange(restart.bodies, options.gravity);
-  // The shares and weights of a checkpoint written on as many ranks; another K starts from even shares.
+  // The shares of a checkpoint written on as many ranks, with the split's weights; another K starts from even shares.
   const auto shares = run.doubles.find("rank_bodies");
-  const auto weights = checkpoint.solver.doubles.find("distributed_work");
-  if (shares != run.doubles.end() && weights != checkpoint.solver.doubles.end() &&
-      shares->second.size() == std::size_t(numRanks) && weights->second.size() == restart.bodies.size()) {
+  const std::vector<std::string>& perBody = checkpoint.perBodyArrays;
+  if (shares != run.doubles.end() && std::find(perBody.begin(), perBody.end(), kWorkWeightsName) != perBody.end() &&
+      shares->second.size() == std::size_t(numRanks)) {
     const std::string sharesMeaning =
-        "each rank's bodies, whole numbers adding up to the checkpoint's " + std::to_string(restart.bodies.size());
+        "each rank's bodies, whole numbers adding up to the checkpoint's " + std::to_string(restart.numBodies);
     double total = 0.0;
     for (const double count : shares->second) {
       if (!(count >= 0.0 && count == std::floor(count))) {  // a rank may hold no bodies
@@ -699,10 +581,9 @@ RestartOnRanks readRestartOnRankZero(Options& options, int numRanks) {
       total += count;
       restart.rankBodies.push_back(static_cast<int>(count));
     }
-    if (total != double(restart.bodies.size()))
+    if (total != double(restart.numBodies))
       throw InputError("--restart " + dir.string() + ": the checkpoint's rank_bodies are corrupt (" + sharesMeaning +
                        ")");
-    restart.workWeights = weights->second;
   }
   return restart;
 }
@@ -816,9 +697,12 @@ int runDistributed(CLI::App& command, const Options& given) {
   int device = 0;
   gpu::EngineChoice engine = makeRankEngine(options, comm, device);
 
-  // Rank 0 reads or makes the bodies (the one-rank code path), or reads the checkpoint, and checks everything before
-  // anything is written.
-  Particles all;
+  // Rank 0 checks everything before anything is written: the checkpoint's header and states, or the IC file's header;
+  // or it makes the bodies of a generated start (a Plummer sphere, --cosmology's 2LPT box), which it alone holds until
+  // they are scattered. A checkpoint and an IC file are read by every rank at once, each its share
+  // (readShareOfCheckpoint, readShareOfSnapshot): there, no process holds the whole system.
+  const bool startFromFile = !restart && !options.cosmology && !options.icFile.empty();
+  Particles all;  // rank 0: a generated start's bodies
   RestartOnRanks resumed;
   // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
   // and the box of the IC file or the checkpoint (0: none)
@@ -831,11 +715,12 @@ int runDistributed(CLI::App& command, const Options& given) {
     if (restart) {
       const io::RunFolderRequest folder{outDir, io::RunFolderMode::resume, {}};
       io::checkRunFolder(folder);
-      info << "reading the checkpoint " << (outDir / io::kCheckpointName).string() << "..." << std::endl;
-      resumed = readRestartOnRankZero(options, numRanks);
-      all = std::move(resumed.bodies);
+      resumed = inspectRestartOnRankZero(options, numRanks);
       comovingState = std::move(resumed.comoving);
-      requireBodiesFit(all.size());
+      requireBodiesFit(resumed.numBodies);
+      header[0] = double(resumed.numBodies);
+      info << "reading the checkpoint " << (outDir / io::kCheckpointName).string() << " on " << numRanks
+           << " ranks, each its share..." << std::endl;
       folderRequest = folder;
       header[2] = double(resumed.position.step);
       header[3] = double(resumed.position.nextOutputIndex);
@@ -872,26 +757,31 @@ int runDistributed(CLI::App& command, const Options& given) {
         integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
       }
       requireBodiesFit(ic.numBodies);
-      all = options.cosmology ? makeCosmologicalIcs(options.cosmologicalIcs, *spectrum, info).particles
-                              : loadInitialConditions(options, info);
-      if (comoving) {
-        checkComovingStart(*comoving, options, std::accumulate(all.mass.begin(), all.mass.end(), 0.0),
-                           initialConditionsSource(options));
-        storedVelocitiesToMomenta(all, comoving->timeline.startScaleFactor());
+      header[0] = double(ic.numBodies);
+      if (startFromFile) {
+        info << "reading initial conditions from " << options.icFile << " on " << numRanks
+             << " ranks, each its share..." << std::endl;
+      } else {
+        all = options.cosmology ? makeCosmologicalIcs(options.cosmologicalIcs, *spectrum, info).particles
+                                : loadInitialConditions(options, info);
+        if (comoving) {
+          checkComovingStart(*comoving, options, std::accumulate(all.mass.begin(), all.mass.end(), 0.0),
+                             initialConditionsSource(options));
+          storedVelocitiesToMomenta(all, comoving->timeline.startScaleFactor());
+        }
+        gpu::requireFloatRange(all, options.gravity);
       }
-      gpu::requireFloatRange(all, options.gravity);
       folderRequest = folder;
       source = options.cosmology
                    ? cosmologicalIcSource(options.cosmologicalIcs.ic)
                    : (options.icFile.empty() ? "a Plummer sphere (seed " + std::to_string(options.seed) + ")"
                                              : options.icFile);
     }
-    header[0] = double(all.size());
     header[1] = options.integrator.tStart;
     endRankZeroWork();
   }
   MPI_Bcast(header, 7, MPI_DOUBLE, 0, comm);
-  broadcastScalars(comovingState, comm);
+  broadcastState(comovingState, comm);
   const auto numBodies = static_cast<std::uint64_t>(header[0]);
   options.integrator.tStart = header[1];
   // The box, its mesh, split and opening settings (--eps auto's softening too), alike on every rank.
@@ -945,20 +835,33 @@ int runDistributed(CLI::App& command, const Options& given) {
     position->initial = first;
   }
   Particles mine;
-  if (header[5] > 0.0) {
-    // Written on as many ranks: each rank takes back its share and the split's weights, as the stopped run had them.
-    std::vector<int> counts = resumed.rankBodies;
-    counts.resize(static_cast<std::size_t>(numRanks));
-    MPI_Bcast(counts.data(), numRanks, MPI_INT, 0, comm);
-    mine = scatterBodies(rank == 0 ? &all : nullptr, counts, comm);
-    std::vector<double> weights(mine.size());
-    const std::vector<int> offsets = offsetsOf(counts);
-    MPI_Scatterv(rank == 0 ? resumed.workWeights.data() : nullptr, counts.data(), offsets.data(), MPI_DOUBLE,
-                 weights.data(), static_cast<int>(weights.size()), MPI_DOUBLE, 0, comm);
-    solver.setWorkWeights(std::move(weights));
+  if (restart) {
+    // Written on as many ranks: each rank takes back its share and the split's weights, as the stopped run had them;
+    // another K reads even shares.
+    Shares shares = evenShares(numBodies, numRanks);
+    if (header[5] > 0.0) {
+      std::vector<int> counts = resumed.rankBodies;
+      counts.resize(static_cast<std::size_t>(numRanks));
+      MPI_Bcast(counts.data(), numRanks, MPI_INT, 0, comm);
+      shares = sharesOf(std::move(counts));
+    }
+    io::Checkpoint share = readShareOfCheckpoint(outDir / io::kCheckpointName, shares, comm);
+    mine = std::move(share.snapshot.particles);
+    if (header[5] > 0.0) solver.setWorkWeights(std::move(share.solver.doubles[kWorkWeightsName]));
+  } else if (startFromFile) {
+    mine = readShareOfSnapshot(options.icFile, evenShares(numBodies, numRanks), options.integrator.boxSize, comm);
+    if (comoving) {
+      // As one rank's start checks the whole file's mean density, and holds momenta from here on.
+      double totalMass = std::accumulate(mine.mass.begin(), mine.mass.end(), 0.0);
+      MPI_Allreduce(MPI_IN_PLACE, &totalMass, 1, MPI_DOUBLE, MPI_SUM, comm);
+      checkComovingStart(*comoving, options, totalMass, initialConditionsSource(options));
+      storedVelocitiesToMomenta(mine, comoving->timeline.startScaleFactor());
+    }
   } else {
-    mine = scatterBodies(rank == 0 ? &all : nullptr, numBodies, comm);
+    mine = scatterBodies(rank == 0 ? &all : nullptr, evenShares(numBodies, numRanks), comm);
   }
+  // What rank 0 checked of a generated start's bodies, the ranks check of the whole system read in shares.
+  if (restart || startFromFile) requireFloatRangeOnRanks(mine, options.gravity, comm);
   all = Particles{};  // no rank keeps the whole system
   resumed = RestartOnRanks{};
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
@@ -969,8 +872,11 @@ int runDistributed(CLI::App& command, const Options& given) {
       comoving
           ? fewestComovingSteps(*comoving, options, position ? position->time : options.integrator.tStart)
           : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
-  const MemoryOnRanks memory =
-      estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials, sizedSteps, comm);
+  // Rank 0 holds the whole system where it makes the start, gathers the snapshots or sums direct potentials; never
+  // for a checkpoint, which every rank writes its part of.
+  const bool wholeOnRankZero = (!restart && !startFromFile) || !perRankSnapshots || directPotentials;
+  const MemoryOnRanks memory = estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials,
+                                                     wholeOnRankZero, sizedSteps, comm);
   if (options.dryRun) {
     if (rank == 0) {
       info << "matcha run --dry-run: " << numBodies << " bodies from " << source << " on " << numRanks << " ranks, ~"
@@ -1014,8 +920,9 @@ int runDistributed(CLI::App& command, const Options& given) {
            << " ranks\nsolver: " << forces->describe() << "\nengine: " << engine.reason
            << ", on every rank\nenergy diagnostics: potentials from " << potentialSource
            << "\noutput: " << outDir.string()
-           << (perRankSnapshots ? "/ (snapshot_NNN.R.hdf5 from every rank R, checkpoint.hdf5 gathered to rank 0, "
-                                : "/ (snapshot_NNN.hdf5 and checkpoint.hdf5 gathered to rank 0, ")
+           << (perRankSnapshots ? "/ (snapshot_NNN.R.hdf5 from every rank R, "
+                                : "/ (snapshot_NNN.hdf5 gathered to rank 0, ")
+           << "checkpoint.hdf5 naming checkpoint.parts-STEP/checkpoint.R.hdf5 from every rank R, "
            << "diagnostics.log, used_parameters.toml, summary.json; RUNNING until the end)\n";
       if (position) {
         info << "restart: step " << position->step << " of the run, " << (comoving ? "a = " : "t = ") << position->time
@@ -1098,44 +1005,34 @@ int runDistributed(CLI::App& command, const Options& given) {
         io::writeSnapshot(outDir / name, whole, metadata, write);
       });
     };
-    // Checkpoints (on rank 0's clock, as the progress line's energies: every rank takes them after the same steps):
-    // the bodies gathered to rank 0 in rank order, as snapshots are, with each rank's share and the split's weights,
-    // so that a restart on as many ranks gives each rank its bodies back and splits them as this run would have.
+    // Checkpoints (on rank 0's clock, as the progress line's energies: every rank takes them after the same steps), in
+    // parts: every rank writes its own bodies, in the order it holds them, with the split's weights beside them, at
+    // once; rank 0 then writes the checkpoint that names the parts, with each rank's share, so that a restart on as
+    // many ranks gives each rank its bodies back and splits them as this run would have. No rank gathers the system.
     callbacks.onCheckpoint = [&](const Particles& state, double time, const integrator::RunPosition& at) {
-      GatherLayout layout;
-      const Particles whole = gatherBodies(state, comm, &layout);
+      const Shares shares = sharesOnRanks(state.size(), comm);
       const std::vector<double>& work = solver.nextWorkWeights();
-      const bool weightsKnown = work.size() == state.size();
-      int allKnown = weightsKnown ? 1 : 0;
+      int allKnown = work.size() == state.size() ? 1 : 0;
       MPI_Allreduce(MPI_IN_PLACE, &allKnown, 1, MPI_INT, MPI_MIN, comm);
-      std::vector<double> allWork(rank == 0 && allKnown != 0 ? layout.total : 0);
-      if (allKnown != 0) {
-        MPI_Gatherv(work.data(), static_cast<int>(work.size()), MPI_DOUBLE, allWork.data(), layout.counts.data(),
-                    layout.offsets.data(), MPI_DOUBLE, 0, comm);
-      }
-      onRankZero([&] {
-        CheckpointState run;
-        run.set("step", double(at.step));
-        run.set("next_output_index", double(at.nextOutputIndex));
-        run.set("time", time);
-        run.set("t_start", options.integrator.tStart);
-        run.set("dt", options.integrator.dt);
-        run.set("t_end", options.integrator.tEnd);
-        run.set("bodies", double(whole.size()));
-        run.set("ranks", double(numRanks));
-        run.doubles["rank_bodies"].assign(layout.counts.begin(), layout.counts.end());
-        saveDiagnostics(at.initial, run);
-        if (comoving) saveComovingCheckpoint(*comoving, *layzerIrvine, run);
-        CheckpointState solverState;
-        if (allKnown != 0) solverState.doubles["distributed_work"] = std::move(allWork);
-        io::SnapshotMetadata saved = metadata;
-        io::SnapshotWriteOptions unused;  // the checkpoint keeps the momenta as held
-        stateAt(time, saved, unused);
-        saved.step = at.step;
-        const bool potentials =
-            std::all_of(whole.pot.begin(), whole.pot.end(), [](double v) { return std::isfinite(v); });
-        io::writeCheckpoint(outDir / io::kCheckpointName, whole, saved, run, solverState, potentials);
-      });
+      CheckpointOnRanks checkpoint;
+      CheckpointState& run = checkpoint.run;
+      run.set("step", double(at.step));
+      run.set("next_output_index", double(at.nextOutputIndex));
+      run.set("time", time);
+      run.set("t_start", options.integrator.tStart);
+      run.set("dt", options.integrator.dt);
+      run.set("t_end", options.integrator.tEnd);
+      run.set("bodies", double(shares.total()));
+      run.set("ranks", double(numRanks));
+      run.doubles["rank_bodies"].assign(shares.counts.begin(), shares.counts.end());
+      saveDiagnostics(at.initial, run);
+      if (comoving) saveComovingCheckpoint(*comoving, *layzerIrvine, run);
+      if (allKnown != 0) checkpoint.partSolver.doubles[kWorkWeightsName] = work;
+      checkpoint.meta = metadata;
+      io::SnapshotWriteOptions unused;  // the checkpoint keeps the momenta as held
+      stateAt(time, checkpoint.meta, unused);
+      checkpoint.meta.step = at.step;
+      writeCheckpointOnRanks(outDir / io::kCheckpointName, state, checkpoint, comm);
     };
     // The progress line's energies, at most once a second of rank 0's clock: every rank measures on those steps.
     callbacks.onProgress = [&](const integrator::ProgressInfo& step) {
@@ -1378,7 +1275,7 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
     numBodies = bodies.size();
     MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
     MPI_Bcast(&fileBoxSize, 1, MPI_DOUBLE, 0, comm);
-    mine = scatterBodies(&bodies, numBodies, comm);
+    mine = scatterBodies(&bodies, evenShares(numBodies, parallel::numRanksOf(comm)), comm);
   };
   sharing.measure = [&](const Options& configuration, const Sample& sample) {
     TreeMeasurement measured = measureOnRanks(configuration, sample, mine, *engine.engine, comm);
@@ -1399,7 +1296,7 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   }
   MPI_Bcast(&numBodies, 1, MPI_UINT64_T, 0, comm);
   MPI_Bcast(&fileBoxSize, 1, MPI_DOUBLE, 0, comm);
-  mine = scatterBodies(nullptr, numBodies, comm);
+  mine = scatterBodies(nullptr, evenShares(numBodies, parallel::numRanksOf(comm)), comm);
   resolvePeriodicBox(options, fileBoxSize, numBodies);
   const std::vector<TreeParams> boxSweep = treeSweep(options);  // the opening settings left at auto are the box's
   const Sample sample = drawSample(numBodies, static_cast<std::size_t>(compare.sample), compare.sampleSeed);

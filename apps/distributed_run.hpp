@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `matcha` on several MPI ranks (issue 19): the process's MPI session, the errors the ranks agree on, and `run` and
-// `compare` with their bodies spread over the ranks. All of apps/'s MPI lives in distributed_run.cpp, built with
-// MATCHA_MPI (MATCHA_HAVE_MPI); without it every process is a world of one rank and these are the one-rank answers.
+// `compare` with their bodies spread over the ranks. All of apps/'s MPI lives in distributed_run.cpp and, for moving,
+// reading and writing the bodies over the ranks, rank_bodies.cpp, built with MATCHA_MPI (MATCHA_HAVE_MPI); without it
+// every process is a world of one rank and these are the one-rank answers.
 // Under mpirun with one rank, or without mpirun, `matcha` takes its one-rank code paths unchanged.
 #pragma once
 
@@ -63,9 +64,10 @@ void requireRunsOnRanks(const std::string& subcommand);
 
 /// `matcha run` on several ranks: a leapfrog run of the distributed tree (open boundaries, or TreePM in a periodic box,
 /// a comoving one from a cosmological file or --cosmology with its long-range and block time steps) on each rank's
-/// engine; rank 0 reads or makes the bodies and scatters them, every rank integrates its own, rank 0 writes the run
-/// folder (the snapshots gathered). Collective over MPI_COMM_WORLD. Throws InputError (on every rank) for what it does
-/// not do yet (requireRunOptionsOnRanks).
+/// engine. Every rank reads its share of an IC file or a checkpoint (rank 0 makes a generated start and scatters it),
+/// integrates its own bodies and writes its part of each checkpoint; rank 0 writes the rest of the run folder (the
+/// snapshots gathered, or each rank its file with --snapshot-files ranks). Collective over MPI_COMM_WORLD. Throws
+/// InputError (on every rank) for what it does not do yet (requireRunOptionsOnRanks).
 int runDistributed(CLI::App& command, const Options& options);
 
 /// `matcha compare` on several ranks: the distributed tree's forces on rank 0's bodies against direct summation on

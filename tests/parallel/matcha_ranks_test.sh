@@ -6,7 +6,8 @@
 #    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
 #    with --snapshot-files ranks the K files of each snapshot hold the gathered snapshot's bodies bit for bit under
-#    GADGET's multi-file header (one file on one rank), and a run starts from file K-1 of the last set;
+#    GADGET's multi-file header (one file on one rank), and a run starts from file K-1 of the last set, on one rank
+#    and, each rank reading its share of the set's rows, on K (energies within 1e-4 of one rank's);
 #  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and the mesh in
 #    FFTW slabs over the ranks, which the run's solver line must name), 8 steps of 1/1024 (--reuse off; |dE/E|
 #    ~2e-3): every diagnostics line's E, T and W within 1e-4 of one rank's, the final snapshot records the box,
@@ -27,18 +28,21 @@
 #  - run_cuda K: the run case with --engine cuda (a GPU per rank, the ranks of a host sharing its GPUs in turns),
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
-#    whose shares do not add up, restarts with another dt (on K ranks and on one) or an end no later than the
-#    checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
+#    whose shares do not add up or which lost a part, an IC file read in shares with an id in two ranks' shares or a
+#    NaN in one, restarts with another dt (on K ranks and on one) or an end no later than the checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
 #    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written) and a subcommand that
 #    runs on one rank only: one line on stderr, exit status 2, no hang; --dry-run on K ranks writes nothing;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
-#    snapshots and the checkpoint written before are whole (they read back), none is left as a temporary file; when
+#    snapshots and the checkpoint written before are whole (they read back; the checkpoint's one folder of parts holds
+#    every body once), none is left as a temporary file; when
 #    rank 0 failed, summary.json says "failed" and the RUNNING marker is gone;
 #  - restart K: 2048 bodies, 8 steps of 1/64 on K ranks with a checkpoint after every step (the last after step 7),
 #    continued with --restart to 16 steps on K ranks: every diagnostics line and the final snapshot bit for bit those
 #    of 16 uninterrupted steps on K ranks; continued on another number of ranks (K = 1: 2, else K / 2, one rank without
-#    mpiexec): energies to 1e-4 relative and positions to 1e-4 of the uninterrupted run's;
+#    mpiexec): energies to 1e-4 relative and positions to 1e-4 of the uninterrupted run's; on K > 1 ranks the
+#    checkpoint is in parts (checkpoint.hdf5 names checkpoint.parts-STEP, K files holding every body once; the
+#    earlier checkpoints' folders removed);
 #  - restart_cuda K: the restart case with --engine cuda (without h5py, as on the device machine, the diagnostics
 #    alone); skipped (77) where the CUDA engine cannot start.
 # Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|restart|restart_cuda K
@@ -86,6 +90,21 @@ run | run_cuda)
   if [[ $ranks -gt 1 ]]; then
     "$matcha" run --ic files/snapshot_002.$((ranks - 1)).hdf5 --engine "$engine" --dt 0.015625 --t-end 0.15625 \
       --out from-files >from-files.txt || { echo "FAILED: a run from file $((ranks - 1)) of a set"; exit 1; }
+    # The same set read on the K ranks, each its share of the files' rows: the same run within the tree's error.
+    on_ranks run --ic files/snapshot_002.0.hdf5 --engine "$engine" --dt 0.015625 --t-end 0.15625 \
+      --out from-files-ranks >from-files-ranks.txt || { echo "FAILED: a run from a set on $ranks ranks"; exit 1; }
+    "$python" - <<'EOF2' || exit 1
+import sys
+one = [l.split() for l in open("from-files/diagnostics.log") if not l.startswith("#")]
+many = [l.split() for l in open("from-files-ranks/diagnostics.log") if not l.startswith("#")]
+bad = len(one) != len(many) or len(one) < 2
+for a, b in zip(one, many):
+    print(f"t = {a[0]}: E {a[1]} on one rank, {b[1]} read in shares on the ranks")
+    bad = bad or abs(float(a[1]) - float(b[1])) > 1e-4 * abs(float(a[1]))
+if bad:
+    print("FAILED: a run from a multi-file set read in shares differs from one rank's", file=sys.stderr)
+sys.exit(1 if bad else 0)
+EOF2
   fi
   "$python" - "$ranks" "$what" <<'EOF'
 import os, sys
@@ -396,6 +415,23 @@ sys.exit(0 if d['ranks'] == $ranks and d['host_ranks'] == $ranks and d['host_tot
   expect_refusal "compare --engine cuda on $ranks ranks is not supported yet" compare -n 64 --engine cuda
   expect_refusal "every rank needs at least one body" compare -n $((ranks - 1)) --engine cpu
   expect_refusal "runs on one rank" ic plummer -n 64 --out plummer.hdf5
+  # Each rank reads its share of an IC file: what one rank's read refuses of the whole file, the ranks refuse too. An
+  # id held by the first and the last rank's shares; a NaN in the last rank's share alone.
+  "$matcha" ic plummer -n 256 --seed 5 --out shared.hdf5 >/dev/null
+  cp shared.hdf5 twice.hdf5
+  cp shared.hdf5 nan.hdf5
+  "$python" -c "import h5py
+with h5py.File('twice.hdf5', 'r+') as f:
+    ids = f['PartType1/ParticleIDs']
+    ids[255] = ids[0]
+with h5py.File('nan.hdf5', 'r+') as f:
+    f['PartType1/Coordinates'][250, 1] = float('nan')"
+  expect_refusal "repeats ParticleID" run --ic twice.hdf5 --engine cpu --out twice
+  expect_refusal "NaN or infinite" run --ic nan.hdf5 --engine cpu --out nan
+  if [[ -e twice || -e nan ]]; then
+    echo "FAILED: a refused IC file left a run folder" >&2
+    failed=1
+  fi
   # A checkpoint of fewer bodies than ranks (written on one rank) is refused before the folder changes.
   "$matcha" run -n $((ranks - 1)) --engine cpu --dt 0.015625 --t-end 0.03125 --checkpoint-interval 0 --out tiny >/dev/null
   cp tiny/diagnostics.log tiny-diagnostics.log
@@ -414,6 +450,17 @@ with h5py.File('shares/checkpoint.hdf5', 'r+') as f:
   # Another dt, or an end no later than the checkpoint's step, on K ranks and on one (the checks they share).
   expect_refusal "a restart continues with its dt" run --restart shares --t-end 0.0625 --dt 0.0078125
   expect_refusal "give a later --t-end" run --restart shares --t-end 0.015625
+  # A checkpoint whose parts lost one is refused, and the folder stays as it was.
+  if [[ $ranks -gt 1 ]]; then
+    on_ranks run -n 256 --engine cpu --dt 0.015625 --t-end 0.03125 --checkpoint-interval 0 --out lost >/dev/null
+    rm lost/checkpoint.parts-*/checkpoint.$((ranks - 1)).hdf5
+    cp lost/diagnostics.log lost-diagnostics.log
+    expect_refusal "the checkpoint's parts folder lacks this part" run --restart lost --t-end 0.0625
+    if ! cmp -s lost/diagnostics.log lost-diagnostics.log || [[ -e lost/RUNNING ]]; then
+      echo "FAILED: a restart from a checkpoint missing a part changed its run folder" >&2
+      failed=1
+    fi
+  fi
   status=0
   "$matcha" run --restart tiny --t-end 0.0625 --dt 0.0078125 >out.txt 2>err.txt || status=$?
   if [[ $status -ne 2 ]] || ! grep -q "a restart continues with its dt" err.txt; then
@@ -436,14 +483,25 @@ fail)
       failed=1
     fi
     grep "matcha: error" err.txt
-    if ls fail$rank | grep -v -E '^(snapshot_00[0-9]\.hdf5|checkpoint\.hdf5|diagnostics\.log|used_parameters\.toml|summary\.json|RUNNING)$'; then
+    if ls fail$rank | grep -v -E '^(snapshot_00[0-9]\.hdf5|checkpoint\.hdf5|checkpoint\.parts-[0-9.]+|diagnostics\.log|used_parameters\.toml|summary\.json|RUNNING)$'; then
       echo "FAILED: rank $rank failing left the files above in the run folder" >&2
       failed=1
     fi
-    "$python" -c "import h5py, glob, sys
-for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')) + ['fail$rank/checkpoint.hdf5']:
+    # Every snapshot whole; the checkpoint names one folder of parts, whose files hold every body once.
+    "$python" -c "import h5py, glob, os
+for name in sorted(glob.glob('fail$rank/snapshot_*.hdf5')):
     with h5py.File(name) as f:
-        assert len(f['PartType1/ParticleIDs']) == 1024, name" || failed=1
+        assert len(f['PartType1/ParticleIDs']) == 1024, name
+if os.path.exists('fail$rank/checkpoint.hdf5'):
+    with h5py.File('fail$rank/checkpoint.hdf5') as f:
+        parts = f['Checkpoint'].attrs['Parts']
+        parts = parts.decode() if isinstance(parts, bytes) else parts
+    ids = []
+    for k in range($ranks):
+        with h5py.File(f'fail$rank/{parts}/checkpoint.{k}.hdf5') as f:
+            ids.extend(f['PartType1/ParticleIDs'][:])
+    assert sorted(ids) == list(range(1024)), 'the checkpoint parts do not hold every body once'
+    assert glob.glob('fail$rank/checkpoint.parts-*') == ['fail$rank/' + parts], 'stale checkpoint parts'" || failed=1
     if [[ $rank -eq 0 ]] && { [[ -e fail0/RUNNING ]] || ! grep -q '"status": "failed"' fail0/summary.json; }; then
       echo "FAILED: rank 0 failed and the run folder does not say so" >&2
       failed=1
@@ -516,6 +574,28 @@ with h5py.File("whole/snapshot_004.hdf5") as fw, h5py.File("part/snapshot_004.hd
     written_on = fc["Checkpoint/Run"].attrs.get("ranks", 1.0)
     if ranks > 1 and written_on != ranks:
         failed.append(f"the checkpoint says it was written on {written_on} ranks, not {ranks}")
+    # On K ranks the checkpoint is in parts, one file a rank, written without a gather: the checkpoint file names the
+    # folder of the last one (the 7 before it removed) and holds no body; the parts hold every body once.
+    import glob, os
+    folders = sorted(glob.glob("part/checkpoint.parts-*"))
+    if ranks == 1:
+        if folders or "PartType1" not in fc:
+            failed.append(f"one rank's checkpoint is not one file: {folders}")
+    else:
+        parts = fc["Checkpoint"].attrs.get("Parts", b"")
+        parts = parts.decode() if isinstance(parts, bytes) else parts
+        if "PartType1" in fc or folders != ["part/" + parts]:
+            failed.append(f"the {ranks}-rank checkpoint names {parts!r} among the folders {folders}")
+        else:
+            files = sorted(os.listdir("part/" + parts))
+            ids = []
+            for k in range(ranks):
+                with h5py.File(f"part/{parts}/checkpoint.{k}.hdf5") as f:
+                    ids.extend(f["PartType1/ParticleIDs"][:])
+                    if f["Header"].attrs["NumFilesPerSnapshot"] != ranks:
+                        failed.append(f"checkpoint part {k}: NumFilesPerSnapshot is not {ranks}")
+            if len(files) != ranks or sorted(ids) != list(range(2048)):
+                failed.append(f"the checkpoint's parts {files} do not hold every body once")
 for line in failed:
     print("FAILED:", line, file=sys.stderr)
 sys.exit(1 if failed else 0)
