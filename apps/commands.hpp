@@ -9,7 +9,9 @@
 #include <string>
 
 #include "force_reference.hpp"
+#include "matcha/core/checkpoint_state.hpp"
 #include "matcha/core/force_solver.hpp"
+#include "matcha/core/hermite_engine.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "options.hpp"
 
@@ -43,6 +45,23 @@ struct CompareSharing {
   std::function<void(const Particles& bodies)> shareBodies;
   std::function<TreeMeasurement(const Options& configuration, const Sample& sample)> measure;
 };
+
+/// How a Hermite run spans several processes (runDistributed). Rank 0 runs it as one rank does, in its folder; every
+/// rank integrates the same bodies alike (the integration is O(N) a block step, the forces O(N^2)), and their engines
+/// share each force sum, the j-particles split over them. On rank 0, once the run is checked and its bodies (with a
+/// restart's integrator state) are known, `share` hands them, the run's parameters and rank 0's engine to the others,
+/// and returns the engine that spans the ranks, which the run then uses (with --dry-run: rank 0's own, the others
+/// stopping).
+struct HermiteSharing {
+  std::function<std::unique_ptr<HermiteEngine>(const Options& options, const Particles& bodies,
+                                               const CheckpointState* integratorState,
+                                               std::unique_ptr<HermiteEngine> engine)>
+      share;
+};
+
+/// `matcha run` of a Hermite run (fresh, or --restart of a Hermite checkpoint) on rank 0 of several (runDistributed),
+/// sharing as `sharing` says: the one-rank command with its checks, its folder and its outputs.
+int runHermiteOnRankZero(CLI::App& command, const Options& options, const HermiteSharing& sharing);
 
 /// `matcha compare` of the bodies of `given` (the one-rank command when `sharing` is null).
 int compareSolvers(const Options& given, const CompareOptions& compare, const CompareSharing* sharing);

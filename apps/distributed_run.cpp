@@ -35,12 +35,15 @@
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/integrator/hermite.hpp"
+#include "matcha/integrator/hermite_run.hpp"
 #include "matcha/integrator/run_loop.hpp"
 #include "matcha/io/run_folder.hpp"
 #include "matcha/io/snapshot.hpp"
 #include "matcha/mesh/slab_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/parallel/collective.hpp"
+#include "matcha/parallel/distributed_hermite_engine.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "memory_check.hpp"
 #include "rank_bodies.hpp"
@@ -287,7 +290,6 @@ void requireRunOptionsOnRanks(const Options& options) {
   const auto refuse = [&](const std::string& what) {
     throw InputError("matcha run " + what + ranks + " is not supported yet (run it on one rank)");
   };
-  if (options.integratorKind != IntegratorKind::leapfrog) refuse("--integrator hermite");
   if (options.solver != SolverKind::tree) refuse("--solver direct");
   if (options.forceCheck != 0) refuse("--force-check");
   requireSupportedOnRanks(options, "run");
@@ -525,15 +527,16 @@ struct RestartOnRanks {
 };
 
 /// Rank 0: checks the checkpoint of options.restartDir as one rank's restart does (a leapfrog run, its dt or its
-/// cosmology, a later end, its box; Hermite checkpoints are refused on several ranks) from its header and states, and
-/// sets options.integrator.tStart and the box (resolvePeriodicBox). Reads no body; writes nothing.
+/// cosmology, a later end, its box; a Hermite run's checkpoint continues in runHermiteOnRanks) from its header and
+/// states, and sets options.integrator.tStart and the box (resolvePeriodicBox). Reads no body; writes nothing.
 RestartOnRanks inspectRestartOnRankZero(Options& options, int numRanks) {
   const std::filesystem::path dir = options.restartDir;
   io::CheckpointInfo checkpoint = asBadInput([&] { return io::inspectCheckpoint(dir / io::kCheckpointName); });
   const CheckpointState& run = checkpoint.run;
+  // A Hermite run's options (from its used_parameters.toml) take runHermiteOnRanks; here --integrator said otherwise.
   if (run.scalars.count("hermite") != 0) {
-    throw InputError("--restart " + dir.string() + ": a Hermite run's checkpoint cannot continue on " +
-                     std::to_string(numRanks) + " ranks (Hermite runs are one rank's)");
+    throw InputError("--restart " + dir.string() +
+                     ": the checkpoint is a hermite run's; --integrator leapfrog cannot continue it");
   }
   const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
   if (!comovingCheckpoint) refuseComovingOptions(options);
@@ -674,7 +677,112 @@ void requireRunsOnRanks(const std::string& subcommand) {
                    std::to_string(worldSize()) + " ranks");
 }
 
+namespace {
+
+/// This rank's GPU for `options.engine`: its host's ranks take the host's devices in turns (local rank modulo the
+/// devices; 0 without one), as makeRankEngine's.
+int rankDevice(const Options& options, MPI_Comm comm) {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  const int hostRank = parallel::rankOf(host);
+  MPI_Comm_free(&host);
+  const int devices = options.engine == EngineKind::cpu ? 0 : gpu::queryCudaDevice().deviceCount;
+  return devices > 0 ? hostRank % devices : 0;
+}
+
+/// The Hermite engine that spans the ranks, owning this rank's own (the j-particles its share).
+class RankHermiteEngine final : public HermiteEngine {
+ public:
+  RankHermiteEngine(std::unique_ptr<HermiteEngine> local, MPI_Comm comm)
+      : local_(std::move(local)), spanning_(*local_, comm) {}
+  std::string name() const override { return spanning_.name(); }
+  void reserve(std::size_t capacity) override { spanning_.reserve(capacity); }
+  std::size_t capacity() const override { return spanning_.capacity(); }
+  void setJParticles(std::span<const std::uint32_t> addresses, std::span<const JParticle> particles) override {
+    spanning_.setJParticles(addresses, particles);
+  }
+  void predict(double time, std::size_t numJ) override { spanning_.predict(time, numJ); }
+  void launchForces(const IBlockView& block, double eps2, const HermiteForceView& out) override {
+    spanning_.launchForces(block, eps2, out);
+  }
+  void finishForces() override { spanning_.finishForces(); }
+
+ private:
+  std::unique_ptr<HermiteEngine> local_;
+  parallel::DistributedHermiteEngine spanning_;
+};
+
+/// What the ranks other than 0 need to integrate a Hermite run alike: rank 0's parameters once it has checked them
+/// (its start, end and output times, G, the softening and the block steps' parameters).
+struct HermiteRunOnRanks {
+  IntegratorParams integrator;
+  integrator::HermiteParams hermite;
+  double G = 1.0;
+  double eps = 0.0;
+  int dryRun = 0;
+  int restart = 0;
+};
+static_assert(std::is_trivially_copyable_v<HermiteRunOnRanks>, "broadcast as bytes");
+
+/// `matcha run --integrator hermite` on several ranks (HermiteSharing): rank 0 runs the one-rank command with its
+/// checks, its folder and outputs; every rank integrates all the bodies alike, from rank 0's, and the force sums are
+/// split over the ranks' engines by j-particle (parallel::DistributedHermiteEngine, whose sums every rank gets
+/// bit for bit, so that the ranks' integrations never part). The ranks other than 0 write nothing.
+int runHermiteOnRanks(CLI::App& command, const Options& given) {
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int device = rankDevice(given, comm);
+  // Every rank but 0 makes its engine once rank 0's checks passed; a failure on any stops all.
+  const auto spanRanks = [&](std::unique_ptr<HermiteEngine> engine) -> std::unique_ptr<HermiteEngine> {
+    parallel::checkOnEveryRank(
+        [&] {
+          if (!engine) engine = gpu::makeHermiteEngine(given.engine, nullptr, device);
+        },
+        comm);
+    return std::make_unique<RankHermiteEngine>(std::move(engine), comm);
+  };
+  HermiteRunOnRanks run;
+  Particles bodies;
+  CheckpointState integratorState;
+  if (worldRank() == 0) {
+    HermiteSharing sharing;
+    sharing.share = [&](const Options& options, const Particles& checked, const CheckpointState* state,
+                        std::unique_ptr<HermiteEngine> engine) {
+      endRankZeroWork();
+      run.integrator = options.integrator;
+      run.hermite = options.hermite;
+      run.G = options.gravity.G;
+      run.eps = options.gravity.eps;
+      run.dryRun = options.dryRun ? 1 : 0;
+      run.restart = state != nullptr ? 1 : 0;
+      MPI_Bcast(&run, sizeof run, MPI_BYTE, 0, comm);
+      if (options.dryRun) return engine;
+      bodies = checked;
+      broadcastBodies(bodies, comm);
+      if (state != nullptr) integratorState = *state;
+      broadcastState(integratorState, comm);
+      return spanRanks(std::move(engine));
+    };
+    beginRankZeroWork();
+    return runHermiteOnRankZero(command, given, sharing);
+  }
+  beginRankZeroWork();  // throws RankZeroFailed when rank 0's checks fail (it says why)
+  MPI_Bcast(&run, sizeof run, MPI_BYTE, 0, comm);
+  if (run.dryRun != 0) return 0;
+  broadcastBodies(bodies, comm);
+  broadcastState(integratorState, comm);
+  const std::unique_ptr<HermiteEngine> engine = spanRanks(nullptr);
+  integrator::HermiteIntegrator hermite(*engine, run.hermite, run.G, run.eps, run.integrator.tStart);
+  integrator::RunPosition position;  // where a restart resumes: only rank 0's outputs need more of it
+  if (run.restart != 0) hermite.restore(bodies, integratorState);
+  integrator::runHermite(bodies, hermite, run.integrator, integrator::RunCallbacks{},
+                         run.restart != 0 ? &position : nullptr);
+  return 0;
+}
+
+}  // namespace
+
 int runDistributed(CLI::App& command, const Options& given) {
+  if (given.integratorKind == IntegratorKind::hermite) return runHermiteOnRanks(command, given);
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int rank = worldRank();
   const int numRanks = worldSize();

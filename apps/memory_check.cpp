@@ -175,6 +175,9 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
     const bool periodic = options.gravity.periodic.enabled();
     // The periodic solver keeps one tree, built within its call (tree/periodic_tree_solver.hpp): sized as a tree per
     // call, plus what its reuse keeps of the bodies (positions at the build and along their paths, ids, two balls).
+    // Its engine holds two list sets when the walk is pipelined (--walk-overlap on), each at most one batch (a quarter
+    // of the groups, or kPlanEntries entries): at most half the groups' lists, which the model below of every group's
+    // list resident, at the open-boundary lengths the cut lists never exceed, already covers.
     TreeParams sized = options.tree;
     if (periodic) sized.reuse = 1;
     const tree::TreeRunShape shape = tree::treeRunShape(sized, memory.numSteps, options.integrator.dt, onGpu);

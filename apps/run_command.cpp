@@ -617,19 +617,22 @@ std::string bodiesSource(const Options& options) {
 /// `matcha run --integrator hermite`: checked (prepareHermiteRun) before the bodies are made, then run in its folder
 /// on the Hermite engine of --engine.
 int runHermiteSimulation(CLI::App& command, Options options, const InitialConditionsInfo& ic,
-                         const io::RunFolderRequest& folder, std::ostream& info) {
+                         const io::RunFolderRequest& folder, std::ostream& info, const HermiteSharing* sharing) {
   prepareHermiteRun(options, ic);
   if (!options.eta) echoDefault(command, "--eta", options.hermite.eta);
   requireBodiesFit(ic.numBodies, false);
   Particles particles = loadInitialConditions(options, info);
   gpu::requireFloatRange(particles, options.gravity);
   std::string reason;
-  const std::unique_ptr<HermiteEngine> engine = gpu::makeHermiteEngine(options.engine, &reason);
+  std::unique_ptr<HermiteEngine> engine = gpu::makeHermiteEngine(options.engine, &reason);
+  const RunMemory memory = estimateHermiteRunMemory(particles.size(), options.backgroundOutput);
+  const std::string source = bodiesSource(options);
+  if (!options.dryRun) requireRunFits(memory);
+  // On several ranks the others take the bodies here and integrate alongside (with --dry-run they stop).
+  if (sharing != nullptr) engine = sharing->share(options, particles, nullptr, std::move(engine));
   integrator::HermiteIntegrator hermite(*engine, options.hermite, options.gravity.G, options.gravity.eps,
                                         options.integrator.tStart);
   const RunIntegrator runner = RunIntegrator::hermiteOn(hermite, *engine, reason);
-  const RunMemory memory = estimateHermiteRunMemory(particles.size(), options.backgroundOutput);
-  const std::string source = bodiesSource(options);
   if (options.dryRun) {
     info << "matcha run --dry-run: " << particles.size() << " bodies from " << source
          << ", block steps (their number is not known ahead)\nintegrator: " << runner.describe()
@@ -638,17 +641,28 @@ int runHermiteSimulation(CLI::App& command, Options options, const InitialCondit
     if (options.json) std::cout << runMemoryJson(memory) << std::endl;
     return 0;
   }
-  requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   return runGuarded(options.outPath, [&] {
     return runInFolder(command, options, particles, runner, memory, false, source, info, nullptr);
   });
 }
 
+/// `matcha run --restart DIR --dry-run`: what continuing the run would take, printed (JSON too with --json); nothing
+/// runs and nothing is written.
+int printRestartDryRun(const Options& options, std::size_t numBodies, const std::string& integration,
+                       const std::string& engineReason, const RunMemory& memory, std::ostream& info) {
+  info << "matcha run --restart " << options.restartDir << " --dry-run: " << numBodies
+       << " bodies from its checkpoint\n"
+       << integration << "\nengine: " << engineReason << "\n"
+       << formatRunMemory(memory) << std::flush;
+  if (options.json) std::cout << runMemoryJson(memory) << std::endl;
+  return 0;
+}
+
 /// `matcha run --restart DIR` of a Hermite run: its checkpoint (a synchronisation time) restores the integrator, which
 /// continues as the run that did not stop, bit for bit.
 int resumeHermite(CLI::App& command, Options options, io::Checkpoint checkpoint,
-                  const integrator::RunPosition& position, std::ostream& info) {
+                  const integrator::RunPosition& position, std::ostream& info, const HermiteSharing* sharing) {
   const std::filesystem::path dir = options.restartDir;
   const CheckpointState& run = checkpoint.run;
   Particles particles = std::move(checkpoint.snapshot.particles);
@@ -666,13 +680,17 @@ int resumeHermite(CLI::App& command, Options options, io::Checkpoint checkpoint,
     throw InputError(message.str());
   }
   std::string reason;
-  const std::unique_ptr<HermiteEngine> engine = gpu::makeHermiteEngine(options.engine, &reason);
+  std::unique_ptr<HermiteEngine> engine = gpu::makeHermiteEngine(options.engine, &reason);
+  const RunMemory memory = estimateHermiteRunMemory(particles.size(), options.backgroundOutput);
+  if (!options.dryRun) requireRunFits(memory);
+  // On several ranks the others take the bodies and the integrator's state here and continue alongside (with
+  // --dry-run they stop).
+  if (sharing != nullptr) engine = sharing->share(options, particles, &checkpoint.solver, std::move(engine));
   integrator::HermiteIntegrator hermite(*engine, options.hermite, options.gravity.G, options.gravity.eps,
                                         options.integrator.tStart);
   hermite.restore(particles, checkpoint.solver);
   const RunIntegrator runner = RunIntegrator::hermiteOn(hermite, *engine, reason);
-  const RunMemory memory = estimateHermiteRunMemory(particles.size(), options.backgroundOutput);
-  requireRunFits(memory);
+  if (options.dryRun) return printRestartDryRun(options, particles.size(), runner.describe(), reason, memory, info);
   const io::RunFolderRequest folder{dir, io::RunFolderMode::resume, {}};
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   return runGuarded(dir, [&] {
@@ -686,7 +704,7 @@ int resumeHermite(CLI::App& command, Options options, io::Checkpoint checkpoint,
 /// `matcha run --restart DIR`: the run in DIR continued from its checkpoint. The parameters are the run's own
 /// (main.cpp reads DIR/used_parameters.toml as the config file); the bodies, their forces, the step and the
 /// solver's state come from the checkpoint.
-int resumeSimulation(CLI::App& command, Options options) {
+int resumeSimulation(CLI::App& command, Options options, const HermiteSharing* sharing = nullptr) {
   const std::filesystem::path dir = options.restartDir;
   options.outPath = dir.string();
   options.icFile.clear();  // the bodies come from the checkpoint
@@ -710,7 +728,7 @@ int resumeSimulation(CLI::App& command, Options options) {
   }
   const bool comovingCheckpoint = run.scalars.count("comoving") != 0;
   if (!comovingCheckpoint) refuseComovingOptions(options);
-  if (hermiteCheckpoint) return resumeHermite(command, options, std::move(checkpoint), position, info);
+  if (hermiteCheckpoint) return resumeHermite(command, options, std::move(checkpoint), position, info, sharing);
   prepareLeapfrogRun(options, comovingCheckpoint);
   const double dt = comovingCheckpoint ? 0.0 : run.scalar("dt");
   Particles particles = std::move(checkpoint.snapshot.particles);
@@ -742,6 +760,8 @@ int resumeSimulation(CLI::App& command, Options options) {
   // solver starts afresh from the checkpoint's bodies and forces, as after a tree's last call.
   const bool writtenOnRanks = run.scalars.count("ranks") != 0 && run.count("ranks") > 1;
   if (!writtenOnRanks) solver->restoreState(checkpoint.solver, particles);
+  if (options.dryRun)
+    return printRestartDryRun(options, particles.size(), solver->describe(), engine.reason, memory, info);
   requireRunFits(memory);
   io::prepareRunFolder(folder, io::markerForThisProcess(options.commandLine));
   const RunIntegrator runner = RunIntegrator::leapfrog(*solver, engine);
@@ -755,8 +775,8 @@ int resumeSimulation(CLI::App& command, Options options) {
   });
 }
 
-int runSimulation(CLI::App& command, const Options& given) {
-  if (!given.restartDir.empty()) return resumeSimulation(command, given);
+int runSimulation(CLI::App& command, const Options& given, const HermiteSharing* sharing = nullptr) {
+  if (!given.restartDir.empty()) return resumeSimulation(command, given, sharing);
   Options options = given;
   validateOptions(options, kRunOptions);
   const std::filesystem::path outDir = options.outPath;
@@ -776,7 +796,7 @@ int runSimulation(CLI::App& command, const Options& given) {
   options.integrator.tStart = ic.time;
   if (!ic.cosmology) refuseComovingOptions(options);
   if (options.integratorKind == IntegratorKind::hermite)
-    return runHermiteSimulation(command, options, ic, folder, info);
+    return runHermiteSimulation(command, options, ic, folder, info, sharing);
   prepareLeapfrogRun(options, ic.cosmology.has_value());
   if (ic.cosmology && !options.eta) echoDefault(command, "--eta", options.comoving.eta);
   resolvePeriodicBox(options, ic.boxSize, ic.numBodies);
@@ -827,6 +847,10 @@ int runSimulation(CLI::App& command, const Options& given) {
 }
 
 }  // namespace
+
+int runHermiteOnRankZero(CLI::App& command, const Options& options, const HermiteSharing& sharing) {
+  return runSimulation(command, options, &sharing);
+}
 
 std::function<int()> addRunCommand(CLI::App& parent, Options& options) {
   CLI::App* command = parent.add_subcommand("run", "run a simulation (default: 65,536-body Plummer sphere to t = 1)");

@@ -45,12 +45,17 @@
 #    earlier checkpoints' folders removed);
 #  - restart_cuda K: the restart case with --engine cuda (without h5py, as on the device machine, the diagnostics
 #    alone); skipped (77) where the CUDA engine cannot start.
-# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|restart|restart_cuda K
+#  - hermite K: --integrator hermite, 512 bodies to t = 0.25 on K ranks (every rank integrates all bodies; the force
+#    sums split over the ranks by j-particle): every diagnostics line's E, T, W within 1e-7 and the final positions
+#    within 1e-6 of one rank's (sums in another order), the same files in the folder, summary.json's engine "over K
+#    ranks"; stopped at 0.125 and continued on K ranks bit for bit the uninterrupted run, on one rank within 1e-7;
+#    --dry-run writes nothing.
+# Usage: matcha_ranks_test.sh MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|hermite|restart|restart_cuda K
 # Exit 0 when every check holds, 1 when one fails (named on stderr), 77 (ctest's skip) without /usr/bin/python3.
 set -euo pipefail
 
 if [[ $# -ne 5 ]]; then
-  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|restart|restart_cuda K" >&2
+  echo "usage: $0 MPIEXEC MATCHA_BINARY SCRATCH_DIR run|run_cuda|periodic|periodic_cuda|comoving|compare|bad|fail|hermite|restart|restart_cuda K" >&2
   exit 2
 fi
 mpiexec=$1
@@ -508,6 +513,65 @@ if os.path.exists('fail$rank/checkpoint.hdf5'):
     fi
   done
   exit $failed
+  ;;
+hermite)
+  # Hermite on K ranks: every rank integrates all bodies, the force sums split over the ranks' engines by j-particle
+  # and combined alike on every rank; rank 0 alone writes the folder.
+  args=(run -n 512 --seed 6 --integrator hermite --solver direct --engine cpu --eps 0.01 --output-interval 0.0625 --checkpoint-interval 0)
+  "$matcha" "${args[@]}" --t-end 0.25 --out one >one.txt
+  on_ranks "${args[@]}" --t-end 0.25 --out whole >whole.txt
+  cat whole.txt
+  # Stopped at 0.125 and continued on K ranks: the uninterrupted K-rank run bit for bit; on one rank: within rounding.
+  on_ranks "${args[@]}" --t-end 0.125 --out part >/dev/null
+  cp -r part other
+  on_ranks run --restart part --t-end 0.25 >part-continued.txt
+  "$matcha" run --restart other --t-end 0.25 >other-continued.txt
+  on_ranks "${args[@]}" --t-end 0.25 --dry-run --out dry >dry.txt
+  if [[ -e dry ]] || ! grep -q "dry-run" dry.txt; then
+    echo "FAILED: a Hermite --dry-run on $ranks ranks wrote a folder or printed no estimate" >&2
+    exit 1
+  fi
+  "$python" - "$ranks" <<'EOF'
+import json, os, sys
+ranks = int(sys.argv[1])
+def table(folder):
+    return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
+failed = []
+one, whole, part, other = table("one"), table("whole"), table("part"), table("other")
+if len(one) != 5 or len(whole) != 5:
+    failed.append(f"{len(one)} and {len(whole)} diagnostics lines, not 5")
+for a, b in zip(one, whole):
+    print(f"t = {a[0]}: E {a[1]} on one rank, {b[1]} on {ranks}")
+    for column, name in ((1, "E"), (3, "T"), (4, "W")):
+        x, y = float(a[column]), float(b[column])
+        if abs(x - y) > 1e-7 * abs(x):  # ~1e-13 seen: rounding, unless a body's block step rounds the other way
+            failed.append(f"t = {a[0]}: {name} {y} on {ranks} ranks against {x} on one")
+if part != whole:
+    failed.append(f"restarted on {ranks} ranks: the diagnostics lines differ from the uninterrupted run's")
+for a, b in zip(whole, other):
+    if abs(float(a[1]) - float(b[1])) > 1e-7 * abs(float(a[1])):
+        failed.append(f"t = {a[0]}: E {b[1]} restarted on one rank against {a[1]}")
+summary = json.load(open("whole/summary.json"))
+if ranks > 1 and f"over {ranks} ranks" not in summary["engine"]:
+    failed.append(f"summary.json's engine does not say it spans the ranks: {summary['engine']}")
+if sorted(os.listdir("whole")) != sorted(os.listdir("one")):
+    failed.append(f"the folders differ: {sorted(os.listdir('whole'))} against {sorted(os.listdir('one'))}")
+try:
+    import h5py, numpy as np
+    with h5py.File("one/snapshot_004.hdf5") as f1, h5py.File("whole/snapshot_004.hdf5") as fk, \
+            h5py.File("part/snapshot_004.hdf5") as fp:
+        worst = np.abs(f1["PartType1/Coordinates"][:] - fk["PartType1/Coordinates"][:]).max()
+        print(f"final positions: largest difference {worst:.2e} between one rank and {ranks}")
+        if worst > 1e-6:
+            failed.append(f"final positions differ by {worst:.2e} between one rank and {ranks}")
+        if not np.array_equal(fk["PartType1/Coordinates"][:], fp["PartType1/Coordinates"][:]):
+            failed.append("the restarted run's final positions differ from the uninterrupted run's")
+except ImportError:
+    print("h5py is not installed: the snapshots were not compared")
+for line in failed:
+    print("FAILED:", line, file=sys.stderr)
+sys.exit(1 if failed else 0)
+EOF
   ;;
 restart | restart_cuda)
   engine=cpu
