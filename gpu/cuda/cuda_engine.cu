@@ -518,6 +518,7 @@ struct CudaEngine::Impl {
 
   template <class Real>
   InteractionCounts evaluateDirectIn(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
+    drainPipeline();  // a pipelined call stopped half way (an exception in its walk) may still use the streams
     const std::size_t n = sources.count;
     const CudaDirectConfig shape = config.autoDirect ? directConfigForSize(n) : config.direct;
     const detail::DirectVariant<Real>* variant = findDirectVariant<Real>(shape, out.pot != nullptr);
@@ -1159,6 +1160,7 @@ struct CudaEngine::Impl {
 
   void setTree(const TreeTopology& topology, const SourceView& bodies) {
     static_assert(sizeof(BodyRange) == sizeof(uint2), "BodyRange must match uint2 for the upload");
+    drainPipeline();  // as evaluateDirectIn
     ResidentTree& r = res;
     const std::size_t n = topology.numBodies();
     MATCHA_ASSERT(bodies.count == n, "setTree: the tree and the bodies differ in number");
@@ -1435,6 +1437,7 @@ struct CudaEngine::Impl {
   template <class Real>
   void launchResidentIn(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                         std::span<const std::uint32_t> groups, const BodyUpdate& update) {
+    drainPipeline();  // as evaluateDirectIn
     ResidentTree& r = res;
     const std::uint32_t n = r.numBodies;
     const bool all = groups.empty();
