@@ -43,6 +43,7 @@
 #include "matcha/mesh/slab_mesh.hpp"
 #include "matcha/mesh/treepm_solver.hpp"
 #include "matcha/parallel/collective.hpp"
+#include "matcha/parallel/distributed_direct_solver.hpp"
 #include "matcha/parallel/distributed_hermite_engine.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "memory_check.hpp"
@@ -290,7 +291,6 @@ void requireRunOptionsOnRanks(const Options& options) {
   const auto refuse = [&](const std::string& what) {
     throw InputError("matcha run " + what + ranks + " is not supported yet (run it on one rank)");
   };
-  if (options.solver != SolverKind::tree) refuse("--solver direct");
   if (options.forceCheck != 0) refuse("--force-check");
   requireSupportedOnRanks(options, "run");
 }
@@ -428,8 +428,16 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
   memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps, onGpu ? 1 : ranks);
   MemoryEstimate& estimate = memory.mine.estimate;
   const std::uint64_t n = mine.size();
-  estimate.add("received bodies (LET)", n * kBytesPerBody);
-  estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
+  if (options.solver == SolverKind::direct) {
+    // Every rank's bodies on every rank: the gathered records (x, y, z, G m, id) and the j-particles made of them, and
+    // the engine's copy of those (on the GPU for the CUDA engine).
+    const std::uint64_t sources = numBodies * sizeof(JParticle);
+    estimate.add("every rank's bodies (direct sum's sources)", numBodies * 5 * sizeof(double) + sources);
+    estimate.add("Hermite engine's j-particles", onGpu ? 0 : sources, onGpu ? sources : 0);
+  } else {
+    estimate.add("received bodies (LET)", n * kBytesPerBody);
+    estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
+  }
   if (wholeOnRankZero && parallel::rankOf(comm) == 0) {
     estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
   }
@@ -906,21 +914,30 @@ int runDistributed(CLI::App& command, const Options& given) {
     comoving.emplace(comovingOnRanks(options, comovingState));
     if (restart) layzerIrvine = LayzerIrvineCheck::restore(comovingState);
   }
-  auto distributed =
-      std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity, comm);
-  parallel::DistributedTreeSolver& solver = *distributed;  // the short range, its work weights and statistics
   std::unique_ptr<ForceSolver> forces;
-  if (options.gravity.periodic.enabled()) {
-    // TreePM: the distributed tree's short range, and the mesh: on the CUDA engine each rank solves the whole box on
-    // its GPU from the deposits of all ranks (cuFFT, as on one rank); on the CPU engine the mesh lies in slabs over
-    // the ranks (FFTW's MPI interface), no rank holding the whole grid.
-    mesh::MeshParams meshParams = options.mesh;
-    meshParams.backend = engine.onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
-    meshParams.device = device;
-    forces = engine.onGpu ? replicatedTreePm(std::move(distributed), meshParams, options.gravity, comm)
-                          : slabTreePm(std::move(distributed), meshParams, options.gravity, comm);
+  parallel::DistributedTreeSolver* treeSolver = nullptr;  ///< the tree's work weights and statistics (null: direct)
+  std::unique_ptr<HermiteEngine> directEngine;            ///< --solver direct: the i-block x j sums of each rank
+  if (options.solver == SolverKind::direct) {
+    // Direct summation over the ranks: each rank's bodies pulled by all, as one i-block of its Hermite engine (the
+    // near-field engines' direct sum takes its targets from its sources). Open boundaries (resolvePeriodicBox).
+    parallel::checkOnEveryRank([&] { directEngine = gpu::makeHermiteEngine(options.engine, nullptr, device); }, comm);
+    forces = std::make_unique<parallel::DistributedDirectSolver>(*directEngine, options.gravity, comm);
   } else {
-    forces = std::move(distributed);
+    auto distributed =
+        std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity, comm);
+    treeSolver = distributed.get();
+    if (options.gravity.periodic.enabled()) {
+      // TreePM: the distributed tree's short range, and the mesh: on the CUDA engine each rank solves the whole box
+      // on its GPU from the deposits of all ranks (cuFFT, as on one rank); on the CPU engine the mesh lies in slabs
+      // over the ranks (FFTW's MPI interface), no rank holding the whole grid.
+      mesh::MeshParams meshParams = options.mesh;
+      meshParams.backend = engine.onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
+      meshParams.device = device;
+      forces = engine.onGpu ? replicatedTreePm(std::move(distributed), meshParams, options.gravity, comm)
+                            : slabTreePm(std::move(distributed), meshParams, options.gravity, comm);
+    } else {
+      forces = std::move(distributed);
+    }
   }
   std::optional<integrator::RunPosition> position;
   if (restart) {
@@ -955,7 +972,9 @@ int runDistributed(CLI::App& command, const Options& given) {
     }
     io::Checkpoint share = readShareOfCheckpoint(outDir / io::kCheckpointName, shares, comm);
     mine = std::move(share.snapshot.particles);
-    if (header[5] > 0.0) solver.setWorkWeights(std::move(share.solver.doubles[kWorkWeightsName]));
+    if (header[5] > 0.0 && treeSolver != nullptr) {
+      treeSolver->setWorkWeights(std::move(share.solver.doubles[kWorkWeightsName]));
+    }
   } else if (startFromFile) {
     mine = readShareOfSnapshot(options.icFile, evenShares(numBodies, numRanks), options.integrator.boxSize, comm);
     if (comoving) {
@@ -1119,7 +1138,8 @@ int runDistributed(CLI::App& command, const Options& given) {
     // many ranks gives each rank its bodies back and splits them as this run would have. No rank gathers the system.
     callbacks.onCheckpoint = [&](const Particles& state, double time, const integrator::RunPosition& at) {
       const Shares shares = sharesOnRanks(state.size(), comm);
-      const std::vector<double>& work = solver.nextWorkWeights();
+      static const std::vector<double> none;
+      const std::vector<double>& work = treeSolver != nullptr ? treeSolver->nextWorkWeights() : none;
       int allKnown = work.size() == state.size() ? 1 : 0;
       MPI_Allreduce(MPI_IN_PLACE, &allKnown, 1, MPI_INT, MPI_MIN, comm);
       CheckpointOnRanks checkpoint;
@@ -1202,13 +1222,15 @@ int runDistributed(CLI::App& command, const Options& given) {
 
   // The run's totals: interactions over every rank; times are rank 0's (each step waits for the slowest rank).
   summary.interactions = sumCounts(summary.interactions, comm);
-  const std::vector<parallel::DistributedTotals> ranksTotals = gatherRankTotals(solver.totals(), comm);
+  const std::vector<parallel::DistributedTotals> ranksTotals =
+      gatherRankTotals(treeSolver != nullptr ? treeSolver->totals() : parallel::DistributedTotals{}, comm);
   beginRankZeroWork();
   if (rank == 0) {
     const double interactionsPerSecond =
         summary.forceSeconds > 0 ? double(summary.interactions.total()) / summary.forceSeconds : 0.0;
     const double diagnosticSeconds = outputPotentials ? outputPotentials->seconds() : 0.0;
-    const parallel::DistributedStats& stats = solver.lastStats();
+    const parallel::DistributedStats stats =
+        treeSolver != nullptr ? treeSolver->lastStats() : parallel::DistributedStats{};
     nlohmann::json json = {
         {"bodies", numBodies},
         {"status", "complete"},

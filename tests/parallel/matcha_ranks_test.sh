@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # `matcha run` and `matcha compare` under mpiexec on K ranks against the same command on one rank without mpiexec
 # (issue 19), on the CPU engine at CI size:
-#  - run K: a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds every id once; its
-#    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
+#  - run K: --solver direct, 1024 bodies, 4 steps: E, T, W within 1e-5 of one rank's at every output (one rank's sums in
+#    float, K ranks' in double); a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds
+#    every id once; its energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
 #    with --snapshot-files ranks the K files of each snapshot hold the gathered snapshot's bodies bit for bit under
 #    GADGET's multi-file header (one file on one rank), and a run starts from file K-1 of the last set, on one rank
@@ -90,6 +91,29 @@ run | run_cuda)
   "$matcha" "${args[@]}" --out one >one.txt
   on_ranks "${args[@]}" --out ranks >ranks.txt
   cat ranks.txt
+  # Direct summation on K ranks (each rank's bodies pulled by all, in double on the CPU Hermite engine) against one
+  # rank's (the float CPU engine's direct sum): every diagnostics line's E, T and W within 1e-5.
+  direct=(run -n 1024 --seed 8 --solver direct --engine "$engine" --dt 0.015625 --t-end 0.0625 --output-interval 0.03125)
+  "$matcha" "${direct[@]}" --out direct-one >/dev/null
+  on_ranks "${direct[@]}" --out direct-ranks >direct-ranks.txt
+  if [[ $ranks -gt 1 ]] && ! grep -q "direct summation over $ranks ranks" direct-ranks.txt; then
+    echo "FAILED: the run's solver line does not name the direct sum over the ranks" >&2
+    exit 1
+  fi
+  "$python" - <<'EOF2' || exit 1
+import sys
+one = [l.split() for l in open("direct-one/diagnostics.log") if not l.startswith("#")]
+many = [l.split() for l in open("direct-ranks/diagnostics.log") if not l.startswith("#")]
+bad = len(one) != len(many) or len(one) != 3
+for a, b in zip(one, many):
+    for column, name in ((1, "E"), (3, "T"), (4, "W")):
+        x, y = float(a[column]), float(b[column])
+        print(f"direct, t = {a[0]}: {name} {x} on one rank, {y} on the ranks")
+        bad = bad or abs(x - y) > 1e-5 * abs(x)
+if bad:
+    print("FAILED: direct summation on the ranks differs from one rank's", file=sys.stderr)
+sys.exit(1 if bad else 0)
+EOF2
   # The same run with a file a rank for each snapshot, and a run that starts from one file of the last set.
   on_ranks "${args[@]}" --snapshot-files ranks --out files >files.txt
   if [[ $ranks -gt 1 ]]; then
