@@ -66,6 +66,9 @@ int runHermiteOnRankZero(CLI::App& command, const Options& options, const Hermit
 /// `matcha compare` of the bodies of `given` (the one-rank command when `sharing` is null).
 int compareSolvers(const Options& given, const CompareOptions& compare, const CompareSharing* sharing);
 
+/// Throws InputError (one line) unless 0 <= --force-check K <= the run's bodies.
+void requireForceCheckSample(const Options& options, std::uint64_t numBodies);
+
 /// summary.json's record of the build.
 nlohmann::json buildJson();
 

@@ -32,6 +32,7 @@
 
 #include "comoving_setup.hpp"
 #include "cosmological_ics.hpp"
+#include "force_reference.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/core/version.hpp"
 #include "matcha/gpu/engine_factory.hpp"
@@ -284,15 +285,6 @@ void requireSupportedOnRanks(const Options& options, const std::string& subcomma
     throw InputError("matcha compare --engine cuda on " + ranks +
                      " is not supported yet: use --engine cpu, or one rank (matcha run takes a GPU per rank)");
   }
-}
-
-void requireRunOptionsOnRanks(const Options& options) {
-  const std::string ranks = " on " + std::to_string(worldSize()) + " ranks";
-  const auto refuse = [&](const std::string& what) {
-    throw InputError("matcha run " + what + ranks + " is not supported yet (run it on one rank)");
-  };
-  if (options.forceCheck != 0) refuse("--force-check");
-  requireSupportedOnRanks(options, "run");
 }
 
 /// This rank's engine: `--engine` as on one rank, the CUDA engine on one of its host's devices, the ranks of a host
@@ -795,7 +787,6 @@ int runDistributed(CLI::App& command, const Options& given) {
   const int rank = worldRank();
   const int numRanks = worldSize();
   Options options = given;
-  requireRunOptionsOnRanks(options);
   const bool perRankSnapshots = options.snapshotPerRank && numRanks > 1;  // --snapshot-files ranks
   const bool restart = !options.restartDir.empty();
   if (restart) {
@@ -992,6 +983,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   all = Particles{};  // no rank keeps the whole system
   resumed = RestartOnRanks{};
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
+  requireForceCheckSample(options, numBodies);
 
   // The memory of each host and GPU over the ranks that share it, before anything is written: a run that will not fit
   // is refused on every rank with one line; --dry-run shows the estimate and stops.
@@ -999,9 +991,10 @@ int runDistributed(CLI::App& command, const Options& given) {
       comoving
           ? fewestComovingSteps(*comoving, options, position ? position->time : options.integrator.tStart)
           : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
-  // Rank 0 holds the whole system where it makes the start, gathers the snapshots or sums direct potentials; never
-  // for a checkpoint, which every rank writes its part of.
-  const bool wholeOnRankZero = (!restart && !startFromFile) || !perRankSnapshots || directPotentials;
+  // Rank 0 holds the whole system where it makes the start, gathers the snapshots, sums direct potentials or checks
+  // the forces; never for a checkpoint, which every rank writes its part of.
+  const bool wholeOnRankZero =
+      (!restart && !startFromFile) || !perRankSnapshots || directPotentials || options.forceCheck > 0;
   const MemoryOnRanks memory = estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials,
                                                      wholeOnRankZero, sizedSteps, comm);
   if (options.dryRun) {
@@ -1032,6 +1025,7 @@ int runDistributed(CLI::App& command, const Options& given) {
   integrator::RunSummary summary;
   std::uint64_t longRangeSteps = 0;  ///< a comoving run's long-range steps begun (summary.json)
   std::optional<DirectPotentialsOnRanks> outputPotentials;
+  std::optional<ForceCheck> forceCheck;  ///< rank 0's, with --force-check
   onRankZero([&] {
     io::prepareRunFolder(*folderRequest, io::markerForThisProcess(options.commandLine));
     if (position) {
@@ -1183,6 +1177,22 @@ int runDistributed(CLI::App& command, const Options& given) {
       outputPotentials.emplace(*engine.engine, options.gravity, comm);
       callbacks.outputPotentials = std::ref(*outputPotentials);
     }
+    if (options.forceCheck > 0) {
+      // --force-check K: after each tree's last call, the bodies gathered to rank 0, which measures K of them against
+      // its exact reference as one rank does (a diagnostic: rank 0 holds the whole system for it).
+      onRankZero([&] {
+        forceCheck.emplace(static_cast<std::size_t>(options.forceCheck), options.gravity, options.integrator.boxSize,
+                           options.seed);
+      });
+      callbacks.onLastCallOnTree = [&](const Particles& state, double time, std::uint64_t step) {
+        const Particles whole = gatherBodies(state, comm);
+        onRankZero([&] {
+          const std::string line = (*forceCheck)(whole, time, step);
+          log << line << std::endl;
+          info << line << std::endl;
+        });
+      };
+    }
     // Fault injection for the tests (tests/parallel/matcha_ranks_test.sh fail): MATCHA_TEST_FAIL_RANK=r makes rank r
     // fail alone after step 2, as a rank whose bodies went non-finite would.
     if (const char* failing = std::getenv("MATCHA_TEST_FAIL_RANK"); failing != nullptr && std::atoi(failing) == rank) {
@@ -1255,7 +1265,7 @@ int runDistributed(CLI::App& command, const Options& given) {
         {"last_call_imbalance", stats.imbalance()},
         {"timings", timingsJson(summary, engine.onGpu)},
         {"rank_timings", rankTotalsJson(ranksTotals)},
-        {"force_checks", nullptr},
+        {"force_checks", forceCheck ? forceCheck->json() : nlohmann::json(nullptr)},
         {"output_dir", outDir.string()}};
     if (comoving) {
       addComovingSummary(json, *comoving, options, summary, longRangeSteps, *layzerIrvine);

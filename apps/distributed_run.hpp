@@ -68,8 +68,9 @@ void requireRunsOnRanks(const std::string& subcommand);
 /// integrates its own bodies and writes its part of each checkpoint; rank 0 writes the rest of the run folder (the
 /// snapshots gathered, or each rank its file with --snapshot-files ranks). Or a Hermite run (--integrator hermite):
 /// every rank integrates all the bodies alike and the force sums are split over the ranks' engines by j-particle
-/// (parallel::DistributedHermiteEngine), rank 0 writing the folder as one rank does. Collective over MPI_COMM_WORLD.
-/// Throws InputError (on every rank) for what it does not do yet (requireRunOptionsOnRanks).
+/// (parallel::DistributedHermiteEngine), rank 0 writing the folder as one rank does. Or --solver direct
+/// (parallel::DistributedDirectSolver). Every option of `run` works on one rank as on K. Collective over
+/// MPI_COMM_WORLD.
 int runDistributed(CLI::App& command, const Options& options);
 
 /// `matcha compare` on several ranks: the distributed tree's forces on rank 0's bodies against direct summation on

@@ -2,6 +2,7 @@
 #include "force_reference.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <numeric>
@@ -9,6 +10,7 @@
 #include <unordered_set>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/gpu/ewald.hpp"
@@ -164,6 +166,45 @@ std::vector<std::uint32_t> targetIndices(const Particles& bodies, const Sample& 
     if (slot != Sample::kNone) targets[slot] = i;
   }
   return targets;
+}
+
+ForceCheck::ForceCheck(std::size_t sample, const GravityParams& gravity, double box, std::uint64_t seed)
+    : sample_(sample), gravity_(gravity), box_(box), seed_(seed) {
+  if (box_ > 0.0) {
+    kind_ = ewaldReferenceKind("auto");
+  } else {
+    oracle_ = makeReferenceEngine("auto", kind_);
+  }
+}
+
+std::string ForceCheck::operator()(const Particles& p, double time, std::uint64_t step) {
+  const Stopwatch clock;
+  const std::vector<std::uint32_t> targets = drawTargets(p.size(), std::min(sample_, p.size()), seed_ ^ step);
+  const TargetForces exact =
+      box_ > 0.0 ? ewaldOnTargets(p, targets, gravity_, box_, kind_) : directOnTargets(*oracle_, p, targets, gravity_);
+  const ForceErrorStats error = summariseForceErrors(gatherTargets(p, targets).view(), exact.view());
+  const double seconds = clock.seconds();
+  checks_.push_back({{"step", step},
+                     {"time", time},
+                     {"median", error.median},
+                     {"p90", error.p90},
+                     {"p99", error.p99},
+                     {"max", error.max},
+                     {"seconds", seconds}});
+  for (const char* key : {"median", "p90", "p99", "max"}) {
+    worst_[key] = std::max(worst_.value(key, 0.0), checks_.back()[key].get<double>());
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "# force check after step %llu (t = %.6g): |a - a_exact| / |a_exact| median "
+                "%.3e, 90%% %.3e, 99%% %.3e, max %.3e on %zu bodies (%s, %.2f s)",
+                static_cast<unsigned long long>(step), time, error.median, error.p90, error.p99, error.max,
+                targets.size(), kind_.c_str(), seconds);
+  return line;
+}
+
+nlohmann::json ForceCheck::json() const {
+  return {{"sample", sample_}, {"reference", kind_}, {"count", checks_.size()}, {"worst", worst_}, {"checks", checks_}};
 }
 
 }  // namespace matcha::app

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +50,33 @@ TargetForces ewaldOnTargets(const Particles& bodies, std::span<const std::uint32
 /// `count` distinct indices in [0, numBodies), uniformly at random from `seed` (Floyd's algorithm: O(count) work and
 /// memory whatever numBodies), in increasing order. count <= numBodies.
 std::vector<std::uint32_t> drawTargets(std::size_t numBodies, std::size_t count, std::uint64_t seed);
+
+/// `matcha run --force-check K`: after the last step on each tree (where a tree reused over several steps is least
+/// accurate; with reuse off, every step), the accelerations of K bodies drawn at random, a fresh draw each time,
+/// against the exact ones: direct summation in double (the GPU's when there is one), or Ewald summation in a periodic
+/// box. The error percentiles go to the log and to summary.json; the time to the output column, not to the steps
+/// (the reference shares the GPU with the next step's kernels, which may slow that step a little). On several ranks
+/// rank 0 measures the gathered bodies (distributed_run.cpp).
+class ForceCheck {
+ public:
+  ForceCheck(std::size_t sample, const GravityParams& gravity, double box, std::uint64_t seed);
+
+  /// Measures the forces `p` holds after `step`; returns the log line.
+  std::string operator()(const Particles& p, double time, std::uint64_t step);
+
+  /// summary.json's "force_checks": the sample, the reference, every check and the worst of each percentile.
+  nlohmann::json json() const;
+
+ private:
+  std::size_t sample_;
+  GravityParams gravity_;
+  double box_;
+  std::uint64_t seed_;
+  std::string kind_;
+  std::unique_ptr<NearFieldEngine> oracle_;
+  nlohmann::json checks_ = nlohmann::json::array();
+  nlohmann::json worst_ = nlohmann::json::object();
+};
 
 /// The bodies the errors are measured on (the targets), by id: `matcha compare` and `matcha tune` number the bodies
 /// 0..N-1 in input order, so an id is also an index into slotOfId however the tree solver reorders the bodies.

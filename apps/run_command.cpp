@@ -89,65 +89,6 @@ class DirectPotentials {
   double seconds_ = 0.0;
 };
 
-/// `matcha run --force-check K`: after the last step on each tree (where a tree reused over several steps is least
-/// accurate; with reuse off, every step), the accelerations of K bodies drawn at random, a fresh draw each time,
-/// against the exact ones: direct summation in double (the GPU's when there is one), or Ewald summation in a periodic
-/// box. The error percentiles go to the log and to summary.json; the time to the output column, not to the steps
-/// (the reference shares the GPU with the next step's kernels, which may slow that step a little).
-class ForceCheck {
- public:
-  ForceCheck(std::size_t sample, const GravityParams& gravity, double box, std::uint64_t seed)
-      : sample_(sample), gravity_(gravity), box_(box), seed_(seed) {
-    if (box_ > 0.0) {
-      kind_ = ewaldReferenceKind("auto");
-    } else {
-      oracle_ = makeReferenceEngine("auto", kind_);
-    }
-  }
-
-  /// Measures the forces `p` holds after `step`; returns the log line.
-  std::string operator()(const Particles& p, double time, std::uint64_t step) {
-    const Stopwatch clock;
-    const std::vector<std::uint32_t> targets = drawTargets(p.size(), std::min(sample_, p.size()), seed_ ^ step);
-    const TargetForces exact = box_ > 0.0 ? ewaldOnTargets(p, targets, gravity_, box_, kind_)
-                                          : directOnTargets(*oracle_, p, targets, gravity_);
-    const ForceErrorStats error = summariseForceErrors(gatherTargets(p, targets).view(), exact.view());
-    const double seconds = clock.seconds();
-    checks_.push_back({{"step", step},
-                       {"time", time},
-                       {"median", error.median},
-                       {"p90", error.p90},
-                       {"p99", error.p99},
-                       {"max", error.max},
-                       {"seconds", seconds}});
-    for (const char* key : {"median", "p90", "p99", "max"}) {
-      worst_[key] = std::max(worst_.value(key, 0.0), checks_.back()[key].get<double>());
-    }
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "# force check after step %llu (t = %.6g): |a - a_exact| / |a_exact| median "
-                  "%.3e, 90%% %.3e, 99%% %.3e, max %.3e on %zu bodies (%s, %.2f s)",
-                  static_cast<unsigned long long>(step), time, error.median, error.p90, error.p99, error.max,
-                  targets.size(), kind_.c_str(), seconds);
-    return line;
-  }
-
-  nlohmann::json json() const {
-    return {
-        {"sample", sample_}, {"reference", kind_}, {"count", checks_.size()}, {"worst", worst_}, {"checks", checks_}};
-  }
-
- private:
-  std::size_t sample_;
-  GravityParams gravity_;
-  double box_;
-  std::uint64_t seed_;
-  std::string kind_;
-  std::unique_ptr<NearFieldEngine> oracle_;
-  nlohmann::json checks_ = nlohmann::json::array();
-  nlohmann::json worst_ = nlohmann::json::object();
-};
-
 /// What integrates a run in its folder: the leapfrog on a force solver (and the solver's engine), or the Hermite
 /// integrator on its engine. Exactly one of `solver` and `hermite` is set; they outlive the run.
 struct RunIntegrator {
@@ -209,14 +150,6 @@ void requireWholeStepsFromStart(const Options& options) {
     message << std::setprecision(12) << "--t-end " << p.tEnd << " is absolute time and " << options.icFile
             << " starts at t = " << p.tStart << ": t-end - " << p.tStart << " must be a multiple of dt = " << p.dt;
     throw InputError(message.str());
-  }
-}
-
-/// --force-check K needs 0 <= K <= N.
-void requireForceCheckSample(const Options& options, std::uint64_t numBodies) {
-  if (options.forceCheck < 0 || std::uint64_t(options.forceCheck) > numBodies) {
-    throw InputError("--force-check " + std::to_string(options.forceCheck) + ": must be 0 (off) to the run's " +
-                     std::to_string(numBodies) + " bodies");
   }
 }
 
@@ -847,6 +780,13 @@ int runSimulation(CLI::App& command, const Options& given, const HermiteSharing*
 }
 
 }  // namespace
+
+void requireForceCheckSample(const Options& options, std::uint64_t numBodies) {
+  if (options.forceCheck < 0 || std::uint64_t(options.forceCheck) > numBodies) {
+    throw InputError("--force-check " + std::to_string(options.forceCheck) + ": must be 0 (off) to the run's " +
+                     std::to_string(numBodies) + " bodies");
+  }
+}
 
 int runHermiteOnRankZero(CLI::App& command, const Options& options, const HermiteSharing& sharing) {
   return runSimulation(command, options, &sharing);

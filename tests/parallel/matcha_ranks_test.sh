@@ -3,7 +3,8 @@
 # `matcha run` and `matcha compare` under mpiexec on K ranks against the same command on one rank without mpiexec
 # (issue 19), on the CPU engine at CI size:
 #  - run K: --solver direct, 1024 bodies, 4 steps: E, T, W within 1e-5 of one rank's at every output (one rank's sums in
-#    float, K ranks' in double); a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds
+#    float, K ranks' in double); --force-check 256 on 2048 bodies, 2 steps: a check a step in the log and summary.json,
+#    p99 below 5e-3; a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds
 #    every id once; its energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
 #    with --snapshot-files ranks the K files of each snapshot hold the gathered snapshot's bodies bit for bit under
@@ -113,6 +114,20 @@ for a, b in zip(one, many):
 if bad:
     print("FAILED: direct summation on the ranks differs from one rank's", file=sys.stderr)
 sys.exit(1 if bad else 0)
+EOF2
+  # --force-check on K ranks: rank 0 measures 256 bodies of the gathered system after each step (reuse off: a tree a
+  # call) against its double direct sum.
+  on_ranks run -n 2048 --seed 9 --engine "$engine" --reuse off --dt 0.015625 --t-end 0.03125 --force-check 256 \
+    --out checked >/dev/null
+  "$python" - <<'EOF2' || exit 1
+import json, sys
+lines = [l for l in open("checked/diagnostics.log") if l.startswith("# force check after step")]
+checks = json.load(open("checked/summary.json"))["force_checks"]
+print(lines)
+worst = checks["worst"]["p99"] if checks else float("nan")
+if len(lines) != 2 or checks["count"] != 2 or checks["sample"] != 256 or not worst < 5e-3:
+    print(f"FAILED: --force-check on the ranks: {len(lines)} log lines, summary {checks}", file=sys.stderr)
+    sys.exit(1)
 EOF2
   # The same run with a file a rank for each snapshot, and a run that starts from one file of the last set.
   on_ranks "${args[@]}" --snapshot-files ranks --out files >files.txt
