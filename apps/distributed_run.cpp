@@ -110,6 +110,34 @@ std::unique_ptr<ForceSolver> slabTreePm(std::unique_ptr<ForceSolver> shortRange,
       where);
 }
 
+/// Whether the ranks' particle mesh is the whole grid on every rank (else in FFTW slabs), as --pm-ranks says.
+bool replicatesMesh(MeshOnRanks choice, bool onGpu, int grid) {
+  switch (choice) {
+    case MeshOnRanks::replicated:
+      return true;
+    case MeshOnRanks::slabs:
+      return false;
+    case MeshOnRanks::automatic:
+      break;
+  }
+  return onGpu && grid <= kReplicatedMeshMaxGrid;
+}
+
+/// Collective: TreePM over the ranks, the distributed short range and the mesh as --pm-ranks says: replicated on each
+/// rank's engine's side (cuFFT beside the CUDA engine, FFTW beside the CPU's), or in FFTW slabs on the hosts' CPUs
+/// whichever the engine.
+std::unique_ptr<ForceSolver> treePmOnRanks(std::unique_ptr<ForceSolver> shortRange, const Options& options, bool onGpu,
+                                           int device, MPI_Comm comm) {
+  mesh::MeshParams meshParams = options.mesh;
+  meshParams.device = device;
+  if (replicatesMesh(options.meshOnRanks, onGpu, meshParams.grid)) {
+    meshParams.backend = onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
+    return replicatedTreePm(std::move(shortRange), meshParams, options.gravity, comm);
+  }
+  meshParams.backend = mesh::MeshBackend::fftw;
+  return slabTreePm(std::move(shortRange), meshParams, options.gravity, comm);
+}
+
 /// Rank 0's outcome, broadcast to the ranks waiting for it: 0 done, else the exit code of its failure.
 void broadcastRankZeroOutcome(int& exitCode) { MPI_Bcast(&exitCode, 1, MPI_INT, 0, MPI_COMM_WORLD); }
 
@@ -417,7 +445,14 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
   // The CPU engine's mesh lies in slabs over the ranks (slabTreePm): a rank holds its share, not the whole grid.
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
-  memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps, onGpu ? 1 : ranks);
+  const bool replicated =
+      options.gravity.periodic.enabled() && replicatesMesh(options.meshOnRanks, onGpu, options.mesh.grid);
+  memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps, replicated ? 1 : ranks);
+  if (replicated && ranks > 1) {
+    // The whole grid's deposits in double on the host, summed over the ranks (replicatedTreePm).
+    const auto grid = static_cast<std::uint64_t>(options.mesh.grid);
+    memory.mine.estimate.add("mesh deposits summed over the ranks", grid * grid * grid * sizeof(double));
+  }
   MemoryEstimate& estimate = memory.mine.estimate;
   const std::uint64_t n = mine.size();
   if (options.solver == SolverKind::direct) {
@@ -918,14 +953,10 @@ int runDistributed(CLI::App& command, const Options& given) {
         std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity, comm);
     treeSolver = distributed.get();
     if (options.gravity.periodic.enabled()) {
-      // TreePM: the distributed tree's short range, and the mesh: on the CUDA engine each rank solves the whole box
-      // on its GPU from the deposits of all ranks (cuFFT, as on one rank); on the CPU engine the mesh lies in slabs
-      // over the ranks (FFTW's MPI interface), no rank holding the whole grid.
-      mesh::MeshParams meshParams = options.mesh;
-      meshParams.backend = engine.onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
-      meshParams.device = device;
-      forces = engine.onGpu ? replicatedTreePm(std::move(distributed), meshParams, options.gravity, comm)
-                            : slabTreePm(std::move(distributed), meshParams, options.gravity, comm);
+      // TreePM: the distributed tree's short range, and the mesh as --pm-ranks says (auto: the whole box on each
+      // rank's GPU from the deposits of all ranks, cuFFT as on one rank, up to kReplicatedMeshMaxGrid; else in slabs
+      // over the ranks, FFTW's MPI interface, no rank holding the whole grid).
+      forces = treePmOnRanks(std::move(distributed), options, engine.onGpu, device, comm);
     } else {
       forces = std::move(distributed);
     }
@@ -1312,10 +1343,8 @@ TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sampl
   const parallel::DistributedTreeSolver& solver = *distributed;  // the short range: its trees and lists
   std::unique_ptr<ForceSolver> forceSolver;                      // TreePM in a box, else the tree alone
   if (configuration.gravity.periodic.enabled()) {
-    // TreePM as `run` takes it on ranks of the CPU engine: the distributed short range and the mesh in slabs.
-    mesh::MeshParams meshParams = configuration.mesh;
-    meshParams.backend = mesh::MeshBackend::fftw;
-    forceSolver = slabTreePm(std::move(distributed), meshParams, configuration.gravity, comm);
+    // TreePM as `run` takes it on ranks of the CPU engine: the distributed short range and the mesh (auto: in slabs).
+    forceSolver = treePmOnRanks(std::move(distributed), configuration, false, 0, comm);
   } else {
     forceSolver = std::move(distributed);
   }

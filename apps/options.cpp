@@ -352,6 +352,13 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
                     "tree's sort, build and walk (on), or after the short range (off); the same forces")
         ->transform(CLI::Transformer({{"on", "1"}, {"off", "0"}}))
         ->capture_default_str();
+    addWordOption(command, "--pm-ranks", options.meshOnRanks,
+                  {MeshOnRanks::automatic, MeshOnRanks::replicated, MeshOnRanks::slabs},
+                  "periodic, on several ranks: the whole mesh on every rank's engine, the ranks' deposits summed "
+                  "(replicated: cuFFT beside the CUDA engine), or the mesh in FFTW slabs over the ranks on the "
+                  "hosts' CPUs (slabs: 1/K of the grid a rank); auto: slabs on the CPU engine, and on the CUDA "
+                  "engine replicated up to a " +
+                      std::to_string(kReplicatedMeshMaxGrid) + "^3 grid, slabs beyond");
     command
         .add_option("--walk-overlap", options.tree.overlapWalk,
                     "periodic: walk the groups in batches, the engine evaluating each batch while the next is walked "
@@ -419,6 +426,18 @@ void addSeedOption(CLI::App& command, const std::string& name, std::uint64_t& ta
 }
 
 std::string toString(IntegratorKind kind) { return kind == IntegratorKind::hermite ? "hermite" : "leapfrog"; }
+
+std::string toString(MeshOnRanks choice) {
+  switch (choice) {
+    case MeshOnRanks::automatic:
+      return "auto";
+    case MeshOnRanks::replicated:
+      return "replicated";
+    case MeshOnRanks::slabs:
+      return "slabs";
+  }
+  return "?";
+}
 
 std::string toString(DiagnosticPotential choice) {
   switch (choice) {
@@ -793,7 +812,7 @@ double resolvePeriodicBox(Options& options, double fileBoxSize, std::uint64_t nu
   options.integrator.boxSize = 0.0;
   if (!(box > 0.0)) {
     // A mesh option without a box was ignored before: say that it does nothing here.
-    for (const char* name : {"--pm-grid", "--pm-assignment", "--mesh-overlap"}) {
+    for (const char* name : {"--pm-grid", "--pm-assignment", "--mesh-overlap", "--pm-ranks"}) {
       if (givenOnCommandLine(options, name)) {
         throw InputError(std::string(name) +
                          " sets the periodic mesh, and this run has open boundaries (give --box, or an --ic file "

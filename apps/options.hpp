@@ -31,6 +31,23 @@ enum class DiagnosticPotential {
 };
 std::string toString(DiagnosticPotential choice);
 
+/// How a periodic run on several ranks holds its particle mesh (--pm-ranks): each rank the whole grid on its engine's
+/// side, solved from the deposits of all ranks summed over them (cuFFT on each rank's GPU, FFTW on the CPU), or the
+/// grid in slabs over the ranks on the hosts' CPUs (FFTW's MPI interface: each rank 1/K of it), which no grid size
+/// outgrows.
+enum class MeshOnRanks {
+  automatic,   ///< the CPU engine: slabs; the CUDA engine: replicated up to kReplicatedMeshMaxGrid, slabs beyond
+  replicated,  ///< each rank the whole grid (its host sums the ranks' deposits: 8 grid^3 bytes a rank)
+  slabs,       ///< FFTW slabs over the ranks
+};
+std::string toString(MeshOnRanks choice);
+
+/// The largest grid --pm-ranks auto replicates on the CUDA engine's ranks: 512^3 doubles are 1 GiB a rank, summed over
+/// the ranks through the hosts at each long-range step; 1024^3 would be 8 GiB a rank, 2048^3 (a 1024^3-body box's
+/// default) 64 GiB. At 512^3 the replicated cuFFT mesh took 1.8 s a step on two H200s against 9.1 s for FFTW slabs on 2
+/// ranks of the 16-core host (bench/RESULTS.md, 2026-11-30 and 12-02); beyond it the replicated grid outgrows the GPU.
+inline constexpr int kReplicatedMeshMaxGrid = 512;
+
 /// `matcha run --integrator`: the fixed-step KDK leapfrog on a force solver (integrator/leapfrog.hpp), or the
 /// 4th-order Hermite integrator with block time steps on a Hermite engine (integrator/hermite.hpp).
 enum class IntegratorKind { leapfrog, hermite };
@@ -55,6 +72,7 @@ struct Options {
   bool epsAuto = true;  ///< --eps auto (the default): GravityParams' eps, or periodicSoftening in a periodic box
   IntegratorParams integrator;
   DiagnosticPotential diagnosticPotential = DiagnosticPotential::automatic;  ///< --diagnostic-potential (run)
+  MeshOnRanks meshOnRanks = MeshOnRanks::automatic;                          ///< --pm-ranks (run on several ranks)
   bool timings = false;  ///< --timings (run): a timings line per output and a table of the phases at the end
   bool dryRun = false;   ///< --dry-run (run): print the memory the run needs and stop
   /// --background-output (run): snapshots and checkpoints written on a thread of their own (io::BackgroundWriter)
@@ -120,7 +138,7 @@ enum OptionSet : unsigned {
   kDiagnostics = 1u << 8,  // --diagnostic-potential
   kTimings = 1u << 9,      // --timings
   kDryRun = 1u << 10,      // --dry-run
-  kPeriodic = 1u << 11,    // --box, --open, --pm-grid, --pm-assignment, --mesh-overlap, --walk-overlap
+  kPeriodic = 1u << 11,    // --box, --open, --pm-grid, --pm-assignment, --mesh-overlap, --pm-ranks, --walk-overlap
 };
 
 /// "matcha 0.1.0 (git <commit>)", with ", modified" when the build's tracked files differed from the commit, or

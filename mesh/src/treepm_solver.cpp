@@ -177,6 +177,7 @@ void TreePmSolver::addLongRange(const Particles& particles, const ForceView& out
 void TreePmSolver::setDensityReduction(ParticleMesh::DensityReduction reduce) {
   MATCHA_ASSERT(mesh_.has_value(), "TreePmSolver::setDensityReduction without a mesh of its own");
   mesh_->setDensityReduction(std::move(reduce));
+  replicated_ = true;
 }
 
 void TreePmSolver::setSoftening(double eps) {
@@ -188,10 +189,11 @@ std::string TreePmSolver::describe() const {
   const MeshParams& p = meshParams_;
   std::ostringstream text;
   text.precision(4);
-  text << "TreePM (mesh " << p.grid << "^3 on " << (mesh_ ? toString(p.backend) : longRangeName_) << ", "
-       << toString(p.assignment) << ", " << toString(p.gradient) << (p.interlace ? ", interlaced" : "") << ", a_smooth "
-       << p.aSmooth << ", r_cut " << p.cutoffFactor << " r_s"
-       << (mesh_ && mesh_->runsBeside() ? ", beside the short range" : "") << ") + " << shortRange_->describe();
+  text << "TreePM (mesh " << p.grid << "^3 on " << (mesh_ ? toString(p.backend) : longRangeName_)
+       << (replicated_ ? " on every rank, the ranks' deposits summed" : "") << ", " << toString(p.assignment) << ", "
+       << toString(p.gradient) << (p.interlace ? ", interlaced" : "") << ", a_smooth " << p.aSmooth << ", r_cut "
+       << p.cutoffFactor << " r_s" << (mesh_ && mesh_->runsBeside() ? ", beside the short range" : "") << ") + "
+       << shortRange_->describe();
   return text.str();
 }
 

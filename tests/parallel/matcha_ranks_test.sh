@@ -11,7 +11,8 @@
 #    GADGET's multi-file header (one file on one rank), and a run starts from file K-1 of the last set, on one rank
 #    and, each rank reading its share of the set's rows, on K (energies within 1e-4 of one rank's);
 #  - periodic K: TreePM in a box (`matcha ic clumps`, 8192 bodies; the distributed tree's short range and the mesh in
-#    FFTW slabs over the ranks, which the run's solver line must name), 8 steps of 1/1024 (--reuse off; |dE/E|
+#    FFTW slabs over the ranks, which the run's solver line must name; with --pm-ranks replicated the whole mesh on
+#    every rank, E and W within 1e-5 of the slabs'), 8 steps of 1/1024 (--reuse off; |dE/E|
 #    ~2e-3): every diagnostics line's E, T and W within 1e-4 of one rank's, the final snapshot records the box,
 #    holds every id once, inside [0, L)^3, at positions within 1e-4 of one rank's; and
 #    8 steps with a checkpoint after each, continued with --restart to 16 on K ranks: every diagnostics line and the
@@ -237,6 +238,15 @@ periodic | periodic_cuda)
   "$matcha" "${args[@]}" --out one >one.txt
   on_ranks "${args[@]}" --out ranks >ranks.txt
   cat ranks.txt
+  # The mesh held the other way (--pm-ranks; auto: FFTW slabs on the CPU engine, the whole grid replicated beside the
+  # CUDA engine at this size): the same run to the mesh's rounding.
+  other_mesh=replicated
+  [[ $engine == cuda ]] && other_mesh=slabs
+  on_ranks "${args[@]}" --pm-ranks "$other_mesh" --out other-mesh >other-mesh.txt
+  grep -q "$([[ $other_mesh == slabs ]] && echo "FFTW slabs over" || echo "on every rank")" other-mesh.txt || {
+    echo "FAILED: --pm-ranks $other_mesh: the solver line does not say so" >&2
+    exit 1
+  }
   # A periodic checkpoint continued on as many ranks: 8 steps, then --restart to 16, against 16 uninterrupted.
   on_ranks "${args[@]}" --checkpoint-interval 0 --t-end 0.015625 --out whole >whole.txt
   on_ranks "${args[@]}" --checkpoint-interval 0 --out part >part.txt
@@ -256,6 +266,12 @@ one, many = table("one"), table("ranks")
 failed = []
 if len(one) != len(many) or len(one) != 3:
     failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks}")
+for a, b in zip(many, table("other-mesh")):
+    for column, name in ((1, "E"), (4, "W")):
+        x, y = float(a[column]), float(b[column])
+        print(f"t = {a[0]}: {name} {x} with the default mesh, {y} with the mesh held the other way")
+        if abs(x - y) > 1e-5 * abs(x):
+            failed.append(f"t = {a[0]}: {name} {y} with the mesh held the other way against {x}")
 whole, part = table("whole"), table("part")
 if what == "periodic" and ranks > 1 and f"FFTW slabs over {ranks} ranks" not in open("ranks.txt").read():
     failed.append(f"the run on {ranks} ranks does not put its mesh in FFTW slabs")

@@ -83,6 +83,7 @@ class TreePmSolver final : public ForceSolver {
 
  private:
   std::unique_ptr<ForceSolver> shortRange_;
+  bool replicated_ = false;  ///< setDensityReduction was given: every rank solves the whole mesh (describe())
   MeshParams meshParams_;
   std::optional<ParticleMesh> mesh_;  ///< the mesh of this process, unless the long range is computed elsewhere:
   LongRange longRange_;               ///< then this
