@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -813,11 +814,13 @@ struct CudaEngine::Impl {
     // Download only the plan's groups (other outputs stay untouched), merged into runs of consecutive bodies; a
     // pipelined batch's wait for the call's last batch.
     if (!part.pipelined) runs.clear();
+    const std::size_t runsBefore = runs.size();
     for (std::size_t g = 0; g < numGroups; ++g) {
       if (plan.groups[g].size() > 0 && now(g)) runs.push_back(plan.groups[g]);
     }
     if (part.pipelined) {
       lists.consumed.record(launches);
+      queueBatchDownload(runsBefore, numBodies, out.pot != nullptr, lists.consumed);
       batches.kernelsStarted = true;
       batches.numTasks += numTasks;
       batches.packedListBytes += packedBytes;
@@ -842,6 +845,76 @@ struct CudaEngine::Impl {
   void drainPipeline() {
     copyStream.synchronize();
     for (PlanListBuffers& set : planLists) set.kernels.synchronize();
+    outputCopies.synchronize();
+  }
+
+  /// A pipelined batch's outputs, runs[firstRun..] (its groups evaluated now, merged into runs of consecutive bodies),
+  /// come over on `outputCopies` once `kernelsDone` (its kernels) is, into the outputs' page-locked staging
+  /// (res.hostForces), while the batches after it run. Run by run: a span across a deferred group would copy its
+  /// outputs before its kernels, and the deferred groups' span the other batches' again. copyLandedOutputs copies
+  /// them out.
+  void queueBatchDownload(std::size_t firstRun, std::size_t numBodies, bool potentials,
+                          const detail::CudaEvent& kernelsDone) {
+    const auto byFirst = [](BodyRange a, BodyRange b) { return a.first < b.first; };
+    std::sort(runs.begin() + static_cast<std::ptrdiff_t>(firstRun), runs.end(), byFirst);
+    const std::size_t batchStart = landing.runs.size();
+    for (std::size_t k = firstRun; k < runs.size(); ++k) {
+      if (landing.runs.size() > batchStart && runs[k].first <= landing.runs.back().last) {
+        landing.runs.back().last = std::max(landing.runs.back().last, runs[k].last);
+      } else {
+        landing.runs.push_back(runs[k]);
+      }
+    }
+    landing.ends.push_back(landing.runs.size());
+    if (landing.ends.size() > landing.landed.size()) landing.landed.emplace_back();
+    if (landing.ends.size() == 1) {
+      // The call's first copies: nothing else uses the staging now (the resident launch that does is done before a
+      // call's batches start, tree/periodic_tree_solver.hpp), so it may grow.
+      MATCHA_ASSERT(!res.launched, "a pipelined call's downloads beside a resident launch");
+      res.hostForces.reserve(4 * std::max<std::size_t>(numBodies, 1));
+      landing.numBodies = numBodies;
+    }
+    MATCHA_ASSERT(landing.numBodies == numBodies, "a pipelined call's batches with different bodies");
+    MATCHA_CUDA_CHECK(cudaStreamWaitEvent(outputCopies.get(), kernelsDone.get(), 0));
+    const double* from[4] = {outX.data(), outY.data(), outZ.data(), outPot.data()};
+    for (std::size_t k = batchStart; k < landing.runs.size(); ++k) {
+      const BodyRange run = landing.runs[k];
+      for (int c = 0; c < (potentials ? 4 : 3); ++c) {
+        MATCHA_CUDA_CHECK(cudaMemcpyAsync(res.hostForces.data() + c * numBodies + run.first, from[c] + run.first,
+                                          run.size() * sizeof(double), cudaMemcpyDeviceToHost, outputCopies.get()));
+        landing.bytes += run.size() * sizeof(double);
+      }
+    }
+    landing.landed[landing.ends.size() - 1].record(outputCopies.get());
+  }
+
+  /// Copies each pipelined batch's runs out of the staging into `out` as its copies land (on all cores), while the GPU
+  /// runs the batches after it; then forgets the batches.
+  void copyLandedOutputs(const ForceView& out) {
+    const std::size_t n = landing.numBodies;
+    double* to[4] = {out.ax, out.ay, out.az, out.pot};
+    const int components = out.pot != nullptr ? 4 : 3;
+    constexpr std::uint32_t kPieceBodies = 1u << 16;
+    std::vector<BodyRange> pieces;
+    std::size_t batchStart = 0;
+    for (std::size_t b = 0; b < landing.ends.size(); ++b) {
+      pieces.clear();
+      for (std::size_t k = batchStart; k < landing.ends[b]; ++k) {
+        for (std::uint32_t first = landing.runs[k].first; first < landing.runs[k].last; first += kPieceBodies) {
+          pieces.push_back(BodyRange{first, std::min(landing.runs[k].last, first + kPieceBodies)});
+        }
+      }
+      batchStart = landing.ends[b];
+      landing.landed[b].synchronize();
+      detail::parallelForEach(pieces.size(), [&](std::size_t p) {
+        const BodyRange piece = pieces[p];
+        for (int c = 0; c < components; ++c) {
+          std::memcpy(to[c] + piece.first, res.hostForces.data() + c * n + piece.first, piece.size() * sizeof(double));
+        }
+      });
+    }
+    stats.bytesFromDevice += landing.bytes;
+    landing.clear();
   }
 
   /// Downloads the outputs of the bodies in `runs` (group ranges in any order), merged into runs of consecutive
@@ -900,6 +973,7 @@ struct CudaEngine::Impl {
       b.packedListBytes = 0;
       b.bytesToDevice = 0;
       runs.clear();
+      landing.clear();
     }
     if (where.last && b.groupsBefore == 0) {
       // Every group of the call is in this batch (the ones before, if any, were empty: the bodies and cells went over
@@ -963,8 +1037,9 @@ struct CudaEngine::Impl {
         MATCHA_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), lists.consumed.get(), 0));
       }
       kernelsStop.record(stream.get());
-      const bool staged = true;  // evaluatePlanIn's choice for periodic plans, the only batched ones
-      downloadRuns(out, staged);
+      // Each batch's outputs came over as its kernels ended (queueBatchDownload): at 2^24 bodies the call waited
+      // ~18 ms after its last kernels for a download of all of them (H200).
+      copyLandedOutputs(out);
       finishCall();
       copyStream.synchronize();
       stats.bytesToDevice = b.bytesToDevice;
@@ -1975,6 +2050,23 @@ struct CudaEngine::Impl {
   std::vector<std::uint64_t> groupListBodies;               ///< evaluatePlanIn: each group's list's j-bodies
   std::vector<std::uint64_t> blockBucketTasks;  ///< evaluatePlanIn: tasks per block of groups and cost bucket
   std::vector<BodyRange> runs;
+  /// The pipeline's downloads (queueBatchDownload): each batch's runs, where they end, and an event per batch recorded
+  /// once its copies land (a deque: events stay put as it grows, and are kept for the next calls).
+  struct LandingOutputs {
+    std::vector<BodyRange> runs;
+    std::vector<std::size_t> ends;
+    std::deque<detail::CudaEvent> landed;
+    std::size_t numBodies = 0;
+    std::uint64_t bytes = 0;
+    void clear() {
+      runs.clear();
+      ends.clear();
+      numBodies = 0;
+      bytes = 0;
+    }
+  };
+  LandingOutputs landing;
+  detail::CudaStream outputCopies;  ///< the pipeline's downloads, beside the kernels of the batches after
 };
 
 CudaEngine::CudaEngine(Precision precision, const CudaKernelConfig& config)
