@@ -511,6 +511,11 @@ bool setRelativeTolerances(std::span<const float> accelerationMagnitudes, double
       groups);
 }
 
+bool setRelativeTolerances(std::span<const double> accelerationMagnitudes, double alpha, double G, Groups& groups) {
+  return setTolerancesFrom(
+      accelerationMagnitudes.size(), [&](std::size_t i) { return accelerationMagnitudes[i]; }, alpha, G, groups);
+}
+
 double sumOfAccelerationMagnitudes(const AccelerationSet& accelerations) {
   return sumMagnitudes(accelerations.ax.size(), Magnitude{accelerations});
 }

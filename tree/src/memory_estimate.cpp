@@ -306,10 +306,11 @@ void addTreeSolverMemory(const TreeSizes& sizes, const TreeParams& params, const
                numTrees * static_cast<std::uint64_t>(double(sizes.largestBatchGroups) *
                                                      (sizes.walkBufferBytesPerGroup + 4 * sizeof(std::uint32_t))));
 
-  // Solver-wide: the body permutation's scratch (a double and an id per body); with reuse the positions of the
-  // last two calls and their permutation scratch, the predicted positions and balls, and a repair's tree (the
-  // current tree's geometry refitted to exact positions, its walk tree and groups).
-  estimate.add("body permutation", n * (sizeof(double) + sizeof(std::uint64_t)));
+  // Solver-wide: the body permutation's scratch (a double and an id per body, and the periodic solver's |a| in the
+  // new order: BodyPermuter::permuteAllButForces); with reuse the positions of the last two calls and their
+  // permutation scratch, the predicted positions and balls, and a repair's tree (the current tree's geometry refitted
+  // to exact positions, its walk tree and groups).
+  estimate.add("body permutation", n * (2 * sizeof(double) + sizeof(std::uint64_t)));
   if (params.reuse != 1 || shape.freshTreesAhead) {
     // The positions (where the motion between calls is not announced: the worst case) and accelerations (floats) of
     // the last call from the first call on; from the second, those of the call before and the scratch of their

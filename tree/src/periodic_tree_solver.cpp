@@ -784,10 +784,17 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // the cores. The 2^24 clumps call (H200 host) spent ~40 ms on the permutation, 15 on the hook (TreePM's mesh start)
   // and 20 on the octree one after another.
   double permuteSeconds = 0.0, octreeSeconds = 0.0;
+  // Where every body gets new forces in this call (no block time steps' inactive bodies, which keep theirs), the old
+  // ones are not carried along, only their magnitudes for the relative test.
+  const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
   tbb::parallel_invoke(
       [&] {
         const Stopwatch permuting;
-        permuter_.permute(particles, order_);
+        if (someActive) {
+          permuter_.permute(particles, order_);
+        } else {
+          permuter_.permuteAllButForces(particles, order_, sortedAccelMagnitudes_);
+        }
         if (treeCalls > 1) {
           sortedRadius_.resize(n);
           tbb::parallel_for(std::size_t{0}, n,
@@ -817,7 +824,6 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // evaluated there, this call too, so that its lists cross to the GPU once, not twice (evaluatePlan, then the
   // hand-over). The batches of an overlapped walk are evaluated as they are walked. With block time steps the walk is
   // sequential too, and the engine evaluates the active bodies' groups alone (findActiveGroups).
-  const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
   const bool evaluateResident = treeCalls > 1 && (!params_.overlapWalk || someActive);
   const ForceView out = forcesToWrite(particles);
   // An engine on a device takes the bodies and cells (an empty first batch) on another thread while the cores make
@@ -833,7 +839,9 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   }
   makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
   if (balls) setGroupBoxesOfBalls(particles.sources(), sortedRadius_.data(), groups_);
-  bool tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
+  bool tolerancesSet = someActive ? setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)
+                                  : setRelativeTolerances(std::span<const double>(sortedAccelMagnitudes_),
+                                                          params_.alpha, gravity_.G, groups_);
   buildWalkTree(tree_, walkTree_, gravity_.periodic);
   phaseDone(Phase::groups);
   if (hookRunning.valid()) hookRunning.get();  // its exception, if any, is the call's

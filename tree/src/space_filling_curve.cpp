@@ -264,6 +264,29 @@ void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> 
   if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
 }
 
+void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
+                                       std::vector<double>& accelerationMagnitudes) {
+  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
+  for (auto* array :
+       {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz, &particles.mass}) {
+    gatherInPlace(*array, order, scratch_);
+  }
+  gatherInPlace(particles.id, order, idScratch_);
+  if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
+  // As groups.cpp's Magnitude rounds it.
+  const double* ax = particles.ax.data();
+  const double* ay = particles.ay.data();
+  const double* az = particles.az.data();
+  accelerationMagnitudes.resize(order.size());
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t k = r.begin(); k != r.end(); ++k) {
+                        const std::uint32_t i = order[k];
+                        accelerationMagnitudes[k] = std::sqrt(ax[i] * ax[i] + ay[i] * ay[i] + az[i] * az[i]);
+                      }
+                    });
+}
+
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {
   KeySorter sorter;
   std::vector<std::uint64_t> sorted;

@@ -91,6 +91,9 @@ bool setRelativeTolerances(const Particles& previous, double alpha, double G, Gr
 bool setRelativeTolerances(const AccelerationSet& previous, double alpha, double G, Groups& groups);
 /// The same from each body's |a| (in the groups' order), as a background build carries it (rounded down to a float).
 bool setRelativeTolerances(std::span<const float> accelerationMagnitudes, double alpha, double G, Groups& groups);
+/// The same from each body's |a| in double (BodyPermuter::permuteAllButForces), bit for bit what the accelerations
+/// themselves give.
+bool setRelativeTolerances(std::span<const double> accelerationMagnitudes, double alpha, double G, Groups& groups);
 
 /// The sum of |a| over `accelerations`, as setRelativeTolerances makes its floor from it: a deterministic reduce, the
 /// same bits for any thread count.

@@ -307,6 +307,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::vector<std::uint32_t> order_;
   KeySorter sorter_;
   BodyPermuter permuter_;
+  std::vector<double> sortedAccelMagnitudes_;  ///< a build's: the bodies' |a| before it, in its order
   Octree tree_;
   Groups groups_;
   WalkTree walkTree_;
