@@ -332,7 +332,7 @@ fi
 # OVERLAP_IC` (clumps, seed 7) against the GPU's Ewald sum on OVERLAP_SAMPLE (1024) bodies, once for each run of
 # OVERLAP_RUNS ("label=options;...", default: seq = both overlaps off, mesh = the mesh beside the tree only, walk = the
 # walk beside the kernels only, both = the defaults), OVERLAP_OPTIONS added to all, the whole round OVERLAP_REPEAT (2)
-# times; the timed call is compare's second. Then an OVERLAP_COSMO_GRID^3 (256) comoving box (`matcha ic cosmo`, box
+# times; the timed call is compare's second. A label B-NAME runs apps/matcha-B when the bundle has it (BUNDLE_EXTRA). Then an OVERLAP_COSMO_GRID^3 (256) comoving box (`matcha ic cosmo`, box
 # 100 Mpc/h, seed 7) run from z = 49 to OVERLAP_COSMO_Z_END (45, ~20 steps) with --timings, sequential and overlapped.
 if [ "${OVERLAP:-0}" = 1 ]; then
   echo "== periodic overlaps"
@@ -345,8 +345,11 @@ if [ "${OVERLAP:-0}" = 1 ]; then
       for spec in "${runs[@]}"; do
         label=${spec%%=*}
         name="overlap-n$n-$label-$repeat"
+        # A label "B-..." runs apps/matcha-B where the bundle has it (BUNDLE_EXTRA: an A/B against another commit).
+        binary=$matcha
+        if [ -x "$build/apps/matcha-${label%%-*}" ]; then binary="$build/apps/matcha-${label%%-*}"; fi
         # shellcheck disable=SC2086
-        timeout "${PERIODIC_TIMEOUT:-300}" "$matcha" compare --ic "$ic" --engine cuda --sample "${OVERLAP_SAMPLE:-1024}" \
+        timeout "${PERIODIC_TIMEOUT:-300}" "$binary" compare --ic "$ic" --engine cuda --sample "${OVERLAP_SAMPLE:-1024}" \
           --reference gpu-double ${OVERLAP_OPTIONS:-} ${spec#*=} --json >"$OUT/$name.json" 2>"$OUT/$name.log"
         summary+=("periodic N=$n $label #$repeat (${spec#*=}): $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["rows"][0]; w=r.get("waits", {}); print("call %.1f ms, p99 %.3g; waits: engine %.1f, mesh %.1f; %s" % (1e3*r["seconds"]["tree_total"], r["error"]["p99"], 1e3*w.get("engine", 0), 1e3*w.get("mesh", 0), ", ".join("%s %.1f" % (k, 1e3*v) for k, v in r["phases"].items() if v > 0)))' "$OUT/$name.json" 2>&1 | head -c 600)")
       done
