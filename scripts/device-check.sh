@@ -333,7 +333,8 @@ fi
 # OVERLAP_RUNS ("label=options;...", default: seq = both overlaps off, mesh = the mesh beside the tree only, walk = the
 # walk beside the kernels only, both = the defaults), OVERLAP_OPTIONS added to all, the whole round OVERLAP_REPEAT (2)
 # times; the timed call is compare's second. A label B-NAME runs apps/matcha-B when the bundle has it (BUNDLE_EXTRA). Then an OVERLAP_COSMO_GRID^3 (256) comoving box (`matcha ic cosmo`, box
-# 100 Mpc/h, seed 7) run from z = 49 to OVERLAP_COSMO_Z_END (45, ~20 steps) with --timings, sequential and overlapped.
+# 100 Mpc/h, seed 7) run from z = 49 to OVERLAP_COSMO_Z_END (45, ~20 steps) with --timings for each run of
+# OVERLAP_COSMO_RUNS (default: seq = both overlaps off, both = the defaults; labels B-NAME as above).
 if [ "${OVERLAP:-0}" = 1 ]; then
   echo "== periodic overlaps"
   matcha="$build/apps/matcha"
@@ -362,11 +363,14 @@ if [ "${OVERLAP:-0}" = 1 ]; then
     mkdir -p "$runsdir"
     ic="$runsdir/ics-$grid.hdf5"
     "$matcha" ic cosmo --grid "$grid" --box 100 --seed 7 --out "$ic" --overwrite >"$OUT/overlap-cosmo-ic-$grid.log" 2>&1
-    for spec in "seq=--mesh-overlap off --walk-overlap off" "both="; do
+    IFS=';' read -ra cosmo_runs <<<"${OVERLAP_COSMO_RUNS:-seq=--mesh-overlap off --walk-overlap off;both=}"
+    for spec in "${cosmo_runs[@]}"; do
       label=${spec%%=*}
       name="overlap-cosmo-$grid-$label"
+      binary=$matcha
+      if [ -x "$build/apps/matcha-${label%%-*}" ]; then binary="$build/apps/matcha-${label%%-*}"; fi
       # shellcheck disable=SC2086
-      timeout "${COSMO_TIMEOUT:-550}" "$matcha" run --ic "$ic" --engine cuda --z-end "${OVERLAP_COSMO_Z_END:-45}" \
+      timeout "${COSMO_TIMEOUT:-550}" "$binary" run --ic "$ic" --engine cuda --z-end "${OVERLAP_COSMO_Z_END:-45}" \
         --timings --checkpoint-interval 100000 ${spec#*=} --overwrite --out "$runsdir/run-$label" --json \
         >"$OUT/$name.json" 2>"$OUT/$name.log"
       tail -n 32 "$OUT/$name.log"
