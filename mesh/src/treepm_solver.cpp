@@ -5,7 +5,6 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
-#include <future>
 #include <sstream>
 #include <utility>
 
@@ -73,47 +72,29 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   // after the sort, its ~100 ms at 512^3 ran under them: 2^24 clumps on the H200). The short range says through its
   // hook how it reordered the bodies; the mesh gathers its results into that order on the GPU, and they are added
   // after the short range, as the sequential call adds them.
-  //
-  // Where the short range says when it first changes the bodies (its permutation), the mesh's start, whose copy of the
-  // bodies into page-locked memory took ~19 ms of the host's cores at 2^24 (H200 host), runs on another thread beside
-  // the short range's keys and sort; the short range waits for it there, and its hook before the mesh's reorder.
-  std::shared_future<void> starting;
-  const auto waitForStart = [&starting] {
-    if (starting.valid()) starting.get();  // the start's error, if any, is the call's
-  };
+  bool started = false;
   const bool beside = mesh_ && mesh_->runsBeside() &&
                       shortRange_->setSortedBodiesHook([&](const Particles&, std::span<const std::uint32_t> order) {
-                        waitForStart();
                         mesh_->reorderLongRange(order);
                       });
-  const bool startBeside = beside && shortRange_->setBodiesChangeHook(waitForStart);
-  const auto dropHooks = [&] {
-    if (beside) shortRange_->setSortedBodiesHook({});
-    if (startBeside) shortRange_->setBodiesChangeHook({});
-  };
-  const auto startMesh = [&] { mesh_->startLongRange(particles.sources(), gravity_, wantPotentials); };
-  if (startBeside) {
-    starting = std::async(std::launch::async, startMesh).share();
-  } else if (beside) {
+  if (beside) {
     try {
-      startMesh();
+      mesh_->startLongRange(particles.sources(), gravity_, wantPotentials);
     } catch (...) {
-      dropHooks();
+      shortRange_->setSortedBodiesHook({});
       throw;
     }
+    started = true;
   }
   ForceReport report;
   try {
     report = shortRange_->computeForces(particles);
-    waitForStart();
   } catch (...) {
-    dropHooks();
-    if (starting.valid()) starting.wait();  // it reads the bodies; its own error gives way to the short range's
+    if (beside) shortRange_->setSortedBodiesHook({});
     if (mesh_) mesh_->abandonLongRange();
     throw;
   }
-  dropHooks();
-  const bool started = beside;
+  if (beside) shortRange_->setSortedBodiesHook({});
   const Stopwatch clock;
   // With long-range steps the mesh's accelerations go to their own arrays first (its potentials to the bodies'), then
   // onto the short range's: the integrator kicks with the two parts apart.

@@ -711,39 +711,6 @@ TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
   }
 }
 
-// The bodies-change hook (ForceSolver::setBodiesChangeHook, which TreePM's GPU mesh waits in while it copies the
-// bodies on another thread): a building call calls it while the bodies are still as the caller gave them, before the
-// sorted-bodies hook; an empty hook turns it off.
-TEST(PeriodicOverlap, BodiesChangeHookComesBeforeTheBodiesMove) {
-  const std::uint64_t seed = testing::freshSeed();
-  SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  Particles bodies = testing::clumpyBox(seed, L, 256, 1024);
-  wrapIntoBox(bodies, L);
-  GravityParams gravity;
-  gravity.eps = 1e-3 * L;
-  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
-  gpu::CpuEngine cpu(gpu::Precision::float32);
-  tree::PeriodicTreeSolver solver(cpu, TreeParams{}, gravity);
-  std::vector<std::string> events;
-  Particles p = bodies;
-  EXPECT_TRUE(solver.setBodiesChangeHook([&] {
-    events.push_back("change");
-    EXPECT_EQ(p.id, bodies.id) << "the bodies were reordered before the hook";
-    EXPECT_EQ(p.x, bodies.x);
-    EXPECT_EQ(p.mass, bodies.mass);
-  }));
-  EXPECT_TRUE(solver.setSortedBodiesHook(
-      [&](const Particles&, std::span<const std::uint32_t>) { events.push_back("sorted"); }));
-  solver.computeForces(p);
-  ASSERT_EQ(events, (std::vector<std::string>{"change", "sorted"}));
-  EXPECT_NE(p.id, bodies.id) << "the input was already in Morton order: the test would not see the hook's moment";
-  EXPECT_TRUE(solver.setBodiesChangeHook({}));
-  events.clear();
-  solver.computeForces(p);
-  EXPECT_EQ(events, std::vector<std::string>{"sorted"});
-}
-
 // The sorted-bodies hook (ForceSolver::setSortedBodiesHook, which TreePM uses to order the GPU mesh's results): the
 // periodic solver calls it once per call, after its sort, with the bodies in the order the call leaves them and the
 // order they came from (body k was the call's body order[k]); an empty hook turns it off. TreePM with the FFTW mesh

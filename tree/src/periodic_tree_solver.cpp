@@ -183,11 +183,6 @@ bool PeriodicTreeSolver::setSortedBodiesHook(SortedBodiesHook hook) {
   return true;
 }
 
-bool PeriodicTreeSolver::setBodiesChangeHook(BodiesChangeHook hook) {
-  changeHook_ = std::move(hook);
-  return true;
-}
-
 const InteractionPlan& PeriodicTreeSolver::lastPlan() const {
   if (!planJoined_) {
     plan_.clear();
@@ -792,7 +787,6 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // Where every body gets new forces in this call (no block time steps' inactive bodies, which keep theirs), the old
   // ones are not carried along, only their magnitudes for the relative test.
   const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
-  if (changeHook_) changeHook_();
   tbb::parallel_invoke(
       [&] {
         const Stopwatch permuting;

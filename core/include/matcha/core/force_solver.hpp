@@ -147,14 +147,6 @@ class ForceSolver {
   /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
   /// has no such point (the default): the caller then works on the bodies after the call.
   virtual bool setSortedBodiesHook(SortedBodiesHook /*hook*/) { return false; }
-  /// What a solver calls in each call before it first changes the bodies' positions, masses or order (the periodic
-  /// tree solver: before its permutation, after its keys and sort): until it returns, the caller may read them on
-  /// another thread (TreePM's mesh copies them beside the short range's keys and sort). A caller that does leaves no
-  /// drift pending (setPendingDrift). It may be called more than once a call.
-  using BodiesChangeHook = std::function<void()>;
-  /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
-  /// has no such point (the default): the caller then must not read the bodies during a call.
-  virtual bool setBodiesChangeHook(BodiesChangeHook /*hook*/) { return false; }
 
   // Long-range steps (GADGET's PM steps): where the force is a short range plus a smooth long range (periodic TreePM),
   // the integrator may kick with the long range over longer steps than with the short range, and so compute it less

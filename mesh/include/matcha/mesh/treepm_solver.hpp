@@ -41,9 +41,8 @@ class TreePmSolver final : public ForceSolver {
   /// Overwrites acc and pot with short range + long range at every body (the short-range solver may reorder the
   /// bodies). The report is the short range's, with the mesh's time as Phase::mesh and in totalSeconds. A mesh that
   /// runs beside (ParticleMesh::runsBeside, and a short range that says how it sorts its bodies:
-  /// ForceSolver::setSortedBodiesHook) starts before the short range, on the caller's order (on another thread beside
-  /// the short range's first phases where it says when it first changes the bodies: setBodiesChangeHook), takes the
-  /// short range's order from its hook (ParticleMesh::reorderLongRange) and is added after it; Phase::mesh is
+  /// ForceSolver::setSortedBodiesHook) starts before the short range, on the caller's order, takes the short range's
+  /// order from its hook (ParticleMesh::reorderLongRange) and is added after it; Phase::mesh is
   /// then its whole time, overlapping the short range's phases, and ForceTimings::meshWaitSeconds what the call
   /// waited for it at the end. The forces are the sequential call's (MeshParams::overlap false) either way.
   ForceReport computeForces(Particles& particles) override;

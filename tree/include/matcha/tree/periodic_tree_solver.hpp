@@ -193,8 +193,6 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// to reuse the tree, with none (again after the sort where the tree does not hold after all:
   /// ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
-  /// Called before a build's permutation (ForceSolver::setBodiesChangeHook). Always true.
-  bool setBodiesChangeHook(BodiesChangeHook hook) override;
   /// Where the engine drifts its own copy of the bodies and checks their balls (TreeParams::advanceOnDevice, the CUDA
   /// engine): a reused tree's call makes the caller's drift while the engine evaluates, else first.
   bool takesPendingDrift() const override {
@@ -323,7 +321,6 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::size_t numBatches_ = 0;
   InteractionPlan noGroups_;  ///< the empty batch that hands the engine the bodies and cells ahead of the first lists
   SortedBodiesHook sortedHook_;
-  BodiesChangeHook changeHook_;
   TreeStats stats_;
 
   // Reuse (TreeParams::reuse != 1). The bodies at the last build, in the tree's order: their positions and ids, and
