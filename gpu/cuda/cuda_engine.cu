@@ -895,7 +895,7 @@ struct CudaEngine::Impl {
     double* to[4] = {out.ax, out.ay, out.az, out.pot};
     const int components = out.pot != nullptr ? 4 : 3;
     constexpr std::uint32_t kPieceBodies = 1u << 16;
-    std::vector<BodyRange> pieces;
+    std::vector<BodyRange>& pieces = landing.pieces;
     std::size_t batchStart = 0;
     for (std::size_t b = 0; b < landing.ends.size(); ++b) {
       pieces.clear();
@@ -2056,6 +2056,7 @@ struct CudaEngine::Impl {
     std::vector<BodyRange> runs;
     std::vector<std::size_t> ends;
     std::deque<detail::CudaEvent> landed;
+    std::vector<BodyRange> pieces;  ///< copyLandedOutputs': a batch's runs cut for the cores
     std::size_t numBodies = 0;
     std::uint64_t bytes = 0;
     void clear() {

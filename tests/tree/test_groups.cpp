@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
 namespace matcha::tree {
@@ -252,6 +255,53 @@ TEST(RelativeTolerances, ScaleByEachGroupsSmallestAccelerationAboveTheFloor) {
   groups.relativeTolerance.assign(3, 1.0);
   EXPECT_FALSE(setRelativeTolerances(fresh, 1e-3, 2.0, groups));
   EXPECT_EQ(groups.relativeTolerance, std::vector<double>(3, inf));
+}
+
+// BodyPermuter::permuteAllButForces (the periodic build where every body gets new forces): every array but the forces
+// as permute leaves it, the forces untouched, and tolerances from the carried |a| bit for bit those from the permuted
+// accelerations, with and without time bins.
+TEST(RelativeTolerances, PermutationWithoutTheForcesCarriesTheSameMagnitudes) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 random(seed);
+  std::normal_distribution<double> gauss;
+  for (const bool bins : {false, true}) {
+    Particles p = testing::plummer(20000, seed);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p.ax[i] = gauss(random);
+      p.ay[i] = gauss(random) * 1e-3;
+      p.az[i] = gauss(random) * 1e3;
+      p.pot[i] = gauss(random);
+    }
+    if (bins) {
+      p.timeBin.resize(p.size());
+      for (std::size_t i = 0; i < p.size(); ++i) p.timeBin[i] = static_cast<std::uint8_t>(random() % 7);
+    }
+    std::vector<std::uint32_t> order(p.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::shuffle(order.begin(), order.end(), random);
+    Particles full = p, light = p;
+    BodyPermuter permuter;
+    permuter.permute(full, order);
+    std::vector<double> magnitudes;
+    permuter.permuteAllButForces(light, order, magnitudes);
+    EXPECT_EQ(light.x, full.x);
+    EXPECT_EQ(light.vz, full.vz);
+    EXPECT_EQ(light.mass, full.mass);
+    EXPECT_EQ(light.id, full.id);
+    EXPECT_EQ(light.timeBin, full.timeBin);
+    EXPECT_EQ(light.ax, p.ax) << "the forces were moved";
+    EXPECT_EQ(light.pot, p.pot);
+    Groups fromForces, fromMagnitudes;
+    for (std::uint32_t first = 0; first < p.size(); first += 97) {
+      const BodyRange range{first, std::min<std::uint32_t>(first + 97, static_cast<std::uint32_t>(p.size()))};
+      fromForces.ranges.push_back(range);
+      fromMagnitudes.ranges.push_back(range);
+    }
+    ASSERT_TRUE(setRelativeTolerances(full, 2e-3, 1.0, fromForces));
+    ASSERT_TRUE(setRelativeTolerances(std::span<const double>(magnitudes), 2e-3, 1.0, fromMagnitudes));
+    EXPECT_EQ(fromMagnitudes.relativeTolerance, fromForces.relativeTolerance);
+  }
 }
 
 // The floor's mean |a| is a parallel sum: the tolerances (and so the lists) are the same, bit for bit, on one thread

@@ -255,9 +255,16 @@ bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::u
 }
 
 void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> order) {
+  gatherAllButForces(particles, order);
+  for (auto* array : {&particles.ax, &particles.ay, &particles.az, &particles.pot}) {
+    gatherInPlace(*array, order, scratch_);
+  }
+}
+
+void BodyPermuter::gatherAllButForces(Particles& particles, std::span<const std::uint32_t> order) {
   MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
-  for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz,
-                      &particles.mass, &particles.ax, &particles.ay, &particles.az, &particles.pot}) {
+  for (auto* array :
+       {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz, &particles.mass}) {
     gatherInPlace(*array, order, scratch_);
   }
   gatherInPlace(particles.id, order, idScratch_);
@@ -266,13 +273,7 @@ void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> 
 
 void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
                                        std::vector<double>& accelerationMagnitudes) {
-  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
-  for (auto* array :
-       {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz, &particles.mass}) {
-    gatherInPlace(*array, order, scratch_);
-  }
-  gatherInPlace(particles.id, order, idScratch_);
-  if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
+  gatherAllButForces(particles, order);
   // As groups.cpp's Magnitude rounds it.
   const double* ax = particles.ax.data();
   const double* ay = particles.ay.data();

@@ -80,6 +80,9 @@ class BodyPermuter {
                            std::vector<double>& accelerationMagnitudes);
 
  private:
+  /// new[i] = old[order[i]] for every array but the forces.
+  void gatherAllButForces(Particles& particles, std::span<const std::uint32_t> order);
+
   std::vector<double> scratch_;
   std::vector<std::uint64_t> idScratch_;
   std::vector<std::uint8_t> binScratch_;
