@@ -74,7 +74,7 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   // after the short range, as the sequential call adds them.
   bool started = false;
   const bool beside = mesh_ && mesh_->runsBeside() &&
-                      shortRange_->setSortedBodiesHook([&](const Particles&, std::span<const std::uint32_t> order) {
+                      shortRange_->setSortedBodiesHook([&](const SourceView&, std::span<const std::uint32_t> order) {
                         mesh_->reorderLongRange(order);
                       });
   if (beside) {

@@ -604,15 +604,17 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
   gpu::CpuEngine engine(gpu::Precision::float64);
   tree::PeriodicTreeSolver solver(engine, params, gravity);
   int hooks = 0;
-  std::vector<std::uint64_t> idsAtHook, idsAtStart;
-  std::vector<double> xAtHook;
-  ASSERT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted, std::span<const std::uint32_t> order) {
+  std::vector<std::uint64_t> idsAtStart;
+  std::vector<double> xAtHook, xAtStart, massAtStart;
+  std::vector<std::uint32_t> orderAtHook;
+  ASSERT_TRUE(solver.setSortedBodiesHook([&](const SourceView& sorted, std::span<const std::uint32_t> order) {
     ++hooks;
-    idsAtHook = sorted.id;
-    xAtHook = sorted.x;
+    xAtHook.assign(sorted.x, sorted.x + sorted.count);
+    orderAtHook.assign(order.begin(), order.end());
     // The order maps the call's start to the bodies as the hook sees them (empty: none moved).
-    for (std::size_t k = 0; k < sorted.size(); ++k) {
-      ASSERT_EQ(idsAtStart[order.empty() ? k : order[k]], sorted.id[k]) << "body " << k;
+    for (std::size_t k = 0; k < sorted.count; ++k) {
+      ASSERT_EQ(xAtStart[order.empty() ? k : order[k]], sorted.x[k]) << "body " << k;
+      ASSERT_EQ(massAtStart[order.empty() ? k : order[k]], sorted.mass[k]) << "body " << k;
     }
   }));
   std::mt19937_64 random(seed + 11);
@@ -631,10 +633,14 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
     }
     hooks = 0;
     idsAtStart = box.bodies.id;
+    xAtStart = box.bodies.x;
+    massAtStart = box.bodies.mass;
     const ForceReport report = solver.computeForces(box.bodies);
     EXPECT_EQ(hooks, expectsReuse && report.rebuilt ? 2 : 1);
-    EXPECT_EQ(idsAtHook, box.bodies.id) << "the hook last saw another order than the call left";
-    EXPECT_EQ(xAtHook, box.bodies.x);
+    EXPECT_EQ(xAtHook, box.bodies.x) << "the hook last saw another order than the call left";
+    for (std::size_t k = 0; k < box.bodies.size(); ++k) {  // the ids too, which the call moves after the hook
+      ASSERT_EQ(idsAtStart[orderAtHook.empty() ? k : orderAtHook[k]], box.bodies.id[k]) << "body " << k;
+    }
     reused += report.rebuilt ? 0 : 1;
     superseded += hooks == 2 ? 1 : 0;
     box.drift(L);

@@ -712,8 +712,9 @@ TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
 }
 
 // The sorted-bodies hook (ForceSolver::setSortedBodiesHook, which TreePM uses to order the GPU mesh's results): the
-// periodic solver calls it once per call, after its sort, with the bodies in the order the call leaves them and the
-// order they came from (body k was the call's body order[k]); an empty hook turns it off. TreePM with the FFTW mesh
+// periodic solver calls it once per call, after its sort, with the bodies' positions and masses in the order the call
+// leaves them and the order they came from (body k was the call's body order[k]); the call leaves every other array
+// in that order too (the velocities and ids, moved later in the call); an empty hook turns it off. TreePM with the FFTW mesh
 // keeps the mesh after the short range whatever MeshParams::overlap says (ParticleMesh::runsBeside: false), with the
 // same forces.
 TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
@@ -729,23 +730,25 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
   gpu::CpuEngine cpu(gpu::Precision::float32);
   tree::PeriodicTreeSolver solver(cpu, TreeParams{}, gravity);
   int calls = 0;
-  std::vector<std::uint64_t> idsAtHook;
-  std::vector<double> xAtHook;
+  std::vector<double> xAtHook, massAtHook;
   std::vector<std::uint32_t> orderAtHook;
-  EXPECT_TRUE(solver.setSortedBodiesHook([&](const Particles& sorted, std::span<const std::uint32_t> order) {
+  EXPECT_TRUE(solver.setSortedBodiesHook([&](const SourceView& sorted, std::span<const std::uint32_t> order) {
     ++calls;
-    idsAtHook = sorted.id;
-    xAtHook = sorted.x;
+    xAtHook.assign(sorted.x, sorted.x + sorted.count);
+    massAtHook.assign(sorted.mass, sorted.mass + sorted.count);
     orderAtHook.assign(order.begin(), order.end());
   }));
   Particles p = bodies;
   solver.computeForces(p);
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(idsAtHook, p.id) << "the hook saw the bodies in another order than the call left them";
-  EXPECT_EQ(xAtHook, p.x);
+  EXPECT_EQ(xAtHook, p.x) << "the hook saw the bodies in another order than the call left them";
+  EXPECT_EQ(massAtHook, p.mass);
   ASSERT_EQ(orderAtHook.size(), p.size());
   for (std::size_t k = 0; k < p.size(); ++k) {
     ASSERT_EQ(bodies.id[orderAtHook[k]], p.id[k]) << "body " << k << " did not come from where the order says";
+    ASSERT_EQ(bodies.x[orderAtHook[k]], p.x[k]);
+    ASSERT_EQ(bodies.vx[orderAtHook[k]], p.vx[k]);
+    ASSERT_EQ(bodies.vz[orderAtHook[k]], p.vz[k]);
   }
   EXPECT_NE(p.id, bodies.id) << "the input was already in Morton order: the test would not see a hook before the sort";
   solver.computeForces(p);

@@ -14,6 +14,7 @@
 
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/testing/generators.hpp"
+#include "matcha/testing/same_bodies.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
@@ -259,7 +260,8 @@ TEST(RelativeTolerances, ScaleByEachGroupsSmallestAccelerationAboveTheFloor) {
 
 // BodyPermuter::permuteAllButForces (the periodic build where every body gets new forces): every array but the forces
 // as permute leaves it, the forces untouched, and tolerances from the carried |a| bit for bit those from the permuted
-// accelerations, with and without time bins.
+// accelerations, with and without time bins. Its two parts (permuteSources, then permuteMotion: the periodic build
+// moves the velocities, ids and bins while the GPU finishes) leave the same, the motion untouched in between.
 TEST(RelativeTolerances, PermutationWithoutTheForcesCarriesTheSameMagnitudes) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -301,6 +303,19 @@ TEST(RelativeTolerances, PermutationWithoutTheForcesCarriesTheSameMagnitudes) {
     ASSERT_TRUE(setRelativeTolerances(full, 2e-3, 1.0, fromForces));
     ASSERT_TRUE(setRelativeTolerances(std::span<const double>(magnitudes), 2e-3, 1.0, fromMagnitudes));
     EXPECT_EQ(fromMagnitudes.relativeTolerance, fromForces.relativeTolerance);
+
+    Particles split = p;
+    std::vector<double> splitMagnitudes;
+    permuter.permuteSources(split, order, splitMagnitudes);
+    EXPECT_EQ(split.x, full.x);
+    EXPECT_EQ(split.z, full.z);
+    EXPECT_EQ(split.mass, full.mass);
+    EXPECT_EQ(split.vx, p.vx) << "permuteSources moved the velocities";
+    EXPECT_EQ(split.id, p.id);
+    EXPECT_EQ(split.timeBin, p.timeBin);
+    EXPECT_EQ(splitMagnitudes, magnitudes);
+    permuter.permuteMotion(split, order);
+    testing::expectSameBodiesBitForBit(light, split, "permuteSources + permuteMotion against permuteAllButForces");
   }
 }
 

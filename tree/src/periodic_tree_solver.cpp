@@ -200,6 +200,33 @@ struct Evaluated {
   EngineTimings timings;
 };
 
+/// BodyPermuter::permuteMotion, held back until run() (or the end of the scope, for a call that ends early: never a
+/// caller's Particles half sorted), where defer() was called; nothing otherwise.
+class DeferredMotionPermutation {
+ public:
+  DeferredMotionPermutation(BodyPermuter& permuter, Particles& particles, std::span<const std::uint32_t> order)
+      : permuter_(permuter), particles_(particles), order_(order) {}
+  DeferredMotionPermutation(const DeferredMotionPermutation&) = delete;
+  DeferredMotionPermutation& operator=(const DeferredMotionPermutation&) = delete;
+  ~DeferredMotionPermutation() { run(); }
+
+  void defer() { pending_ = true; }
+  /// Returns its seconds (0 where nothing was pending).
+  double run() {
+    if (!pending_) return 0.0;
+    pending_ = false;
+    const Stopwatch permuting;
+    permuter_.permuteMotion(particles_, order_);
+    return permuting.seconds();
+  }
+
+ private:
+  BodyPermuter& permuter_;
+  Particles& particles_;
+  std::span<const std::uint32_t> order_;
+  bool pending_ = false;
+};
+
 /// Adds an evaluation's interactions and the engine's upload, kernel and download times to `report`.
 void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings, ForceReport& report) {
   report.counts += counts;
@@ -213,7 +240,8 @@ void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings
 PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
                                                                    ForceReport& report, bool evaluatePlan,
                                                                    bool sequential,
-                                                                   std::future<EngineTimings>* bodiesSent) {
+                                                                   std::future<EngineTimings>* bodiesSent,
+                                                                   const std::function<void()>& whileLastBatchRuns) {
   const SourceView sources = particles.sources();
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   ListTotals lists;
@@ -273,6 +301,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     } else if (evaluatePlan) {
       take(evaluate(plan_, PlanBatch{}));
     }
+    if (whileLastBatchRuns) whileLastBatchRuns();
     return lists;
   }
 
@@ -325,6 +354,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     lastBatchGroups = end - first;
     first = end;
   }
+  if (whileLastBatchRuns) whileLastBatchRuns();
   collect();
   planJoined_ = false;
   return lists;
@@ -348,7 +378,7 @@ ForceReport PeriodicTreeSolver::computeForces(Particles& particles) {
   if (!mayDriftOnEngine) runPendingDrift();
   if (sortedHook_ && treeHeld_ && treeHasBalls_ && builtCalls_ < treeSteps_ && builtIds_.size() == n) {
     runPendingDrift();
-    sortedHook_(particles, {});
+    sortedHook_(particles.sources(), {});
   }
   // Why the call builds anew, should it. A tree of points (the first, built without the bodies' speeds) was planned
   // to end as soon as they move.
@@ -787,13 +817,19 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // Where every body gets new forces in this call (no block time steps' inactive bodies, which keep theirs), the old
   // ones are not carried along, only their magnitudes for the relative test.
   const bool someActive = lowestActiveBin() > 0 && particles.timeBin.size() == n;
+  // Such a call reads only the bodies' positions and masses until its walk is done: their velocities, ids and time
+  // bins go into the new order while the host waits for the engine's last kernels (whileLastBatchRuns), ~40% of the
+  // permutation's memory traffic off the host's part of the call. A call that ends early moves them as it leaves, so
+  // the caller never sees its bodies half sorted.
+  DeferredMotionPermutation motionPermutation(permuter_, particles, order_);
   tbb::parallel_invoke(
       [&] {
         const Stopwatch permuting;
         if (someActive) {
           permuter_.permute(particles, order_);
         } else {
-          permuter_.permuteAllButForces(particles, order_, sortedAccelMagnitudes_);
+          permuter_.permuteSources(particles, order_, sortedAccelMagnitudes_);
+          motionPermutation.defer();
         }
         if (treeCalls > 1) {
           sortedRadius_.resize(n);
@@ -807,7 +843,9 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
         buildOctree(sortedKeys_, cube, params_.nleaf, tree_);
         octreeSeconds = building.seconds();
       });
-  // Each phase its own time (they overlap); the hook's is the caller's.
+  // Each phase its own time (they overlap); the hook's is the caller's. The deferred part of the permutation counts
+  // in the sort phase too, though it runs beside the engine's kernels.
+  const auto permuteMotion = [&] { report.timings[Phase::sort] += motionPermutation.run(); };
   report.timings[Phase::sort] += permuteSeconds;
   report.timings[Phase::octree] += octreeSeconds;
   // The hook (TreePM: the sort's order to the mesh started before the call, which then gathers its results on the
@@ -815,7 +853,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // bodies too; it is done before anything writes their forces. (A future from std::async waits for its thread when
   // destroyed: an exception thrown here leaves no hook running.)
   std::future<void> hookRunning;
-  if (sortedHook_) hookRunning = std::async(std::launch::async, [&] { sortedHook_(particles, order_); });
+  if (sortedHook_) hookRunning = std::async(std::launch::async, [&] { sortedHook_(particles.sources(), order_); });
   clock.restart();
   computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_,
                     balls ? sortedRadius_.data() : nullptr);
@@ -850,13 +888,15 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
     // No accelerations yet (fresh initial conditions): a first pass with theta alone gives the |a| that the relative
     // test scales by, as the open-boundary solver's estimate pass does; its walk and evaluation count as the estimate.
     const Stopwatch estimate;
-    walkAndEvaluate(particles, out, report, true, false, &bodiesSent);
+    walkAndEvaluate(particles, out, report, true, false, &bodiesSent, permuteMotion);
     tolerancesSet = setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_);
     for (const Phase phase : {Phase::walk, Phase::upload, Phase::kernels, Phase::download}) report.timings[phase] = 0.0;
     report.timings.engineWaitSeconds = 0.0;
     report.timings[Phase::estimate] += estimate.seconds();
   }
-  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident, &bodiesSent);
+  const ListTotals lists =
+      walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident, &bodiesSent, permuteMotion);
+  permuteMotion();  // where the pass had no engine to wait for
 
   clock.restart();
   treeSteps_ = treeCalls;

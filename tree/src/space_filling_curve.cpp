@@ -263,17 +263,21 @@ void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> 
 
 void BodyPermuter::gatherAllButForces(Particles& particles, std::span<const std::uint32_t> order) {
   MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
-  for (auto* array :
-       {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz, &particles.mass}) {
+  for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.mass}) {
     gatherInPlace(*array, order, scratch_);
   }
+  permuteMotion(particles, order);
+}
+
+void BodyPermuter::permuteMotion(Particles& particles, std::span<const std::uint32_t> order) {
+  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
+  for (auto* array : {&particles.vx, &particles.vy, &particles.vz}) gatherInPlace(*array, order, scratch_);
   gatherInPlace(particles.id, order, idScratch_);
   if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
 }
 
-void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
-                                       std::vector<double>& accelerationMagnitudes) {
-  gatherAllButForces(particles, order);
+void BodyPermuter::gatherAccelerationMagnitudes(const Particles& particles, std::span<const std::uint32_t> order,
+                                                std::vector<double>& accelerationMagnitudes) {
   // As groups.cpp's Magnitude rounds it.
   const double* ax = particles.ax.data();
   const double* ay = particles.ay.data();
@@ -286,6 +290,21 @@ void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std
                         accelerationMagnitudes[k] = std::sqrt(ax[i] * ax[i] + ay[i] * ay[i] + az[i] * az[i]);
                       }
                     });
+}
+
+void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
+                                       std::vector<double>& accelerationMagnitudes) {
+  gatherAllButForces(particles, order);
+  gatherAccelerationMagnitudes(particles, order, accelerationMagnitudes);
+}
+
+void BodyPermuter::permuteSources(Particles& particles, std::span<const std::uint32_t> order,
+                                  std::vector<double>& accelerationMagnitudes) {
+  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
+  for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.mass}) {
+    gatherInPlace(*array, order, scratch_);
+  }
+  gatherAccelerationMagnitudes(particles, order, accelerationMagnitudes);
 }
 
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {

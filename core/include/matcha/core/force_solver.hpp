@@ -141,9 +141,10 @@ class ForceSolver {
   /// started on them before the call (TreePM's particle mesh on the GPU). `order` says how the call has reordered them
   /// since it began: body k now is the one that was at order[k] (empty: none moved). A call may call it a second time,
   /// after a sort it did not expect (the periodic solver's tree did not hold): the second call supersedes the first,
-  /// whose work the caller drops. The hook reads the bodies and must not change them; after its last call the solver
-  /// changes neither them, nor their order, nor `order` until it returns.
-  using SortedBodiesHook = std::function<void(const Particles&, std::span<const std::uint32_t> order)>;
+  /// whose work the caller drops. The hook sees the bodies' positions and masses, which after its last call the
+  /// solver changes neither in value nor in order, nor `order`, until it returns. (Their other arrays, velocities and
+  /// ids, may reach the new order only later in the call: the periodic solver moves them while the GPU finishes.)
+  using SortedBodiesHook = std::function<void(const SourceView& bodies, std::span<const std::uint32_t> order)>;
   /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
   /// has no such point (the default): the caller then works on the bodies after the call.
   virtual bool setSortedBodiesHook(SortedBodiesHook /*hook*/) { return false; }

@@ -232,10 +232,13 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// evaluate them into `out`, adding the phases and counts to `report`. Without `evaluatePlan` the one plan (the
   /// sequential walk's) is only walked, into plan_; `sequential` walks one plan whatever TreeParams::overlapWalk says.
   /// `bodiesSent`, where valid: the empty first batch (the bodies and cells) already handed to an engine on a device,
-  /// on another thread, whose timings it brings; the pass waits for it before its first lists.
+  /// on another thread, whose timings it brings; the pass waits for it before its first lists. `whileLastBatchRuns`,
+  /// where given, runs on the calling thread once the last batch is in the engine's hands, before the pass waits for
+  /// it (host work that the engine's last kernels hide), or after the evaluation where the walk is not overlapped.
   ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report,
                              bool evaluatePlan = true, bool sequential = false,
-                             std::future<EngineTimings>* bodiesSent = nullptr);
+                             std::future<EngineTimings>* bodiesSent = nullptr,
+                             const std::function<void()>& whileLastBatchRuns = {});
   /// Has the engine evaluate plan_ (walked, not evaluated) into `out`.
   void evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report);
   /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`: of

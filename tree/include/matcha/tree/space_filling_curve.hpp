@@ -78,10 +78,21 @@ class BodyPermuter {
   /// (setRelativeTolerances: the same bits as from the permuted accelerations).
   void permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
                            std::vector<double>& accelerationMagnitudes);
+  /// permuteAllButForces in two parts, for a caller that reads only the bodies' sources (positions and masses) for a
+  /// while: permuteSources puts those into the new order and fills `accelerationMagnitudes` as permuteAllButForces
+  /// does; permuteMotion, called later with the same order, moves the rest (velocities, ids, time bins). Between the
+  /// two the Particles are half sorted and must be read through sources() alone. Together they leave exactly what
+  /// permuteAllButForces leaves.
+  void permuteSources(Particles& particles, std::span<const std::uint32_t> order,
+                      std::vector<double>& accelerationMagnitudes);
+  void permuteMotion(Particles& particles, std::span<const std::uint32_t> order);
 
  private:
   /// new[i] = old[order[i]] for every array but the forces.
   void gatherAllButForces(Particles& particles, std::span<const std::uint32_t> order);
+  /// accelerationMagnitudes[k] = |a| of the body at order[k], the forces in the old order.
+  static void gatherAccelerationMagnitudes(const Particles& particles, std::span<const std::uint32_t> order,
+                                           std::vector<double>& accelerationMagnitudes);
 
   std::vector<double> scratch_;
   std::vector<std::uint64_t> idScratch_;
