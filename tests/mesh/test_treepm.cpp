@@ -714,9 +714,9 @@ TEST(PeriodicOverlap, WalkInBatchesGivesTheOnePlansForces) {
 // The sorted-bodies hook (ForceSolver::setSortedBodiesHook, which TreePM uses to order the GPU mesh's results): the
 // periodic solver calls it once per call, after its sort, with the bodies' positions and masses in the order the call
 // leaves them and the order they came from (body k was the call's body order[k]); the call leaves every other array
-// in that order too (the velocities and ids, moved later in the call); an empty hook turns it off. TreePM with the FFTW mesh
-// keeps the mesh after the short range whatever MeshParams::overlap says (ParticleMesh::runsBeside: false), with the
-// same forces.
+// in that order too (the velocities and ids, moved later in the call); an empty hook turns it off. TreePM with the FFTW
+// mesh keeps the mesh after the short range whatever MeshParams::overlap says (ParticleMesh::runsBeside: false), with
+// the same forces.
 TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
