@@ -216,13 +216,14 @@ struct ShortRangeFactors {
 /// coefficients are fitted for absolute error, 1.5e-7, which is 1e-4 of g at the default cut). The fit's relative error
 /// is 1.9e-7 in exact arithmetic; evaluated in float (host: 1/(1 + x/2) and std::exp) the worst relative error up to
 /// x = 2.25 (r_cut = 4.5 r_s) is 7.0e-7 in g and 4.4e-7 in f against erfc in double
-/// (tests/core/test_truncated_pair.cpp measures it). On the GPU t is the hardware reciprocal (rcp.approx, 1 ulp) and the
-/// Gaussian the hardware 2^x of -x^2 log2(e) (ex2.approx), whose error grows as ~6e-8 x^2 + 2 ulp: 4e-7 at x = 2.25, so
-/// f and g stay within ~1e-6 relative, far below the tree's 1e-4..1e-3. Both in their .ftz forms: __fdividef and
-/// __expf, which these were, give the same bits for the arguments here (a denominator in [1, 3), an exponent above
-/// -126: x < 9), but without flush-to-zero in the build each wraps its MUFU in a test and two conditional multiplies
-/// for denormal arguments or results (the periodic plan kernel's SASS on sm_90: 5 instructions each, 7 of its ~48 a
-/// pair). Cost: 2 MUFU (rcp, ex2) and ~12 FP32 instructions for both factors, against ~40 for erfcf + expf.
+/// (tests/core/test_truncated_pair.cpp measures it). On the GPU t is the hardware reciprocal (rcp.approx, 1 ulp),
+/// the Gaussian the hardware 2^x of -x^2 log2(e) (ex2.approx), whose error grows as ~6e-8 x^2 + 2 ulp: 4e-7 at
+/// x = 2.25, so f and g stay within ~1e-6 relative, far below the tree's 1e-4..1e-3. Both in their .ftz forms:
+/// __fdividef and __expf, which these were, give the same bits for the arguments here (a denominator in [1, 3), an
+/// exponent above -126: x < 9), but without flush-to-zero in the build each wraps its MUFU in a test and two
+/// conditional multiplies for denormal arguments or results (the periodic plan kernel's SASS on sm_90: 5 instructions
+/// each, 7 of its ~48 a pair). Cost: 2 MUFU (rcp, ex2) and ~12 FP32 instructions for both factors, against ~40 for
+/// erfcf + expf.
 /// Beyond x = 3 (cells a little past the cut) the error grows slowly while f and g fall below 2e-4.
 template <class T>
 MATCHA_HOST_DEVICE MATCHA_FORCEINLINE ShortRangeFactors<T> shortRangeFactorsPolynomial(T r, T invTwoSplit) {
