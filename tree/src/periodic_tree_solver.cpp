@@ -896,7 +896,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   }
   const ListTotals lists =
       walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident, &bodiesSent, permuteMotion);
-  permuteMotion();  // where the pass had no engine to wait for
+  permuteMotion();  // a no-op after every pass, which runs it; here so that nothing below can read half-sorted bodies
 
   clock.restart();
   treeSteps_ = treeCalls;

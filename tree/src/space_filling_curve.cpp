@@ -255,30 +255,23 @@ bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::u
 }
 
 void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> order) {
-  gatherAllButForces(particles, order);
+  gatherSources(particles, order);
+  permuteMotion(particles, order);
   for (auto* array : {&particles.ax, &particles.ay, &particles.az, &particles.pot}) {
     gatherInPlace(*array, order, scratch_);
   }
 }
 
-void BodyPermuter::gatherAllButForces(Particles& particles, std::span<const std::uint32_t> order) {
-  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
-  for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.mass}) {
-    gatherInPlace(*array, order, scratch_);
-  }
+void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
+                                       std::vector<double>& accelerationMagnitudes) {
+  permuteSources(particles, order, accelerationMagnitudes);
   permuteMotion(particles, order);
 }
 
-void BodyPermuter::permuteMotion(Particles& particles, std::span<const std::uint32_t> order) {
-  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
-  for (auto* array : {&particles.vx, &particles.vy, &particles.vz}) gatherInPlace(*array, order, scratch_);
-  gatherInPlace(particles.id, order, idScratch_);
-  if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
-}
-
-void BodyPermuter::gatherAccelerationMagnitudes(const Particles& particles, std::span<const std::uint32_t> order,
-                                                std::vector<double>& accelerationMagnitudes) {
-  // As groups.cpp's Magnitude rounds it.
+void BodyPermuter::permuteSources(Particles& particles, std::span<const std::uint32_t> order,
+                                  std::vector<double>& accelerationMagnitudes) {
+  gatherSources(particles, order);
+  // Each body's |a| as groups.cpp's Magnitude rounds it, the forces still in the old order.
   const double* ax = particles.ax.data();
   const double* ay = particles.ay.data();
   const double* az = particles.az.data();
@@ -292,19 +285,18 @@ void BodyPermuter::gatherAccelerationMagnitudes(const Particles& particles, std:
                     });
 }
 
-void BodyPermuter::permuteAllButForces(Particles& particles, std::span<const std::uint32_t> order,
-                                       std::vector<double>& accelerationMagnitudes) {
-  gatherAllButForces(particles, order);
-  gatherAccelerationMagnitudes(particles, order, accelerationMagnitudes);
+void BodyPermuter::permuteMotion(Particles& particles, std::span<const std::uint32_t> order) {
+  MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
+  for (auto* array : {&particles.vx, &particles.vy, &particles.vz}) gatherInPlace(*array, order, scratch_);
+  gatherInPlace(particles.id, order, idScratch_);
+  if (particles.timeBin.size() == particles.size()) gatherInPlace(particles.timeBin, order, binScratch_);
 }
 
-void BodyPermuter::permuteSources(Particles& particles, std::span<const std::uint32_t> order,
-                                  std::vector<double>& accelerationMagnitudes) {
+void BodyPermuter::gatherSources(Particles& particles, std::span<const std::uint32_t> order) {
   MATCHA_ASSERT(order.size() == particles.size(), "permutation length differs from particle count");
   for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.mass}) {
     gatherInPlace(*array, order, scratch_);
   }
-  gatherAccelerationMagnitudes(particles, order, accelerationMagnitudes);
 }
 
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {

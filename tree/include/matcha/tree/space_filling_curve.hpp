@@ -88,11 +88,8 @@ class BodyPermuter {
   void permuteMotion(Particles& particles, std::span<const std::uint32_t> order);
 
  private:
-  /// new[i] = old[order[i]] for every array but the forces.
-  void gatherAllButForces(Particles& particles, std::span<const std::uint32_t> order);
-  /// accelerationMagnitudes[k] = |a| of the body at order[k], the forces in the old order.
-  static void gatherAccelerationMagnitudes(const Particles& particles, std::span<const std::uint32_t> order,
-                                           std::vector<double>& accelerationMagnitudes);
+  /// new[i] = old[order[i]] for the positions and masses.
+  void gatherSources(Particles& particles, std::span<const std::uint32_t> order);
 
   std::vector<double> scratch_;
   std::vector<std::uint64_t> idScratch_;
