@@ -889,10 +889,17 @@ struct CudaEngine::Impl {
   }
 
   /// Copies each pipelined batch's runs out of the staging into `out` as its copies land (on all cores), while the GPU
-  /// runs the batches after it; then forgets the batches.
-  void copyLandedOutputs(const ForceView& out) {
+  /// runs the batches after it, adding `addend` where given (PlanBatch::addend); then forgets the batches.
+  void copyLandedOutputs(const ForceView& out, const ForceAddend* addend) {
     const std::size_t n = landing.numBodies;
     double* to[4] = {out.ax, out.ay, out.az, out.pot};
+    const double* added[4] = {nullptr, nullptr, nullptr, nullptr};
+    if (addend != nullptr) {
+      added[0] = addend->ax;
+      added[1] = addend->ay;
+      added[2] = addend->az;
+      added[3] = addend->pot;
+    }
     const int components = out.pot != nullptr ? 4 : 3;
     constexpr std::uint32_t kPieceBodies = 1u << 16;
     std::vector<BodyRange>& pieces = landing.pieces;
@@ -909,7 +916,14 @@ struct CudaEngine::Impl {
       detail::parallelForEach(pieces.size(), [&](std::size_t p) {
         const BodyRange piece = pieces[p];
         for (int c = 0; c < components; ++c) {
-          std::memcpy(to[c] + piece.first, res.hostForces.data() + c * n + piece.first, piece.size() * sizeof(double));
+          const double* landed = res.hostForces.data() + c * n;
+          if (added[c] == nullptr) {
+            std::memcpy(to[c] + piece.first, landed + piece.first, piece.size() * sizeof(double));
+            continue;
+          }
+          // The other part's pass over the bodies after the call, folded into this copy: one read of the outputs'
+          // memory fewer, and the add runs under the GPU's last kernels, not after them.
+          for (std::uint32_t i = piece.first; i < piece.last; ++i) to[c][i] = landed[i] + added[c][i];
         }
       });
     }
@@ -949,6 +963,19 @@ struct CudaEngine::Impl {
     std::uint64_t bytesToDevice = 0;
   };
 
+  /// out += addend over the bodies of `plan`'s groups, on all cores (PlanBatch::addend, a call of one batch).
+  static void addToGroups(const InteractionPlan& plan, const ForceAddend& addend, const ForceView& out) {
+    double* to[4] = {out.ax, out.ay, out.az, out.pot};
+    const double* added[4] = {addend.ax, addend.ay, addend.az, addend.pot};
+    const int components = out.pot != nullptr ? 4 : 3;
+    detail::parallelForEach(plan.numGroups(), [&](std::size_t g) {
+      const BodyRange group = plan.groups[g];
+      for (int c = 0; c < components; ++c) {
+        for (std::uint32_t i = group.first; i < group.last; ++i) to[c][i] += added[c][i];
+      }
+    });
+  }
+
   /// CudaEngine::evaluatePlanBatch. The one plan of the call's groups would cut the tasks longer than
   /// longestTaskCost(the whole call's cost) into tasks of fewer rows (forEachBalancedWarpTask), which changes the
   /// rounding of quadrupole cells' sums. The cost is summed here batch by batch in the one plan's order, and it only
@@ -960,6 +987,9 @@ struct CudaEngine::Impl {
                                         const InteractionPlan& batch, const GravityParams& gravity,
                                         const ForceView& out, PlanBatch where) {
     PlanBatches& b = batches;
+    MATCHA_ASSERT(where.addend == nullptr || (where.last && where.addend->count == out.count &&
+                                              (out.pot == nullptr || where.addend->pot != nullptr)),
+                  "CudaEngine::evaluatePlanBatch: an addend off the last batch or short of the outputs");
     if (where.first) {
       drainPipeline();
       stream.synchronize();
@@ -982,6 +1012,7 @@ struct CudaEngine::Impl {
       whole.uploadBodies = !b.bodiesOnDevice;
       const InteractionCounts counts = evaluatePlanIn<Real>(sources, cells, batch, gravity, out, whole);
       b.bodiesOnDevice = true;
+      if (where.addend != nullptr) addToGroups(batch, *where.addend, out);
       return counts;
     }
     if (batch.numGroups() == 0 && !where.last) {
@@ -1039,7 +1070,7 @@ struct CudaEngine::Impl {
       kernelsStop.record(stream.get());
       // Each batch's outputs came over as its kernels ended (queueBatchDownload): at 2^24 bodies the call waited
       // ~18 ms after its last kernels for a download of all of them (H200).
-      copyLandedOutputs(out);
+      copyLandedOutputs(out, where.addend);
       finishCall();
       copyStream.synchronize();
       stats.bytesToDevice = b.bytesToDevice;

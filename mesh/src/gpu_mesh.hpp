@@ -21,8 +21,8 @@ struct GpuMeshResult {
   const double* ax = nullptr;
   const double* ay = nullptr;
   const double* az = nullptr;
-  const double* pot = nullptr;  ///< null when no potentials were asked for
-  double depositedMass = 0;     ///< the first pass's k = 0 mode: sum m_i to rounding, as the FFTW backend takes it
+  double* pot = nullptr;     ///< null when no potentials were asked for; the caller may add its self term in place
+  double depositedMass = 0;  ///< the first pass's k = 0 mode: sum m_i to rounding, as the FFTW backend takes it
 };
 
 class GpuMesh {

@@ -348,34 +348,52 @@ void ParticleMesh::reorderLongRange(std::span<const std::uint32_t> newOrder) {
 
 LongRangeTiming ParticleMesh::finishLongRange(const SourceView& sources, const GravityParams& gravity,
                                               const ForceView& out) {
-  MATCHA_ASSERT(started_.has_value(), "ParticleMesh::finishLongRange without startLongRange");
+  MATCHA_ASSERT(out.count == sources.count, "ParticleMesh::finishLongRange: the outputs differ from the bodies");
+  MATCHA_ASSERT(!started_ || (out.pot != nullptr) == started_->potentials,
+                "ParticleMesh::finishLongRange: potentials asked for differently from the start");
+  LongRangeForces result = collectLongRange(sources, gravity);
+  if (result.forces.count == 0) return result.timing;
+  const ForceAddend& f = result.forces;
+  const Stopwatch adding;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sources.count, 4096),
+                    [&](const tbb::blocked_range<std::size_t>& r) {
+                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                        out.ax[i] += f.ax[i];
+                        out.ay[i] += f.ay[i];
+                        out.az[i] += f.az[i];
+                        if (out.pot != nullptr) out.pot[i] += f.pot[i];
+                      }
+                    });
+  result.timing.seconds += adding.seconds();
+  return result.timing;
+}
+
+LongRangeForces ParticleMesh::collectLongRange(const SourceView& sources, const GravityParams& gravity) {
+  MATCHA_ASSERT(started_.has_value(), "ParticleMesh::collectLongRange without startLongRange");
   const Started started = *started_;
   started_.reset();
-  MATCHA_ASSERT(sources.count == started.count && out.count == started.count,
-                "ParticleMesh::finishLongRange: the bodies differ from the start's");
-  MATCHA_ASSERT((out.pot != nullptr) == started.potentials,
-                "ParticleMesh::finishLongRange: potentials asked for differently from the start");
-  LongRangeTiming timing;
-  if (started.count == 0 && !reduceDensity_) return timing;
-  const detail::GpuMeshResult result = gpu_->collect(&timing.waitSeconds);
-  const Stopwatch adding;
-  const double rs = params_.splitRadius(), L = params_.boxSize, G = gravity.G;
-  const double kernelIntegral = shortRangeKernelIntegral(rs, params_.cutoffRadius());
-  tbb::parallel_for(
-      tbb::blocked_range<std::size_t>(0, sources.count, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
-        for (std::size_t i = r.begin(); i != r.end(); ++i) {
-          out.ax[i] += result.ax[i];
-          out.ay[i] += result.ay[i];
-          out.az[i] += result.az[i];
-          if (out.pot != nullptr) {
-            out.pot[i] += result.pot[i] +
-                          selfPotentialCorrection(G, sources.mass[i], result.depositedMass, rs, L, kernelIntegral);
+  MATCHA_ASSERT(sources.count == started.count, "ParticleMesh::collectLongRange: the bodies differ from the start's");
+  LongRangeForces collected;
+  if (started.count == 0 && !reduceDensity_) return collected;
+  const detail::GpuMeshResult result = gpu_->collect(&collected.timing.waitSeconds);
+  const Stopwatch correcting;
+  if (started.potentials) {
+    // The self term goes into the page-locked results themselves (rounded there once, as finishLongRange's sum of
+    // the two rounded it), so that an add of the returned forces gives that sum's bits.
+    const double rs = params_.splitRadius(), L = params_.boxSize, G = gravity.G;
+    const double kernelIntegral = shortRangeKernelIntegral(rs, params_.cutoffRadius());
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, sources.count, 4096), [&](const tbb::blocked_range<std::size_t>& r) {
+          for (std::size_t i = r.begin(); i != r.end(); ++i) {
+            result.pot[i] += selfPotentialCorrection(G, sources.mass[i], result.depositedMass, rs, L, kernelIntegral);
           }
-        }
-      });
+        });
+  }
+  collected.forces =
+      ForceAddend{result.ax, result.ay, result.az, started.potentials ? result.pot : nullptr, sources.count};
   // The stages' total starts before the launch's copy of the bodies, and so counts it.
-  timing.seconds = gpu_->lastStageSeconds().total + adding.seconds();
-  return timing;
+  collected.timing.seconds = gpu_->lastStageSeconds().total + correcting.seconds();
+  return collected;
 }
 
 void ParticleMesh::abandonLongRange() noexcept {

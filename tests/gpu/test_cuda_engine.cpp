@@ -1488,9 +1488,11 @@ TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
 //    LongTasksCutIntoFewerRowsGiveTheSameForces); the batches defer those groups to the last batch, where the whole
 //    call's cut is known (CudaEngine::evaluatePlanBatch). The test checks that the one plan did cut tasks;
 //  - TreePM with the FFTW mesh (after the short range either way): bit for bit;
-//  - TreePM with the cuFFT mesh beside: the short range's bits plus the mesh's, whose deposit adds doubles atomically
-//    in whatever order the warps reach a mesh point, so two sequential calls differ too (~1e-16 of the grid's values):
-//    within 1e-12 of the rms force and potential (a mesh begun before the sort, or added twice, would differ by ~1).
+//  - TreePM with the cuFFT mesh beside (its forces added by the CUDA engine as it copies out the short range's:
+//    ForceSolver::setForceAddendProvider): the short range's bits plus the mesh's, whose deposit adds doubles
+//    atomically in whatever order the warps reach a mesh point, so two sequential calls differ too (~1e-16 of the
+//    grid's values): within 1e-12 of the rms force and potential (a mesh begun before the sort, or added twice, would
+//    differ by ~1).
 TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -1575,6 +1577,8 @@ TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
           again.computeForces(offAgain);
           EXPECT_GT(report.timings[Phase::mesh], 0.0);
           EXPECT_GE(report.timings.meshWaitSeconds, 0.0);
+          // The cuFFT mesh's forces go to the CUDA engine, which adds them as it copies out the batches' forces.
+          EXPECT_EQ(report.addendTaken, beside);
           if (!beside) {
             testing::expectSameBodiesBitForBit(off, on, what + ", TreePM with the FFTW mesh", potentials);
             continue;

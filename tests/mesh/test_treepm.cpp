@@ -575,12 +575,16 @@ TEST(TreePm, RefusesWhatItCannotDo) {
 /// evaluates its batches on a second host thread while it walks the next, as with the CUDA engine. It checks the
 /// batches' protocol as it goes: each pass's batches are consecutive runs of the groups, in order, the first marked
 /// first and only the last marked last, with no other evaluation among them.
+/// With `addsAddends`, it also takes PlanBatch::addend (NearFieldEngine::addsForceAddend), adding it onto the outputs
+/// of every group of the call's batches once the last is evaluated, as a separate pass would.
 class BesideEngine final : public NearFieldEngine {
  public:
-  explicit BesideEngine(gpu::Precision precision) : inner_(precision) {}
+  explicit BesideEngine(gpu::Precision precision, bool addsAddends = false)
+      : inner_(precision), addsAddends_(addsAddends) {}
   std::string name() const override { return "beside " + inner_.name(); }
   bool periodicShortRange() const override { return inner_.periodicShortRange(); }
   bool evaluatesOnDevice() const override { return true; }
+  bool addsForceAddend() const override { return addsAddends_; }
   InteractionCounts evaluatePlan(const SourceView& sources, const CellMultipoles& cells, const InteractionPlan& plan,
                                  const GravityParams& gravity, const ForceView& out) override {
     EXPECT_FALSE(inPass_) << "evaluatePlan among a call's batches";
@@ -590,12 +594,32 @@ class BesideEngine final : public NearFieldEngine {
                                       const InteractionPlan& batch, const GravityParams& gravity, const ForceView& out,
                                       PlanBatch where) override {
     EXPECT_EQ(where.first, !inPass_) << "a pass starts with its first batch and only there";
-    if (where.first) nextGroup_ = 0;
+    if (where.first) {
+      nextGroup_ = 0;
+      passGroups_.clear();
+    }
     for (const std::uint32_t id : batch.groupIds) EXPECT_EQ(id, nextGroup_++) << "batches out of the groups' order";
     EXPECT_EQ(batch.groupIds.size(), batch.numGroups());
+    EXPECT_TRUE(where.addend == nullptr || (addsAddends_ && where.last)) << "an addend off the last batch";
     inPass_ = !where.last;
     ++numBatches_;
-    return inner_.evaluatePlanBatch(sources, cells, batch, gravity, out, where);
+    passGroups_.insert(passGroups_.end(), batch.groups.begin(), batch.groups.end());
+    const InteractionCounts counts = inner_.evaluatePlanBatch(sources, cells, batch, gravity, out, where);
+    if (where.addend != nullptr) {
+      const ForceAddend& add = *where.addend;
+      EXPECT_EQ(add.count, out.count);
+      EXPECT_EQ(add.pot != nullptr, out.pot != nullptr);
+      for (const BodyRange group : passGroups_) {
+        for (std::uint32_t i = group.first; i < group.last; ++i) {
+          out.ax[i] += add.ax[i];
+          out.ay[i] += add.ay[i];
+          out.az[i] += add.az[i];
+          if (out.pot != nullptr) out.pot[i] += add.pot[i];
+        }
+      }
+      ++numAddends_;
+    }
+    return counts;
   }
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,
                                    const ForceView& out) override {
@@ -613,10 +637,14 @@ class BesideEngine final : public NearFieldEngine {
   void discardResident() override { inner_.discardResident(); }
 
   std::uint64_t numBatches() const { return numBatches_; }
+  std::uint64_t numAddends() const { return numAddends_; }
   bool inPass() const { return inPass_; }
 
  private:
   gpu::CpuEngine inner_;
+  bool addsAddends_ = false;
+  std::vector<BodyRange> passGroups_;
+  std::uint64_t numAddends_ = 0;
   bool inPass_ = false;
   std::uint32_t nextGroup_ = 0;
   std::uint64_t numBatches_ = 0;
@@ -772,6 +800,107 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
   }
   testing::expectSameBodiesBitForBit(sequential, overlapped,
                                      "TreePM with the FFTW mesh, MeshParams::overlap on and off");
+}
+
+// The addend (ForceSolver::setForceAddendProvider, TreePM's GPU mesh handed to the short range's engine): the periodic
+// solver asks for it once per call, after the sorted-bodies hook and only for the call's last pass (a first call's
+// estimate pass goes without), and hands it with the last batch to an engine that adds addends, walked in batches or
+// in one plan: the forces are the short range's plus the addend, bit for bit those of a pass adding it after the call.
+// An engine that does not add them, a tree walked for several calls, or no provider: never asked, the addend the
+// caller's to add.
+TEST(PeriodicOverlap, TheAddendGoesWithTheLastBatch) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles bodies = testing::clumpyBox(seed, L, 384, 1536);
+  wrapIntoBox(bodies, L);
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
+  // A distinct addend for every body, by its id: the solver's order at the provider must be the one the call leaves.
+  const auto addendOf = [](std::uint64_t id, int component) {
+    return 1e-3 * double(id % 977) - 0.25 * component + 1e-7 * double(id);
+  };
+  for (const bool potentials : {true, false}) {
+    for (const bool overlap : {true, false}) {
+      const std::string what = std::string(overlap ? "batches" : "one plan") + (potentials ? ", potentials" : "");
+      SCOPED_TRACE(what);
+      TreeParams params;
+      params.overlapWalk = overlap;
+      params.reuse = 1;
+      params.maxBatchEntries = std::uint64_t{1} << 11;
+      BesideEngine plain(gpu::Precision::float32), adding(gpu::Precision::float32, true);
+      tree::PeriodicTreeSolver reference(plain, params, gravity), solver(adding, params, gravity);
+      reference.setPotentialsWanted(potentials);
+      solver.setPotentialsWanted(potentials);
+      std::vector<std::uint64_t> idsBefore;
+      std::vector<std::uint32_t> orderAtHook;
+      std::vector<double> addend[4];
+      int provided = 0, hooked = 0;
+      EXPECT_TRUE(solver.setSortedBodiesHook([&](const SourceView&, std::span<const std::uint32_t> order) {
+        ++hooked;
+        orderAtHook.assign(order.begin(), order.end());
+      }));
+      EXPECT_TRUE(solver.setForceAddendProvider([&] {
+        ++provided;
+        EXPECT_EQ(hooked, provided) << "the addend asked for before the bodies' order was known";
+        const std::size_t n = idsBefore.size();
+        for (int c = 0; c < 4; ++c) {
+          addend[c].resize(n);
+          for (std::size_t k = 0; k < n; ++k) addend[c][k] = addendOf(idsBefore[orderAtHook[k]], c);
+        }
+        return ForceAddend{addend[0].data(), addend[1].data(), addend[2].data(),
+                           potentials ? addend[3].data() : nullptr, n};
+      }));
+      Particles expected = bodies, test = bodies;
+      for (const int call : {1, 2}) {
+        SCOPED_TRACE("call " + std::to_string(call));
+        // The relative test of call 2 reads the |a| the bodies bring: the same for both (without the addend).
+        test.ax = expected.ax;
+        test.ay = expected.ay;
+        test.az = expected.az;
+        idsBefore = test.id;
+        reference.computeForces(expected);
+        const ForceReport report = solver.computeForces(test);
+        EXPECT_EQ(solver.lastStats().estimatePass, call == 1);
+        EXPECT_EQ(provided, call) << "the provider is called once a call";
+        EXPECT_TRUE(report.addendTaken);
+        EXPECT_EQ(adding.numAddends(), std::uint64_t(call));
+        ASSERT_EQ(test.id, expected.id);
+        for (std::size_t i = 0; i < test.size(); ++i) {
+          ASSERT_EQ(test.ax[i], expected.ax[i] + addendOf(test.id[i], 0)) << i;
+          ASSERT_EQ(test.ay[i], expected.ay[i] + addendOf(test.id[i], 1)) << i;
+          ASSERT_EQ(test.az[i], expected.az[i] + addendOf(test.id[i], 2)) << i;
+          if (potentials) {
+            ASSERT_EQ(test.pot[i], expected.pot[i] + addendOf(test.id[i], 3)) << i;
+          } else {
+            ASSERT_TRUE(std::isnan(test.pot[i])) << i;
+          }
+        }
+      }
+      // Never asked: an engine that does not add addends, or a tree walked for several calls into one plan.
+      tree::PeriodicTreeSolver notAdding(plain, params, gravity);
+      TreeParams held = params;
+      held.overlapWalk = false;
+      held.reuse = 4;
+      tree::PeriodicTreeSolver holding(adding, held, gravity);
+      for (tree::PeriodicTreeSolver* other : {&notAdding, &holding}) {
+        int asked = 0;
+        other->setPotentialsWanted(potentials);
+        other->setForceAddendProvider([&] {
+          ++asked;
+          return ForceAddend{};
+        });
+        Particles q = bodies;
+        EXPECT_FALSE(other->computeForces(q).addendTaken);
+        EXPECT_EQ(asked, 0);
+      }
+      EXPECT_TRUE(solver.setForceAddendProvider({}));
+      Particles q = expected;
+      EXPECT_FALSE(solver.computeForces(q).addendTaken);
+      EXPECT_EQ(provided, 2);
+    }
+  }
 }
 
 // Long-range steps: with them off (the default) nothing changes; on, a call that is not due gives the periodic tree's

@@ -183,6 +183,11 @@ bool PeriodicTreeSolver::setSortedBodiesHook(SortedBodiesHook hook) {
   return true;
 }
 
+bool PeriodicTreeSolver::setForceAddendProvider(ForceAddendProvider provider) {
+  addendProvider_ = std::move(provider);
+  return true;
+}
+
 const InteractionPlan& PeriodicTreeSolver::lastPlan() const {
   if (!planJoined_) {
     plan_.clear();
@@ -237,12 +242,24 @@ void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings
 
 }  // namespace
 
-PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particles& particles, const ForceView& out,
-                                                                   ForceReport& report, bool evaluatePlan,
-                                                                   bool sequential,
-                                                                   std::future<EngineTimings>* bodiesSent,
-                                                                   const std::function<void()>& whileLastBatchRuns) {
+PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(
+    const Particles& particles, const ForceView& out, ForceReport& report, bool evaluatePlan, bool sequential,
+    std::future<EngineTimings>* bodiesSent, const std::function<void()>& whileLastBatchRuns, bool takeAddend) {
   const SourceView sources = particles.sources();
+  // The caller's addend, asked for only as the last batch goes to the engine (TreePM's mesh has had the walk's time to
+  // finish). Declared before the evaluations in flight, which read it until they are done.
+  ForceAddend addend;
+  const auto lastBatch = [&](PlanBatch where) {
+    MATCHA_ASSERT(where.last, "an addend handed with a batch that is not the call's last");
+    if (takeAddend) {
+      addend = addendProvider_();
+      MATCHA_ASSERT(addend.count == sources.count && (out.pot == nullptr || addend.pot != nullptr),
+                    "PeriodicTreeSolver: the addend does not cover the bodies' outputs");
+      where.addend = &addend;
+      report.addendTaken = true;
+    }
+    return where;
+  };
   const auto numGroups = static_cast<std::uint32_t>(groups_.size());
   ListTotals lists;
   const auto countLists = [&](const InteractionPlan& plan) {
@@ -297,9 +314,9 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
         take(uploading.get());
         report.timings.engineWaitSeconds += waiting.seconds();
       }
-      take(evaluate(plan_, PlanBatch{false, true}));
+      take(evaluate(plan_, lastBatch(PlanBatch{false, true})));
     } else if (evaluatePlan) {
-      take(evaluate(plan_, PlanBatch{}));
+      take(evaluate(plan_, lastBatch(PlanBatch{})));
     }
     if (whileLastBatchRuns) whileLastBatchRuns();
     return lists;
@@ -348,7 +365,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
     const std::uint64_t entries = countLists(batch);
     collect();
     where.last = end == numGroups;
-    hand(batch, where);
+    hand(batch, where.last ? lastBatch(where) : where);
     where.first = false;
     entriesPerGroup = double(entries) / double(end - first);
     lastBatchGroups = end - first;
@@ -357,6 +374,7 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(const Particl
   if (whileLastBatchRuns) whileLastBatchRuns();
   collect();
   planJoined_ = false;
+  MATCHA_ASSERT(!takeAddend || report.addendTaken, "PeriodicTreeSolver: a pass without a last batch for the addend");
   return lists;
 }
 
@@ -894,8 +912,11 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
     report.timings.engineWaitSeconds = 0.0;
     report.timings[Phase::estimate] += estimate.seconds();
   }
-  const ListTotals lists =
-      walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident, &bodiesSent, permuteMotion);
+  // The caller's addend (TreePM's long range) goes to the engine with the last batch of lists, where the engine adds
+  // it as it copies out the batches' forces: not into a tree's resident lists, nor where some bodies keep their forces.
+  const bool takeAddend = addendProvider_ && engine_.addsForceAddend() && !evaluateResident && !someActive;
+  const ListTotals lists = walkAndEvaluate(particles, out, report, !evaluateResident, evaluateResident, &bodiesSent,
+                                           permuteMotion, takeAddend);
   permuteMotion();  // a no-op after every pass, which runs it; here so that nothing below can read half-sorted bodies
 
   clock.restart();

@@ -103,6 +103,8 @@ struct ForceReport {
   /// The engine's copy differed from the caller's bodies at this call: the positions were sent after all (the forces
   /// are right; the call took longer).
   bool advanceMismatch = false;
+  /// The solver called the caller's ForceAddendProvider, and its forces include the addend.
+  bool addendTaken = false;
 };
 
 class ForceSolver {
@@ -148,6 +150,18 @@ class ForceSolver {
   /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
   /// has no such point (the default): the caller then works on the bodies after the call.
   virtual bool setSortedBodiesHook(SortedBodiesHook /*hook*/) { return false; }
+
+  /// Another part of the force that the caller computed beside the call (TreePM's mesh on the GPU), handed to the
+  /// solver to add onto every body's forces as its engine writes them (PlanBatch::addend). The solver calls the
+  /// provider at most once per call, where its engine can take the addend and once the bodies are in the order the
+  /// call leaves them (after the sorted-bodies hook's last call), and the provider returns the addend in that order;
+  /// it may wait for the caller's work. A call that called it returns forces that include it (ForceReport::
+  /// addendTaken); a call that did not leaves the caller to add it. Only calls in which every body gets new forces
+  /// take one.
+  using ForceAddendProvider = std::function<ForceAddend()>;
+  /// Sets the provider for the calls that follow (an empty function: none). Returns false, keeping none, where the
+  /// solver never takes an addend (the default).
+  virtual bool setForceAddendProvider(ForceAddendProvider /*provider*/) { return false; }
 
   // Long-range steps (GADGET's PM steps): where the force is a short range plus a smooth long range (periodic TreePM),
   // the integrator may kick with the long range over longer steps than with the short range, and so compute it less

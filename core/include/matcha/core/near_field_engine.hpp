@@ -153,6 +153,11 @@ struct DriftCheck {
 struct PlanBatch {
   bool first = true;  ///< the call's first batch: its sources and cells are new to the engine
   bool last = true;   ///< the call's last batch: every group of the call is evaluated when it returns
+  /// With the last batch only, and only to an engine that addsForceAddend(): forces the engine adds onto the outputs
+  /// of every group of the call's batches (out + addend, each component rounded once, as a separate pass's
+  /// `out += addend` would round it) by the time the batch returns. It must cover the call's bodies, carry a potential
+  /// where `out` does, and stay valid and unchanged until the batch returns.
+  const ForceAddend* addend = nullptr;
 };
 
 class NearFieldEngine {
@@ -191,6 +196,10 @@ class NearFieldEngine {
                                               const ForceView& out, PlanBatch /*where*/) {
     return evaluatePlan(sources, cells, batch, gravity, out);
   }
+
+  /// Whether evaluatePlanBatch honours PlanBatch::addend. The CUDA engine adds it as it copies each batch's landed
+  /// outputs from its staging, while the GPU runs the batches after: the add no longer waits for the last kernels.
+  virtual bool addsForceAddend() const { return false; }
 
   /// Whether evaluatePlan's work runs on a device rather than on the host's cores: a caller then gains by evaluating
   /// one batch on a second host thread while its own threads walk the next (the CUDA engine); the CPU engine's

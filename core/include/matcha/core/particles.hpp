@@ -27,6 +27,18 @@ struct ForceView {
   std::size_t count = 0;
 };
 
+/// Another part of the force, for an engine to add onto its own outputs as it writes them (PlanBatch::addend: TreePM's
+/// long range onto the short range's pairs, the add then runs inside the copy of the outputs the engine makes anyway,
+/// instead of as a pass of its own after the call), in the same index space; pot null where the call computes no
+/// potentials.
+struct ForceAddend {
+  const double* ax = nullptr;
+  const double* ay = nullptr;
+  const double* az = nullptr;
+  const double* pot = nullptr;
+  std::size_t count = 0;
+};
+
 /// Accelerations to read, e.g. a force's long-range part (ForceSolver::lastLongRange); empty: count 0, null arrays.
 struct AccelerationView {
   const double* ax = nullptr;

@@ -100,6 +100,9 @@ class CudaEngine final : public NearFieldEngine {
                                       PlanBatch where) override;
   /// True: the kernels and copies run on the GPU, the host thread mostly waits for them.
   bool evaluatesOnDevice() const override { return true; }
+  /// True: a pipelined call's last batch adds PlanBatch::addend as each batch's landed outputs are copied out of the
+  /// staging, mostly while the GPU runs the batches after (a call in one batch adds it after its download).
+  bool addsForceAddend() const override { return true; }
 
   /// Resident lists (NearFieldEngine): the topology, masses and lists stay on the device; each launch uploads the
   /// positions, gathers them into the tree's order, refits every cell level by level (core/cell_refit.hpp), boxes

@@ -150,6 +150,12 @@ struct LongRangeTiming {
   double waitSeconds = 0;  ///< of which finishLongRange waited for the device
 };
 
+/// What ParticleMesh::collectLongRange gives: the long range's forces, for the caller to add, and its timing.
+struct LongRangeForces {
+  ForceAddend forces;  ///< in the order reorderLongRange gave (else the start's); valid until the mesh's next start
+  LongRangeTiming timing;
+};
+
 namespace detail {
 class GpuMesh;
 }
@@ -234,6 +240,12 @@ class ParticleMesh {
   ///                 ADDED to
   /// Throws InvariantError when nothing was started or the sizes differ from the start's.
   LongRangeTiming finishLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out);
+
+  /// finishLongRange without the add: waits for the started long range and returns its forces, the potential's self
+  /// term included, for a caller that adds them where it writes its own forces anyway (TreePM: the short range's
+  /// engine, ForceSolver::setForceAddendProvider). out + forces there is finishLongRange's sum, bit for bit. The same
+  /// arguments and errors as finishLongRange; forces.pot is null unless the start wanted potentials.
+  LongRangeForces collectLongRange(const SourceView& sources, const GravityParams& gravity);
 
   /// Drops a started long range, waiting for the device (a caller whose own work failed); never throws.
   void abandonLongRange() noexcept;

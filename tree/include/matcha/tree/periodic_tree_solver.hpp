@@ -193,6 +193,11 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// to reuse the tree, with none (again after the sort where the tree does not hold after all:
   /// ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
+  /// Called, where the engine adds addends (NearFieldEngine::addsForceAddend), just before a building call hands its
+  /// last batch of lists to the engine (the bodies are sorted and the hook has run), in a call in which every body gets
+  /// new forces and the engine evaluates the walked lists as they come (not a tree for several calls walked in one
+  /// plan); other calls leave the addend to the caller. True.
+  bool setForceAddendProvider(ForceAddendProvider provider) override;
   /// Where the engine drifts its own copy of the bodies and checks their balls (TreeParams::advanceOnDevice, the CUDA
   /// engine): a reused tree's call makes the caller's drift while the engine evaluates, else first.
   bool takesPendingDrift() const override {
@@ -235,10 +240,12 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// on another thread, whose timings it brings; the pass waits for it before its first lists. `whileLastBatchRuns`,
   /// where given, runs on the calling thread once the last batch is in the engine's hands, before the pass waits for
   /// it (host work that the engine's last kernels hide), or after the evaluation where the walk is not overlapped.
+  /// `takeAddend`: the caller's ForceAddendProvider is called right before the last batch goes to the engine, which
+  /// adds what it returns (PlanBatch::addend), and report.addendTaken says so.
   ListTotals walkAndEvaluate(const Particles& particles, const ForceView& out, ForceReport& report,
                              bool evaluatePlan = true, bool sequential = false,
                              std::future<EngineTimings>* bodiesSent = nullptr,
-                             const std::function<void()>& whileLastBatchRuns = {});
+                             const std::function<void()>& whileLastBatchRuns = {}, bool takeAddend = false);
   /// Has the engine evaluate plan_ (walked, not evaluated) into `out`.
   void evaluateWalkedPlan(const Particles& particles, const ForceView& out, ForceReport& report);
   /// Has the engine refit its copy of the current tree to `positions` and evaluate the lists it keeps into `out`: of
@@ -324,6 +331,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::size_t numBatches_ = 0;
   InteractionPlan noGroups_;  ///< the empty batch that hands the engine the bodies and cells ahead of the first lists
   SortedBodiesHook sortedHook_;
+  ForceAddendProvider addendProvider_;
   TreeStats stats_;
 
   // Reuse (TreeParams::reuse != 1). The bodies at the last build, in the tree's order: their positions and ids, and
