@@ -184,6 +184,17 @@ struct Accumulators {
       }
     }
   }
+  /// reduceOverLanes for a number of lanes known at run time (a power of two <= 32).
+  __device__ __forceinline__ void reduceOverLanes(int lanes) {
+#pragma unroll 1
+    for (int offset = lanes / 2; offset > 0; offset /= 2) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+#pragma unroll
+        for (int k = 0; k < kBodies; ++k) total[c][k] += __shfl_xor_sync(0xffffffffu, total[c][k], offset);
+      }
+    }
+  }
   /// Sums the totals over the `kLanes` consecutive lanes that share each body (kLanes a power of two <= 32).
   template <int kLanes>
   __device__ __forceinline__ void reduceOverLanes() {
@@ -426,6 +437,68 @@ __device__ __forceinline__ void evaluatePeriodicQuadrupoleTile(const typename Pa
           kWrap ? nearestImage(dx, box) : dx, kWrap ? nearestImage(dy, box) : dy, kWrap ? nearestImage(dz, box) : dz,
           centre.w, q, eps2, invTwoSplit, acc.tile[0][k], acc.tile[1][k], acc.tile[2][k], acc.tile[3][k]);
     }
+  }
+}
+
+/// evaluatePeriodicTile and evaluatePeriodicQuadrupoleTile over every `stride`-th entry of a kTile-entry tile from
+/// `first`, the stride known at run time (a power of two <= kTile / 2, so that the entries come in pairs): the plan
+/// kernels' tasks of one body per thread shared by 2-32 threads in one loop each instead of one per kind
+/// (mergesSmallTaskKinds). The same entries in the same order, so the same sums as the kinds' own loops.
+template <class Real, int kTile, bool kWrap, int kSharedTotals>
+__device__ __forceinline__ void evaluatePeriodicTileStrided(const typename Packed4<Real>::type* tile, int first,
+                                                            int stride, const Real (&xi)[1], const Real (&yi)[1],
+                                                            const Real (&zi)[1], Real eps2, Real box, Real invTwoSplit,
+                                                            Real cutoff2, Accumulators<Real, 1, kSharedTotals>& acc) {
+  acc.clearTile();
+  const auto pair = [&](int slot) {
+    const auto source = tile[slot];
+    const Real dx = source.x - xi[0], dy = source.y - yi[0], dz = source.z - zi[0];
+    accumulateTruncatedPairInteraction<Real>(kWrap ? nearestImage(dx, box) : dx, kWrap ? nearestImage(dy, box) : dy,
+                                             kWrap ? nearestImage(dz, box) : dz, source.w, eps2, invTwoSplit, cutoff2,
+                                             acc.tile[0][0], acc.tile[1][0], acc.tile[2][0], acc.tile[3][0]);
+  };
+#pragma unroll 1
+  for (int slot = first; slot < kTile; slot += 2 * stride) {
+    pair(slot);
+    pair(slot + stride);
+  }
+}
+
+template <class Real, int kTile, bool kWrap, int kSharedTotals>
+__device__ __forceinline__ void evaluatePeriodicQuadrupoleTileStrided(const typename Packed4<Real>::type* cellTile,
+                                                                      int first, int stride, const Real (&xi)[1],
+                                                                      const Real (&yi)[1], const Real (&zi)[1],
+                                                                      Real eps2, Real box, Real invTwoSplit,
+                                                                      Accumulators<Real, 1, kSharedTotals>& acc) {
+  acc.clearTile();
+  const auto cell = [&](int slot) {
+    const auto centre = cellTile[3 * slot];
+    const auto diagonal = cellTile[3 * slot + 1];
+    const auto offDiagonal = cellTile[3 * slot + 2];
+    const Quadrupole<Real> q{diagonal.x,    diagonal.y,    diagonal.z, offDiagonal.x,
+                             offDiagonal.y, offDiagonal.z, diagonal.w};
+    const Real dx = centre.x - xi[0], dy = centre.y - yi[0], dz = centre.z - zi[0];
+    accumulateTruncatedQuadrupoleInteraction<Real>(
+        kWrap ? nearestImage(dx, box) : dx, kWrap ? nearestImage(dy, box) : dy, kWrap ? nearestImage(dz, box) : dz,
+        centre.w, q, eps2, invTwoSplit, acc.tile[0][0], acc.tile[1][0], acc.tile[2][0], acc.tile[3][0]);
+  };
+#pragma unroll 1
+  for (int slot = first; slot < kTile; slot += 2 * stride) {
+    cell(slot);
+    cell(slot + stride);
+  }
+}
+
+/// Adds the tile sums into the bag and flushes the bag every `flushTiles` tiles, a count known at run time
+/// (flushInterval of the entries a thread takes per tile); with 1 the bag holds one tile's sums exactly, and the totals
+/// get accumulateTile's bits.
+template <class Real, int kBodies, int kSharedTotals>
+__device__ __forceinline__ void accumulateTileEvery(Accumulators<Real, kBodies, kSharedTotals>& acc, int& tilesInBag,
+                                                    int flushTiles) {
+  acc.addTileToBag();
+  if (++tilesInBag == flushTiles) {
+    acc.flushBag();
+    tilesInBag = 0;
   }
 }
 
@@ -800,6 +873,23 @@ __host__ __device__ constexpr int firstPlanTaskKind() {
   return std::is_same_v<Real, float> ? 0 : 1;
 }
 
+/// Whether a plan kernel runs its task kinds of one body per thread (kinds 2-7: 1-32 threads per body) in one
+/// instantiation, the threads per body known at run time (runPlanTask with kQ = 0), instead of one per kind: periodic
+/// quadrupole plans.
+/// Their kernel's eight kinds, each with its truncated pair and cell loops (wrapped and not), came to ~13,400
+/// instructions (210 KB of code; the periodic monopole kernel 6,700), and its warps, running different kinds side by
+/// side, stalled on instruction fetch: 0.92 cycles per issued instruction against 0.04 in the monopole kernel (Nsight
+/// Compute on the H200, the periodic plan of a Plummer sphere in a box at 2^20).
+template <bool kQuadrupole, bool kPeriodic>
+__host__ __device__ constexpr bool mergesSmallTaskKinds() {
+  return kQuadrupole && kPeriodic;
+}
+static_assert(kPlanTaskKinds[2].threadsPerBody == 1 && kPlanTaskKinds[3].threadsPerBody == 2 &&
+                  kPlanTaskKinds[4].threadsPerBody == 4 && kPlanTaskKinds[5].threadsPerBody == 8 &&
+                  kPlanTaskKinds[6].threadsPerBody == 16 && kPlanTaskKinds[7].threadsPerBody == 32 &&
+                  kPlanTaskKinds[2].bodiesPerThread == 1 && kPlanTaskKinds[7].bodiesPerThread == 1,
+              "the merged kinds: 2^(kind - 2) threads per body (planKernel), one body per thread");
+
 /// Doubles of shared memory per lane for the totals of 4-bodies-per-thread tasks: 4 components for each body.
 inline constexpr int kPlanTotalsPerLane = 16;
 
@@ -846,16 +936,23 @@ struct PlanArgs {
 /// are monopoles) as point masses, then, with kQuadrupole, its cells as quadrupoles. kPeriodic: the periodic TreePM
 /// short range (every position at its nearest image relative to the group centre, then every separation again at its
 /// nearest image, the erfc-truncated pair and cell), a compile-time flag so that the open kernels stay as they are.
+/// kQ = 0: one body per thread, shared by `runtimeQ` threads (1..32), a number known at run time: the task kinds of
+/// mergesSmallTaskKinds in one instantiation.
 template <class Real, bool kQuadrupole, bool kAccurateNearPairs, bool kPotential, int kTile, int kQ, int kI,
           bool kPeriodic = false>
 __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const uint4 task,
                                             typename Packed4<Real>::type* tile, typename Packed4<Real>::type* cellTile,
-                                            double* warpTotals, int lane) {
+                                            double* warpTotals, int lane, int runtimeQ = 0) {
   using Vec = typename Packed4<Real>::type;
-  constexpr int kRowsPerPass = 32 / kQ;
+  constexpr bool kRuntimeQ = kQ == 0;
+  static_assert(!kRuntimeQ || (kI == 1 && kPeriodic && kTile % 64 == 0),
+                "threads per body at run time: periodic tasks of one body per thread, tiles of whole pairs of warps");
+  const int q = kRuntimeQ ? runtimeQ : kQ;
+  const int rowsPerPass = 32 / q;
   constexpr int kLoads = kTile / 32;
-  constexpr int kEntries = kTile / kQ;
-  constexpr int kFlushTiles = flushInterval(kEntries);
+  constexpr int kEntries = kTile / (kRuntimeQ ? 1 : kQ);  // with kRuntimeQ: the most, at q = 1
+  [[maybe_unused]] const int flushTiles = kRuntimeQ ? flushInterval(kTile / q) : flushInterval(kEntries);
+  constexpr int kFlushTiles = kRuntimeQ ? 0 : flushInterval(kEntries);  // 0: flushTiles, at run time
   // How many sources of a tile each loop takes per iteration. Unrolled code is large (a kernel instantiates eight
   // task kinds, each with its near, far, cell and periodic loops), and warps running different kinds share the
   // instruction cache: the cell and truncated loops (35-90 instructions per interaction) at 4-8 sources per iteration
@@ -869,8 +966,8 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   const std::uint32_t group = task.x;
   const std::uint32_t firstBody = task.y;
   const std::uint32_t numRows = task.z;
-  const int slice = lane % kQ;
-  const int rowInPass = lane / kQ;
+  const int slice = lane % q;
+  const int rowInPass = lane / q;
 
   const double cx = args.groupCentres[3 * group + 0];
   const double cy = args.groupCentres[3 * group + 1];
@@ -886,7 +983,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   Real xi[kI], yi[kI], zi[kI];
 #pragma unroll
   for (int k = 0; k < kI; ++k) {
-    const std::uint32_t row = rowInPass + k * kRowsPerPass;
+    const std::uint32_t row = rowInPass + k * rowsPerPass;
     const std::uint32_t i = firstBody + row;
     const bool valid = row < numRows;
     if constexpr (kPeriodic) {
@@ -1023,7 +1120,7 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     if (t + 2 < numTiles) loadIndices(t + 2);
     const auto exactSource = [&](int slot, int k, const Vec& source, double& dx, double& dy, double& dz, double& mass) {
       const std::uint32_t e = t * kTile + slot;
-      const std::uint32_t row = rowInPass + k * kRowsPerPass;
+      const std::uint32_t row = rowInPass + k * rowsPerPass;
       if (e < numPointEntries && row < numRows) {
         bool isCell;
         const std::uint32_t index = pointEntry(e, isCell);
@@ -1040,7 +1137,15 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
         mass = 0.0;
       }
     };
-    if constexpr (kPeriodic) {
+    if constexpr (kRuntimeQ) {
+      if (wrapTile) {
+        evaluatePeriodicTileStrided<Real, kTile, true>(tile, slice, q, xi, yi, zi, args.eps2, args.box,
+                                                       args.invTwoSplit, args.cutoff2, acc);
+      } else {
+        evaluatePeriodicTileStrided<Real, kTile, false>(tile, slice, q, xi, yi, zi, args.eps2, args.box,
+                                                        args.invTwoSplit, args.cutoff2, acc);
+      }
+    } else if constexpr (kPeriodic) {
       if (wrapTile) {
         evaluatePeriodicTile<Real, kI, kEntries, kQ, kLongUnroll, true>(tile, slice, xi, yi, zi, args.eps2, args.box,
                                                                         args.invTwoSplit, args.cutoff2, acc);
@@ -1053,7 +1158,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
     } else {
       evaluateFarTile<Real, kI, kEntries, kQ, kUnroll>(tile, slice, xi, yi, zi, args.eps2, acc);
     }
-    accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+    if constexpr (kRuntimeQ) {
+      accumulateTileEvery(acc, tilesInBag, flushTiles);
+    } else {
+      accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+    }
   }
 
   if constexpr (kQuadrupole) {
@@ -1096,7 +1205,15 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       if (t + 1 < numCellTiles) loadCellIds(t + 1);
       const bool wrapTile = kPeriodic && __any_sync(0xffffffffu, wrapCell);
       __syncwarp();
-      if constexpr (kPeriodic) {
+      if constexpr (kRuntimeQ) {
+        if (wrapTile) {
+          evaluatePeriodicQuadrupoleTileStrided<Real, kTile, true>(cellTile, slice, q, xi, yi, zi, args.eps2, args.box,
+                                                                   args.invTwoSplit, acc);
+        } else {
+          evaluatePeriodicQuadrupoleTileStrided<Real, kTile, false>(cellTile, slice, q, xi, yi, zi, args.eps2, args.box,
+                                                                    args.invTwoSplit, acc);
+        }
+      } else if constexpr (kPeriodic) {
         if (wrapTile) {
           evaluatePeriodicQuadrupoleTile<Real, kI, kEntries, kQ, kLongUnroll, true>(
               cellTile, slice, xi, yi, zi, args.eps2, args.box, args.invTwoSplit, acc);
@@ -1107,17 +1224,29 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
       } else {
         evaluateQuadrupoleTile<Real, kI, kEntries, kQ, kLongUnroll>(cellTile, slice, xi, yi, zi, args.eps2, acc);
       }
-      accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+      if constexpr (kRuntimeQ) {
+        accumulateTileEvery(acc, tilesInBag, flushTiles);
+      } else {
+        accumulateTile<Real, kI, kFlushTiles>(acc, tilesInBag);
+      }
     }
   }
-  if constexpr (!std::is_same_v<Real, double> && kFlushTiles > 1) acc.flushBag();
+  if constexpr (kRuntimeQ) {
+    if (flushTiles > 1) acc.flushBag();
+  } else if constexpr (!std::is_same_v<Real, double> && kFlushTiles > 1) {
+    acc.flushBag();
+  }
   acc.loadSharedTotals();
-  acc.template reduceOverLanes<kQ>();
+  if constexpr (kRuntimeQ) {
+    acc.reduceOverLanes(q);
+  } else {
+    acc.template reduceOverLanes<kQ>();
+  }
 
   if (slice == 0) {
 #pragma unroll
     for (int k = 0; k < kI; ++k) {
-      const std::uint32_t row = rowInPass + k * kRowsPerPass;
+      const std::uint32_t row = rowInPass + k * rowsPerPass;
       if (row >= numRows) continue;
       const std::uint32_t i = firstBody + row;
       args.out.ax[i] = args.G * acc.total[0][k];
@@ -1158,6 +1287,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) planKernel(const Plan
     taskIndex = __shfl_sync(0xffffffffu, taskIndex, 0);
     if (taskIndex >= args.numTasks) return;
     const uint4 task = args.tasks[taskIndex];
+    if constexpr (mergesSmallTaskKinds<kQuadrupole, kPeriodic>()) {
+      if (task.w >= 2) {
+        runPlanTask<Real, kQuadrupole, kAccurateNearPairs, kPotential, kTile, 0, 1, kPeriodic>(
+            args, task, tile, cellTile, warpTotals, lane, 1 << (task.w - 2));
+        continue;
+      }
+    }
     switch (task.w) {
       case 0:
         if constexpr (kFourBodyTasks) {
