@@ -67,46 +67,25 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
     return report;
   }
   runPendingDrift();  // the mesh reads the positions
-  // On the GPU the mesh runs beside the short range, on the bodies in the caller's order (in a run, nearly the order
+  // On the GPU the mesh starts before the short range, on the bodies in the caller's order (in a run, nearly the order
   // of the last tree's sort, in which the deposit and interpolation touch neighbouring mesh points in turn), so that
   // it runs beside the tree's sort, build and walk and is done before the short range's kernels need the GPU (started
-  // after the sort, its ~100 ms at 512^3 ran under them: 2^24 clumps on the H200). It starts at the short range's
-  // first hook: the sorting hook, while the keys are sorted on the GPU and the host's cores would wait (its copy of
-  // the bodies into page-locked memory took ~20 ms of a 2^24 call before the tree's work), or the sorted-bodies hook
-  // of a call that expects to keep the tree (called first thing, the bodies as they came); before the call where the
-  // short range has neither. The sorted-bodies hook then says how the call reordered the bodies; the mesh gathers its
-  // results into that order on the GPU.
+  // after the sort, its ~100 ms at 512^3 ran under them: 2^24 clumps on the H200). The short range says through its
+  // hook how it reordered the bodies; the mesh gathers its results into that order on the GPU, and they are added
+  // after the short range, as the sequential call adds them.
   bool started = false;
-  bool startedSorted = false;  // on bodies a sort had already reordered: no order follows
-  const auto start = [&](const SourceView& bodies) {
-    mesh_->startLongRange(bodies, gravity_, wantPotentials);
-    started = true;
-  };
-  const bool beside =
-      mesh_ && mesh_->runsBeside() &&
-      shortRange_->setSortedBodiesHook([&](const SourceView& bodies, std::span<const std::uint32_t> order) {
-        if (!started) {
-          start(bodies);
-          startedSorted = !order.empty();
-          return;
-        }
-        MATCHA_ASSERT(!startedSorted, "TreePmSolver: a second sort after the mesh took the sorted bodies");
-        mesh_->reorderLongRange(order);
-      });
-  const bool startsWhileSorting = beside && shortRange_->setSortingHook([&](const SourceView& bodies) {
-    if (!started) start(bodies);
-  });
-  const auto unhookStarts = [&] {
-    if (beside) shortRange_->setSortedBodiesHook({});
-    if (startsWhileSorting) shortRange_->setSortingHook({});
-  };
-  if (beside && !startsWhileSorting) {
+  const bool beside = mesh_ && mesh_->runsBeside() &&
+                      shortRange_->setSortedBodiesHook([&](const SourceView&, std::span<const std::uint32_t> order) {
+                        mesh_->reorderLongRange(order);
+                      });
+  if (beside) {
     try {
-      start(particles.sources());
+      mesh_->startLongRange(particles.sources(), gravity_, wantPotentials);
     } catch (...) {
-      unhookStarts();
+      shortRange_->setSortedBodiesHook({});
       throw;
     }
+    started = true;
   }
   // With long-range steps the mesh's accelerations go to their own arrays first (its potentials to the bodies'), then
   // onto the short range's: the integrator kicks with the two parts apart.
@@ -115,13 +94,12 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
   // engine as it copies its own forces out, under the GPU's last kernels: after the call, that pass over the bodies
   // took ~13 ms of a 2^24 call (H200 host). A call that does not ask (a reused tree's) leaves the add to finish below.
   std::optional<LongRangeForces> collected;
-  const bool handOver = beside && !keep && shortRange_->setForceAddendProvider([&] {
-    if (!started) start(particles.sources());  // a short range that called no hook: the mesh now, in its order
+  const bool handOver = started && !keep && shortRange_->setForceAddendProvider([&] {
     collected = mesh_->collectLongRange(particles.sources(), gravity_);
     return collected->forces;
   });
   const auto unhook = [&] {
-    unhookStarts();
+    if (beside) shortRange_->setSortedBodiesHook({});
     if (handOver) shortRange_->setForceAddendProvider({});
   };
   ForceReport report;

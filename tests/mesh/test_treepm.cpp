@@ -802,65 +802,6 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
                                      "TreePM with the FFTW mesh, MeshParams::overlap on and off");
 }
 
-// The sorting hook (ForceSolver::setSortingHook, where TreePM starts the GPU mesh): called once per call that builds,
-// while the keys are sorted, with the bodies still in the caller's order, before the sorted-bodies hook (whose order
-// is relative to that); not on a call that keeps the tree; an empty hook turns it off.
-TEST(PeriodicOverlap, SortingHookSeesTheCallersOrder) {
-  const std::uint64_t seed = testing::freshSeed();
-  SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  Particles bodies = testing::clumpyBox(seed, L, 256, 1024);
-  wrapIntoBox(bodies, L);
-  GravityParams gravity;
-  gravity.eps = 1e-3 * L;
-  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
-  gpu::CpuEngine cpu(gpu::Precision::float32);
-  TreeParams params;
-  params.reuse = 3;
-  tree::PeriodicTreeSolver solver(cpu, params, gravity);
-  int sortings = 0, sorts = 0;
-  std::vector<double> xAtSorting;
-  Particles bodiesNow;  // a copy of the bodies each call is given
-  EXPECT_TRUE(solver.setSortingHook([&](const SourceView& seen) {
-    ++sortings;
-    EXPECT_EQ(sorts, sortings - 1) << "the sorting hook after the sorted-bodies hook of its sort";
-    xAtSorting.assign(seen.x, seen.x + seen.count);
-    EXPECT_EQ(xAtSorting, bodiesNow.x) << "the sorting hook saw the bodies moved";
-  }));
-  EXPECT_TRUE(solver.setSortedBodiesHook([&](const SourceView& seen, std::span<const std::uint32_t> order) {
-    if (order.empty()) return;  // a call that expects to keep the tree, first thing
-    ++sorts;
-    if (xAtSorting.empty()) return;  // the sorting hook is off
-    ASSERT_EQ(order.size(), xAtSorting.size());
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      ASSERT_EQ(seen.x[k], xAtSorting[order[k]]) << "the order is not relative to the sorting hook's bodies";
-    }
-    xAtSorting.clear();
-  }));
-  Particles p = bodies;
-  bodiesNow = p;
-  solver.computeForces(p);
-  EXPECT_EQ(sortings, 1);
-  EXPECT_EQ(sorts, 1);
-  EXPECT_NE(p.x, bodies.x) << "the call did not sort: the test would not see the order";
-  // The next call keeps the tree (the bodies have not moved): no sort, no sorting hook.
-  solver.computeForces(p);
-  EXPECT_EQ(solver.lastStats().callsOnTree, 2u) << "the second call built anew";
-  EXPECT_EQ(sortings, 1);
-  // Other bodies: a sort, and again the sorting hook first.
-  Particles q = bodies;
-  for (double& x : q.x) x = std::fmod(x + 0.25 * L, L);
-  bodiesNow = q;
-  solver.computeForces(q);
-  EXPECT_EQ(sortings, 2);
-  EXPECT_EQ(sorts, 2);
-  EXPECT_TRUE(solver.setSortingHook({}));
-  Particles r = bodies;
-  solver.computeForces(r);
-  EXPECT_EQ(sortings, 2);
-  EXPECT_EQ(sorts, 3);
-}
-
 // The addend (ForceSolver::setForceAddendProvider, TreePM's GPU mesh handed to the short range's engine): the periodic
 // solver asks for it once per call, after the sorted-bodies hook and only for the call's last pass (a first call's
 // estimate pass goes without), and hands it with the last batch to an engine that adds addends, walked in batches or

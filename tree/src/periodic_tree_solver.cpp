@@ -183,11 +183,6 @@ bool PeriodicTreeSolver::setSortedBodiesHook(SortedBodiesHook hook) {
   return true;
 }
 
-bool PeriodicTreeSolver::setSortingHook(SortingHook hook) {
-  sortingHook_ = std::move(hook);
-  return true;
-}
-
 bool PeriodicTreeSolver::setForceAddendProvider(ForceAddendProvider provider) {
   addendProvider_ = std::move(provider);
   return true;
@@ -831,15 +826,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   cube.side = gravity_.periodic.boxSize;
   computeMortonKeys(particles.sources(), cube, keys_);
   phaseDone(Phase::keys);
-  // The sorting hook (TreePM: the GPU mesh's start, ~20 ms of a 2^24 call on the H200's host copying the bodies into
-  // page-locked memory) runs while the keys go to the GPU and back, when the host's cores would wait; the bodies stay
-  // as they are until it returns. The sort phase lasts until both are done.
-  std::future<void> sortingHookRunning;
-  if (sortingHook_) {
-    sortingHookRunning = std::async(std::launch::async, [&] { sortingHook_(particles.sources()); });
-  }
   sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
-  if (sortingHookRunning.valid()) sortingHookRunning.get();  // its exception, if any, is the call's
   phaseDone(Phase::sort);
   // The octree needs the sorted keys alone: it is built beside the bodies' permutation, memory-bound passes sharing
   // the cores. The 2^24 clumps call (H200 host) spent ~40 ms on the permutation, 15 on the hook (TreePM's mesh start)

@@ -151,17 +151,6 @@ class ForceSolver {
   /// has no such point (the default): the caller then works on the bodies after the call.
   virtual bool setSortedBodiesHook(SortedBodiesHook /*hook*/) { return false; }
 
-  /// What a solver that sorts the bodies calls, once per call that sorts, on a thread of its own while it sorts their
-  /// keys (the periodic tree solver, whose sort on the GPU leaves the host's cores waiting): the bodies are in the
-  /// caller's order, and the solver changes none of them until the hook has returned (it waits for it before it
-  /// reorders them). The caller may start work on them there, in its own order, instead of before the call: TreePM's
-  /// particle mesh copies the bodies into page-locked memory and starts on the GPU. A later sorted-bodies hook's
-  /// `order` is relative to this order (the call's start).
-  using SortingHook = std::function<void(const SourceView& bodies)>;
-  /// Sets the hook for the calls that follow (an empty function: none). Returns false, keeping none, where the solver
-  /// has no such point (the default).
-  virtual bool setSortingHook(SortingHook /*hook*/) { return false; }
-
   /// Another part of the force that the caller computed beside the call (TreePM's mesh on the GPU), handed to the
   /// solver to add onto every body's forces as its engine writes them (PlanBatch::addend). The solver calls the
   /// provider at most once per call, where its engine can take the addend and once the bodies are in the order the

@@ -193,9 +193,6 @@ class PeriodicTreeSolver final : public ForceSolver {
   /// to reuse the tree, with none (again after the sort where the tree does not hold after all:
   /// ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
-  /// Called by a call that builds, on a thread of its own, while the keys are sorted (on the engine's device where
-  /// TreeParams::sortOnDevice, else on the cores); the permutation waits for it. Always true.
-  bool setSortingHook(SortingHook hook) override;
   /// Called, where the engine adds addends (NearFieldEngine::addsForceAddend), just before a building call hands its
   /// last batch of lists to the engine (the bodies are sorted and the hook has run), in a call in which every body gets
   /// new forces and the engine evaluates the walked lists as they come (not a tree for several calls walked in one
@@ -334,7 +331,6 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::size_t numBatches_ = 0;
   InteractionPlan noGroups_;  ///< the empty batch that hands the engine the bodies and cells ahead of the first lists
   SortedBodiesHook sortedHook_;
-  SortingHook sortingHook_;
   ForceAddendProvider addendProvider_;
   TreeStats stats_;
 
