@@ -872,52 +872,34 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // destroyed: an exception thrown here leaves no hook running.)
   std::future<void> hookRunning;
   if (sortedHook_) hookRunning = std::async(std::launch::async, [&] { sortedHook_(particles.sources(), order_); });
+  clock.restart();
+  computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_,
+                    balls ? sortedRadius_.data() : nullptr);
+  phaseDone(Phase::multipoles);
   // A tree for several calls is handed to the engine anyway (resident lists): the sequential walk's plan is then
   // evaluated there, this call too, so that its lists cross to the GPU once, not twice (evaluatePlan, then the
   // hand-over). The batches of an overlapped walk are evaluated as they are walked. With block time steps the walk is
   // sequential too, and the engine evaluates the active bodies' groups alone (findActiveGroups).
   const bool evaluateResident = treeCalls > 1 && (!params_.overlapWalk || someActive);
   const ForceView out = forcesToWrite(particles);
-  // An engine on a device takes the bodies and cells (an empty first batch) on another thread once the multipoles are
-  // done, while the cores make the rest: the first lists of a 2^24 call waited ~20 ms for them (H200). With an
-  // estimate pass first, they are that pass's, and the call's own pass sends them again.
+  // An engine on a device takes the bodies and cells (an empty first batch) on another thread while the cores make
+  // the groups: the first lists of a 2^24 call waited ~20 ms for them (H200). With an estimate pass first, they are
+  // that pass's, and the call's own pass sends them again.
   std::future<EngineTimings> bodiesSent;
-  // The multipoles (then the walk's tree of them) and the groups (then their tolerances) read the octree and the
-  // sorted bodies, not each other's results: they are made side by side, each filling the cores that the other's
-  // level-by-level passes and serial parts leave idle (one after the other they took ~25 and ~34 ms of a 2^24 call on
-  // the H200's 16-core host).
-  double multipoleSeconds = 0.0, groupSeconds = 0.0, walkTreeSeconds = 0.0;
-  bool tolerancesSet = false;
-  tbb::parallel_invoke(
-      [&] {
-        const Stopwatch building;
-        computeMultipoles(particles.sources(), params_.theta, params_.multipole, tree_,
-                          balls ? sortedRadius_.data() : nullptr);
-        multipoleSeconds = building.seconds();
-        if (!evaluateResident && engine_.evaluatesOnDevice()) {
-          bodiesSent = std::async(std::launch::async, [&] {
-            engine_.evaluatePlanBatch(particles.sources(), tree_.multipoles, noGroups_, gravity_, out,
-                                      PlanBatch{true, false});
-            return engine_.lastTimings();
-          });
-        }
-        const Stopwatch walkTreeBuilding;
-        buildWalkTree(tree_, walkTree_, gravity_.periodic);
-        walkTreeSeconds = walkTreeBuilding.seconds();
-      },
-      [&] {
-        const Stopwatch grouping;
-        makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
-        if (balls) setGroupBoxesOfBalls(particles.sources(), sortedRadius_.data(), groups_);
-        tolerancesSet = someActive ? setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)
-                                   : setRelativeTolerances(std::span<const double>(sortedAccelMagnitudes_),
-                                                           params_.alpha, gravity_.G, groups_);
-        groupSeconds = grouping.seconds();
-      });
-  // Each its own time, as the octree's and the permutation's above; the walk's tree counts with the groups.
-  report.timings[Phase::multipoles] += multipoleSeconds;
-  report.timings[Phase::groups] += groupSeconds + walkTreeSeconds;
-  clock.restart();
+  if (!evaluateResident && engine_.evaluatesOnDevice()) {
+    bodiesSent = std::async(std::launch::async, [&] {
+      engine_.evaluatePlanBatch(particles.sources(), tree_.multipoles, noGroups_, gravity_, out,
+                                PlanBatch{true, false});
+      return engine_.lastTimings();
+    });
+  }
+  makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+  if (balls) setGroupBoxesOfBalls(particles.sources(), sortedRadius_.data(), groups_);
+  bool tolerancesSet = someActive ? setRelativeTolerances(particles, params_.alpha, gravity_.G, groups_)
+                                  : setRelativeTolerances(std::span<const double>(sortedAccelMagnitudes_),
+                                                          params_.alpha, gravity_.G, groups_);
+  buildWalkTree(tree_, walkTree_, gravity_.periodic);
+  phaseDone(Phase::groups);
   if (hookRunning.valid()) hookRunning.get();  // its exception, if any, is the call's
 
   if (!tolerancesSet && params_.alpha > 0.0) {
