@@ -1489,10 +1489,10 @@ TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
 //    call's cut is known (CudaEngine::evaluatePlanBatch). The test checks that the one plan did cut tasks;
 //  - TreePM with the FFTW mesh (after the short range either way): bit for bit;
 //  - TreePM with the cuFFT mesh beside (its forces added by the CUDA engine as it copies out the short range's:
-//    ForceSolver::setForceAddendProvider): the short range's bits plus the mesh's, whose deposit adds doubles
-//    atomically in whatever order the warps reach a mesh point, so two sequential calls differ too (~1e-16 of the
-//    grid's values): within 1e-12 of the rms force and potential (a mesh begun before the sort, or added twice, would
-//    differ by ~1).
+//    ForceSolver::setForceAddendProvider; walked in batches and in one plan): the short range's bits plus the mesh's,
+//    whose deposit adds doubles atomically in whatever order the warps reach a mesh point, so two sequential calls
+//    differ too (~1e-16 of the grid's values): within 1e-12 of the rms force and potential (a mesh begun before the
+//    sort, or added twice, would differ by ~1).
 TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -1565,36 +1565,50 @@ TEST_F(CudaEngineTest, PeriodicOverlapGivesTheSequentialForces) {
                                     gravity);
         mesh::TreePmSolver again(std::make_unique<tree::PeriodicTreeSolver>(engine, sequential, gravity), meshOff,
                                  gravity);
+        // The mesh beside a walk in one plan: the engine adds the mesh's forces after its one download.
+        mesh::TreePmSolver onePlan(std::make_unique<tree::PeriodicTreeSolver>(engine, sequential, gravity), meshOn,
+                                   gravity);
         const bool beside = backend == mesh::MeshBackend::cufft;
         EXPECT_EQ(treePmOn.describe().find("beside the short range") != std::string::npos, beside)
             << treePmOn.describe();
-        for (mesh::TreePmSolver* solver : {&treePmOff, &treePmOn, &again}) solver->setPotentialsWanted(potentials);
-        Particles off = box.bodies, on = box.bodies, offAgain = box.bodies;
+        for (mesh::TreePmSolver* solver : {&treePmOff, &treePmOn, &again, &onePlan}) {
+          solver->setPotentialsWanted(potentials);
+        }
+        Particles off = box.bodies, on = box.bodies, offAgain = box.bodies, inOnePlan = box.bodies;
         for (const int call : {1, 2}) {
           SCOPED_TRACE("call " + std::to_string(call));
           treePmOff.computeForces(off);
           const ForceReport report = treePmOn.computeForces(on);
           again.computeForces(offAgain);
+          const ForceReport onePlanReport = onePlan.computeForces(inOnePlan);
           EXPECT_GT(report.timings[Phase::mesh], 0.0);
           EXPECT_GE(report.timings.meshWaitSeconds, 0.0);
           // The cuFFT mesh's forces go to the CUDA engine, which adds them as it copies out the batches' forces.
           EXPECT_EQ(report.addendTaken, beside);
+          EXPECT_EQ(onePlanReport.addendTaken, beside);
           if (!beside) {
             testing::expectSameBodiesBitForBit(off, on, what + ", TreePM with the FFTW mesh", potentials);
+            testing::expectSameBodiesBitForBit(off, inOnePlan, what + ", TreePM with the FFTW mesh, one plan",
+                                               potentials);
             continue;
           }
           ASSERT_EQ(on.id, off.id);
+          ASSERT_EQ(inOnePlan.id, off.id);
           double squares = 0, potentialSquares = 0, worst = 0, worstPotential = 0, noise = 0;
           for (std::size_t i = 0; i < off.size(); ++i) {
             squares += off.ax[i] * off.ax[i] + off.ay[i] * off.ay[i] + off.az[i] * off.az[i];
             worst = std::max(worst, std::hypot(on.ax[i] - off.ax[i], on.ay[i] - off.ay[i], on.az[i] - off.az[i]));
+            worst = std::max(worst, std::hypot(inOnePlan.ax[i] - off.ax[i], inOnePlan.ay[i] - off.ay[i],
+                                               inOnePlan.az[i] - off.az[i]));
             noise = std::max(
                 noise, std::hypot(offAgain.ax[i] - off.ax[i], offAgain.ay[i] - off.ay[i], offAgain.az[i] - off.az[i]));
             if (potentials) {
               potentialSquares += off.pot[i] * off.pot[i];
               worstPotential = std::max(worstPotential, std::abs(on.pot[i] - off.pot[i]));
+              worstPotential = std::max(worstPotential, std::abs(inOnePlan.pot[i] - off.pot[i]));
             } else {
               EXPECT_TRUE(std::isnan(on.pot[i])) << i;
+              EXPECT_TRUE(std::isnan(inOnePlan.pot[i])) << i;
             }
           }
           const double rms = std::sqrt(squares / double(off.size()));
