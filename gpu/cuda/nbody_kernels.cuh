@@ -953,11 +953,11 @@ __device__ __forceinline__ void runPlanTask(const PlanArgs<Real>& args, const ui
   constexpr int kEntries = kTile / (kRuntimeQ ? 1 : kQ);  // with kRuntimeQ: the most, at q = 1
   [[maybe_unused]] const int flushTiles = kRuntimeQ ? flushInterval(kTile / q) : flushInterval(kEntries);
   constexpr int kFlushTiles = kRuntimeQ ? 0 : flushInterval(kEntries);  // 0: flushTiles, at run time
-  // How many sources of a tile each loop takes per iteration. Unrolled code is large (a kernel instantiates eight
-  // task kinds, each with its near, far, cell and periodic loops), and warps running different kinds share the
-  // instruction cache: the cell and truncated loops (35-90 instructions per interaction) at 4-8 sources per iteration
-  // stalled on instruction fetch (Nsight Compute on the H200: 0.85 cycles per issued instruction for the quadrupole
-  // plan, 7.4 for the periodic one; the quadrupole plan 0.12 unrolled 1-2). The pair
+  // How many sources of a tile each loop takes per iteration. Unrolled code is large (a kernel instantiates up to
+  // eight task kinds, each with its near, far, cell and periodic loops: mergesSmallTaskKinds), and warps running
+  // different kinds share the instruction cache: the cell and truncated loops (35-90 instructions per interaction) at
+  // 4-8 sources per iteration stalled on instruction fetch (Nsight Compute on the H200: 0.85 cycles per issued
+  // instruction for the quadrupole plan, 7.4 for the periodic one; the quadrupole plan 0.12 unrolled 1-2). The pair
   // loops of the 128-row kind ran 5-7% faster at 2 than at 4 sources (ncrit 256-1024 acceleration-only plans), those of
   // the smaller kinds 2-4% slower at 4 than at 8. With the potential the 128-row kind's ran faster at 4 (monopole
   // cells, 128 registers: ncrit 256 3.33 -> 3.23 ms, ncrit 1024 4.89 -> 4.69; quadrupole 7.30 -> 7.22, 9.59 -> 9.47).
