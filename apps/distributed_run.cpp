@@ -1348,6 +1348,7 @@ TreeMeasurement measureOnRanks(const Options& configuration, const Sample& sampl
   } else {
     forceSolver = std::move(distributed);
   }
+  forceSolver->setPotentialsWanted(false);  // accelerations alone, as compare on one rank measures them
   forceSolver->computeForces(mine);
   TreeMeasurement measured;
   MPI_Barrier(comm);
