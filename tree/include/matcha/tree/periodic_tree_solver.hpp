@@ -117,7 +117,10 @@ inline std::uint32_t periodicAutoReuse(bool engineOnDevice) { return engineOnDev
 /// which every reused step of a comoving run pays. Theta 0.8 rather than 0.7 at nleaf 32: the clumps' call 399 -> 365
 /// ms (kernels 121 -> 105), p99 4.92e-4 -> 5.13e-4 and max 8.7e-4 -> 8.1e-4; the uniform box's p99 (6.98e-4) and
 /// kernels the same, and its comoving steps to z = 30 too (337 against 340 ms a step, Layzer-Irvine 1.23e-4 both):
-/// there the relative test, not theta, decides.
+/// there the relative test, not theta, decides. Leaves of 64 again (2026-12-03, calls without potentials): the
+/// clumps' call 255 -> 242 ms (five each), but the uniform box's kernels 84 -> 102 ms and its comoving force calls
+/// (a tree for several) 536 -> 561 ms; leaves of 64 split down where wider than r_cut kept the uniform box's lists and
+/// lost the clumps' gain. 32 stays.
 struct OpeningSettings {
   double theta;
   std::uint32_t ncrit;
