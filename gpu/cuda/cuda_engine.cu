@@ -965,14 +965,8 @@ struct CudaEngine::Impl {
 
   /// out += addend over the bodies of `plan`'s groups, on all cores (PlanBatch::addend, a call of one batch).
   static void addToGroups(const InteractionPlan& plan, const ForceAddend& addend, const ForceView& out) {
-    double* to[4] = {out.ax, out.ay, out.az, out.pot};
-    const double* added[4] = {addend.ax, addend.ay, addend.az, addend.pot};
-    const int components = out.pot != nullptr ? 4 : 3;
     detail::parallelForEach(plan.numGroups(), [&](std::size_t g) {
-      const BodyRange group = plan.groups[g];
-      for (int c = 0; c < components; ++c) {
-        for (std::uint32_t i = group.first; i < group.last; ++i) to[c][i] += added[c][i];
-      }
+      addForceAddend(addend, out, plan.groups[g].first, plan.groups[g].last);
     });
   }
 

@@ -353,17 +353,10 @@ LongRangeTiming ParticleMesh::finishLongRange(const SourceView& sources, const G
                 "ParticleMesh::finishLongRange: potentials asked for differently from the start");
   LongRangeForces result = collectLongRange(sources, gravity);
   if (result.forces.count == 0) return result.timing;
-  const ForceAddend& f = result.forces;
   const Stopwatch adding;
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sources.count, 4096),
-                    [&](const tbb::blocked_range<std::size_t>& r) {
-                      for (std::size_t i = r.begin(); i != r.end(); ++i) {
-                        out.ax[i] += f.ax[i];
-                        out.ay[i] += f.ay[i];
-                        out.az[i] += f.az[i];
-                        if (out.pot != nullptr) out.pot[i] += f.pot[i];
-                      }
-                    });
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, sources.count, 4096),
+      [&](const tbb::blocked_range<std::size_t>& r) { addForceAddend(result.forces, out, r.begin(), r.end()); });
   result.timing.seconds += adding.seconds();
   return result.timing;
 }

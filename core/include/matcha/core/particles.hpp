@@ -39,6 +39,17 @@ struct ForceAddend {
   std::size_t count = 0;
 };
 
+/// out += addend over bodies [first, last): the accelerations, and the potentials where out takes them.
+inline void addForceAddend(const ForceAddend& addend, const ForceView& out, std::size_t first, std::size_t last) {
+  for (std::size_t i = first; i < last; ++i) {
+    out.ax[i] += addend.ax[i];
+    out.ay[i] += addend.ay[i];
+    out.az[i] += addend.az[i];
+  }
+  if (out.pot == nullptr) return;
+  for (std::size_t i = first; i < last; ++i) out.pot[i] += addend.pot[i];
+}
+
 /// Accelerations to read, e.g. a force's long-range part (ForceSolver::lastLongRange); empty: count 0, null arrays.
 struct AccelerationView {
   const double* ax = nullptr;
