@@ -67,39 +67,47 @@ ForceReport TreePmSolver::computeForces(Particles& particles) {
     return report;
   }
   runPendingDrift();  // the mesh reads the positions
-  // On the GPU the mesh starts before the short range, on the bodies in the caller's order (in a run, nearly the order
-  // of the last tree's sort, in which the deposit and interpolation touch neighbouring mesh points in turn), so that
-  // it runs beside the tree's sort, build and walk and is done before the short range's kernels need the GPU (started
-  // after the sort, its ~100 ms at 512^3 ran under them: 2^24 clumps on the H200). The short range says through its
-  // hook how it reordered the bodies; the mesh gathers its results into that order on the GPU, and they are added
-  // after the short range, as the sequential call adds them.
+  // On the GPU the mesh runs beside the short range: it starts on the bodies in the order the call found them (in a
+  // run, nearly the order of the last tree's sort, in which the deposit and interpolation touch neighbouring mesh
+  // points in turn) while the short range's GPU sorts its keys (ForceSolver::setUnsortedBodiesHook: the mesh's copy of
+  // the bodies to page-locked memory, ~15 ms of a 2^24 call on the H200's host, then runs while the cores would wait
+  // for the bus), and is done before the short range's kernels need the GPU (started after the sort, its ~100 ms at
+  // 512^3 ran under them: 2^24 clumps on the H200). The short range says through its sorted-bodies hook how it
+  // reordered the bodies; the mesh gathers its results into that order on the GPU, and they are added after the short
+  // range, as the sequential call adds them. A call that sorts nothing (a reused tree's) starts the mesh at that hook,
+  // which it calls first thing, on the order it keeps.
   bool started = false;
-  const bool beside = mesh_ && mesh_->runsBeside() &&
-                      shortRange_->setSortedBodiesHook([&](const SourceView&, std::span<const std::uint32_t> order) {
-                        mesh_->reorderLongRange(order);
-                      });
-  if (beside) {
-    try {
-      mesh_->startLongRange(particles.sources(), gravity_, wantPotentials);
-    } catch (...) {
-      shortRange_->setSortedBodiesHook({});
-      throw;
-    }
+  const auto start = [&](const SourceView& bodies) {
+    if (started) return;
+    mesh_->startLongRange(bodies, gravity_, wantPotentials);
     started = true;
-  }
+  };
+  const bool beside =
+      mesh_ && mesh_->runsBeside() &&
+      shortRange_->setSortedBodiesHook([&](const SourceView& bodies, std::span<const std::uint32_t> order) {
+        if (started) {
+          mesh_->reorderLongRange(order);
+        } else {
+          start(bodies);  // already in the order the call leaves them
+        }
+      });
+  const bool startsAtSort = beside && shortRange_->setUnsortedBodiesHook(start);
   // With long-range steps the mesh's accelerations go to their own arrays first (its potentials to the bodies'), then
   // onto the short range's: the integrator kicks with the two parts apart.
   const bool keep = longRangeStepsOn();
   // Else the mesh's forces, once the short range asks for them (its last lists go to the GPU), are added by its
   // engine as it copies its own forces out, under the GPU's last kernels: after the call, that pass over the bodies
   // took ~13 ms of a 2^24 call (H200 host). A call that does not ask (a reused tree's) leaves the add to finish below.
+  // The short range asks after its sorted-bodies hook, which has started the mesh.
   std::optional<LongRangeForces> collected;
-  const bool handOver = started && !keep && shortRange_->setForceAddendProvider([&] {
+  const bool handOver = beside && !keep && shortRange_->setForceAddendProvider([&] {
+    MATCHA_ASSERT(started, "TreePmSolver: the mesh's forces asked for before the short range's sorted-bodies hook");
     collected = mesh_->collectLongRange(particles.sources(), gravity_);
     return collected->forces;
   });
   const auto unhook = [&] {
     if (beside) shortRange_->setSortedBodiesHook({});
+    if (startsAtSort) shortRange_->setUnsortedBodiesHook({});
     if (handOver) shortRange_->setForceAddendProvider({});
   };
   ForceReport report;

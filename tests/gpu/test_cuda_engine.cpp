@@ -1481,8 +1481,8 @@ TEST_F(CudaEngineTest, PeriodicTreePmOnCudaMatchesEwald) {
 }
 
 // The overlapped periodic call (the walk in batches evaluated on a second host thread, TreeParams::overlapWalk; the
-// cuFFT mesh started after the sort and run beside the tree, MeshParams::overlap) against the sequential one, on a
-// clumpy and a uniform box, with and without potentials, at a first call (estimate pass) and a second:
+// cuFFT mesh started while the tree sorts its keys and run beside it, MeshParams::overlap) against the sequential one,
+// on a clumpy and a uniform box, with and without potentials, at a first call (estimate pass) and a second:
 //  - the short range alone on the CUDA engine: bit for bit. Small plans make the one plan cut its longest warp tasks
 //    into tasks of fewer rows (forEachBalancedWarpTask), which with quadrupole cells changes the rounding (up to 1e-7,
 //    LongTasksCutIntoFewerRowsGiveTheSameForces); the batches defer those groups to the last batch, where the whole

@@ -595,7 +595,9 @@ TEST_F(PeriodicReuse, ListsBeyondWhatTheEngineKeepsGetATreeEachCall) {
 // The sorted-bodies hook (TreePM's start of the mesh): a call that expects to reuse a tree of balls calls it first
 // thing, in the order the call keeps; where the tree does not hold after all (bodies out of their balls, another order)
 // the build calls it again after its sort. Trees of points (call 1's, and call 10's of bodies in another order) are not
-// expected to hold. Whatever the call, the hook's last call saw the bodies as the call leaves them.
+// expected to hold. Whatever the call, the hook's last call saw the bodies as the call leaves them. The unsorted-bodies
+// hook (TreePM's start of the mesh where the call sorts) is called once in each call that builds, never in one that
+// reuses, between the sorted hook's first-thing call and its call after the sort, on the bodies as the call found them.
 TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
   SCOPED_TRACE(testing::seedTrace(seed));
   DriftingBox box = drifting();
@@ -617,6 +619,16 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
       ASSERT_EQ(massAtStart[order.empty() ? k : order[k]], sorted.mass[k]) << "body " << k;
     }
   }));
+  int unsortedHooks = 0, sortedHooksBeforeUnsorted = -1;
+  ASSERT_TRUE(solver.setUnsortedBodiesHook([&](const SourceView& bodies) {
+    ++unsortedHooks;
+    sortedHooksBeforeUnsorted = hooks;
+    ASSERT_EQ(bodies.count, xAtStart.size());
+    for (std::size_t k = 0; k < bodies.count; ++k) {
+      ASSERT_EQ(xAtStart[k], bodies.x[k]) << "body " << k << ": the unsorted hook saw moved bodies";
+      ASSERT_EQ(massAtStart[k], bodies.mass[k]) << "body " << k;
+    }
+  }));
   std::mt19937_64 random(seed + 11);
   int reused = 0, superseded = 0;
   for (int call = 1; call <= 12; ++call) {
@@ -632,11 +644,17 @@ TEST_F(PeriodicReuse, TheSortedBodiesHookLastSeesTheOrderTheCallLeaves) {
       box.bodies.permute(order);  // another order
     }
     hooks = 0;
+    unsortedHooks = 0;
+    sortedHooksBeforeUnsorted = -1;
     idsAtStart = box.bodies.id;
     xAtStart = box.bodies.x;
     massAtStart = box.bodies.mass;
     const ForceReport report = solver.computeForces(box.bodies);
     EXPECT_EQ(hooks, expectsReuse && report.rebuilt ? 2 : 1);
+    EXPECT_EQ(unsortedHooks, report.rebuilt ? 1 : 0);
+    if (report.rebuilt) {
+      EXPECT_EQ(sortedHooksBeforeUnsorted, hooks - 1) << "the unsorted hook came after the sort";
+    }
     EXPECT_EQ(xAtHook, box.bodies.x) << "the hook last saw another order than the call left";
     for (std::size_t k = 0; k < box.bodies.size(); ++k) {  // the ids too, which the call moves after the hook
       ASSERT_EQ(idsAtStart[orderAtHook.empty() ? k : orderAtHook[k]], box.bodies.id[k]) << "body " << k;

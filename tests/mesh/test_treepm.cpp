@@ -14,6 +14,7 @@
 #include <numbers>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -800,6 +801,44 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
   }
   testing::expectSameBodiesBitForBit(sequential, overlapped,
                                      "TreePM with the FFTW mesh, MeshParams::overlap on and off");
+}
+
+// The unsorted-bodies hook (ForceSolver::setUnsortedBodiesHook, where TreePM starts its GPU mesh) runs on a second
+// thread while the call sorts: an exception it throws is the call's, which leaves the bodies in the order it found
+// them; an empty hook turns it off.
+TEST(PeriodicOverlap, AnUnsortedBodiesHooksExceptionIsTheCalls) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles bodies = testing::clumpyBox(seed, L, 128, 512);
+  wrapIntoBox(bodies, L);
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
+  gpu::CpuEngine cpu(gpu::Precision::float32);
+  TreeParams params;
+  params.reuse = 1;
+  tree::PeriodicTreeSolver solver(cpu, params, gravity);
+  int sortedHooks = 0;
+  EXPECT_TRUE(solver.setSortedBodiesHook([&](const SourceView&, std::span<const std::uint32_t>) { ++sortedHooks; }));
+  EXPECT_TRUE(solver.setUnsortedBodiesHook([](const SourceView&) { throw std::runtime_error("the hook failed"); }));
+  Particles p = bodies;
+  EXPECT_THROW(
+      {
+        try {
+          solver.computeForces(p);
+        } catch (const std::runtime_error& error) {
+          EXPECT_STREQ(error.what(), "the hook failed");
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_EQ(sortedHooks, 0) << "the call went on past a failed hook";
+  EXPECT_EQ(p.id, bodies.id) << "the failed call moved the bodies";
+  EXPECT_EQ(p.x, bodies.x);
+  EXPECT_TRUE(solver.setUnsortedBodiesHook({}));
+  solver.computeForces(p);
+  EXPECT_EQ(sortedHooks, 1);
 }
 
 // The addend (ForceSolver::setForceAddendProvider, TreePM's GPU mesh handed to the short range's engine): the periodic

@@ -183,6 +183,11 @@ bool PeriodicTreeSolver::setSortedBodiesHook(SortedBodiesHook hook) {
   return true;
 }
 
+bool PeriodicTreeSolver::setUnsortedBodiesHook(UnsortedBodiesHook hook) {
+  unsortedHook_ = std::move(hook);
+  return true;
+}
+
 bool PeriodicTreeSolver::setForceAddendProvider(ForceAddendProvider provider) {
   addendProvider_ = std::move(provider);
   return true;
@@ -826,7 +831,16 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   cube.side = gravity_.periodic.boxSize;
   computeMortonKeys(particles.sources(), cube, keys_);
   phaseDone(Phase::keys);
-  sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
+  {
+    // The unsorted-bodies hook (TreePM's mesh start, its copy of the bodies) runs while the GPU sorts the keys, when
+    // the cores mostly wait for the bus; its exception, if any, is the call's, and a throwing sort waits for it.
+    std::future<void> unsortedRunning;
+    if (unsortedHook_) {
+      unsortedRunning = std::async(std::launch::async, [&] { unsortedHook_(particles.sources()); });
+    }
+    sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
+    if (unsortedRunning.valid()) unsortedRunning.get();
+  }
   phaseDone(Phase::sort);
   // The octree needs the sorted keys alone: it is built beside the bodies' permutation, memory-bound passes sharing
   // the cores. The 2^24 clumps call (H200 host) spent ~40 ms on the permutation, 15 on the hook (TreePM's mesh start)

@@ -41,8 +41,9 @@ class TreePmSolver final : public ForceSolver {
   /// Overwrites acc and pot with short range + long range at every body (the short-range solver may reorder the
   /// bodies). The report is the short range's, with the mesh's time as Phase::mesh and in totalSeconds. A mesh that
   /// runs beside (ParticleMesh::runsBeside, and a short range that says how it sorts its bodies:
-  /// ForceSolver::setSortedBodiesHook) starts before the short range, on the caller's order, takes the short range's
-  /// order from its hook (ParticleMesh::reorderLongRange) and is added after it; Phase::mesh is
+  /// ForceSolver::setSortedBodiesHook) starts, on the caller's order, while the short range sorts its keys
+  /// (ForceSolver::setUnsortedBodiesHook; where the call sorts nothing, at its sorted-bodies hook), takes the short
+  /// range's order from its hook (ParticleMesh::reorderLongRange) and is added after it; Phase::mesh is
   /// then its whole time, overlapping the short range's phases, and ForceTimings::meshWaitSeconds what the call
   /// waited for it at the end. The forces are the sequential call's (MeshParams::overlap false) either way.
   ForceReport computeForces(Particles& particles) override;

@@ -185,17 +185,20 @@ class PeriodicTreeSolver final : public ForceSolver {
   PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams, const GravityParams& gravity);
 
   /// Overwrites acc and pot with the short-range part at every body; sorts the bodies along the Morton curve (a call
-  /// that reuses the tree keeps their order) and then calls the sorted-bodies hook, if set. With TreeParams::alpha > 0
-  /// the accelerations the bodies bring scale the relative opening test; bodies without any (all zero) are evaluated
-  /// twice, first with theta alone (ForceReport phase estimate). With the walk overlapped, Phase::walk is the batches'
-  /// walks and upload, kernels and download the engine's evaluations of them, which ran at the same time;
-  /// ForceTimings::engineWaitSeconds is what the walk waited for the engine. Throws InputError, naming the body, for a
-  /// body outside [0, L)^3 or with a non-finite coordinate.
+  /// that reuses the tree keeps their order), calling the unsorted-bodies hook while it sorts and the sorted-bodies
+  /// hook after, if set. With TreeParams::alpha > 0 the accelerations the bodies bring scale the relative opening test;
+  /// bodies without any (all zero) are evaluated twice, first with theta alone (ForceReport phase estimate). With the
+  /// walk overlapped, Phase::walk is the batches' walks and upload, kernels and download the engine's evaluations of
+  /// them, which ran at the same time; ForceTimings::engineWaitSeconds is what the walk waited for the engine. Throws
+  /// InputError, naming the body, for a body outside [0, L)^3 or with a non-finite coordinate.
   ForceReport computeForces(Particles& particles) override;
   /// Called right after the sort of a call that builds, with the sort's order, and first thing in a call that expects
   /// to reuse the tree, with none (again after the sort where the tree does not hold after all:
   /// ForceSolver::setSortedBodiesHook). Always true.
   bool setSortedBodiesHook(SortedBodiesHook hook) override;
+  /// Called on a second thread in a call that builds, between its keys and its sort, and waited for before the bodies
+  /// are moved (ForceSolver::setUnsortedBodiesHook). Always true.
+  bool setUnsortedBodiesHook(UnsortedBodiesHook hook) override;
   /// Called, where the engine adds addends (NearFieldEngine::addsForceAddend), just before a building call hands its
   /// last batch of lists to the engine (the bodies are sorted and the hook has run), in a call in which every body gets
   /// new forces and the engine evaluates the walked lists as they come (not a tree for several calls walked in one
@@ -334,6 +337,7 @@ class PeriodicTreeSolver final : public ForceSolver {
   std::size_t numBatches_ = 0;
   InteractionPlan noGroups_;  ///< the empty batch that hands the engine the bodies and cells ahead of the first lists
   SortedBodiesHook sortedHook_;
+  UnsortedBodiesHook unsortedHook_;
   ForceAddendProvider addendProvider_;
   TreeStats stats_;
 
