@@ -403,6 +403,25 @@ TEST(Reuse, StreamedListsGiveTheSameForces) {
   }
 }
 
+// walkBatchGroups: the first batch has kFirstBatchGroups (fewer where a batch holds fewer entries); each next one
+// grows over the last by at most the growth asked (the periodic solver's, from the engine's pace against the walk's),
+// kept within [1, kBatchGrowth], and by at most kBatchGrowth where none is asked; it also holds at most the batch's
+// entries at the last batch's entries per group, a quarter of the groups where overlapped (but kMinOverlapGroups),
+// and the groups there are.
+TEST(WalkBatches, GrowByTheGrowthAskedWithinTheirBounds) {
+  const std::uint64_t groups = 1 << 20, entries = kPlanEntries;
+  EXPECT_EQ(walkBatchGroups(groups, 0, 0.0, entries, true), kFirstBatchGroups);
+  EXPECT_EQ(walkBatchGroups(groups, 0, 0.0, 100 * kEntriesPerGroupGuess, true), 100u);
+  EXPECT_EQ(walkBatchGroups(groups, 2048, 10.0, entries, false), kBatchGrowth * 2048);
+  EXPECT_EQ(walkBatchGroups(groups, 2048, 10.0, entries, false, 1.5), 3072u);
+  EXPECT_EQ(walkBatchGroups(groups, 2048, 10.0, entries, false, 100.0), kBatchGrowth * 2048);
+  EXPECT_EQ(walkBatchGroups(groups, 2048, 10.0, entries, false, 0.1), 2048u) << "a batch never shrinks by growth";
+  EXPECT_EQ(walkBatchGroups(groups, 2048, double(entries) / 1024.0, entries, false, 2.0), 1024u) << "entries bound";
+  EXPECT_EQ(walkBatchGroups(groups, 1 << 18, 10.0, entries, true, 2.0), groups / kOverlapBatches) << "a quarter";
+  EXPECT_EQ(walkBatchGroups(4000, 3000, 10.0, entries, false, 2.0), 4000u) << "at most the groups there are";
+  EXPECT_EQ(walkBatchGroups(4000, 1000, 10.0, entries, true, 4.0), kMinOverlapGroups) << "a quarter, but 2048";
+}
+
 // A tree built within a call is evaluated batch by batch as it is walked (the engine works on one batch while the
 // CPU walks the next: walkBatchGroups). The forces are the same, bit for bit, as those of one launch of every group's
 // list from the same plan, and every body is written once.

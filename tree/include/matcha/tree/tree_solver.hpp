@@ -88,14 +88,18 @@ inline constexpr std::uint64_t kBatchGrowth = 4;
 
 /// Groups in the walk's next batch: `previousGroups` is the last batch's (0 for the first), `entriesPerGroup` what it
 /// took per group (ignored for the first), `batchEntries` the entries a batch may hold; `overlapped` for a tree built
-/// within a call (its batches are evaluated while the next is walked).
+/// within a call (its batches are evaluated while the next is walked); `growth` the most the batch may grow over the
+/// last (at most kBatchGrowth).
 inline std::uint64_t walkBatchGroups(std::uint64_t numGroups, std::uint64_t previousGroups, double entriesPerGroup,
-                                     std::uint64_t batchEntries, bool overlapped) {
+                                     std::uint64_t batchEntries, bool overlapped,
+                                     double growth = double(kBatchGrowth)) {
+  const double mostGroups =
+      std::min(double(numGroups), std::clamp(growth, 1.0, double(kBatchGrowth)) * double(previousGroups));
   std::uint64_t groups =
       previousGroups == 0
           ? std::clamp<std::uint64_t>(batchEntries / kEntriesPerGroupGuess, 1, std::min(numGroups, kFirstBatchGroups))
-          : static_cast<std::uint64_t>(std::clamp(double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0,
-                                                  double(std::min(numGroups, kBatchGrowth * previousGroups))));
+          : static_cast<std::uint64_t>(
+                std::clamp(double(batchEntries) / std::max(1.0, entriesPerGroup), 1.0, std::max(1.0, mostGroups)));
   if (overlapped) {
     const std::uint64_t share = std::max(kMinOverlapGroups, (numGroups + kOverlapBatches - 1) / kOverlapBatches);
     groups = std::min(groups, share);
