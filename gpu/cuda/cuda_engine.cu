@@ -2055,6 +2055,7 @@ struct CudaEngine::Impl {
   PlanBatches batches;
   ResidentTree res;
   detail::DeviceKeySorter keySorter{config.device};
+  detail::PageLockedMemoryResource pageLocked;  ///< transferMemory's
   detail::TreePredictor treePredictor{config.device};
   detail::CudaEvent start, kernelsStart, kernelsStop, stop;
   std::unordered_map<const void*, int> occupancy;
@@ -2229,6 +2230,8 @@ bool CudaEngine::sortKeys(std::span<const std::uint64_t> keys, int keyBits, std:
   impl_->keySorter.sort(keys, keyBits, sorted, order);
   return true;
 }
+
+std::pmr::memory_resource* CudaEngine::transferMemory() { return &impl_->pageLocked; }
 
 bool CudaEngine::periodicShortRange() const { return impl_->precision == Precision::float32; }
 

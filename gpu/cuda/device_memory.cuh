@@ -6,7 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <memory_resource>
+#include <mutex>
+#include <unordered_set>
 #include <utility>
 
 #include "cuda_check.cuh"
@@ -88,6 +92,45 @@ class PinnedBuffer {
  private:
   T* data_ = nullptr;
   std::size_t capacity_ = 0;
+};
+
+/// Page-locked host memory for std::pmr containers (NearFieldEngine::transferMemory): the device copies to and from it
+/// at the bus's speed without staging. Where the host will not lock more (cudaHostAlloc fails), ordinary memory from
+/// `fallback`, which copies still handle (staged). Thread-safe.
+class PageLockedMemoryResource final : public std::pmr::memory_resource {
+ public:
+  explicit PageLockedMemoryResource(std::pmr::memory_resource* fallback = std::pmr::new_delete_resource())
+      : fallback_(fallback) {}
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    void* memory = nullptr;
+    // cudaHostAlloc aligns to at least 256 bytes; portable: locked for every device's context, not just the current.
+    if (alignment <= 256 &&
+        cudaHostAlloc(&memory, std::max<std::size_t>(bytes, 1), cudaHostAllocPortable) == cudaSuccess) {
+      return memory;
+    }
+    cudaGetLastError();  // the failed allocation is not the next launch's error
+    memory = fallback_->allocate(bytes, alignment);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ordinary_.insert(memory);
+    return memory;
+  }
+  void do_deallocate(void* memory, std::size_t bytes, std::size_t alignment) override {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (ordinary_.erase(memory) == 0) {
+        cudaFreeHost(memory);  // never throws: a failing free at exit is ignored, as the buffers' destructors do
+        return;
+      }
+    }
+    fallback_->deallocate(memory, bytes, alignment);
+  }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+
+  std::pmr::memory_resource* fallback_;
+  std::mutex mutex_;
+  std::unordered_set<void*> ordinary_;  ///< what came from fallback_
 };
 
 /// A non-blocking stream (does not synchronise with the legacy default stream).

@@ -48,15 +48,36 @@ void DeviceKeySorter::sort(std::span<const std::uint64_t> keys, int keyBits, std
   MATCHA_CUDA_CHECK(
       cub::DeviceRadixSort::SortPairs(nullptr, scratchBytes, keyBuffers, indexBuffers, count, 0, keyBits, stream_));
   scratch_.reserve(scratchBytes);
-  staging_.upload(keys_[0].data(), keys.data(), n * sizeof(std::uint64_t), stream_);
+  // Keys, sorted keys and order in page-locked memory (NearFieldEngine::transferMemory: the periodic tree solver's)
+  // go straight over the bus, leaving the host's cores free; others through the staging buffers, on all cores.
+  const std::size_t keyBytes = n * sizeof(std::uint64_t), orderBytes = n * sizeof(std::uint32_t);
+  bool direct = false;
+  if (isPageLocked(keys.data(), keyBytes)) {
+    MATCHA_CUDA_CHECK(cudaMemcpyAsync(keys_[0].data(), keys.data(), keyBytes, cudaMemcpyHostToDevice, stream_));
+    direct = true;
+  } else {
+    staging_.upload(keys_[0].data(), keys.data(), keyBytes, stream_);
+  }
   identityKernel<<<static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 4096)), 256, 0, stream_>>>(
       indices_[0].data(), static_cast<std::uint32_t>(n));
   MATCHA_CUDA_CHECK_LAUNCH("identityKernel", false);
   // A stable sort of the keys with their indices: equal keys keep the order of their indices, as KeySorter's ties.
   MATCHA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch_.data(), scratchBytes, keyBuffers, indexBuffers, count, 0,
                                                     keyBits, stream_));
-  staging_.download(sorted.data(), keyBuffers.Current(), n * sizeof(std::uint64_t), stream_);
-  staging_.download(order.data(), indexBuffers.Current(), n * sizeof(std::uint32_t), stream_);
+  if (isPageLocked(sorted.data(), keyBytes)) {
+    MATCHA_CUDA_CHECK(cudaMemcpyAsync(sorted.data(), keyBuffers.Current(), keyBytes, cudaMemcpyDeviceToHost, stream_));
+    direct = true;
+  } else {
+    staging_.download(sorted.data(), keyBuffers.Current(), keyBytes, stream_);
+  }
+  if (isPageLocked(order.data(), orderBytes)) {
+    MATCHA_CUDA_CHECK(
+        cudaMemcpyAsync(order.data(), indexBuffers.Current(), orderBytes, cudaMemcpyDeviceToHost, stream_));
+    direct = true;
+  } else {
+    staging_.download(order.data(), indexBuffers.Current(), orderBytes, stream_);
+  }
+  if (direct) MATCHA_CUDA_CHECK(cudaStreamSynchronize(stream_));  // synchronous, as the staged copies are
 }
 
 }  // namespace matcha::gpu::detail

@@ -7,6 +7,19 @@
 
 namespace matcha::gpu::detail {
 
+bool isPageLocked(const void* host, std::size_t bytes) {
+  const auto locked = [](const void* address) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, address) != cudaSuccess) {
+      cudaGetLastError();  // not the next launch's error
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost;
+  };
+  // Both ends: a range that starts in one locked allocation and runs past its end is not locked throughout.
+  return bytes > 0 && locked(host) && locked(static_cast<const char*>(host) + bytes - 1);
+}
+
 void StagedCopier::upload(void* device, const void* host, std::size_t bytes, cudaStream_t stream) {
   auto* to = static_cast<char*>(device);
   const auto* from = static_cast<const char*>(host);

@@ -13,6 +13,10 @@
 
 namespace matcha::gpu::detail {
 
+/// Whether [host, host + bytes) lies in page-locked memory (cudaHostAlloc's, or registered: NearFieldEngine::
+/// transferMemory), which the device copies to and from at the bus's speed without staging. False for no bytes.
+bool isPageLocked(const void* host, std::size_t bytes);
+
 class StagedCopier {
  public:
   /// Pieces of at most `pieceBytes`, the size of each buffer (allocated at the first copy).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory_resource>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,6 +75,39 @@ TEST_F(DeviceKeySortTest, SortsAsTheHostDoesBitForBit) {
     std::vector<std::uint64_t> full(n);
     for (auto& key : full) key = rng();
     expectSameSort(engine, full, 64, "all 64 bits");
+  }
+}
+
+// Keys, sorted keys and order in the engine's transfer memory (page-locked: NearFieldEngine::transferMemory) go over
+// the bus directly, others through the staging buffers; every mix sorts as the host does. The memory takes a
+// zero-byte allocation and gives everything back.
+TEST_F(DeviceKeySortTest, SortsFromAndIntoTransferMemoryAsTheHostDoes) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  CudaEngine engine;
+  std::pmr::memory_resource* locked = engine.transferMemory();
+  ASSERT_NE(locked, nullptr);
+  std::pmr::memory_resource* ordinary = std::pmr::new_delete_resource();
+  {
+    std::pmr::vector<std::uint64_t> empty(locked);
+    empty.reserve(0);
+    void* none = locked->allocate(0);
+    locked->deallocate(none, 0);
+  }
+  const std::size_t n = 3 * CudaEngine::kMinSortKeys + 5;
+  const std::vector<std::uint64_t> keys = mortonKeys(testing::plummer(n, seed));
+  std::vector<std::uint64_t> hostSorted;
+  std::vector<std::uint32_t> hostOrder;
+  tree::KeySorter().sort(keys, hostSorted, hostOrder);
+  for (const int mix : {0, 1, 2, 3, 4, 5, 6, 7}) {
+    SCOPED_TRACE("keys, sorted, order locked: " + std::to_string(mix & 1) + std::to_string(mix >> 1 & 1) +
+                 std::to_string(mix >> 2 & 1));
+    std::pmr::vector<std::uint64_t> in(keys.begin(), keys.end(), mix & 1 ? locked : ordinary);
+    std::pmr::vector<std::uint64_t> sorted(n, 0xdeadbeefull, mix & 2 ? locked : ordinary);
+    std::pmr::vector<std::uint32_t> order(n, 0xdeadbeefu, mix & 4 ? locked : ordinary);
+    ASSERT_TRUE(engine.sortKeys(in, 63, sorted, order));
+    EXPECT_TRUE(std::equal(sorted.begin(), sorted.end(), hostSorted.begin(), hostSorted.end())) << "sorted keys differ";
+    EXPECT_TRUE(std::equal(order.begin(), order.end(), hostOrder.begin(), hostOrder.end())) << "orders differ";
   }
 }
 

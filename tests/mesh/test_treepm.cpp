@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <memory_resource>
 #include <numbers>
 #include <random>
 #include <span>
@@ -839,6 +840,57 @@ TEST(PeriodicOverlap, AnUnsortedBodiesHooksExceptionIsTheCalls) {
   EXPECT_TRUE(solver.setUnsortedBodiesHook({}));
   solver.computeForces(p);
   EXPECT_EQ(sortedHooks, 1);
+}
+
+// The periodic solver keeps its keys, sorted keys and order in the engine's transfer memory
+// (NearFieldEngine::transferMemory: page-locked on the CUDA engine, which then sorts without staging them), in the
+// default memory where the engine offers none; the forces are the same, bit for bit, and every byte goes back when the
+// solver does.
+TEST(PeriodicOverlap, KeysAndOrderLieInTheEnginesTransferMemory) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  const double L = 1.0;
+  Particles bodies = testing::clumpyBox(seed, L, 256, 1024);
+  wrapIntoBox(bodies, L);
+  GravityParams gravity;
+  gravity.eps = 1e-3 * L;
+  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
+  class CountingMemory final : public std::pmr::memory_resource {
+   public:
+    std::size_t allocated = 0, outstanding = 0;
+
+   private:
+    void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+      allocated += bytes;
+      outstanding += bytes;
+      return std::pmr::new_delete_resource()->allocate(bytes, alignment);
+    }
+    void do_deallocate(void* memory, std::size_t bytes, std::size_t alignment) override {
+      outstanding -= bytes;
+      std::pmr::new_delete_resource()->deallocate(memory, bytes, alignment);
+    }
+    bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+  } memory;
+  gpu::CpuEngine cpu(gpu::Precision::float32);
+  testing::MirroringEngine offering(cpu, true);
+  offering.setTransferMemory(&memory);
+  EXPECT_EQ(cpu.transferMemory(), nullptr) << "the CPU engine has no memory of its own to offer";
+  TreeParams params;
+  params.reuse = 1;
+  Particles expected = bodies, test = bodies;
+  {
+    tree::PeriodicTreeSolver plain(cpu, params, gravity), solver(offering, params, gravity);
+    EXPECT_EQ(memory.allocated, 0u);
+    for (const int call : {1, 2}) {
+      plain.computeForces(expected);
+      solver.computeForces(test);
+      testing::expectSameBodiesBitForBit(expected, test, "call " + std::to_string(call));
+    }
+    const std::size_t n = bodies.size();
+    EXPECT_GE(memory.outstanding, n * (2 * sizeof(std::uint64_t) + sizeof(std::uint32_t)));
+  }
+  EXPECT_GT(memory.allocated, 0u);
+  EXPECT_EQ(memory.outstanding, 0u) << "the solver kept transfer memory after it was gone";
 }
 
 // The addend (ForceSolver::setForceAddendProvider, TreePM's GPU mesh handed to the short range's engine): the periodic

@@ -58,6 +58,12 @@ inline double continuedPath(double now, double built, double box, double& moved)
   return now;
 }
 
+/// The engine's transfer memory, else the default resource.
+std::pmr::memory_resource* transferMemoryOf(NearFieldEngine& engine) {
+  std::pmr::memory_resource* memory = engine.transferMemory();
+  return memory != nullptr ? memory : std::pmr::get_default_resource();
+}
+
 }  // namespace
 
 PeriodicVisit visitPeriodic(const Octree& tree, std::uint32_t cell, const Groups& groups, std::size_t group,
@@ -160,7 +166,12 @@ void requireInsideBox(const Particles& particles, double boxSize) {
 
 PeriodicTreeSolver::PeriodicTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
                                        const GravityParams& gravity)
-    : engine_(engine), params_(treeParams), gravity_(gravity) {
+    : engine_(engine),
+      params_(treeParams),
+      gravity_(gravity),
+      keys_(transferMemoryOf(engine)),
+      sortedKeys_(transferMemoryOf(engine)),
+      order_(transferMemoryOf(engine)) {
   params_.validate();
   gravity_.validate();
   if (!gravity_.periodic.enabled()) throw InputError("the periodic tree solver needs a periodic box");
@@ -856,7 +867,10 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // cell's bodies are one compact region whose nearest image is that of its centre of mass.
   Cube cube;
   cube.side = gravity_.periodic.boxSize;
-  computeMortonKeys(particles.sources(), cube, keys_);
+  keys_.resize(n);
+  sortedKeys_.resize(n);
+  order_.resize(n);
+  computeMortonKeys(particles.sources(), cube, std::span<std::uint64_t>(keys_));
   phaseDone(Phase::keys);
   {
     // The unsorted-bodies hook (TreePM's mesh start, its copy of the bodies) runs while the GPU sorts the keys, when

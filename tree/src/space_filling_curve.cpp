@@ -45,8 +45,8 @@ std::uint64_t spreadBits(std::uint32_t v) {
 
 // Integer cell coordinates of every source at level kMaxLevel, passed to keyOf; the key of body i goes to keys[i].
 template <typename KeyOf>
-void computeKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys, KeyOf keyOf) {
-  keys.resize(sources.count);
+void computeKeys(const SourceView& sources, const Cube& cube, std::span<std::uint64_t> keys, KeyOf keyOf) {
+  MATCHA_ASSERT(keys.size() == sources.count, "keys sized unlike the bodies");
   const double scale = keyScale(cube);
   // keyCell clamps, then truncates, which is the floor for the non-negative values left: std::floor is a libm call on
   // the baseline x86-64 the project builds for (no SSE4.1 round), and took 40% of the keys' time.
@@ -90,10 +90,15 @@ std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
   return spreadBits(ix) | spreadBits(iy) << 1 | spreadBits(iz) << 2;
 }
 
-void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys) {
+void computeMortonKeys(const SourceView& sources, const Cube& cube, std::span<std::uint64_t> keys) {
   // A lambda, not the function's pointer: the key is inlined into the loop instead of called through the pointer.
   computeKeys(sources, cube, keys,
               [](std::uint32_t x, std::uint32_t y, std::uint32_t z) { return mortonKey(x, y, z); });
+}
+
+void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys) {
+  keys.resize(sources.count);
+  computeMortonKeys(sources, cube, std::span<std::uint64_t>(keys));
 }
 
 std::uint64_t hilbertKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
@@ -125,6 +130,7 @@ std::uint64_t hilbertKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
 }
 
 void computeHilbertKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys) {
+  keys.resize(sources.count);
   computeKeys(sources, cube, keys,
               [](std::uint32_t x, std::uint32_t y, std::uint32_t z) { return hilbertKey(x, y, z); });
 }
@@ -209,10 +215,16 @@ KeySorter::KeyIndex* KeySorter::sortRange(KeyIndex* data, KeyIndex* temp, std::s
 
 void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint64_t>& sorted,
                      std::vector<std::uint32_t>& order) {
+  sorted.resize(keys.size());
+  order.resize(keys.size());
+  sort(keys, std::span<std::uint64_t>(sorted), std::span<std::uint32_t>(order));
+}
+
+void KeySorter::sort(std::span<const std::uint64_t> keys, std::span<std::uint64_t> sorted,
+                     std::span<std::uint32_t> order) {
   MATCHA_ASSERT(keys.size() <= std::numeric_limits<std::uint32_t>::max(), "too many bodies for 32-bit indices");
+  MATCHA_ASSERT(sorted.size() == keys.size() && order.size() == keys.size(), "sort outputs sized unlike the keys");
   const std::size_t n = keys.size();
-  sorted.resize(n);
-  order.resize(n);
   pairs_.resize(n);
   scratch_.resize(n);
   // One pass: the pairs, whether the keys are already in order, and the bits all keys share (which need no pass).
@@ -246,12 +258,18 @@ void KeySorter::sort(std::span<const std::uint64_t> keys, std::vector<std::uint6
 }
 
 bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::uint64_t> keys,
-                std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order) {
-  sorted.resize(keys.size());
-  order.resize(keys.size());
+                std::span<std::uint64_t> sorted, std::span<std::uint32_t> order) {
+  MATCHA_ASSERT(sorted.size() == keys.size() && order.size() == keys.size(), "sort outputs sized unlike the keys");
   if (engine != nullptr && engine->sortKeys(keys, 3 * kMaxLevel, sorted, order)) return true;
   host.sort(keys, sorted, order);
   return false;
+}
+
+bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::uint64_t> keys,
+                std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order) {
+  sorted.resize(keys.size());
+  order.resize(keys.size());
+  return sortKeysOn(engine, host, keys, std::span<std::uint64_t>(sorted), std::span<std::uint32_t>(order));
 }
 
 void BodyPermuter::permute(Particles& particles, std::span<const std::uint32_t> order) {

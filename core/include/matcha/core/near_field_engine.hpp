@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <vector>
@@ -298,6 +299,13 @@ class NearFieldEngine {
                         std::span<std::uint32_t> /*order*/) {
     return false;
   }
+
+  /// Host memory that the engine copies to and from its device directly, for arrays a caller hands it whole and often
+  /// (the periodic tree solver's keys and their sort's results: sortKeys then neither stages them nor keeps the host's
+  /// cores copying, which leaves them to TreePM's mesh start); nullptr (the default) where ordinary memory serves as
+  /// well. The CUDA engine's is page-locked where the host can lock it (ordinary memory else). Memory from it must be
+  /// given back before the engine is destroyed. Thread-safe.
+  virtual std::pmr::memory_resource* transferMemory() { return nullptr; }
 
   /// Direct summation: overwrites out[i] for every i with the sum over all sources j != i, times G: a distinct
   /// body at the same point counts with its softened -m_j/eps when eps > 0 and is skipped when eps = 0 (singular).

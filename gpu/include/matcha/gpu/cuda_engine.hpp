@@ -132,6 +132,9 @@ class CudaEngine final : public NearFieldEngine {
   bool sortKeys(std::span<const std::uint64_t> keys, int keyBits, std::span<std::uint64_t> sorted,
                 std::span<std::uint32_t> order) override;
   static constexpr std::size_t kMinSortKeys = std::size_t{1} << 16;
+  /// Page-locked host memory (ordinary memory where the host will not lock more): sortKeys copies keys, sorted keys
+  /// and order that lie in it directly, without staging them through its own buffers on the host's cores.
+  std::pmr::memory_resource* transferMemory() override;
 
   /// As NearFieldEngine::evaluateDirect, with the tiled all-pairs kernel. Synchronous.
   InteractionCounts evaluateDirect(const SourceView& sources, const GravityParams& gravity,

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <vector>
@@ -319,8 +320,10 @@ class PeriodicTreeSolver final : public ForceSolver {
   NearFieldEngine& engine_;
   TreeParams params_;
   GravityParams gravity_;
-  std::vector<std::uint64_t> keys_, sortedKeys_;
-  std::vector<std::uint32_t> order_;
+  /// A build's keys, sorted keys and order, in the engine's transfer memory where it has one (page-locked on the CUDA
+  /// engine, whose sort then copies them directly: NearFieldEngine::transferMemory).
+  std::pmr::vector<std::uint64_t> keys_, sortedKeys_;
+  std::pmr::vector<std::uint32_t> order_;
   KeySorter sorter_;
   BodyPermuter permuter_;
   std::vector<double> sortedAccelMagnitudes_;  ///< a build's: the bodies' |a| before it, in its order

@@ -27,6 +27,8 @@ std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz);
 
 /// Morton keys of all sources in `cube`. out: keys[i] for body i (resized). Parallel; allocates only `keys`.
 void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys);
+/// As above, into `keys` of one key per body (memory the caller chose: NearFieldEngine::transferMemory).
+void computeMortonKeys(const SourceView& sources, const Cube& cube, std::span<std::uint64_t> keys);
 
 /// The 63-bit Hilbert key of the cell (ix, iy, iz) at level kMaxLevel (Skilling's transpose algorithm, AIP Conf.
 /// Proc. 707, 2004). Like a Morton key, its top 3k bits name the level-k octree cell; unlike one, cells consecutive in
@@ -48,6 +50,8 @@ class KeySorter {
   /// @param sorted  out: the keys in ascending order (resized)
   /// @param order   out: the permutation, sorted[k] = keys[order[k]] (resized)
   void sort(std::span<const std::uint64_t> keys, std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order);
+  /// As above, into `sorted` and `order` of the keys' size.
+  void sort(std::span<const std::uint64_t> keys, std::span<std::uint64_t> sorted, std::span<std::uint32_t> order);
 
  private:
   struct KeyIndex {
@@ -60,8 +64,12 @@ class KeySorter {
   std::vector<KeyIndex> pairs_, scratch_;
 };
 
-/// KeySorter::sort's result, from the device of `engine` where it is given and sorts (NearFieldEngine::sortKeys: the
-/// CUDA engine, from 2^16 keys on; TreeParams::sortOnDevice), else from `host`. Returns whether the device sorted.
+/// KeySorter::sort's result into `sorted` and `order` of the keys' size, from the device of `engine` where it is given
+/// and sorts (NearFieldEngine::sortKeys: the CUDA engine, from 2^16 keys on; TreeParams::sortOnDevice), else from
+/// `host`. Returns whether the device sorted.
+bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::uint64_t> keys,
+                std::span<std::uint64_t> sorted, std::span<std::uint32_t> order);
+/// As above, resizing `sorted` and `order` to the keys' size.
 bool sortKeysOn(NearFieldEngine* engine, KeySorter& host, std::span<const std::uint64_t> keys,
                 std::vector<std::uint64_t>& sorted, std::vector<std::uint32_t>& order);
 

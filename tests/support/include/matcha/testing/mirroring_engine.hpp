@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <vector>
@@ -97,6 +98,9 @@ class MirroringEngine final : public NearFieldEngine {
     return check;
   }
   bool periodicShortRange() const override { return periodicKernels_ && inner_.periodicShortRange(); }
+  /// Offers `memory` as the engine's transfer memory (NearFieldEngine::transferMemory; none by default).
+  void setTransferMemory(std::pmr::memory_resource* memory) { transferMemory_ = memory; }
+  std::pmr::memory_resource* transferMemory() override { return transferMemory_; }
 
   void launchResident(const SourceView& bodies, const GravityParams& gravity, const ForceView& out,
                       std::span<const std::uint32_t> groups, const BodyUpdate& update) override {
@@ -274,6 +278,7 @@ class MirroringEngine final : public NearFieldEngine {
   NearFieldEngine& inner_;
   bool periodicKernels_ = false;
   bool checksBalls_ = false;
+  std::pmr::memory_resource* transferMemory_ = nullptr;
   bool driftedBefore_ = false;                 ///< driftResident drifted the copy for the next launch
   std::vector<double> ballX_, ballY_, ballZ_;  ///< the balls' centres (checksBalls_)
   std::vector<float> ballR_;                   ///< and radii; empty: none kept
