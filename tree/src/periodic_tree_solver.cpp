@@ -32,12 +32,14 @@ constexpr std::size_t kEscapedRangesPerTask = 16;
 /// Bodies near an escaped body below which addEscapedPulls adds its changes on one core (a task costs more).
 constexpr std::size_t kEscapedSerialBodies = std::size_t{1} << 14;
 
-/// The walk's batches (walkAndEvaluate): each next one grows over the last by kWalkGrowthMargin times the ratio of the
-/// engine's seconds per group to the walk's, at least kLeastWalkGrowth (where the walk is the slower, bigger batches
-/// cost less per batch and the GPU waits anyway), and by kFirstWalkGrowth before the engine has given a batch back.
-constexpr double kWalkGrowthMargin = 0.9;
-constexpr double kLeastWalkGrowth = 1.25;
+/// The overlapped walk's batches (walkAndEvaluate) grow over the last by kFirstWalkGrowth for the second batch and by
+/// kWalkGrowth after: the cores should walk a batch in no more time than the GPU takes on the one in flight, or the
+/// GPU waits. At the periodic defaults the H200's 16 host cores walk ~650 groups a ms against the kernels' ~450 (2^24
+/// clumps), so a batch may grow at most ~1.4x; growing 4x at once, the second batch (8192 groups) took 13 ms to walk
+/// against the first's ~5 ms of kernels. (The CUDA engine's pipelined batches return before their kernels end: the
+/// walk cannot time the GPU batch by batch, so the growth is fixed.)
 constexpr double kFirstWalkGrowth = 2.0;
+constexpr double kWalkGrowth = 1.25;
 
 /// Bodies whose speeds set a tree's K (ballRadii): about this many, every (N / kSpeedSamples)-th.
 constexpr std::size_t kSpeedSamples = std::size_t{1} << 16;
@@ -226,8 +228,6 @@ namespace {
 struct Evaluated {
   InteractionCounts counts;
   EngineTimings timings;
-  std::size_t numGroups = 0;
-  double seconds = 0.0;  ///< the evaluation's wall time on the thread that ran it
 };
 
 /// BodyPermuter::permuteMotion, held back until run() (or the end of the scope, for a call that ends early: never a
@@ -301,21 +301,13 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(
     return entries;
   };
   // A plan that is a call's first and last batch is evaluated as evaluatePlan evaluates it, on every engine.
-  // The engine's seconds per group over the last batch it gave back (0: none yet), which sizes the walk's batches.
-  double engineSecondsPerGroup = 0.0;
   const auto evaluate = [&](const InteractionPlan& plan, PlanBatch where) {
-    const Stopwatch evaluating;
     Evaluated done;
     done.counts = engine_.evaluatePlanBatch(sources, tree_.multipoles, plan, gravity_, out, where);
     done.timings = engine_.lastTimings();  // read by the thread that evaluated, before the next evaluation
-    done.numGroups = plan.numGroups();
-    done.seconds = evaluating.seconds();
     return done;
   };
-  const auto take = [&](const Evaluated& done) {
-    addEvaluation(done.counts, done.timings, report);
-    if (done.numGroups > 0) engineSecondsPerGroup = done.seconds / double(done.numGroups);
-  };
+  const auto take = [&](const Evaluated& done) { addEvaluation(done.counts, done.timings, report); };
   const bool sentAhead = bodiesSent != nullptr && bodiesSent->valid();
   const auto takeSentAhead = [&] {
     if (bodiesSent == nullptr || !bodiesSent->valid()) return;
@@ -381,30 +373,21 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(
     where.first = false;
   }
   // The open-boundary solver's batches: a small first one, so that the engine starts early, then growing ones of at
-  // most a quarter of the groups and kPlanEntries list entries. Each grows over the last only as far as the cores walk
-  // it in the time the engine takes on the one in flight (kWalkGrowthMargin of it, as measured over the last batches
-  // each gave back): a batch walked for longer leaves the GPU idle. Growing 4x at once, the 2^24 clumps call's second
-  // batch (8192 groups) took 13 ms to walk against the first's ~5 ms of kernels (H200).
+  // most a quarter of the groups and kPlanEntries list entries, growing by kFirstWalkGrowth then kWalkGrowth.
   const std::uint64_t batchEntries = std::min(kPlanEntries, params_.maxBatchEntries);
   std::uint32_t first = 0;
   std::uint64_t lastBatchGroups = 0;
   double entriesPerGroup = 0.0;
-  double walkSecondsPerGroup = 0.0;
   numBatches_ = 0;
   while (first < numGroups) {
-    const double growth = engineSecondsPerGroup > 0.0 && walkSecondsPerGroup > 0.0
-                              ? kWalkGrowthMargin * engineSecondsPerGroup / walkSecondsPerGroup
-                              : kFirstWalkGrowth;
+    const double growth = numBatches_ <= 1 ? kFirstWalkGrowth : kWalkGrowth;
     const auto end = static_cast<std::uint32_t>(std::min<std::uint64_t>(
-        numGroups, first + walkBatchGroups(numGroups, lastBatchGroups, entriesPerGroup, batchEntries, true,
-                                           std::max(kLeastWalkGrowth, growth))));
+        numGroups, first + walkBatchGroups(numGroups, lastBatchGroups, entriesPerGroup, batchEntries, true, growth)));
     if (batches_.size() <= numBatches_) batches_.emplace_back();
     InteractionPlan& batch = batches_[numBatches_++];
     clock.restart();
     planBuilder_.build(walkTree_, groups_, first, end, batch);
-    const double walkSeconds = clock.seconds();
-    report.timings[Phase::walk] += walkSeconds;
-    walkSecondsPerGroup = walkSeconds / double(end - first);
+    report.timings[Phase::walk] += clock.seconds();
     const std::uint64_t entries = countLists(batch);
     collect();
     where.last = end == numGroups;
