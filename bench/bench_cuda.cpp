@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <random>
 #include <string>
 #include <tuple>
@@ -530,10 +531,14 @@ void registerPlan(Precision precision, std::size_t n, double theta, std::uint32_
       ->MinTime(0.05);
 }
 
+/// Where runKeySort sorts: on the host's cores, on the device from ordinary (pageable) memory through the engine's
+/// staging buffers, or on the device from and into the engine's page-locked transfer memory (the periodic solver's).
+enum class KeySortPlace { host, device, deviceLocked };
+
 /// The tree's key sort (NearFieldEngine::sortKeys) on the device, transfers included, against the host's KeySorter on
 /// all cores: Plummer Morton keys as a tree built from the last tree's order sees them (sorted, then every body moved
 /// by v dt, dt = 1/128). Wall time per sort; counter: keys per second.
-void runKeySort(benchmark::State& state, std::size_t n, bool onDevice) {
+void runKeySort(benchmark::State& state, std::size_t n, KeySortPlace place) {
   Particles p = plummer(n);
   const auto mortonKeys = [&] {
     std::vector<std::uint64_t> keys;
@@ -547,16 +552,19 @@ void runKeySort(benchmark::State& state, std::size_t n, bool onDevice) {
     p.y[i] += p.vy[i] / 128.0;
     p.z[i] += p.vz[i] / 128.0;
   }
-  const std::vector<std::uint64_t> keys = mortonKeys();
-  std::vector<std::uint64_t> sorted(n);
-  std::vector<std::uint32_t> order(n);
-  tree::KeySorter host;
   CudaEngine& cuda = engine(Precision::float32);
+  std::pmr::memory_resource* memory =
+      place == KeySortPlace::deviceLocked ? cuda.transferMemory() : std::pmr::new_delete_resource();
+  const std::vector<std::uint64_t> computed = mortonKeys();
+  const std::pmr::vector<std::uint64_t> keys(computed.begin(), computed.end(), memory);
+  std::pmr::vector<std::uint64_t> sorted(n, memory);
+  std::pmr::vector<std::uint32_t> order(n, memory);
+  tree::KeySorter host;
   const auto sort = [&] {
-    if (onDevice) {
-      if (!cuda.sortKeys(keys, 3 * tree::kMaxLevel, sorted, order)) state.SkipWithError("the engine did not sort");
-    } else {
-      host.sort(keys, sorted, order);
+    if (place == KeySortPlace::host) {
+      host.sort(keys, std::span<std::uint64_t>(sorted), std::span<std::uint32_t>(order));
+    } else if (!cuda.sortKeys(keys, 3 * tree::kMaxLevel, sorted, order)) {
+      state.SkipWithError("the engine did not sort");
     }
   };
   sort();  // the first sort allocates
@@ -570,10 +578,13 @@ void runKeySort(benchmark::State& state, std::size_t n, bool onDevice) {
 
 void registerAll() {
   for (int log2n = 16; log2n <= 24; log2n += 2) {
-    for (const bool onDevice : {true, false}) {
+    for (const KeySortPlace place : {KeySortPlace::device, KeySortPlace::deviceLocked, KeySortPlace::host}) {
       const std::size_t n = std::size_t{1} << log2n;
-      const std::string name = std::string("keysort/") + (onDevice ? "device" : "host") + "/N:" + std::to_string(n);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) { runKeySort(state, n, onDevice); })
+      const char* where = place == KeySortPlace::host     ? "host"
+                          : place == KeySortPlace::device ? "device"
+                                                          : "device-locked";
+      const std::string name = std::string("keysort/") + where + "/N:" + std::to_string(n);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) { runKeySort(state, n, place); })
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.1);
