@@ -1731,6 +1731,9 @@ TEST_F(Cli, PeriodicBoxRunsComparesAndRefusesBadInput) {
       matcha("compare --ic periodic.hdf5 --sample 200 --walk-overlap off --mesh-overlap off --json");
   ASSERT_EQ(sequential.exitCode, 0) << sequential.err;
   EXPECT_EQ(nlohmann::json::parse(sequential.out)["rows"][0]["error"], report["rows"][0]["error"]);
+  // The lists went to the engine in this many batches: the walk in batches, or one plan.
+  EXPECT_GE(report["rows"][0]["lists"]["batches"].get<int>(), 1);
+  EXPECT_EQ(nlohmann::json::parse(sequential.out)["rows"][0]["lists"]["batches"], 1);
   expectBadInput("compare --ic periodic.hdf5 --walk-overlap sometimes", "walk-overlap");
   const Result open = matcha("compare --ic periodic.hdf5 --sample 200 --open --json");
   ASSERT_EQ(open.exitCode, 0) << open.err;
