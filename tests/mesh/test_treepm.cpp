@@ -102,6 +102,22 @@ MeshParams defaultMesh(double L, std::size_t numBodies) {
   return mesh;
 }
 
+/// Clumpy bodies in the unit periodic box, and gravity with eps 1e-3 split as the default mesh splits it: the
+/// PeriodicOverlap tests' input.
+struct ClumpyUnitBox {
+  Particles bodies;
+  GravityParams gravity;
+};
+
+ClumpyUnitBox clumpyUnitBox(std::uint64_t seed, std::size_t perClump, std::size_t background) {
+  ClumpyUnitBox box;
+  box.bodies = testing::clumpyBox(seed, 1.0, perClump, background);
+  wrapIntoBox(box.bodies, 1.0);
+  box.gravity.eps = 1e-3;
+  box.gravity.periodic = periodicSplit(defaultMesh(1.0, box.bodies.size()));
+  return box;
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Against Ewald.
 
@@ -810,12 +826,7 @@ TEST(PeriodicOverlap, SortedBodiesHookAndTheFftwMesh) {
 TEST(PeriodicOverlap, AnUnsortedBodiesHooksExceptionIsTheCalls) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  Particles bodies = testing::clumpyBox(seed, L, 128, 512);
-  wrapIntoBox(bodies, L);
-  GravityParams gravity;
-  gravity.eps = 1e-3 * L;
-  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
+  const auto [bodies, gravity] = clumpyUnitBox(seed, 128, 512);
   gpu::CpuEngine cpu(gpu::Precision::float32);
   TreeParams params;
   params.reuse = 1;
@@ -849,12 +860,7 @@ TEST(PeriodicOverlap, AnUnsortedBodiesHooksExceptionIsTheCalls) {
 TEST(PeriodicOverlap, KeysAndOrderLieInTheEnginesTransferMemory) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  Particles bodies = testing::clumpyBox(seed, L, 256, 1024);
-  wrapIntoBox(bodies, L);
-  GravityParams gravity;
-  gravity.eps = 1e-3 * L;
-  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
+  const auto [bodies, gravity] = clumpyUnitBox(seed, 256, 1024);
   class CountingMemory final : public std::pmr::memory_resource {
    public:
     std::size_t allocated = 0, outstanding = 0;
@@ -902,12 +908,7 @@ TEST(PeriodicOverlap, KeysAndOrderLieInTheEnginesTransferMemory) {
 TEST(PeriodicOverlap, TheAddendGoesWithTheLastBatch) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
-  const double L = 1.0;
-  Particles bodies = testing::clumpyBox(seed, L, 384, 1536);
-  wrapIntoBox(bodies, L);
-  GravityParams gravity;
-  gravity.eps = 1e-3 * L;
-  gravity.periodic = periodicSplit(defaultMesh(L, bodies.size()));
+  const auto [bodies, gravity] = clumpyUnitBox(seed, 384, 1536);
   // A distinct addend for every body, by its id: the solver's order at the provider must be the one the call leaves.
   const auto addendOf = [](std::uint64_t id, int component) {
     return 1e-3 * double(id % 977) - 0.25 * component + 1e-7 * double(id);
