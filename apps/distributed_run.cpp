@@ -96,12 +96,13 @@ std::unique_ptr<ForceSolver> replicatedTreePm(std::unique_ptr<ForceSolver> short
   return treePm;
 }
 
-/// Collective: TreePM over the ranks with the mesh in slabs (mesh::SlabMesh, FFTW's MPI interface): each rank holds
-/// 1/K of the grid and the planes its bodies reach.
+/// Collective: TreePM over the ranks with the mesh in slabs (mesh::SlabMesh: FFTW's MPI interface on the hosts' cores,
+/// or cuFFT on each rank's GPU, as params.backend says): each rank holds 1/K of the grid and the bodies that reach it.
 std::unique_ptr<ForceSolver> slabTreePm(std::unique_ptr<ForceSolver> shortRange, const mesh::MeshParams& params,
                                         const GravityParams& gravity, MPI_Comm comm) {
   auto slabs = std::make_shared<mesh::SlabMesh>(params, comm);
-  const std::string where = "FFTW slabs over " + std::to_string(slabs->numRanks()) + " ranks";
+  const std::string where = std::string(params.backend == mesh::MeshBackend::cufft ? "cuFFT" : "FFTW") +
+                            " slabs over " + std::to_string(slabs->numRanks()) + " ranks";
   return std::make_unique<mesh::TreePmSolver>(
       std::move(shortRange), params, gravity,
       [slabs](const SourceView& sources, const GravityParams& g, const ForceView& out) {
@@ -110,31 +111,21 @@ std::unique_ptr<ForceSolver> slabTreePm(std::unique_ptr<ForceSolver> shortRange,
       where);
 }
 
-/// Whether the ranks' particle mesh is the whole grid on every rank (else in FFTW slabs), as --pm-ranks says.
-bool replicatesMesh(MeshOnRanks choice, bool onGpu, int grid) {
-  switch (choice) {
-    case MeshOnRanks::replicated:
-      return true;
-    case MeshOnRanks::slabs:
-      return false;
-    case MeshOnRanks::automatic:
-      break;
-  }
-  return onGpu && grid <= kReplicatedMeshMaxGrid;
-}
+/// Whether the ranks' particle mesh is the whole grid on every rank (else in slabs), as --pm-ranks says: only when
+/// asked for (auto takes slabs: options.hpp, MeshOnRanks).
+bool replicatesMesh(MeshOnRanks choice) { return choice == MeshOnRanks::replicated; }
 
-/// Collective: TreePM over the ranks, the distributed short range and the mesh as --pm-ranks says: replicated on each
-/// rank's engine's side (cuFFT beside the CUDA engine, FFTW beside the CPU's), or in FFTW slabs on the hosts' CPUs
-/// whichever the engine.
+/// Collective: TreePM over the ranks, the distributed short range and the mesh as --pm-ranks says, on each rank's
+/// engine's side (cuFFT beside the CUDA engine, FFTW beside the CPU's): replicated, or in slabs.
 std::unique_ptr<ForceSolver> treePmOnRanks(std::unique_ptr<ForceSolver> shortRange, const Options& options, bool onGpu,
                                            int device, MPI_Comm comm) {
   mesh::MeshParams meshParams = options.mesh;
   meshParams.device = device;
-  if (replicatesMesh(options.meshOnRanks, onGpu, meshParams.grid)) {
+  if (replicatesMesh(options.meshOnRanks)) {
     meshParams.backend = onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
     return replicatedTreePm(std::move(shortRange), meshParams, options.gravity, comm);
   }
-  meshParams.backend = mesh::MeshBackend::fftw;
+  meshParams.backend = onGpu ? mesh::MeshBackend::cufft : mesh::MeshBackend::fftw;
   return slabTreePm(std::move(shortRange), meshParams, options.gravity, comm);
 }
 
@@ -442,11 +433,10 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
   sized.backgroundOutput = false;
   MemoryOnRanks memory;
   memory.device = device;
-  // The CPU engine's mesh lies in slabs over the ranks (slabTreePm): a rank holds its share, not the whole grid.
+  // The mesh lies in slabs over the ranks (slabTreePm) unless --pm-ranks replicated: a rank holds its share.
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
-  const bool replicated =
-      options.gravity.periodic.enabled() && replicatesMesh(options.meshOnRanks, onGpu, options.mesh.grid);
+  const bool replicated = options.gravity.periodic.enabled() && replicatesMesh(options.meshOnRanks);
   memory.mine = estimateRunMemory(sized, mine, onGpu, directPotentials, numSteps, replicated ? 1 : ranks);
   if (replicated && ranks > 1) {
     // The whole grid's deposits in double on the host, summed over the ranks (replicatedTreePm).
@@ -953,9 +943,8 @@ int runDistributed(CLI::App& command, const Options& given) {
         std::make_unique<parallel::DistributedTreeSolver>(*engine.engine, options.tree, options.gravity, comm);
     treeSolver = distributed.get();
     if (options.gravity.periodic.enabled()) {
-      // TreePM: the distributed tree's short range, and the mesh as --pm-ranks says (auto: the whole box on each
-      // rank's GPU from the deposits of all ranks, cuFFT as on one rank, up to kReplicatedMeshMaxGrid; else in slabs
-      // over the ranks, FFTW's MPI interface, no rank holding the whole grid).
+      // TreePM: the distributed tree's short range, and the mesh as --pm-ranks says (auto: in slabs over the ranks,
+      // cuFFT on each rank's GPU or FFTW-MPI on the cores, no rank holding the whole grid).
       forces = treePmOnRanks(std::move(distributed), options, engine.onGpu, device, comm);
     } else {
       forces = std::move(distributed);

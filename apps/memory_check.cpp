@@ -205,8 +205,11 @@ RunMemory estimateRunMemory(const Options& options, const Particles& particles, 
   // On the CUDA engine the mesh is cuFFT's (options.cpp: makeSolver): its grids on the device, pinned results and
   // staging on the host.
   if (options.gravity.periodic.enabled()) {
-    if (meshRanks > 1) {
-      // In slabs over the ranks (distributed_run.cpp: --pm-ranks), on the hosts' CPUs whichever the engine.
+    if (meshRanks > 1 && onGpu) {
+      // In slabs over the ranks (distributed_run.cpp: --pm-ranks), each on its rank's GPU.
+      const mesh::SlabMeshBytes slab = mesh::gpuSlabMeshMemoryBytes(options.mesh, meshRanks, n);
+      estimate.add("particle mesh (cuFFT slabs)", slab.host, slab.device);
+    } else if (meshRanks > 1) {
       estimate.add("particle mesh (FFTW slabs)", mesh::slabMeshMemoryBytes(options.mesh, meshRanks, n));
     } else if (onGpu) {
       // Pinned on the host: the results and the bodies' staging, 4 doubles a body each (mesh/cuda/gpu_mesh.cu).

@@ -354,11 +354,9 @@ void addOptions(CLI::App& command, Options& options, unsigned sets) {
         ->capture_default_str();
     addWordOption(command, "--pm-ranks", options.meshOnRanks,
                   {MeshOnRanks::automatic, MeshOnRanks::replicated, MeshOnRanks::slabs},
-                  "periodic, on several ranks: the whole mesh on every rank's engine, the ranks' deposits summed "
-                  "(replicated: cuFFT beside the CUDA engine), or the mesh in FFTW slabs over the ranks on the "
-                  "hosts' CPUs (slabs: 1/K of the grid a rank); auto: slabs on the CPU engine, and on the CUDA "
-                  "engine replicated up to a " +
-                      std::to_string(kReplicatedMeshMaxGrid) + "^3 grid, slabs beyond");
+                  "periodic, on several ranks: the mesh in slabs over the ranks (slabs: 1/K of the grid a rank), or "
+                  "the whole mesh on every rank, the ranks' deposits summed (replicated); on each rank's engine's "
+                  "side (cuFFT on its GPU beside the CUDA engine, FFTW beside the CPU's); auto: slabs");
     command
         .add_option("--walk-overlap", options.tree.overlapWalk,
                     "periodic: walk the groups in batches, the engine evaluating each batch while the next is walked "

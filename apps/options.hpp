@@ -31,22 +31,16 @@ enum class DiagnosticPotential {
 };
 std::string toString(DiagnosticPotential choice);
 
-/// How a periodic run on several ranks holds its particle mesh (--pm-ranks): each rank the whole grid on its engine's
-/// side, solved from the deposits of all ranks summed over them (cuFFT on each rank's GPU, FFTW on the CPU), or the
-/// grid in slabs over the ranks on the hosts' CPUs (FFTW's MPI interface: each rank 1/K of it), which no grid size
-/// outgrows.
+/// How a periodic run on several ranks holds its particle mesh (--pm-ranks), on each rank's engine's side (cuFFT on its
+/// GPU beside the CUDA engine, FFTW on the cores beside the CPU's): in slabs over the ranks (mesh::SlabMesh, each rank
+/// 1/K of the grid), which no grid size outgrows, or each rank the whole grid, solved from the deposits of all ranks
+/// summed over them (an MPI_Allreduce of the grid at every pass: 1 GiB at 512^3).
 enum class MeshOnRanks {
-  automatic,   ///< the CPU engine: slabs; the CUDA engine: replicated up to kReplicatedMeshMaxGrid, slabs beyond
+  automatic,   ///< slabs
   replicated,  ///< each rank the whole grid (its host sums the ranks' deposits: 8 grid^3 bytes a rank)
-  slabs,       ///< FFTW slabs over the ranks
+  slabs,       ///< slabs over the ranks
 };
 std::string toString(MeshOnRanks choice);
-
-/// The largest grid --pm-ranks auto replicates on the CUDA engine's ranks: 512^3 doubles are 1 GiB a rank, summed over
-/// the ranks through the hosts at each long-range step; 1024^3 would be 8 GiB a rank, 2048^3 (a 1024^3-body box's
-/// default) 64 GiB. At 512^3 the replicated cuFFT mesh took 1.8 s a step on two H200s against 9.1 s for FFTW slabs on 2
-/// ranks of the 16-core host (bench/RESULTS.md, 2026-11-30 and 12-02); beyond it the replicated grid outgrows the GPU.
-inline constexpr int kReplicatedMeshMaxGrid = 512;
 
 /// `matcha run --integrator`: the fixed-step KDK leapfrog on a force solver (integrator/leapfrog.hpp), or the
 /// 4th-order Hermite integrator with block time steps on a Hermite engine (integrator/hermite.hpp).

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
-// The particle mesh over K ranks (issue 19): mesh::SlabMesh (FFTW-MPI slabs; the bodies travel to the slabs their
-// windows reach) against the replicated mesh that the CUDA engine's ranks use (every rank a ParticleMesh of the whole
-// grid, the deposits summed over the ranks with MPI_Allreduce), on a box of clumps (`matcha ic clumps`, 32 clumps in
+// The particle mesh over K ranks (issue 19): mesh::SlabMesh (slabs; the bodies travel to the slabs their windows
+// reach) against the replicated mesh (every rank a ParticleMesh of the whole grid, the deposits summed over the ranks
+// with MPI_Allreduce), both on FFTW (--backend fftw, the hosts' cores) or both on cuFFT (--backend cufft, each rank on
+// its host's GPU local rank mod the GPUs, the ranks sharing them where there are fewer; exit 77 without one), on a box of clumps (`matcha ic clumps`, 32 clumps in
 // a 20% background) split along the Hilbert curve into K equal ranges, as the domain decomposition splits a box. Run
 // under mpirun (or alone, K = 1); rank 0 prints one row: each mesh's call (the median over the repeats of the slowest
 // rank's), the slab mesh's phases on its slowest rank, the slabs a body reaches, the largest rank's mesh memory, and
 // how far the two meshes' pulls lie apart.
 //
-//   mpirun -np 4 bench_slab_mesh -n 4194304 --grid 256 --threads 4 --repeat 5
+//   mpirun -np 4 bench_slab_mesh -n 4194304 --grid 256 --threads 4 --repeat 5 [--backend cufft]
 #include <mpi.h>
 #include <tbb/global_control.h>
 
@@ -22,6 +23,7 @@
 
 #include "matcha/core/particles.hpp"
 #include "matcha/core/stopwatch.hpp"
+#include "matcha/gpu/detail/cuda_bridge.hpp"
 #include "matcha/ic/periodic_boxes.hpp"
 #include "matcha/mesh/particle_mesh.hpp"
 #include "matcha/mesh/slab_mesh.hpp"
@@ -84,13 +86,14 @@ int run(int argc, char** argv) {
   CLI::App app{"The particle mesh in slabs over the ranks against the replicated mesh"};
   std::size_t n = std::size_t{1} << 20;
   int grid = 128, threads = 1, repeat = 3;
-  std::string gradient = "fourier";
+  std::string gradient = "fourier", backend = "fftw";
   bool header = false;
   app.add_option("-n", n, "bodies in all")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 31));
   app.add_option("--grid", grid, "mesh points per side")->check(CLI::Range(mesh::kMinGrid, mesh::kMaxGrid));
   app.add_option("--threads", threads, "TBB threads per rank")->check(CLI::Range(1, 1024));
   app.add_option("--repeat", repeat, "timed calls per mesh")->check(CLI::Range(1, 100));
   app.add_option("--gradient", gradient, "fourier or fd4")->check(CLI::IsMember({"fourier", "fd4"}));
+  app.add_option("--backend", backend, "fftw or cufft")->check(CLI::IsMember({"fftw", "cufft"}));
   app.add_flag("--header", header, "print the table's header first");
   try {
     app.parse(argc, argv);
@@ -103,6 +106,21 @@ int run(int argc, char** argv) {
   params.boxSize = 1.0;
   params.grid = grid;
   params.gradient = gradient == "fd4" ? mesh::MeshGradient::finiteDifference : mesh::MeshGradient::fourier;
+  if (backend == "cufft") {
+    // The query alone (device_query.cu), not gpu::queryCudaDevice, whose object file links every engine in.
+    const gpu::CudaDeviceInfo device = gpu::detail::queryCudaDeviceImpl();
+    if (!device.available) {
+      if (rank == 0) std::printf("bench_slab_mesh: no CUDA device, skipped: %s\n", device.description.c_str());
+      return 77;
+    }
+    MPI_Comm host;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+    int hostRank = 0;
+    MPI_Comm_rank(host, &hostRank);
+    MPI_Comm_free(&host);
+    params.backend = mesh::MeshBackend::cufft;
+    params.device = hostRank % device.deviceCount;
+  }
   const GravityParams gravity;
   Particles slabbed = myShare(n, rank, ranks);
   Particles replicated = slabbed;
@@ -120,17 +138,19 @@ int run(int argc, char** argv) {
     if (timed && stats.totalSeconds > slowestSeconds) slowestSeconds = stats.totalSeconds, slowest = stats;
   });
   // The slowest rank's phases (of its slowest call), and the largest rank's memory.
-  double phases[6] = {slowest.exchangeSeconds, slowest.depositSeconds,     slowest.fftSeconds,
-                      slowest.greenSeconds,    slowest.interpolateSeconds, slowest.totalSeconds};
+  double phases[8] = {slowest.exchangeSeconds,    slowest.depositSeconds, slowest.fftSeconds,
+                      slowest.greenSeconds,       slowest.interpolateSeconds, slowest.totalSeconds,
+                      slowest.transposeSeconds,   slowest.transposeMpiSeconds};
   struct {
     double seconds;
     int rank;
   } mineSlowest{slowestSeconds, rank}, slowestRank{};
   MPI_Allreduce(&mineSlowest, &slowestRank, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
-  MPI_Bcast(phases, 6, MPI_DOUBLE, slowestRank.rank, MPI_COMM_WORLD);
+  MPI_Bcast(phases, 8, MPI_DOUBLE, slowestRank.rank, MPI_COMM_WORLD);
   double counts[2] = {double(slowest.bodiesSent), double(slabbed.size())};
   MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  const double slabHeld = maxOverRanks(double(slowest.heldBytes));
+  // Host and device (cuFFT) memory together.
+  const double slabHeld = maxOverRanks(double(slowest.heldBytes + slowest.deviceBytes));
 
   mesh::ParticleMesh whole(params);
   whole.setDensityReduction([](std::span<double> values) {
@@ -143,7 +163,9 @@ int run(int argc, char** argv) {
     std::fill(replicated.pot.begin(), replicated.pot.end(), 0.0);
     whole.addLongRange(replicated.sources(), gravity, replicated.forces());
   });
-  const double replicatedHeld = maxOverRanks(double(mesh::meshMemoryBytes(params, replicated.size())));
+  const double replicatedHeld = maxOverRanks(double(params.backend == mesh::MeshBackend::cufft
+                                                        ? mesh::meshDeviceMemoryBytes(params, replicated.size())
+                                                        : mesh::meshMemoryBytes(params, replicated.size())));
 
   double sums[2] = {0, 0};  // sum |a|^2, max |a_slab - a_replicated|
   for (std::size_t i = 0; i < slabbed.size(); ++i) {
@@ -160,16 +182,18 @@ int run(int argc, char** argv) {
     if (header) {
       std::printf(
           "| ranks x threads | N | mesh | slabs (ms) | replicated (ms) | exchange | deposit | FFT | Green | "
-          "interpolate "
+          "transpose (MPI) | interpolate "
           "| slabs a body a pass | slab MB / rank | replicated MB / rank | max diff / rms |\n"
-          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+          "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
     }
     const int passes = params.interlace ? 2 : 1;
     std::printf(
-        "| %d x %d | %zu | %d^3 %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.0f | %.0f | %.1e |\n",
-        ranks, threads, n, grid, gradient.c_str(), 1e3 * slabSeconds, 1e3 * replicatedSeconds, 1e3 * phases[0],
-        1e3 * phases[1], 1e3 * phases[2], 1e3 * phases[3], 1e3 * phases[4], counts[0] / (passes * counts[1]),
-        slabHeld / 1048576.0, replicatedHeld / 1048576.0, sums[1] / rms);
+        "| %d x %d | %zu | %d^3 %s %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f (%.1f) | %.1f | %.3f | %.0f | "
+        "%.0f | %.1e |\n",
+        ranks, threads, n, grid, gradient.c_str(), backend.c_str(), 1e3 * slabSeconds, 1e3 * replicatedSeconds,
+        1e3 * phases[0], 1e3 * phases[1], 1e3 * phases[2], 1e3 * phases[3], 1e3 * phases[6], 1e3 * phases[7],
+        1e3 * phases[4], counts[0] / (passes * counts[1]), slabHeld / 1048576.0, replicatedHeld / 1048576.0,
+        sums[1] / rms);
   }
   return 0;
 }

@@ -23,7 +23,7 @@
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
 # COSMO=1 (COSMO_GRIDS, COSMO_BOX, COSMO_Z_END, COSMO_OPTIONS, COSMO_TIMEOUT) for whole cosmological runs, OVERLAP=1
 # (OVERLAP_SIZES, OVERLAP_RUNS, OVERLAP_REPEAT, OVERLAP_COSMO_GRID) for the periodic call overlapped and sequential,
-# SLABS=1 (SLABS_CASES, SLABS_COUNTS, SLABS_REPEAT) for the particle mesh in slabs over K ranks of the host,
+# SLABS=1 (SLABS_CASES, SLABS_COUNTS, SLABS_REPEAT, SLABS_BACKEND, SLABS_OPTIONS) for the particle mesh in slabs over K ranks of the host,
 # PERIODIC_STEPS=1 (PSTEP_SIZES, PSTEP_RUNS, PSTEP_COSMO_GRID, PSTEP_COSMO_RUNS) for periodic steps with and without reuse,
 # GROWTH=1 (GROWTH_GRID, GROWTH_MODE, GROWTH_TIMEOUT) for the linear-growth check at full size, HERMITE=1
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
@@ -676,11 +676,12 @@ if [ "${RANKS_COSMO:-0}" = 1 ]; then
   done
 fi
 
-# SLABS=1: the particle mesh over K ranks on this machine's host (issue 19; the CPU engine's mesh, FFTW): bench_slab_mesh
-# with K ranks of 16 / K threads for each K of SLABS_COUNTS (default 1 2 4 8) and each N:grid of SLABS_CASES (default
-# 2^22 at 256^3 and 2^24 at 512^3, the default grids' sizes), the slab mesh against the replicated one, one table.
+# SLABS=1: the particle mesh over K ranks on this machine's host (issue 19): bench_slab_mesh with K ranks of 16 / K
+# threads for each K of SLABS_COUNTS (default 1 2 4 8) and each N:grid of SLABS_CASES (default 2^22 at 256^3 and 2^24 at
+# 512^3, the default grids' sizes), the slab mesh against the replicated one, one table. SLABS_BACKEND=cufft (default
+# fftw, the hosts' cores): both on the GPUs, the ranks sharing them where there are fewer.
 if [ "${SLABS:-0}" = 1 ]; then
-  echo "== the particle mesh in slabs over K ranks (host cores)"
+  echo "== the particle mesh in slabs over K ranks (${SLABS_BACKEND:-fftw})"
   cores=$(nproc)
   header=--header
   for case in ${SLABS_CASES:-4194304:256 16777216:512}; do
@@ -691,6 +692,7 @@ if [ "${SLABS:-0}" = 1 ]; then
       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${SLABS_TIMEOUT:-300}" \
         mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$build/bench/bench_slab_mesh" \
         -n "${case%%:*}" --grid "${case#*:}" --threads "$threads" --repeat "${SLABS_REPEAT:-3}" $header \
+        --backend "${SLABS_BACKEND:-fftw}" ${SLABS_OPTIONS:-} \
         >>"$OUT/slabs.md" 2>>"$OUT/slabs.log"
       echo "exit $? (K=$k, $case)" >>"$OUT/slabs.log"
       header=

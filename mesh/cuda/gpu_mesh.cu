@@ -20,13 +20,13 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <numbers>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../src/gpu_mesh.hpp"
+#include "mesh_cuda.cuh"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
@@ -37,70 +37,6 @@ bool cufftMeshBuilt() { return true; }
 
 namespace detail {
 namespace {
-
-[[noreturn]] void throwCuda(const std::string& what, const char* file, int line) {
-  throw CudaError("CUDA error in the particle mesh: " + what + " at " + file + ":" + std::to_string(line));
-}
-
-void checkCuda(cudaError_t status, const char* expression, const char* file, int line) {
-  if (status == cudaSuccess) return;
-  cudaGetLastError();  // a non-sticky error must not resurface in the next, unrelated check
-  throwCuda(std::string(expression) + " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status), file,
-            line);
-}
-
-void checkCufft(cufftResult status, const char* expression, const char* file, int line) {
-  if (status != CUFFT_SUCCESS)
-    throwCuda(std::string(expression) + " failed: cufftResult " + std::to_string(status), file, line);
-}
-
-#define MESH_CUDA_CHECK(expression) checkCuda((expression), #expression, __FILE__, __LINE__)
-#define MESH_CUFFT_CHECK(expression) checkCufft((expression), #expression, __FILE__, __LINE__)
-#define MESH_LAUNCH_CHECK() checkCuda(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
-
-std::string gibibytes(std::size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(1ull << 30));
-  return text;
-}
-
-/// Device memory that is freed on destruction and never grows by itself.
-template <class T>
-struct DeviceArray {
-  T* data = nullptr;
-  std::size_t count = 0;
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { release(); }
-  void release() {
-    if (data != nullptr) cudaFree(data);
-    data = nullptr;
-    count = 0;
-  }
-  void allocate(std::size_t n) {
-    release();
-    MESH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T)));
-    count = n;
-  }
-};
-
-struct AtomicAdd {
-  __device__ void operator()(double* point, double value) const { atomicAdd(point, value); }
-};
-
-constexpr int kBlock = 256;
-
-unsigned blocksFor(std::size_t count) { return static_cast<unsigned>((count + kBlock - 1) / kBlock); }
-
-/// The bodies' positions and masses on the device, as the SourceView's four arrays.
-struct DeviceBodies {
-  const double* x;
-  const double* y;
-  const double* z;
-  const double* mass;
-  unsigned long long count;
-};
 
 template <int S>
 __global__ void depositKernel(DeviceBodies bodies, MeshLayout layout, double invBox, double offset, double* rho) {
@@ -219,7 +155,7 @@ struct GpuMesh::Impl {
   cufftHandle forwardPlan = 0, inversePlan = 0;
   DeviceArray<double> grid, work;  ///< work: one component of the pull (Fourier gradient only)
   DeviceArray<char> fftWorkArea;
-  DeviceArray<double> greenAxis, modeSquared, derivativeWavenumber;
+  DeviceModeTables tables;
   DeviceArray<double> bodies;        ///< x, y, z, mass: 4 capacity doubles
   DeviceArray<double> results;       ///< ax, ay, az, pot: 4 capacity doubles
   DeviceArray<std::uint32_t> order;  ///< orderResults' order (the results go to `bodies`, free by then, in it)
@@ -246,17 +182,7 @@ struct GpuMesh::Impl {
     paddedReals = static_cast<std::size_t>(n) * n * 2 * half;
     invBox = 1.0 / p.boxSize;
     invCell = p.grid / p.boxSize;
-    int devices = 0;
-    const cudaError_t status = cudaGetDeviceCount(&devices);
-    if (status != cudaSuccess || devices == 0) {
-      cudaGetLastError();
-      throw InputError(std::string("the cuFFT particle mesh needs a CUDA device: ") +
-                       (status != cudaSuccess ? cudaGetErrorString(status) : "none found"));
-    }
-    if (p.device >= devices) {
-      throw InputError("the cuFFT particle mesh was asked for CUDA device " + std::to_string(p.device) + " of " +
-                       std::to_string(devices));
-    }
+    requireMeshDevice(p.device);
     selectDevice();
     // The grids first (a 4096^3 mesh is refused before cuFFT is asked to plan it), then the plans without their work
     // areas, so that the check knows cuFFT's real need before anything big is allocated.
@@ -281,20 +207,7 @@ struct GpuMesh::Impl {
     MESH_CUFFT_CHECK(cufftSetWorkArea(inversePlan, fftWorkArea.data));
     MESH_CUFFT_CHECK(cufftSetStream(forwardPlan, stream));
     MESH_CUFFT_CHECK(cufftSetStream(inversePlan, stream));
-    // The per-axis tables, computed on the host by the FFTW backend's formulas, so both multiply by the same bits.
-    const int windowOrder = p.assignment == MassAssignment::cic ? 2 : 3;
-    std::vector<double> g(n), m2(n), k(n);
-    for (int i = 0; i < n; ++i) {
-      const int m = signedMode(i, n);
-      g[i] = greenAxisFactor(m, n, p.aSmooth, windowOrder);
-      m2[i] = static_cast<double>(m) * m;
-      k[i] = 2.0 * std::numbers::pi * derivativeMode(i, n) / p.boxSize;
-    }
-    for (auto [table, values] :
-         {std::pair{&greenAxis, &g}, std::pair{&modeSquared, &m2}, std::pair{&derivativeWavenumber, &k}}) {
-      table->allocate(n);
-      MESH_CUDA_CHECK(cudaMemcpy(table->data, values->data(), n * sizeof(double), cudaMemcpyHostToDevice));
-    }
+    tables.upload(p);
     MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&hostMass), sizeof(double)));
   }
 
@@ -400,7 +313,7 @@ struct GpuMesh::Impl {
       MESH_CUDA_CHECK(cudaMemcpyAsync(totalMass, grid.data, sizeof(double), cudaMemcpyDeviceToHost, stream));
     }
     greenKernel<<<blocksFor(modes), kBlock, 0, stream>>>(spectrum, n, half, greenScale(G, params.boxSize),
-                                                         greenAxis.data, modeSquared.data);
+                                                         tables.greenAxis.data, tables.modeSquared.data);
     MESH_LAUNCH_CHECK();
     mark(kGreen);
     double* ax = out;
@@ -408,7 +321,7 @@ struct GpuMesh::Impl {
     if (params.gradient == MeshGradient::fourier) {
       for (int axis = 0; axis < 3; ++axis) {
         differentiateKernel<<<blocksFor(modes), kBlock, 0, stream>>>(spectrum, reinterpret_cast<double2*>(work.data), n,
-                                                                     half, axis, derivativeWavenumber.data);
+                                                                     half, axis, tables.derivativeWavenumber.data);
         MESH_LAUNCH_CHECK();
         mark(kGreen);
         inverse(work.data);

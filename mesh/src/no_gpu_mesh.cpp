@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The cuFFT backend in a build without CUDA: asking for it is the user's error, said in one line.
 #include "gpu_mesh.hpp"
+#include "gpu_slab.hpp"
 #include "matcha/core/errors.hpp"
 
 namespace matcha::mesh {
@@ -22,6 +23,21 @@ GpuMeshResult GpuMesh::collect(double* /*waitSeconds*/) { return {}; }
 void GpuMesh::drop() {}
 MeshStageSeconds GpuMesh::lastStageSeconds() const { return {}; }
 void GpuMesh::setDensityReduction(std::function<void(std::span<double>)> /*reduce*/) {}
+
+struct GpuSlabMesh::Impl {};
+
+GpuSlabMesh::GpuSlabMesh(const MeshParams& /*params*/, SlabSplit /*split*/, SlabExchange /*exchange*/) {
+  throw InputError("the cuFFT slab mesh is not built into this binary (configure with CUDA to get it)");
+}
+GpuSlabMesh::~GpuSlabMesh() = default;
+// Unreachable: the constructor throws.
+double* GpuSlabMesh::records(std::size_t /*count*/) { return nullptr; }
+double GpuSlabMesh::pass(std::size_t /*count*/, double /*offset*/, double /*G*/, bool /*potentials*/,
+                         GpuSlabSeconds& /*seconds*/) {
+  return 0;
+}
+std::size_t GpuSlabMesh::deviceBytes() const { return 0; }
+std::size_t GpuSlabMesh::hostBytes() const { return 0; }
 
 }  // namespace detail
 }  // namespace matcha::mesh

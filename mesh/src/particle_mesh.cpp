@@ -135,6 +135,14 @@ std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::siz
   return grids * planes * n * 2 * (n / 2 + 1) * sizeof(double) + numBodies * kRecordBytes * 3 / 2;
 }
 
+SlabMeshBytes gpuSlabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies) {
+  const auto n = static_cast<std::size_t>(params.grid);
+  const auto ranks = static_cast<std::size_t>(numRanks);
+  const std::size_t buffer = (n + ranks - 1) / ranks * n * (n / 2 + 1) * 2 * sizeof(double);
+  const std::size_t records = numBodies * 3 / 2;
+  return {(ranks > 1 ? 2 * buffer : 0) + records * (4 * sizeof(double) + 36), 6 * buffer + records * 8 * sizeof(double)};
+}
+
 std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies) {
   const std::size_t grids = params.gradient == MeshGradient::fourier ? 2 : 1;
   return (grids + 1) * detail::FftwGrid::paddedSize(params.grid) * sizeof(double) +

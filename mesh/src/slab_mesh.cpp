@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fftw_grid.hpp"
+#include "gpu_slab.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
@@ -66,6 +67,8 @@ struct SlabMesh::Impl {
   std::size_t slabReals = 0;                    ///< doubles FFTW allocated for the slab (and for work)
   std::vector<int> ownerOfPlane;                ///< the rank owning each x plane
   MPI_Datatype recordType = MPI_DATATYPE_NULL;  ///< a BodyRecord (4 doubles)
+  MPI_Datatype complexType = MPI_DATATYPE_NULL; ///< 2 doubles: the cuFFT backend's transposes
+  std::unique_ptr<detail::GpuSlabMesh> gpu;     ///< the cuFFT backend's slab on this rank's GPU (null: FFTW's)
   double* slab = nullptr;                       ///< deposit, spectrum, potential (FFTW's allocation)
   double* work = nullptr;                       ///< one component of the pull (Fourier gradient only)
   fftw_plan forwardPlan = nullptr, inversePlan = nullptr, workInversePlan = nullptr;
@@ -77,7 +80,11 @@ struct SlabMesh::Impl {
   std::vector<int> sendCounts, sendDispls, recvCounts, recvDispls;
   std::vector<std::uint32_t> sentBody;   ///< the local body of each sent entry
   std::vector<BodyRecord> sent;          ///< this rank's bodies, then the slabs' shares of them
-  std::vector<BodyRecord> received;      ///< the bodies that reach this slab, then this slab's shares of them
+  std::vector<BodyRecord> received;      ///< the FFTW backend's `records`
+  /// The bodies that reach this slab, then this slab's shares of them: `received`'s, or the cuFFT backend's
+  /// page-locked records (the exchange lands where the upload starts, and the shares leave from where they came down).
+  BodyRecord* records = nullptr;
+  std::size_t numReceived = 0;
   std::vector<double> rx, ry, rz, rm;    ///< the received bodies, as a SourceView
   std::vector<std::size_t> blockCounts;  ///< routing: entries per (block, destination)
 
@@ -111,6 +118,14 @@ struct SlabMesh::Impl {
     const auto side = static_cast<ptrdiff_t>(n);
     const ptrdiff_t allocComplex = fftw_mpi_local_size_3d_transposed(side, side, side / 2 + 1, comm, &localN0,
                                                                      &local0Start, &localN1, &local1Start);
+    static_assert(sizeof(BodyRecord) == 4 * sizeof(double));
+    check(MPI_Type_contiguous(4, MPI_DOUBLE, &recordType), "MPI_Type_contiguous");
+    check(MPI_Type_commit(&recordType), "MPI_Type_commit");
+    setUpOwners();
+    if (params.backend == MeshBackend::cufft) {
+      setUpGpu();
+      return;
+    }
     // FFTW may ask for more than the slab's planes (room for its transposes); at least a little so that a rank
     // without planes still has a buffer to plan on.
     slabReals = static_cast<std::size_t>(std::max<ptrdiff_t>(2 * allocComplex, 2));
@@ -138,20 +153,54 @@ struct SlabMesh::Impl {
       throw InvariantError("FFTW-MPI could not plan a " + std::to_string(n) + "^3 transform over " +
                            std::to_string(ranks) + " ranks");
     }
-    static_assert(sizeof(BodyRecord) == 4 * sizeof(double));
-    check(MPI_Type_contiguous(4, MPI_DOUBLE, &recordType), "MPI_Type_contiguous");
-    check(MPI_Type_commit(&recordType), "MPI_Type_commit");
+  }
 
-    const int myFirst = static_cast<int>(local0Start), myCount = static_cast<int>(localN0);
-    std::vector<int> firsts(ranks), counts(ranks);
-    check(MPI_Allgather(&myFirst, 1, MPI_INT, firsts.data(), 1, MPI_INT, comm), "MPI_Allgather");
-    check(MPI_Allgather(&myCount, 1, MPI_INT, counts.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  /// Every rank's planes and rows (FFTW-MPI's split), and the owner of each plane.
+  detail::SlabSplit gatherSplit() const {
+    detail::SlabSplit split;
+    split.rank = rank;
+    const int mine[4] = {static_cast<int>(local0Start), static_cast<int>(localN0), static_cast<int>(local1Start),
+                         static_cast<int>(localN1)};
+    std::vector<int> all(4 * static_cast<std::size_t>(ranks));
+    check(MPI_Allgather(mine, 4, MPI_INT, all.data(), 4, MPI_INT, comm), "MPI_Allgather");
+    for (int r = 0; r < ranks; ++r) {
+      split.xFirst.push_back(all[4 * r]);
+      split.xCount.push_back(all[4 * r + 1]);
+      split.yFirst.push_back(all[4 * r + 2]);
+      split.yCount.push_back(all[4 * r + 3]);
+    }
+    return split;
+  }
+
+  void setUpOwners() {
+    const detail::SlabSplit split = gatherSplit();
     ownerOfPlane.assign(n, -1);
     for (int r = 0; r < ranks; ++r) {
-      for (int plane = firsts[r]; plane < firsts[r] + counts[r]; ++plane) ownerOfPlane[plane] = r;
+      for (int plane = split.xFirst[r]; plane < split.xFirst[r] + split.xCount[r]; ++plane) ownerOfPlane[plane] = r;
     }
     MATCHA_ASSERT(std::find(ownerOfPlane.begin(), ownerOfPlane.end(), -1) == ownerOfPlane.end(),
                   "slab mesh: FFTW-MPI left a plane without an owner");
+  }
+
+  /// The cuFFT backend: FFTW-MPI's split (the bodies are routed alike), the transposes' exchange over MPI.
+  void setUpGpu() {
+    check(MPI_Type_contiguous(2, MPI_DOUBLE, &complexType), "MPI_Type_contiguous");
+    check(MPI_Type_commit(&complexType), "MPI_Type_commit");
+    auto exchange = [this](const double* send, const std::vector<std::size_t>& blocksOut,
+                           const std::vector<std::size_t>& blocksOutAt, double* recv,
+                           const std::vector<std::size_t>& blocksIn, const std::vector<std::size_t>& blocksInAt) {
+      // GpuSlabMesh keeps every count and displacement within MPI's ints.
+      const auto ints = [](const std::vector<std::size_t>& v) { return std::vector<int>(v.begin(), v.end()); };
+      const std::vector<int> sc = ints(blocksOut), sd = ints(blocksOutAt), rc = ints(blocksIn), rd = ints(blocksInAt);
+      const Stopwatch clock;
+      check(MPI_Alltoallv(send, sc.data(), sd.data(), complexType, recv, rc.data(), rd.data(), complexType, comm),
+            "MPI_Alltoallv");
+      stats.transposeMpiSeconds += clock.seconds();
+      constexpr std::size_t kComplexBytes = 2 * sizeof(double);
+      stats.bytesSent += kComplexBytes * std::accumulate(blocksOut.begin(), blocksOut.end(), std::size_t{0});
+      stats.bytesReceived += kComplexBytes * std::accumulate(blocksIn.begin(), blocksIn.end(), std::size_t{0});
+    };
+    gpu = std::make_unique<detail::GpuSlabMesh>(params, gatherSplit(), exchange);
   }
 
   void release() noexcept {
@@ -165,7 +214,9 @@ struct SlabMesh::Impl {
     if (slab != nullptr) fftw_free(slab);
     if (work != nullptr) fftw_free(work);
     slab = work = nullptr;
+    gpu.reset();
     if (recordType != MPI_DATATYPE_NULL) MPI_Type_free(&recordType);
+    if (complexType != MPI_DATATYPE_NULL) MPI_Type_free(&complexType);
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
 
@@ -265,10 +316,21 @@ struct SlabMesh::Impl {
         }
       }
     });
-    received.resize(total);
-    check(MPI_Alltoallv(sent.data(), sendCounts.data(), sendDispls.data(), recordType, received.data(),
-                        recvCounts.data(), recvDispls.data(), recordType, comm),
+    if (gpu) {
+      records = reinterpret_cast<BodyRecord*>(gpu->records(total));
+    } else {
+      received.resize(total);
+      records = received.data();
+    }
+    numReceived = total;
+    check(MPI_Alltoallv(sent.data(), sendCounts.data(), sendDispls.data(), recordType, records, recvCounts.data(),
+                        recvDispls.data(), recordType, comm),
           "MPI_Alltoallv");
+    stats.bodiesSent += sent.size();
+    stats.bodiesReceived += total;
+    stats.bytesSent += sent.size() * sizeof(BodyRecord);
+    stats.bytesReceived += total * sizeof(BodyRecord);
+    if (gpu) return;  // the records go up as they are
     rx.resize(total);
     ry.resize(total);
     rz.resize(total);
@@ -283,10 +345,6 @@ struct SlabMesh::Impl {
                           received[k] = {{0, 0, 0, 0}};  // from here on this slab's shares of the body
                         }
                       });
-    stats.bodiesSent += sent.size();
-    stats.bodiesReceived += total;
-    stats.bytesSent += sent.size() * sizeof(BodyRecord);
-    stats.bytesReceived += total * sizeof(BodyRecord);
   }
 
   SourceView receivedBodies() const { return {rx.data(), ry.data(), rz.data(), rm.data(), rx.size()}; }
@@ -350,10 +408,10 @@ struct SlabMesh::Impl {
 
   /// The shares go back to the bodies' ranks, which add them times `weight`, slab by slab in rank order.
   void collectShares(double weight, const ForceView& out) {
-    check(MPI_Alltoallv(received.data(), recvCounts.data(), recvDispls.data(), recordType, sent.data(),
-                        sendCounts.data(), sendDispls.data(), recordType, comm),
+    check(MPI_Alltoallv(records, recvCounts.data(), recvDispls.data(), recordType, sent.data(), sendCounts.data(),
+                        sendDispls.data(), recordType, comm),
           "MPI_Alltoallv");
-    stats.bytesSent += received.size() * sizeof(BodyRecord);
+    stats.bytesSent += numReceived * sizeof(BodyRecord);
     stats.bytesReceived += sent.size() * sizeof(BodyRecord);
     for (int r = 0; r < ranks; ++r) {  // a body has at most one entry per slab: no two threads add to one body
       const auto first = static_cast<std::size_t>(sendDispls[r]);
@@ -378,6 +436,7 @@ struct SlabMesh::Impl {
     Stopwatch clock;
     route<A>(s, offset);
     stats.exchangeSeconds += clock.seconds();
+    if (gpu) return addGpuPass(gravity, offset, weight, out);
 
     clock.restart();
     depositor.deposit(receivedBodies(), A, offset, slab, ownPlanes());
@@ -430,6 +489,23 @@ struct SlabMesh::Impl {
     return totalMass;
   }
 
+  /// addPass's solve on the cuFFT backend, the bodies routed.
+  double addGpuPass(const GravityParams& gravity, double offset, double weight, const ForceView& out) {
+    detail::GpuSlabSeconds seconds;
+    const double mine = gpu->pass(numReceived, offset, gravity.G, potentials, seconds);
+    stats.depositSeconds += seconds.deposit;
+    stats.fftSeconds += seconds.fft;
+    stats.greenSeconds += seconds.green;
+    stats.transposeSeconds += seconds.transpose;
+    stats.interpolateSeconds += seconds.interpolate;
+    double totalMass = 0;
+    check(MPI_Allreduce(&mine, &totalMass, 1, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
+    const Stopwatch clock;
+    collectShares(weight, out);
+    stats.exchangeSeconds += clock.seconds();
+    return totalMass;
+  }
+
   template <MassAssignment A>
   void run(const SourceView& s, const GravityParams& gravity, const ForceView& out) {
     // Interlacing as ParticleMesh: a second pass on the mesh moved by half a cell, averaged with the first.
@@ -446,11 +522,14 @@ struct SlabMesh::Impl {
   /// What this rank holds for the mesh after a call: the slab (twice with the Fourier gradient) and the last pass's
   /// records, sent and received, with their indices.
   std::size_t heldBytes() const {
+    if (gpu) {
+      return gpu->hostBytes() + sent.capacity() * sizeof(BodyRecord) + sentBody.capacity() * sizeof(std::uint32_t);
+    }
     const std::size_t slabs = (work != nullptr ? 2 : 1) * slabReals * sizeof(double);
-    const std::size_t records = (sent.capacity() + received.capacity()) * sizeof(BodyRecord) +
-                                sentBody.capacity() * sizeof(std::uint32_t) + 4 * rx.capacity() * sizeof(double) +
-                                depositor.order().capacity() * sizeof(std::uint32_t);
-    return slabs + records;
+    const std::size_t bodies = (sent.capacity() + received.capacity()) * sizeof(BodyRecord) +
+                               sentBody.capacity() * sizeof(std::uint32_t) + 4 * rx.capacity() * sizeof(double) +
+                               depositor.order().capacity() * sizeof(std::uint32_t);
+    return slabs + bodies;
   }
 };
 
@@ -488,6 +567,7 @@ void SlabMesh::addLongRange(const SourceView& sources, const GravityParams& grav
     m.run<MassAssignment::tsc>(sources, gravity, out);
   }
   m.stats.heldBytes = m.heldBytes();
+  m.stats.deviceBytes = m.gpu ? m.gpu->deviceBytes() : 0;
   m.stats.totalSeconds = total.seconds();
 }
 

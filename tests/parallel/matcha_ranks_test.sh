@@ -17,8 +17,9 @@
 #    holds every id once, inside [0, L)^3, at positions within 1e-4 of one rank's; and
 #    8 steps with a checkpoint after each, continued with --restart to 16 on K ranks: every diagnostics line and the
 #    final snapshot's ids, positions and velocities those of 16 uninterrupted steps;
-#  - periodic_cuda K: the periodic case with --engine cuda (the cuFFT mesh on each rank's GPU, its grid summed through
-#    the host), against one rank on the GPU; without h5py the diagnostics alone; skipped (77) without CUDA;
+#  - periodic_cuda K: the periodic case with --engine cuda (the mesh in cuFFT slabs on the ranks' GPUs, and with
+#    --pm-ranks replicated the whole grid on each, summed through the host), against one rank on the GPU; without
+#    h5py the diagnostics alone; skipped (77) without CUDA;
 #  - comoving K: a 16^3 2LPT box from z = 49 to 3 with the defaults (long-range and block time steps): K, W and the
 #    Layzer-Irvine check within 1e-4 (1e-5 absolute) of one rank's at every output, the step count within 2%, the
 #    final snapshot's ids once, positions within 1e-4 L and velocities within 1e-3 of the rms of one rank's; a
@@ -238,13 +239,11 @@ periodic | periodic_cuda)
   "$matcha" "${args[@]}" --out one >one.txt
   on_ranks "${args[@]}" --out ranks >ranks.txt
   cat ranks.txt
-  # The mesh held the other way (--pm-ranks; auto: FFTW slabs on the CPU engine, the whole grid replicated beside the
-  # CUDA engine at this size): the same run to the mesh's rounding.
-  other_mesh=replicated
-  [[ $engine == cuda ]] && other_mesh=slabs
-  on_ranks "${args[@]}" --pm-ranks "$other_mesh" --out other-mesh >other-mesh.txt
-  grep -q "$([[ $other_mesh == slabs ]] && echo "FFTW slabs over" || echo "on every rank")" other-mesh.txt || {
-    echo "FAILED: --pm-ranks $other_mesh: the solver line does not say so" >&2
+  # The mesh held the other way (--pm-ranks; auto: slabs, FFTW's on the CPU engine, cuFFT's beside the CUDA
+  # engine): the same run to the mesh's rounding.
+  on_ranks "${args[@]}" --pm-ranks replicated --out other-mesh >other-mesh.txt
+  grep -q "on every rank" other-mesh.txt || {
+    echo "FAILED: --pm-ranks replicated: the solver line does not say so" >&2
     exit 1
   }
   # A periodic checkpoint continued on as many ranks: 8 steps, then --restart to 16, against 16 uninterrupted.
@@ -273,8 +272,9 @@ for a, b in zip(many, table("other-mesh")):
         if abs(x - y) > 1e-5 * abs(x):
             failed.append(f"t = {a[0]}: {name} {y} with the mesh held the other way against {x}")
 whole, part = table("whole"), table("part")
-if what == "periodic" and ranks > 1 and f"FFTW slabs over {ranks} ranks" not in open("ranks.txt").read():
-    failed.append(f"the run on {ranks} ranks does not put its mesh in FFTW slabs")
+slabs = "FFTW" if what == "periodic" else "cuFFT"
+if ranks > 1 and f"{slabs} slabs over {ranks} ranks" not in open("ranks.txt").read():
+    failed.append(f"the run on {ranks} ranks does not put its mesh in {slabs} slabs")
 if what == "periodic":
     if len(whole) != 5 or part != whole:
         failed.append(f"restarted on {ranks} ranks: the diagnostics lines differ from 16 uninterrupted steps'")

@@ -124,6 +124,17 @@ std::size_t meshMemoryBytes(const MeshParams& params, std::size_t numBodies);
 /// about as many as it sends).
 std::size_t slabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies);
 
+/// A rank's bytes for a SlabMesh on cuFFT (MeshBackend::cufft) of `params` over `numRanks` ranks holding `numBodies`
+/// bodies: on the device five buffers of ceil(n / K) planes of complex values (the slab, the columns, the pull and
+/// the transposes' two) and cuFFT's work area (taken as one more), and 64 bytes a record (the bodies and their
+/// shares); on the host, page-locked, two such buffers for the transposes (none on one rank) and 32 bytes a record,
+/// plus 36 bytes a record sent. 1.5 records a body, as slabMeshMemoryBytes counts them.
+struct SlabMeshBytes {
+  std::size_t host = 0;
+  std::size_t device = 0;
+};
+SlabMeshBytes gpuSlabMeshMemoryBytes(const MeshParams& params, int numRanks, std::size_t numBodies);
+
 /// Device bytes the cuFFT backend holds: the same grids, cuFFT's work area (taken as one more grid: its in-place 3-d
 /// D2Z/Z2D plans need at most about that, and the backend checks the real size before it allocates) and 68 bytes per
 /// body (positions, masses, the four outputs, double; the order its results are gathered in). Its host side adds 64

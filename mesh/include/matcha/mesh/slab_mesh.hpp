@@ -20,8 +20,14 @@
 // twice with the Fourier gradient), and ~100 bytes per body: 36 for each record it sends (position and mass out, the
 // share back in the same place, and its index) and 68 for each it receives (the record, the body again as the deposit's
 // arrays, the deposit's order). A body near a slab's edge goes to two slabs. Traffic per pass: 32 bytes each way per
-// record. Built only with MATCHA_MPI; the FFTW backend only (cuFFT slabs are not done: a distributed run on the CUDA
-// engine replicates its mesh, ParticleMesh::setDensityReduction).
+// record. Built only with MATCHA_MPI.
+//
+// Two backends, by params.backend: FFTW-MPI on the hosts' cores (above), or cuFFT on each rank's GPU (params.device;
+// mesh/src/gpu_slab.hpp): the same routing and split, each rank's slab on its device, the distributed transform as
+// 2-d transforms of the planes, an all-to-all transpose through page-locked host memory and 1-d transforms along x;
+// the received bodies go up and their shares come down in page-locked records. Device memory per rank: about five
+// times the slab's complex values (16 n^2 (n/2 + 1) / K bytes each) and 64 bytes per received body; host memory: twice
+// the slab (the transposes' buffers, none on one rank) and the records.
 #pragma once
 
 #include <mpi.h>
@@ -42,10 +48,13 @@ struct SlabMeshStats {
   std::size_t bodiesReceived = 0;  ///< bodies received for this rank's slab (its own included), all passes
   std::size_t bytesSent = 0;       ///< bodies and shares, all passes
   std::size_t bytesReceived = 0;   ///< the same, received
-  std::size_t heldBytes = 0;       ///< the mesh's memory on this rank after the call: slabs, bodies, shares
+  std::size_t heldBytes = 0;       ///< the mesh's host memory on this rank after the call: slabs, bodies, shares
+  std::size_t deviceBytes = 0;     ///< the cuFFT backend's device memory on this rank (0 on FFTW's)
   double depositSeconds = 0;       ///< the received bodies onto the slab
   double exchangeSeconds = 0;      ///< routing the bodies and their shares (MPI and packing)
-  double fftSeconds = 0;           ///< FFTW-MPI's transforms (their own all-to-all transposes included)
+  double fftSeconds = 0;           ///< the transforms (FFTW-MPI's include their own all-to-all transposes)
+  double transposeSeconds = 0;     ///< cuFFT backend: the transposes (packing, the bus both ways, MPI)
+  double transposeMpiSeconds = 0;  ///< cuFFT backend: the transposes' MPI_Alltoallv alone
   double greenSeconds = 0;         ///< the Green's function and the Fourier gradient's multiplications
   double interpolateSeconds = 0;   ///< the received bodies' shares of each field
   double totalSeconds = 0;
@@ -56,8 +65,9 @@ struct SlabMeshStats {
 class SlabMesh {
  public:
   /// Collective. Validates params (InputError on every rank, alike), duplicates `comm` (MPI_Comm_dup: its messages
-  /// never meet the caller's), allocates this rank's slab and plans FFTW-MPI's transforms (FFTW_ESTIMATE, kFftJobs
-  /// jobs on TBB's threads as ParticleMesh plans them). params.backend is ignored: this is the CPU's mesh.
+  /// never meet the caller's), allocates this rank's slab and plans its transforms: FFTW-MPI's (FFTW_ESTIMATE,
+  /// kFftJobs jobs on TBB's threads as ParticleMesh plans them), or cuFFT's on params.device (MeshBackend::cufft;
+  /// InputError where there is no such device, the build has no CUDA or the slab does not fit).
   SlabMesh(const MeshParams& params, MPI_Comm comm);
   ~SlabMesh();
   SlabMesh(const SlabMesh&) = delete;
