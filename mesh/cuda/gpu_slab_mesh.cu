@@ -126,32 +126,33 @@ __global__ void depositRecordsKernel(const double* records, unsigned long long c
   depositBody(rho, layout, window, r[3], AtomicAdd{}, planes);
 }
 
-/// This slab's share of `field` at each record's body, into component `component` of its share.
+/// This slab's share of `field` at each record's body, times `weight`, added to component `component` of its shares.
 template <int S>
 __global__ void shareKernel(const double* records, unsigned long long count, MeshLayout layout, double invBox,
-                            double offset, PlaneRange planes, const double* field, int component, double* shares) {
+                            double offset, PlaneRange planes, const double* field, int component, double weight,
+                            double* shares) {
   const unsigned long long i = threadIndex();
   if (i >= count) return;
   const double* r = records + 4 * i;
   const BodyWindow<S, double> window(r[0], r[1], r[2], invBox, layout.n, offset);
-  shares[4 * i + component] = gatherBody(field, layout, window, planes);
+  shares[4 * i + component] += weight * gatherBody(field, layout, window, planes);
 }
 
-/// The finite-difference variant: all four shares from the potential's slab.
+/// The finite-difference variant: all four shares from the potential's slab, times `weight`, added.
 template <int S>
 __global__ void finiteDifferenceShareKernel(const double* records, unsigned long long count, MeshLayout layout,
                                             double invBox, double offset, PlaneRange planes, double invCell,
-                                            const double* phi, bool potentials, double* shares) {
+                                            const double* phi, bool potentials, double weight, double* shares) {
   const unsigned long long i = threadIndex();
   if (i >= count) return;
   const double* r = records + 4 * i;
   const BodyWindow<S, double> window(r[0], r[1], r[2], invBox, layout.n, offset);
   double gradient[3], potential;
   gatherFiniteDifference(phi, layout, window, invCell, gradient, potential, planes);
-  shares[4 * i + 0] = -gradient[0];
-  shares[4 * i + 1] = -gradient[1];
-  shares[4 * i + 2] = -gradient[2];
-  shares[4 * i + 3] = potentials ? potential : 0.0;  // unwanted: 0, as the FFTW backend leaves it
+  shares[4 * i + 0] -= weight * gradient[0];
+  shares[4 * i + 1] -= weight * gradient[1];
+  shares[4 * i + 2] -= weight * gradient[2];
+  if (potentials) shares[4 * i + 3] += weight * potential;  // unwanted: left 0, as the FFTW backend leaves it
 }
 
 /// A plan that is destroyed with its owner.
@@ -208,7 +209,7 @@ struct Blocks {
 struct GpuSlabMesh::Impl {
   MeshParams params;
   SlabSplit split;
-  SlabExchange exchange;
+  SlabComm comm;
   int n = 0, half = 0;
   int rank = 0, ranks = 1;
   int localPlanes = 0, localRows = 0, rowFirst = 0;
@@ -225,9 +226,13 @@ struct GpuSlabMesh::Impl {
   PinnedDoubles sendHost, recvHost, hostRecords;
   DeviceArray<double> deviceRecords, deviceShares;
   std::size_t recordCapacity = 0;
+  std::size_t callCount = 0;  ///< the records of the call begun
+  /// Direct transposes: every other rank's `packed`, mapped here (CUDA IPC; null for this rank's own).
+  bool direct = false;
+  std::vector<double2*> peerPacked;
 
-  Impl(const MeshParams& p, SlabSplit s, SlabExchange e)
-      : params(p), split(std::move(s)), exchange(std::move(e)), n(p.grid), half(p.grid / 2 + 1) {
+  Impl(const MeshParams& p, SlabSplit s, SlabComm c)
+      : params(p), split(std::move(s)), comm(std::move(c)), n(p.grid), half(p.grid / 2 + 1) {
     rank = split.rank;
     ranks = split.ranks();
     localPlanes = split.xCount[rank];
@@ -245,9 +250,9 @@ struct GpuSlabMesh::Impl {
       columnBlocks.counts.push_back(planesOf(r) * static_cast<std::size_t>(localRows) * half);
     }
     for (Blocks* b : {&slabBlocks, &columnBlocks}) {
-      for (std::size_t c : b->counts) {
+      for (std::size_t count : b->counts) {
         b->displs.push_back(b->total);
-        b->total += c;
+        b->total += count;
       }
       // MPI counts and displacements are ints (in complex values).
       if (b->total > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
@@ -288,9 +293,37 @@ struct GpuSlabMesh::Impl {
     unpacked.allocate(bufferComplex);
     tables.upload(p);
     uploadSplit();
-    if (ranks > 1) {
+    openPeers();
+    if (ranks > 1 && !direct) {
       sendHost.allocate(2 * bufferComplex);
       recvHost.allocate(2 * bufferComplex);
+    }
+  }
+
+  /// Collective: maps every other rank's packing buffer here where all ranks share a host and CUDA lets each rank open
+  /// the others' (else no rank takes the direct way).
+  void openPeers() {
+    if (ranks == 1 || !comm.sameHost || !comm.allowDirect) return;
+    cudaIpcMemHandle_t mine{};
+    bool ok = cudaIpcGetMemHandle(&mine, packed.data) == cudaSuccess;
+    std::vector<cudaIpcMemHandle_t> all(ranks);
+    comm.allgather(&mine, sizeof mine, all.data());
+    peerPacked.assign(ranks, nullptr);
+    for (int r = 0; r < ranks && ok; ++r) {
+      if (r == rank) continue;
+      void* mapped = nullptr;
+      ok = cudaIpcOpenMemHandle(&mapped, all[r], cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
+      peerPacked[r] = static_cast<double2*>(mapped);
+    }
+    cudaGetLastError();  // a failure above is answered by the host's way, not carried into the next check
+    direct = comm.everyRank(ok);
+    if (!direct) closePeers();
+  }
+
+  void closePeers() noexcept {
+    for (double2*& mapped : peerPacked) {
+      if (mapped != nullptr) cudaIpcCloseMemHandle(mapped);
+      mapped = nullptr;
     }
   }
 
@@ -301,6 +334,7 @@ struct GpuSlabMesh::Impl {
       cudaStreamSynchronize(stream);
       cudaStreamDestroy(stream);
     }
+    closePeers();
   }
 
   void uploadSplit() {
@@ -338,15 +372,37 @@ struct GpuSlabMesh::Impl {
   MeshLayout layout() const { return {n, static_cast<unsigned long long>(2 * half)}; }
   PlaneRange planes() const { return {split.xFirst[rank], localPlanes}; }
 
-  /// `packed` (blocks `from`) to `unpacked` (blocks `to`): this rank's own block on the device, the others through the
-  /// host and the exchange.
-  void exchangeBlocks(const Blocks& from, const Blocks& to) {
+  /// Where rank s's packing buffer holds its block for this rank: the slab's blocks (`forward`) or the columns'.
+  std::size_t peerDisplacement(int s, bool forward) const {
+    std::size_t displacement = 0;
+    for (int r = 0; r < rank; ++r) {
+      displacement += forward ? static_cast<std::size_t>(split.xCount[s]) * split.yCount[r] * half
+                              : static_cast<std::size_t>(split.xCount[r]) * split.yCount[s] * half;
+    }
+    return displacement;
+  }
+
+  /// `packed` (blocks `from`) to `unpacked` (blocks `to`): this rank's own block on the device, the others directly
+  /// from the other ranks' devices or through the host and the exchange. `forward`: from the slab's blocks.
+  void exchangeBlocks(const Blocks& from, const Blocks& to, bool forward) {
     constexpr std::size_t kBytes = sizeof(double2);
     if (from.counts[rank] > 0) {
       MESH_CUDA_CHECK(cudaMemcpyAsync(unpacked.data + to.displs[rank], packed.data + from.displs[rank],
                                       from.counts[rank] * kBytes, cudaMemcpyDeviceToDevice, stream));
     }
     if (ranks == 1) return;
+    if (direct) {
+      MESH_CUDA_CHECK(cudaStreamSynchronize(stream));  // this rank's blocks are packed,
+      comm.barrier();                                  // and every rank's
+      for (int s = 0; s < ranks; ++s) {
+        if (s == rank || to.counts[s] == 0) continue;
+        MESH_CUDA_CHECK(cudaMemcpyAsync(unpacked.data + to.displs[s], peerPacked[s] + peerDisplacement(s, forward),
+                                        to.counts[s] * kBytes, cudaMemcpyDefault, stream));
+      }
+      MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+      comm.barrier();  // no rank packs again before every rank has taken its blocks
+      return;
+    }
     // The other ranks' blocks lie before and after this rank's own.
     const std::size_t ownFirst = from.displs[rank], ownEnd = ownFirst + from.counts[rank];
     auto* sendComplex = reinterpret_cast<double2*>(sendHost.data);
@@ -361,7 +417,7 @@ struct GpuSlabMesh::Impl {
     MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<std::size_t> sendCounts = from.counts, recvCounts = to.counts;
     sendCounts[rank] = recvCounts[rank] = 0;
-    exchange(sendHost.data, sendCounts, from.displs, recvHost.data, recvCounts, to.displs);
+    comm.alltoallv(sendHost.data, sendCounts, from.displs, recvHost.data, recvCounts, to.displs);
     const auto* recvComplex = reinterpret_cast<const double2*>(recvHost.data);
     const std::size_t toOwnFirst = to.displs[rank], toOwnEnd = toOwnFirst + to.counts[rank];
     if (toOwnFirst > 0) {
@@ -380,7 +436,7 @@ struct GpuSlabMesh::Impl {
                                                                            deviceSplit(), n, half, slabComplex);
       MESH_LAUNCH_CHECK();
     }
-    exchangeBlocks(slabBlocks, columnBlocks);
+    exchangeBlocks(slabBlocks, columnBlocks, true);
     if (columnComplex > 0) {
       columnBlocksKernel<false><<<blocksFor(columnComplex), kBlock, 0, stream>>>(
           columns.data, unpacked.data, columnOffsets(), deviceSplit(), localRows, half, columnComplex);
@@ -395,7 +451,7 @@ struct GpuSlabMesh::Impl {
           from, packed.data, columnOffsets(), deviceSplit(), localRows, half, columnComplex);
       MESH_LAUNCH_CHECK();
     }
-    exchangeBlocks(columnBlocks, slabBlocks);
+    exchangeBlocks(columnBlocks, slabBlocks, false);
     if (slabComplex > 0) {
       slabBlocksKernel<false><<<blocksFor(slabComplex), kBlock, 0, stream>>>(slab.data, unpacked.data, slabOffsets(),
                                                                             deviceSplit(), n, half, slabComplex);
@@ -429,10 +485,35 @@ struct GpuSlabMesh::Impl {
     return hostRecords.data;
   }
 
-  template <int S>
-  double pass(std::size_t count, double offset, double G, bool potentials, GpuSlabSeconds& seconds) {
-    MATCHA_ASSERT(count <= recordCapacity, "GpuSlabMesh::pass: more records than records() made room for");
+  void beginCall(std::size_t count, GpuSlabSeconds& seconds) {
+    MATCHA_ASSERT(count <= recordCapacity, "GpuSlabMesh::beginCall: more records than records() made room for");
     MESH_CUDA_CHECK(cudaSetDevice(params.device));
+    const Stopwatch clock;
+    callCount = count;
+    if (count > 0) {
+      MESH_CUDA_CHECK(cudaMemcpyAsync(deviceRecords.data, hostRecords.data, 4 * count * sizeof(double),
+                                      cudaMemcpyHostToDevice, stream));
+      MESH_CUDA_CHECK(cudaMemsetAsync(deviceShares.data, 0, 4 * count * sizeof(double), stream));
+    }
+    MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    seconds.deposit += clock.seconds();
+  }
+
+  void endCall(GpuSlabSeconds& seconds) {
+    MESH_CUDA_CHECK(cudaSetDevice(params.device));
+    const Stopwatch clock;
+    if (callCount > 0) {
+      MESH_CUDA_CHECK(cudaMemcpyAsync(hostRecords.data, deviceShares.data, 4 * callCount * sizeof(double),
+                                      cudaMemcpyDeviceToHost, stream));
+    }
+    MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    seconds.interpolate += clock.seconds();
+  }
+
+  template <int S>
+  double pass(double offset, double G, bool potentials, double weight, GpuSlabSeconds& seconds) {
+    MESH_CUDA_CHECK(cudaSetDevice(params.device));
+    const std::size_t count = callCount;
     Stopwatch clock;
     const auto lap = [&](double& into) {
       MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -440,11 +521,6 @@ struct GpuSlabMesh::Impl {
       clock.restart();
     };
     const MeshLayout grid = layout();
-    if (count > 0) {
-      MESH_CUDA_CHECK(cudaMemcpyAsync(deviceRecords.data, hostRecords.data, 4 * count * sizeof(double),
-                                      cudaMemcpyHostToDevice, stream));
-      MESH_CUDA_CHECK(cudaMemsetAsync(deviceShares.data, 0, 4 * count * sizeof(double), stream));
-    }
     MESH_CUDA_CHECK(cudaMemsetAsync(slab.data, 0, std::max<std::size_t>(slabComplex, 1) * sizeof(double2), stream));
     if (count > 0 && localPlanes > 0) {
       depositRecordsKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(deviceRecords.data, count, grid, invBox, offset,
@@ -476,7 +552,7 @@ struct GpuSlabMesh::Impl {
       if (count == 0 || localPlanes == 0) return;
       shareKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(deviceRecords.data, count, grid, invBox, offset,
                                                                planes(), reinterpret_cast<const double*>(field),
-                                                               component, deviceShares.data);
+                                                               component, weight, deviceShares.data);
       MESH_LAUNCH_CHECK();
     };
     if (params.gradient == MeshGradient::fourier) {
@@ -525,36 +601,38 @@ struct GpuSlabMesh::Impl {
       if (count > 0 && localPlanes > 0) {
         finiteDifferenceShareKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(
             deviceRecords.data, count, grid, invBox, offset, planes(), invCell, reinterpret_cast<double*>(slab.data),
-            potentials, deviceShares.data);
+            potentials, weight, deviceShares.data);
         MESH_LAUNCH_CHECK();
       }
-    }
-    if (count > 0) {
-      MESH_CUDA_CHECK(cudaMemcpyAsync(hostRecords.data, deviceShares.data, 4 * count * sizeof(double),
-                                      cudaMemcpyDeviceToHost, stream));
     }
     lap(seconds.interpolate);
     return mass;
   }
 };
 
-GpuSlabMesh::GpuSlabMesh(const MeshParams& params, SlabSplit split, SlabExchange exchange) {
+GpuSlabMesh::GpuSlabMesh(const MeshParams& params, SlabSplit split, SlabComm comm) {
   params.validate();
   MATCHA_ASSERT(split.ranks() > 0 && split.rank >= 0 && split.rank < split.ranks() &&
                     split.xCount.size() == split.xFirst.size() && split.yFirst.size() == split.xFirst.size() &&
                     split.yCount.size() == split.xFirst.size(),
                 "GpuSlabMesh: a malformed split");
-  impl_ = std::make_unique<Impl>(params, std::move(split), std::move(exchange));
+  impl_ = std::make_unique<Impl>(params, std::move(split), std::move(comm));
 }
 
 GpuSlabMesh::~GpuSlabMesh() = default;
 
 double* GpuSlabMesh::records(std::size_t count) { return impl_->records(count); }
 
-double GpuSlabMesh::pass(std::size_t count, double offset, double G, bool potentials, GpuSlabSeconds& seconds) {
-  return impl_->params.assignment == MassAssignment::cic ? impl_->pass<2>(count, offset, G, potentials, seconds)
-                                                         : impl_->pass<3>(count, offset, G, potentials, seconds);
+void GpuSlabMesh::beginCall(std::size_t count, GpuSlabSeconds& seconds) { impl_->beginCall(count, seconds); }
+
+double GpuSlabMesh::pass(double offset, double G, bool potentials, double weight, GpuSlabSeconds& seconds) {
+  return impl_->params.assignment == MassAssignment::cic ? impl_->pass<2>(offset, G, potentials, weight, seconds)
+                                                         : impl_->pass<3>(offset, G, potentials, weight, seconds);
 }
+
+void GpuSlabMesh::endCall(GpuSlabSeconds& seconds) { impl_->endCall(seconds); }
+
+bool GpuSlabMesh::directTransposes() const { return impl_->direct; }
 
 std::size_t GpuSlabMesh::deviceBytes() const {
   const Impl& m = *impl_;

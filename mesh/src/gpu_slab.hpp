@@ -13,9 +13,15 @@
 //    each then a 2-d inverse, and so is the potential. Two transposes back instead of the four a transposed 3-d
 //    transform per field would take; the same operators, so the same forces to the transforms' rounding.
 //  - finite differences: the potential alone, one transpose back.
-// Each transpose packs the rank's data into one block per rank on the device, sends the other ranks' blocks through
-// page-locked host memory with the caller's exchange (MPI_Alltoallv) and unpacks what came back; the rank's own block
-// stays on the device.
+// Each transpose packs the rank's data into one block per rank on the device and unpacks what the other ranks packed
+// for it; the rank's own block stays on the device. The other blocks travel one of two ways:
+//  - direct, when every rank is on one host (SlabComm::sameHost) and CUDA maps each rank's packing buffer into the
+//    others' (CUDA IPC, opened once): each rank copies its blocks out of the others' buffers, device to device (over
+//    NVLink between GPUs, or within one GPU that the ranks share), between two barriers;
+//  - through page-locked host memory and the caller's MPI_Alltoallv (ranks on several hosts, or where IPC fails on
+//    any rank: every rank then takes this way).
+// A call: beginCall uploads the records (each body that reaches the slab, once for all passes), each pass adds its
+// weighted share into the records' shares on the device, and endCall brings the shares down into the records.
 #pragma once
 
 #include <cstddef>
@@ -36,13 +42,23 @@ struct SlabSplit {
   int ranks() const { return static_cast<int>(xFirst.size()); }
 };
 
-/// A transpose's exchange, collective: this rank's block for rank r, counts[r] complex values (2 doubles each) at
-/// displacement sendDispls[r] of `send`, goes to rank r, and rank r's block for this rank lands at recvDispls[r] of
-/// `recv`. The rank's own counts are 0 (its block stays on the device). Counts and displacements in complex values.
-using SlabExchange =
-    std::function<void(const double* send, const std::vector<std::size_t>& sendCounts,
-                       const std::vector<std::size_t>& sendDispls, double* recv,
-                       const std::vector<std::size_t>& recvCounts, const std::vector<std::size_t>& recvDispls)>;
+/// What the slab needs of the ranks' communicator (SlabMesh wraps MPI in it); every function is collective.
+struct SlabComm {
+  /// A transpose through the host: this rank's block for rank r, sendCounts[r] complex values (2 doubles each) at
+  /// sendDispls[r] of `send`, goes to rank r, and rank r's block for this rank lands at recvDispls[r] of `recv`. The
+  /// rank's own counts are 0 (its block stays on the device). Counts and displacements in complex values.
+  std::function<void(const double* send, const std::vector<std::size_t>& sendCounts,
+                     const std::vector<std::size_t>& sendDispls, double* recv,
+                     const std::vector<std::size_t>& recvCounts, const std::vector<std::size_t>& recvDispls)>
+      alltoallv;
+  std::function<void()> barrier;
+  /// Every rank's `bytes` bytes at `mine`, in rank order, into `all`.
+  std::function<void(const void* mine, std::size_t bytes, void* all)> allgather;
+  /// true on every rank when `mine` is true on every rank.
+  std::function<bool(bool mine)> everyRank;
+  bool sameHost = false;      ///< every rank on one host: the direct transposes may be tried
+  bool allowDirect = true;    ///< false: the transposes go through the host whatever the ranks (tests, benchmarks)
+};
 
 /// Seconds of one pass's stages on the host's clock (the stream is waited for at each stage's end).
 struct GpuSlabSeconds {
@@ -55,10 +71,11 @@ struct GpuSlabSeconds {
 
 class GpuSlabMesh {
  public:
-  /// Validated params (params.device the GPU). Plans cuFFT's transforms and allocates the slab's buffers on the device
-  /// and the transposes' page-locked host buffers (none on one rank). Throws InputError (one line) when there is no
-  /// device or they do not fit in its free memory, or when a transpose's block would exceed MPI's int counts.
-  GpuSlabMesh(const MeshParams& params, SlabSplit split, SlabExchange exchange);
+  /// Collective. Validated params (params.device the GPU). Plans cuFFT's transforms, allocates the slab's buffers on
+  /// the device and opens the other ranks' packing buffers (direct transposes), or else allocates the transposes'
+  /// page-locked host buffers (none on one rank). Throws InputError (one line) when there is no device or the buffers
+  /// do not fit in its free memory, or when a transpose's block would exceed MPI's int counts.
+  GpuSlabMesh(const MeshParams& params, SlabSplit split, SlabComm comm);
   ~GpuSlabMesh();
   GpuSlabMesh(const GpuSlabMesh&) = delete;
   GpuSlabMesh& operator=(const GpuSlabMesh&) = delete;
@@ -67,12 +84,18 @@ class GpuSlabMesh {
   /// call to call and grown by an eighth beyond the need; valid until the next call of records.
   double* records(std::size_t count);
 
-  /// One pass over the `count` records of records(): deposits them on this rank's planes (their mesh coordinates
-  /// moved by `offset` cells), transforms over the ranks (collective: every rank calls it, with or without bodies),
-  /// applies the Green's function and writes into each record this slab's share of the body's pull (ax, ay, az) and,
-  /// when `potentials`, potential (else 0). Returns this rank's part of the k = 0 mode (the deposited mass, on the
-  /// rank holding row y = 0; 0 elsewhere).
-  double pass(std::size_t count, double offset, double G, bool potentials, GpuSlabSeconds& seconds);
+  /// Uploads the first `count` records of records() and clears their shares.
+  void beginCall(std::size_t count, GpuSlabSeconds& seconds);
+  /// One pass over the call's records: deposits them on this rank's planes (their mesh coordinates moved by `offset`
+  /// cells), transforms over the ranks (collective: every rank calls it, with or without bodies), applies the Green's
+  /// function and adds `weight` times this slab's share of each body's pull (ax, ay, az) and, when `potentials`,
+  /// potential to its shares. Returns this rank's part of the k = 0 mode (the deposited mass, on the rank holding row
+  /// y = 0; 0 elsewhere).
+  double pass(double offset, double G, bool potentials, double weight, GpuSlabSeconds& seconds);
+  /// Writes each record's shares (ax, ay, az, potential; 0 where not asked for) over it.
+  void endCall(GpuSlabSeconds& seconds);
+
+  bool directTransposes() const;    ///< whether the transposes copy between the ranks' devices
 
   std::size_t deviceBytes() const;  ///< held on the device: buffers, cuFFT's work area, the records
   std::size_t hostBytes() const;    ///< page-locked: the transposes' buffers and the records

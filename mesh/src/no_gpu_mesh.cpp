@@ -26,16 +26,19 @@ void GpuMesh::setDensityReduction(std::function<void(std::span<double>)> /*reduc
 
 struct GpuSlabMesh::Impl {};
 
-GpuSlabMesh::GpuSlabMesh(const MeshParams& /*params*/, SlabSplit /*split*/, SlabExchange /*exchange*/) {
+GpuSlabMesh::GpuSlabMesh(const MeshParams& /*params*/, SlabSplit /*split*/, SlabComm /*comm*/) {
   throw InputError("the cuFFT slab mesh is not built into this binary (configure with CUDA to get it)");
 }
 GpuSlabMesh::~GpuSlabMesh() = default;
 // Unreachable: the constructor throws.
 double* GpuSlabMesh::records(std::size_t /*count*/) { return nullptr; }
-double GpuSlabMesh::pass(std::size_t /*count*/, double /*offset*/, double /*G*/, bool /*potentials*/,
+void GpuSlabMesh::beginCall(std::size_t /*count*/, GpuSlabSeconds& /*seconds*/) {}
+double GpuSlabMesh::pass(double /*offset*/, double /*G*/, bool /*potentials*/, double /*weight*/,
                          GpuSlabSeconds& /*seconds*/) {
   return 0;
 }
+void GpuSlabMesh::endCall(GpuSlabSeconds& /*seconds*/) {}
+bool GpuSlabMesh::directTransposes() const { return false; }
 std::size_t GpuSlabMesh::deviceBytes() const { return 0; }
 std::size_t GpuSlabMesh::hostBytes() const { return 0; }
 

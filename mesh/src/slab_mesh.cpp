@@ -12,6 +12,7 @@
 #include <mutex>
 #include <new>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,9 @@ void setUpMpiOnce() {
   std::call_once(once, [] { fftw_mpi_init(); });
 }
 
-/// Most distinct slabs one body's window (with the finite-difference gradient's two planes on each side) can reach.
-constexpr int kMaxOwnersPerBody = kMaxGradientSupport;
+/// Most distinct slabs one body's windows (with the finite-difference gradient's two planes on each side) can reach:
+/// one pass's, or both interlaced passes' together (the second window half a cell on).
+constexpr int kMaxOwnersPerBody = kMaxGradientSupport + 1;
 
 /// One body's record in the exchanges, in one buffer for both directions: on the way to a slab its position and
 /// mass, on the way back that slab's share of its pull and potential.
@@ -56,6 +58,7 @@ enum ShareField { kAx = 0, kAy = 1, kAz = 2, kPot = 3 };  ///< coming back
 
 struct SlabMesh::Impl {
   MeshParams params;
+  SlabTransposes transposes = SlabTransposes::automatic;
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, ranks = 1;
   int n = 0;
@@ -78,6 +81,7 @@ struct SlabMesh::Impl {
   // One pass's traffic. Sent: each body once per slab its window reaches, grouped by destination rank (in rank order,
   // each rank's in body order). Received: the same from every rank, in rank order.
   std::vector<int> sendCounts, sendDispls, recvCounts, recvDispls;
+  std::vector<int> otherSendCounts, otherRecvCounts;  ///< the same without this rank's own, which MPI does not move
   std::vector<std::uint32_t> sentBody;   ///< the local body of each sent entry
   std::vector<BodyRecord> sent;          ///< this rank's bodies, then the slabs' shares of them
   std::vector<BodyRecord> received;      ///< the FFTW backend's `records`
@@ -91,8 +95,9 @@ struct SlabMesh::Impl {
   SlabMeshStats stats;
   bool potentials = false;  ///< this call's: some rank asked for potentials
 
-  Impl(const MeshParams& p, MPI_Comm parent)
+  Impl(const MeshParams& p, MPI_Comm parent, SlabTransposes t)
       : params(p),
+        transposes(t),
         n(p.grid),
         padded(2 * (static_cast<std::size_t>(p.grid) / 2 + 1)),
         half(static_cast<std::size_t>(p.grid) / 2 + 1),
@@ -186,7 +191,8 @@ struct SlabMesh::Impl {
   void setUpGpu() {
     check(MPI_Type_contiguous(2, MPI_DOUBLE, &complexType), "MPI_Type_contiguous");
     check(MPI_Type_commit(&complexType), "MPI_Type_commit");
-    auto exchange = [this](const double* send, const std::vector<std::size_t>& blocksOut,
+    detail::SlabComm slabComm;
+    slabComm.alltoallv = [this](const double* send, const std::vector<std::size_t>& blocksOut,
                            const std::vector<std::size_t>& blocksOutAt, double* recv,
                            const std::vector<std::size_t>& blocksIn, const std::vector<std::size_t>& blocksInAt) {
       // GpuSlabMesh keeps every count and displacement within MPI's ints.
@@ -200,7 +206,28 @@ struct SlabMesh::Impl {
       stats.bytesSent += kComplexBytes * std::accumulate(blocksOut.begin(), blocksOut.end(), std::size_t{0});
       stats.bytesReceived += kComplexBytes * std::accumulate(blocksIn.begin(), blocksIn.end(), std::size_t{0});
     };
-    gpu = std::make_unique<detail::GpuSlabMesh>(params, gatherSplit(), exchange);
+    slabComm.barrier = [this] {
+      const Stopwatch clock;
+      check(MPI_Barrier(comm), "MPI_Barrier");
+      stats.transposeMpiSeconds += clock.seconds();
+    };
+    slabComm.allgather = [this](const void* mine, std::size_t bytes, void* all) {
+      check(MPI_Allgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE, comm),
+            "MPI_Allgather");
+    };
+    slabComm.everyRank = [this](bool mine) {
+      int all = mine ? 1 : 0;
+      check(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+      return all == 1;
+    };
+    MPI_Comm host = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+    int hostRanks = 0;
+    MPI_Comm_size(host, &hostRanks);
+    MPI_Comm_free(&host);
+    slabComm.sameHost = hostRanks == ranks;
+    slabComm.allowDirect = transposes == SlabTransposes::automatic;
+    gpu = std::make_unique<detail::GpuSlabMesh>(params, gatherSplit(), std::move(slabComm));
   }
 
   void release() noexcept {
@@ -238,24 +265,29 @@ struct SlabMesh::Impl {
     }
   }
 
-  /// The ranks whose slabs body i's window reaches (its deposit's planes, and with finite differences the two more
-  /// on each side that its pull reads), each once, in the order of the planes. Returns how many.
+  /// The ranks whose slabs body i's windows reach (their deposit's planes, and with finite differences the two more
+  /// on each side that the pull reads) for each offset of `offsets`, each rank once, in the order of the planes.
+  /// Returns how many.
   template <MassAssignment A>
-  int ownersOf(const SourceView& s, std::size_t i, double offset, int (&owners)[kMaxOwnersPerBody]) const {
+  int ownersOf(const SourceView& s, std::size_t i, std::span<const double> offsets,
+               int (&owners)[kMaxOwnersPerBody]) const {
     const int margin = params.gradient == MeshGradient::finiteDifference ? 2 : 0;
-    const AxisWeights<double> w = windowWeights<support(A)>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
     int count = 0;
-    for (int plane = w.first - margin; plane < w.first + support(A) + margin; ++plane) {
-      const int owner = ownerOfPlane[wrapMeshIndex(plane, n)];
-      if (std::find(owners, owners + count, owner) == owners + count) owners[count++] = owner;
+    for (const double offset : offsets) {
+      const AxisWeights<double> w = windowWeights<support(A)>(shiftedMeshCoordinate(s.x[i], invBox, n, offset));
+      for (int plane = w.first - margin; plane < w.first + support(A) + margin; ++plane) {
+        const int owner = ownerOfPlane[wrapMeshIndex(plane, n)];
+        if (std::find(owners, owners + count, owner) == owners + count) owners[count++] = owner;
+      }
     }
     return count;
   }
 
-  /// Sends every body to the slabs its window reaches and receives the bodies that reach this one (MPI_Alltoallv),
-  /// in an order fixed by the input: by destination, then by block of bodies, then in body order.
+  /// Sends every body to the slabs its windows reach (for each offset of `offsets`) and receives the bodies that
+  /// reach this one, in an order fixed by the input: by destination, then by block of bodies, then in body order. The
+  /// other ranks' through MPI_Alltoallv; this rank's own straight into its place among the received.
   template <MassAssignment A>
-  void route(const SourceView& s, double offset) {
+  void route(const SourceView& s, std::span<const double> offsets) {
     const std::size_t count = s.count;
     const std::size_t numBlocks = std::clamp<std::size_t>((count + (1 << 14) - 1) >> 14, 1, 256);
     const std::size_t blockSize = (count + numBlocks - 1) / numBlocks;
@@ -264,7 +296,7 @@ struct SlabMesh::Impl {
     tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
       int owners[kMaxOwnersPerBody];
       for (std::size_t i = b * blockSize; i < std::min(count, (b + 1) * blockSize); ++i) {
-        const int reached = ownersOf<A>(s, i, offset, owners);
+        const int reached = ownersOf<A>(s, i, offsets, owners);
         for (int k = 0; k < reached; ++k) ++blockCounts[b * K + static_cast<std::size_t>(owners[k])];
       }
     });
@@ -303,19 +335,9 @@ struct SlabMesh::Impl {
       receivedBefore += recvCounts[r];
     }
     const auto total = static_cast<std::size_t>(recvDispls[ranks - 1] + recvCounts[ranks - 1]);
-    sent.resize(position);
-    sentBody.resize(position);
-    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
-      int owners[kMaxOwnersPerBody];
-      for (std::size_t i = b * blockSize; i < std::min(count, (b + 1) * blockSize); ++i) {
-        const int reached = ownersOf<A>(s, i, offset, owners);
-        for (int k = 0; k < reached; ++k) {
-          const std::size_t slot = blockCounts[b * K + static_cast<std::size_t>(owners[k])]++;
-          sent[slot] = {{s.x[i], s.y[i], s.z[i], s.mass[i]}};
-          sentBody[slot] = static_cast<std::uint32_t>(i);
-        }
-      }
-    });
+    otherSendCounts = sendCounts;
+    otherRecvCounts = recvCounts;
+    otherSendCounts[rank] = otherRecvCounts[rank] = 0;
     if (gpu) {
       records = reinterpret_cast<BodyRecord*>(gpu->records(total));
     } else {
@@ -323,8 +345,26 @@ struct SlabMesh::Impl {
       records = received.data();
     }
     numReceived = total;
-    check(MPI_Alltoallv(sent.data(), sendCounts.data(), sendDispls.data(), recordType, records, recvCounts.data(),
-                        recvDispls.data(), recordType, comm),
+    // This rank's own entries: sent slot e is received slot e + ownShift.
+    const std::size_t ownFirst = static_cast<std::size_t>(sendDispls[rank]);
+    const std::size_t ownEnd = ownFirst + static_cast<std::size_t>(sendCounts[rank]);
+    const std::size_t ownShift = static_cast<std::size_t>(recvDispls[rank]) - ownFirst;
+    sent.resize(position);
+    sentBody.resize(position);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+      int owners[kMaxOwnersPerBody];
+      for (std::size_t i = b * blockSize; i < std::min(count, (b + 1) * blockSize); ++i) {
+        const int reached = ownersOf<A>(s, i, offsets, owners);
+        for (int k = 0; k < reached; ++k) {
+          const std::size_t slot = blockCounts[b * K + static_cast<std::size_t>(owners[k])]++;
+          const bool own = slot >= ownFirst && slot < ownEnd;
+          (own ? records[slot + ownShift] : sent[slot]) = {{s.x[i], s.y[i], s.z[i], s.mass[i]}};
+          sentBody[slot] = static_cast<std::uint32_t>(i);
+        }
+      }
+    });
+    check(MPI_Alltoallv(sent.data(), otherSendCounts.data(), sendDispls.data(), recordType, records,
+                        otherRecvCounts.data(), recvDispls.data(), recordType, comm),
           "MPI_Alltoallv");
     stats.bodiesSent += sent.size();
     stats.bodiesReceived += total;
@@ -408,9 +448,11 @@ struct SlabMesh::Impl {
 
   /// The shares go back to the bodies' ranks, which add them times `weight`, slab by slab in rank order.
   void collectShares(double weight, const ForceView& out) {
-    check(MPI_Alltoallv(records, recvCounts.data(), recvDispls.data(), recordType, sent.data(), sendCounts.data(),
-                        sendDispls.data(), recordType, comm),
+    check(MPI_Alltoallv(records, otherRecvCounts.data(), recvDispls.data(), recordType, sent.data(),
+                        otherSendCounts.data(), sendDispls.data(), recordType, comm),
           "MPI_Alltoallv");
+    // This rank's own shares never left: read them where they are.
+    const auto ownShift = static_cast<std::ptrdiff_t>(recvDispls[rank]) - sendDispls[rank];
     stats.bytesSent += numReceived * sizeof(BodyRecord);
     stats.bytesReceived += sent.size() * sizeof(BodyRecord);
     for (int r = 0; r < ranks; ++r) {  // a body has at most one entry per slab: no two threads add to one body
@@ -419,7 +461,8 @@ struct SlabMesh::Impl {
                         [&](const tbb::blocked_range<std::size_t>& range) {
                           for (std::size_t e = range.begin(); e != range.end(); ++e) {
                             const std::size_t i = sentBody[e];
-                            const double* share = sent[e].v;
+                            const double* share = r == rank ? records[static_cast<std::ptrdiff_t>(e) + ownShift].v
+                                                            : sent[e].v;
                             out.ax[i] += weight * share[kAx];
                             out.ay[i] += weight * share[kAy];
                             out.az[i] += weight * share[kAz];
@@ -434,9 +477,8 @@ struct SlabMesh::Impl {
   double addPass(const SourceView& s, const GravityParams& gravity, double offset, double weight,
                  const ForceView& out) {
     Stopwatch clock;
-    route<A>(s, offset);
+    route<A>(s, std::span<const double>(&offset, 1));
     stats.exchangeSeconds += clock.seconds();
-    if (gpu) return addGpuPass(gravity, offset, weight, out);
 
     clock.restart();
     depositor.deposit(receivedBodies(), A, offset, slab, ownPlanes());
@@ -489,10 +531,23 @@ struct SlabMesh::Impl {
     return totalMass;
   }
 
-  /// addPass's solve on the cuFFT backend, the bodies routed.
-  double addGpuPass(const GravityParams& gravity, double offset, double weight, const ForceView& out) {
+  /// The cuFFT backend's call: the bodies routed once for both passes (to the slabs either window reaches), both
+  /// passes' weighted shares summed on the device, and sent back once. Returns the mass deposited by all ranks.
+  template <MassAssignment A>
+  double runOnGpu(const SourceView& s, const GravityParams& gravity, const ForceView& out) {
+    const int passes = params.interlace ? 2 : 1;
+    const double offsets[2] = {0.0, 0.5};
+    Stopwatch clock;
+    route<A>(s, std::span<const double>(offsets, static_cast<std::size_t>(passes)));
+    stats.exchangeSeconds += clock.seconds();
     detail::GpuSlabSeconds seconds;
-    const double mine = gpu->pass(numReceived, offset, gravity.G, potentials, seconds);
+    gpu->beginCall(numReceived, seconds);
+    double mine = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+      const double mass = gpu->pass(offsets[pass], gravity.G, potentials, 1.0 / passes, seconds);
+      if (pass == 0) mine = mass;
+    }
+    gpu->endCall(seconds);
     stats.depositSeconds += seconds.deposit;
     stats.fftSeconds += seconds.fft;
     stats.greenSeconds += seconds.green;
@@ -500,8 +555,8 @@ struct SlabMesh::Impl {
     stats.interpolateSeconds += seconds.interpolate;
     double totalMass = 0;
     check(MPI_Allreduce(&mine, &totalMass, 1, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
-    const Stopwatch clock;
-    collectShares(weight, out);
+    clock.restart();
+    collectShares(1.0, out);
     stats.exchangeSeconds += clock.seconds();
     return totalMass;
   }
@@ -512,6 +567,11 @@ struct SlabMesh::Impl {
     const int passes = params.interlace ? 2 : 1;
     const double weight = 1.0 / passes;
     double totalMass = 0;
+    if (gpu) {
+      totalMass = runOnGpu<A>(s, gravity, out);
+      if (out.pot != nullptr) detail::addSelfPotentials(s, params, gravity.G, totalMass, out.pot);
+      return;
+    }
     for (int pass = 0; pass < passes; ++pass) {
       const double mass = addPass<A>(s, gravity, 0.5 * pass, weight, out);
       if (pass == 0) totalMass = mass;
@@ -533,9 +593,9 @@ struct SlabMesh::Impl {
   }
 };
 
-SlabMesh::SlabMesh(const MeshParams& params, MPI_Comm comm) {
+SlabMesh::SlabMesh(const MeshParams& params, MPI_Comm comm, SlabTransposes transposes) {
   params.validate();
-  impl_ = std::make_unique<Impl>(params, comm);
+  impl_ = std::make_unique<Impl>(params, comm, transposes);
 }
 
 SlabMesh::~SlabMesh() = default;
@@ -543,6 +603,7 @@ SlabMesh::~SlabMesh() = default;
 const MeshParams& SlabMesh::params() const { return impl_->params; }
 int SlabMesh::numRanks() const { return impl_->ranks; }
 SlabMeshStats SlabMesh::lastStats() const { return impl_->stats; }
+bool SlabMesh::directTransposes() const { return impl_->gpu != nullptr && impl_->gpu->directTransposes(); }
 
 void SlabMesh::addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out) {
   gravity.validate();

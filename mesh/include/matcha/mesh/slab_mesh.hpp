@@ -24,8 +24,10 @@
 //
 // Two backends, by params.backend: FFTW-MPI on the hosts' cores (above), or cuFFT on each rank's GPU (params.device;
 // mesh/src/gpu_slab.hpp): the same routing and split, each rank's slab on its device, the distributed transform as
-// 2-d transforms of the planes, an all-to-all transpose through page-locked host memory and 1-d transforms along x;
-// the received bodies go up and their shares come down in page-locked records. Device memory per rank: about five
+// 2-d transforms of the planes, an all-to-all transpose (device to device between the ranks of one host, else through
+// page-locked host memory) and 1-d transforms along x. Its bodies are routed once a call for both interlaced passes
+// (to the slabs either window reaches) and go up once; both passes' shares are summed on the device and come down
+// once, in page-locked records. Device memory per rank: about five
 // times the slab's complex values (16 n^2 (n/2 + 1) / K bytes each) and 64 bytes per received body; host memory: twice
 // the slab (the transposes' buffers, none on one rank) and the records.
 #pragma once
@@ -41,6 +43,11 @@
 
 namespace matcha::mesh {
 
+/// How the cuFFT backend's transposes travel between the ranks (gpu_slab.hpp): `automatic`, from device to device
+/// where every rank is on one host and CUDA maps the ranks' buffers into each other (CUDA IPC), else through the
+/// hosts' memory and MPI; `throughHost`, always the latter (a test's or a benchmark's comparison).
+enum class SlabTransposes { automatic, throughHost };
+
 /// What the last SlabMesh::addLongRange did on this rank.
 struct SlabMeshStats {
   int slabPlanes = 0;              ///< x planes of the mesh this rank owns
@@ -54,7 +61,7 @@ struct SlabMeshStats {
   double exchangeSeconds = 0;      ///< routing the bodies and their shares (MPI and packing)
   double fftSeconds = 0;           ///< the transforms (FFTW-MPI's include their own all-to-all transposes)
   double transposeSeconds = 0;     ///< cuFFT backend: the transposes (packing, the bus both ways, MPI)
-  double transposeMpiSeconds = 0;  ///< cuFFT backend: the transposes' MPI_Alltoallv alone
+  double transposeMpiSeconds = 0;  ///< cuFFT backend: the transposes' MPI calls alone (exchange, or barriers)
   double greenSeconds = 0;         ///< the Green's function and the Fourier gradient's multiplications
   double interpolateSeconds = 0;   ///< the received bodies' shares of each field
   double totalSeconds = 0;
@@ -68,7 +75,7 @@ class SlabMesh {
   /// never meet the caller's), allocates this rank's slab and plans its transforms: FFTW-MPI's (FFTW_ESTIMATE,
   /// kFftJobs jobs on TBB's threads as ParticleMesh plans them), or cuFFT's on params.device (MeshBackend::cufft;
   /// InputError where there is no such device, the build has no CUDA or the slab does not fit).
-  SlabMesh(const MeshParams& params, MPI_Comm comm);
+  SlabMesh(const MeshParams& params, MPI_Comm comm, SlabTransposes transposes = SlabTransposes::automatic);
   ~SlabMesh();
   SlabMesh(const SlabMesh&) = delete;
   SlabMesh& operator=(const SlabMesh&) = delete;
@@ -87,6 +94,8 @@ class SlabMesh {
   void addLongRange(const SourceView& sources, const GravityParams& gravity, const ForceView& out);
 
   SlabMeshStats lastStats() const;
+  /// Whether the cuFFT backend's transposes go from device to device (false on FFTW's, which transposes itself).
+  bool directTransposes() const;
 
  private:
   struct Impl;
