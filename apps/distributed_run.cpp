@@ -262,6 +262,11 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                     {"steady_calls", t.steadyCalls},
                     {"steady_call_seconds", t.steadyCallSeconds},
                     {"steady_decomposition_seconds", t.steadyDecompositionSeconds},
+                    {"steady_decomposition_stages_seconds",
+                     {{"checks", t.steadyCheckSeconds},
+                      {"keys", t.steadyKeySeconds},
+                      {"splitters", t.steadySplitSeconds},
+                      {"moves", t.steadyMoveSeconds}}},
                     {"interactions", t.work}});
   }
   return rows;
@@ -276,21 +281,25 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
       "per rank, ms per force call (wait: for the other ranks at the call's start; work: interactions / the ranks' "
       "mean; steady: the calls after the first " +
       std::to_string(parallel::DistributedTotals::kWarmUpCalls) +
-      ", which move the scattered bodies into their domains)\n  rank     bodies     wait   decomp    build  LET build  "
-      "   "
-      "comm     walk  kernels     call   work   steady: call   decomp\n";
+      ", which move the scattered bodies into their domains; the steady decomposition's checks, cube and keys, "
+      "splitter search and moves)\n  rank     bodies     wait   decomp    build  LET build     comm     walk  kernels  "
+      "   call   work   steady: call   decomp  checks    keys   split   moves\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
     const double perSteadyCall = t.steadyCalls > 0 ? 1e3 / double(t.steadyCalls) : 0.0;
-    char line[240];
+    char line[320];
     std::snprintf(line, sizeof line,
-                  "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f\n", r,
+                  "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
+                  "%7.2f\n",
+                  r,
                   double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
                   t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
                   t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
                   meanWork > 0.0 ? t.work / meanWork : 1.0, t.steadyCallSeconds * perSteadyCall,
-                  t.steadyDecompositionSeconds * perSteadyCall);
+                  t.steadyDecompositionSeconds * perSteadyCall, t.steadyCheckSeconds * perSteadyCall,
+                  t.steadyKeySeconds * perSteadyCall, t.steadySplitSeconds * perSteadyCall,
+                  t.steadyMoveSeconds * perSteadyCall);
     text += line;
   }
   return text;

@@ -66,6 +66,10 @@ void DistributedTotals::add(const DistributedStats& call) {
     ++steadyCalls;
     steadyCallSeconds += call.callSeconds;
     steadyDecompositionSeconds += call.decompositionSeconds;
+    steadyCheckSeconds += call.decomposition.checkSeconds;
+    steadyKeySeconds += call.decomposition.keySeconds;
+    steadySplitSeconds += call.decomposition.splitSeconds;
+    steadyMoveSeconds += call.decomposition.moveSeconds;
   }
 }
 

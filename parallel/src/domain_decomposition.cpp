@@ -13,6 +13,7 @@
 #include <string>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "matcha/parallel/collective.hpp"
 #include "matcha/tree/space_filling_curve.hpp"
 
@@ -292,6 +293,12 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
                  const Cube* keyCube, DecompositionBuffers* buffers) {
   const int numRanks = numRanksOf(comm);
   const std::size_t n = particles.size();
+  Stopwatch clock;
+  DecompositionStats stages;  // the stages' seconds, whether or not the caller asked for stats
+  const auto endStage = [&clock](double& seconds) {
+    seconds = clock.seconds();
+    clock.restart();
+  };
   // The bodies, and the ranks whose bodies have time bins (block time steps): then every rank's travel with them.
   std::uint64_t counts[2] = {n, particles.timeBin.empty() ? 0u : 1u};
   MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_UINT64_T, MPI_SUM, comm);
@@ -329,10 +336,14 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
     totalWeight = double(numBodies);
   }
 
+  endStage(stages.checkSeconds);
+
   Domain domain;
   domain.cube = keyCube != nullptr ? *keyCube : globalBoundingCube(particles, comm);
   domainKeys(particles, domain, b.keys);
+  endStage(stages.keySeconds);
   domain.splitters = balancedSplitters(b.keys, weight, totalWeight, numRanks, comm);
+  endStage(stages.splitSeconds);
 
   // Only the bodies that change owner travel (after a drift, a few near the boundaries). A counting sort by owner in
   // blocks of bodies, each block on a core, packs the leaving bodies' records by destination rank (each rank's in
@@ -442,6 +453,11 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
     MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[1], 1, MPI_DOUBLE, MPI_MAX, comm);
     stats->meanWork = sumAndMax[0] / double(numRanks);
     stats->maxWork = sumAndMax[1];
+    endStage(stages.moveSeconds);
+    stats->checkSeconds = stages.checkSeconds;
+    stats->keySeconds = stages.keySeconds;
+    stats->splitSeconds = stages.splitSeconds;
+    stats->moveSeconds = stages.moveSeconds;
   }
   if (&weight == &unit && weights != nullptr) weights->clear();
   return domain;

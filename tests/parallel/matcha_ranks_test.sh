@@ -186,6 +186,14 @@ if ranks > 1:
         failed.append(f"summary.json's rank_timings miss calls or phases: {rows}")
     elif any(r["steady_calls"] != 7 or not 0 < r["steady_call_seconds"] < r["call_seconds"] for r in rows):
         failed.append(f"summary.json's rank_timings: the steady state is not the calls after the first two: {rows}")
+    else:
+        # The steady decomposition's stages: each timed, together within the decomposition's time.
+        for r in rows:
+            stages = r["steady_decomposition_stages_seconds"]
+            if min(stages.values()) < 0 or stages["keys"] <= 0 or stages["moves"] <= 0 or \
+                    sum(stages.values()) > r["steady_decomposition_seconds"]:
+                failed.append(f"summary.json's decomposition stages {stages} against "
+                              f"{r['steady_decomposition_seconds']} s")
 if h5py is None:
     print("h5py is not installed: the final snapshots were not compared")
 else:

@@ -65,6 +65,8 @@ struct DistributedTotals {
   static constexpr std::uint64_t kWarmUpCalls = 2;
   std::uint64_t steadyCalls = 0;
   double steadyCallSeconds = 0.0, steadyDecompositionSeconds = 0.0;
+  /// The steady decomposition's stages (DecompositionStats): checks, the cube and keys, the splitter search, the moves.
+  double steadyCheckSeconds = 0.0, steadyKeySeconds = 0.0, steadySplitSeconds = 0.0, steadyMoveSeconds = 0.0;
 
   void add(const DistributedStats& call);
 };

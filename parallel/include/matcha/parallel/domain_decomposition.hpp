@@ -38,6 +38,11 @@ struct DecompositionStats {
   double meanWork = 0.0;             ///< all ranks' work over the number of ranks
   std::uint64_t bodiesSent = 0;      ///< bodies this rank gave to others
   std::uint64_t bodiesReceived = 0;  ///< bodies this rank took from others
+  // This rank's wall-clock seconds by stage (each with the collectives in it, so a rank's wait for the others too).
+  double checkSeconds = 0.0;  ///< counts, the weights' checks and sum
+  double keySeconds = 0.0;    ///< the bounding cube and the keys
+  double splitSeconds = 0.0;  ///< the splitter search
+  double moveSeconds = 0.0;   ///< owners, packing, the exchange, unpacking and the balance's sums
 
   /// max / mean of the ranks' work: 1 for a perfect balance (1 too when there is no work).
   double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
