@@ -292,8 +292,7 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
     std::snprintf(line, sizeof line,
                   "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
                   "%7.2f\n",
-                  r,
-                  double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
+                  r, double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
                   t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
                   t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
                   meanWork > 0.0 ? t.work / meanWork : 1.0, t.steadyCallSeconds * perSteadyCall,

@@ -2,11 +2,11 @@
 // The particle mesh over K ranks (issue 19): mesh::SlabMesh (slabs; the bodies travel to the slabs their windows
 // reach) against the replicated mesh (every rank a ParticleMesh of the whole grid, the deposits summed over the ranks
 // with MPI_Allreduce), both on FFTW (--backend fftw, the hosts' cores) or both on cuFFT (--backend cufft, each rank on
-// its host's GPU local rank mod the GPUs, the ranks sharing them where there are fewer; exit 77 without one), on a box of clumps (`matcha ic clumps`, 32 clumps in
-// a 20% background) split along the Hilbert curve into K equal ranges, as the domain decomposition splits a box. Run
-// under mpirun (or alone, K = 1); rank 0 prints one row: each mesh's call (the median over the repeats of the slowest
-// rank's), the slab mesh's phases on its slowest rank, the slabs a body reaches, the largest rank's mesh memory, and
-// how far the two meshes' pulls lie apart.
+// its host's GPU local rank mod the GPUs, the ranks sharing them where there are fewer; exit 77 without one), on a box
+// of clumps (`matcha ic clumps`, 32 clumps in a 20% background) split along the Hilbert curve into K equal ranges, as
+// the domain decomposition splits a box. Run under mpirun (or alone, K = 1); rank 0 prints one row: each mesh's call
+// (the median over the repeats of the slowest rank's), the slab mesh's phases on its slowest rank, the slabs a body
+// reaches, the largest rank's mesh memory, and how far the two meshes' pulls lie apart.
 //
 //   mpirun -np 4 bench_slab_mesh -n 4194304 --grid 256 --threads 4 --repeat 5 [--backend cufft]
 #include <mpi.h>
@@ -142,9 +142,9 @@ int run(int argc, char** argv) {
     if (timed && stats.totalSeconds > slowestSeconds) slowestSeconds = stats.totalSeconds, slowest = stats;
   });
   // The slowest rank's phases (of its slowest call), and the largest rank's memory.
-  double phases[8] = {slowest.exchangeSeconds,    slowest.depositSeconds, slowest.fftSeconds,
-                      slowest.greenSeconds,       slowest.interpolateSeconds, slowest.totalSeconds,
-                      slowest.transposeSeconds,   slowest.transposeMpiSeconds};
+  double phases[8] = {slowest.exchangeSeconds,  slowest.depositSeconds,     slowest.fftSeconds,
+                      slowest.greenSeconds,     slowest.interpolateSeconds, slowest.totalSeconds,
+                      slowest.transposeSeconds, slowest.transposeMpiSeconds};
   struct {
     double seconds;
     int rank;

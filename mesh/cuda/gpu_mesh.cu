@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "../src/gpu_mesh.hpp"
-#include "mesh_cuda.cuh"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
+#include "mesh_cuda.cuh"
 
 namespace matcha::mesh {
 

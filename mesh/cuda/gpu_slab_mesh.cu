@@ -37,7 +37,9 @@ struct DeviceSplit {
   const int* yCount;
 };
 
-__device__ unsigned long long threadIndex() { return blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x; }
+__device__ unsigned long long threadIndex() {
+  return blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x;
+}
 
 /// The slab to its blocks (ToBlocks) or back: a transpose's packing on the way forward, its unpacking on the way back.
 template <bool ToBlocks>
@@ -117,8 +119,8 @@ __global__ void differentiateSlab(const double2* phi, double2* pull, int n, int 
 
 /// The records' bodies (x, y, z, mass) onto this rank's planes.
 template <int S>
-__global__ void depositRecordsKernel(const double* records, unsigned long long count, MeshLayout layout,
-                                     double invBox, double offset, PlaneRange planes, double* rho) {
+__global__ void depositRecordsKernel(const double* records, unsigned long long count, MeshLayout layout, double invBox,
+                                     double offset, PlaneRange planes, double* rho) {
   const unsigned long long i = threadIndex();
   if (i >= count) return;
   const double* r = records + 4 * i;
@@ -269,17 +271,18 @@ struct GpuSlabMesh::Impl {
     std::size_t work = 0;
     if (localPlanes > 0) {
       int dims[2] = {n, n}, real[2] = {n, 2 * half}, complex[2] = {n, half};
-      work = std::max(work, planesForward.make(2, dims, real, 1, n * 2 * half, complex, 1, n * half, CUFFT_D2Z,
-                                               localPlanes));
-      work = std::max(work, planesInverse.make(2, dims, complex, 1, n * half, real, 1, n * 2 * half, CUFFT_Z2D,
-                                               localPlanes));
+      work = std::max(work,
+                      planesForward.make(2, dims, real, 1, n * 2 * half, complex, 1, n * half, CUFFT_D2Z, localPlanes));
+      work = std::max(work,
+                      planesInverse.make(2, dims, complex, 1, n * half, real, 1, n * 2 * half, CUFFT_Z2D, localPlanes));
     }
     if (localRows > 0) {
       int dims[1] = {n}, embed[1] = {n};
       const int stride = localRows * half;
       work = std::max(work, columnsTransform.make(1, dims, embed, stride, 1, embed, stride, 1, CUFFT_Z2Z, stride));
     }
-    requireDeviceFits(buffers * sizeof(double2) + work, "a " + std::to_string(n) + "^3 slab's buffers and cuFFT's work area");
+    requireDeviceFits(buffers * sizeof(double2) + work,
+                      "a " + std::to_string(n) + "^3 slab's buffers and cuFFT's work area");
     fftWorkArea.allocate(std::max<std::size_t>(work, 1));
     for (Plan* plan : {&planesForward, &planesInverse, &columnsTransform}) {
       if (!plan->made) continue;
@@ -407,12 +410,11 @@ struct GpuSlabMesh::Impl {
     const std::size_t ownFirst = from.displs[rank], ownEnd = ownFirst + from.counts[rank];
     auto* sendComplex = reinterpret_cast<double2*>(sendHost.data);
     if (ownFirst > 0) {
-      MESH_CUDA_CHECK(cudaMemcpyAsync(sendComplex, packed.data, ownFirst * kBytes,
-                                      cudaMemcpyDeviceToHost, stream));
+      MESH_CUDA_CHECK(cudaMemcpyAsync(sendComplex, packed.data, ownFirst * kBytes, cudaMemcpyDeviceToHost, stream));
     }
     if (from.total > ownEnd) {
-      MESH_CUDA_CHECK(cudaMemcpyAsync(sendComplex + ownEnd, packed.data + ownEnd,
-                                      (from.total - ownEnd) * kBytes, cudaMemcpyDeviceToHost, stream));
+      MESH_CUDA_CHECK(cudaMemcpyAsync(sendComplex + ownEnd, packed.data + ownEnd, (from.total - ownEnd) * kBytes,
+                                      cudaMemcpyDeviceToHost, stream));
     }
     MESH_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<std::size_t> sendCounts = from.counts, recvCounts = to.counts;
@@ -433,7 +435,7 @@ struct GpuSlabMesh::Impl {
   void slabToColumns() {
     if (slabComplex > 0) {
       slabBlocksKernel<true><<<blocksFor(slabComplex), kBlock, 0, stream>>>(slab.data, packed.data, slabOffsets(),
-                                                                           deviceSplit(), n, half, slabComplex);
+                                                                            deviceSplit(), n, half, slabComplex);
       MESH_LAUNCH_CHECK();
     }
     exchangeBlocks(slabBlocks, columnBlocks, true);
@@ -454,7 +456,7 @@ struct GpuSlabMesh::Impl {
     exchangeBlocks(columnBlocks, slabBlocks, false);
     if (slabComplex > 0) {
       slabBlocksKernel<false><<<blocksFor(slabComplex), kBlock, 0, stream>>>(slab.data, unpacked.data, slabOffsets(),
-                                                                            deviceSplit(), n, half, slabComplex);
+                                                                             deviceSplit(), n, half, slabComplex);
       MESH_LAUNCH_CHECK();
     }
   }
@@ -550,9 +552,9 @@ struct GpuSlabMesh::Impl {
 
     const auto share = [&](const double2* field, int component) {
       if (count == 0 || localPlanes == 0) return;
-      shareKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(deviceRecords.data, count, grid, invBox, offset,
-                                                               planes(), reinterpret_cast<const double*>(field),
-                                                               component, weight, deviceShares.data);
+      shareKernel<S><<<blocksFor(count), kBlock, 0, stream>>>(deviceRecords.data, count, grid, invBox, offset, planes(),
+                                                              reinterpret_cast<const double*>(field), component, weight,
+                                                              deviceShares.data);
       MESH_LAUNCH_CHECK();
     };
     if (params.gradient == MeshGradient::fourier) {
@@ -580,8 +582,8 @@ struct GpuSlabMesh::Impl {
     if (params.gradient == MeshGradient::fourier) {
       for (int axis = 1; axis <= 2; ++axis) {
         if (slabComplex > 0) {
-          differentiateSlab<<<blocksFor(slabComplex), kBlock, 0, stream>>>(slab.data, pull.data, n, half, axis,
-                                                                          tables.derivativeWavenumber.data, slabComplex);
+          differentiateSlab<<<blocksFor(slabComplex), kBlock, 0, stream>>>(
+              slab.data, pull.data, n, half, axis, tables.derivativeWavenumber.data, slabComplex);
           MESH_LAUNCH_CHECK();
         }
         lap(seconds.green);

@@ -56,8 +56,8 @@ struct SlabComm {
   std::function<void(const void* mine, std::size_t bytes, void* all)> allgather;
   /// true on every rank when `mine` is true on every rank.
   std::function<bool(bool mine)> everyRank;
-  bool sameHost = false;      ///< every rank on one host: the direct transposes may be tried
-  bool allowDirect = true;    ///< false: the transposes go through the host whatever the ranks (tests, benchmarks)
+  bool sameHost = false;    ///< every rank on one host: the direct transposes may be tried
+  bool allowDirect = true;  ///< false: the transposes go through the host whatever the ranks (tests, benchmarks)
 };
 
 /// Seconds of one pass's stages on the host's clock (the stream is waited for at each stage's end).
@@ -95,7 +95,7 @@ class GpuSlabMesh {
   /// Writes each record's shares (ax, ay, az, potential; 0 where not asked for) over it.
   void endCall(GpuSlabSeconds& seconds);
 
-  bool directTransposes() const;    ///< whether the transposes copy between the ranks' devices
+  bool directTransposes() const;  ///< whether the transposes copy between the ranks' devices
 
   std::size_t deviceBytes() const;  ///< held on the device: buffers, cuFFT's work area, the records
   std::size_t hostBytes() const;    ///< page-locked: the transposes' buffers and the records

@@ -140,7 +140,8 @@ SlabMeshBytes gpuSlabMeshMemoryBytes(const MeshParams& params, int numRanks, std
   const auto ranks = static_cast<std::size_t>(numRanks);
   const std::size_t buffer = (n + ranks - 1) / ranks * n * (n / 2 + 1) * 2 * sizeof(double);
   const std::size_t records = numBodies * 3 / 2;
-  return {(ranks > 1 ? 2 * buffer : 0) + records * (4 * sizeof(double) + 36), 6 * buffer + records * 8 * sizeof(double)};
+  return {(ranks > 1 ? 2 * buffer : 0) + records * (4 * sizeof(double) + 36),
+          6 * buffer + records * 8 * sizeof(double)};
 }
 
 std::size_t meshDeviceMemoryBytes(const MeshParams& params, std::size_t numBodies) {

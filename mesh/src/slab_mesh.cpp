@@ -65,15 +65,15 @@ struct SlabMesh::Impl {
   std::size_t padded = 0;  ///< P = 2 (n/2 + 1) doubles per row of the real grid
   std::size_t half = 0;    ///< n/2 + 1 complex values per row of the spectrum
   double invBox = 0, invCell = 0;
-  ptrdiff_t localN0 = 0, local0Start = 0;       ///< the x planes this rank owns (real layout)
-  ptrdiff_t localN1 = 0, local1Start = 0;       ///< the y rows it owns of the transposed spectrum
-  std::size_t slabReals = 0;                    ///< doubles FFTW allocated for the slab (and for work)
-  std::vector<int> ownerOfPlane;                ///< the rank owning each x plane
-  MPI_Datatype recordType = MPI_DATATYPE_NULL;  ///< a BodyRecord (4 doubles)
-  MPI_Datatype complexType = MPI_DATATYPE_NULL; ///< 2 doubles: the cuFFT backend's transposes
-  std::unique_ptr<detail::GpuSlabMesh> gpu;     ///< the cuFFT backend's slab on this rank's GPU (null: FFTW's)
-  double* slab = nullptr;                       ///< deposit, spectrum, potential (FFTW's allocation)
-  double* work = nullptr;                       ///< one component of the pull (Fourier gradient only)
+  ptrdiff_t localN0 = 0, local0Start = 0;        ///< the x planes this rank owns (real layout)
+  ptrdiff_t localN1 = 0, local1Start = 0;        ///< the y rows it owns of the transposed spectrum
+  std::size_t slabReals = 0;                     ///< doubles FFTW allocated for the slab (and for work)
+  std::vector<int> ownerOfPlane;                 ///< the rank owning each x plane
+  MPI_Datatype recordType = MPI_DATATYPE_NULL;   ///< a BodyRecord (4 doubles)
+  MPI_Datatype complexType = MPI_DATATYPE_NULL;  ///< 2 doubles: the cuFFT backend's transposes
+  std::unique_ptr<detail::GpuSlabMesh> gpu;      ///< the cuFFT backend's slab on this rank's GPU (null: FFTW's)
+  double* slab = nullptr;                        ///< deposit, spectrum, potential (FFTW's allocation)
+  double* work = nullptr;                        ///< one component of the pull (Fourier gradient only)
   fftw_plan forwardPlan = nullptr, inversePlan = nullptr, workInversePlan = nullptr;
   detail::ModeTables modes;          ///< the Green's function and derivative per axis index
   detail::OrderedDeposit depositor;  ///< the received bodies onto the slab
@@ -82,9 +82,9 @@ struct SlabMesh::Impl {
   // each rank's in body order). Received: the same from every rank, in rank order.
   std::vector<int> sendCounts, sendDispls, recvCounts, recvDispls;
   std::vector<int> otherSendCounts, otherRecvCounts;  ///< the same without this rank's own, which MPI does not move
-  std::vector<std::uint32_t> sentBody;   ///< the local body of each sent entry
-  std::vector<BodyRecord> sent;          ///< this rank's bodies, then the slabs' shares of them
-  std::vector<BodyRecord> received;      ///< the FFTW backend's `records`
+  std::vector<std::uint32_t> sentBody;                ///< the local body of each sent entry
+  std::vector<BodyRecord> sent;                       ///< this rank's bodies, then the slabs' shares of them
+  std::vector<BodyRecord> received;                   ///< the FFTW backend's `records`
   /// The bodies that reach this slab, then this slab's shares of them: `received`'s, or the cuFFT backend's
   /// page-locked records (the exchange lands where the upload starts, and the shares leave from where they came down).
   BodyRecord* records = nullptr;
@@ -193,8 +193,8 @@ struct SlabMesh::Impl {
     check(MPI_Type_commit(&complexType), "MPI_Type_commit");
     detail::SlabComm slabComm;
     slabComm.alltoallv = [this](const double* send, const std::vector<std::size_t>& blocksOut,
-                           const std::vector<std::size_t>& blocksOutAt, double* recv,
-                           const std::vector<std::size_t>& blocksIn, const std::vector<std::size_t>& blocksInAt) {
+                                const std::vector<std::size_t>& blocksOutAt, double* recv,
+                                const std::vector<std::size_t>& blocksIn, const std::vector<std::size_t>& blocksInAt) {
       // GpuSlabMesh keeps every count and displacement within MPI's ints.
       const auto ints = [](const std::vector<std::size_t>& v) { return std::vector<int>(v.begin(), v.end()); };
       const std::vector<int> sc = ints(blocksOut), sd = ints(blocksOutAt), rc = ints(blocksIn), rd = ints(blocksInAt);
@@ -461,8 +461,8 @@ struct SlabMesh::Impl {
                         [&](const tbb::blocked_range<std::size_t>& range) {
                           for (std::size_t e = range.begin(); e != range.end(); ++e) {
                             const std::size_t i = sentBody[e];
-                            const double* share = r == rank ? records[static_cast<std::ptrdiff_t>(e) + ownShift].v
-                                                            : sent[e].v;
+                            const double* share =
+                                r == rank ? records[static_cast<std::ptrdiff_t>(e) + ownShift].v : sent[e].v;
                             out.ax[i] += weight * share[kAx];
                             out.ay[i] += weight * share[kAy];
                             out.az[i] += weight * share[kAz];

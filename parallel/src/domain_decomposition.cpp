@@ -126,10 +126,10 @@ constexpr int kSections = 64;
 /// of 64 or less), with one to spare. A fixed number: every rank runs the same collectives, whatever its sums.
 constexpr int kSplitterRounds = 12;
 
-/// How many of an interval's candidates (its kCandidates keys lo + floor(width (j + 1) / 64), nondecreasing) are <= key,
-/// for a key in [lo, lo + width): std::upper_bound's answer, but from the candidates' even spacing, a guess that is
-/// off by at most one either way, then put right against the candidates themselves. The binary search's branches went
-/// either way at random: most of a 56 ms search at 2^23 bodies a rank on 8 cores of the H200 machine's host.
+/// How many of an interval's candidates (its kCandidates keys lo + floor(width (j + 1) / 64), nondecreasing) are <=
+/// key, for a key in [lo, lo + width): std::upper_bound's answer, but from the candidates' even spacing, a guess that
+/// is off by at most one either way, then put right against the candidates themselves. The binary search's branches
+/// went either way at random: most of a 56 ms search at 2^23 bodies a rank on 8 cores of the H200 machine's host.
 inline std::size_t candidatesAtOrBelow(const std::uint64_t* candidates, std::uint64_t lo, std::uint64_t width,
                                        std::uint64_t key) {
   const double guess = double(key - lo) * (double(kSections) / double(width));
@@ -220,7 +220,8 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
         const int p = pieceOf(k.key);
         if (p < 0) continue;
         const int t = pieces[p];
-        const std::size_t b = candidatesAtOrBelow(&candidate[std::size_t(t) * kCandidates], lo[t], hi[t] - lo[t], k.key);
+        const std::size_t b =
+            candidatesAtOrBelow(&candidate[std::size_t(t) * kCandidates], lo[t], hi[t] - lo[t], k.key);
         buckets[std::size_t(p) * kSections + b] += k.weight;
       }
     });
