@@ -659,10 +659,16 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &state_->failures);
   session = state_.get();
   if (state_->size > 1) {
-    // Ranks share the host's cores (mpirun -np K on one machine): each its share for TBB, as tests/parallel does.
+    // The ranks of a host share its cores: each its share for TBB, as tests/parallel does. The ranks of this host, not
+    // of the run: on several hosts a rank would otherwise get its host's cores over all the ranks.
+    MPI_Comm host = MPI_COMM_NULL;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL, &host);
+    int hostRanks = 1;
+    MPI_Comm_size(host, &hostRanks);
+    MPI_Comm_free(&host);
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     state_->threads.emplace(tbb::global_control::max_allowed_parallelism,
-                            static_cast<std::size_t>(std::max(1, cores / state_->size)));
+                            static_cast<std::size_t>(std::max(1, cores / hostRanks)));
     if (state_->rank != 0) state_->coutBuffer = std::cout.rdbuf(&state_->discard);
   }
 }
