@@ -180,26 +180,6 @@ struct Plan {
   }
 };
 
-/// Page-locked host memory that is freed with its owner.
-struct PinnedDoubles {
-  double* data = nullptr;
-  std::size_t count = 0;
-  PinnedDoubles() = default;
-  PinnedDoubles(const PinnedDoubles&) = delete;
-  PinnedDoubles& operator=(const PinnedDoubles&) = delete;
-  ~PinnedDoubles() { release(); }
-  void release() {
-    if (data != nullptr) cudaFreeHost(data);
-    data = nullptr;
-    count = 0;
-  }
-  void allocate(std::size_t n) {
-    release();
-    MESH_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data), std::max<std::size_t>(n, 1) * sizeof(double)));
-    count = n;
-  }
-};
-
 /// One side of a transpose: each rank's block, its size and place in the buffer, in complex values.
 struct Blocks {
   std::vector<std::size_t> counts, displs;
@@ -225,7 +205,7 @@ struct GpuSlabMesh::Impl {
   DeviceArray<unsigned long long> blockOffsets;                ///< the slab's blocks, then the columns'
   DeviceModeTables tables;
   Blocks slabBlocks, columnBlocks;  ///< the slab's blocks for each rank; the columns' blocks from each
-  PinnedDoubles sendHost, recvHost, hostRecords;
+  PinnedArray<double> sendHost, recvHost, hostRecords;
   DeviceArray<double> deviceRecords, deviceShares;
   std::size_t recordCapacity = 0;
   std::size_t callCount = 0;  ///< the records of the call begun

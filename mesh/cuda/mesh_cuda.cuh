@@ -45,26 +45,40 @@ inline std::string gibibytes(std::size_t bytes) {
   return text;
 }
 
-/// Device memory that is freed on destruction and never grows by itself.
-template <class T>
-struct DeviceArray {
+/// Where an OwnedArray lives: device memory (cudaMalloc) or page-locked host memory (cudaMallocHost).
+struct OnDevice {
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+  static void free(void* p) { cudaFree(p); }
+};
+struct PageLocked {
+  static cudaError_t allocate(void** p, std::size_t bytes) { return cudaMallocHost(p, bytes); }
+  static void free(void* p) { cudaFreeHost(p); }
+};
+
+/// Memory that is freed on destruction and never grows by itself.
+template <class T, class Where>
+struct OwnedArray {
   T* data = nullptr;
   std::size_t count = 0;
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { release(); }
+  OwnedArray() = default;
+  OwnedArray(const OwnedArray&) = delete;
+  OwnedArray& operator=(const OwnedArray&) = delete;
+  ~OwnedArray() { release(); }
   void release() {
-    if (data != nullptr) cudaFree(data);
+    if (data != nullptr) Where::free(data);
     data = nullptr;
     count = 0;
   }
   void allocate(std::size_t n) {
     release();
-    MESH_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data), n * sizeof(T)));
+    MESH_CUDA_CHECK(Where::allocate(reinterpret_cast<void**>(&data), n * sizeof(T)));
     count = n;
   }
 };
+template <class T>
+using DeviceArray = OwnedArray<T, OnDevice>;
+template <class T>
+using PinnedArray = OwnedArray<T, PageLocked>;
 
 struct AtomicAdd {
   __device__ void operator()(double* point, double value) const { atomicAdd(point, value); }

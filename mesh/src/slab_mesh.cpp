@@ -14,6 +14,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fftw_grid.hpp"
@@ -126,9 +127,10 @@ struct SlabMesh::Impl {
     static_assert(sizeof(BodyRecord) == 4 * sizeof(double));
     check(MPI_Type_contiguous(4, MPI_DOUBLE, &recordType), "MPI_Type_contiguous");
     check(MPI_Type_commit(&recordType), "MPI_Type_commit");
-    setUpOwners();
+    detail::SlabSplit split = gatherSplit();
+    setUpOwners(split);
     if (params.backend == MeshBackend::cufft) {
-      setUpGpu();
+      setUpGpu(std::move(split));
       return;
     }
     // FFTW may ask for more than the slab's planes (room for its transposes); at least a little so that a rank
@@ -177,8 +179,7 @@ struct SlabMesh::Impl {
     return split;
   }
 
-  void setUpOwners() {
-    const detail::SlabSplit split = gatherSplit();
+  void setUpOwners(const detail::SlabSplit& split) {
     ownerOfPlane.assign(n, -1);
     for (int r = 0; r < ranks; ++r) {
       for (int plane = split.xFirst[r]; plane < split.xFirst[r] + split.xCount[r]; ++plane) ownerOfPlane[plane] = r;
@@ -188,7 +189,7 @@ struct SlabMesh::Impl {
   }
 
   /// The cuFFT backend: FFTW-MPI's split (the bodies are routed alike), the transposes' exchange over MPI.
-  void setUpGpu() {
+  void setUpGpu(detail::SlabSplit split) {
     check(MPI_Type_contiguous(2, MPI_DOUBLE, &complexType), "MPI_Type_contiguous");
     check(MPI_Type_commit(&complexType), "MPI_Type_commit");
     detail::SlabComm slabComm;
@@ -227,7 +228,7 @@ struct SlabMesh::Impl {
     MPI_Comm_free(&host);
     slabComm.sameHost = hostRanks == ranks;
     slabComm.allowDirect = transposes == SlabTransposes::automatic;
-    gpu = std::make_unique<detail::GpuSlabMesh>(params, gatherSplit(), std::move(slabComm));
+    gpu = std::make_unique<detail::GpuSlabMesh>(params, std::move(split), std::move(slabComm));
   }
 
   void release() noexcept {
