@@ -238,9 +238,9 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   const std::size_t n = particles.size();
   if (n > 0) {
     // The tree over this rank's bodies in the global cube: its cells are the one-rank tree's cells wherever they hold
-    // only this rank's bodies.
-    domainKeys(particles, domain_, keys_);
-    tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, keys_, sortedKeys_, order_);
+    // only this rank's bodies. Its keys are the decomposition's, which followed the bodies.
+    tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, decompositionBuffers_.keys, sortedKeys_,
+                     order_);
     permuter_.permute(particles, order_);
     if (work_.size() == n) {
       // The split's weights follow the bodies into the tree's order: a call that evaluates some groups only (block

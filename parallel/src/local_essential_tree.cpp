@@ -2,6 +2,7 @@
 #include "matcha/parallel/local_essential_tree.hpp"
 
 #include <tbb/blocked_range.h>
+#include <tbb/blocked_range2d.h>
 #include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
@@ -92,19 +93,83 @@ class SubtreeExporter {
     }
   }
 
+  /// The export, depth first: the cells above kTaskBodies bodies here, each subtree below them (and each leaf above)
+  /// a task on the rank's cores, into its own arrays, then all of them stitched behind the top cells in the order the
+  /// depth-first pass would have met them. On one core the pass took ~110 ms a call at 2^23 bodies a rank (2 ranks:
+  /// one subtree to export), beside a local walk that left cores idle.
   void run() {
     std::vector<std::uint32_t> all(remote_.size());
     for (std::size_t g = 0; g < all.size(); ++g) all[g] = static_cast<std::uint32_t>(g);
-    // The opening groups of each child of the cell being expanded, per level, sized once: a child's expansion never
-    // moves its parent's sets.
-    opening_.resize(kMaxLevel + 2);
+    prepare();
     const Reach root = judge(0, all, opening_[0][0]);
     if (root == Reach::skippedByAll) return;
     add(0);
+    std::vector<Task> tasks;
+    deferred_ = &tasks;
+    taskBodies_ = std::max<std::size_t>(kMinTaskBodies, sorted_.count / kTasksPerExport);
     expand(0, 0, root, opening_[0][0], 0);
+    deferred_ = nullptr;
+    runTasks(tasks);
   }
 
  private:
+  /// A subtree deferred by the top pass: cells_[at] is `cell`'s export, to be completed as expand() would.
+  struct Task {
+    std::uint32_t cell;
+    std::size_t at;
+    Reach reach;
+    std::vector<std::uint32_t> opening;
+    std::size_t depth;
+  };
+  /// Bodies below which a subtree is one task: about kTasksPerExport tasks, none tiny.
+  static constexpr std::size_t kTasksPerExport = 512;
+  static constexpr std::size_t kMinTaskBodies = 2048;
+
+  void prepare() {
+    // The opening groups of each child of the cell being expanded, per level, sized once: a child's expansion never
+    // moves its parent's sets.
+    opening_.resize(kMaxLevel + 2);
+  }
+
+  /// Runs each task with its own exporter and arrays, then appends them in order: a task's cell k > 0 (its cell 0 is
+  /// the subtree's root, cells_[at] here) and its bodies move by what the earlier tasks added.
+  void runTasks(std::vector<Task>& tasks) {
+    const std::size_t numTasks = tasks.size();
+    std::vector<std::vector<ExportedCell>> taskCells(numTasks);
+    std::vector<std::vector<ExportedBody>> taskBodies(numTasks);
+    tbb::parallel_for(std::size_t{0}, numTasks, [&](std::size_t k) {
+      const Task& task = tasks[k];
+      SubtreeExporter sub(tree_, sorted_, ids_, remote_, periodic_, taskCells[k], taskBodies[k]);
+      sub.prepare();
+      taskCells[k].push_back(cells_[task.at]);
+      sub.expand(task.cell, 0, task.reach, task.opening, task.depth);
+    });
+    std::vector<std::size_t> cellStart(numTasks + 1, cells_.size()), bodyStart(numTasks + 1, bodies_.size());
+    for (std::size_t k = 0; k < numTasks; ++k) {
+      cellStart[k + 1] = cellStart[k] + taskCells[k].size() - 1;
+      bodyStart[k + 1] = bodyStart[k] + taskBodies[k].size();
+    }
+    MATCHA_ASSERT(cellStart[numTasks] < (std::size_t{1} << 32) && bodyStart[numTasks] < (std::size_t{1} << 32),
+                  "an exported subtree exceeds 32-bit indices");
+    cells_.resize(cellStart[numTasks]);
+    bodies_.resize(bodyStart[numTasks]);
+    tbb::parallel_for(std::size_t{0}, numTasks, [&](std::size_t k) {
+      const auto cellShift = static_cast<std::uint32_t>(cellStart[k] - 1);  // local cell 1 goes to cellStart[k]
+      const auto bodyShift = static_cast<std::uint32_t>(bodyStart[k]);
+      const auto place = [&](ExportedCell cell) {
+        if (cell.numChildren > 0) cell.firstChild += cellShift;
+        if (cell.lastBody > cell.firstBody) {
+          cell.firstBody += bodyShift;
+          cell.lastBody += bodyShift;
+        }
+        return cell;
+      };
+      cells_[tasks[k].at] = place(taskCells[k][0]);
+      std::transform(taskCells[k].begin() + 1, taskCells[k].end(), cells_.begin() + cellStart[k], place);
+      std::copy(taskBodies[k].begin(), taskBodies[k].end(), bodies_.begin() + bodyStart[k]);
+    });
+  }
+
   void add(std::uint32_t cell) {
     const CellMultipoles& m = tree_.multipoles;
     ExportedCell out{};
@@ -189,6 +254,10 @@ class SubtreeExporter {
       cells_[at].accepted = 1;
       return;
     }
+    if (deferred_ != nullptr && (tree_.isLeaf(cell) || tree_.bodies[cell].size() <= taskBodies_)) {
+      deferred_->push_back({cell, at, reach, std::vector<std::uint32_t>(opening.begin(), opening.end()), depth});
+      return;
+    }
     if (tree_.isLeaf(cell)) {
       const BodyRange range = tree_.bodies[cell];
       cells_[at].firstBody = static_cast<std::uint32_t>(bodies_.size());
@@ -234,6 +303,9 @@ class SubtreeExporter {
   std::vector<std::array<std::vector<std::uint32_t>, 8>> opening_;
   /// judge()'s verdicts of each group, where it judges them in parallel (kParallelJudge or more).
   mutable std::vector<Visit> visits_;
+  /// The top pass's tasks, while it runs: expand() defers a leaf or a subtree of at most taskBodies_ bodies there.
+  std::vector<Task>* deferred_ = nullptr;
+  std::size_t taskBodies_ = 0;
 };
 
 }  // namespace
@@ -378,55 +450,88 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
   const std::size_t numSources = numLocalBodies_ + bodies.size();
   MATCHA_ASSERT(numSources < (std::size_t{1} << 32) && numLocalCells_ + received_.size() < (std::size_t{1} << 32),
                 "a local essential tree exceeds 32-bit indices");
-  x_.assign(sortedBodies.x, sortedBodies.x + numLocalBodies_);
-  y_.assign(sortedBodies.y, sortedBodies.y + numLocalBodies_);
-  z_.assign(sortedBodies.z, sortedBodies.z + numLocalBodies_);
-  mass_.assign(sortedBodies.mass, sortedBodies.mass + numLocalBodies_);
+  // On the rank's cores: at 2^23 bodies a rank these copies are ~300 MB a call.
+  for (auto* array : {&x_, &y_, &z_, &mass_}) array->resize(numSources);
   receivedIds_.resize(bodies.size());
-  for (std::size_t b = 0; b < bodies.size(); ++b) {
-    x_.push_back(bodies[b].x);
-    y_.push_back(bodies[b].y);
-    z_.push_back(bodies[b].z);
-    mass_.push_back(bodies[b].mass);
-    receivedIds_[b] = bodies[b].id;
-  }
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numSources, 65536),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      for (std::size_t i = range.begin(); i < range.end(); ++i) {
+                        if (i < numLocalBodies_) {
+                          x_[i] = sortedBodies.x[i];
+                          y_[i] = sortedBodies.y[i];
+                          z_[i] = sortedBodies.z[i];
+                          mass_[i] = sortedBodies.mass[i];
+                        } else {
+                          const ExportedBody& body = bodies[i - numLocalBodies_];
+                          x_[i] = body.x;
+                          y_[i] = body.y;
+                          z_[i] = body.z;
+                          mass_[i] = body.mass;
+                          receivedIds_[i - numLocalBodies_] = body.id;
+                        }
+                      }
+                    });
   const CellMultipoles& local = tree.multipoles;
   const bool quadrupole = numLocalCells_ > 0 ? local.hasQuadrupole : false;
   bool anyQuadrupole = quadrupole;
   MPI_Allreduce(MPI_IN_PLACE, &anyQuadrupole, 1, MPI_CXX_BOOL, MPI_LOR, comm);
-  cells_ = local;
-  if (numLocalCells_ == 0) cells_.resize(0, anyQuadrupole);
   const std::size_t numCells = numLocalCells_ + received_.size();
   cells_.resize(numCells, anyQuadrupole);
+  const std::vector<double>* localArrays[11] = {&local.x,   &local.y,   &local.z,    &local.mass,
+                                                &local.qxx, &local.qyy, &local.qzz,  &local.qxy,
+                                                &local.qxz, &local.qyz, &local.trace};
+  std::vector<double>* cellArrays[11] = {&cells_.x,   &cells_.y,   &cells_.z,   &cells_.mass, &cells_.qxx,  &cells_.qyy,
+                                         &cells_.qzz, &cells_.qxy, &cells_.qxz, &cells_.qyz,  &cells_.trace};
+  const int numArrays = anyQuadrupole ? 11 : 4;
+  // The local cells' arrays, each in blocks on the rank's cores; a rank's cells without quadrupoles (it has none)
+  // get zeros where another rank's have them.
+  tbb::parallel_for(tbb::blocked_range2d<int, std::size_t>(0, numArrays, 1, 0, numLocalCells_, 65536),
+                    [&](const tbb::blocked_range2d<int, std::size_t>& range) {
+                      for (int a = range.rows().begin(); a < range.rows().end(); ++a) {
+                        std::vector<double>& to = *cellArrays[a];
+                        const bool present = a < 4 || quadrupole;
+                        for (std::size_t c = range.cols().begin(); c < range.cols().end(); ++c) {
+                          to[c] = present ? (*localArrays[a])[c] : 0.0;
+                        }
+                      }
+                    });
   cellOwner_.resize(received_.size());
   subtreeRoots_.clear();
   for (int from = 0; from < numRanks; ++from) {
     if (cellOffsets[from] < cellOffsets[from + 1]) {
       subtreeRoots_.push_back(static_cast<std::uint32_t>(numLocalCells_ + cellOffsets[from]));
     }
-    for (int k = cellOffsets[from]; k < cellOffsets[from + 1]; ++k) {
-      ExportedCell& cell = received_[k];
-      cellOwner_[k] = from;
-      if (cell.numChildren > 0) cell.firstChild += static_cast<std::uint32_t>(numLocalCells_ + cellOffsets[from]);
-      const auto bodyShift = static_cast<std::uint32_t>(numLocalBodies_ + bodyOffsets[from]);
-      cell.firstBody += bodyShift;
-      cell.lastBody += bodyShift;
-      const std::size_t c = numLocalCells_ + k;
-      cells_.x[c] = cell.com[0];
-      cells_.y[c] = cell.com[1];
-      cells_.z[c] = cell.com[2];
-      cells_.mass[c] = cell.mass;
-      if (anyQuadrupole) {
-        cells_.qxx[c] = cell.quadrupole[0];
-        cells_.qyy[c] = cell.quadrupole[1];
-        cells_.qzz[c] = cell.quadrupole[2];
-        cells_.qxy[c] = cell.quadrupole[3];
-        cells_.qxz[c] = cell.quadrupole[4];
-        cells_.qyz[c] = cell.quadrupole[5];
-        cells_.trace[c] = cell.trace;
-      }
-    }
   }
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, received_.size(), 16384), [&](const tbb::blocked_range<std::size_t>& range) {
+        for (std::size_t k = range.begin(); k < range.end(); ++k) {
+          // The sending rank: the last whose block begins at or before k.
+          const int from =
+              static_cast<int>(std::upper_bound(cellOffsets.begin(), cellOffsets.end(), static_cast<int>(k)) -
+                               cellOffsets.begin()) -
+              1;
+          ExportedCell& cell = received_[k];
+          cellOwner_[k] = from;
+          if (cell.numChildren > 0) cell.firstChild += static_cast<std::uint32_t>(numLocalCells_ + cellOffsets[from]);
+          const auto bodyShift = static_cast<std::uint32_t>(numLocalBodies_ + bodyOffsets[from]);
+          cell.firstBody += bodyShift;
+          cell.lastBody += bodyShift;
+          const std::size_t c = numLocalCells_ + k;
+          cells_.x[c] = cell.com[0];
+          cells_.y[c] = cell.com[1];
+          cells_.z[c] = cell.com[2];
+          cells_.mass[c] = cell.mass;
+          if (anyQuadrupole) {
+            cells_.qxx[c] = cell.quadrupole[0];
+            cells_.qyy[c] = cell.quadrupole[1];
+            cells_.qzz[c] = cell.quadrupole[2];
+            cells_.qxy[c] = cell.quadrupole[3];
+            cells_.qxz[c] = cell.quadrupole[4];
+            cells_.qyz[c] = cell.quadrupole[5];
+            cells_.trace[c] = cell.trace;
+          }
+        }
+      });
 }
 
 void LocalEssentialTree::buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan,
@@ -479,26 +584,39 @@ void LocalEssentialTree::buildPlan(const tree::Groups& groups, const Interaction
     }
   });
 
+  // Each group's local list, then its remote one: offsets first, then the copies on the rank's cores (the local plan
+  // is ~the whole plan; one core's copy of it was a serial stretch of every call).
   plan.clear();
   plan.groups = localPlan.groups;
   plan.groupCentres = localPlan.groupCentres;
   plan.groupIds = localPlan.groupIds;
   plan.listBodyCounts.resize(numGroups);
+  plan.cellListOffsets.resize(numGroups + 1);
+  plan.bodyListOffsets.resize(numGroups + 1);
+  std::uint64_t numListCells = 0, numListRanges = 0;
   for (std::size_t g = 0; g < numGroups; ++g) {
-    std::uint64_t listBodies = localPlan.numListBodies(g);
-    plan.cellList.insert(plan.cellList.end(), localPlan.cellList.begin() + localPlan.cellListOffsets[g],
-                         localPlan.cellList.begin() + localPlan.cellListOffsets[g + 1]);
-    plan.cellList.insert(plan.cellList.end(), remoteCells[g].begin(), remoteCells[g].end());
-    plan.bodyList.insert(plan.bodyList.end(), localPlan.bodyList.begin() + localPlan.bodyListOffsets[g],
-                         localPlan.bodyList.begin() + localPlan.bodyListOffsets[g + 1]);
-    for (const BodyRange& range : remoteRanges[g]) listBodies += range.size();
-    plan.bodyList.insert(plan.bodyList.end(), remoteRanges[g].begin(), remoteRanges[g].end());
-    MATCHA_ASSERT(plan.cellList.size() < (std::size_t{1} << 32) && plan.bodyList.size() < (std::size_t{1} << 32),
+    numListCells += localPlan.numListCells(g) + remoteCells[g].size();
+    numListRanges += (localPlan.bodyListOffsets[g + 1] - localPlan.bodyListOffsets[g]) + remoteRanges[g].size();
+    MATCHA_ASSERT(numListCells < (std::uint64_t{1} << 32) && numListRanges < (std::uint64_t{1} << 32),
                   "interaction lists exceed 32-bit offsets");
-    plan.cellListOffsets.push_back(static_cast<std::uint32_t>(plan.cellList.size()));
-    plan.bodyListOffsets.push_back(static_cast<std::uint32_t>(plan.bodyList.size()));
-    plan.listBodyCounts[g] = static_cast<std::uint32_t>(listBodies);
+    plan.cellListOffsets[g + 1] = static_cast<std::uint32_t>(numListCells);
+    plan.bodyListOffsets[g + 1] = static_cast<std::uint32_t>(numListRanges);
   }
+  plan.cellList.resize(numListCells);
+  plan.bodyList.resize(numListRanges);
+  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
+    auto cellsTo = plan.cellList.begin() + plan.cellListOffsets[g];
+    cellsTo = std::copy(localPlan.cellList.begin() + localPlan.cellListOffsets[g],
+                        localPlan.cellList.begin() + localPlan.cellListOffsets[g + 1], cellsTo);
+    std::copy(remoteCells[g].begin(), remoteCells[g].end(), cellsTo);
+    auto rangesTo = plan.bodyList.begin() + plan.bodyListOffsets[g];
+    rangesTo = std::copy(localPlan.bodyList.begin() + localPlan.bodyListOffsets[g],
+                         localPlan.bodyList.begin() + localPlan.bodyListOffsets[g + 1], rangesTo);
+    std::copy(remoteRanges[g].begin(), remoteRanges[g].end(), rangesTo);
+    std::uint64_t listBodies = localPlan.numListBodies(g);
+    for (const BodyRange& range : remoteRanges[g]) listBodies += range.size();
+    plan.listBodyCounts[g] = static_cast<std::uint32_t>(listBodies);
+  });
   stats_.walkSeconds = clock.seconds();
 }
 

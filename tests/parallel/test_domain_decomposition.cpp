@@ -145,9 +145,15 @@ TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
   move(local);
   move(all);
   DecompositionStats stats;
-  const Domain domain = decompose(local, nullptr, MPI_COMM_WORLD, &stats);
+  DecompositionBuffers buffers;
+  const Domain domain = decompose(local, nullptr, MPI_COMM_WORLD, &stats, nullptr, &buffers);
   expectCoveredOnce(local, domain, all);
   EXPECT_EQ(domain.splitters, first.splitters);
+  // The keys followed the bodies, those that filled the leavers' places and those received too: the caller's tree
+  // takes them instead of computing them again.
+  std::vector<std::uint64_t> keys;
+  domainKeys(local, domain, keys);
+  EXPECT_EQ(buffers.keys, keys);
   std::uint64_t moved = stats.bodiesSent, arrived = stats.bodiesReceived;
   MPI_Allreduce(MPI_IN_PLACE, &moved, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &arrived, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);

@@ -156,7 +156,7 @@ class DistributedTreeSolver final : public ForceSolver {
   std::vector<double> outAx_, outAy_, outAz_, outPot_;
   Domain domain_;
   DecompositionBuffers decompositionBuffers_;  ///< decompose()'s, kept from call to call
-  std::vector<std::uint64_t> keys_, sortedKeys_;
+  std::vector<std::uint64_t> sortedKeys_;
   std::vector<std::uint32_t> order_;
   tree::KeySorter sorter_;
   tree::BodyPermuter permuter_;

@@ -51,8 +51,10 @@ struct DecompositionStats {
 /// What decompose() keeps from call to call when the caller holds it (optional): its arrays of one entry per body
 /// (keys, owners, the exchange's records), so that a distributed run's calls neither allocate nor first-touch them
 /// once the ranks' sizes settle (the splitter search's smaller arrays, ~1/64 of the keys, are made each call). The
-/// contents between calls mean nothing.
+/// contents between calls mean nothing, but for `keys`.
 struct DecompositionBuffers {
+  /// On return from decompose(): the Morton keys in the domain's cube of the bodies as they now lie, one per body
+  /// (domainKeys' keys, without a second pass over the positions).
   std::vector<std::uint64_t> keys;
   std::vector<int> destination;
   /// {place freed by a leaving body, staying body moved there}
