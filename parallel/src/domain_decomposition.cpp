@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -121,9 +122,11 @@ double sumInBlocks(std::size_t n, const Value& value) {
 
 /// Candidate keys per target and round of balancedSplitters' search: each round cuts a target's interval 64-fold.
 constexpr int kSections = 64;
+constexpr int kCandidates = kSections - 1;
 /// Rounds that take an interval of kKeyEnd = 2^63 keys down to one key at kSections per round (the interval's width
 /// w becomes at most ceil(w / 64): 2^63, 2^57, ..., 2^3 after 10 rounds, and one more round holds every key of a width
-/// of 64 or less), with one to spare. A fixed number: every rank runs the same collectives, whatever its sums.
+/// of 64 or less), with one to spare. A fixed number: every rank runs the same collectives, whatever its sums. A
+/// search that starts from the last call's splitters takes one round more (its first may leave an interval of 2^63).
 constexpr int kSplitterRounds = 12;
 
 /// How many of an interval's candidates (its kCandidates keys lo + floor(width (j + 1) / 64), nondecreasing) are <=
@@ -139,6 +142,29 @@ inline std::size_t candidatesAtOrBelow(const std::uint64_t* candidates, std::uin
   return b;
 }
 
+/// The first round of a search that starts from a guess g (the last call's splitters): target t's candidates are a
+/// ladder around g_t, g_t - 4^30, ..., g_t - 4, g_t - 1, g_t, g_t + 1, g_t + 4, ..., g_t + 4^30, clamped into
+/// [g_(t-1), g_(t+1)], so that a key of the guessed range r, [g_r, g_(r+1)), lies on two ladders only: above g_r's
+/// middle and below g_(r+1)'s. Its place on each is a bit count, not a search.
+constexpr int kLadderSteps = 31;  // on each side of g_t: 4^0 .. 4^30
+static_assert(2 * kLadderSteps + 1 == kCandidates, "a ladder is one round's candidates");
+
+/// 4^m saturated: a ladder step, m < 32.
+constexpr std::uint64_t ladderStep(int m) { return std::uint64_t{1} << (2 * m); }
+
+/// How many of g + 4^0, ..., g + 4^30 are <= g + d.
+inline std::size_t laddersAboveAtOrBelow(std::uint64_t d) {
+  if (d == 0) return 0;
+  return std::min<std::size_t>(kLadderSteps, std::size_t(std::bit_width(d) - 1) / 2 + 1);
+}
+/// How many of g - 4^30, ..., g - 4^0 are <= g - d, for d >= 1: those with 4^m >= d.
+inline std::size_t laddersBelowAtOrBelow(std::uint64_t d) {
+  const std::uint64_t smaller = d - 1;  // the steps 4^m < d are those 4^m <= d - 1
+  const std::size_t below =
+      smaller == 0 ? 0 : std::min<std::size_t>(kLadderSteps, (std::bit_width(smaller) - 1) / 2 + 1);
+  return kLadderSteps - below;
+}
+
 /// A key and its body's weight, for the keys a round of the splitter search still looks at.
 struct WeightedKey {
   std::uint64_t key;
@@ -147,24 +173,37 @@ struct WeightedKey {
 
 /// The splitters that balance the weights: for r = 1 .. numRanks - 1 the smallest key s with W(key < s) >= r W /
 /// numRanks, W summed over all ranks, found by multisection of the key space: each round asks W(key < c) at 63 keys c
-/// spread evenly over each target's interval, in one small MPI_Allreduce, and keeps the piece where W crosses the
-/// target: 12 rounds, each a point where every rank waits for the slowest, where halving the interval took 63 (2^20
-/// bodies on 2 ranks oversubscribing 2 cores: 325 against 418 ms a call for the decomposition).
+/// of each target's interval, in one small MPI_Allreduce, and keeps the piece where W crosses the target: 12 rounds,
+/// each a point where every rank waits for the slowest, where halving the interval took 63 (2^20 bodies on 2 ranks
+/// oversubscribing 2 cores: 325 against 418 ms a call for the decomposition).
 ///
 /// Each rank answers from its keys without sorting them (the sort of 2^24 keys was most of a 405 ms decomposition on
 /// the 2-GPU H200 machine's host): a round drops each key into its target interval's 64 buckets, in blocks of bodies
 /// on the rank's cores, and W(key < c) is the weight below the interval plus the buckets' sums up to c. Only the keys
-/// inside some target's new interval go on to the next round: all of them in the first, ~1/64 in the second, and so
-/// on.
+/// inside some target's new interval go on to the next round.
+///
+/// Spread evenly over the whole curve, the first rounds' candidates cut a clustered system's keys badly: a Plummer
+/// sphere's core lies in the corners of the octants around the cube's centre, so each of the first rounds kept ~1/8 of
+/// the keys per target (92 of a 138 ms decomposition on 4 ranks of 2^22 bodies). `guess` (optional, the same on every
+/// rank): splitters near the answer, the last call's, in this call's keys; the first round then asks at the ladders
+/// around them, and the keys left after it are those between a guess and a ladder step past the answer.
+///
+/// The answer is the smallest key that reaches each target whichever candidates led there; the weights are list
+/// lengths, whole numbers, whose sums are exact in any order, so a search from a guess ends where one from scratch
+/// does.
 std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys, std::span<const double> weight,
-                                             double totalWeight, int numRanks, MPI_Comm comm) {
+                                             double totalWeight, int numRanks, MPI_Comm comm,
+                                             const std::vector<std::uint64_t>* guess, std::uint64_t& revisited) {
   static_assert(kKeyEnd == std::uint64_t{1} << 63, "kSplitterRounds counts rounds for 63-bit keys");
   std::vector<std::uint64_t> splitters(numRanks + 1, 0);
   splitters[numRanks] = kKeyEnd;
   const int numTargets = numRanks - 1;
   if (numTargets == 0) return splitters;
+  MATCHA_ASSERT(
+      guess == nullptr || (guess->size() == std::size_t(numRanks) + 1 && std::is_sorted(guess->begin(), guess->end()) &&
+                           guess->front() == 0 && guess->back() == kKeyEnd),
+      "a splitter guess of one range per rank, in order");
   std::vector<std::uint64_t> lo(numTargets, 0), hi(numTargets, kKeyEnd);
-  constexpr int kCandidates = kSections - 1;
   std::vector<std::uint64_t> candidate(std::size_t(numTargets) * kCandidates);
   std::vector<double> below(candidate.size()), localBelow(candidate.size());
   // This rank's weight of its keys below each target's lo, and its keys that lie in some target's open interval.
@@ -174,8 +213,153 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
   const auto numActive = [&] { return activeIsAll ? keys.size() : active.size(); };
   const auto activeAt = [&](std::size_t i) { return activeIsAll ? WeightedKey{keys[i], weight[i]} : active[i]; };
   const auto isOpen = [&](int t) { return hi[t] - lo[t] > 1; };
+  // The targets' open intervals are pieces of earlier rounds' cuts: two are the same piece or do not overlap. Each
+  // piece once, by lo (a target standing for each); a key's piece is the last whose lo is <= key, if the key is below
+  // its hi.
+  std::vector<int> pieces;
+  const auto findPieces = [&] {
+    pieces.clear();
+    for (int t = 0; t < numTargets; ++t) {
+      if (isOpen(t) && std::none_of(pieces.begin(), pieces.end(), [&](int u) { return lo[u] == lo[t]; })) {
+        pieces.push_back(t);
+      }
+    }
+    std::sort(pieces.begin(), pieces.end(), [&](int u, int v) { return lo[u] < lo[v]; });
+  };
+  const auto pieceOf = [&](std::uint64_t key) -> int {  // -1: in no piece
+    const auto it =
+        std::upper_bound(pieces.begin(), pieces.end(), key, [&](std::uint64_t k, int u) { return k < lo[u]; });
+    if (it == pieces.begin() || key >= hi[*(it - 1)]) return -1;
+    return static_cast<int>(it - 1 - pieces.begin());
+  };
+  // Keeps, for each target, the last candidate below its target as lo and the first at or past it as hi (lo's local
+  // weight its base), from the candidates' summed weights below.
+  const auto narrow = [&] {
+    for (int t = 0; t < numTargets; ++t) {
+      if (!isOpen(t)) continue;
+      const double target = totalWeight * double(t + 1) / double(numRanks);
+      for (int j = 0; j < kCandidates; ++j) {
+        const std::size_t slot = std::size_t(t) * kCandidates + j;
+        if (below[slot] >= target) {
+          hi[t] = candidate[slot];
+          break;
+        }
+        lo[t] = candidate[slot];
+        base[t] = localBelow[slot];
+      }
+    }
+  };
+  // Sums this rank's `localBelow` over the ranks into `below`.
+  const auto sumOverRanks = [&] {
+    below = localBelow;
+    MPI_Allreduce(MPI_IN_PLACE, below.data(), static_cast<int>(below.size()), MPI_DOUBLE, MPI_SUM, comm);
+  };
+  // The keys inside some open interval go on, in their order (so that the sums round alike from call to call).
+  const auto keepKeysStillLookedAt = [&] {
+    findPieces();
+    const std::size_t n = numActive();
+    const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+    std::vector<std::size_t> goOn(numBlocks + 1, 0);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      std::size_t count = 0;
+      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+        count += pieceOf(activeAt(i).key) >= 0 ? 1 : 0;
+      }
+      goOn[block + 1] = count;
+    });
+    for (std::size_t block = 0; block < numBlocks; ++block) goOn[block + 1] += goOn[block];
+    next.resize(goOn[numBlocks]);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      std::size_t to = goOn[block];
+      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+        const WeightedKey k = activeAt(i);
+        if (pieceOf(k.key) >= 0) next[to++] = k;
+      }
+    });
+    active.swap(next);
+    activeIsAll = false;
+  };
+
   // Invariant: W(< lo) < target <= W(< hi); W(< 0) = 0 < target and W(< kKeyEnd) = W.
-  for (int round = 0; round < kSplitterRounds; ++round) {
+  int rounds = kSplitterRounds;
+  if (guess != nullptr) {
+    ++rounds;
+    const std::vector<std::uint64_t>& g = *guess;
+    for (int t = 0; t < numTargets; ++t) {
+      const std::uint64_t middle = g[t + 1], floor = g[t], ceiling = g[t + 2];
+      std::uint64_t* ladder = &candidate[std::size_t(t) * kCandidates];
+      for (int m = 0; m < kLadderSteps; ++m) {
+        const std::uint64_t step = ladderStep(m);
+        ladder[kLadderSteps - 1 - m] = middle - floor > step ? middle - step : floor;
+        ladder[kLadderSteps + 1 + m] = ceiling - middle > step ? middle + step : ceiling;
+      }
+      ladder[kLadderSteps] = middle;
+    }
+    // Per block, for each guessed range r: its weight, and its keys' weights by their place on the ladder above g_r
+    // and on the one below g_(r+1).
+    constexpr std::size_t kPerRange = 1 + 2 * kLadderSteps + 2;  // weight, 32 buckets above, 32 below
+    const std::size_t perBlock = std::size_t(numRanks) * kPerRange;
+    const std::size_t n = keys.size();
+    const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+    std::vector<double> blockSums(numBlocks * perBlock, 0.0);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      double* sums = &blockSums[block * perBlock];
+      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+        const std::uint64_t key = keys[i];
+        const auto r = std::size_t(std::upper_bound(g.begin() + 1, g.end() - 1, key) - g.begin()) - 1;
+        double* range = &sums[r * kPerRange];
+        range[0] += weight[i];
+        range[1 + laddersAboveAtOrBelow(key - g[r])] += weight[i];
+        range[1 + (kLadderSteps + 1) + laddersBelowAtOrBelow(g[r + 1] - key)] += weight[i];
+      }
+    });
+    std::vector<double> sums(perBlock, 0.0);
+    for (std::size_t block = 0; block < numBlocks; ++block) {
+      for (std::size_t k = 0; k < perBlock; ++k) sums[k] += blockSums[block * perBlock + k];
+    }
+    double rangeStart = 0.0;  // this rank's weight below g_t
+    for (int t = 0; t < numTargets; ++t) {
+      const double* lower = &sums[std::size_t(t) * kPerRange];  // range t: [g_t, g_(t+1)), below target t's g_(t+1)
+      const double* upper = &sums[std::size_t(t + 1) * kPerRange];
+      double* slots = &localBelow[std::size_t(t) * kCandidates];
+      // Below g_(t+1): candidate j is passed by the keys of range t with at most j ladder steps at or below them.
+      double sum = rangeStart;
+      for (int j = 0; j < kLadderSteps; ++j) {
+        sum += lower[1 + (kLadderSteps + 1) + j];
+        slots[j] = sum;
+      }
+      rangeStart += lower[0];
+      slots[kLadderSteps] = rangeStart;
+      sum = rangeStart;
+      for (int m = 0; m < kLadderSteps; ++m) {
+        sum += upper[1 + m];
+        slots[kLadderSteps + 1 + m] = sum;
+      }
+    }
+    sumOverRanks();
+    narrow();
+    // Each target's interval lies between two steps of its own ladder, so two targets' may overlap without being the
+    // same: the union of overlapping ones holds each one's answer (its lo is no higher and its hi no lower), and makes
+    // the pieces the later rounds share their candidates over.
+    std::vector<int> byLo;
+    for (int t = 0; t < numTargets; ++t) {
+      if (isOpen(t)) byLo.push_back(t);
+    }
+    std::sort(byLo.begin(), byLo.end(), [&](int u, int v) { return lo[u] < lo[v] || (lo[u] == lo[v] && u < v); });
+    for (std::size_t first = 0; first < byLo.size();) {
+      std::size_t last = first + 1;
+      std::uint64_t end = hi[byLo[first]];
+      while (last < byLo.size() && lo[byLo[last]] < end) end = std::max(end, hi[byLo[last++]]);
+      for (std::size_t k = first; k < last; ++k) {
+        lo[byLo[k]] = lo[byLo[first]];
+        base[byLo[k]] = base[byLo[first]];
+        hi[byLo[k]] = end;
+      }
+      first = last;
+    }
+    keepKeysStillLookedAt();
+  }
+  for (int round = guess != nullptr ? 1 : 0; round < rounds; ++round) {
     for (int t = 0; t < numTargets; ++t) {
       const std::uint64_t width = hi[t] - lo[t];
       for (int j = 0; j < kCandidates; ++j) {
@@ -186,23 +370,8 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
         candidate[std::size_t(t) * kCandidates + j] = lo[t] + offset;
       }
     }
-    // The targets' intervals are pieces of earlier rounds' cuts: two are the same piece or do not overlap. The open
-    // ones, each once, by lo (a target standing for each); a key's piece is the last whose lo is <= key, if the key
-    // is below its hi.
-    std::vector<int> pieces;
-    for (int t = 0; t < numTargets; ++t) {
-      if (isOpen(t) && std::none_of(pieces.begin(), pieces.end(), [&](int u) { return lo[u] == lo[t]; })) {
-        pieces.push_back(t);
-      }
-    }
-    std::sort(pieces.begin(), pieces.end(), [&](int u, int v) { return lo[u] < lo[v]; });
+    findPieces();
     const std::size_t numPieces = pieces.size();
-    const auto pieceOf = [&](std::uint64_t key) -> int {  // -1: in no piece
-      const auto it =
-          std::upper_bound(pieces.begin(), pieces.end(), key, [&](std::uint64_t k, int u) { return k < lo[u]; });
-      if (it == pieces.begin() || key >= hi[*(it - 1)]) return -1;
-      return static_cast<int>(it - 1 - pieces.begin());
-    };
     const auto pieceOfTarget = [&](int t) {
       return std::size_t(std::find_if(pieces.begin(), pieces.end(), [&](int u) { return lo[u] == lo[t]; }) -
                          pieces.begin());
@@ -210,6 +379,7 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
     // Bucket b of a piece: the weight of this rank's keys in it with exactly b of its candidates <= key. Summed per
     // block, then the blocks in order.
     const std::size_t n = numActive();
+    revisited += activeIsAll ? 0 : n;
     const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
     const std::size_t bucketsPerBlock = numPieces * kSections;
     std::vector<double> blockBuckets(numBlocks * bucketsPerBlock, 0.0);
@@ -242,54 +412,10 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
         slots[j] = sum;
       }
     }
-    below = localBelow;
-    MPI_Allreduce(MPI_IN_PLACE, below.data(), static_cast<int>(below.size()), MPI_DOUBLE, MPI_SUM, comm);
-    for (int t = 0; t < numTargets; ++t) {
-      if (!isOpen(t)) continue;
-      const double target = totalWeight * double(t + 1) / double(numRanks);
-      // The first candidate at or past the target is the new hi, the one before it (or lo) the new lo.
-      std::uint64_t newLo = lo[t], newHi = hi[t];
-      double newBase = base[t];
-      for (int j = 0; j < kCandidates; ++j) {
-        const std::size_t slot = std::size_t(t) * kCandidates + j;
-        if (below[slot] >= target) {
-          newHi = candidate[slot];
-          break;
-        }
-        newLo = candidate[slot];
-        newBase = localBelow[slot];
-      }
-      lo[t] = newLo;
-      hi[t] = newHi;
-      base[t] = newBase;
-    }
-    if (round + 1 == kSplitterRounds) break;
-    // The keys inside some open interval go on, in their order (so that the sums round alike from call to call).
-    const auto stillLooked = [&](std::uint64_t key) {
-      for (int t = 0; t < numTargets; ++t) {
-        if (isOpen(t) && lo[t] <= key && key < hi[t]) return true;
-      }
-      return false;
-    };
-    std::vector<std::size_t> goOn(numBlocks + 1, 0);
-    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
-      std::size_t count = 0;
-      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
-        count += stillLooked(activeAt(i).key) ? 1 : 0;
-      }
-      goOn[block + 1] = count;
-    });
-    for (std::size_t block = 0; block < numBlocks; ++block) goOn[block + 1] += goOn[block];
-    next.resize(goOn[numBlocks]);
-    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
-      std::size_t to = goOn[block];
-      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
-        const WeightedKey k = activeAt(i);
-        if (stillLooked(k.key)) next[to++] = k;
-      }
-    });
-    active.swap(next);
-    activeIsAll = false;
+    sumOverRanks();
+    narrow();
+    if (round + 1 == rounds) break;
+    keepKeysStillLookedAt();
   }
   for (int t = 0; t < numTargets; ++t) {
     MATCHA_ASSERT(!isOpen(t), "the splitter search did not converge");
@@ -299,6 +425,27 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
   // every rank: rank 0's splitters are the ones.
   MPI_Bcast(splitters.data(), numRanks + 1, MPI_UINT64_T, 0, comm);
   return splitters;
+}
+
+/// The last call's splitters, in this call's keys: each splitter's cell, at its centre, taken into `cube` (the same
+/// cell where the cube did not change, as in a periodic box; one nearby where the bounding cube grew or moved), kept in
+/// order.
+std::vector<std::uint64_t> splittersIn(const Domain& last, const Cube& cube) {
+  std::vector<std::uint64_t> moved = last.splitters;
+  const double lastCell = last.cube.side / double(1u << kMaxLevel), scale = keyScale(cube);
+  for (std::size_t r = 1; r + 1 < moved.size(); ++r) {
+    if (moved[r] >= kKeyEnd) {
+      moved[r] = kKeyEnd;
+      continue;
+    }
+    const std::array<std::uint32_t, 3> cell = tree::mortonCell(moved[r]);
+    std::uint32_t now[3];
+    for (int d = 0; d < 3; ++d) {
+      now[d] = keyCell(last.cube.lo[d] + (double(cell[d]) + 0.5) * lastCell, cube.lo[d], scale);
+    }
+    moved[r] = std::max(moved[r - 1], tree::mortonKey(now[0], now[1], now[2]));
+  }
+  return moved;
 }
 
 }  // namespace
@@ -313,11 +460,16 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
     seconds = clock.seconds();
     clock.restart();
   };
-  // The bodies, and the ranks whose bodies have time bins (block time steps): then every rank's travel with them.
-  std::uint64_t counts[2] = {n, particles.timeBin.empty() ? 0u : 1u};
-  MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_UINT64_T, MPI_SUM, comm);
+  DecompositionBuffers local;
+  DecompositionBuffers& b = buffers != nullptr ? *buffers : local;
+  // The bodies, the ranks whose bodies have time bins (block time steps: then every rank's travel with them), and the
+  // ranks that hold a last domain of as many ranks to start the splitter search from.
+  std::uint64_t counts[3] = {n, particles.timeBin.empty() ? 0u : 1u,
+                             b.last.splitters.size() == std::size_t(numRanks) + 1 ? 1u : 0u};
+  MPI_Allreduce(MPI_IN_PLACE, counts, 3, MPI_UINT64_T, MPI_SUM, comm);
   const std::uint64_t numBodies = counts[0];
   const bool bins = counts[1] > 0;
+  const bool fromLast = counts[2] == std::uint64_t(numRanks) && numRanks > 1;
   MATCHA_ASSERT(particles.timeBin.empty() || particles.timeBin.size() == n, "time bins of some bodies only");
   MATCHA_ASSERT(!bins || n == 0 || particles.timeBin.size() == n, "time bins on some ranks' bodies only");
   if (bins) particles.timeBin.resize(n);
@@ -346,8 +498,6 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
         }
       },
       comm);
-  DecompositionBuffers local;
-  DecompositionBuffers& b = buffers != nullptr ? *buffers : local;
   // Weights of one for everyone when none are given, or when every given weight is zero.
   std::vector<double> unit;
   std::vector<double>& weight = weights != nullptr && !weights->empty() ? *weights : unit;
@@ -365,7 +515,20 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   domain.cube = keyCube != nullptr ? *keyCube : globalBoundingCube(particles, comm);
   domainKeys(particles, domain, b.keys);
   endStage(stages.keySeconds);
-  domain.splitters = balancedSplitters(b.keys, weight, totalWeight, numRanks, comm);
+  std::vector<std::uint64_t> guess;
+  if (fromLast) {
+    // Rank 0's, so that every rank asks at the same candidates whatever its buffers went through.
+    MPI_Bcast(b.last.splitters.data(), numRanks + 1, MPI_UINT64_T, 0, comm);
+    double lastCube[4] = {b.last.cube.lo[0], b.last.cube.lo[1], b.last.cube.lo[2], b.last.cube.side};
+    MPI_Bcast(lastCube, 4, MPI_DOUBLE, 0, comm);
+    for (int d = 0; d < 3; ++d) b.last.cube.lo[d] = lastCube[d];
+    b.last.cube.side = lastCube[3];
+    guess = splittersIn(b.last, domain.cube);
+  }
+  std::uint64_t revisited = 0;
+  domain.splitters =
+      balancedSplitters(b.keys, weight, totalWeight, numRanks, comm, fromLast ? &guess : nullptr, revisited);
+  b.last = domain;
   endStage(stages.splitSeconds);
 
   // Only the bodies that change owner travel (after a drift, a few near the boundaries). A counting sort by owner in
@@ -480,6 +643,8 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
     stats->work = sumInBlocks(weight.size(), [&](std::size_t i) { return weight[i]; });
     stats->bodiesSent = numSent;
     stats->bodiesReceived = numReceived;
+    stats->splitFromLast = fromLast;
+    stats->splitKeysRevisited = revisited;
     double sumAndMax[2] = {stats->work, stats->work};
     MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[0], 1, MPI_DOUBLE, MPI_SUM, comm);
     MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[1], 1, MPI_DOUBLE, MPI_MAX, comm);

@@ -51,6 +51,27 @@ void expectCoveredOnce(const Particles& local, const Domain& domain, const Parti
   }
 }
 
+/// Each splitter is the smallest key s with W(key < s) >= r W / K, by brute force over every rank's keys.
+void expectSmallestBalancedSplitters(const Particles& local, const std::vector<double>& weights, const Domain& domain) {
+  std::vector<std::uint64_t> keys;
+  domainKeys(local, domain, keys);
+  const std::vector<std::uint64_t> allKeys = testing::allGather(keys, MPI_UINT64_T);
+  const std::vector<double> allWeights = testing::allGather(weights, MPI_DOUBLE);
+  double total = 0.0;
+  for (const double w : allWeights) total += w;
+  const auto weightBelow = [&](std::uint64_t key) {
+    double below = 0.0;
+    for (std::size_t k = 0; k < allKeys.size(); ++k) below += allKeys[k] < key ? allWeights[k] : 0.0;
+    return below;
+  };
+  for (int r = 1; r < worldSize(); ++r) {
+    const double target = total * double(r) / double(worldSize());
+    const std::uint64_t s = domain.splitters[r];
+    EXPECT_GE(weightBelow(s), target) << "splitter " << r;
+    EXPECT_LT(weightBelow(s - 1), target) << "splitter " << r << " is not the smallest";
+  }
+}
+
 /// A body's weight from its id alone, so that every rank agrees: 1 .. 97.
 double weightOf(std::uint64_t id) { return 1.0 + double((id * 2654435761u) % 97u); }
 
@@ -105,22 +126,7 @@ TEST(DomainDecomposition, BalancesWeightsAndCarriesThem) {
   const double mean = total / worldSize();
   EXPECT_NEAR(work, mean, 2 * 97.0) << "rank " << worldRank();
   EXPECT_LE(stats.imbalance(), 1.0 + 2 * 97.0 / mean);
-  // Each splitter is the smallest key s with W(key < s) >= r W / K, by brute force over every rank's keys.
-  std::vector<std::uint64_t> keys;
-  domainKeys(local, domain, keys);
-  const std::vector<std::uint64_t> allKeys = testing::allGather(keys, MPI_UINT64_T);
-  const std::vector<double> allWeights = testing::allGather(weights, MPI_DOUBLE);
-  const auto weightBelow = [&](std::uint64_t key) {
-    double below = 0.0;
-    for (std::size_t k = 0; k < allKeys.size(); ++k) below += allKeys[k] < key ? allWeights[k] : 0.0;
-    return below;
-  };
-  for (int r = 1; r < worldSize(); ++r) {
-    const double target = total * double(r) / double(worldSize());
-    const std::uint64_t s = domain.splitters[r];
-    EXPECT_GE(weightBelow(s), target) << "splitter " << r;
-    EXPECT_LT(weightBelow(s - 1), target) << "splitter " << r << " is not the smallest";
-  }
+  expectSmallestBalancedSplitters(local, weights, domain);
 }
 
 TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
@@ -166,6 +172,69 @@ TEST(DomainDecomposition, MigratesBodiesThatCrossDomains) {
   EXPECT_EQ(again.splitters, domain.splitters);
   EXPECT_EQ(stats.bodiesSent, 0u);
   EXPECT_EQ(stats.bodiesReceived, 0u);
+}
+
+// A search that starts from the last call's splitters (the buffers kept) ends where one from scratch does, after the
+// bodies drifted and grew apart (a new bounding cube) and their weights changed, and after they were shuffled across
+// the whole sphere (a guess far off); after the drift it reads few keys again.
+TEST(DomainDecomposition, StartsFromTheLastSplittersAndEndsWhereAFreshSearchDoes) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const std::size_t n = 20000;
+  const Particles all = plummerWithData(n, seed);
+  Particles local = dealOut(all, worldRank(), worldSize());
+  std::vector<double> weights(local.size());
+  for (std::size_t i = 0; i < local.size(); ++i) weights[i] = weightOf(local.id[i]);
+  DecompositionBuffers buffers;
+  DecompositionStats stats;
+  decompose(local, &weights, MPI_COMM_WORLD, &stats, nullptr, &buffers);
+  EXPECT_FALSE(stats.splitFromLast) << "the first call has no last splitters";
+  const auto check = [&](const char* what, std::uint64_t* revisitedFromLast) {
+    SCOPED_TRACE(what);
+    Particles fresh = local;
+    std::vector<double> freshWeights = weights;
+    DecompositionStats warm, cold;
+    const Domain fromLast = decompose(local, &weights, MPI_COMM_WORLD, &warm, nullptr, &buffers);
+    const Domain fromScratch = decompose(fresh, &freshWeights, MPI_COMM_WORLD, &cold);
+    EXPECT_EQ(warm.splitFromLast, worldSize() > 1);
+    EXPECT_FALSE(cold.splitFromLast);
+    EXPECT_EQ(fromLast.splitters, fromScratch.splitters);
+    EXPECT_EQ(buffers.last.splitters, fromLast.splitters);
+    expectSmallestBalancedSplitters(local, weights, fromLast);
+    std::uint64_t revisited[2] = {warm.splitKeysRevisited, cold.splitKeysRevisited};
+    MPI_Allreduce(MPI_IN_PLACE, revisited, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (revisitedFromLast != nullptr) {
+      revisitedFromLast[0] = revisited[0];
+      revisitedFromLast[1] = revisited[1];
+    }
+  };
+  // A drift: every body a little out (the cube grows 0.1%) and a random step of 1e-4 of the cube, weights changed.
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const double wobble = 1e-4 * std::sin(double(local.id[i]));
+    local.x[i] = 1.001 * local.x[i] + wobble;
+    local.y[i] = 1.001 * local.y[i] - wobble;
+    local.z[i] = 1.001 * local.z[i] + 0.5 * wobble;
+    weights[i] += local.id[i] % 5 == 0 ? 3.0 : 0.0;
+  }
+  std::uint64_t revisited[2] = {0, 0};
+  check("after a drift", revisited);
+  if (worldSize() > 1) {
+    EXPECT_LT(revisited[0] * 10, revisited[1]) << "from the last splitters the search should read few keys again";
+  }
+  // The bodies change places across the sphere: the guess says little, the answer is the same.
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    const std::size_t from = (local.id[i] * 7919 + 13) % n;
+    local.x[i] = all.x[from];
+    local.y[i] = all.y[from];
+    local.z[i] = all.z[from];
+  }
+  check("after a shuffle", nullptr);
+  // Unit weights (none given) from the last weighted split.
+  std::vector<double> none;
+  Particles fresh = local;
+  const Domain fromLast = decompose(local, &none, MPI_COMM_WORLD, nullptr, nullptr, &buffers);
+  const Domain fromScratch = decompose(fresh, nullptr, MPI_COMM_WORLD);
+  EXPECT_EQ(fromLast.splitters, fromScratch.splitters);
 }
 
 // Block time steps keep each body's bin in Particles::timeBin: it travels with the body, also to a rank that started

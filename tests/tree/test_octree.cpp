@@ -61,6 +61,29 @@ TEST(MortonKey, MatchesTheBitByBitDefinition) {
   }
 }
 
+// mortonCell undoes mortonKey: on random cells, on every single bit and on the corners.
+TEST(MortonKey, MortonCellIsItsInverse) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 random(seed);
+  using Cell = std::array<std::uint32_t, 3>;
+  EXPECT_EQ(mortonCell(0), (Cell{0, 0, 0}));
+  EXPECT_EQ(mortonCell((std::uint64_t{1} << 63) - 1), (Cell{0x1fffff, 0x1fffff, 0x1fffff}));
+  for (int k = 0; k < kMaxLevel; ++k) {
+    const std::uint32_t bit = 1u << k;
+    EXPECT_EQ(mortonCell(mortonKey(bit, 0, 0)), (Cell{bit, 0, 0})) << "bit " << k;
+    EXPECT_EQ(mortonCell(mortonKey(0, 0, bit)), (Cell{0, 0, bit})) << "bit " << k;
+  }
+  for (int i = 0; i < 100000; ++i) {
+    const Cell cell{static_cast<std::uint32_t>(random() & 0x1fffff), static_cast<std::uint32_t>(random() & 0x1fffff),
+                    static_cast<std::uint32_t>(random() & 0x1fffff)};
+    ASSERT_EQ(mortonCell(mortonKey(cell[0], cell[1], cell[2])), cell);
+    const std::uint64_t key = random() >> 1;
+    const Cell back = mortonCell(key);
+    ASSERT_EQ(mortonKey(back[0], back[1], back[2]), key);
+  }
+}
+
 // The radix sort gives exactly what std::sort on (key, index) gives: random keys, a clump that shares most leading
 // bits (sorted by the deeper, parallel digits), many equal keys (ties by index), keys already in order, keys nearly in
 // order (the previous step's order), and the tiny cases. The same sorter is reused, as the solver reuses it.

@@ -90,6 +90,16 @@ std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
   return spreadBits(ix) | spreadBits(iy) << 1 | spreadBits(iz) << 2;
 }
 
+std::array<std::uint32_t, 3> mortonCell(std::uint64_t key) {
+  // Every third bit gathered back, bit 3k of the shifted key to bit k: rare (a decomposition's few splitters), so
+  // the plain loop.
+  std::array<std::uint32_t, 3> cell{0, 0, 0};
+  for (int axis = 0; axis < 3; ++axis) {
+    for (int k = 0; k < kMaxLevel; ++k) cell[axis] |= std::uint32_t((key >> (3 * k + axis)) & 1u) << k;
+  }
+  return cell;
+}
+
 void computeMortonKeys(const SourceView& sources, const Cube& cube, std::span<std::uint64_t> keys) {
   // A lambda, not the function's pointer: the key is inlined into the loop instead of called through the pointer.
   computeKeys(sources, cube, keys,

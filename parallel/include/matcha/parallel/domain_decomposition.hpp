@@ -38,6 +38,9 @@ struct DecompositionStats {
   double meanWork = 0.0;             ///< all ranks' work over the number of ranks
   std::uint64_t bodiesSent = 0;      ///< bodies this rank gave to others
   std::uint64_t bodiesReceived = 0;  ///< bodies this rank took from others
+  bool splitFromLast = false;        ///< whether the splitter search started from the last call's splitters
+  /// Keys the splitter search's rounds read again after the first pass over all of this rank's keys.
+  std::uint64_t splitKeysRevisited = 0;
   // This rank's wall-clock seconds by stage (each with the collectives in it, so a rank's wait for the others too).
   double checkSeconds = 0.0;  ///< counts, the weights' checks and sum
   double keySeconds = 0.0;    ///< the bounding cube and the keys
@@ -50,12 +53,16 @@ struct DecompositionStats {
 
 /// What decompose() keeps from call to call when the caller holds it (optional): its arrays of one entry per body
 /// (keys, owners, the exchange's records), so that a distributed run's calls neither allocate nor first-touch them
-/// once the ranks' sizes settle (the splitter search's smaller arrays, ~1/64 of the keys, are made each call). The
-/// contents between calls mean nothing, but for `keys`.
+/// once the ranks' sizes settle (the splitter search's smaller arrays are made each call). The contents between calls
+/// mean nothing, but for `keys` and `last`.
 struct DecompositionBuffers {
   /// On return from decompose(): the Morton keys in the domain's cube of the bodies as they now lie, one per body
   /// (domainKeys' keys, without a second pass over the positions).
   std::vector<std::uint64_t> keys;
+  /// The domain decompose() last returned: where every rank holds one of as many ranks, the next call's splitter
+  /// search starts from its splitters (rank 0's), which after a drift lie near the new ones, and looks again at the
+  /// few keys between, not at most of them for several rounds. The splitters come out the same either way.
+  Domain last;
   std::vector<int> destination;
   /// {place freed by a leaving body, staying body moved there}
   std::vector<std::pair<std::size_t, std::size_t>> moves;

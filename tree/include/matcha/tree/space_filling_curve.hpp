@@ -3,6 +3,7 @@
 // order.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -24,6 +25,8 @@ Cube computeBoundingCube(const SourceView& sources);
 
 /// Interleaves the low 21 bits of ix, iy, iz into a 63-bit Morton key (x in the lowest bit of each triple).
 std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz);
+/// The cell (ix, iy, iz) at level kMaxLevel whose Morton key is `key`: mortonKey's inverse on keys below 2^63.
+std::array<std::uint32_t, 3> mortonCell(std::uint64_t key);
 
 /// Morton keys of all sources in `cube`. out: keys[i] for body i (resized). Parallel; allocates only `keys`.
 void computeMortonKeys(const SourceView& sources, const Cube& cube, std::vector<std::uint64_t>& keys);
