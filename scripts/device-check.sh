@@ -622,7 +622,8 @@ fi
 # each size of RANKS_SIZES (default 2^22), RANKS_STEPS steps (default 10) of 1/128 with RANKS_OPTIONS, --timings.
 # RANKS_RUNS="K:N K:N ..." names the runs instead (weak scaling: N growing with K). RANKS_ENGINE=cpu runs the CPU engine
 # (each of K ranks on a host takes 1/K of its cores), RANKS_IC=clumps a periodic box of `matcha ic clumps` (seed 7)
-# instead of the Plummer sphere.
+# instead of the Plummer sphere. RANKS_LABELS="new LABEL ..." runs each run with apps/matcha ("new") and with each
+# apps/matcha-LABEL of the bundle's BUNDLE_EXTRA in turn (an A/B in one lease), their logs named by label.
 if [ "${RANKS:-0}" = 1 ]; then
   engine=${RANKS_ENGINE:-cuda}
   echo "== matcha run on K ranks, the $engine engine on each"
@@ -644,15 +645,21 @@ if [ "${RANKS:-0}" = 1 ]; then
       [ -f "$ic" ] || "$matcha" ic clumps -n "$n" --seed 7 --out "$ic" >/dev/null
       bodies=(--ic "$ic")
     fi
-    # shellcheck disable=SC2086
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
-      mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run \
-      "${bodies[@]}" --engine "$engine" --dt 0.0078125 \
-      --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
-      --out "${TMPDIR:-/tmp}/matcha-ranks-$n-$k" >"$OUT/ranks-n$n-k$k.json" 2>"$OUT/ranks-n$n-k$k.log"
-    echo "exit $?" >>"$OUT/ranks-n$n-k$k.log"
-    tail -n 30 "$OUT/ranks-n$n-k$k.log"
-    summary+=("ranks N=$n K=$k: $(grep -E '^# timings since|^summary' "$OUT/ranks-n$n-k$k.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
+    for label in ${RANKS_LABELS:-new}; do
+      binary=$matcha
+      name="ranks-n$n-k$k"
+      if [ -n "${RANKS_LABELS:-}" ]; then name+="-$label"; fi
+      if [ "$label" != new ]; then binary="$build/apps/matcha-$label"; fi
+      # shellcheck disable=SC2086
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
+        mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$binary" run \
+        "${bodies[@]}" --engine "$engine" --dt 0.0078125 \
+        --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
+        --out "${TMPDIR:-/tmp}/matcha-ranks-$n-$k" >"$OUT/$name.json" 2>"$OUT/$name.log"
+      echo "exit $?" >>"$OUT/$name.log"
+      tail -n 30 "$OUT/$name.log"
+      summary+=("ranks N=$n K=$k ($label): $(grep -E '^# timings since|^summary' "$OUT/$name.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
+    done
   done
 fi
 
