@@ -254,27 +254,28 @@ std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys
     below = localBelow;
     MPI_Allreduce(MPI_IN_PLACE, below.data(), static_cast<int>(below.size()), MPI_DOUBLE, MPI_SUM, comm);
   };
-  // The keys inside some open interval go on, in their order (so that the sums round alike from call to call).
+  // The keys inside some open interval go on, in their order (so that the sums round alike from call to call): each
+  // block's in one pass over the keys, then the blocks' end to end. Few go on after a search's first round from the
+  // last splitters, so a count pass before the copies would be most of the filter's time.
+  std::vector<std::vector<WeightedKey>> blockKept;
   const auto keepKeysStillLookedAt = [&] {
     findPieces();
     const std::size_t n = numActive();
     const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
-    std::vector<std::size_t> goOn(numBlocks + 1, 0);
+    blockKept.resize(numBlocks);
     tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
-      std::size_t count = 0;
-      for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
-        count += pieceOf(activeAt(i).key) >= 0 ? 1 : 0;
-      }
-      goOn[block + 1] = count;
-    });
-    for (std::size_t block = 0; block < numBlocks; ++block) goOn[block + 1] += goOn[block];
-    next.resize(goOn[numBlocks]);
-    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
-      std::size_t to = goOn[block];
+      std::vector<WeightedKey>& kept = blockKept[block];
+      kept.clear();
       for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
         const WeightedKey k = activeAt(i);
-        if (pieceOf(k.key) >= 0) next[to++] = k;
+        if (pieceOf(k.key) >= 0) kept.push_back(k);
       }
+    });
+    std::vector<std::size_t> goOn(numBlocks + 1, 0);
+    for (std::size_t block = 0; block < numBlocks; ++block) goOn[block + 1] = goOn[block] + blockKept[block].size();
+    next.resize(goOn[numBlocks]);
+    tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+      std::copy(blockKept[block].begin(), blockKept[block].end(), next.begin() + std::ptrdiff_t(goOn[block]));
     });
     active.swap(next);
     activeIsAll = false;
