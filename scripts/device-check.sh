@@ -624,6 +624,8 @@ fi
 # (each of K ranks on a host takes 1/K of its cores), RANKS_IC=clumps a periodic box of `matcha ic clumps` (seed 7)
 # instead of the Plummer sphere. RANKS_LABELS="new LABEL ..." runs each run with apps/matcha ("new") and with each
 # apps/matcha-LABEL of the bundle's BUNDLE_EXTRA in turn (an A/B in one lease), their logs named by label.
+# RANKS_CORES_PER_RANK=C runs K ranks on the host's first K C cores (taskset): a one-rank run with a K-rank run's share
+# of the host, the weak-scaling proxy of a machine with one GPU.
 if [ "${RANKS:-0}" = 1 ]; then
   engine=${RANKS_ENGINE:-cuda}
   echo "== matcha run on K ranks, the $engine engine on each"
@@ -650,8 +652,10 @@ if [ "${RANKS:-0}" = 1 ]; then
       name="ranks-n$n-k$k"
       if [ -n "${RANKS_LABELS:-}" ]; then name+="-$label"; fi
       if [ "$label" != new ]; then binary="$build/apps/matcha-$label"; fi
+      cores=()
+      if [ -n "${RANKS_CORES_PER_RANK:-}" ]; then cores=(taskset -c "0-$((k * RANKS_CORES_PER_RANK - 1))"); fi
       # shellcheck disable=SC2086
-      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" \
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_TIMEOUT:-240}" "${cores[@]}" \
         mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$binary" run \
         "${bodies[@]}" --engine "$engine" --dt 0.0078125 \
         --t-end "$t_end" --output-interval "$t_end" --timings --json ${RANKS_OPTIONS:-} --overwrite \
