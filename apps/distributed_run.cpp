@@ -267,6 +267,7 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                       {"keys", t.steadyKeySeconds},
                       {"splitters", t.steadySplitSeconds},
                       {"moves", t.steadyMoveSeconds}}},
+                    {"steady_moves_exchange_seconds", t.steadyMoveExchangeSeconds},
                     {"steady_bodies_sent", t.steadyBodiesSent},
                     {"interactions", t.work}});
   }
@@ -283,9 +284,10 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
       "mean; steady: the calls after the first " +
       std::to_string(parallel::DistributedTotals::kWarmUpCalls) +
       ", which move the scattered bodies into their domains; the steady decomposition's checks, cube and keys, "
-      "splitter search and moves, and the bodies sent to other ranks a call)\n  rank     bodies     wait   decomp    "
-      "build  LET build     comm     walk  kernels     call   work   steady: call   decomp  checks    keys   split   "
-      "moves     sent\n";
+      "splitter search and moves, the moves' MPI exchanges, and the bodies sent to other ranks a call)\n  rank     "
+      "bodies     wait   decomp    build  LET build     comm     walk  kernels     call   work   steady: call   decomp "
+      " "
+      "checks    keys   split   moves     MPI     sent\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
@@ -293,14 +295,14 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
     char line[320];
     std::snprintf(line, sizeof line,
                   "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
-                  "%7.2f %8.0f\n",
+                  "%7.2f %7.2f %8.0f\n",
                   r, double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
                   t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
                   t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
                   meanWork > 0.0 ? t.work / meanWork : 1.0, t.steadyCallSeconds * perSteadyCall,
                   t.steadyDecompositionSeconds * perSteadyCall, t.steadyCheckSeconds * perSteadyCall,
                   t.steadyKeySeconds * perSteadyCall, t.steadySplitSeconds * perSteadyCall,
-                  t.steadyMoveSeconds * perSteadyCall,
+                  t.steadyMoveSeconds * perSteadyCall, t.steadyMoveExchangeSeconds * perSteadyCall,
                   t.steadyCalls > 0 ? double(t.steadyBodiesSent) / double(t.steadyCalls) : 0.0);
     text += line;
   }

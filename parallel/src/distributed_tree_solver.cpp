@@ -70,6 +70,7 @@ void DistributedTotals::add(const DistributedStats& call) {
     steadyKeySeconds += call.decomposition.keySeconds;
     steadySplitSeconds += call.decomposition.splitSeconds;
     steadyMoveSeconds += call.decomposition.moveSeconds;
+    steadyMoveExchangeSeconds += call.decomposition.moveExchangeSeconds;
     steadyBodiesSent += call.decomposition.bodiesSent;
   }
 }

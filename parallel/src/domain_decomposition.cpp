@@ -564,7 +564,9 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
       sendCounts[r] = static_cast<int>(position);
     }
   }
+  Stopwatch exchangeClock;
   MPI_Alltoall(sendCounts.data(), 1, MPI_INT, receiveCounts.data(), 1, MPI_INT, comm);
+  double exchangeSeconds = exchangeClock.seconds();
   std::vector<int> sendOffsets(numRanks + 1, 0), receiveOffsets(numRanks + 1, 0);
   for (int r = 0; r < numRanks; ++r) {
     sendOffsets[r + 1] = sendOffsets[r] + sendCounts[r];
@@ -616,8 +618,10 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   MPI_Datatype record;
   MPI_Type_contiguous(kRecordDoubles, MPI_DOUBLE, &record);
   MPI_Type_commit(&record);
+  exchangeClock.restart();
   MPI_Alltoallv(b.sendBuffer.data(), sendCounts.data(), sendOffsets.data(), record, b.receiveBuffer.data(),
                 receiveCounts.data(), receiveOffsets.data(), record, comm);
+  exchangeSeconds += exchangeClock.seconds();
   MPI_Type_free(&record);
 
   // The kept bodies first, then the others' by sending rank.
@@ -656,6 +660,7 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
     stats->keySeconds = stages.keySeconds;
     stats->splitSeconds = stages.splitSeconds;
     stats->moveSeconds = stages.moveSeconds;
+    stats->moveExchangeSeconds = exchangeSeconds;
   }
   if (&weight == &unit && weights != nullptr) weights->clear();
   return domain;

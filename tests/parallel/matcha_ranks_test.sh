@@ -195,6 +195,9 @@ if ranks > 1:
                 failed.append(f"summary.json's decomposition stages {stages} against "
                               f"{r['steady_decomposition_seconds']} s")
             # Drifting bodies cross a boundary now and then; most stay (a Plummer sphere, 7 calls 1/64 apart).
+            if not 0 <= r["steady_moves_exchange_seconds"] <= stages["moves"]:
+                failed.append(f"summary.json's moves' exchanges {r['steady_moves_exchange_seconds']} s against "
+                              f"the moves' {stages['moves']} s")
             if not 0 <= r["steady_bodies_sent"] < 7 * 4096 // 10:
                 failed.append(f"summary.json's bodies sent in the steady calls: {r['steady_bodies_sent']}")
 if h5py is None:

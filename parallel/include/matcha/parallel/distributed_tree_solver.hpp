@@ -67,6 +67,7 @@ struct DistributedTotals {
   double steadyCallSeconds = 0.0, steadyDecompositionSeconds = 0.0;
   /// The steady decomposition's stages (DecompositionStats): checks, the cube and keys, the splitter search, the moves.
   double steadyCheckSeconds = 0.0, steadyKeySeconds = 0.0, steadySplitSeconds = 0.0, steadyMoveSeconds = 0.0;
+  double steadyMoveExchangeSeconds = 0.0;  ///< of the moves: their two MPI exchanges
   /// The bodies this rank sent to others in the steady calls: those that crossed a boundary by their drift or by the
   /// splitters' move to the new weights.
   std::uint64_t steadyBodiesSent = 0;

@@ -42,10 +42,11 @@ struct DecompositionStats {
   /// Keys the splitter search's rounds read again after the first pass over all of this rank's keys.
   std::uint64_t splitKeysRevisited = 0;
   // This rank's wall-clock seconds by stage (each with the collectives in it, so a rank's wait for the others too).
-  double checkSeconds = 0.0;  ///< counts, the weights' checks and sum
-  double keySeconds = 0.0;    ///< the bounding cube and the keys
-  double splitSeconds = 0.0;  ///< the splitter search
-  double moveSeconds = 0.0;   ///< owners, packing, the exchange, unpacking and the balance's sums
+  double checkSeconds = 0.0;         ///< counts, the weights' checks and sum
+  double keySeconds = 0.0;           ///< the bounding cube and the keys
+  double splitSeconds = 0.0;         ///< the splitter search
+  double moveSeconds = 0.0;          ///< owners, packing, the exchange, unpacking and the balance's sums
+  double moveExchangeSeconds = 0.0;  ///< of moveSeconds: the MPI_Alltoall of the counts and the records' MPI_Alltoallv
 
   /// max / mean of the ranks' work: 1 for a perfect balance (1 too when there is no work).
   double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
