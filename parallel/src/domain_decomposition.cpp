@@ -149,7 +149,7 @@ inline std::size_t candidatesAtOrBelow(const std::uint64_t* candidates, std::uin
 constexpr int kLadderSteps = 31;  // on each side of g_t: 4^0 .. 4^30
 static_assert(2 * kLadderSteps + 1 == kCandidates, "a ladder is one round's candidates");
 
-/// 4^m saturated: a ladder step, m < 32.
+/// 4^m, a ladder step (m <= 30).
 constexpr std::uint64_t ladderStep(int m) { return std::uint64_t{1} << (2 * m); }
 
 /// How many of g + 4^0, ..., g + 4^30 are <= g + d.
@@ -190,7 +190,7 @@ struct WeightedKey {
 ///
 /// The answer is the smallest key that reaches each target whichever candidates led there; the weights are list
 /// lengths, whole numbers, whose sums are exact in any order, so a search from a guess ends where one from scratch
-/// does.
+/// does. `revisited` grows by the keys the rounds read after the first pass over all of them.
 std::vector<std::uint64_t> balancedSplitters(std::span<const std::uint64_t> keys, std::span<const double> weight,
                                              double totalWeight, int numRanks, MPI_Comm comm,
                                              const std::vector<std::uint64_t>* guess, std::uint64_t& revisited) {
