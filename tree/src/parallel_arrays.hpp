@@ -13,9 +13,16 @@
 
 namespace matcha::tree {
 
-/// out[i] = values[order[i]] in parallel (out resized).
+/// out[i] = values[order[i]] in parallel (out resized; where it must grow, with an eighth more room and without
+/// copying what it held: the arrays it fills are swapped into the bodies' arrays, whose number can grow by a few
+/// percent a call on a rank of a distributed run, and each growth past the capacity is a reallocation and a first
+/// touch).
 template <class T>
 void gatherInto(const T* values, std::span<const std::uint32_t> order, std::vector<T>& out) {
+  if (order.size() > out.capacity()) {
+    out.clear();
+    out.reserve(order.size() + order.size() / 8);
+  }
   out.resize(order.size());
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, order.size(), 8192),
                     [&](const tbb::blocked_range<std::size_t>& r) {
