@@ -75,6 +75,13 @@ void expectSmallestBalancedSplitters(const Particles& local, const std::vector<d
 /// A body's weight from its id alone, so that every rank agrees: 1 .. 97.
 double weightOf(std::uint64_t id) { return 1.0 + double((id * 2654435761u) % 97u); }
 
+/// weightOf for each of `bodies`, in their order.
+std::vector<double> weightsOf(const Particles& bodies) {
+  std::vector<double> weights(bodies.size());
+  for (std::size_t i = 0; i < bodies.size(); ++i) weights[i] = weightOf(bodies.id[i]);
+  return weights;
+}
+
 Particles plummerWithData(std::size_t n, std::uint64_t seed) {
   Particles all = matcha::testing::plummer(n, seed);
   for (std::size_t i = 0; i < n; ++i) {  // accelerations and potentials must travel too
@@ -109,8 +116,7 @@ TEST(DomainDecomposition, BalancesWeightsAndCarriesThem) {
   const std::size_t n = 6000;
   const Particles all = plummerWithData(n, seed);
   Particles local = dealOut(all, worldRank(), worldSize());
-  std::vector<double> weights(local.size());
-  for (std::size_t i = 0; i < local.size(); ++i) weights[i] = weightOf(local.id[i]);
+  std::vector<double> weights = weightsOf(local);
   DecompositionStats stats;
   const Domain domain = decompose(local, &weights, MPI_COMM_WORLD, &stats);
   expectCoveredOnce(local, domain, all);
@@ -183,8 +189,7 @@ TEST(DomainDecomposition, StartsFromTheLastSplittersAndEndsWhereAFreshSearchDoes
   const std::size_t n = 20000;
   const Particles all = plummerWithData(n, seed);
   Particles local = dealOut(all, worldRank(), worldSize());
-  std::vector<double> weights(local.size());
-  for (std::size_t i = 0; i < local.size(); ++i) weights[i] = weightOf(local.id[i]);
+  std::vector<double> weights = weightsOf(local);
   DecompositionBuffers buffers;
   DecompositionStats stats;
   decompose(local, &weights, MPI_COMM_WORLD, &stats, nullptr, &buffers);
