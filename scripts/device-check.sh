@@ -17,7 +17,7 @@
 # Environment: BENCH_FILTER (regex, default: the standard set of scripts/bench.sh), CPU_BENCH_FILTER (bench_cpu's,
 # default the tree build and walk), BENCH=0 to skip benchmarks,
 # SASS=0 to skip the disassembly, CTEST=0 to skip the tests (CTEST_REGEX: only those matching), PROFILE=1 (PROFILE_TARGETS) for Nsight Compute,
-# STEPS=1 (STEP_SIZES, STEP_NCRIT, STEP_THETAS, STEP_RUNS, STEP_T_END; SCALING_FILTER for bench_cpu's core scaling)
+# STEPS=1 (STEP_SIZES, STEP_NCRIT, STEP_THETAS, STEP_RUNS, STEP_T_END; SCALING_FILTER for bench_cpu's core scaling, none: without)
 # for whole force calls and run steps with their phase breakdown, ACCURACY=1 for the accuracy
 # targets, LARGE=1 (LARGE_SIZES, LARGE_RUN_SIZES, LARGE_FORCE_SIZES) for the memory and steps of the largest runs
 # and one force evaluation at 2^28, PERIODIC=1 (PERIODIC_SIZES, PERIODIC_IC) for TreePM against Ewald on the GPU,
@@ -198,9 +198,12 @@ fi
 # STEP_THETAS (a --theta list) for each ncrit of STEP_NCRIT, with STEP_COMPARE_OPTIONS added (e.g. "--nleaf 16");
 # STEP_COMPARE=0 leaves the force calls out.
 if [ "${STEPS:-0}" = 1 ]; then
-  echo "== how the CPU phases scale from 1 to all cores"
-  "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|^BM_TreePhases/N:(1048576|4194304)/|BM_PeriodicTreePhases/N:4194304/}" \
-    --benchmark_min_time=0.3 --benchmark_counters_tabular=true 2>&1 | tee "$OUT/cpu-scaling.txt"
+  # SCALING_FILTER=none leaves the core scaling out (~150 s on the H200's host, most of a short device call).
+  if [ "${SCALING_FILTER:-}" != none ]; then
+    echo "== how the CPU phases scale from 1 to all cores"
+    "$build/bench/bench_cpu" --benchmark_filter="${SCALING_FILTER:-BM_ParallelArithmetic|^BM_TreePhases/N:(1048576|4194304)/|BM_PeriodicTreePhases/N:4194304/}" \
+      --benchmark_min_time=0.3 --benchmark_counters_tabular=true 2>&1 | tee "$OUT/cpu-scaling.txt"
+  fi
   echo "== whole force calls and steps"
   matcha="$build/apps/matcha"
   for n in ${STEP_SIZES:-1048576 4194304}; do
