@@ -13,6 +13,15 @@ void Particles::resize(std::size_t count) {
   id.resize(count, 0);
 }
 
+void Particles::resizeWithRoom(std::size_t count) {
+  const std::size_t room = count + count / 8;
+  for (auto* array : {&x, &y, &z, &vx, &vy, &vz, &mass, &ax, &ay, &az, &pot}) {
+    if (count > array->capacity()) array->reserve(room);
+  }
+  if (count > id.capacity()) id.reserve(room);
+  resize(count);
+}
+
 namespace {
 template <class T>
 void permuteArray(std::vector<T>& values, std::span<const std::uint32_t> order, std::vector<T>& scratch) {

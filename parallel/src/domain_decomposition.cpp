@@ -449,9 +449,8 @@ std::vector<std::uint64_t> splittersIn(const Domain& last, const Cube& cube) {
   return moved;
 }
 
-/// `values` resized to `size`, with an eighth more room where it must grow: a rank's bodies vary by a few percent from
-/// call to call, and each growth past an array's capacity reallocates, copies and first touches it (the unpacking of
-/// the call that first grew the arrays took 52-91 ms on 4 ranks of the H200's host, against ~1 after).
+/// `values` resized to `size`, with an eighth more room where it must grow, as Particles::resizeWithRoom for the
+/// decomposition's own per-body arrays.
 template <class T>
 void resizeWithRoom(std::vector<T>& values, std::size_t size) {
   if (size > values.capacity()) values.reserve(size + size / 8);
@@ -635,11 +634,7 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
 
   // The kept bodies first, then the others' by sending rank.
   const std::size_t now = kept + numReceived;
-  for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.vx, &particles.vy, &particles.vz,
-                      &particles.mass, &particles.ax, &particles.ay, &particles.az, &particles.pot}) {
-    resizeWithRoom(*array, now);
-  }
-  resizeWithRoom(particles.id, now);
+  particles.resizeWithRoom(now);
   if (bins) resizeWithRoom(particles.timeBin, now);
   resizeWithRoom(weight, now);
   tbb::parallel_for(

@@ -84,6 +84,29 @@ TEST(Particles, PermuteMovesEveryArrayTogether) {
   }
 }
 
+// Growing with room keeps every body's values, zeroes the new ones and leaves room for an eighth more; shrinking and
+// growing back within that room does not move the arrays.
+TEST(Particles, ResizeWithRoomKeepsTheBodiesAndLeavesRoom) {
+  Particles p(1000);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.x[i] = double(i);
+    p.id[i] = i;
+  }
+  p.resizeWithRoom(1600);
+  ASSERT_EQ(p.size(), 1600u);
+  EXPECT_EQ(p.x[999], 999.0);
+  EXPECT_EQ(p.id[999], 999u);
+  EXPECT_EQ(p.x[1000], 0.0);
+  EXPECT_EQ(p.pot[1599], 0.0);
+  EXPECT_GE(p.x.capacity(), 1800u);
+  EXPECT_GE(p.id.capacity(), 1800u);
+  const double* before = p.vz.data();
+  p.resizeWithRoom(1500);
+  p.resizeWithRoom(1790);
+  EXPECT_EQ(p.vz.data(), before) << "a growth within the room reallocated";
+  EXPECT_EQ(p.x[999], 999.0);
+}
+
 TEST(Particles, ValidateNamesTheBadBody) {
   Particles p(3);
   p.mass = {1.0, 1.0, 1.0};

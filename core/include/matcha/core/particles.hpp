@@ -102,6 +102,10 @@ class Particles {
 
   /// Resizes every array; new entries are zero.
   void resize(std::size_t count);
+  /// resize, but an array that must grow past its capacity takes an eighth more room: for a count that wanders by a
+  /// few percent from call to call (a rank's bodies in a distributed run), which would otherwise reallocate, copy and
+  /// first-touch every array each time it reaches a new high. timeBin is the caller's.
+  void resizeWithRoom(std::size_t count);
 
   /// Reorders all arrays so that new[i] = old[order[i]] (timeBin too when it holds one entry per body). `order` must be
   /// a permutation of [0, size()).
