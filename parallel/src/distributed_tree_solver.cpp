@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <future>
 #include <limits>
 #include <sstream>
 
@@ -40,6 +42,12 @@ bool allBodiesValid(const Particles& p, double boxSize) {
       },
       [](bool a, bool b) { return a && b; });
 }
+
+/// What one evaluation of a plan (or batch) gave, and the engine's timings of it.
+struct Evaluated {
+  InteractionCounts counts;
+  EngineTimings timings;
+};
 
 /// to[i] = from[i] for i < n, on the rank's cores.
 void copyInParallel(const std::vector<double>& from, std::vector<double>& to, std::size_t n) {
@@ -147,6 +155,9 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   // read the tree and the groups only; the exchange the tree, the bodies and the groups.
   tbb::task_group localWalk;
   double localWalkSeconds = 0.0;
+  numBatches_ = 0;  // a rank without bodies has no lists
+  plan_.clear();
+  planJoined_ = true;
   if (n > 0) {
     tree::computeMultipoles(particles.sources(), theta, order, tree_);
     tree::buildWalkTree(tree_, walkTree_, gravity_.periodic);
@@ -168,16 +179,15 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   stats_.communicationSeconds += let.communicationSeconds;
   report.timings[Phase::exchange] += let.buildSeconds + let.communicationSeconds;
   if (n == 0) return {};
-  let_.buildPlan(groups, localPlan_, plan_);
-  stats_.walkSeconds += let_.stats().walkSeconds;
-  report.timings[Phase::walk] += let_.stats().walkSeconds;
   // The engine writes the outputs of the plan's groups, this rank's bodies: the front of the sources (the received
   // bodies behind them are sources only). Its outputs span all the sources, as the engine contract has them.
   const std::size_t numSources = let_.sources().count;
   for (auto* array : {&outAx_, &outAy_, &outAz_}) array->resize(numSources);
   outPot_.resize(potentials ? numSources : 0);
   const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
-  const InteractionCounts counts = engine_.evaluatePlan(let_.sources(), let_.cells(), plan_, gravity_, out);
+  const InteractionCounts counts = mergeAndEvaluate(groups, out, report);
+  stats_.walkSeconds += let_.stats().walkSeconds;
+  report.timings[Phase::walk] += let_.stats().walkSeconds;
   if (&groups == &groups_) {
     copyInParallel(outAx_, particles.ax, n);
     copyInParallel(outAy_, particles.ay, n);
@@ -195,13 +205,103 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
       }
     });
   }
-  const EngineTimings timings = engine_.lastTimings();
-  stats_.kernelSeconds += timings.kernelSeconds;
-  report.timings[Phase::upload] += timings.uploadSeconds;
-  report.timings[Phase::kernels] += timings.kernelSeconds;
-  report.timings[Phase::download] += timings.downloadSeconds;
-  report.counts += counts;
   return counts;
+}
+
+InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& groups, const ForceView& out,
+                                                          ForceReport& report) {
+  const SourceView sources = let_.sources();
+  const std::size_t numGroups = groups.size();
+  listLengths_.resize(numGroups);
+  // Each group's whole list length (cells + j-bodies), the split's weight; returns the batch's list entries.
+  const auto noteLengths = [&](const InteractionPlan& batch, std::size_t first) {
+    std::uint64_t entries = 0;
+    for (std::size_t k = 0; k < batch.numGroups(); ++k) {
+      const std::uint64_t length = batch.numListCells(k) + batch.numListBodies(k);
+      listLengths_[first + k] = double(length);
+      entries += length;
+    }
+    return entries;
+  };
+  InteractionCounts counts;
+  const auto evaluate = [&](const InteractionPlan& plan, PlanBatch where) {
+    Evaluated done;
+    done.counts = engine_.evaluatePlanBatch(sources, let_.cells(), plan, gravity_, out, where);
+    done.timings = engine_.lastTimings();  // read by the thread that evaluated, before the next evaluation
+    return done;
+  };
+  const auto take = [&](const Evaluated& done) {
+    counts += done.counts;
+    stats_.kernelSeconds += done.timings.kernelSeconds;
+    report.timings[Phase::upload] += done.timings.uploadSeconds;
+    report.timings[Phase::kernels] += done.timings.kernelSeconds;
+    report.timings[Phase::download] += done.timings.downloadSeconds;
+  };
+  if (!params_.overlapWalk) {
+    let_.buildPlan(groups, localPlan_, plan_);
+    planJoined_ = true;
+    noteLengths(plan_, 0);
+    take(evaluate(plan_, PlanBatch{}));
+    return counts;
+  }
+
+  // The lists in batches along the curve, as the one-rank solvers walk theirs: an engine on a device evaluates each
+  // batch on a second host thread while the cores merge the next, and takes the sources and cells (an empty first
+  // batch) while the first is merged; the merge waits only when it is a batch ahead. Others evaluate each batch after
+  // merging it. The forces are the whole plan's, bit for bit (NearFieldEngine::evaluatePlanBatch). (std::async's
+  // future waits for its thread when destroyed: an exception in the merge leaves no evaluation reading the batches.)
+  const bool beside = engine_.evaluatesOnDevice();
+  std::future<Evaluated> inFlight;
+  const auto hand = [&](const InteractionPlan& plan, PlanBatch where) {
+    if (beside) {
+      inFlight = std::async(std::launch::async, evaluate, std::cref(plan), where);
+    } else {
+      take(evaluate(plan, where));
+    }
+  };
+  const auto collect = [&] {
+    if (!inFlight.valid()) return;
+    const Stopwatch waiting;
+    const Evaluated done = inFlight.get();
+    report.timings.engineWaitSeconds += waiting.seconds();
+    take(done);
+  };
+  PlanBatch where{true, false};
+  if (beside) {
+    hand(noGroups_, where);
+    where.first = false;
+  }
+  const std::uint64_t batchEntries = std::min(tree::kPlanEntries, params_.maxBatchEntries);
+  std::size_t first = 0;
+  std::uint64_t lastBatchGroups = 0;
+  double entriesPerGroup = 0.0;
+  while (first < numGroups) {
+    const std::size_t end = static_cast<std::size_t>(std::min<std::uint64_t>(
+        numGroups, first + tree::walkBatchGroups(numGroups, lastBatchGroups, entriesPerGroup, batchEntries, true)));
+    if (batches_.size() <= numBatches_) batches_.emplace_back();
+    InteractionPlan& batch = batches_[numBatches_++];
+    let_.buildPlan(groups, localPlan_, first, end, batch);
+    const std::uint64_t entries = noteLengths(batch, first);
+    collect();
+    where.last = end == numGroups;
+    hand(batch, where);
+    where.first = false;
+    entriesPerGroup = double(entries) / double(end - first);
+    lastBatchGroups = end - first;
+    first = end;
+  }
+  collect();
+  planJoined_ = false;
+  return counts;
+}
+
+const InteractionPlan& DistributedTreeSolver::lastPlan() const {
+  if (!planJoined_) {
+    plan_.clear();
+    for (std::size_t k = 0; k < numBatches_; ++k) appendGroups(batches_[k], 0, batches_[k].numGroups(), plan_);
+    planJoined_ = true;
+  }
+  return plan_;
 }
 
 ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
@@ -283,19 +383,17 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   const InteractionCounts counts =
       evaluatePass(particles, evaluated, params_.theta, params_.multipole, potentialsWanted(), report);
   stats_.let = let_.stats();
+  stats_.listBatches = numBatches_;
 
   // Each body's work for the next split: the length of its group's whole list (a group not evaluated keeps its
   // weight; where it has none yet, the mean of those evaluated).
   if (work_.size() != n) {
     double lengths = 0.0;
-    for (std::size_t g = 0; g < evaluated.size(); ++g) {
-      lengths += double(plan_.numListCells(g)) + double(plan_.numListBodies(g));
-    }
+    for (std::size_t g = 0; g < evaluated.size(); ++g) lengths += listLengths_[g];
     work_.assign(n, evaluated.size() > 0 ? lengths / double(evaluated.size()) : 1.0);
   }
   tbb::parallel_for(std::size_t{0}, evaluated.size(), [&](std::size_t g) {
-    const double length = double(plan_.numListCells(g)) + double(plan_.numListBodies(g));
-    std::fill(work_.begin() + evaluated.ranges[g].first, work_.begin() + evaluated.ranges[g].last, length);
+    std::fill(work_.begin() + evaluated.ranges[g].first, work_.begin() + evaluated.ranges[g].last, listLengths_[g]);
   });
   stats_.numLocalBodies = n;
   stats_.numGroups = groups_.size();

@@ -536,16 +536,29 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
 
 void LocalEssentialTree::buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan,
                                    InteractionPlan& plan) {
+  buildPlan(groups, localPlan, 0, groups.size(), plan);
+}
+
+void LocalEssentialTree::buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan, std::size_t first,
+                                   std::size_t last, InteractionPlan& plan) {
   const Stopwatch clock;
-  const std::size_t numGroups = groups.size();
-  MATCHA_ASSERT(localPlan.numGroups() == numGroups, "the local plan must hold every group, in order");
-  std::vector<std::vector<std::uint32_t>> remoteCells(numGroups);
-  std::vector<std::vector<BodyRange>> remoteRanges(numGroups);
+  MATCHA_ASSERT(localPlan.numGroups() == groups.size(), "the local plan must hold every group, in order");
+  MATCHA_ASSERT(first <= last && last <= groups.size(), "buildPlan: groups [first, last) outside the groups");
+  const std::size_t numGroups = last - first;
+  // Each group's remote list, kept from call to call (cleared, not freed): a batch's groups reuse the rooms of
+  // earlier calls' groups at the same place along the curve.
+  if (remoteCells_.size() < numGroups) {
+    remoteCells_.resize(numGroups);
+    remoteRanges_.resize(numGroups);
+  }
   tbb::enumerable_thread_specific<std::vector<std::uint32_t>> stacks;
-  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
+  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t k) {
+    const std::size_t g = first + k;
     std::vector<std::uint32_t>& stack = stacks.local();
-    std::vector<std::uint32_t>& cellList = remoteCells[g];
-    std::vector<BodyRange>& ranges = remoteRanges[g];
+    std::vector<std::uint32_t>& cellList = remoteCells_[k];
+    std::vector<BodyRange>& ranges = remoteRanges_[k];
+    cellList.clear();
+    ranges.clear();
     const double* centre = &groups.centre[3 * g];
     const double* half = &groups.halfExtent[3 * g];
     const double tolerance =
@@ -578,7 +591,7 @@ void LocalEssentialTree::buildPlan(const tree::Groups& groups, const Interaction
             ranges.push_back({cell.firstBody, cell.lastBody});
           }
         } else {
-          for (std::uint32_t k = cell.numChildren; k-- > 0;) stack.push_back(cell.firstChild + k);
+          for (std::uint32_t child = cell.numChildren; child-- > 0;) stack.push_back(cell.firstChild + child);
         }
       }
     }
@@ -587,37 +600,41 @@ void LocalEssentialTree::buildPlan(const tree::Groups& groups, const Interaction
   // Each group's local list, then its remote one: offsets first, then the copies on the rank's cores (the local plan
   // is ~the whole plan; one core's copy of it was a serial stretch of every call).
   plan.clear();
-  plan.groups = localPlan.groups;
-  plan.groupCentres = localPlan.groupCentres;
-  plan.groupIds = localPlan.groupIds;
+  plan.groups.assign(localPlan.groups.begin() + first, localPlan.groups.begin() + last);
+  plan.groupCentres.assign(localPlan.groupCentres.begin() + 3 * first, localPlan.groupCentres.begin() + 3 * last);
+  if (!localPlan.groupIds.empty()) {
+    plan.groupIds.assign(localPlan.groupIds.begin() + first, localPlan.groupIds.begin() + last);
+  }
   plan.listBodyCounts.resize(numGroups);
   plan.cellListOffsets.resize(numGroups + 1);
   plan.bodyListOffsets.resize(numGroups + 1);
   std::uint64_t numListCells = 0, numListRanges = 0;
-  for (std::size_t g = 0; g < numGroups; ++g) {
-    numListCells += localPlan.numListCells(g) + remoteCells[g].size();
-    numListRanges += (localPlan.bodyListOffsets[g + 1] - localPlan.bodyListOffsets[g]) + remoteRanges[g].size();
+  for (std::size_t k = 0; k < numGroups; ++k) {
+    const std::size_t g = first + k;
+    numListCells += localPlan.numListCells(g) + remoteCells_[k].size();
+    numListRanges += (localPlan.bodyListOffsets[g + 1] - localPlan.bodyListOffsets[g]) + remoteRanges_[k].size();
     MATCHA_ASSERT(numListCells < (std::uint64_t{1} << 32) && numListRanges < (std::uint64_t{1} << 32),
                   "interaction lists exceed 32-bit offsets");
-    plan.cellListOffsets[g + 1] = static_cast<std::uint32_t>(numListCells);
-    plan.bodyListOffsets[g + 1] = static_cast<std::uint32_t>(numListRanges);
+    plan.cellListOffsets[k + 1] = static_cast<std::uint32_t>(numListCells);
+    plan.bodyListOffsets[k + 1] = static_cast<std::uint32_t>(numListRanges);
   }
   plan.cellList.resize(numListCells);
   plan.bodyList.resize(numListRanges);
-  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t g) {
-    auto cellsTo = plan.cellList.begin() + plan.cellListOffsets[g];
+  tbb::parallel_for(std::size_t{0}, numGroups, [&](std::size_t k) {
+    const std::size_t g = first + k;
+    auto cellsTo = plan.cellList.begin() + plan.cellListOffsets[k];
     cellsTo = std::copy(localPlan.cellList.begin() + localPlan.cellListOffsets[g],
                         localPlan.cellList.begin() + localPlan.cellListOffsets[g + 1], cellsTo);
-    std::copy(remoteCells[g].begin(), remoteCells[g].end(), cellsTo);
-    auto rangesTo = plan.bodyList.begin() + plan.bodyListOffsets[g];
+    std::copy(remoteCells_[k].begin(), remoteCells_[k].end(), cellsTo);
+    auto rangesTo = plan.bodyList.begin() + plan.bodyListOffsets[k];
     rangesTo = std::copy(localPlan.bodyList.begin() + localPlan.bodyListOffsets[g],
                          localPlan.bodyList.begin() + localPlan.bodyListOffsets[g + 1], rangesTo);
-    std::copy(remoteRanges[g].begin(), remoteRanges[g].end(), rangesTo);
+    std::copy(remoteRanges_[k].begin(), remoteRanges_[k].end(), rangesTo);
     std::uint64_t listBodies = localPlan.numListBodies(g);
-    for (const BodyRange& range : remoteRanges[g]) listBodies += range.size();
-    plan.listBodyCounts[g] = static_cast<std::uint32_t>(listBodies);
+    for (const BodyRange& range : remoteRanges_[k]) listBodies += range.size();
+    plan.listBodyCounts[k] = static_cast<std::uint32_t>(listBodies);
   });
-  stats_.walkSeconds = clock.seconds();
+  stats_.walkSeconds += clock.seconds();
 }
 
 }  // namespace matcha::parallel

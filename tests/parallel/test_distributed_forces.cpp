@@ -14,6 +14,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/force_error.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
+#include "matcha/gpu/engine_factory.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "matcha/tree/tree_solver.hpp"
 #include "mpi_testing.hpp"
@@ -108,6 +109,71 @@ TEST(DistributedForces, PlummerMatchesOneRankAgainstDirectSummation) {
   reportBalance(solver, "plummer 2^14, second call (split by work)");
   EXPECT_LE(solver.lastStats().imbalance(), 1.15);
   expectOneRankAccuracy(local, input, params, "plummer 2^14 with the last call's accelerations");
+}
+
+/// Two solvers on the same bodies over two calls: one merges each group's local and remote lists into one plan and
+/// evaluates it whole (TreeParams::overlapWalk off), the other in batches of at most `batchEntries` list entries,
+/// each evaluated while the next is merged. Their forces, potentials, plans and the split's weights must agree bit for
+/// bit (NearFieldEngine::evaluatePlanBatch's contract), with several batches on every rank that has bodies.
+void expectBatchesGiveTheWholePlan(NearFieldEngine& wholeEngine, NearFieldEngine& batchedEngine,
+                                   std::uint64_t batchEntries) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const Particles all = matcha::testing::clumpInHalo(std::size_t{1} << 13, seed);
+  Particles whole = testing::dealOut(all, worldRank(), worldSize());
+  Particles batched = whole;
+  TreeParams params;
+  params.overlapWalk = false;
+  DistributedTreeSolver wholeSolver(wholeEngine, params, GravityParams{}, MPI_COMM_WORLD);
+  params.overlapWalk = true;
+  params.maxBatchEntries = batchEntries;
+  DistributedTreeSolver batchedSolver(batchedEngine, params, GravityParams{}, MPI_COMM_WORLD);
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    wholeSolver.setPotentialsWanted(true);
+    batchedSolver.setPotentialsWanted(true);
+    wholeSolver.computeForces(whole);
+    batchedSolver.computeForces(batched);
+    EXPECT_EQ(wholeSolver.lastStats().listBatches, 0u);
+    if (!batched.empty()) {
+      EXPECT_GE(batchedSolver.lastStats().listBatches, 3u);
+    }
+    ASSERT_EQ(whole.id, batched.id) << "the same weights split the same bodies the same way";
+    EXPECT_EQ(whole.ax, batched.ax);
+    EXPECT_EQ(whole.ay, batched.ay);
+    EXPECT_EQ(whole.az, batched.az);
+    EXPECT_EQ(whole.pot, batched.pot);
+    EXPECT_EQ(wholeSolver.nextWorkWeights(), batchedSolver.nextWorkWeights());
+    const InteractionPlan& a = wholeSolver.lastPlan();
+    const InteractionPlan& b = batchedSolver.lastPlan();
+    EXPECT_EQ(a.numGroups(), b.numGroups());
+    EXPECT_EQ(a.groupIds, b.groupIds);
+    EXPECT_EQ(a.listBodyCounts, b.listBodyCounts);
+    EXPECT_EQ(a.cellListOffsets, b.cellListOffsets);
+    EXPECT_EQ(a.cellList, b.cellList);
+    EXPECT_EQ(a.bodyListOffsets, b.bodyListOffsets);
+    EXPECT_TRUE(std::equal(a.bodyList.begin(), a.bodyList.end(), b.bodyList.begin(), b.bodyList.end(),
+                           [](BodyRange x, BodyRange y) { return x.first == y.first && x.last == y.last; }));
+    for (Particles* p : {&whole, &batched}) {
+      for (std::size_t i = 0; i < p->size(); ++i) p->x[i] += 0.01 * p->vx[i];
+    }
+  }
+}
+
+TEST(DistributedForces, ListsInBatchesGiveTheWholePlansForcesBitForBit) {
+  gpu::CpuEngine wholeEngine, batchedEngine;
+  expectBatchesGiveTheWholePlan(wholeEngine, batchedEngine, std::uint64_t{1} << 12);
+}
+
+// The CUDA engine evaluates each batch on a second host thread while the cores merge the next (the path the GPU runs
+// take); the ranks share the machine's first GPU.
+TEST(DistributedForces, ListsInBatchesOnTheGpuGiveTheWholePlansForcesBitForBit) {
+  const gpu::CudaDeviceInfo device = gpu::queryCudaDevice();
+  if (!device.available) GTEST_SKIP() << "no CUDA device, GPU test skipped: " << device.description;
+  const auto wholeEngine = gpu::makeCudaEngine(gpu::Precision::float32);
+  const auto batchedEngine = gpu::makeCudaEngine(gpu::Precision::float32);
+  ASSERT_TRUE(batchedEngine->evaluatesOnDevice());
+  expectBatchesGiveTheWholePlan(*wholeEngine, *batchedEngine, std::uint64_t{1} << 12);
 }
 
 TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,7 +44,9 @@ struct DistributedStats {
   /// Interactions this rank evaluated in the call's final pass (body-body + body-cell), and the ranks' largest and
   /// mean.
   double work = 0.0, maxWork = 0.0, meanWork = 0.0;
-  bool estimatePass = false;         ///< the call evaluated twice (no accelerations came for the relative test)
+  bool estimatePass = false;  ///< the call evaluated twice (no accelerations came for the relative test)
+  /// The final pass's batches of lists (TreeParams::overlapWalk; 0: one plan, evaluated whole).
+  std::uint64_t listBatches = 0;
   DecompositionStats decomposition;  ///< the weights' balance the splitters were chosen for (the last call's work)
   LetStats let;                      ///< the final pass's exchange
 
@@ -129,8 +132,9 @@ class DistributedTreeSolver final : public ForceSolver {
   const tree::Octree& octree() const { return tree_; }
   const tree::Groups& groups() const { return groups_; }
   const LocalEssentialTree& localEssentialTree() const { return let_; }
-  /// The final pass's plan: the local groups' whole lists, indexing localEssentialTree()'s sources and cells.
-  const InteractionPlan& lastPlan() const { return plan_; }
+  /// The final pass's plan: the local groups' whole lists, indexing localEssentialTree()'s sources and cells (its
+  /// batches joined, where the pass evaluated them in batches).
+  const InteractionPlan& lastPlan() const;
 
  private:
   /// Sets groups_.relativeTolerance to alpha |a|_min / G per group, |a|_min floored at
@@ -142,6 +146,10 @@ class DistributedTreeSolver final : public ForceSolver {
   /// evaluation into the acc (and pot when `potentials`) of the bodies of `groups`. Collective.
   InteractionCounts evaluatePass(Particles& particles, const tree::Groups& groups, double theta, MultipoleOrder order,
                                  bool potentials, ForceReport& report);
+  /// Each group's whole list (LocalEssentialTree::buildPlan of localPlan_), evaluated into `out`: with
+  /// TreeParams::overlapWalk in batches along the curve, each evaluated while the next is merged (on a second host
+  /// thread where the engine works on a device), else as one plan. Sets listLengths_. Returns the interactions.
+  InteractionCounts mergeAndEvaluate(const tree::Groups& groups, const ForceView& out, ForceReport& report);
   /// The groups whose forces the call must compute: every group, or with block time steps (ForceSolver::
   /// setLowestActiveBin, the bodies' timeBin) those that hold a body whose step ends here, as activeGroups_ (with
   /// their boxes and tolerances). The others' bodies keep the acc and pot they brought.
@@ -171,7 +179,16 @@ class DistributedTreeSolver final : public ForceSolver {
   std::vector<double> sortedWork_;         ///< work_ in the tree's order (scratch)
   tree::WalkTree walkTree_;
   tree::PlanBuilder planBuilder_;
-  InteractionPlan localPlan_, plan_;
+  InteractionPlan localPlan_;
+  /// The whole plan: the sequential merge's, or the batches joined by lastPlan().
+  mutable InteractionPlan plan_;
+  mutable bool planJoined_ = true;
+  /// The overlapped merge's batches, batch k in batches_[k] for k < numBatches_: a deque, so that a batch in the
+  /// engine's hands stays where it is while the next is added.
+  std::deque<InteractionPlan> batches_;
+  std::size_t numBatches_ = 0;
+  InteractionPlan noGroups_;         ///< the empty batch that hands the engine the sources and cells ahead of the lists
+  std::vector<double> listLengths_;  ///< each evaluated group's whole list (cells + j-bodies) in the last pass
   LocalEssentialTree let_;
   DistributedStats stats_;
   DistributedTotals totals_;

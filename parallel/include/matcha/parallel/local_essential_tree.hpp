@@ -101,7 +101,7 @@ struct LetStats {
   std::uint64_t remoteGroups = 0;     ///< the other ranks' groups this rank pruned its tree for
   double buildSeconds = 0.0;          ///< pruning the local tree for the other ranks (exportSubtree)
   double communicationSeconds = 0.0;  ///< the group boxes' allgather and the subtrees' all-to-all exchange
-  double walkSeconds = 0.0;           ///< walking the received subtrees for the local groups
+  double walkSeconds = 0.0;           ///< walking the received subtrees for the local groups (buildPlan, every batch)
 };
 
 /// The local essential tree of one rank: its own tree plus the subtrees received from every other rank, as one set of
@@ -126,6 +126,12 @@ class LocalEssentialTree {
   /// left out, one sent as accepted is taken unless skipped. Indices are into sources() and cells(). Overwrites
   /// `plan`. Parallel over groups.
   void buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan, InteractionPlan& plan);
+  /// buildPlan for groups [first, last) only, into `plan` as its groups 0 .. last - first: one batch of a call whose
+  /// batches the engine evaluates while the next is built (NearFieldEngine::evaluatePlanBatch). The batches of
+  /// consecutive ranges, joined (appendGroups), are the whole call's buildPlan. Each call's walk time adds to
+  /// stats().walkSeconds.
+  void buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan, std::size_t first, std::size_t last,
+                 InteractionPlan& plan);
 
   /// The sources and cells the plan of buildPlan indexes. Valid until the next exchange.
   SourceView sources() const { return {x_.data(), y_.data(), z_.data(), mass_.data(), x_.size()}; }
@@ -151,7 +157,10 @@ class LocalEssentialTree {
   std::vector<int> cellOwner_;
   std::vector<std::uint64_t> receivedIds_;
   std::vector<std::uint32_t> subtreeRoots_;  ///< cells() index of each received subtree's root
-  PeriodicSplit periodic_;                   ///< the last exchange's (disabled: open boundaries)
+  /// buildPlan's remote lists of a batch's groups (cell ids, body ranges), kept from call to call for their room
+  std::vector<std::vector<std::uint32_t>> remoteCells_;
+  std::vector<std::vector<BodyRange>> remoteRanges_;
+  PeriodicSplit periodic_;  ///< the last exchange's (disabled: open boundaries)
   LetStats stats_;
 };
 
