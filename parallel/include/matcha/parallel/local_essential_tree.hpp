@@ -157,6 +157,12 @@ class LocalEssentialTree {
   std::vector<int> cellOwner_;
   std::vector<std::uint64_t> receivedIds_;
   std::vector<std::uint32_t> subtreeRoots_;  ///< cells() index of each received subtree's root
+  /// exchange's buffers, kept from call to call for their room: the subtree for each rank, the blocks packed for the
+  /// all-to-all, and the bodies received (received_ holds the cells)
+  std::vector<std::vector<ExportedCell>> sendCells_;
+  std::vector<std::vector<ExportedBody>> sendBodies_;
+  std::vector<ExportedCell> packedCells_;
+  std::vector<ExportedBody> packedBodies_, receivedBodies_;
   /// buildPlan's remote lists of a batch's groups (cell ids, body ranges), kept from call to call for their room
   std::vector<std::vector<std::uint32_t>> remoteCells_;
   std::vector<std::vector<BodyRange>> remoteRanges_;
