@@ -269,6 +269,7 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                       {"moves", t.steadyMoveSeconds}}},
                     {"steady_moves_exchange_seconds", t.steadyMoveExchangeSeconds},
                     {"steady_bodies_sent", t.steadyBodiesSent},
+                    {"kept_tree_calls", t.keptTrees},
                     {"interactions", t.work}});
   }
   return rows;
@@ -284,10 +285,11 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
       "mean; steady: the calls after the first " +
       std::to_string(parallel::DistributedTotals::kWarmUpCalls) +
       ", which move the scattered bodies into their domains; the steady decomposition's checks, cube and keys, "
-      "splitter search and moves, the moves' MPI exchanges, and the bodies sent to other ranks a call)\n  rank     "
+      "splitter search and moves, the moves' MPI exchanges, and the bodies sent to other ranks a call; kept: the calls "
+      "that kept the last call's split and tree, block time steps)\n  rank     "
       "bodies     wait   decomp    build  LET build     comm     walk  kernels     call   work   steady: call   decomp "
       " "
-      "checks    keys   split   moves     MPI     sent\n";
+      "checks    keys   split   moves     MPI     sent    kept\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
@@ -295,7 +297,7 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
     char line[320];
     std::snprintf(line, sizeof line,
                   "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
-                  "%7.2f %7.2f %8.0f\n",
+                  "%7.2f %7.2f %8.0f %7llu\n",
                   r, double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
                   t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
                   t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
@@ -303,7 +305,8 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
                   t.steadyDecompositionSeconds * perSteadyCall, t.steadyCheckSeconds * perSteadyCall,
                   t.steadyKeySeconds * perSteadyCall, t.steadySplitSeconds * perSteadyCall,
                   t.steadyMoveSeconds * perSteadyCall, t.steadyMoveExchangeSeconds * perSteadyCall,
-                  t.steadyCalls > 0 ? double(t.steadyBodiesSent) / double(t.steadyCalls) : 0.0);
+                  t.steadyCalls > 0 ? double(t.steadyBodiesSent) / double(t.steadyCalls) : 0.0,
+                  static_cast<unsigned long long>(t.keptTrees));
     text += line;
   }
   return text;

@@ -43,6 +43,17 @@ bool allBodiesValid(const Particles& p, double boxSize) {
       [](bool a, bool b) { return a && b; });
 }
 
+/// A kept tree serves block time steps while a call's interactions per evaluated body stay within this factor of the
+/// building call's (over all ranks), and at most kMaxKeptTrees calls in a row: its cells grow as their bodies drift out
+/// of their cubes. On the periodic test's clumpy box, bodies drifted by 3% of the box took the interactions to 2.3x
+/// the built tree's; past 1.5x the build (~half a call's host time at 1M bodies a rank) would cost less than the
+/// longer walks, exports and kernels.
+constexpr double kKeptTreeWorkGrowth = 1.5;
+constexpr std::uint64_t kMaxKeptTrees = 16;
+
+/// Bodies whose ids tell whether a call brings the last call's bodies in its order (sameBodies), as TreeSolver checks.
+constexpr std::size_t kIdSamples = 64;
+
 /// What one evaluation of a plan (or batch) gave, and the engine's timings of it.
 struct Evaluated {
   InteractionCounts counts;
@@ -81,6 +92,7 @@ void DistributedTotals::add(const DistributedStats& call) {
     steadyMoveExchangeSeconds += call.decomposition.moveExchangeSeconds;
     steadyBodiesSent += call.decomposition.bodiesSent;
   }
+  keptTrees += call.keptTree ? 1 : 0;
 }
 
 DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
@@ -323,10 +335,59 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
       },
       comm_);
 
+  // A call of some groups only after another keeps the last call's split and tree (the class's comment says why it
+  // may). Every rank decides alike: the bins asked for are every rank's, and the bodies checked on all ranks.
+  const bool partial = particles.timeBin.size() == particles.size() && lowestActiveBin() > 0;
+  int keepTree = partial && mayKeepTree_ && !weightsGiven_ && sameBodies(particles) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &keepTree, 1, MPI_INT, MPI_LAND, comm_);
+  mayKeepTree_ = false;  // until this call ends well
+  stats_.keptTree = keepTree != 0;
+
   // The last call's interactions per body weigh the split when these are the bodies it returned.
   clock.restart();
   if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
   weightsGiven_ = false;
+  if (keepTree != 0) {
+    const std::size_t n = particles.size();
+    if (n > 0) tree::makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+    report.timings[Phase::groups] += clock.seconds();
+    stats_.localBuildSeconds += clock.seconds();
+  } else {
+    buildLocalTree(particles, report);
+  }
+  evaluateCall(particles, report);
+  // A kept tree's cells grow with their bodies' drift out of their cubes (their extents about the cubes' centres), and
+  // with them the lists: past kKeptTreeWorkGrowth times the interactions per evaluated body of the call that built
+  // the tree, or after kMaxKeptTrees calls, the next call builds. Every rank decides alike (global sums).
+  if (stats_.keptTree) {
+    ++keptInARow_;
+  } else {
+    keptInARow_ = 0;
+    builtWorkPerBody_ = stats_.workPerEvaluatedBody;
+  }
+  const bool outgrown = stats_.keptTree && (stats_.workPerEvaluatedBody > kKeptTreeWorkGrowth * builtWorkPerBody_ ||
+                                            keptInARow_ >= kMaxKeptTrees);
+  mayKeepTree_ = partial && params_.reuse != 1 && !outgrown;
+  treeBodies_ = particles.size();
+  idSample_.resize(std::min(kIdSamples, particles.size()));
+  for (std::size_t k = 0; k < idSample_.size(); ++k) idSample_[k] = particles.id[k * particles.size() / idSample_.size()];
+  report.timings.totalSeconds = total.seconds();
+  stats_.callSeconds = report.timings.totalSeconds;
+  totals_.add(stats_);
+  return report;
+}
+
+bool DistributedTreeSolver::sameBodies(const Particles& particles) const {
+  if (treeBodies_ != particles.size() || idSample_.size() != std::min(kIdSamples, particles.size())) return false;
+  for (std::size_t k = 0; k < idSample_.size(); ++k) {
+    if (particles.id[k * particles.size() / idSample_.size()] != idSample_[k]) return false;
+  }
+  return true;
+}
+
+void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& report) {
+  const bool periodic = gravity_.periodic.enabled();
+  Stopwatch clock;
   // In a periodic box the keys are taken in the box itself, as PeriodicTreeSolver takes them: every rank's tree then
   // has the box as its root, and its cells never straddle a face (each cell's bodies have one nearest image).
   Cube box;
@@ -361,7 +422,11 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     groups_ = tree::Groups{};
   }
   stats_.localBuildSeconds += clock.seconds();
+}
 
+void DistributedTreeSolver::evaluateCall(Particles& particles, ForceReport& report) {
+  const bool periodic = gravity_.periodic.enabled();
+  const std::size_t n = particles.size();
   bool tolerancesSet = setGlobalRelativeTolerances(particles);
   if (!tolerancesSet && params_.alpha > 0.0) {
     // No accelerations on any rank (fresh initial conditions): a first pass for the |a| the relative test scales by,
@@ -398,19 +463,19 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   stats_.numLocalBodies = n;
   stats_.numGroups = groups_.size();
   stats_.work = double(counts.total());
-  double sumAndMax[2] = {stats_.work, stats_.work};
-  MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[0], 1, MPI_DOUBLE, MPI_SUM, comm_);
-  MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[1], 1, MPI_DOUBLE, MPI_MAX, comm_);
-  stats_.meanWork = sumAndMax[0] / double(numRanks_);
-  stats_.maxWork = sumAndMax[1];
+  std::uint64_t evaluatedBodies = 0;
+  for (std::size_t g = 0; g < evaluated.size(); ++g) evaluatedBodies += evaluated.ranges[g].size();
+  double sums[2] = {stats_.work, double(evaluatedBodies)};
+  double maxWork = stats_.work;
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comm_);
+  MPI_Allreduce(MPI_IN_PLACE, &maxWork, 1, MPI_DOUBLE, MPI_MAX, comm_);
+  stats_.meanWork = sums[0] / double(numRanks_);
+  stats_.maxWork = maxWork;
+  stats_.workPerEvaluatedBody = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
 
-  report.rebuilt = true;
+  report.rebuilt = !stats_.keptTree;
   report.numGroupsWalked = evaluated.size();
   clearUnwantedPotentials(particles);
-  report.timings.totalSeconds = total.seconds();
-  stats_.callSeconds = report.timings.totalSeconds;
-  totals_.add(stats_);
-  return report;
 }
 
 }  // namespace matcha::parallel

@@ -373,6 +373,11 @@ for a, b in zip(one, many):
     print(f"z = {float(a[1]):g}: K {a[2]} / {b[2]}  dE_LI/|W| {a[6]} / {b[6]}")
 if halves != many:
     failed.append(f"a checkpoint continued on {ranks} ranks: the diagnostics lines differ from the uninterrupted run's")
+# Block time steps: calls of some groups keep the last call's tree (DistributedTreeSolver), the restart above included.
+kept = [r["kept_tree_calls"] for r in json.load(open("ranks/summary.json"))["rank_timings"]]
+print(f"calls on kept trees per rank: {kept}")
+if len(kept) != ranks or len(set(kept)) != 1 or kept[0] == 0:
+    failed.append(f"calls on kept trees per rank: {kept} (block steps should keep some, every rank alike)")
 elsewhere = table("halves-on-one")
 if len(elsewhere) != 4 or any(abs(float(a[2]) - float(b[2])) > 1e-4 * float(a[2]) for a, b in zip(many, elsewhere)):
     failed.append(f"a {ranks}-rank checkpoint continued on one rank: K differs from the uninterrupted run's")

@@ -30,9 +30,10 @@ AccelerationSet accelerations(const Particles& p) { return {p.ax, p.ay, p.az}; }
 /// Rank 0's verdict on K ranks' forces (`result`, gathered by id) against the oracle and against the one-rank tree
 /// solver (reuse off: a tree per call) on the same bodies as they came into the K ranks' call (`input`: the same
 /// positions, and the accelerations that scaled its relative opening test); the other ranks only take part in the
-/// gathers.
-void expectOneRankAccuracy(const Particles& result, const Particles& input, const TreeParams& params,
-                           const char* what) {
+/// gathers. `treeBuiltForInput`: the K ranks' tree was built for these positions (not kept from an earlier call), so
+/// that one rank's forces are TreeSolver's.
+void expectOneRankAccuracy(const Particles& result, const Particles& input, const TreeParams& params, const char* what,
+                           bool treeBuiltForInput = true) {
   const Particles gathered = testing::gatherById(result);
   Particles single = testing::gatherById(input);
   if (worldRank() != 0) return;
@@ -56,11 +57,13 @@ void expectOneRankAccuracy(const Particles& result, const Particles& input, cons
       what, gathered.size(), params.theta, worldSize(), k.median, k.p99, k.max, one.median, one.p99, one.max);
   // Within noise: different trees (each rank's own cells near domain boundaries, its own groups) give a different
   // sample of the same error distribution.
-  EXPECT_LE(k.median, 1.05 * one.median) << what;
-  EXPECT_LE(k.p99, 1.15 * one.p99) << what;
+  // A kept tree is another tree refitted (its cells grown by the drift, its groups made anew): a wider sample.
+  const double noise = treeBuiltForInput ? 1.0 : 1.1;
+  EXPECT_LE(k.median, 1.05 * noise * one.median) << what;
+  EXPECT_LE(k.p99, 1.15 * noise * one.p99) << what;
   EXPECT_LE(k.max, 3.0 * one.max) << what;
   EXPECT_GE(k.median, 0.5 * one.median) << what << ": suspiciously better than one rank";
-  if (worldSize() == 1) {
+  if (worldSize() == 1 && treeBuiltForInput) {
     // One rank builds TreeSolver's tree, groups and lists (the relative test's floor may round differently).
     EXPECT_NEAR(k.median, one.median, 0.01 * one.median) << what;
     EXPECT_NEAR(k.p99, one.p99, 0.01 * one.p99) << what;
@@ -174,6 +177,34 @@ TEST(DistributedForces, ListsInBatchesOnTheGpuGiveTheWholePlansForcesBitForBit) 
   const auto batchedEngine = gpu::makeCudaEngine(gpu::Precision::float32);
   ASSERT_TRUE(batchedEngine->evaluatesOnDevice());
   expectBatchesGiveTheWholePlan(*wholeEngine, *batchedEngine, std::uint64_t{1} << 12);
+}
+
+// Block time steps in open space: a call of some groups only after another keeps the split and the tree, refitted to
+// the drifted bodies (every body in bin 1 or 2 and the calls asked for bins >= 1, so that all forces can be checked),
+// with one rank's error percentiles against direct summation; the bodies stay on their ranks.
+TEST(DistributedForces, BlockStepsKeepTheTreeRefittedToTheDrift) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  Particles local = testing::dealOut(matcha::testing::plummer(std::size_t{1} << 13, seed), worldRank(), worldSize());
+  local.timeBin.resize(local.size());
+  for (std::size_t i = 0; i < local.size(); ++i) local.timeBin[i] = static_cast<std::uint8_t>(1 + local.id[i] % 2);
+  TreeParams params;
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+  solver.computeForces(local);
+  solver.setLowestActiveBin(1);
+  solver.computeForces(local);
+  EXPECT_FALSE(solver.lastStats().keptTree) << "the first call of some groups builds";
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    local.x[i] += 0.01 * local.vx[i];
+    local.y[i] += 0.01 * local.vy[i];
+    local.z[i] += 0.01 * local.vz[i];
+  }
+  const Particles input = local;
+  solver.computeForces(local);
+  EXPECT_TRUE(solver.lastStats().keptTree);
+  EXPECT_EQ(local.id, input.id) << "a kept tree keeps its bodies where they are";
+  expectOneRankAccuracy(local, input, params, "plummer 2^13 on a kept tree", false);
 }
 
 TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {

@@ -272,6 +272,98 @@ TEST(DistributedPeriodic, BodiesThatCrossFacesAndDomainsMigrate) {
   expectOneRankForces(local, input, solver, c, params, gravity);
 }
 
+// Block time steps keep the tree: a call of some groups only (every body in bin 1 or 2, the call asked for bins >= 1:
+// all are evaluated, so that every force can be checked) after another keeps the last call's split and tree, refitted
+// to bodies that drifted across the box's faces (wrapped back in: their cells then span the box, and are opened) and
+// across the domains (they stay on their ranks), and keeps the defaults' bounds against one rank. A solver with reuse 1
+// builds at every call; a checkpoint's boundary (a call of every group, or endTreeForCheckpoint) makes the next build.
+TEST(DistributedPeriodic, BlockStepsKeepTheTreeAcrossFacesAndDomains) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const double L = 1.5;
+  const GravityParams gravity = periodicGravity(L);
+  Particles local = testing::dealOut(periodicBox(true, seed, L), worldRank(), worldSize());
+  const PeriodicCase c{"clumpy, a kept tree after drifts across the faces",
+                       true,
+                       0.5,
+                       MultipoleOrder::quadrupole,
+                       1e-3,
+                       gpu::Precision::float32,
+                       6e-4,
+                       5e-3};  // MatchOneRankPerBody's defaults' bounds (K ranks' trees differ from one rank's)
+  TreeParams params = paramsOf(c);
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, params, gravity, MPI_COMM_WORLD);
+  params.reuse = 1;
+  DistributedTreeSolver everyCall(engine, params, gravity, MPI_COMM_WORLD);
+  params.reuse = 0;
+  local.timeBin.assign(local.size(), 1);
+  for (std::size_t i = 0; i < local.size(); ++i) local.timeBin[i] = static_cast<std::uint8_t>(1 + local.id[i] % 2);
+  Particles other = local;
+  solver.computeForces(local);  // every group (bin 0 and up)
+  everyCall.computeForces(other);
+  EXPECT_TRUE(solver.atCheckpointBoundary());
+  solver.setLowestActiveBin(1);
+  everyCall.setLowestActiveBin(1);
+  solver.computeForces(local);
+  everyCall.computeForces(other);
+  EXPECT_FALSE(solver.lastStats().keptTree) << "the first call of some groups builds";
+  EXPECT_FALSE(solver.atCheckpointBoundary());
+  EXPECT_TRUE(everyCall.atCheckpointBoundary());
+  const auto drift = [&](Particles& p, double by) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const double phase = double(p.id[i]);
+      p.x[i] += by * L * (3.0 + std::sin(phase));
+      p.y[i] -= 2.0 * by * L;
+      p.z[i] += by * L * std::cos(phase);
+    }
+    wrapIntoBox(p, L);
+  };
+  const auto keptCall = [&](double by, const char* what) {
+    SCOPED_TRACE(what);
+    drift(local, by);
+    drift(other, by);
+    const Particles input = local;
+    solver.computeForces(local);
+    everyCall.computeForces(other);
+    EXPECT_TRUE(solver.lastStats().keptTree);
+    EXPECT_FALSE(everyCall.lastStats().keptTree) << "reuse 1 builds at every call";
+    EXPECT_EQ(solver.lastStats().decompositionSeconds, 0.0);
+    EXPECT_EQ(local.id, input.id) << "a kept tree keeps its bodies where they are";
+    EXPECT_FALSE(solver.lastStats().estimatePass);
+    expectOneRankForces(local, input, solver, c, params, gravity);
+    if (worldRank() == 0) {
+      std::printf("[ kept     ] %s: interactions per evaluated body %.0f on the kept tree, %.0f on a new one\n", what,
+                  solver.lastStats().workPerEvaluatedBody, everyCall.lastStats().workPerEvaluatedBody);
+    }
+    return solver.lastStats().workPerEvaluatedBody / everyCall.lastStats().workPerEvaluatedBody;
+  };
+  // A step's drift (~1e-3 of the box, a few bodies across a face): the tree serves on. (At ~4e-3 the interactions
+  // per body grew 1.1-1.5x over draws.)
+  const double grown = keptCall(3e-4, "a drift of ~1e-3 box");
+  EXPECT_LT(grown, 1.5);
+  EXPECT_FALSE(solver.atCheckpointBoundary()) << "the kept tree has not outgrown its use";
+  // A drift of ~0.1 box (~10% of the bodies across a face, many across the domains): the cells grew with it, the lists
+  // too (2x and more), and the next call builds.
+  EXPECT_GT(keptCall(0.025, "a drift of ~0.1 box"), 1.5);
+  EXPECT_TRUE(solver.atCheckpointBoundary()) << "the kept tree outgrew its use";
+  solver.computeForces(local);
+  EXPECT_FALSE(solver.lastStats().keptTree);
+  std::uint64_t moved = solver.lastStats().decomposition.bodiesReceived;
+  MPI_Allreduce(MPI_IN_PLACE, &moved, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (worldSize() > 1) {
+    EXPECT_GT(moved, 0u) << "the drift moved no body into another domain: the kept tree's case went untested";
+  }
+
+  // A checkpoint's boundary made (endTreeForCheckpoint): the next call builds, as a restarted run's first would.
+  EXPECT_FALSE(solver.atCheckpointBoundary());
+  EXPECT_TRUE(solver.endTreeForCheckpoint());
+  EXPECT_TRUE(solver.atCheckpointBoundary());
+  solver.computeForces(local);
+  EXPECT_FALSE(solver.lastStats().keptTree);
+  EXPECT_EQ(solver.totals().keptTrees, 2u);
+}
+
 // Ranks left without bodies (one body weighs as much as ten million others: on 4 ranks two hold nothing) take part in
 // the exchange with no tree and no groups; the others' forces keep the defaults' bounds against one rank.
 TEST(DistributedPeriodic, RanksWithoutBodiesTakePart) {

@@ -45,11 +45,15 @@ struct DistributedStats {
   /// mean.
   double work = 0.0, maxWork = 0.0, meanWork = 0.0;
   bool estimatePass = false;  ///< the call evaluated twice (no accelerations came for the relative test)
+  /// The call kept the last call's split and local tree, refitted (block time steps: DistributedTreeSolver).
+  bool keptTree = false;
   /// The final pass's batches of lists (TreeParams::overlapWalk; 0: one plan, evaluated whole).
   std::uint64_t listBatches = 0;
   DecompositionStats decomposition;  ///< the weights' balance the splitters were chosen for (the last call's work)
   LetStats let;                      ///< the final pass's exchange
 
+  /// Interactions per body of the evaluated groups, over all ranks (the kept tree's measure of its growth).
+  double workPerEvaluatedBody = 0.0;
   /// max / mean of the ranks' work in the final pass (1: perfect balance).
   double imbalance() const { return meanWork > 0.0 ? maxWork / meanWork : 1.0; }
 };
@@ -74,6 +78,8 @@ struct DistributedTotals {
   /// The bodies this rank sent to others in the steady calls: those that crossed a boundary by their drift or by the
   /// splitters' move to the new weights.
   std::uint64_t steadyBodiesSent = 0;
+  /// Calls that kept the last call's split and tree (block time steps), all calls counted: their decomposition is 0.
+  std::uint64_t keptTrees = 0;
 
   void add(const DistributedStats& call);
 };
@@ -82,7 +88,19 @@ class DistributedTreeSolver final : public ForceSolver {
  public:
   /// `engine` (this rank's: the CPU engine, or later the rank's GPU) must outlive the solver; `comm` is the
   /// communicator whose ranks share the bodies (every rank must construct its solver with the same parameters). Throws
-  /// InputError on invalid parameters. TreeParams::reuse is not used: every call builds its trees.
+  /// InputError on invalid parameters.
+  ///
+  /// Block time steps (ForceSolver::setLowestActiveBin): a call that evaluates some groups only, after another such
+  /// call on the same bodies, keeps the last call's split and local tree (no decomposition, sort or octree build: at
+  /// 1M bodies a rank these were ~15 ms of a ~30 ms call on the host) and refits it to the bodies' positions: the
+  /// multipoles, cell sizes (tree::computeMultipoles takes every cell's extent from its bodies, so the opening
+  /// criterion's guarantees hold wherever they moved) and the groups (tree::makeGroups) anew. The bodies stay on
+  /// their ranks until the next call that builds: the local essential trees do not need the domains disjoint. The
+  /// first such call after a call of every group builds, so that a checkpoint (written after a call of every group,
+  /// atCheckpointBoundary) restarts as the run went on, bit for bit. The refit cells grow as their bodies leave their
+  /// cubes, and the lists with them: a tree is kept while the interactions per evaluated body stay within 1.5x the
+  /// building call's, at most 16 calls in a row. TreeParams::reuse 1 builds at every call; other values of reuse are
+  /// not used.
   ///
   /// With gravity.periodic enabled the solver is PeriodicTreeSolver over the ranks: the keys are taken in the box [0,
   /// L)^3, so that every rank's tree has it as its root; each rank walks its own tree with the periodic float walk
@@ -109,6 +127,14 @@ class DistributedTreeSolver final : public ForceSolver {
   /// a comoving run's softening once it is fixed in physical units. Every rank must set the same.
   void setSoftening(double eps) override { gravity_ = gravity_.withSoftening(eps); }
   std::string describe() const override;
+  /// Whether the next call builds its tree whatever it is asked (it keeps the last call's tree only after a call of
+  /// some groups: block time steps). Every rank answers the same.
+  bool atCheckpointBoundary() const override { return !mayKeepTree_; }
+  /// Makes the next call build its tree (and split the bodies anew), as a restarted run's first call will.
+  bool endTreeForCheckpoint() override {
+    mayKeepTree_ = false;
+    return true;
+  }
 
   /// Weights for the next call's split instead of the last call's work: one per body, in the order the next call
   /// will bring them (that call throws InputError on every rank when a weight is negative or not finite, or their
@@ -146,6 +172,11 @@ class DistributedTreeSolver final : public ForceSolver {
   /// evaluation into the acc (and pot when `potentials`) of the bodies of `groups`. Collective.
   InteractionCounts evaluatePass(Particles& particles, const tree::Groups& groups, double theta, MultipoleOrder order,
                                  bool potentials, ForceReport& report);
+  /// The call's split (decompose) and local tree: the bodies sorted into it, its octree and groups.
+  void buildLocalTree(Particles& particles, ForceReport& report);
+  /// The call's evaluation on the local tree: relative tolerances (an estimate pass where no accelerations came), the
+  /// final pass over the groups asked for, the next split's weights and the ranks' work.
+  void evaluateCall(Particles& particles, ForceReport& report);
   /// Each group's whole list (LocalEssentialTree::buildPlan of localPlan_), evaluated into `out`: with
   /// TreeParams::overlapWalk in batches along the curve, each evaluated while the next is merged (on a second host
   /// thread where the engine works on a device), else as one plan. Sets listLengths_. Returns the interactions.
@@ -188,6 +219,15 @@ class DistributedTreeSolver final : public ForceSolver {
   std::deque<InteractionPlan> batches_;
   std::size_t numBatches_ = 0;
   InteractionPlan noGroups_;         ///< the empty batch that hands the engine the sources and cells ahead of the lists
+  /// Whether the next call, if it evaluates some groups only, may keep this call's tree: this call evaluated some
+  /// groups only (block time steps), reuse is not 1, and its tree has not outgrown its use (kKeptTreeWorkGrowth).
+  bool mayKeepTree_ = false;
+  std::uint64_t keptInARow_ = 0;    ///< calls since the last build that kept its tree
+  double builtWorkPerBody_ = 0.0;  ///< DistributedStats::workPerEvaluatedBody of the call that built the tree
+  std::uint64_t treeBodies_ = 0;        ///< the bodies the last call's tree holds
+  std::vector<std::uint64_t> idSample_;  ///< ids of every (n / kIdSamples)-th of them, in the tree's order
+  /// Whether `particles` are the bodies the last call returned, in its order (same count and sampled ids).
+  bool sameBodies(const Particles& particles) const;
   std::vector<double> listLengths_;  ///< each evaluated group's whole list (cells + j-bodies) in the last pass
   LocalEssentialTree let_;
   DistributedStats stats_;
