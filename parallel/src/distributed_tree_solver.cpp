@@ -370,7 +370,8 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   mayKeepTree_ = partial && params_.reuse != 1 && !outgrown;
   treeBodies_ = particles.size();
   idSample_.resize(std::min(kIdSamples, particles.size()));
-  for (std::size_t k = 0; k < idSample_.size(); ++k) idSample_[k] = particles.id[k * particles.size() / idSample_.size()];
+  for (std::size_t k = 0; k < idSample_.size(); ++k)
+    idSample_[k] = particles.id[k * particles.size() / idSample_.size()];
   report.timings.totalSeconds = total.seconds();
   stats_.callSeconds = report.timings.totalSeconds;
   totals_.add(stats_);

@@ -218,13 +218,13 @@ class DistributedTreeSolver final : public ForceSolver {
   /// engine's hands stays where it is while the next is added.
   std::deque<InteractionPlan> batches_;
   std::size_t numBatches_ = 0;
-  InteractionPlan noGroups_;         ///< the empty batch that hands the engine the sources and cells ahead of the lists
+  InteractionPlan noGroups_;  ///< the empty batch that hands the engine the sources and cells ahead of the lists
   /// Whether the next call, if it evaluates some groups only, may keep this call's tree: this call evaluated some
   /// groups only (block time steps), reuse is not 1, and its tree has not outgrown its use (kKeptTreeWorkGrowth).
   bool mayKeepTree_ = false;
-  std::uint64_t keptInARow_ = 0;    ///< calls since the last build that kept its tree
-  double builtWorkPerBody_ = 0.0;  ///< DistributedStats::workPerEvaluatedBody of the call that built the tree
-  std::uint64_t treeBodies_ = 0;        ///< the bodies the last call's tree holds
+  std::uint64_t keptInARow_ = 0;         ///< calls since the last build that kept its tree
+  double builtWorkPerBody_ = 0.0;        ///< DistributedStats::workPerEvaluatedBody of the call that built the tree
+  std::uint64_t treeBodies_ = 0;         ///< the bodies the last call's tree holds
   std::vector<std::uint64_t> idSample_;  ///< ids of every (n / kIdSamples)-th of them, in the tree's order
   /// Whether `particles` are the bodies the last call returned, in its order (same count and sampled ids).
   bool sameBodies(const Particles& particles) const;
