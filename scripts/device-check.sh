@@ -673,20 +673,25 @@ fi
 # RANKS_COSMO=1: a comoving run on K ranks with the CUDA engine on each (issue 19): `run --cosmology` of a
 # RANKS_COSMO_GRID^3 box (default 128, 100 Mpc/h, seed 7) from z = 49 to RANKS_COSMO_Z_END (default 3) with the defaults
 # (long-range and block time steps) for each K of RANKS_COSMO_COUNTS (default 1 2), --timings; the summary lines and
-# the Layzer-Irvine check of each K side by side.
+# the Layzer-Irvine check of each K side by side. RANKS_COSMO_LABELS="new LABEL ..." runs each K with apps/matcha and
+# with each apps/matcha-LABEL of the bundle's BUNDLE_EXTRA in turn (an A/B in one lease).
 if [ "${RANKS_COSMO:-0}" = 1 ]; then
   echo "== comoving runs on K ranks, the CUDA engine on each"
-  matcha="$build/apps/matcha"
   grid=${RANKS_COSMO_GRID:-128}
   for k in ${RANKS_COSMO_COUNTS:-1 2}; do
-    log="$OUT/ranks-cosmo-g$grid-k$k.log"
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_COSMO_TIMEOUT:-300}" \
-      mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run --cosmology --grid "$grid" \
-      --box 100 --seed 7 --engine cuda --z-end "${RANKS_COSMO_Z_END:-3}" --timings --overwrite \
-      --out "${TMPDIR:-/tmp}/matcha-ranks-cosmo-$grid-$k" >"$log" 2>&1
-    echo "exit $?" >>"$log"
-    grep -vE '^step ' "$log" | tail -n 40
-    summary+=("ranks cosmo ${grid}^3 K=$k: $(grep -E '^summary' "$log" | tail -n 1 | head -c 400)")
+    for label in ${RANKS_COSMO_LABELS:-new}; do
+      matcha="$build/apps/matcha"
+      log="$OUT/ranks-cosmo-g$grid-k$k.log"
+      if [ -n "${RANKS_COSMO_LABELS:-}" ]; then log="$OUT/ranks-cosmo-g$grid-k$k-$label.log"; fi
+      if [ "$label" != new ]; then matcha="$build/apps/matcha-$label"; fi
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "${RANKS_COSMO_TIMEOUT:-300}" \
+        mpirun -np "$k" --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$matcha" run --cosmology --grid "$grid" \
+        --box 100 --seed 7 --engine cuda --z-end "${RANKS_COSMO_Z_END:-3}" --timings --overwrite \
+        --out "${TMPDIR:-/tmp}/matcha-ranks-cosmo-$grid-$k" >"$log" 2>&1
+      echo "exit $?" >>"$log"
+      grep -vE '^step ' "$log" | tail -n 40
+      summary+=("ranks cosmo ${grid}^3 K=$k ($label): $(grep -E '^summary' "$log" | tail -n 1 | head -c 400)")
+    done
   done
 fi
 
