@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/parallel/collective.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
@@ -45,9 +46,10 @@ bool allBodiesValid(const Particles& p, double boxSize) {
 
 /// A kept tree serves block time steps while a call's interactions per evaluated body stay within this factor of the
 /// building call's (over all ranks), and at most kMaxKeptTrees calls in a row: its cells grow as their bodies drift out
-/// of their cubes. On the periodic test's clumpy box, bodies drifted by 3% of the box took the interactions to 2.3x
-/// the built tree's; past 1.5x the build (~half a call's host time at 1M bodies a rank) would cost less than the
-/// longer walks, exports and kernels.
+/// of their cubes. On the periodic test's clumpy box (DistributedPeriodic.BlockStepsKeepTheTreeAcrossFacesAndDomains)
+/// a drift of ~3e-3 box left the interactions per body at 0.99-1.07x a new tree's, one of ~0.2 box took them to
+/// 2.0-2.3x; past 1.5x the build (~half a call's host time at 1M bodies a rank) would cost less than the longer walks,
+/// exports and kernels.
 constexpr double kKeptTreeWorkGrowth = 1.5;
 constexpr std::uint64_t kMaxKeptTrees = 16;
 
@@ -171,7 +173,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   plan_.clear();
   planJoined_ = true;
   if (n > 0) {
-    tree::computeMultipoles(particles.sources(), theta, order, tree_);
+    tree::computeMultipoles(treeSources_, theta, order, tree_);
     tree::buildWalkTree(tree_, walkTree_, gravity_.periodic);
     report.timings[Phase::multipoles] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
@@ -182,7 +184,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
     });
   }
   tbb::this_task_arena::isolate(
-      [&] { let_.exchange(tree_, particles.sources(), particles.id, groups, comm_, gravity_.periodic); });
+      [&] { let_.exchange(tree_, treeSources_, particles.id, groups, comm_, gravity_.periodic); });
   localWalk.wait();
   stats_.walkSeconds += localWalkSeconds;
   report.timings[Phase::walk] += localWalkSeconds;
@@ -347,9 +349,18 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   clock.restart();
   if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
   weightsGiven_ = false;
+  treeSources_ = particles.sources();
   if (keepTree != 0) {
     const std::size_t n = particles.size();
-    if (n > 0) tree::makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+    if (n > 0 && periodic) {
+      // Each body at the image nearest its leaf, so that no cell of the kept tree holds bodies on both sides of the
+      // box (wrapped across a face since the build): bodies may lie a drift outside [0, L)^3, as in one rank's reused
+      // periodic trees, and every test and pair takes nearest images. (With such cells the periodic test's worst
+      // errors were 3x a new tree's, at the bodies beside the face.)
+      unwrapIntoLeaves(particles);
+      treeSources_ = {unwrappedX_.data(), unwrappedY_.data(), unwrappedZ_.data(), particles.mass.data(), n};
+    }
+    if (n > 0) tree::makeGroups(tree_, treeSources_, params_.ncrit, groups_);
     report.timings[Phase::groups] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
   } else {
@@ -386,6 +397,27 @@ bool DistributedTreeSolver::sameBodies(const Particles& particles) const {
   return true;
 }
 
+void DistributedTreeSolver::unwrapIntoLeaves(const Particles& particles) {
+  const double box = gravity_.periodic.boxSize;
+  const std::size_t n = particles.size();
+  const double* from[3] = {particles.x.data(), particles.y.data(), particles.z.data()};
+  std::vector<double>* to[3] = {&unwrappedX_, &unwrappedY_, &unwrappedZ_};
+  for (std::vector<double>* array : to) array->resize(n);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tree_.numCells(), 1024),
+                    [&](const tbb::blocked_range<std::size_t>& cells) {
+                      for (std::size_t c = cells.begin(); c < cells.end(); ++c) {
+                        if (!tree_.isLeaf(static_cast<std::uint32_t>(c))) continue;
+                        for (int d = 0; d < 3; ++d) {
+                          const double centre = tree_.centre[3 * c + d];
+                          std::vector<double>& coordinate = *to[d];
+                          for (std::uint32_t i = tree_.bodies[c].first; i < tree_.bodies[c].last; ++i) {
+                            coordinate[i] = centre + nearestImage(from[d][i] - centre, box);
+                          }
+                        }
+                      }
+                    });
+}
+
 void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& report) {
   const bool periodic = gravity_.periodic.enabled();
   Stopwatch clock;
@@ -416,7 +448,8 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& re
     report.timings[Phase::sort] += clock.seconds();
     clock.restart();
     tree::buildOctree(sortedKeys_, domain_.cube, params_.nleaf, tree_);
-    tree::makeGroups(tree_, particles.sources(), params_.ncrit, groups_);
+    treeSources_ = particles.sources();  // the bodies sorted into the tree
+    tree::makeGroups(tree_, treeSources_, params_.ncrit, groups_);
     report.timings[Phase::groups] += clock.seconds();
   } else {
     tree_ = tree::Octree{};

@@ -319,7 +319,7 @@ TEST(DistributedPeriodic, BlockStepsKeepTheTreeAcrossFacesAndDomains) {
     }
     wrapIntoBox(p, L);
   };
-  const auto keptCall = [&](double by, const char* what) {
+  const auto keptCall = [&](double by, const char* what, const PeriodicCase& bounds) {
     SCOPED_TRACE(what);
     drift(local, by);
     drift(other, by);
@@ -331,21 +331,26 @@ TEST(DistributedPeriodic, BlockStepsKeepTheTreeAcrossFacesAndDomains) {
     EXPECT_EQ(solver.lastStats().decompositionSeconds, 0.0);
     EXPECT_EQ(local.id, input.id) << "a kept tree keeps its bodies where they are";
     EXPECT_FALSE(solver.lastStats().estimatePass);
-    expectOneRankForces(local, input, solver, c, params, gravity);
+    expectOneRankForces(local, input, solver, bounds, params, gravity);
     if (worldRank() == 0) {
       std::printf("[ kept     ] %s: interactions per evaluated body %.0f on the kept tree, %.0f on a new one\n", what,
                   solver.lastStats().workPerEvaluatedBody, everyCall.lastStats().workPerEvaluatedBody);
     }
     return solver.lastStats().workPerEvaluatedBody / everyCall.lastStats().workPerEvaluatedBody;
   };
-  // A step's drift (~1e-3 of the box, a few bodies across a face): the tree serves on. (At ~4e-3 the interactions
-  // per body grew 1.1-1.5x over draws.)
-  const double grown = keptCall(3e-4, "a drift of ~1e-3 box");
-  EXPECT_LT(grown, 1.5);
+  // A step's drift (~3e-3 of the box, some bodies across a face): the tree serves on (the interactions per body
+  // 0.99-1.07x a new tree's over draws).
+  const double grown = keptCall(1e-3, "a drift of ~3e-3 box", c);
+  EXPECT_LT(grown, 1.3);
   EXPECT_FALSE(solver.atCheckpointBoundary()) << "the kept tree has not outgrown its use";
-  // A drift of ~0.1 box (~10% of the bodies across a face, many across the domains): the cells grew with it, the lists
-  // too (2x and more), and the next call builds.
-  EXPECT_GT(keptCall(0.025, "a drift of ~0.1 box"), 1.5);
+  // A drift of ~0.2 box that spreads the clumps by ~0.1 box (a fifth of the bodies across a face, many across the
+  // domains): the cells grew with it, the lists too (2.0-2.3x a new tree's), and the next call builds. The spread
+  // clumps' small pulls leave one rank's own error up to 7e-4 of their rms, hence the wider bounds between K ranks and
+  // one (against the reference, the kept tree's errors stay within noise of one rank's: p99 ~3e-6 against ~5e-4).
+  PeriodicCase spread = c;
+  spread.p99 = 1.5e-3;
+  spread.max = 1e-2;
+  EXPECT_GT(keptCall(0.06, "a drift of ~0.2 box", spread), 1.5);
   EXPECT_TRUE(solver.atCheckpointBoundary()) << "the kept tree outgrew its use";
   solver.computeForces(local);
   EXPECT_FALSE(solver.lastStats().keptTree);

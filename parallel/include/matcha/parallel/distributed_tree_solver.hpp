@@ -94,13 +94,14 @@ class DistributedTreeSolver final : public ForceSolver {
   /// call on the same bodies, keeps the last call's split and local tree (no decomposition, sort or octree build: at
   /// 1M bodies a rank these were ~15 ms of a ~30 ms call on the host) and refits it to the bodies' positions: the
   /// multipoles, cell sizes (tree::computeMultipoles takes every cell's extent from its bodies, so the opening
-  /// criterion's guarantees hold wherever they moved) and the groups (tree::makeGroups) anew. The bodies stay on
-  /// their ranks until the next call that builds: the local essential trees do not need the domains disjoint. The
-  /// first such call after a call of every group builds, so that a checkpoint (written after a call of every group,
-  /// atCheckpointBoundary) restarts as the run went on, bit for bit. The refit cells grow as their bodies leave their
-  /// cubes, and the lists with them: a tree is kept while the interactions per evaluated body stay within 1.5x the
-  /// building call's, at most 16 calls in a row. TreeParams::reuse 1 builds at every call; other values of reuse are
-  /// not used.
+  /// criterion's guarantees hold wherever they moved) and the groups (tree::makeGroups) anew. In a periodic box the
+  /// kept tree takes each body at the image nearest its leaf (unwrapIntoLeaves), so that no cell holds bodies from both
+  /// sides of a face a body was wrapped across since the build. The bodies stay on their ranks until the next call that
+  /// builds: the local essential trees do not need the domains disjoint. The first such call after a call of every
+  /// group builds, so that a checkpoint (written after a call of every group, atCheckpointBoundary) restarts as the run
+  /// went on, bit for bit. The refit cells grow as their bodies leave their cubes, and the lists with them: a tree is
+  /// kept while the interactions per evaluated body stay within 1.5x the building call's, at most 16 calls in a row.
+  /// TreeParams::reuse 1 builds at every call; other values of reuse are not used.
   ///
   /// With gravity.periodic enabled the solver is PeriodicTreeSolver over the ranks: the keys are taken in the box [0,
   /// L)^3, so that every rank's tree has it as its root; each rank walks its own tree with the periodic float walk
@@ -123,7 +124,7 @@ class DistributedTreeSolver final : public ForceSolver {
   /// when there are fewer bodies than ranks. In a periodic box the estimate pass is PeriodicTreeSolver's (theta
   /// alone, the cells' own order).
   ForceReport computeForces(Particles& particles) override;
-  /// From the next call on (every call builds its trees and lists anew, so nothing made with the old one remains):
+  /// From the next call on (every call makes its lists and multipoles anew, so nothing made with the old one remains):
   /// a comoving run's softening once it is fixed in physical units. Every rank must set the same.
   void setSoftening(double eps) override { gravity_ = gravity_.withSoftening(eps); }
   std::string describe() const override;
@@ -228,6 +229,12 @@ class DistributedTreeSolver final : public ForceSolver {
   std::vector<std::uint64_t> idSample_;  ///< ids of every (n / kIdSamples)-th of them, in the tree's order
   /// Whether `particles` are the bodies the last call returned, in its order (same count and sampled ids).
   bool sameBodies(const Particles& particles) const;
+  /// In a periodic box, for a kept tree: unwrapped*_ = each body's position at the image nearest its leaf's centre.
+  void unwrapIntoLeaves(const Particles& particles);
+  /// The positions the call's tree, walks and exchange take: the particles' own, or for a kept tree in a periodic box
+  /// unwrapped*_ (unwrapIntoLeaves); masses are the particles'.
+  SourceView treeSources_;
+  std::vector<double> unwrappedX_, unwrappedY_, unwrappedZ_;
   std::vector<double> listLengths_;  ///< each evaluated group's whole list (cells + j-bodies) in the last pass
   LocalEssentialTree let_;
   DistributedStats stats_;
