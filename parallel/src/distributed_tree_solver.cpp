@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <future>
 #include <limits>
 #include <sstream>
 
@@ -18,6 +16,7 @@
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/parallel/collective.hpp"
+#include "matcha/tree/batch_evaluation.hpp"
 #include "matcha/tree/periodic_tree_solver.hpp"
 #include "matcha/tree/tree_solver.hpp"
 
@@ -55,12 +54,6 @@ constexpr std::uint64_t kMaxKeptTrees = 16;
 
 /// Bodies whose ids tell whether a call brings the last call's bodies in its order (sameBodies), as TreeSolver checks.
 constexpr std::size_t kIdSamples = 64;
-
-/// What one evaluation of a plan (or batch) gave, and the engine's timings of it.
-struct Evaluated {
-  InteractionCounts counts;
-  EngineTimings timings;
-};
 
 /// to[i] = from[i] for i < n, on the rank's cores.
 void copyInParallel(const std::vector<double>& from, std::vector<double>& to, std::size_t n) {
@@ -224,7 +217,6 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
 
 InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& groups, const ForceView& out,
                                                           ForceReport& report) {
-  const SourceView sources = let_.sources();
   const std::size_t numGroups = groups.size();
   listLengths_.resize(numGroups);
   // Each group's whole list length (cells + j-bodies), the split's weight; returns the batch's list entries.
@@ -237,52 +229,26 @@ InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& gr
     }
     return entries;
   };
-  InteractionCounts counts;
-  const auto evaluate = [&](const InteractionPlan& plan, PlanBatch where) {
-    Evaluated done;
-    done.counts = engine_.evaluatePlanBatch(sources, let_.cells(), plan, gravity_, out, where);
-    done.timings = engine_.lastTimings();  // read by the thread that evaluated, before the next evaluation
-    return done;
-  };
-  const auto take = [&](const Evaluated& done) {
-    counts += done.counts;
-    stats_.kernelSeconds += done.timings.kernelSeconds;
-    report.timings[Phase::upload] += done.timings.uploadSeconds;
-    report.timings[Phase::kernels] += done.timings.kernelSeconds;
-    report.timings[Phase::download] += done.timings.downloadSeconds;
+  // The lists in batches along the curve, as the one-rank solvers walk theirs: an engine on a device evaluates each
+  // batch on a second host thread while the cores merge the next, and takes the sources and cells (an empty first
+  // batch) while the first is merged; the merge waits only when it is a batch ahead. The forces are the whole plan's,
+  // bit for bit (NearFieldEngine::evaluatePlanBatch).
+  tree::BatchEvaluation batches(engine_, let_.sources(), let_.cells(), gravity_, out, report);
+  const double kernelsBefore = report.timings[Phase::kernels];
+  const auto done = [&] {
+    stats_.kernelSeconds += report.timings[Phase::kernels] - kernelsBefore;
+    return batches.counts();
   };
   if (!params_.overlapWalk) {
     let_.buildPlan(groups, localPlan_, plan_);
     planJoined_ = true;
     noteLengths(plan_, 0);
-    take(evaluate(plan_, PlanBatch{}));
-    return counts;
+    batches.evaluateNow(plan_, PlanBatch{});
+    return done();
   }
-
-  // The lists in batches along the curve, as the one-rank solvers walk theirs: an engine on a device evaluates each
-  // batch on a second host thread while the cores merge the next, and takes the sources and cells (an empty first
-  // batch) while the first is merged; the merge waits only when it is a batch ahead. Others evaluate each batch after
-  // merging it. The forces are the whole plan's, bit for bit (NearFieldEngine::evaluatePlanBatch). (std::async's
-  // future waits for its thread when destroyed: an exception in the merge leaves no evaluation reading the batches.)
-  const bool beside = engine_.evaluatesOnDevice();
-  std::future<Evaluated> inFlight;
-  const auto hand = [&](const InteractionPlan& plan, PlanBatch where) {
-    if (beside) {
-      inFlight = std::async(std::launch::async, evaluate, std::cref(plan), where);
-    } else {
-      take(evaluate(plan, where));
-    }
-  };
-  const auto collect = [&] {
-    if (!inFlight.valid()) return;
-    const Stopwatch waiting;
-    const Evaluated done = inFlight.get();
-    report.timings.engineWaitSeconds += waiting.seconds();
-    take(done);
-  };
   PlanBatch where{true, false};
-  if (beside) {
-    hand(noGroups_, where);
+  if (batches.beside()) {
+    batches.hand(noGroups_, where);
     where.first = false;
   }
   const std::uint64_t batchEntries = std::min(tree::kPlanEntries, params_.maxBatchEntries);
@@ -296,17 +262,17 @@ InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& gr
     InteractionPlan& batch = batches_[numBatches_++];
     let_.buildPlan(groups, localPlan_, first, end, batch);
     const std::uint64_t entries = noteLengths(batch, first);
-    collect();
+    batches.collect();
     where.last = end == numGroups;
-    hand(batch, where);
+    batches.hand(batch, where);
     where.first = false;
     entriesPerGroup = double(entries) / double(end - first);
     lastBatchGroups = end - first;
     first = end;
   }
-  collect();
+  batches.collect();
   planJoined_ = false;
-  return counts;
+  return done();
 }
 
 const InteractionPlan& DistributedTreeSolver::lastPlan() const {

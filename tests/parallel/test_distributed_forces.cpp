@@ -135,8 +135,12 @@ void expectBatchesGiveTheWholePlan(NearFieldEngine& wholeEngine, NearFieldEngine
     SCOPED_TRACE("call " + std::to_string(call));
     wholeSolver.setPotentialsWanted(true);
     batchedSolver.setPotentialsWanted(true);
-    wholeSolver.computeForces(whole);
-    batchedSolver.computeForces(batched);
+    const ForceReport wholeReport = wholeSolver.computeForces(whole);
+    const ForceReport batchedReport = batchedSolver.computeForces(batched);
+    // The report counts the final pass's interactions (and the estimate pass's, in the first call).
+    EXPECT_GE(double(wholeReport.counts.total()), wholeSolver.lastStats().work);
+    EXPECT_GT(wholeSolver.lastStats().work, 0.0);
+    EXPECT_EQ(batchedReport.counts.total(), wholeReport.counts.total());
     EXPECT_EQ(wholeSolver.lastStats().listBatches, 0u);
     if (!batched.empty()) {
       EXPECT_GE(batchedSolver.lastStats().listBatches, 3u);

@@ -19,6 +19,7 @@
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/core/pair_interaction.hpp"
 #include "matcha/core/stopwatch.hpp"
+#include "matcha/tree/batch_evaluation.hpp"
 
 namespace matcha::tree {
 
@@ -348,24 +349,13 @@ PeriodicTreeSolver::ListTotals PeriodicTreeSolver::walkAndEvaluate(
   }
 
   // An engine on a device evaluates each batch on a second host thread while the cores walk the next; the walk waits
-  // only when it is ahead of the engine by a batch. (std::async's future waits for its thread when destroyed: an
-  // exception thrown by the walk leaves no evaluation behind that reads the plans.)
-  const bool beside = engine_.evaluatesOnDevice();
-  std::future<Evaluated> inFlight;
-  const auto hand = [&](const InteractionPlan& plan, PlanBatch where) {
-    if (beside) {
-      inFlight = std::async(std::launch::async, evaluate, std::cref(plan), where);
-    } else {
-      take(evaluate(plan, where));
-    }
-  };
+  // only when it is ahead of the engine by a batch.
+  BatchEvaluation batches(engine_, sources, tree_.multipoles, gravity_, out, report);
+  const bool beside = batches.beside();
+  const auto hand = [&](const InteractionPlan& plan, PlanBatch where) { batches.hand(plan, where); };
   const auto collect = [&] {
     takeSentAhead();
-    if (!inFlight.valid()) return;
-    const Stopwatch waiting;
-    const Evaluated done = inFlight.get();
-    report.timings.engineWaitSeconds += waiting.seconds();
-    take(done);
+    batches.collect();
   };
   PlanBatch where{true, false};
   if (beside) {
