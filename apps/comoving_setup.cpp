@@ -13,11 +13,16 @@
 
 namespace matcha::app {
 
-InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& options) {
+void takeRunOptionsIntoCosmologicalIcs(Options& options) {
   CosmologicalIcOptions& ics = options.cosmologicalIcs;
   if (options.box > 0.0) ics.ic.boxSize = options.box;
   ics.ic.seed = options.seed;
-  checkCosmologicalIcOptions(command, ics);
+}
+
+InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& options, bool madeInShares) {
+  takeRunOptionsIntoCosmologicalIcs(options);
+  CosmologicalIcOptions& ics = options.cosmologicalIcs;
+  checkCosmologicalIcOptions(command, ics, !madeInShares);
   if (!(options.comoving.redshiftEnd < ics.ic.startRedshift)) {
     std::ostringstream message;
     message << std::setprecision(12) << "--z-end " << options.comoving.redshiftEnd << " must be below --z-start "

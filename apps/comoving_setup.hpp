@@ -22,7 +22,12 @@ namespace matcha::app {
 /// `run --cosmology`: the initial conditions' box (--box, else ic cosmo's default) and seed (--seed) from the run's
 /// own options; every check of the options before any work (ic cosmo's, and a z-end below z-start); what the run
 /// needs to know of the bodies before they are made, as an --ic file's header would tell it. Throws InputError.
-InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& options);
+/// `madeInShares`: the ranks of a distributed run make the start, each its share (the host memory is theirs to check).
+InitialConditionsInfo planCosmologicalIcs(const CLI::App& command, Options& options, bool madeInShares = false);
+
+/// The run's --box and --seed in options.cosmologicalIcs (what planCosmologicalIcs begins with): on every rank of a
+/// run that makes its start in shares.
+void takeRunOptionsIntoCosmologicalIcs(Options& options);
 
 /// "2LPT initial conditions made by the run (--cosmology: box L Mpc/h, z = z, seed s)": the start line's source.
 std::string cosmologicalIcSource(const cosmology::CosmologicalIcParams& made);

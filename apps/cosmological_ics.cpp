@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <sstream>
 #include <string>
 
 #include "matcha/core/errors.hpp"
@@ -42,12 +43,13 @@ void addCosmologicalIcOptions(CLI::App& command, CosmologicalIcOptions& options,
   }
 }
 
-void checkCosmologicalIcOptions(const CLI::App& command, const CosmologicalIcOptions& options) {
+void checkCosmologicalIcOptions(const CLI::App& command, const CosmologicalIcOptions& options, bool wholeOnThisHost) {
   const cosmology::CosmologicalIcParams& params = options.ic;
   params.validate();
   checkLinearPowerOptions(command, options.power, "--power");
   const std::uint64_t numBodies = static_cast<std::uint64_t>(params.grid) * params.grid * params.grid;
   requireBodiesFit(numBodies, false);
+  if (!wholeOnThisHost) return;
   const std::uint64_t needed = cosmology::cosmologicalIcBytes(params);
   const std::uint64_t available = availableHostBytes();
   if (available != 0 && needed > available) {
@@ -71,12 +73,20 @@ cosmology::LinearPowerSpectrum cosmologicalIcSpectrum(const CLI::App& command, c
   return spectrum;
 }
 
+std::string describeCosmologicalIcs(const CosmologicalIcOptions& options,
+                                    const cosmology::LinearPowerSpectrum& spectrum) {
+  const cosmology::CosmologicalIcParams& params = options.ic;
+  std::ostringstream line;
+  line << "generating " << params.grid << "^3 bodies in a box of " << params.boxSize
+       << " Mpc/h at z = " << params.startRedshift << " (" << (params.lptOrder == 2 ? "2LPT" : "Zel'dovich")
+       << ", sigma8 " << spectrum.sigma8() << ", seed " << params.seed << ")";
+  return line.str();
+}
+
 cosmology::CosmologicalIcs makeCosmologicalIcs(const CosmologicalIcOptions& options,
                                                const cosmology::LinearPowerSpectrum& spectrum, std::ostream& info) {
   const cosmology::CosmologicalIcParams& params = options.ic;
-  info << "generating " << params.grid << "^3 bodies in a box of " << params.boxSize
-       << " Mpc/h at z = " << params.startRedshift << " (" << (params.lptOrder == 2 ? "2LPT" : "Zel'dovich")
-       << ", sigma8 " << spectrum.sigma8() << ", seed " << params.seed << ")..." << std::endl;
+  info << describeCosmologicalIcs(options, spectrum) << "..." << std::endl;
   return cosmology::makeCosmologicalIcs(params, [&spectrum](double k) { return spectrum.power(k); });
 }
 

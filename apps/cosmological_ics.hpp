@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "linear_power_options.hpp"
 #include "matcha/cosmology/initial_conditions.hpp"
@@ -27,14 +28,20 @@ struct CosmologicalIcOptions {
 void addCosmologicalIcOptions(CLI::App& command, CosmologicalIcOptions& options, CLI::Option* needs = nullptr);
 
 /// Checks, before any work, what the options say: the parameters (CosmologicalIcParams::validate), the spectrum's
-/// options that need no file (checkLinearPowerOptions), and the host memory the making needs
-/// (cosmologicalIcBytes). Throws InputError, one line.
-void checkCosmologicalIcOptions(const CLI::App& command, const CosmologicalIcOptions& options);
+/// options that need no file (checkLinearPowerOptions), and, with `wholeOnThisHost`, the host memory the making needs
+/// (cosmologicalIcBytes; a run on several ranks makes its start in shares and checks their memory itself). Throws
+/// InputError, one line.
+void checkCosmologicalIcOptions(const CLI::App& command, const CosmologicalIcOptions& options,
+                                bool wholeOnThisHost = true);
 
 /// The linear spectrum the options name (a table read, or sigma_8 integrated): before any body is made, so that a
 /// bad table costs nothing. Warns on `warnings` when a table does not cover the grid's modes. Throws InputError.
 cosmology::LinearPowerSpectrum cosmologicalIcSpectrum(const CLI::App& command, const CosmologicalIcOptions& options,
                                                       std::ostream& warnings);
+
+/// "generating n^3 bodies in a box of L Mpc/h at z = z (2LPT, sigma8 s, seed k)": what the making says first.
+std::string describeCosmologicalIcs(const CosmologicalIcOptions& options,
+                                    const cosmology::LinearPowerSpectrum& spectrum);
 
 /// Makes the bodies from `spectrum` (cosmology::makeCosmologicalIcs), saying so on `info` first (it can take
 /// minutes). Velocities are GADGET's stored u = v / sqrt(a).

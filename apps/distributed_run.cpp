@@ -35,6 +35,7 @@
 #include "force_reference.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/core/version.hpp"
+#include "matcha/cosmology/initial_conditions_on_ranks.hpp"
 #include "matcha/gpu/engine_factory.hpp"
 #include "matcha/integrator/hermite.hpp"
 #include "matcha/integrator/hermite_run.hpp"
@@ -826,6 +827,55 @@ int runHermiteOnRanks(CLI::App& command, const Options& given) {
   return 0;
 }
 
+/// Collective: `run --cosmology` on several ranks. Every rank makes the bodies of its own x planes of the grid
+/// (cosmology::makeCosmologicalIcShare, on FFTW-MPI's slabs), so that no process holds the whole start. Rank 0 brings
+/// the spectrum it made while checking the options; the others make theirs from the same options (a table is read by
+/// each). The memory each host needs for its ranks' shares is checked first, on every rank alike. Velocities are
+/// GADGET's stored u, as the one-process start's.
+Particles makeCosmologicalStartOnRanks(const CLI::App& command, Options& options,
+                                       std::optional<cosmology::LinearPowerSpectrum>& spectrum, std::ostream& info,
+                                       MPI_Comm comm) {
+  takeRunOptionsIntoCosmologicalIcs(options);
+  const cosmology::CosmologicalIcParams& params = options.cosmologicalIcs.ic;
+  int numRanks = 1;
+  MPI_Comm_size(comm, &numRanks);
+  std::uint64_t hostBytes = cosmology::cosmologicalIcShareBytes(params, numRanks);
+  int hostRanks = 1;
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  MPI_Comm_size(host, &hostRanks);
+  MPI_Allreduce(MPI_IN_PLACE, &hostBytes, 1, MPI_UINT64_T, MPI_SUM, host);
+  MPI_Comm_free(&host);
+  parallel::checkOnEveryRank(
+      [&] {
+        const std::uint64_t available = availableHostBytes();
+        if (available != 0 && hostBytes > available) {
+          throw InputError("initial conditions on a " + std::to_string(params.grid) + "^3 grid need ~" +
+                           formatBytes(hostBytes) + " of host memory on a host of " + std::to_string(hostRanks) +
+                           " ranks (" + formatBytes(available) +
+                           " available); use more hosts, fewer ranks a host or a smaller --grid");
+        }
+        std::ostream quiet(nullptr);  // rank 0 warned of the table's range already
+        if (!spectrum) spectrum = cosmologicalIcSpectrum(command, options.cosmologicalIcs, quiet);
+      },
+      comm);
+  info << describeCosmologicalIcs(options.cosmologicalIcs, *spectrum) << " on " << numRanks
+       << " ranks, each the bodies of its planes of the grid..." << std::endl;
+  const cosmology::LinearPowerSpectrum& power = *spectrum;
+  const Stopwatch making;
+  Particles mine = cosmology::makeCosmologicalIcShare(
+                       params, [&power](double k) { return power.power(k); }, comm)
+                       .particles;
+  // The slowest rank's time: the start is made when every share is.
+  double seconds = making.seconds();
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
+  char took[32];
+  std::snprintf(took, sizeof took, "%.2f", seconds);
+  info << "  made in " << took << " s (~" << formatBytes(hostBytes) << " of memory at the peak on rank 0's host, its "
+       << hostRanks << (hostRanks == 1 ? " rank)" : " ranks)") << std::endl;
+  return mine;
+}
+
 }  // namespace
 
 int runDistributed(CLI::App& command, const Options& given) {
@@ -851,12 +901,15 @@ int runDistributed(CLI::App& command, const Options& given) {
   int device = 0;
   gpu::EngineChoice engine = makeRankEngine(options, comm, device);
 
-  // Rank 0 checks everything before anything is written: the checkpoint's header and states, or the IC file's header;
-  // or it makes the bodies of a generated start (a Plummer sphere, --cosmology's 2LPT box), which it alone holds until
-  // they are scattered. A checkpoint and an IC file are read by every rank at once, each its share
-  // (readShareOfCheckpoint, readShareOfSnapshot): there, no process holds the whole system.
+  // Rank 0 checks everything before anything is written: the checkpoint's header and states, the IC file's header, or
+  // --cosmology's options and spectrum; or it makes the bodies of a Plummer sphere, which it alone holds until they are
+  // scattered. A checkpoint and an IC file are read by every rank at once, each its share (readShareOfCheckpoint,
+  // readShareOfSnapshot), and --cosmology's start is made by every rank, each its share (makeCosmologicalStartOnRanks):
+  // there, no process holds the whole system.
   const bool startFromFile = !restart && !options.cosmology && !options.icFile.empty();
-  Particles all;  // rank 0: a generated start's bodies
+  const bool cosmologicalStart = !restart && options.cosmology;
+  Particles all;                                           // rank 0: a generated Plummer sphere's bodies
+  std::optional<cosmology::LinearPowerSpectrum> spectrum;  // --cosmology's: rank 0's from its checks
   RestartOnRanks resumed;
   // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
   // and the box of the IC file or the checkpoint (0: none)
@@ -888,9 +941,8 @@ int runDistributed(CLI::App& command, const Options& given) {
       io::checkRunFolder(folder);
       // As on one rank: the bodies' count and start from the IC file's header, or with --cosmology from the options
       // (the linear spectrum made, a table read, before any body is).
-      std::optional<cosmology::LinearPowerSpectrum> spectrum;
       const InitialConditionsInfo ic =
-          options.cosmology ? planCosmologicalIcs(command, options) : inspectInitialConditions(options);
+          options.cosmology ? planCosmologicalIcs(command, options, true) : inspectInitialConditions(options);
       if (options.cosmology) spectrum = cosmologicalIcSpectrum(command, options.cosmologicalIcs, std::cerr);
       if (!ic.cosmology) refuseComovingOptions(options);
       prepareLeapfrogRun(options, ic.cosmology.has_value());
@@ -915,14 +967,8 @@ int runDistributed(CLI::App& command, const Options& given) {
       if (startFromFile) {
         info << "reading initial conditions from " << options.icFile << " on " << numRanks
              << " ranks, each its share..." << std::endl;
-      } else {
-        all = options.cosmology ? makeCosmologicalIcs(options.cosmologicalIcs, *spectrum, info).particles
-                                : loadInitialConditions(options, info);
-        if (comoving) {
-          checkComovingStart(*comoving, options, std::accumulate(all.mass.begin(), all.mass.end(), 0.0),
-                             initialConditionsSource(options));
-          storedVelocitiesToMomenta(all, comoving->timeline.startScaleFactor());
-        }
+      } else if (!cosmologicalStart) {
+        all = loadInitialConditions(options, info);  // a Plummer sphere: open boundaries, never comoving
         gpu::requireFloatRange(all, options.gravity);
       }
       folderRequest = folder;
@@ -1008,8 +1054,10 @@ int runDistributed(CLI::App& command, const Options& given) {
     if (header[5] > 0.0 && treeSolver != nullptr) {
       treeSolver->setWorkWeights(std::move(share.solver.doubles[kWorkWeightsName]));
     }
-  } else if (startFromFile) {
-    mine = readShareOfSnapshot(options.icFile, evenShares(numBodies, numRanks), options.integrator.boxSize, comm);
+  } else if (startFromFile || cosmologicalStart) {
+    mine = startFromFile
+               ? readShareOfSnapshot(options.icFile, evenShares(numBodies, numRanks), options.integrator.boxSize, comm)
+               : makeCosmologicalStartOnRanks(command, options, spectrum, info, comm);
     if (comoving) {
       // As one rank's start checks the whole file's mean density, and holds momenta from here on.
       double totalMass = std::accumulate(mine.mass.begin(), mine.mass.end(), 0.0);
@@ -1020,8 +1068,8 @@ int runDistributed(CLI::App& command, const Options& given) {
   } else {
     mine = scatterBodies(rank == 0 ? &all : nullptr, evenShares(numBodies, numRanks), comm);
   }
-  // What rank 0 checked of a generated start's bodies, the ranks check of the whole system read in shares.
-  if (restart || startFromFile) requireFloatRangeOnRanks(mine, options.gravity, comm);
+  // What rank 0 checked of a generated Plummer sphere, the ranks check of the whole system read or made in shares.
+  if (restart || startFromFile || cosmologicalStart) requireFloatRangeOnRanks(mine, options.gravity, comm);
   all = Particles{};  // no rank keeps the whole system
   resumed = RestartOnRanks{};
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
@@ -1035,8 +1083,8 @@ int runDistributed(CLI::App& command, const Options& given) {
           : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
   // Rank 0 holds the whole system where it makes the start, gathers the snapshots, sums direct potentials or checks
   // the forces; never for a checkpoint, which every rank writes its part of.
-  const bool wholeOnRankZero =
-      (!restart && !startFromFile) || !perRankSnapshots || directPotentials || options.forceCheck > 0;
+  const bool wholeOnRankZero = (!restart && !startFromFile && !cosmologicalStart) || !perRankSnapshots ||
+                               directPotentials || options.forceCheck > 0;
   const MemoryOnRanks memory = estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials,
                                                      wholeOnRankZero, sizedSteps, comm);
   if (options.dryRun) {

@@ -16,6 +16,9 @@ void setUpThreadsOnce();
 /// FFTW's planner is not reentrant and fftw_plan_with_nthreads is a global that the next plan reads: every plan is
 /// made, and destroyed, holding this.
 std::mutex& plannerMutex();
+/// FFTW-MPI's set-up, once per process, after the threads' (fftw_mpi_init must follow fftw_init_threads). MATCHA_MPI
+/// builds only: defined in slab_fourier_grid.cpp, used there and by slab_mesh.cpp.
+void setUpMpiOnce();
 
 /// n^3 real values in FFTW's padded in-place layout (n x n x 2 (n/2 + 1) doubles), which also hold their transform
 /// (n x n x (n/2 + 1) complex values), and the forward (real to complex) and inverse (complex to real) plans.

@@ -36,13 +36,6 @@ void check(int status, const char* call) {
   if (status != MPI_SUCCESS) throw InvariantError(std::string("slab mesh: ") + call + " failed");
 }
 
-/// FFTW-MPI's set-up, once per process, after FFTW's threads (fftw_mpi_init must follow fftw_init_threads).
-void setUpMpiOnce() {
-  detail::setUpThreadsOnce();
-  static std::once_flag once;
-  std::call_once(once, [] { fftw_mpi_init(); });
-}
-
 /// Most distinct slabs one body's windows (with the finite-difference gradient's two planes on each side) can reach:
 /// one pass's, or both interlaced passes' together (the second window half a cell on).
 constexpr int kMaxOwnersPerBody = kMaxGradientSupport + 1;
@@ -120,7 +113,7 @@ struct SlabMesh::Impl {
   void setUp() {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &ranks);
-    setUpMpiOnce();
+    detail::setUpMpiOnce();
     const auto side = static_cast<ptrdiff_t>(n);
     const ptrdiff_t allocComplex = fftw_mpi_local_size_3d_transposed(side, side, side / 2 + 1, comm, &localN0,
                                                                      &local0Start, &localN1, &local1Start);

@@ -340,7 +340,7 @@ EOF
 comoving)
   # A comoving run of a 16^3 2LPT box (50 Mpc/h, z = 49 -> 3; TreePM with long-range and block time steps, the
   # defaults) on K ranks against one rank; a K-rank checkpoint continued on K ranks against the uninterrupted K-rank
-  # run; and run --cosmology (the ICs made on rank 0) against the file's run on K ranks.
+  # run; and run --cosmology (the ICs made in shares, each rank its planes) against the file's run on K ranks.
   "$matcha" ic cosmo --grid 16 --box 50 --seed 3 --out cosmo.hdf5 >/dev/null
   args=(run --ic cosmo.hdf5 --engine cpu --checkpoint-interval 0 --z-end 3 --output-z 6,4)
   "$matcha" "${args[@]}" --out one >one.txt

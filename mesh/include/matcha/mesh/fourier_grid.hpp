@@ -32,6 +32,11 @@ class FourierGrid {
   FourierGrid& operator=(const FourierGrid&) = delete;
 
   int grid() const;  ///< n
+  // The whole grid, in SlabFourierGrid's terms (slab_fourier_grid.hpp), for code written for both.
+  int firstPlane() const { return 0; }
+  int planes() const { return grid(); }
+  int firstModeRow() const { return 0; }
+  int modeRows() const { return grid(); }
   double* real();
   const double* real() const;
   std::complex<double>* spectrum();
