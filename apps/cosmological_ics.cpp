@@ -6,8 +6,10 @@
 #include <sstream>
 #include <string>
 
+#include "comoving_run.hpp"
 #include "matcha/core/errors.hpp"
 #include "memory_check.hpp"
+#include "options.hpp"
 
 namespace matcha::app {
 
@@ -94,6 +96,17 @@ io::CosmologyHeader cosmologicalIcHeader(const CosmologicalIcOptions& options) {
   const cosmology::CosmologicalIcParams& params = options.ic;
   return io::CosmologyHeader{params.startRedshift, params.cosmology.omegaMatter, params.cosmology.omegaLambda,
                              params.cosmology.hubbleParam};
+}
+
+io::SnapshotMetadata cosmologicalIcMetadata(const CLI::App& command, const io::CosmologyHeader& cosmology,
+                                            double boxSize) {
+  io::SnapshotMetadata metadata;
+  metadata.time = 1.0 / (1.0 + cosmology.redshift);
+  metadata.boxSize = boxSize;
+  metadata.cosmology = cosmology;
+  metadata.units = gadgetCosmologicalUnits();  // the units comoving runs assume when a file has none
+  metadata.parameters = usedParameterList(command);
+  return metadata;
 }
 
 }  // namespace matcha::app

@@ -51,4 +51,9 @@ cosmology::CosmologicalIcs makeCosmologicalIcs(const CosmologicalIcOptions& opti
 /// The cosmology header of the initial conditions: their redshift, Omega_m, Omega_Lambda and h.
 io::CosmologyHeader cosmologicalIcHeader(const CosmologicalIcOptions& options);
 
+/// What a file of cosmological initial conditions says of them, in GADGET's units: Time = a of `cosmology`'s
+/// redshift, BoxSize, the cosmology header, /Units, and the parameters `command` used (`ic cosmo`, `ic pancake`).
+io::SnapshotMetadata cosmologicalIcMetadata(const CLI::App& command, const io::CosmologyHeader& cosmology,
+                                            double boxSize);
+
 }  // namespace matcha::app

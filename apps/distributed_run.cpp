@@ -49,6 +49,7 @@
 #include "matcha/parallel/distributed_hermite_engine.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
 #include "memory_check.hpp"
+#include "output_file.hpp"
 #include "rank_bodies.hpp"
 #include "restart_support.hpp"
 #include "timings.hpp"
@@ -719,9 +720,13 @@ int reportFailure(int exitCode, const std::string& message) {
   return exitCode;
 }
 
-void requireRunsOnRanks(const std::string& subcommand) {
-  if (worldSize() == 1 || subcommand == "run" || subcommand == "compare") return;
-  throw InputError("matcha " + subcommand + " runs on one rank (only run and compare run on several); got " +
+void requireRunsOnRanks(const CLI::App& command) {
+  std::string name = command.get_name();
+  if (worldSize() == 1 || name == "run" || name == "compare") return;
+  const std::vector<CLI::App*> chosen = command.get_subcommands();
+  if (!chosen.empty()) name += " " + chosen.front()->get_name();
+  if (name == "ic cosmo") return;
+  throw InputError("matcha " + name + " runs on one rank (only run, compare and ic cosmo run on several); got " +
                    std::to_string(worldSize()) + " ranks");
 }
 
@@ -827,16 +832,15 @@ int runHermiteOnRanks(CLI::App& command, const Options& given) {
   return 0;
 }
 
-/// Collective: `run --cosmology` on several ranks. Every rank makes the bodies of its own x planes of the grid
-/// (cosmology::makeCosmologicalIcShare, on FFTW-MPI's slabs), so that no process holds the whole start. Rank 0 brings
-/// the spectrum it made while checking the options; the others make theirs from the same options (a table is read by
-/// each). The memory each host needs for its ranks' shares is checked first, on every rank alike. Velocities are
-/// GADGET's stored u, as the one-process start's.
-Particles makeCosmologicalStartOnRanks(const CLI::App& command, Options& options,
-                                       std::optional<cosmology::LinearPowerSpectrum>& spectrum, std::ostream& info,
-                                       MPI_Comm comm) {
-  takeRunOptionsIntoCosmologicalIcs(options);
-  const cosmology::CosmologicalIcParams& params = options.cosmologicalIcs.ic;
+/// Collective: cosmological initial conditions on several ranks (`run --cosmology`, `ic cosmo`). Every rank makes the
+/// bodies of its own x planes of the grid (cosmology::makeCosmologicalIcShare, on FFTW-MPI's slabs), so that no process
+/// holds the whole start. Rank 0 brings the spectrum it made while checking the options; the others make theirs from
+/// the same options (a table is read by each). The memory each host needs for its ranks' shares is checked first, on
+/// every rank alike. Velocities are GADGET's stored u, as the one-process start's.
+cosmology::CosmologicalIcs makeCosmologicalIcsOnRanks(const CLI::App& command, const CosmologicalIcOptions& options,
+                                                      std::optional<cosmology::LinearPowerSpectrum>& spectrum,
+                                                      std::ostream& info, MPI_Comm comm) {
+  const cosmology::CosmologicalIcParams& params = options.ic;
   int numRanks = 1;
   MPI_Comm_size(comm, &numRanks);
   std::uint64_t hostBytes = cosmology::cosmologicalIcShareBytes(params, numRanks);
@@ -856,16 +860,15 @@ Particles makeCosmologicalStartOnRanks(const CLI::App& command, Options& options
                            " available); use more hosts, fewer ranks a host or a smaller --grid");
         }
         std::ostream quiet(nullptr);  // rank 0 warned of the table's range already
-        if (!spectrum) spectrum = cosmologicalIcSpectrum(command, options.cosmologicalIcs, quiet);
+        if (!spectrum) spectrum = cosmologicalIcSpectrum(command, options, quiet);
       },
       comm);
-  info << describeCosmologicalIcs(options.cosmologicalIcs, *spectrum) << " on " << numRanks
+  info << describeCosmologicalIcs(options, *spectrum) << " on " << numRanks
        << " ranks, each the bodies of its planes of the grid..." << std::endl;
   const cosmology::LinearPowerSpectrum& power = *spectrum;
   const Stopwatch making;
-  Particles mine = cosmology::makeCosmologicalIcShare(
-                       params, [&power](double k) { return power.power(k); }, comm)
-                       .particles;
+  cosmology::CosmologicalIcs mine = cosmology::makeCosmologicalIcShare(
+      params, [&power](double k) { return power.power(k); }, comm);
   // The slowest rank's time: the start is made when every share is.
   double seconds = making.seconds();
   MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm);
@@ -874,6 +877,14 @@ Particles makeCosmologicalStartOnRanks(const CLI::App& command, Options& options
   info << "  made in " << took << " s (~" << formatBytes(hostBytes) << " of memory at the peak on rank 0's host, its "
        << hostRanks << (hostRanks == 1 ? " rank)" : " ranks)") << std::endl;
   return mine;
+}
+
+/// `run --cosmology` on several ranks: its options taken into the initial conditions', then made in shares.
+Particles makeCosmologicalStartOnRanks(const CLI::App& command, Options& options,
+                                       std::optional<cosmology::LinearPowerSpectrum>& spectrum, std::ostream& info,
+                                       MPI_Comm comm) {
+  takeRunOptionsIntoCosmologicalIcs(options);
+  return makeCosmologicalIcsOnRanks(command, options.cosmologicalIcs, spectrum, info, comm).particles;
 }
 
 }  // namespace
@@ -1539,6 +1550,87 @@ int compareDistributed(const Options& given, const CompareOptions& compare) {
   return 0;
 }
 
+int writeCosmologicalIcsOnRanks(const CLI::App& command, CosmologicalIcOptions& options,
+                                const std::filesystem::path& out, bool overwrite) {
+  namespace fs = std::filesystem;
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int rank = worldRank();
+  const int numRanks = worldSize();
+  // Rank 0 checks the options, the spectrum (warning of a table's range) and the files before any work; the ranks
+  // write into one folder, as a run's ranks write their parts of a checkpoint.
+  std::optional<cosmology::LinearPowerSpectrum> spectrum;
+  beginRankZeroWork();  // throws RankZeroFailed on the others when rank 0's checks fail (it says why)
+  if (rank == 0) {
+    checkCosmologicalIcOptions(command, options, false);
+    checkOutputSet(out, numRanks, overwrite, isHdf5File, "an HDF5 file");
+    spectrum = cosmologicalIcSpectrum(command, options, std::cerr);
+    if (out.has_parent_path()) io::ensureWritableDirectory(out.parent_path());
+    endRankZeroWork();
+  }
+  const cosmology::CosmologicalIcs mine = makeCosmologicalIcsOnRanks(command, options, spectrum, std::cout, comm);
+  parallel::checkOnEveryRank([&] { requireUsableBodies("ic " + command.get_name(), mine.particles); }, comm);
+
+  const auto side = static_cast<std::uint64_t>(options.ic.grid);
+  const std::uint64_t total = side * side * side;
+  io::SnapshotWriteOptions write;
+  write.includeForces = false;
+  write.filePart = io::SnapshotWriteOptions::FilePart{rank, numRanks, total, -1.0};
+  const io::SnapshotMetadata metadata =
+      cosmologicalIcMetadata(command, cosmologicalIcHeader(options), options.ic.boxSize);
+  // Each rank's file goes beside its name first (atomically, as every snapshot), and into place only once every
+  // rank's is written: a rank that fails leaves no set that would read as whole.
+  const fs::path part = io::multiFilePath(out, rank);
+  const fs::path staged = part.parent_path() / ("." + part.filename().string() + ".staged");
+  const auto removeStaged = [&] {
+    std::error_code ignored;
+    fs::remove(staged, ignored);
+  };
+  try {
+    parallel::checkOnEveryRank([&] { io::writeSnapshot(staged, mine.particles, metadata, write); }, comm);
+  } catch (...) {
+    removeStaged();
+    throw;
+  }
+  try {
+    parallel::checkOnEveryRank(
+        [&] {
+          std::error_code error;
+          fs::rename(staged, part, error);
+          if (error)
+            throw IoError("cannot rename " + staged.string() + " to " + part.string() + ": " + error.message());
+        },
+        comm);
+  } catch (...) {
+    // Some ranks' files are in place: none stays, so that no mix of this set and an earlier one reads as a set.
+    removeStaged();
+    std::error_code ignored;
+    fs::remove(part, ignored);
+    throw;
+  }
+  // What the set replaces, once it is in place: `out` itself, which readers would take before the set, and the parts
+  // of an earlier, larger set (checkOutputSet let them go only with --overwrite).
+  parallel::checkOnEveryRank(
+      [&] {
+        if (rank != 0) return;
+        std::vector<fs::path> replaced = staleParts(out, numRanks);
+        std::error_code error;
+        if (fs::is_regular_file(out, error)) replaced.push_back(out);
+        for (const fs::path& old : replaced) {
+          if (!fs::remove(old, error) && error) {
+            throw IoError("the set is written, but " + old.string() + " could not be removed (" + error.message() +
+                          "): readers would take it first");
+          }
+        }
+      },
+      comm);
+  std::cout << "wrote " << total << " bodies (a = " << mine.growth.scaleFactor
+            << ", D1/D1(1) = " << mine.growth.growthRatio << ", mass " << mine.growth.particleMass
+            << " 1e10 Msun/h) to " << io::multiFilePath(out, 0).string() << " .. "
+            << io::multiFilePath(out, numRanks - 1).string() << ", a file a rank (--ic " << out.string()
+            << " reads them as one)\n";
+  return 0;
+}
+
 }  // namespace matcha::app
 
 #else  // without MPI: every process is a world of one rank
@@ -1556,11 +1648,14 @@ int reportFailure(int exitCode, const std::string& message) {
   return exitCode;
 }
 
-void requireRunsOnRanks(const std::string&) {}
+void requireRunsOnRanks(const CLI::App&) {}
 
 int runDistributed(CLI::App&, const Options&) { throw InvariantError("runDistributed: built without MPI"); }
 int compareDistributed(const Options&, const CompareOptions&) {
   throw InvariantError("compareDistributed: built without MPI");
+}
+int writeCosmologicalIcsOnRanks(const CLI::App&, CosmologicalIcOptions&, const std::filesystem::path&, bool) {
+  throw InvariantError("writeCosmologicalIcsOnRanks: built without MPI");
 }
 
 }  // namespace matcha::app

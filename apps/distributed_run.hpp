@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: MIT
-// `matcha` on several MPI ranks (issue 19): the process's MPI session, the errors the ranks agree on, and `run` and
-// `compare` with their bodies spread over the ranks. All of apps/'s MPI lives in distributed_run.cpp and, for moving,
-// reading and writing the bodies over the ranks, rank_bodies.cpp, built with MATCHA_MPI (MATCHA_HAVE_MPI); without it
-// every process is a world of one rank and these are the one-rank answers.
-// Under mpirun with one rank, or without mpirun, `matcha` takes its one-rank code paths unchanged.
+// `matcha` on several MPI ranks (issue 19): the process's MPI session, the errors the ranks agree on, and `run`,
+// `compare` and `ic cosmo` with their bodies spread over the ranks. All of apps/'s MPI lives in distributed_run.cpp
+// and, for moving, reading and writing the bodies over the ranks, rank_bodies.cpp, built with MATCHA_MPI
+// (MATCHA_HAVE_MPI); without it every process is a world of one rank and these are the one-rank answers. Under mpirun
+// with one rank, or without mpirun, `matcha` takes its one-rank code paths unchanged.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "commands.hpp"
+#include "cosmological_ics.hpp"
 #include "options.hpp"
 
 namespace matcha::app {
@@ -58,9 +60,9 @@ class RankZeroFailed : public std::exception {
 /// calls MPI_Abort, so that no rank waits forever in a collective call.
 int reportFailure(int exitCode, const std::string& message);
 
-/// Throws InputError (one line, the same on every rank) when `subcommand` cannot run on this world's ranks: only
-/// `run` and `compare` run on several.
-void requireRunsOnRanks(const std::string& subcommand);
+/// Throws InputError (one line, the same on every rank) when `command` (the subcommand parsed, `ic`'s own included)
+/// cannot run on this world's ranks: only `run`, `compare` and `ic cosmo` run on several.
+void requireRunsOnRanks(const CLI::App& command);
 
 /// `matcha run` on several ranks: a leapfrog run of the distributed tree (open boundaries, or TreePM in a periodic box,
 /// a comoving one from a cosmological file or --cosmology with its long-range and block time steps) on each rank's
@@ -72,6 +74,16 @@ void requireRunsOnRanks(const std::string& subcommand);
 /// (parallel::DistributedDirectSolver). Every option of `run` works on one rank as on K. Collective over
 /// MPI_COMM_WORLD.
 int runDistributed(CLI::App& command, const Options& options);
+
+/// `matcha ic cosmo` on several ranks: every rank makes the bodies of its own planes of the grid, as `run --cosmology`
+/// on as many ranks does, and writes them as its file of a GADGET multi-file set (NumFilesPerSnapshot K, the files
+/// io::multiFilePath(out, k), which io::readSnapshot and yt read as one, by `out`'s name or any file's), so that no
+/// process holds the whole start. The files are written beside their names and renamed into place only when every
+/// rank's is written: a failure on any rank leaves none of them (and, without --overwrite, an existing file of the set
+/// is refused before any work). With `overwrite`, what the new set replaces goes once it is in place: `out` itself
+/// (readers take it before a set) and the parts of an earlier, larger set. Collective over MPI_COMM_WORLD.
+int writeCosmologicalIcsOnRanks(const CLI::App& command, CosmologicalIcOptions& options,
+                                const std::filesystem::path& out, bool overwrite);
 
 /// `matcha compare` on several ranks: the distributed tree's forces on rank 0's bodies against direct summation on
 /// rank 0; the same table or JSON as on one rank. Collective over MPI_COMM_WORLD.

@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "comoving_run.hpp"
 #include "cosmological_ics.hpp"
+#include "distributed_run.hpp"
 #include "matcha/core/errors.hpp"
 #include "matcha/core/units.hpp"
 #include "matcha/cosmology/initial_conditions.hpp"
@@ -46,23 +47,11 @@ void requireOutputFile(const std::string& outPath, bool overwrite) {
   checkOutputFile(outPath, {}, overwrite, isHdf5File, "an HDF5 file");
 }
 
-/// Refuses, in one line, generated bodies that no run could read back (Particles::validate, as `run --ic` checks
-/// them): extreme options (`ic cosmo --sigma8 1e160` overflows the displacements, `--box 1e-160` the masses) wrote
-/// such a file with exit 0 before.
-void requireUsableBodies(const CLI::App& command, const Particles& particles) {
-  try {
-    particles.validate();
-  } catch (const InputError& error) {
-    throw InputError("ic " + command.get_name() + ": nothing was written: with these options " + error.what() +
-                     " (beyond a double)");
-  }
-}
-
 /// Writes the bodies (atomically, without forces) with `boxSize` in the header (0: open boundaries) and the
 /// parameters `command` used.
 void writeInitialConditions(const CLI::App& command, const Particles& particles, double boxSize,
                             const std::string& outPath) {
-  requireUsableBodies(command, particles);
+  requireUsableBodies("ic " + command.get_name(), particles);
   io::SnapshotMetadata metadata;
   metadata.boxSize = boxSize;
   metadata.parameters = usedParameterList(command);
@@ -174,16 +163,10 @@ int runLattice(const CLI::App& command, PeriodicBoxOptions& options) {
 void writeCosmologicalInitialConditions(const CLI::App& command, const Particles& particles,
                                         const io::CosmologyHeader& cosmology, double boxSize,
                                         const std::filesystem::path& out) {
-  requireUsableBodies(command, particles);
-  io::SnapshotMetadata metadata;
-  metadata.time = 1.0 / (1.0 + cosmology.redshift);
-  metadata.boxSize = boxSize;
-  metadata.cosmology = cosmology;
-  metadata.units = gadgetCosmologicalUnits();  // the units comoving runs assume when a file has none
-  metadata.parameters = usedParameterList(command);
+  requireUsableBodies("ic " + command.get_name(), particles);
   io::SnapshotWriteOptions writeOptions;
   writeOptions.includeForces = false;
-  io::writeSnapshot(out, particles, metadata, writeOptions);
+  io::writeSnapshot(out, particles, cosmologicalIcMetadata(command, cosmology, boxSize), writeOptions);
 }
 
 /// The options of `ic cosmo`: those shared with `run --cosmology`, the box and the seed, and the output.
@@ -206,6 +189,8 @@ CLI::App* addCosmoCommand(CLI::App& group, CosmoOptions& options) {
 }
 
 int runCosmo(const CLI::App& command, CosmoOptions& options) {
+  // Under mpirun on K ranks: each rank makes and writes its planes' bodies, a set of K files (distributed_run.hpp).
+  if (worldSize() > 1) return writeCosmologicalIcsOnRanks(command, options.ic, options.out, options.overwrite);
   checkCosmologicalIcOptions(command, options.ic);
   requireOutputFile(options.out, options.overwrite);
   const std::filesystem::path out = options.out;

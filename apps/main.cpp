@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     args = expandConfigFile(args, app);
     std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
     app.parse(args);
-    matcha::app::requireRunsOnRanks(app.get_subcommands().front()->get_name());
+    matcha::app::requireRunsOnRanks(*app.get_subcommands().front());
     if (app.got_subcommand("run")) return runCommand();
     if (app.got_subcommand("compare")) return compareCommand();
     if (app.got_subcommand("tune")) return tuneCommand();

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/io/snapshot.hpp"
 
 namespace matcha::app {
 
@@ -25,6 +26,32 @@ void checkOutputFile(const fs::path& out, const fs::path& snapshot, bool overwri
   if (!overwrite) throw InputError("--out " + out.string() + " already exists; pass --overwrite to replace it");
   if (replaceable && !replaceable(out)) {
     throw InputError("--out " + out.string() + " exists and is not " + kind + "; --overwrite replaces only those");
+  }
+}
+
+void checkOutputSet(const fs::path& out, int count, bool overwrite,
+                    const std::function<bool(const fs::path&)>& replaceable, const std::string& kind) {
+  checkOutputFile(out, {}, overwrite, replaceable, kind);
+  for (int k = 0; k < count; ++k) checkOutputFile(io::multiFilePath(out, k), {}, overwrite, replaceable, kind);
+  for (const fs::path& part : staleParts(out, count)) checkOutputFile(part, {}, overwrite, replaceable, kind);
+}
+
+std::vector<fs::path> staleParts(const fs::path& out, int count) {
+  std::vector<fs::path> parts;
+  std::error_code ec;
+  for (int k = count; k < (1 << 30); ++k) {
+    fs::path part = io::multiFilePath(out, k);
+    if (!fs::exists(part, ec)) break;
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+void requireUsableBodies(const std::string& generator, const Particles& particles) {
+  try {
+    particles.validate();
+  } catch (const InputError& error) {
+    throw InputError(generator + ": nothing was written: with these options " + error.what() + " (beyond a double)");
   }
 }
 

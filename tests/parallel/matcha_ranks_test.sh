@@ -25,7 +25,9 @@
 #    final snapshot's ids once, positions within 1e-4 L and velocities within 1e-3 of the rms of one rank's; a
 #    K-rank checkpoint at z = 4 continued to z = 3 on K ranks bit for bit the uninterrupted K-rank run (on one rank,
 #    its K within 1e-4); run
-#    --cosmology on K ranks the file's run to z = 6;
+#    --cosmology on K ranks the file's run to z = 6; ic cosmo on K ranks a set of K files (NumFilesPerSnapshot K)
+#    holding the one-process file's bodies in its order (to 1e-11; bit for bit measured) under its header, from which
+#    a run on K ranks is the file's run to z = 6;
 #  - compare K: 8192 bodies, a sample of 1024, theta 0.5: K ranks' median and 99th percentile of the relative force
 #    error within 10% of one rank's (measured: 1-3%; the local essential trees cut differently from one tree); the
 #    same for 8192 bodies of `ic clumps` in their periodic box and a 16^3 box of `ic cosmo`, TreePM against Ewald;
@@ -34,8 +36,10 @@
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
 #    whose shares do not add up or which lost a part, an IC file read in shares with an id in two ranks' shares or a
 #    NaN in one, restarts with another dt (on K ranks and on one) or an end no later than the checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
-#    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written) and a subcommand that
-#    runs on one rank only: one line on stderr, exit status 2, no hang; --dry-run on K ranks writes nothing;
+#    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written), a subcommand that
+#    runs on one rank only, ic cosmo with a bad --grid or over an existing set: one line on stderr, exit status 2, no
+#    hang; --dry-run on K ranks writes nothing; ic cosmo --overwrite on K ranks leaves its K files alone (the one file of
+#    its name and an earlier set's further parts removed, nothing staged left);
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots and the checkpoint written before are whole (they read back; the checkpoint's one folder of parts holds
@@ -351,6 +355,9 @@ comoving)
   on_ranks run --restart halves --z-end 3 --output-z 6,4 >halves-continued.txt
   "$matcha" run --restart halves-on-one --z-end 3 --output-z 6,4 >halves-on-one.txt
   on_ranks run --cosmology --grid 16 --box 50 --seed 3 --engine cpu --z-end 6 --out made >made.txt
+  # ic cosmo on K ranks: a set of K files, each rank's planes, and a run from it.
+  on_ranks ic cosmo --grid 16 --box 50 --seed 3 --out set.hdf5 >set.txt
+  on_ranks run --ic set.hdf5 --engine cpu --z-end 6 --out from-set >from-set.txt
   "$python" - "$ranks" <<'EOF'
 import sys, json
 import h5py, numpy as np
@@ -359,6 +366,37 @@ def table(folder):
     return [l.split() for l in open(folder + "/diagnostics.log") if not l.startswith("#")]
 failed = []
 one, many, halves, made = table("one"), table("ranks"), table("halves"), table("made")
+# The set written on K ranks against the one-process file: K files of GADGET's multi-file header, the one file's
+# bodies in its order (FFTW-MPI's transforms against FFTW's: 0 measured at 16^3), its header and parameters.
+names = [f"set.{k}.hdf5" for k in range(ranks)] if ranks > 1 else ["set.hdf5"]
+with h5py.File("cosmo.hdf5") as f1:
+    parts = [h5py.File(name) for name in names]
+    whole = {field: f1["PartType1/" + field][:] for field in ("ParticleIDs", "Coordinates", "Velocities")}
+    joined = {field: np.concatenate([p["PartType1/" + field][:] for p in parts if "PartType1" in p])
+              for field in whole}
+    counts = [int(p["Header"].attrs["NumPart_ThisFile"][1]) for p in parts]
+    print(f"ic cosmo on {ranks} ranks: files {names}, bodies {counts}")
+    for p in parts:
+        h = p["Header"].attrs
+        if h["NumFilesPerSnapshot"] != ranks or h["NumPart_Total"][1] != 4096:
+            failed.append(f"{p.filename}: NumFilesPerSnapshot {h['NumFilesPerSnapshot']}, NumPart_Total {h['NumPart_Total']}")
+        for key in ("Time", "Redshift", "BoxSize", "Omega0", "OmegaLambda", "HubbleParam", "MassTable"):
+            if not np.array_equal(h[key], f1["Header"].attrs[key]):
+                failed.append(f"{p.filename}: Header {key} {h[key]} against the one file's {f1['Header'].attrs[key]}")
+        for key in ("grid", "box", "seed", "lpt", "z_start"):
+            if key in f1["Parameters"].attrs and p["Parameters"].attrs.get(key) != f1["Parameters"].attrs[key]:
+                failed.append(f"{p.filename}: parameter {key} differs from the one file's")
+    if sum(counts) != 4096 or not np.array_equal(joined["ParticleIDs"], whole["ParticleIDs"]):
+        failed.append(f"the set on {ranks} ranks does not hold the one file's ids in its order")
+    else:
+        d = np.abs(joined["Coordinates"] - whole["Coordinates"])
+        dx = np.minimum(d, 50.0 - d).max()
+        dv = np.abs(joined["Velocities"] - whole["Velocities"]).max() / np.sqrt((whole["Velocities"] ** 2).mean())
+        print(f"  largest differences from the one file: position {dx:.1e} Mpc/h, velocity {dv:.1e} of the rms")
+        if dx > 1e-11 or dv > 1e-11:
+            failed.append(f"the set on {ranks} ranks differs from the one file: {dx:.1e} Mpc/h, {dv:.1e} of the rms")
+if table("from-set") != many[:2]:
+    failed.append(f"a run from the set on {ranks} ranks: the diagnostics to z = 6 differ from the one file's run")
 if len(one) != 4 or len(many) != 4:
     failed.append(f"diagnostics lines: {len(one)} on one rank, {len(many)} on {ranks} (the start, z = 6, 4, 3)")
 for a, b in zip(one, many):
@@ -494,6 +532,21 @@ sys.exit(0 if d['ranks'] == $ranks and d['host_ranks'] == $ranks and d['host_tot
   expect_refusal "compare --engine cuda on $ranks ranks is not supported yet" compare -n 64 --engine cuda
   expect_refusal "every rank needs at least one body" compare -n $((ranks - 1)) --engine cpu
   expect_refusal "runs on one rank" ic plummer -n 64 --out plummer.hdf5
+  # ic cosmo on K ranks: bad options, a file of the set that exists, are refused before any file is written; with
+  # --overwrite the new set replaces the one file of its name and an earlier, larger set's parts, and nothing is left
+  # beside them.
+  expect_refusal "points per side" ic cosmo --grid 3 --out tiny-set.hdf5
+  on_ranks ic cosmo --grid 8 --seed 3 --out set.hdf5 >/dev/null
+  expect_refusal "already exists; pass --overwrite" ic cosmo --grid 8 --seed 4 --out set.hdf5
+  cp cosmo8.hdf5 set.hdf5
+  cp cosmo8.hdf5 "set.$ranks.hdf5"
+  on_ranks ic cosmo --grid 8 --seed 4 --out set.hdf5 --overwrite >/dev/null
+  left=$(ls -A | grep -E '^\.?(tiny-)?set\.' | tr '\n' ' ')
+  expected=$(for ((k = 0; k < ranks; ++k)); do echo -n "set.$k.hdf5 "; done)
+  if [[ $left != "$expected" ]]; then
+    echo "FAILED: ic cosmo --overwrite on $ranks ranks left '$left' (expected '$expected')" >&2
+    failed=1
+  fi
   # Each rank reads its share of an IC file: what one rank's read refuses of the whole file, the ranks refuse too. An
   # id held by the first and the last rank's shares; a NaN in the last rank's share alone.
   "$matcha" ic plummer -n 256 --seed 5 --out shared.hdf5 >/dev/null
