@@ -17,15 +17,11 @@ CosmologicalIcs makeCosmologicalIcShare(const CosmologicalIcParams& params, cons
   const auto makeGrid = [n, comm] { return std::make_unique<mesh::SlabFourierGrid>(n, comm); };
   // The modes of this rank's rows, in its grids' transposed layout (every grid of one n over one communicator splits
   // alike): each drawn by the rank that holds it, none sent.
-  std::vector<detail::Complex> modes;
-  {
-    const std::unique_ptr<mesh::SlabFourierGrid> layout = makeGrid();
-    modes.assign(layout->localModes(), detail::Complex{});
-    const mesh::SlabFourierGrid& grid = *layout;
-    detail::fillDensityModes(
-        modes.data(), grid.firstModeRow(), grid.modeRows(), params,
-        [&grid](int mx, int my, int mz) { return grid.spectrumIndex(mx, my, mz); }, power);
-  }
+  const mesh::SlabShare share = mesh::slabShareOf(n, comm);
+  std::vector<detail::Complex> modes(share.localModes());
+  detail::fillDensityModes(
+      modes.data(), share.firstModeRow, share.modeRows, params,
+      [&share](int mx, int my, int mz) { return share.spectrumIndex(mx, my, mz); }, power);
   return detail::lagrangianBodies<mesh::SlabFourierGrid>(params, modes.data(), makeGrid);
 }
 

@@ -29,19 +29,52 @@ std::size_t slabFourierGridBytes(int n, int numRanks) {
   return block * side * (side / 2 + 1) * sizeof(fftw_complex);
 }
 
+std::size_t SlabShare::realIndex(int px, int py, int pz) const {
+  const auto side = static_cast<std::size_t>(n);
+  return (static_cast<std::size_t>(px - firstPlane) * side + static_cast<std::size_t>(py)) * 2 * (side / 2 + 1) +
+         static_cast<std::size_t>(pz);
+}
+
+std::size_t SlabShare::spectrumIndex(int mx, int my, int mz) const {
+  const auto side = static_cast<std::size_t>(n);
+  return (static_cast<std::size_t>(my - firstModeRow) * side + static_cast<std::size_t>(mx)) * (side / 2 + 1) +
+         static_cast<std::size_t>(mz);
+}
+
+std::size_t SlabShare::localModes() const {
+  const auto side = static_cast<std::size_t>(n);
+  return static_cast<std::size_t>(modeRows) * side * (side / 2 + 1);
+}
+
+SlabShare slabShareOf(int n, MPI_Comm comm) {
+  if (n < kMinGrid || n > kMaxGrid) {
+    throw InputError("Fourier grid: the grid must be " + std::to_string(kMinGrid) + " to " + std::to_string(kMaxGrid) +
+                     " points per side (got " + std::to_string(n) + ")");
+  }
+  detail::setUpMpiOnce();
+  const auto side = static_cast<ptrdiff_t>(n);
+  ptrdiff_t planes = 0, firstPlane = 0, rows = 0, firstRow = 0;
+  const ptrdiff_t allocated =
+      fftw_mpi_local_size_3d_transposed(side, side, side / 2 + 1, comm, &planes, &firstPlane, &rows, &firstRow);
+  SlabShare share;
+  share.n = n;
+  share.firstPlane = static_cast<int>(firstPlane);
+  share.planes = static_cast<int>(planes);
+  share.firstModeRow = static_cast<int>(firstRow);
+  share.modeRows = static_cast<int>(rows);
+  share.allocatedComplex = static_cast<std::size_t>(allocated);
+  return share;
+}
+
 struct SlabFourierGrid::Impl {
-  int n = 0;
-  ptrdiff_t localN0 = 0, local0Start = 0, localN1 = 0, local1Start = 0;
+  SlabShare share;
   double* data = nullptr;
   fftw_plan forwardPlan = nullptr, inversePlan = nullptr;
 
-  Impl(int points, MPI_Comm comm) : n(points) {
-    detail::setUpMpiOnce();
+  Impl(int n, MPI_Comm comm) : share(slabShareOf(n, comm)) {
     const auto side = static_cast<ptrdiff_t>(n);
-    const ptrdiff_t allocComplex = fftw_mpi_local_size_3d_transposed(side, side, side / 2 + 1, comm, &localN0,
-                                                                     &local0Start, &localN1, &local1Start);
     // At least one value, so that a rank without planes still has a buffer to plan on.
-    data = fftw_alloc_real(static_cast<std::size_t>(std::max<ptrdiff_t>(2 * allocComplex, 2)));
+    data = fftw_alloc_real(std::max<std::size_t>(2 * share.allocatedComplex, 2));
     if (data == nullptr) throw std::bad_alloc();
     {
       std::lock_guard<std::mutex> lock(detail::plannerMutex());
@@ -74,41 +107,15 @@ struct SlabFourierGrid::Impl {
   }
 };
 
-SlabFourierGrid::SlabFourierGrid(int n, MPI_Comm comm) {
-  if (n < kMinGrid || n > kMaxGrid) {
-    throw InputError("Fourier grid: the grid must be " + std::to_string(kMinGrid) + " to " + std::to_string(kMaxGrid) +
-                     " points per side (got " + std::to_string(n) + ")");
-  }
-  impl_ = std::make_unique<Impl>(n, comm);
-}
+SlabFourierGrid::SlabFourierGrid(int n, MPI_Comm comm) : impl_(std::make_unique<Impl>(n, comm)) {}
 SlabFourierGrid::~SlabFourierGrid() = default;
 
-int SlabFourierGrid::grid() const { return impl_->n; }
-int SlabFourierGrid::firstPlane() const { return static_cast<int>(impl_->local0Start); }
-int SlabFourierGrid::planes() const { return static_cast<int>(impl_->localN0); }
-int SlabFourierGrid::firstModeRow() const { return static_cast<int>(impl_->local1Start); }
-int SlabFourierGrid::modeRows() const { return static_cast<int>(impl_->localN1); }
-
+const SlabShare& SlabFourierGrid::share() const { return impl_->share; }
 double* SlabFourierGrid::real() { return impl_->data; }
 const double* SlabFourierGrid::real() const { return impl_->data; }
 std::complex<double>* SlabFourierGrid::spectrum() { return reinterpret_cast<std::complex<double>*>(impl_->data); }
 const std::complex<double>* SlabFourierGrid::spectrum() const {
   return reinterpret_cast<const std::complex<double>*>(impl_->data);
-}
-
-std::size_t SlabFourierGrid::realIndex(int px, int py, int pz) const {
-  const auto n = static_cast<std::size_t>(impl_->n);
-  return (static_cast<std::size_t>(px - firstPlane()) * n + static_cast<std::size_t>(py)) * 2 * (n / 2 + 1) +
-         static_cast<std::size_t>(pz);
-}
-std::size_t SlabFourierGrid::spectrumIndex(int mx, int my, int mz) const {
-  const auto n = static_cast<std::size_t>(impl_->n);
-  return (static_cast<std::size_t>(my - firstModeRow()) * n + static_cast<std::size_t>(mx)) * (n / 2 + 1) +
-         static_cast<std::size_t>(mz);
-}
-std::size_t SlabFourierGrid::localModes() const {
-  const auto n = static_cast<std::size_t>(impl_->n);
-  return static_cast<std::size_t>(modeRows()) * n * (n / 2 + 1);
 }
 
 void SlabFourierGrid::forward() {

@@ -22,6 +22,7 @@
 #include "matcha/core/errors.hpp"
 #include "matcha/core/stopwatch.hpp"
 #include "matcha/mesh/mesh_kernels.hpp"
+#include "matcha/mesh/slab_fourier_grid.hpp"
 #include "mesh_modes.hpp"
 #include "ordered_deposit.hpp"
 
@@ -59,18 +60,17 @@ struct SlabMesh::Impl {
   std::size_t padded = 0;  ///< P = 2 (n/2 + 1) doubles per row of the real grid
   std::size_t half = 0;    ///< n/2 + 1 complex values per row of the spectrum
   double invBox = 0, invCell = 0;
-  ptrdiff_t localN0 = 0, local0Start = 0;        ///< the x planes this rank owns (real layout)
-  ptrdiff_t localN1 = 0, local1Start = 0;        ///< the y rows it owns of the transposed spectrum
-  std::size_t slabReals = 0;                     ///< doubles FFTW allocated for the slab (and for work)
-  std::vector<int> ownerOfPlane;                 ///< the rank owning each x plane
+  SlabShare ownShare;             ///< the x planes this rank owns (real layout), the y rows of the transposed spectrum
+  std::vector<int> ownerOfPlane;  ///< the rank owning each x plane
   MPI_Datatype recordType = MPI_DATATYPE_NULL;   ///< a BodyRecord (4 doubles)
   MPI_Datatype complexType = MPI_DATATYPE_NULL;  ///< 2 doubles: the cuFFT backend's transposes
   std::unique_ptr<detail::GpuSlabMesh> gpu;      ///< the cuFFT backend's slab on this rank's GPU (null: FFTW's)
-  double* slab = nullptr;                        ///< deposit, spectrum, potential (FFTW's allocation)
+  std::unique_ptr<SlabFourierGrid> grid;         ///< the FFTW backend's slab: deposit, spectrum, potential
+  double* slab = nullptr;                        ///< grid's values
   double* work = nullptr;                        ///< one component of the pull (Fourier gradient only)
-  fftw_plan forwardPlan = nullptr, inversePlan = nullptr, workInversePlan = nullptr;
-  detail::ModeTables modes;          ///< the Green's function and derivative per axis index
-  detail::OrderedDeposit depositor;  ///< the received bodies onto the slab
+  fftw_plan workInversePlan = nullptr;           ///< work's own inverse transform (grid has the slab's)
+  detail::ModeTables modes;                      ///< the Green's function and derivative per axis index
+  detail::OrderedDeposit depositor;              ///< the received bodies onto the slab
 
   // One pass's traffic. Sent: each body once per slab its window reaches, grouped by destination rank (in rank order,
   // each rank's in body order). Received: the same from every rank, in rank order.
@@ -113,10 +113,7 @@ struct SlabMesh::Impl {
   void setUp() {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &ranks);
-    detail::setUpMpiOnce();
-    const auto side = static_cast<ptrdiff_t>(n);
-    const ptrdiff_t allocComplex = fftw_mpi_local_size_3d_transposed(side, side, side / 2 + 1, comm, &localN0,
-                                                                     &local0Start, &localN1, &local1Start);
+    ownShare = slabShareOf(n, comm);
     static_assert(sizeof(BodyRecord) == 4 * sizeof(double));
     check(MPI_Type_contiguous(4, MPI_DOUBLE, &recordType), "MPI_Type_contiguous");
     check(MPI_Type_commit(&recordType), "MPI_Type_commit");
@@ -126,41 +123,34 @@ struct SlabMesh::Impl {
       setUpGpu(std::move(split));
       return;
     }
-    // FFTW may ask for more than the slab's planes (room for its transposes); at least a little so that a rank
-    // without planes still has a buffer to plan on.
-    slabReals = static_cast<std::size_t>(std::max<ptrdiff_t>(2 * allocComplex, 2));
-    slab = fftw_alloc_real(slabReals);
-    if (slab == nullptr) throw std::bad_alloc();
+    grid = std::make_unique<SlabFourierGrid>(n, comm);
+    slab = grid->real();
     if (params.gradient == MeshGradient::fourier) {
-      work = fftw_alloc_real(slabReals);
+      // The pull's components, each transformed back from the potential's spectrum while that stays in the slab.
+      work = fftw_alloc_real(slabReals());
       if (work == nullptr) throw std::bad_alloc();
-    }
-    {
+      const auto side = static_cast<ptrdiff_t>(n);
       std::lock_guard<std::mutex> lock(detail::plannerMutex());
       fftw_plan_with_nthreads(kFftJobs);
-      auto* spectrum = reinterpret_cast<fftw_complex*>(slab);
-      forwardPlan =
-          fftw_mpi_plan_dft_r2c_3d(side, side, side, slab, spectrum, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_OUT);
-      inversePlan =
-          fftw_mpi_plan_dft_c2r_3d(side, side, side, spectrum, slab, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_IN);
-      if (work != nullptr) {
-        auto* pull = reinterpret_cast<fftw_complex*>(work);
-        workInversePlan =
-            fftw_mpi_plan_dft_c2r_3d(side, side, side, pull, work, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_IN);
+      auto* pull = reinterpret_cast<fftw_complex*>(work);
+      workInversePlan =
+          fftw_mpi_plan_dft_c2r_3d(side, side, side, pull, work, comm, FFTW_ESTIMATE | FFTW_MPI_TRANSPOSED_IN);
+      if (workInversePlan == nullptr) {
+        throw InvariantError("FFTW-MPI could not plan a " + std::to_string(n) + "^3 transform over " +
+                             std::to_string(ranks) + " ranks");
       }
     }
-    if (forwardPlan == nullptr || inversePlan == nullptr || (work != nullptr && workInversePlan == nullptr)) {
-      throw InvariantError("FFTW-MPI could not plan a " + std::to_string(n) + "^3 transform over " +
-                           std::to_string(ranks) + " ranks");
-    }
   }
+
+  /// Doubles FFTW asks for a slab (room for its transposes); at least a little, so that a rank without planes still
+  /// has a buffer to plan on.
+  std::size_t slabReals() const { return std::max<std::size_t>(2 * ownShare.allocatedComplex, 2); }
 
   /// Every rank's planes and rows (FFTW-MPI's split), and the owner of each plane.
   detail::SlabSplit gatherSplit() const {
     detail::SlabSplit split;
     split.rank = rank;
-    const int mine[4] = {static_cast<int>(local0Start), static_cast<int>(localN0), static_cast<int>(local1Start),
-                         static_cast<int>(localN1)};
+    const int mine[4] = {ownShare.firstPlane, ownShare.planes, ownShare.firstModeRow, ownShare.modeRows};
     std::vector<int> all(4 * static_cast<std::size_t>(ranks));
     check(MPI_Allgather(mine, 4, MPI_INT, all.data(), 4, MPI_INT, comm), "MPI_Allgather");
     for (int r = 0; r < ranks; ++r) {
@@ -227,14 +217,13 @@ struct SlabMesh::Impl {
   void release() noexcept {
     {
       std::lock_guard<std::mutex> lock(detail::plannerMutex());
-      for (fftw_plan* plan : {&forwardPlan, &inversePlan, &workInversePlan}) {
-        if (*plan != nullptr) fftw_destroy_plan(*plan);
-        *plan = nullptr;
-      }
+      if (workInversePlan != nullptr) fftw_destroy_plan(workInversePlan);
+      workInversePlan = nullptr;
     }
-    if (slab != nullptr) fftw_free(slab);
     if (work != nullptr) fftw_free(work);
-    slab = work = nullptr;
+    work = nullptr;
+    grid.reset();
+    slab = nullptr;
     gpu.reset();
     if (recordType != MPI_DATATYPE_NULL) MPI_Type_free(&recordType);
     if (complexType != MPI_DATATYPE_NULL) MPI_Type_free(&complexType);
@@ -242,7 +231,7 @@ struct SlabMesh::Impl {
   }
 
   MeshLayout layout() const { return {n, padded}; }
-  PlaneRange ownPlanes() const { return {static_cast<int>(local0Start), static_cast<int>(localN0)}; }
+  PlaneRange ownPlanes() const { return {ownShare.firstPlane, ownShare.planes}; }
 
   /// Collective: InputError on every rank when any rank holds a body with a non-finite position (the first such
   /// rank's first such body), before anything else is exchanged.
@@ -383,12 +372,12 @@ struct SlabMesh::Impl {
 
   SourceView receivedBodies() const { return {rx.data(), ry.data(), rz.data(), rm.data(), rx.size()}; }
 
-  /// The transposed spectrum's mode (x, y, z) at ((y - local1Start) n + x) (n/2 + 1) + z: each rank holds rows y of
-  /// [local1Start, local1Start + localN1).
+  /// The transposed spectrum's mode (x, y, z) at ((y - firstModeRow) n + x) (n/2 + 1) + z: each rank holds rows y of
+  /// [firstModeRow, firstModeRow + modeRows) (SlabShare::spectrumIndex).
   template <class Visit>
   void forEachOwnedRow(Visit visit) const {
-    tbb::parallel_for(ptrdiff_t{0}, localN1, [&](ptrdiff_t yl) {
-      const int y = static_cast<int>(local1Start + yl);
+    tbb::parallel_for(0, ownShare.modeRows, [&](int yl) {
+      const int y = ownShare.firstModeRow + yl;
       for (int x = 0; x < n; ++x) visit(x, y, (static_cast<std::size_t>(yl) * n + x) * half);
     });
   }
@@ -479,12 +468,12 @@ struct SlabMesh::Impl {
     stats.depositSeconds += clock.seconds();
 
     clock.restart();
-    fftw_mpi_execute_dft_r2c(forwardPlan, slab, reinterpret_cast<fftw_complex*>(slab));
+    grid->forward();
     stats.fftSeconds += clock.seconds();
 
     clock.restart();
     // The k = 0 mode (the deposited mass) lies on the rank holding row y = 0 of the transposed spectrum.
-    const double mine = (localN1 > 0 && local1Start == 0) ? slab[0] : 0.0;
+    const double mine = (ownShare.modeRows > 0 && ownShare.firstModeRow == 0) ? slab[0] : 0.0;
     double totalMass = 0;
     check(MPI_Allreduce(&mine, &totalMass, 1, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce");
     applyGreen(gravity.G);
@@ -505,7 +494,7 @@ struct SlabMesh::Impl {
       }
       if (potentials) {  // collective: a rank without bodies has no potentials to write but takes part
         clock.restart();
-        fftw_mpi_execute_dft_c2r(inversePlan, reinterpret_cast<fftw_complex*>(slab), slab);
+        grid->inverse();
         stats.fftSeconds += clock.seconds();
         clock.restart();
         shareOf<A>(slab, offset, kPot);
@@ -513,7 +502,7 @@ struct SlabMesh::Impl {
       }
     } else {
       clock.restart();
-      fftw_mpi_execute_dft_c2r(inversePlan, reinterpret_cast<fftw_complex*>(slab), slab);
+      grid->inverse();
       stats.fftSeconds += clock.seconds();
       clock.restart();
       finiteDifferenceShares<A>(offset);
@@ -579,7 +568,7 @@ struct SlabMesh::Impl {
     if (gpu) {
       return gpu->hostBytes() + sent.capacity() * sizeof(BodyRecord) + sentBody.capacity() * sizeof(std::uint32_t);
     }
-    const std::size_t slabs = (work != nullptr ? 2 : 1) * slabReals * sizeof(double);
+    const std::size_t slabs = (work != nullptr ? 2 : 1) * slabReals() * sizeof(double);
     const std::size_t bodies = (sent.capacity() + received.capacity()) * sizeof(BodyRecord) +
                                sentBody.capacity() * sizeof(std::uint32_t) + 4 * rx.capacity() * sizeof(double) +
                                depositor.order().capacity() * sizeof(std::uint32_t);
@@ -607,7 +596,7 @@ void SlabMesh::addLongRange(const SourceView& sources, const GravityParams& grav
   const Stopwatch total;
   Impl& m = *impl_;
   m.stats = SlabMeshStats{};
-  m.stats.slabPlanes = static_cast<int>(m.localN0);
+  m.stats.slabPlanes = m.ownShare.planes;
   m.requireFinitePositions(sources);
   // Potentials are asked for alike on every rank that has bodies (a rank without has nowhere to write them): the
   // potential's transform and exchange run when any rank wants them.

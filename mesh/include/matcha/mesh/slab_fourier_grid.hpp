@@ -24,6 +24,32 @@ namespace matcha::mesh {
 /// Bytes one rank's SlabFourierGrid holds, at most: FFTW's allocation for ceil(n/K) planes or rows.
 std::size_t slabFourierGridBytes(int n, int numRanks);
 
+/// One rank's share of an n^3 real grid split as FFTW's MPI interface splits it over a communicator
+/// (fftw_mpi_local_size_3d_transposed: blocks of ceil(n/K) x planes in rank order, and of the transposed modes' y rows
+/// alike), with the layout above. What a SlabFourierGrid holds, and what a caller needs to know of one before making
+/// it (the modes to draw, the planes to own).
+struct SlabShare {
+  int n = 0;
+  int firstPlane = 0;    ///< this rank's first x plane of the real grid
+  int planes = 0;        ///< how many (0 on a rank past the last block)
+  int firstModeRow = 0;  ///< this rank's first y index of the modes
+  int modeRows = 0;      ///< how many
+  /// Complex values FFTW asks this rank to allocate: at least its planes' and its rows', room for the transposes.
+  std::size_t allocatedComplex = 0;
+
+  /// Index of grid point (px, py, pz), px in this rank's planes, in the real grid.
+  std::size_t realIndex(int px, int py, int pz) const;
+  /// Index of mode (mx, my, mz), my in this rank's rows, mz in [0, n/2], in the spectrum.
+  std::size_t spectrumIndex(int mx, int my, int mz) const;
+  /// Values this rank holds of the spectrum: modeRows n (n/2 + 1).
+  std::size_t localModes() const;
+};
+
+/// This rank's share of an n^3 grid over `comm` (n in [kMinGrid, kMaxGrid], InputError otherwise): what FFTW's MPI
+/// interface computes for the ranks of `comm`, with no messages. Every grid of one n over one communicator splits
+/// alike.
+SlabShare slabShareOf(int n, MPI_Comm comm);
+
 class SlabFourierGrid {
  public:
   /// Collective over `comm` (which must outlive the grid; it is not duplicated: the transforms' messages are FFTW's
@@ -34,23 +60,21 @@ class SlabFourierGrid {
   SlabFourierGrid(const SlabFourierGrid&) = delete;
   SlabFourierGrid& operator=(const SlabFourierGrid&) = delete;
 
-  int grid() const;          ///< n
-  int firstPlane() const;    ///< this rank's first x plane of the real grid
-  int planes() const;        ///< how many (0 on a rank past the last block)
-  int firstModeRow() const;  ///< this rank's first y index of the modes
-  int modeRows() const;      ///< how many
+  const SlabShare& share() const;  ///< this rank's planes and rows
+  // The share's, as FourierGrid has them (the initial conditions' templates take either grid).
+  int grid() const { return share().n; }
+  int firstPlane() const { return share().firstPlane; }
+  int planes() const { return share().planes; }
+  int firstModeRow() const { return share().firstModeRow; }
+  int modeRows() const { return share().modeRows; }
+  std::size_t realIndex(int px, int py, int pz) const { return share().realIndex(px, py, pz); }
+  std::size_t spectrumIndex(int mx, int my, int mz) const { return share().spectrumIndex(mx, my, mz); }
+  std::size_t localModes() const { return share().localModes(); }
 
   double* real();
   const double* real() const;
   std::complex<double>* spectrum();
   const std::complex<double>* spectrum() const;
-
-  /// Index of grid point (px, py, pz) in real(); px in this rank's planes.
-  std::size_t realIndex(int px, int py, int pz) const;
-  /// Index of mode (mx, my, mz), my in this rank's rows, mz in [0, n/2], in spectrum().
-  std::size_t spectrumIndex(int mx, int my, int mz) const;
-  /// Values in spectrum() this rank holds: modeRows() n (n/2 + 1).
-  std::size_t localModes() const;
 
   void forward();  ///< collective: real -> spectrum, in place
   void inverse();  ///< collective: spectrum -> real, in place (overwrites the spectrum)
