@@ -305,8 +305,10 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
 
   // A call of some groups only after another keeps the last call's split and tree (the class's comment says why it
   // may). Every rank decides alike: the bins asked for are every rank's, and the bodies checked on all ranks.
+  // With TreeParams::reuse K > 1 a call of every group may keep it too, for at most K calls.
   const bool partial = particles.timeBin.size() == particles.size() && lowestActiveBin() > 0;
-  int keepTree = partial && mayKeepTree_ && !weightsGiven_ && sameBodies(particles) ? 1 : 0;
+  const bool keepsAcrossSteps = params_.reuse > 1;
+  int keepTree = (partial || keepsAcrossSteps) && mayKeepTree_ && !weightsGiven_ && sameBodies(particles) ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &keepTree, 1, MPI_INT, MPI_LAND, comm_);
   mayKeepTree_ = false;  // until this call ends well
   stats_.keptTree = keepTree != 0;
@@ -342,9 +344,10 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     keptInARow_ = 0;
     builtWorkPerBody_ = stats_.workPerEvaluatedBody;
   }
-  const bool outgrown = stats_.keptTree && (stats_.workPerEvaluatedBody > kKeptTreeWorkGrowth * builtWorkPerBody_ ||
-                                            keptInARow_ >= kMaxKeptTrees);
-  mayKeepTree_ = partial && params_.reuse != 1 && !outgrown;
+  const std::uint64_t mostKept = keepsAcrossSteps ? params_.reuse - 1 : kMaxKeptTrees;
+  const bool outgrown = keptInARow_ >= mostKept ||
+                        (stats_.keptTree && stats_.workPerEvaluatedBody > kKeptTreeWorkGrowth * builtWorkPerBody_);
+  mayKeepTree_ = (partial || keepsAcrossSteps) && params_.reuse != 1 && !outgrown;
   treeBodies_ = particles.size();
   idSample_.resize(std::min(kIdSamples, particles.size()));
   for (std::size_t k = 0; k < idSample_.size(); ++k)

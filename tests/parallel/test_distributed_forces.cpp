@@ -211,6 +211,48 @@ TEST(DistributedForces, BlockStepsKeepTheTreeRefittedToTheDrift) {
   expectOneRankAccuracy(local, input, params, "plummer 2^13 on a kept tree", false);
 }
 
+// With reuse K > 1 calls of every group keep the tree too: a tree serves K calls, each refitted to the drift with its
+// walks and exchange made anew, and the forces keep one rank's accuracy; then the next call builds. Reuse 0 (auto)
+// keeps none over whole steps.
+TEST(DistributedForces, ReuseKeepsTheTreeOverWholeSteps) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const Particles start =
+      testing::dealOut(matcha::testing::plummer(std::size_t{1} << 13, seed), worldRank(), worldSize());
+  const auto drift = [](Particles& bodies) {
+    for (std::size_t i = 0; i < bodies.size(); ++i) {
+      bodies.x[i] += 0.01 * bodies.vx[i];
+      bodies.y[i] += 0.01 * bodies.vy[i];
+      bodies.z[i] += 0.01 * bodies.vz[i];
+    }
+  };
+  for (const std::uint32_t reuse : {0u, 3u}) {
+    TreeParams params;
+    params.reuse = reuse;
+    gpu::CpuEngine engine;
+    DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+    Particles local = start;
+    solver.computeForces(local);
+    EXPECT_FALSE(solver.lastStats().keptTree) << "the first call builds";
+    std::vector<bool> kept;
+    Particles input;
+    for (int call = 0; call < 4; ++call) {
+      drift(local);
+      input = local;
+      solver.computeForces(local);
+      kept.push_back(solver.lastStats().keptTree);
+      if (kept.back()) {
+        EXPECT_EQ(local.id, input.id) << "a kept tree keeps its bodies where they are";
+        expectOneRankAccuracy(local, input, params, "plummer 2^13 on a tree kept over whole steps", false);
+      }
+    }
+    const std::vector<bool> expected =
+        reuse == 3 ? std::vector<bool>{true, true, false, true} : std::vector<bool>{false, false, false, false};
+    EXPECT_EQ(kept, expected) << "reuse " << reuse << ": which calls kept the tree";
+    EXPECT_EQ(solver.totals().keptTrees, reuse == 3 ? 3u : 0u);
+  }
+}
+
 TEST(DistributedForces, BodiesThatMoveAcrossDomainsMigrate) {
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));

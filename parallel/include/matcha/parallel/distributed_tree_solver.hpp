@@ -101,7 +101,11 @@ class DistributedTreeSolver final : public ForceSolver {
   /// group builds, so that a checkpoint (written after a call of every group, atCheckpointBoundary) restarts as the run
   /// went on, bit for bit. The refit cells grow as their bodies leave their cubes, and the lists with them: a tree is
   /// kept while the interactions per evaluated body stay within 1.5x the building call's, at most 16 calls in a row.
-  /// TreeParams::reuse 1 builds at every call; other values of reuse are not used.
+  /// TreeParams::reuse 1 builds at every call. With reuse K > 1 a tree serves at most K calls, and calls of every
+  /// group keep it too (the same refit, the walks and exchanges made anew, so the forces keep a new tree's guarantees):
+  /// a checkpoint then waits for a call that builds, or makes the next call build (endTreeForCheckpoint). Reuse 0
+  /// (auto) keeps trees over block time steps only: whether keeping them over whole steps pays has not been measured
+  /// on GPUs (bench/RESULTS.md).
   ///
   /// With gravity.periodic enabled the solver is PeriodicTreeSolver over the ranks: the keys are taken in the box [0,
   /// L)^3, so that every rank's tree has it as its root; each rank walks its own tree with the periodic float walk
@@ -220,8 +224,9 @@ class DistributedTreeSolver final : public ForceSolver {
   std::deque<InteractionPlan> batches_;
   std::size_t numBatches_ = 0;
   InteractionPlan noGroups_;  ///< the empty batch that hands the engine the sources and cells ahead of the lists
-  /// Whether the next call, if it evaluates some groups only, may keep this call's tree: this call evaluated some
-  /// groups only (block time steps), reuse is not 1, and its tree has not outgrown its use (kKeptTreeWorkGrowth).
+  /// Whether the next call, if it evaluates some groups only (or any call, with reuse K > 1), may keep this call's
+  /// tree: this call evaluated some groups only (block time steps) or reuse is K > 1, reuse is not 1, and its tree has
+  /// not outgrown its use (kKeptTreeWorkGrowth, K or kMaxKeptTrees calls).
   bool mayKeepTree_ = false;
   std::uint64_t keptInARow_ = 0;         ///< calls since the last build that kept its tree
   double builtWorkPerBody_ = 0.0;        ///< DistributedStats::workPerEvaluatedBody of the call that built the tree
