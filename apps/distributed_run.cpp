@@ -37,6 +37,7 @@
 #include "matcha/core/version.hpp"
 #include "matcha/cosmology/initial_conditions_on_ranks.hpp"
 #include "matcha/gpu/engine_factory.hpp"
+#include "matcha/ic/plummer.hpp"
 #include "matcha/integrator/hermite.hpp"
 #include "matcha/integrator/hermite_run.hpp"
 #include "matcha/integrator/run_loop.hpp"
@@ -879,6 +880,31 @@ cosmology::CosmologicalIcs makeCosmologicalIcsOnRanks(const CLI::App& command, c
   return mine;
 }
 
+/// Collective: a generated Plummer sphere (-n, --seed; centred in --box's box where given) made in `shares`: each rank
+/// samples its own bodies (ic::makePlummerRange, drawing and dropping the deviates of the bodies before its share), and
+/// the centring's sums run through the ranks in body order (parallel::sumInRankOrder), so that every rank holds its
+/// share of the one-process sphere bit for bit and none holds the whole.
+Particles makePlummerStartOnRanks(const Options& options, const Shares& shares, std::ostream& info, MPI_Comm comm) {
+  const int rank = parallel::rankOf(comm);
+  ic::PlummerParams plummer;
+  plummer.numBodies = static_cast<std::size_t>(options.numBodies);
+  plummer.seed = options.seed;
+  const double box = options.integrator.boxSize;
+  info << "generating a " << options.numBodies << "-body Plummer sphere (seed " << options.seed << ")"
+       << (box > 0.0 ? ", centred in the periodic box" : "") << " on " << shares.counts.size()
+       << " ranks, each its share..." << std::endl;
+  Particles mine = ic::makePlummerRange(plummer, static_cast<std::size_t>(shares.offsets[rank]),
+                                        static_cast<std::size_t>(shares.counts[rank]));
+  for (int pass = 0; pass < 2; ++pass) {  // makePlummer's two passes
+    ic::PlummerCentring::Sums sums{};
+    parallel::sumInRankOrder(
+        sums, [&mine](std::span<double> running) { ic::PlummerCentring::add(mine, running.data()); }, comm);
+    ic::PlummerCentring::subtract(sums, mine);
+  }
+  if (box > 0.0) centrePlummerInBox(mine, box);
+  return mine;
+}
+
 /// `run --cosmology` on several ranks: its options taken into the initial conditions', then made in shares.
 Particles makeCosmologicalStartOnRanks(const CLI::App& command, Options& options,
                                        std::optional<cosmology::LinearPowerSpectrum>& spectrum, std::ostream& info,
@@ -913,13 +939,12 @@ int runDistributed(CLI::App& command, const Options& given) {
   gpu::EngineChoice engine = makeRankEngine(options, comm, device);
 
   // Rank 0 checks everything before anything is written: the checkpoint's header and states, the IC file's header, or
-  // --cosmology's options and spectrum; or it makes the bodies of a Plummer sphere, which it alone holds until they are
-  // scattered. A checkpoint and an IC file are read by every rank at once, each its share (readShareOfCheckpoint,
-  // readShareOfSnapshot), and --cosmology's start is made by every rank, each its share (makeCosmologicalStartOnRanks):
-  // there, no process holds the whole system.
+  // --cosmology's options and spectrum. A checkpoint and an IC file are read by every rank at once, each its share
+  // (readShareOfCheckpoint, readShareOfSnapshot), and a generated start, --cosmology's or a Plummer sphere, is made by
+  // every rank, each its share (makeCosmologicalStartOnRanks, makePlummerStartOnRanks): no process holds the whole
+  // system.
   const bool startFromFile = !restart && !options.cosmology && !options.icFile.empty();
   const bool cosmologicalStart = !restart && options.cosmology;
-  Particles all;                                           // rank 0: a generated Plummer sphere's bodies
   std::optional<cosmology::LinearPowerSpectrum> spectrum;  // --cosmology's: rank 0's from its checks
   RestartOnRanks resumed;
   // bodies, start time, a restart's step, next output, time and the shares' count (0: even shares)
@@ -978,9 +1003,6 @@ int runDistributed(CLI::App& command, const Options& given) {
       if (startFromFile) {
         info << "reading initial conditions from " << options.icFile << " on " << numRanks
              << " ranks, each its share..." << std::endl;
-      } else if (!cosmologicalStart) {
-        all = loadInitialConditions(options, info);  // a Plummer sphere: open boundaries, never comoving
-        gpu::requireFloatRange(all, options.gravity);
       }
       folderRequest = folder;
       source = options.cosmology
@@ -1077,11 +1099,9 @@ int runDistributed(CLI::App& command, const Options& given) {
       storedVelocitiesToMomenta(mine, comoving->timeline.startScaleFactor());
     }
   } else {
-    mine = scatterBodies(rank == 0 ? &all : nullptr, evenShares(numBodies, numRanks), comm);
+    mine = makePlummerStartOnRanks(options, evenShares(numBodies, numRanks), info, comm);
   }
-  // What rank 0 checked of a generated Plummer sphere, the ranks check of the whole system read or made in shares.
-  if (restart || startFromFile || cosmologicalStart) requireFloatRangeOnRanks(mine, options.gravity, comm);
-  all = Particles{};  // no rank keeps the whole system
+  requireFloatRangeOnRanks(mine, options.gravity, comm);  // the whole system's, read or made in shares
   resumed = RestartOnRanks{};
   const bool directPotentials = directOutputPotentials(options, numBodies, false);
   requireForceCheckSample(options, numBodies);
@@ -1094,8 +1114,7 @@ int runDistributed(CLI::App& command, const Options& given) {
           : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
   // Rank 0 holds the whole system where it makes the start, gathers the snapshots, sums direct potentials or checks
   // the forces; never for a checkpoint, which every rank writes its part of.
-  const bool wholeOnRankZero = (!restart && !startFromFile && !cosmologicalStart) || !perRankSnapshots ||
-                               directPotentials || options.forceCheck > 0;
+  const bool wholeOnRankZero = !perRankSnapshots || directPotentials || options.forceCheck > 0;
   const MemoryOnRanks memory = estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials,
                                                      wholeOnRankZero, sizedSteps, comm);
   if (options.dryRun) {

@@ -870,13 +870,15 @@ Particles loadInitialConditions(const Options& options, std::ostream& info) {
   info << "generating a " << options.numBodies << "-body Plummer sphere (seed " << options.seed << ")"
        << (options.integrator.boxSize > 0.0 ? ", centred in the periodic box" : "") << "..." << std::endl;
   Particles particles = ic::makePlummer(plummer);
-  if (const double box = options.integrator.boxSize; box > 0.0) {
-    for (auto* coordinate : {&particles.x, &particles.y, &particles.z}) {
-      for (double& value : *coordinate) value += 0.5 * box;
-    }
-    wrapIntoBox(particles, box);
-  }
+  if (const double box = options.integrator.boxSize; box > 0.0) centrePlummerInBox(particles, box);
   return particles;
+}
+
+void centrePlummerInBox(Particles& particles, double box) {
+  for (auto* coordinate : {&particles.x, &particles.y, &particles.z}) {
+    for (double& value : *coordinate) value += 0.5 * box;
+  }
+  wrapIntoBox(particles, box);
 }
 
 }  // namespace matcha::app

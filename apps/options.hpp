@@ -261,6 +261,10 @@ gpu::EngineChoice makeRunEngine(const Options& options);
 /// naming the first one outside (a file is data to keep as it is: its bodies are not moved without a word).
 Particles loadInitialConditions(const Options& options, std::ostream& info);
 
+/// A generated Plummer sphere's bodies in a periodic box of side `box` > 0: centred in it, the few outliers beyond it
+/// folded back into [0, L)^3 (wrapIntoBox), body by body (a share of the sphere as the whole).
+void centrePlummerInBox(Particles& particles, double box);
+
 }  // namespace matcha::app
 
 #include <memory>

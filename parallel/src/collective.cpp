@@ -58,4 +58,15 @@ void sumOverRanks(std::span<double> values, MPI_Comm comm) {
   }
 }
 
+void sumInRankOrder(std::span<double> running, const std::function<void(std::span<double>)>& add, MPI_Comm comm) {
+  const int rank = rankOf(comm);
+  const int numRanks = numRanksOf(comm);
+  const auto count = static_cast<int>(running.size());
+  constexpr int kTag = 7301;
+  if (rank > 0) MPI_Recv(running.data(), count, MPI_DOUBLE, rank - 1, kTag, comm, MPI_STATUS_IGNORE);
+  add(running);
+  if (rank + 1 < numRanks) MPI_Send(running.data(), count, MPI_DOUBLE, rank + 1, kTag, comm);
+  MPI_Bcast(running.data(), count, MPI_DOUBLE, numRanks - 1, comm);
+}
+
 }  // namespace matcha::parallel

@@ -5,7 +5,8 @@
 #  - run K: --solver direct, 1024 bodies, 4 steps: E, T, W within 1e-5 of one rank's at every output (one rank's sums in
 #    float, K ranks' in double); --force-check 256 on 2048 bodies, 2 steps: a check a step in the log and summary.json,
 #    p99 below 5e-3; a 4096-body Plummer sphere, 8 steps of 1/64 (--reuse off): the final snapshot holds
-#    every id once; its energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
+#    every id once, and the start (each rank making its share of the sphere) is the one-process start bit for bit; its
+#    energies (every diagnostics line's E, T, W) agree with one rank's to 1e-4 relative and its positions to 1e-4
 #    (the forces differ only in summation order); with K = 1 every diagnostics line is the plain run's, digit for digit;
 #    with --snapshot-files ranks the K files of each snapshot hold the gathered snapshot's bodies bit for bit under
 #    GADGET's multi-file header (one file on one rank), and a run starts from file K-1 of the last set, on one rank
@@ -218,6 +219,12 @@ else:
             print(f"largest position difference {worst:.2e}")
             if worst > 1e-4:
                 failed.append(f"positions differ by up to {worst:.2e} from one rank's")
+    # The start: the Plummer sphere each rank made its share of is the one-process sphere, bit for bit.
+    with h5py.File("one/snapshot_000.hdf5") as f1, h5py.File("ranks/snapshot_000.hdf5") as fk:
+        o1, ok = np.argsort(f1["PartType1/ParticleIDs"][:]), np.argsort(fk["PartType1/ParticleIDs"][:])
+        for field in ("ParticleIDs", "Coordinates", "Velocities", "Masses"):
+            if not np.array_equal(f1["PartType1/" + field][:][o1], fk["PartType1/" + field][:][ok]):
+                failed.append(f"the start made in shares on {ranks} ranks: its {field} differ from one process's")
     # --snapshot-files ranks: K files (one on one rank) that hold together what the gathered snapshot holds, bit for
     # bit, with GADGET's multi-file header.
     if ranks == 1:

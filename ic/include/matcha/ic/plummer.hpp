@@ -55,4 +55,27 @@ double plummerCutRadius(double massCut);
 /// @throws InputError for N == 0, or massCut not in (0, 1] (NaN included)
 Particles makePlummer(const PlummerParams& params);
 
+/// makePlummer in pieces, for ranks that each make their own bodies of one sphere (apps/: `matcha run` on several
+/// ranks), none holding the whole: each takes bodies [first, first + count) of the sphere, sampled as makePlummer
+/// samples them (the deviates of the bodies before `first` drawn and dropped: the time of first + count bodies, ~0.2
+/// us each), and centres them with the sums of every body (PlummerCentring), which the callers carry from one piece to
+/// the next in body order. makePlummer is these pieces in one, so the pieces give its bodies bit for bit.
+///
+/// @return  bodies first .. first + count - 1 (ids, masses 1/N), not centred; none when count is 0
+/// @throws InputError as makePlummer, and when first + count exceeds N
+Particles makePlummerRange(const PlummerParams& params, std::size_t first, std::size_t count);
+
+/// The centring of makePlummer: twice, the mass-weighted mean position and velocity subtracted from every body. The
+/// means' sums run over the bodies in id order, as one loop would: `add` adds a piece's bodies to them (the running
+/// sums of the pieces before, in order), and once every piece is added, `subtract` takes the means off a piece.
+struct PlummerCentring {
+  /// The running sums: the mass, then mass times x, y, z, vx, vy, vz.
+  static constexpr std::size_t kSums = 7;
+  using Sums = double[kSums];
+  /// Adds the bodies of `piece`, in their order, to `sums` (zero before the first piece).
+  static void add(const Particles& piece, double* sums);
+  /// Subtracts the means (sums over all pieces: their mass-weighted sums over the mass) from every body of `piece`.
+  static void subtract(const double* sums, Particles& piece);
+};
+
 }  // namespace matcha::ic

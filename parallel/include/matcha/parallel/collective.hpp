@@ -22,6 +22,13 @@ void checkOnEveryRank(const std::function<void()>& check, MPI_Comm comm);
 /// ParticleMesh::setDensityReduction). Collective.
 void sumOverRanks(std::span<double> values, MPI_Comm comm);
 
+/// Sums that the ranks continue in turn, in rank order, so that they round as one process's loop over every rank's
+/// terms in that order would, bit for bit (MPI_Allreduce adds in an order of MPI's choosing): rank 0 calls add on
+/// `running` as given, each later rank on the running sums the rank before passed on, and every rank returns with the
+/// last rank's. K - 1 messages in a chain, then a broadcast: for a few sums, once (a generated start's centre of
+/// mass), not for every step. Collective.
+void sumInRankOrder(std::span<double> running, const std::function<void(std::span<double>)>& add, MPI_Comm comm);
+
 /// This rank's index and the number of ranks in `comm`.
 int rankOf(MPI_Comm comm);
 int numRanksOf(MPI_Comm comm);
