@@ -74,6 +74,9 @@ std::vector<std::string> expandConfigFile(const std::vector<std::string>& args, 
         throw matcha::InputError("--restart takes the run's parameters from " + restartDir +
                                  "/used_parameters.toml: --config cannot be given with it");
       }
+      matcha::app::refuseStartOptionsOnRestart(
+          std::vector<std::string>(args.begin() + static_cast<std::ptrdiff_t>(insertAt), args.end()), *command,
+          restartDir);
       configPath = (std::filesystem::path(restartDir) / "used_parameters.toml").string();
       if (!std::filesystem::is_regular_file(configPath)) {
         throw matcha::InputError("--restart " + restartDir + ": there is no " + configPath +

@@ -2,6 +2,7 @@
 #include "options.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -626,6 +627,33 @@ bool overriddenBy(const CLI::Option& option, const std::vector<const CLI::Option
 }
 
 }  // namespace
+
+void refuseStartOptionsOnRestart(const std::vector<std::string>& commandLine, const CLI::App& run,
+                                 const std::string& restartDir) {
+  // Every spelling of the start's options: "bodies" and "n" for -n,--bodies.
+  std::vector<std::string> longNames, shortNames;
+  for (const char* name : {"--bodies", "--seed", "--ic", "--cosmology", "--grid", "--z-start", "--lpt", "--power",
+                           "--sigma8", "--ns", "--omega-b", "--fixed-amplitude", "--invert-phases"}) {
+    const CLI::Option* option = run.get_option_no_throw(name);
+    if (option == nullptr) continue;
+    for (const std::string& spelling : option->get_lnames()) longNames.push_back(spelling);
+    for (const std::string& spelling : option->get_snames()) shortNames.push_back(spelling);
+  }
+  for (const std::string& token : commandLine) {
+    std::string name;
+    if (token.rfind("--", 0) == 0) {
+      name = token.substr(2, token.find('=') == std::string::npos ? std::string::npos : token.find('=') - 2);
+      if (std::find(longNames.begin(), longNames.end(), name) == longNames.end()) continue;
+    } else if (token.size() >= 2 && token[0] == '-' && std::isalpha(static_cast<unsigned char>(token[1]))) {
+      name = token.substr(1, 1);  // -n512 as -n 512
+      if (std::find(shortNames.begin(), shortNames.end(), name) == shortNames.end()) continue;
+    } else {
+      continue;
+    }
+    throw InputError("--restart " + restartDir + " continues the run's bodies from its checkpoint: " + token +
+                     " makes a start and cannot be given with it");
+  }
+}
 
 std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command, const CLI::App& root,
                                              const std::vector<std::string>& commandLine) {

@@ -198,6 +198,13 @@ std::vector<TreeParams> treeSweep(const Options& options);
 std::vector<std::string> configFileArguments(const std::string& path, const CLI::App& command, const CLI::App& root,
                                              const std::vector<std::string>& commandLine);
 
+/// `run --restart DIR` continues DIR's bodies from its checkpoint: an option on `commandLine` (the arguments after
+/// `run`) that only makes a start (-n, --seed, --ic, --cosmology and the initial conditions' --grid, --z-start, --lpt,
+/// --power, --sigma8, --ns, --omega-b, --fixed-amplitude, --invert-phases) would be ignored without a word, a restart
+/// with another body count or seed than the run's; InputError, one line, naming it.
+void refuseStartOptionsOnRestart(const std::vector<std::string>& commandLine, const CLI::App& run,
+                                 const std::string& restartDir);
+
 /// The parameters `command` actually used, defaults included, as `key = value` lines: a valid --config file.
 std::string usedParameters(const CLI::App& command);
 

@@ -1506,7 +1506,7 @@ TEST_F(Cli, RestartAfterKillNineIsBitIdentical) {
 }
 
 // What --restart refuses, each with one line: a folder without a checkpoint, a run that reached its end, another dt,
-// --config beside it, a folder that is not a run's.
+// --config beside it, a folder that is not a run's, an option that makes a start.
 // A parameter file shared with `matcha run` names the run's folder as `out`: `ic plummer --config` leaves it alone
 // and writes its default file (or the --out given), not a file named like the folder.
 TEST_F(Cli, IcTakesNoOutputFolderFromAParameterFile) {
@@ -1533,6 +1533,12 @@ TEST_F(Cli, RestartRefusals) {
     fs::copy_file(dir_ / "done" / name, dir_ / "cut" / name);
   fs::resize_file(dir_ / "cut" / "checkpoint.hdf5", 1000);
   expectBadInput("run --restart cut --t-end 0.125", "truncated");
+  // The bodies are the checkpoint's: an option that makes a start (another body count, seed or file) is refused,
+  // not ignored; the run's other options may change.
+  for (const char* start :
+       {"-n 512", "-n512", "--bodies=512", "--seed 9", "--ic other.hdf5", "--cosmology", "--grid 16"}) {
+    expectBadInput(std::string("run --restart done --t-end 0.125 ") + start, "makes a start and cannot be given");
+  }
   // A later t-end continues a run that ended: from its last checkpoint (the last output before the end).
   const Result longer = matcha("run --restart done --t-end 0.125");
   EXPECT_EQ(longer.exitCode, 0) << longer.err;

@@ -36,7 +36,8 @@
 #    against one rank on the GPU; skipped (77) where the CUDA engine cannot start;
 #  - bad K: more ranks than bodies (a run, a compare, a restart whose folder stays as it was), a K-rank checkpoint
 #    whose shares do not add up or which lost a part, an IC file read in shares with an id in two ranks' shares or a
-#    NaN in one, restarts with another dt (on K ranks and on one) or an end no later than the checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
+#    NaN in one, restarts with another dt (on K ranks and on one), another body count (-n) or an end no later than the
+#    checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
 #    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written), a subcommand that
 #    runs on one rank only, ic cosmo with a bad --grid or over an existing set: one line on stderr, exit status 2, no
 #    hang; --dry-run on K ranks writes nothing; ic cosmo --overwrite on K ranks leaves its K files alone (the one file of
@@ -589,6 +590,7 @@ with h5py.File('shares/checkpoint.hdf5', 'r+') as f:
   # Another dt, or an end no later than the checkpoint's step, on K ranks and on one (the checks they share).
   expect_refusal "a restart continues with its dt" run --restart shares --t-end 0.0625 --dt 0.0078125
   expect_refusal "give a later --t-end" run --restart shares --t-end 0.015625
+  expect_refusal "makes a start and cannot be given with it" run --restart shares --t-end 0.0625 -n 512
   # A checkpoint whose parts lost one is refused, and the folder stays as it was.
   if [[ $ranks -gt 1 ]]; then
     on_ranks run -n 256 --engine cpu --dt 0.015625 --t-end 0.03125 --checkpoint-interval 0 --out lost >/dev/null
