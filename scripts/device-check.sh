@@ -29,7 +29,8 @@
 # (HERMITE_SIZES, HERMITE_TIMEOUT, HERMITE_BENCH=0 for the runs alone) for kirin's Tables 1-4 and CUNBODY-1's
 # Tables 2-3 beside matcha's Hermite runs and libraries, TUNE=1 (TUNE_N, TUNE_TARGET, TUNE_BUDGET, TUNE_HAND) for
 # matcha tune against the best hand-picked setting, RANKS=1 (RANKS_SIZES, RANKS_COUNTS or RANKS_RUNS, RANKS_STEPS, RANKS_OPTIONS) for
-# matcha run on K ranks with the CUDA engine on each, RANKS_COSMO=1 (RANKS_COSMO_GRID, RANKS_COSMO_COUNTS,
+# matcha run on K ranks with the CUDA engine on each, RANKS_SCALING=1 (RANKS_PER_RANK, RANKS_TOTAL) for its weak and
+# strong scaling runs and tables, RANKS_COSMO=1 (RANKS_COSMO_GRID, RANKS_COSMO_COUNTS,
 # RANKS_COSMO_Z_END, RANKS_COSMO_TIMEOUT) for a comoving run on K ranks, LATE_AB=1 (LATE_GRID, LATE_Z, LATE_RUNS, LATE_OUTPUT_Z,
 # LATE_SECONDS) for an A/B of a comoving run's late steps from one checkpoint.
 set -uo pipefail
@@ -628,7 +629,22 @@ fi
 # instead of the Plummer sphere. RANKS_LABELS="new LABEL ..." runs each run with apps/matcha ("new") and with each
 # apps/matcha-LABEL of the bundle's BUNDLE_EXTRA in turn (an A/B in one lease), their logs named by label.
 # RANKS_CORES_PER_RANK=C runs K ranks on the host's first K C cores (taskset): a one-rank run with a K-rank run's share
-# of the host, the weak-scaling proxy of a machine with one GPU.
+# of the host, the weak-scaling proxy of a machine with one GPU. The runs' weak and strong scaling tables
+# (scripts/scaling_table.py) go to $OUT/scaling.md.
+#
+# RANKS_SCALING=1: issue 19's scaling runs through RANKS=1: weak scaling at RANKS_PER_RANK bodies a rank (default 2^24)
+# and strong scaling of RANKS_TOTAL bodies (default 2^26), each over every K of RANKS_COUNTS (default 1 2 4: a GPU a
+# rank on a machine with 4; on fewer GPUs the ranks share them, and the tables measure that); RANKS_STEPS, RANKS_IC,
+# RANKS_OPTIONS and RANKS_LABELS as above.
+if [ "${RANKS_SCALING:-0}" = 1 ]; then
+  RANKS=1
+  RANKS_RUNS=""
+  for k in ${RANKS_COUNTS:-1 2 4}; do
+    for n in $((k * ${RANKS_PER_RANK:-16777216})) "${RANKS_TOTAL:-67108864}"; do
+      case " $RANKS_RUNS " in *" $k:$n "*) ;; *) RANKS_RUNS+=" $k:$n" ;; esac
+    done
+  done
+fi
 if [ "${RANKS:-0}" = 1 ]; then
   engine=${RANKS_ENGINE:-cuda}
   echo "== matcha run on K ranks, the $engine engine on each"
@@ -668,6 +684,8 @@ if [ "${RANKS:-0}" = 1 ]; then
       summary+=("ranks N=$n K=$k ($label): $(grep -E '^# timings since|^summary' "$OUT/$name.log" | tail -n 2 | tr '\n' ' ' | head -c 400)")
     done
   done
+  # Only where some N (or N a rank) ran at two K; a run that failed leaves a file the script names and refuses.
+  python3 scripts/scaling_table.py "$OUT"/ranks-n*-k*.json --out "$OUT/scaling.md" || true
 fi
 
 # RANKS_COSMO=1: a comoving run on K ranks with the CUDA engine on each (issue 19): `run --cosmology` of a
