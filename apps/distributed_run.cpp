@@ -1610,13 +1610,37 @@ int writeCosmologicalIcsOnRanks(const CLI::App& command, CosmologicalIcOptions& 
     removeStaged();
     throw;
   }
+  // Readers start from part 0, whose header names the set's files: the set goes into place with an earlier set's part
+  // 0 removed first and its own part 0 renamed last, so that a rank that dies between the renames (killed, the machine
+  // down: nothing left to clean up) leaves no part 0, never a set of parts from this set and an earlier one of as many
+  // files that would read as whole. MATCHA_TEST_CRASH_RANK=r (tests/parallel/matcha_ranks_test.sh bad) makes rank r
+  // die there, before its own rename.
+  const auto moveIntoPlace = [&] {
+    if (const char* crashing = std::getenv("MATCHA_TEST_CRASH_RANK");
+        crashing != nullptr && std::atoi(crashing) == rank) {
+      std::_Exit(9);
+    }
+    std::error_code error;
+    fs::rename(staged, part, error);
+    if (error) throw IoError("cannot rename " + staged.string() + " to " + part.string() + ": " + error.message());
+  };
   try {
     parallel::checkOnEveryRank(
         [&] {
           std::error_code error;
-          fs::rename(staged, part, error);
-          if (error)
-            throw IoError("cannot rename " + staged.string() + " to " + part.string() + ": " + error.message());
+          if (rank == 0 && !fs::remove(part, error) && error) {
+            throw IoError("cannot remove " + part.string() + " of the set it replaces: " + error.message());
+          }
+        },
+        comm);
+    parallel::checkOnEveryRank(
+        [&] {
+          if (rank != 0) moveIntoPlace();
+        },
+        comm);
+    parallel::checkOnEveryRank(
+        [&] {
+          if (rank == 0) moveIntoPlace();
         },
         comm);
   } catch (...) {

@@ -41,7 +41,8 @@
 #    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written), a subcommand that
 #    runs on one rank only, ic cosmo with a bad --grid or over an existing set: one line on stderr, exit status 2, no
 #    hang; --dry-run on K ranks writes nothing; ic cosmo --overwrite on K ranks leaves its K files alone (the one file of
-#    its name and an earlier set's further parts removed, nothing staged left);
+#    its name and an earlier set's further parts removed, nothing staged left), and a rank that dies among its renames
+#    (MATCHA_TEST_CRASH_RANK) leaves no part 0, so the set is refused, not read as a mix of two sets;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots and the checkpoint written before are whole (they read back; the checkpoint's one folder of parts holds
@@ -553,6 +554,25 @@ sys.exit(0 if d['ranks'] == $ranks and d['host_ranks'] == $ranks and d['host_tot
   expected=$(for ((k = 0; k < ranks; ++k)); do echo -n "set.$k.hdf5 "; done)
   if [[ $left != "$expected" ]]; then
     echo "FAILED: ic cosmo --overwrite on $ranks ranks left '$left' (expected '$expected')" >&2
+    failed=1
+  fi
+  # A rank that dies while the new set goes into place over the old one (MATCHA_TEST_CRASH_RANK: the last rank, before
+  # its rename; rank 0, once the others are renamed) leaves no part 0, where readers start: the set is refused, never
+  # read as a mix of the two sets' parts. A run afterwards replaces the remains.
+  for rank in $((ranks - 1)) 0; do
+    status=0
+    MATCHA_TEST_CRASH_RANK=$rank "$mpiexec" -n "$ranks" --oversubscribe -x MATCHA_TEST_CRASH_RANK "$matcha" ic cosmo \
+      --grid 8 --seed 5 --out set.hdf5 --overwrite >/dev/null 2>crash.txt || status=$?
+    if [[ $status -eq 0 || -e set.0.hdf5 ]]; then
+      echo "FAILED: rank $rank dying among the renames on $ranks ranks: exit $status, set.0.hdf5 $(ls set.0.hdf5 2>&1)" >&2
+      failed=1
+    fi
+  done
+  expect_refusal "cannot read snapshot 'set.hdf5': no such file" run --ic set.hdf5 --engine cpu --out from-crashed-set
+  on_ranks ic cosmo --grid 8 --seed 4 --out set.hdf5 --overwrite >/dev/null
+  left=$(ls -A | grep -E '^\.?set\.' | tr '\n' ' ')
+  if [[ $left != "$expected" ]]; then
+    echo "FAILED: ic cosmo --overwrite after the crashes on $ranks ranks left '$left' (expected '$expected')" >&2
     failed=1
   fi
   # Each rank reads its share of an IC file: what one rank's read refuses of the whole file, the ranks refuse too. An
