@@ -38,11 +38,13 @@
 #    whose shares do not add up or which lost a part, an IC file read in shares with an id in two ranks' shares or a
 #    NaN in one, restarts with another dt (on K ranks and on one), another body count (-n) or an end no later than the
 #    checkpoint, compare --engine cuda, a cosmological file with --open, --z-end for a run that is not comoving, a
-#    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written), a subcommand that
-#    runs on one rank only, ic cosmo with a bad --grid or over an existing set: one line on stderr, exit status 2, no
-#    hang; --dry-run on K ranks writes nothing; ic cosmo --overwrite on K ranks leaves its K files alone (the one file of
-#    its name and an earlier set's further parts removed, nothing staged left), and a rank that dies among its renames
-#    (MATCHA_TEST_CRASH_RANK) leaves no part 0, so the set is refused, not read as a mix of two sets;
+#    run whose ranks together exceed the host's memory (MATCHA_MEMORY_LIMIT; nothing written; where only rank 0's
+#    copy of the system for gathered snapshots is too much, the line says so and names --snapshot-files ranks), a
+#    subcommand that runs on one rank only, ic cosmo with a bad --grid or over an existing set: one line on stderr,
+#    exit status 2, no hang; --dry-run on K ranks writes nothing; ic cosmo --overwrite on K ranks leaves its K files
+#    alone (the one file of its name and an earlier set's further parts removed, nothing staged left), and a rank that
+#    dies among its renames (MATCHA_TEST_CRASH_RANK) leaves no part 0, so the set is refused, not read as a mix of two
+#    sets;
 #  - fail K: the last rank, then rank 0, fails alone after step 2 (MATCHA_TEST_FAIL_RANK): the job ends (ctest's
 #    TIMEOUT catches a hang) with exit status 3, one "matcha: error: rank r: ..." line and mpirun's abort banner; the
 #    snapshots and the checkpoint written before are whole (they read back; the checkpoint's one folder of parts holds
@@ -532,6 +534,19 @@ bad)
   if [[ -e too-big || -e dry ]] || ! "$python" -c "import json, sys; d = json.load(open('dry.json')); \
 sys.exit(0 if d['ranks'] == $ranks and d['host_ranks'] == $ranks and d['host_total_bytes'] > d['host_bytes'] else 1)"; then
     echo "FAILED: the memory check or --dry-run on $ranks ranks wrote a folder or its JSON lacks the host's total" >&2
+    failed=1
+  fi
+  # A run that would fit but for rank 0's copy of the whole system for the snapshots it gathers is told so, with what
+  # it needs writing a file a rank instead.
+  on_ranks run -n 65536 --engine cpu --dry-run --json --out dry >gathered.json
+  on_ranks run -n 65536 --engine cpu --dry-run --json --snapshot-files ranks --out dry >per-rank.json
+  limit=$("$python" -c "import json
+gathered, per_rank = (json.load(open(f))['host_total_bytes'] for f in ('gathered.json', 'per-rank.json'))
+print((gathered + per_rank) // 2 if per_rank < gathered else 0)")
+  MATCHA_MEMORY_LIMIT=$limit expect_refusal "of it for the whole system rank 0 gathers for each snapshot: with \
+--snapshot-files ranks" run -n 65536 --engine cpu --out too-big-gathered
+  if [[ -e too-big-gathered || $limit == 0 ]]; then
+    echo "FAILED: gathered snapshots' memory on $ranks ranks: limit $limit, folder $(ls -d too-big-gathered 2>&1)" >&2
     failed=1
   fi
   if [[ -e few/snapshot_000.hdf5 ]]; then
