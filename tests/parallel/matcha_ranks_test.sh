@@ -571,10 +571,11 @@ print((gathered + per_rank) // 2 if per_rank < gathered else 0)")
     echo "FAILED: ic cosmo --overwrite on $ranks ranks left '$left' (expected '$expected')" >&2
     failed=1
   fi
-  # A rank that dies while the new set goes into place over the old one (MATCHA_TEST_CRASH_RANK: the last rank, before
-  # its rename; rank 0, once the others are renamed) leaves no part 0, where readers start: the set is refused, never
-  # read as a mix of the two sets' parts. A run afterwards replaces the remains.
+  # A rank that dies while the new set goes into place over a whole old one (MATCHA_TEST_CRASH_RANK: the last rank,
+  # before its rename; rank 0, once the others are renamed) leaves no part 0, where readers start: the set is refused,
+  # never read as a mix of the two sets' parts. A run afterwards replaces the remains.
   for rank in $((ranks - 1)) 0; do
+    on_ranks ic cosmo --grid 8 --seed 4 --out set.hdf5 --overwrite >/dev/null
     status=0
     MATCHA_TEST_CRASH_RANK=$rank "$mpiexec" -n "$ranks" --oversubscribe -x MATCHA_TEST_CRASH_RANK "$matcha" ic cosmo \
       --grid 8 --seed 5 --out set.hdf5 --overwrite >/dev/null 2>crash.txt || status=$?
