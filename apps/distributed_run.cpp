@@ -445,10 +445,10 @@ struct MemoryOnRanks {
 /// works: a tree a call, no reuse; outputs written in place), with what ranks add: the local essential tree's received
 /// bodies (counted as many as the rank's own: a periodic test's domain of 2048 bodies receives ~1.5 times its own, a
 /// large domain's shell within r_cut a few percent), the decomposition's exchange records, and on rank 0, when
-/// `wholeOnRankZero`, the whole system (a generated start it makes, snapshots it gathers, direct potentials it sums;
-/// `onlyForSnapshots`: the gathered snapshots alone). Summed over the ranks of each host and of each GPU.
+/// `gathersSnapshots` or `wholeForOther` (direct potentials it sums, forces it checks), the whole system. Summed over
+/// the ranks of each host and of each GPU.
 MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& mine, std::uint64_t numBodies, bool onGpu,
-                                    int device, bool directPotentials, bool wholeOnRankZero, bool onlyForSnapshots,
+                                    int device, bool directPotentials, bool gathersSnapshots, bool wholeForOther,
                                     std::uint64_t numSteps, MPI_Comm comm) {
   Options sized = options;
   sized.tree.reuse = 1;
@@ -477,21 +477,21 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
     estimate.add("received bodies (LET)", n * kBytesPerBody);
     estimate.add("domain exchange", 2 * n * 14 * sizeof(double));
   }
-  std::uint64_t gathered = 0;
-  if (wholeOnRankZero && parallel::rankOf(comm) == 0) {
+  std::uint64_t gathered = 0;  // what only the gathered snapshots need
+  if ((gathersSnapshots || wholeForOther) && parallel::rankOf(comm) == 0) {
     estimate.add("whole system (rank 0)", numBodies * kBytesPerBody);
-    if (onlyForSnapshots) gathered = numBodies * kBytesPerBody;
+    if (!wholeForOther) gathered = numBodies * kBytesPerBody;
   }
   MPI_Comm host = MPI_COMM_NULL, gpu = MPI_COMM_NULL;
   MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   MPI_Comm_split(host, onGpu ? device : 0, 0, &gpu);
-  std::uint64_t bytes[2] = {estimate.hostBytes, estimate.deviceBytes};
-  MPI_Allreduce(MPI_IN_PLACE, &bytes[0], 1, MPI_UINT64_T, MPI_SUM, host);
-  MPI_Allreduce(MPI_IN_PLACE, &bytes[1], 1, MPI_UINT64_T, MPI_SUM, gpu);
-  MPI_Allreduce(MPI_IN_PLACE, &gathered, 1, MPI_UINT64_T, MPI_SUM, host);
-  memory.gatheredSnapshotBytes = gathered;
-  memory.hostBytes = bytes[0];
-  memory.deviceBytes = onGpu ? bytes[1] : 0;
+  std::uint64_t hostSums[2] = {estimate.hostBytes, gathered};
+  std::uint64_t deviceBytes = estimate.deviceBytes;
+  MPI_Allreduce(MPI_IN_PLACE, hostSums, 2, MPI_UINT64_T, MPI_SUM, host);
+  MPI_Allreduce(MPI_IN_PLACE, &deviceBytes, 1, MPI_UINT64_T, MPI_SUM, gpu);
+  memory.hostBytes = hostSums[0];
+  memory.gatheredSnapshotBytes = hostSums[1];
+  memory.deviceBytes = onGpu ? deviceBytes : 0;
   MPI_Comm_size(host, &memory.hostRanks);
   MPI_Comm_size(gpu, &memory.deviceRanks);
   MPI_Comm_free(&gpu);
@@ -502,20 +502,18 @@ MemoryOnRanks estimateMemoryOnRanks(const Options& options, const Particles& min
 /// Throws InputError (one line) when this rank's host or GPU cannot hold what its ranks need together.
 void requireRunFitsOnRanks(const MemoryOnRanks& memory) {
   const std::uint64_t host = availableHostBytes();
-  if (host != 0 && memory.hostBytes > host && memory.hostBytes - memory.gatheredSnapshotBytes <= host) {
-    // Only rank 0's copy of the whole system for each snapshot is too much: the way out is to gather nothing.
-    throw InputError("this run needs ~" + formatBytes(memory.hostBytes) + " of host memory on a host of " +
-                     std::to_string(memory.hostRanks) + " ranks (" + formatBytes(host) + " available), ~" +
-                     formatBytes(memory.gatheredSnapshotBytes) +
-                     " of it for the whole system rank 0 gathers for each snapshot: with --snapshot-files ranks (a "
-                     "file a rank, read as one set) it needs ~" +
-                     formatBytes(memory.hostBytes - memory.gatheredSnapshotBytes));
-  }
   if (host != 0 && memory.hostBytes > host) {
-    throw InputError("this run needs ~" + formatBytes(memory.hostBytes) + " of host memory on a host of " +
-                     std::to_string(memory.hostRanks) + " ranks (" + formatBytes(host) +
-                     " available); use more hosts, fewer ranks a host or fewer bodies (--dry-run shows where it "
-                     "goes)");
+    const std::string needs = "this run needs ~" + formatBytes(memory.hostBytes) + " of host memory on a host of " +
+                              std::to_string(memory.hostRanks) + " ranks (" + formatBytes(host) + " available)";
+    const std::uint64_t perRank = memory.hostBytes - memory.gatheredSnapshotBytes;
+    if (perRank <= host) {
+      // Only rank 0's copy of the whole system for each snapshot is too much: the way out is to gather nothing.
+      throw InputError(needs + ", ~" + formatBytes(memory.gatheredSnapshotBytes) +
+                       " of it for the whole system rank 0 gathers for each snapshot: with --snapshot-files ranks (a "
+                       "file a rank, read as one set) it needs ~" +
+                       formatBytes(perRank));
+    }
+    throw InputError(needs + "; use more hosts, fewer ranks a host or fewer bodies (--dry-run shows where it goes)");
   }
   if (memory.mine.onGpu) {
     const std::uint64_t device = deviceFreeBytes(memory.device);
@@ -1130,11 +1128,9 @@ int runDistributed(CLI::App& command, const Options& given) {
           : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
   // Rank 0 holds the whole system where it makes the start, gathers the snapshots, sums direct potentials or checks
   // the forces; never for a checkpoint, which every rank writes its part of.
-  const bool wholeForOtherThanSnapshots = directPotentials || options.forceCheck > 0;
-  const bool wholeOnRankZero = !perRankSnapshots || wholeForOtherThanSnapshots;
   const MemoryOnRanks memory =
-      estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials, wholeOnRankZero,
-                            !perRankSnapshots && !wholeForOtherThanSnapshots, sizedSteps, comm);
+      estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials, !perRankSnapshots,
+                            directPotentials || options.forceCheck > 0, sizedSteps, comm);
   if (options.dryRun) {
     if (rank == 0) {
       info << "matcha run --dry-run: " << numBodies << " bodies from " << source << " on " << numRanks << " ranks, ~"
