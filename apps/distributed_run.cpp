@@ -1126,8 +1126,9 @@ int runDistributed(CLI::App& command, const Options& given) {
       comoving
           ? fewestComovingSteps(*comoving, options, position ? position->time : options.integrator.tStart)
           : integrator::checkedStepCount(options.integrator.tEnd - options.integrator.tStart, options.integrator.dt);
-  // Rank 0 holds the whole system where it makes the start, gathers the snapshots, sums direct potentials or checks
-  // the forces; never for a checkpoint, which every rank writes its part of.
+  // Rank 0 holds the whole system where it gathers the snapshots, sums direct potentials or checks the forces; never
+  // for the start, which every rank reads or makes its share of, nor for a checkpoint, which every rank writes its
+  // part of.
   const MemoryOnRanks memory =
       estimateMemoryOnRanks(options, mine, numBodies, engine.onGpu, device, directPotentials, !perRankSnapshots,
                             directPotentials || options.forceCheck > 0, sizedSteps, comm);
