@@ -273,6 +273,7 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                     {"steady_moves_exchange_seconds", t.steadyMoveExchangeSeconds},
                     {"steady_bodies_sent", t.steadyBodiesSent},
                     {"kept_tree_calls", t.keptTrees},
+                    {"kept_list_calls", t.keptLists},
                     {"interactions", t.work}});
   }
   return rows;
@@ -289,10 +290,11 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
       std::to_string(parallel::DistributedTotals::kWarmUpCalls) +
       ", which move the scattered bodies into their domains; the steady decomposition's checks, cube and keys, "
       "splitter search and moves, the moves' MPI exchanges, and the bodies sent to other ranks a call; kept: the calls "
-      "that kept the last call's split and tree, block time steps)\n  rank     "
+      "that kept the last call's split and tree (block time steps, --reuse), lists: of those, the calls that kept the "
+      "lists too (--reuse K > 1 with fixed steps))\n  rank     "
       "bodies     wait   decomp    build  LET build     comm     walk  kernels     call   work   steady: call   decomp "
       " "
-      "checks    keys   split   moves     MPI     sent    kept\n";
+      "checks    keys   split   moves     MPI     sent    kept   lists\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
@@ -300,7 +302,7 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
     char line[320];
     std::snprintf(line, sizeof line,
                   "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
-                  "%7.2f %7.2f %8.0f %7llu\n",
+                  "%7.2f %7.2f %8.0f %7llu %7llu\n",
                   r, double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
                   t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
                   t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
@@ -309,7 +311,7 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
                   t.steadyKeySeconds * perSteadyCall, t.steadySplitSeconds * perSteadyCall,
                   t.steadyMoveSeconds * perSteadyCall, t.steadyMoveExchangeSeconds * perSteadyCall,
                   t.steadyCalls > 0 ? double(t.steadyBodiesSent) / double(t.steadyCalls) : 0.0,
-                  static_cast<unsigned long long>(t.keptTrees));
+                  static_cast<unsigned long long>(t.keptTrees), static_cast<unsigned long long>(t.keptLists));
     text += line;
   }
   return text;

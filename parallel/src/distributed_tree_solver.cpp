@@ -52,6 +52,17 @@ bool allBodiesValid(const Particles& p, double boxSize) {
 constexpr double kKeptTreeWorkGrowth = 1.5;
 constexpr std::uint64_t kMaxKeptTrees = 16;
 
+/// Room in a kept list's balls (DistributedTreeSolver::setBalls): a body outside its ball makes every rank's next
+/// call build. The acceleration may change by kBallAccelerationChange of itself (the balls are sized from the one
+/// the body brought to the building call, the last call's), and the whole path may be longer by kBallSlack: a close
+/// encounter turns a fast body's acceleration around within a step, which adds little to its path but more than any
+/// fraction of the acceleration it brought. In the test's Plummer sphere (8,192 bodies, dt 1/128, K = 4, no
+/// softening) with TreeSolver's 0.25 (tree::kAccelerationChange, whose balls are centred on the predicted path) and
+/// no slack, 1 to 356 bodies left their balls by up to 1.1% within the three calls after a build; with 1.0 and no
+/// slack, 1 or 2 fast bodies by 0.1-0.2%.
+constexpr double kBallAccelerationChange = 0.5;
+constexpr double kBallSlack = 0.05;
+
 /// Bodies whose ids tell whether a call brings the last call's bodies in its order (sameBodies), as TreeSolver checks.
 constexpr std::size_t kIdSamples = 64;
 
@@ -88,6 +99,7 @@ void DistributedTotals::add(const DistributedStats& call) {
     steadyBodiesSent += call.decomposition.bodiesSent;
   }
   keptTrees += call.keptTree ? 1 : 0;
+  keptLists += call.keptLists ? 1 : 0;
 }
 
 DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,
@@ -166,7 +178,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   plan_.clear();
   planJoined_ = true;
   if (n > 0) {
-    tree::computeMultipoles(treeSources_, theta, order, tree_);
+    tree::computeMultipoles(treeSources_, theta, order, tree_, ballsOn_ ? ballRadius_.data() : nullptr);
     tree::buildWalkTree(tree_, walkTree_, gravity_.periodic);
     report.timings[Phase::multipoles] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
@@ -179,6 +191,18 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   tbb::this_task_arena::isolate(
       [&] { let_.exchange(tree_, treeSources_, particles.id, groups, comm_, gravity_.periodic); });
   localWalk.wait();
+  if (ballsOn_) {
+    // The walks and the pruning took the balls about the predicted paths; the engine takes the bodies where they are:
+    // the local multipoles for the positions now, and the cells and bodies sent refreshed (as a kept call's).
+    const Stopwatch refit;
+    if (n > 0) tree::computeMultipoles(particles.sources(), theta, order, tree_);
+    report.timings[Phase::multipoles] += refit.seconds();
+    stats_.localBuildSeconds += refit.seconds();
+    let_.refresh(tree_, particles.sources(), comm_);
+    stats_.letBuildSeconds += let_.stats().buildSeconds;
+    stats_.communicationSeconds += let_.stats().communicationSeconds;
+    report.timings[Phase::exchange] += let_.stats().buildSeconds + let_.stats().communicationSeconds;
+  }
   stats_.walkSeconds += localWalkSeconds;
   report.timings[Phase::walk] += localWalkSeconds;
   const LetStats& let = let_.stats();
@@ -308,17 +332,38 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   // With TreeParams::reuse K > 1 a call of every group may keep it too, for at most K calls.
   const bool partial = particles.timeBin.size() == particles.size() && lowestActiveBin() > 0;
   const bool keepsAcrossSteps = params_.reuse > 1;
-  int keepTree = (partial || keepsAcrossSteps) && mayKeepTree_ && !weightsGiven_ && sameBodies(particles) ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &keepTree, 1, MPI_INT, MPI_LAND, comm_);
+  // Kept lists (the class's comment): every rank has the same word on the motion and the same bins.
+  const bool keepsLists = keepsAcrossSteps && !periodic && !partial && advance_.has_value() && advance_->drift > 0.0;
+  const bool keepable = mayKeepTree_ && !weightsGiven_ && sameBodies(particles);
+  const bool listsKeepable = keepsLists && listsKept_ && keepable;
+  // The ranks that may keep the tree, those that may keep the lists, and the bodies outside their balls.
+  std::uint64_t votes[3] = {(partial || keepsAcrossSteps) && !keepsLists && keepable ? 1u : 0u, listsKeepable ? 1u : 0u,
+                            listsKeepable ? bodiesOutsideBalls(particles) : 0u};
+  MPI_Allreduce(MPI_IN_PLACE, votes, 3, MPI_UINT64_T, MPI_SUM, comm_);
+  const auto ranks = static_cast<std::uint64_t>(numRanks_);
+  const bool keepTree = votes[0] == ranks;
+  stats_.bodiesOutsideBalls = votes[1] == ranks ? votes[2] : 0;
   mayKeepTree_ = false;  // until this call ends well
-  stats_.keptTree = keepTree != 0;
+  stats_.keptLists = votes[1] == ranks && votes[2] == 0;
+  stats_.keptTree = keepTree || stats_.keptLists;
+  if (stats_.keptLists) {
+    evaluateKeptLists(particles, report);
+    ++keptInARow_;
+    mayKeepTree_ = keptInARow_ + 1 < params_.reuse;
+    report.timings.totalSeconds = total.seconds();
+    stats_.callSeconds = report.timings.totalSeconds;
+    totals_.add(stats_);
+    return report;
+  }
+  listsKept_ = false;
+  ballsOn_ = false;
 
   // The last call's interactions per body weigh the split when these are the bodies it returned.
   clock.restart();
   if (!weightsGiven_ && work_.size() != particles.size()) work_.clear();
   weightsGiven_ = false;
   treeSources_ = particles.sources();
-  if (keepTree != 0) {
+  if (keepTree) {
     const std::size_t n = particles.size();
     if (n > 0 && periodic) {
       // Each body at the image nearest its leaf, so that no cell of the kept tree holds bodies on both sides of the
@@ -332,9 +377,11 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     report.timings[Phase::groups] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
   } else {
+    ballsOn_ = keepsLists;  // the tree being built is a tree of balls (buildLocalTree)
     buildLocalTree(particles, report);
   }
   evaluateCall(particles, report);
+  listsKept_ = ballsOn_;
   // A kept tree's cells grow with their bodies' drift out of their cubes (their extents about the cubes' centres), and
   // with them the lists: past kKeptTreeWorkGrowth times the interactions per evaluated body of the call that built
   // the tree, or after kMaxKeptTrees calls, the next call builds. Every rank decides alike (global sums).
@@ -403,7 +450,14 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& re
   const std::size_t n = particles.size();
   if (n > 0) {
     // The tree over this rank's bodies in the global cube: its cells are the one-rank tree's cells wherever they hold
-    // only this rank's bodies. Its keys are the decomposition's, which followed the bodies.
+    // only this rank's bodies. Its keys are the decomposition's, which followed the bodies; for a tree of balls those
+    // of the balls' centres (clamped into the cube), so that each cell lies about its balls: cells keyed by the
+    // positions would hold balls half a path away from them, and their sizes, the opening radii and the lists would
+    // grow by that (4.6x the interactions of a new tree at 2^22 Plummer bodies a rank, theta 1, K = 3, on an H100).
+    if (ballsOn_) {
+      setBalls(particles);
+      tree::computeMortonKeys(treeSources_, domain_.cube, decompositionBuffers_.keys);
+    }
     tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, decompositionBuffers_.keys, sortedKeys_,
                      order_);
     permuter_.permute(particles, order_);
@@ -418,7 +472,9 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& re
     clock.restart();
     tree::buildOctree(sortedKeys_, domain_.cube, params_.nleaf, tree_);
     treeSources_ = particles.sources();  // the bodies sorted into the tree
+    if (ballsOn_) setBalls(particles);   // in the tree's order (treeSources_: their centres)
     tree::makeGroups(tree_, treeSources_, params_.ncrit, groups_);
+    if (ballsOn_) tree::setGroupBoxesOfBalls(treeSources_, ballRadius_.data(), groups_);
     report.timings[Phase::groups] += clock.seconds();
   } else {
     tree_ = tree::Octree{};
@@ -443,6 +499,12 @@ void DistributedTreeSolver::evaluateCall(Particles& particles, ForceReport& repo
       evaluatePass(particles, groups_, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
     }
     report.counts += pass.counts;
+    // The balls for the accelerations the pass found: with none (as the bodies came) a ball would hold only the
+    // drift at the velocity, and a body the kicks move more would leave it at the next call.
+    if (ballsOn_ && n > 0) {
+      setBalls(particles);
+      tree::setGroupBoxesOfBalls(treeSources_, ballRadius_.data(), groups_);
+    }
     tolerancesSet = setGlobalRelativeTolerances(particles);
     report.timings[Phase::estimate] += estimate.seconds();
     stats_.estimatePass = true;
@@ -452,7 +514,13 @@ void DistributedTreeSolver::evaluateCall(Particles& particles, ForceReport& repo
       evaluatePass(particles, evaluated, params_.theta, params_.multipole, potentialsWanted(), report);
   stats_.let = let_.stats();
   stats_.listBatches = numBatches_;
+  noteWork(n, evaluated, counts);
+  report.rebuilt = !stats_.keptTree;
+  report.numGroupsWalked = evaluated.size();
+  clearUnwantedPotentials(particles);
+}
 
+void DistributedTreeSolver::noteWork(std::size_t n, const tree::Groups& evaluated, const InteractionCounts& counts) {
   // Each body's work for the next split: the length of its group's whole list (a group not evaluated keeps its
   // weight; where it has none yet, the mean of those evaluated).
   if (work_.size() != n) {
@@ -475,9 +543,97 @@ void DistributedTreeSolver::evaluateCall(Particles& particles, ForceReport& repo
   stats_.meanWork = sums[0] / double(numRanks_);
   stats_.maxWork = maxWork;
   stats_.workPerEvaluatedBody = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+}
 
-  report.rebuilt = !stats_.keptTree;
-  report.numGroupsWalked = evaluated.size();
+void DistributedTreeSolver::setBalls(const Particles& particles) {
+  const std::size_t n = particles.size();
+  ballRadius_.resize(n);
+  for (auto* centre : {&ballX_, &ballY_, &ballZ_}) centre->resize(n);
+  treeSources_ = {ballX_.data(), ballY_.data(), ballZ_.data(), particles.mass.data(), n};
+  // After the build's call the leapfrog kicks each body by (second + first kick) a and drifts it by `drift` v, once a
+  // step: j steps on, x_j = x + j drift v + j (j + 1) / 2 drift kick a for a constant a (v as the body brings it,
+  // before this call's closing kick). The lists serve j = 0 .. k = K - 1: the ball is centred halfway between x_0
+  // and x_k and holds every x_j (|j - k / 2| <= k / 2, |j (j + 1) / 2 - k (k + 1) / 4| <= k (k + 1) / 4), with room
+  // for a to change by kBallAccelerationChange of itself (x_k moves by k (k + 1) / 2 drift kick of the change).
+  const double k = double(params_.reuse - 1);
+  const double drift = advance_->drift;
+  // A step's two half kicks (the word after a run's first call has no first kick: that call closed no step).
+  const double kick = std::max(advance_->firstKick + advance_->secondKick, 2.0 * advance_->secondKick);
+  const double halfway = 0.25 * k * (k + 1.0) * drift * kick;  // x_k's acceleration term, halved
+  const double accelerationRoom = halfway * (1.0 + 2.0 * kBallAccelerationChange);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 16384), [&](const tbb::blocked_range<std::size_t>& range) {
+    for (std::size_t i = range.begin(); i < range.end(); ++i) {
+      const double v[3] = {particles.vx[i], particles.vy[i], particles.vz[i]};
+      const double a[3] = {particles.ax[i], particles.ay[i], particles.az[i]};
+      const double speed = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+      const double acceleration = std::sqrt(a[0] * a[0] + a[1] * a[1] + a[2] * a[2]);
+      ballX_[i] = particles.x[i] + 0.5 * k * drift * v[0] + halfway * a[0];
+      ballY_[i] = particles.y[i] + 0.5 * k * drift * v[1] + halfway * a[1];
+      ballZ_[i] = particles.z[i] + 0.5 * k * drift * v[2] + halfway * a[2];
+      const double radius = (0.5 * k * drift * speed + accelerationRoom * acceleration) * (1.0 + kBallSlack);
+      // Rounded up to a float (the tree's bounds take the balls as floats).
+      float r = static_cast<float>(radius);
+      if (double(r) < radius) r = std::nextafter(r, std::numeric_limits<float>::infinity());
+      ballRadius_[i] = std::isfinite(r) ? r : 0.0f;
+    }
+  });
+}
+
+std::uint64_t DistributedTreeSolver::bodiesOutsideBalls(const Particles& particles) const {
+  if (ballRadius_.size() != particles.size()) return particles.size();
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, particles.size(), 16384), std::uint64_t{0},
+      [&](const tbb::blocked_range<std::size_t>& range, std::uint64_t outside) {
+        for (std::size_t i = range.begin(); i < range.end(); ++i) {
+          const double dx = particles.x[i] - ballX_[i], dy = particles.y[i] - ballY_[i],
+                       dz = particles.z[i] - ballZ_[i];
+          const double r = ballRadius_[i];
+          outside += dx * dx + dy * dy + dz * dz <= r * r ? 0 : 1;
+        }
+        return outside;
+      },
+      [](std::uint64_t a, std::uint64_t b) { return a + b; });
+}
+
+void DistributedTreeSolver::evaluateKeptLists(Particles& particles, ForceReport& report) {
+  const std::size_t n = particles.size();
+  const bool potentials = potentialsWanted();
+  Stopwatch clock;
+  treeSources_ = particles.sources();
+  if (n > 0) tree::computeMultipoles(treeSources_, params_.theta, params_.multipole, tree_);
+  report.timings[Phase::multipoles] += clock.seconds();
+  stats_.localBuildSeconds = clock.seconds();
+  let_.refresh(tree_, treeSources_, comm_);
+  const LetStats& let = let_.stats();
+  stats_.let = let;
+  stats_.letBuildSeconds = let.buildSeconds;
+  stats_.communicationSeconds = let.communicationSeconds;
+  report.timings[Phase::exchange] += let.buildSeconds + let.communicationSeconds;
+  InteractionCounts counts;
+  if (n > 0) {
+    const std::size_t numSources = let_.sources().count;
+    outPot_.resize(potentials ? numSources : 0);
+    const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
+    const double kernelsBefore = report.timings[Phase::kernels];
+    tree::BatchEvaluation batches(engine_, let_.sources(), let_.cells(), gravity_, out, report);
+    if (numBatches_ == 0) {
+      batches.evaluateNow(plan_, PlanBatch{});
+    } else {
+      for (std::size_t k = 0; k < numBatches_; ++k) {
+        batches.evaluateNow(batches_[k], PlanBatch{k == 0, k + 1 == numBatches_});
+      }
+    }
+    counts = batches.counts();
+    stats_.kernelSeconds = report.timings[Phase::kernels] - kernelsBefore;
+    copyInParallel(outAx_, particles.ax, n);
+    copyInParallel(outAy_, particles.ay, n);
+    copyInParallel(outAz_, particles.az, n);
+    if (potentials) copyInParallel(outPot_, particles.pot, n);
+  }
+  stats_.listBatches = numBatches_;
+  noteWork(n, groups_, counts);
+  report.rebuilt = false;
+  report.numGroupsWalked = 0;
   clearUnwantedPotentials(particles);
 }
 

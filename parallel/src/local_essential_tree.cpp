@@ -48,13 +48,17 @@ DomainBox domainOf(const tree::Groups& groups) {
 
 namespace {
 
-/// Whether the cell (centre of mass `com`, opening radius, mass, b_max) passes the walk's double criterion for the box
-/// (centre, half extents) at relative tolerance `tolerance`.
-bool accepts(const double* com, double openingRadius, double mass, double bmax, bool quadrupole, const double* centre,
-             const double* half, double tolerance) {
+/// Whether the cell (centre of mass `com`, opening radius, mass, b_max, comSpread) passes the walk's double criterion
+/// for the box (centre, half extents) at relative tolerance `tolerance`: tree::acceptCell's test, which for a tree of
+/// balls (spread > 0) takes the centre of mass `spread` nearer and the bodies `spread` farther out.
+bool accepts(const double* com, double openingRadius, double mass, double bmax, double spread, bool quadrupole,
+             const double* centre, const double* half, double tolerance) {
   const double distance2 =
       distanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0], half[1], half[2]);
-  return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole);
+  if (spread == 0.0) return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole);
+  if (!(distance2 > openingRadius * openingRadius)) return false;
+  const double distance = std::max(0.0, std::sqrt(distance2) - spread);
+  return passesOpeningCriterion(distance * distance, 0.0, mass, bmax + spread, tolerance, quadrupole);
 }
 
 /// What a group makes of a cell: the periodic short range's three answers (tree::visitPeriodic), of which open
@@ -184,6 +188,7 @@ class SubtreeExporter {
     }
     out.openingRadius = tree_.openingRadius[cell];
     out.bmax = tree_.bmax[cell];
+    out.comSpread = spreadOf(cell);
     out.sourceCell = cell;
     cells_.push_back(out);
     MATCHA_ASSERT(cells_.size() < (std::size_t{1} << 32), "an exported subtree exceeds 32-bit indices");
@@ -197,11 +202,13 @@ class SubtreeExporter {
       return tree::visitPeriodic(com, tree_.openingRadius[cell], m.mass[cell], tree_.bmax[cell], m.hasQuadrupole,
                                  centre, half, tolerance, periodic_);
     }
-    return accepts(com, tree_.openingRadius[cell], m.mass[cell], tree_.bmax[cell], m.hasQuadrupole, centre, half,
-                   tolerance)
+    return accepts(com, tree_.openingRadius[cell], m.mass[cell], tree_.bmax[cell], spreadOf(cell), m.hasQuadrupole,
+                   centre, half, tolerance)
                ? Visit::accept
                : Visit::open;
   }
+
+  double spreadOf(std::uint32_t cell) const { return tree_.comSpread.empty() ? 0.0 : tree_.comSpread[cell]; }
 
   /// What the groups `reaching` make of `cell`; those that open it go to `opening` (cleared first). The domain box
   /// answers for all of them when it skips or accepts the cell.
@@ -316,7 +323,7 @@ void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std
   cells.clear();
   bodies.clear();
   if (tree.numCells() == 0 || remote.size() == 0) return;
-  MATCHA_ASSERT(tree.comSpread.empty(), "local essential trees need a tree of exact positions");
+  MATCHA_ASSERT(tree.comSpread.empty() || !periodic.enabled(), "periodic local essential trees need exact positions");
   MATCHA_ASSERT(!periodic.enabled() || tree.halfSide[0] == 0.5 * periodic.boxSize,
                 "a periodic export needs the periodic cube as the tree's root");
   SubtreeExporter(tree, sortedBodies, ids, remote, periodic, cells, bodies).run();
@@ -324,7 +331,7 @@ void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std
 
 namespace {
 
-static_assert(sizeof(ExportedCell) == 13 * sizeof(double) + 6 * sizeof(std::uint32_t), "ExportedCell has padding");
+static_assert(sizeof(ExportedCell) == 14 * sizeof(double) + 6 * sizeof(std::uint32_t), "ExportedCell has padding");
 static_assert(sizeof(ExportedBody) == 5 * sizeof(double), "ExportedBody has padding");
 
 /// An MPI datatype of `bytes` contiguous bytes (one ExportedCell or ExportedBody), so that counts stay counts of
@@ -373,6 +380,28 @@ void exchangeBlocks(const std::vector<std::vector<Record>>& send, std::vector<Re
   const RecordType type(sizeof(Record));
   MPI_Alltoallv(packed.data(), sendCounts.data(), sendOffsets.data(), type.get(), received.data(), receiveCounts.data(),
                 offsets.data(), type.get(), comm);
+}
+
+/// cells[0, numLocal) = the local tree's multipoles, each array in blocks on the rank's cores; a rank's cells without
+/// quadrupoles (it has none) get zeros where another rank's have them (cells.hasQuadrupole).
+void copyLocalCells(const CellMultipoles& local, std::size_t numLocal, CellMultipoles& cells) {
+  const bool quadrupole = numLocal > 0 && local.hasQuadrupole;
+  const std::vector<double>* localArrays[11] = {&local.x,   &local.y,   &local.z,    &local.mass,
+                                                &local.qxx, &local.qyy, &local.qzz,  &local.qxy,
+                                                &local.qxz, &local.qyz, &local.trace};
+  std::vector<double>* cellArrays[11] = {&cells.x,   &cells.y,   &cells.z,   &cells.mass, &cells.qxx,  &cells.qyy,
+                                         &cells.qzz, &cells.qxy, &cells.qxz, &cells.qyz,  &cells.trace};
+  const int numArrays = cells.hasQuadrupole ? 11 : 4;
+  tbb::parallel_for(tbb::blocked_range2d<int, std::size_t>(0, numArrays, 1, 0, numLocal, 65536),
+                    [&](const tbb::blocked_range2d<int, std::size_t>& range) {
+                      for (int a = range.rows().begin(); a < range.rows().end(); ++a) {
+                        std::vector<double>& to = *cellArrays[a];
+                        const bool present = a < 4 || quadrupole;
+                        for (std::size_t c = range.cols().begin(); c < range.cols().end(); ++c) {
+                          to[c] = present ? (*localArrays[a])[c] : 0.0;
+                        }
+                      }
+                    });
 }
 
 }  // namespace
@@ -487,29 +516,11 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
                       }
                     });
   const CellMultipoles& local = tree.multipoles;
-  const bool quadrupole = numLocalCells_ > 0 ? local.hasQuadrupole : false;
-  bool anyQuadrupole = quadrupole;
+  bool anyQuadrupole = numLocalCells_ > 0 ? local.hasQuadrupole : false;
   MPI_Allreduce(MPI_IN_PLACE, &anyQuadrupole, 1, MPI_CXX_BOOL, MPI_LOR, comm);
   const std::size_t numCells = numLocalCells_ + received_.size();
   cells_.resize(numCells, anyQuadrupole);
-  const std::vector<double>* localArrays[11] = {&local.x,   &local.y,   &local.z,    &local.mass,
-                                                &local.qxx, &local.qyy, &local.qzz,  &local.qxy,
-                                                &local.qxz, &local.qyz, &local.trace};
-  std::vector<double>* cellArrays[11] = {&cells_.x,   &cells_.y,   &cells_.z,   &cells_.mass, &cells_.qxx,  &cells_.qyy,
-                                         &cells_.qzz, &cells_.qxy, &cells_.qxz, &cells_.qyz,  &cells_.trace};
-  const int numArrays = anyQuadrupole ? 11 : 4;
-  // The local cells' arrays, each in blocks on the rank's cores; a rank's cells without quadrupoles (it has none)
-  // get zeros where another rank's have them.
-  tbb::parallel_for(tbb::blocked_range2d<int, std::size_t>(0, numArrays, 1, 0, numLocalCells_, 65536),
-                    [&](const tbb::blocked_range2d<int, std::size_t>& range) {
-                      for (int a = range.rows().begin(); a < range.rows().end(); ++a) {
-                        std::vector<double>& to = *cellArrays[a];
-                        const bool present = a < 4 || quadrupole;
-                        for (std::size_t c = range.cols().begin(); c < range.cols().end(); ++c) {
-                          to[c] = present ? (*localArrays[a])[c] : 0.0;
-                        }
-                      }
-                    });
+  copyLocalCells(local, numLocalCells_, cells_);
   cellOwner_.resize(received_.size());
   subtreeRoots_.clear();
   for (int from = 0; from < numRanks; ++from) {
@@ -547,6 +558,102 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
           }
         }
       });
+  exchanged_ = true;
+}
+
+void LocalEssentialTree::refresh(const tree::Octree& tree, const SourceView& sortedBodies, MPI_Comm comm) {
+  MATCHA_ASSERT(exchanged_ && !periodic_.enabled(), "refresh needs an exchange with open boundaries");
+  MATCHA_ASSERT(sortedBodies.count == numLocalBodies_ && tree.numCells() == numLocalCells_,
+                "refresh needs the exchange's local tree and bodies");
+  const LetStats sizes = stats_;
+  stats_ = LetStats{};
+  stats_.remoteGroups = sizes.remoteGroups;
+  const int numRanks = numRanksOf(comm);
+  Stopwatch clock;
+  // Each sent cell's multipoles and each sent body's position, where the exchange put them: an opened leaf's bodies
+  // went as its bodies in the tree's order, at [firstBody, lastBody) of the subtree (exportSubtree).
+  sendCellUpdates_.resize(numRanks);
+  sendBodyUpdates_.resize(numRanks);
+  const CellMultipoles& m = tree.multipoles;
+  for (int r = 0; r < numRanks; ++r) {
+    const std::vector<ExportedCell>& sent = sendCells_[r];
+    std::vector<CellUpdate>& cellUpdates = sendCellUpdates_[r];
+    std::vector<BodyUpdate>& bodyUpdates = sendBodyUpdates_[r];
+    cellUpdates.resize(sent.size());
+    bodyUpdates.resize(sendBodies_[r].size());
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, sent.size(), 4096),
+                      [&](const tbb::blocked_range<std::size_t>& range) {
+                        for (std::size_t k = range.begin(); k < range.end(); ++k) {
+                          const std::uint32_t c = sent[k].sourceCell;
+                          CellUpdate& update = cellUpdates[k];
+                          update = CellUpdate{{m.x[c], m.y[c], m.z[c]}, m.mass[c], {}, 0.0};
+                          if (m.hasQuadrupole) {
+                            const double q[6] = {m.qxx[c], m.qyy[c], m.qzz[c], m.qxy[c], m.qxz[c], m.qyz[c]};
+                            std::copy(q, q + 6, update.quadrupole);
+                            update.trace = m.trace[c];
+                          }
+                          const std::uint32_t first = tree.bodies[c].first;
+                          for (std::uint32_t b = sent[k].firstBody; b < sent[k].lastBody; ++b) {
+                            const std::uint32_t i = first + (b - sent[k].firstBody);
+                            bodyUpdates[b] = {sortedBodies.x[i], sortedBodies.y[i], sortedBodies.z[i]};
+                          }
+                        }
+                      });
+    stats_.cellsSent += cellUpdates.size();
+    stats_.bodiesSent += bodyUpdates.size();
+  }
+  stats_.buildSeconds = clock.seconds();
+
+  clock.restart();
+  std::vector<int> cellOffsets, bodyOffsets;
+  exchangeBlocks(sendCellUpdates_, packedCellUpdates_, receivedCellUpdates_, cellOffsets, comm);
+  exchangeBlocks(sendBodyUpdates_, packedBodyUpdates_, receivedBodyUpdates_, bodyOffsets, comm);
+  stats_.communicationSeconds = clock.seconds();
+  MATCHA_ASSERT(
+      receivedCellUpdates_.size() == received_.size() && receivedBodyUpdates_.size() == x_.size() - numLocalBodies_,
+      "refresh received other than the exchange did");
+  stats_.cellsReceived = receivedCellUpdates_.size();
+  stats_.bodiesReceived = receivedBodyUpdates_.size();
+
+  clock.restart();
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, x_.size(), 65536),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      for (std::size_t i = range.begin(); i < range.end(); ++i) {
+                        if (i < numLocalBodies_) {
+                          x_[i] = sortedBodies.x[i];
+                          y_[i] = sortedBodies.y[i];
+                          z_[i] = sortedBodies.z[i];
+                        } else {
+                          const BodyUpdate& body = receivedBodyUpdates_[i - numLocalBodies_];
+                          x_[i] = body.x;
+                          y_[i] = body.y;
+                          z_[i] = body.z;
+                        }
+                      }
+                    });
+  copyLocalCells(m, numLocalCells_, cells_);
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, received_.size(), 16384),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      for (std::size_t k = range.begin(); k < range.end(); ++k) {
+                        // received_ keeps the numbers the sender pruned with: buildPlan's walks must test those.
+                        const CellUpdate& update = receivedCellUpdates_[k];
+                        const std::size_t c = numLocalCells_ + k;
+                        cells_.x[c] = update.com[0];
+                        cells_.y[c] = update.com[1];
+                        cells_.z[c] = update.com[2];
+                        cells_.mass[c] = update.mass;
+                        if (cells_.hasQuadrupole) {
+                          cells_.qxx[c] = update.quadrupole[0];
+                          cells_.qyy[c] = update.quadrupole[1];
+                          cells_.qzz[c] = update.quadrupole[2];
+                          cells_.qxy[c] = update.quadrupole[3];
+                          cells_.qxz[c] = update.quadrupole[4];
+                          cells_.qyz[c] = update.quadrupole[5];
+                          cells_.trace[c] = update.trace;
+                        }
+                      }
+                    });
+  stats_.buildSeconds += clock.seconds();
 }
 
 void LocalEssentialTree::buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan,
@@ -591,7 +698,7 @@ void LocalEssentialTree::buildPlan(const tree::Groups& groups, const Interaction
         if (periodic_.enabled()) {
           visit = tree::visitPeriodic(cell.com, cell.openingRadius, cell.mass, cell.bmax, cells_.hasQuadrupole, centre,
                                       half, tolerance, periodic_);
-        } else if (cell.accepted == 0 && !accepts(cell.com, cell.openingRadius, cell.mass, cell.bmax,
+        } else if (cell.accepted == 0 && !accepts(cell.com, cell.openingRadius, cell.mass, cell.bmax, cell.comSpread,
                                                   cells_.hasQuadrupole, centre, half, tolerance)) {
           visit = Visit::open;
         }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,11 @@ struct DistributedStats {
   bool estimatePass = false;  ///< the call evaluated twice (no accelerations came for the relative test)
   /// The call kept the last call's split and local tree, refitted (block time steps: DistributedTreeSolver).
   bool keptTree = false;
+  /// The call kept the last call's lists too (reuse K > 1 with a known advance: DistributedTreeSolver): no walk or
+  /// pruning, the exchange only the sent cells' multipoles and bodies' positions (keptTree is set too).
+  bool keptLists = false;
+  /// Bodies of all ranks found outside their balls at a call that could otherwise have kept the lists (it built).
+  std::uint64_t bodiesOutsideBalls = 0;
   /// The final pass's batches of lists (TreeParams::overlapWalk; 0: one plan, evaluated whole).
   std::uint64_t listBatches = 0;
   DecompositionStats decomposition;  ///< the weights' balance the splitters were chosen for (the last call's work)
@@ -80,6 +86,8 @@ struct DistributedTotals {
   std::uint64_t steadyBodiesSent = 0;
   /// Calls that kept the last call's split and tree (block time steps), all calls counted: their decomposition is 0.
   std::uint64_t keptTrees = 0;
+  /// Of those, the calls that kept the lists too (DistributedStats::keptLists).
+  std::uint64_t keptLists = 0;
 
   void add(const DistributedStats& call);
 };
@@ -106,6 +114,18 @@ class DistributedTreeSolver final : public ForceSolver {
   /// a checkpoint then waits for a call that builds, or makes the next call build (endTreeForCheckpoint). Reuse 0
   /// (auto) keeps trees over block time steps only: whether keeping them over whole steps pays has not been measured
   /// on GPUs (bench/RESULTS.md).
+  ///
+  /// Kept lists: with reuse K > 1 in open space, every call evaluating every group, and the integrator's word on the
+  /// motion (expectAdvance: a leapfrog of fixed steps), a call that builds makes its tree, groups and lists for the K
+  /// calls it will serve, as TreeSolver makes its trees for predicted positions: each body becomes a ball about its
+  /// predicted path over the next K - 1 steps that holds that path (setBalls: from v and the kicks' a, with room for
+  /// the acceleration to change), the multipoles bound every position within the balls (Octree::comSpread), the
+  /// groups' boxes hold their bodies' balls, and the other ranks prune their trees with those bounds (exportSubtree),
+  /// so that every list passes the opening criterion wherever in its ball each body is. The next K - 1 calls, while
+  /// every body on every rank stays within its ball, keep the split, the tree and the lists: they compute the local
+  /// multipoles for the current positions, send the cells and bodies the build's exchange sent with their new
+  /// multipoles and positions (LocalEssentialTree::refresh), and evaluate the kept lists: no decomposition, sort,
+  /// walk or pruning. A body outside its ball makes that call build, on every rank.
   ///
   /// With gravity.periodic enabled the solver is PeriodicTreeSolver over the ranks: the keys are taken in the box [0,
   /// L)^3, so that every rank's tree has it as its root; each rank walks its own tree with the periodic float walk
@@ -138,8 +158,12 @@ class DistributedTreeSolver final : public ForceSolver {
   /// Makes the next call build its tree (and split the bodies anew), as a restarted run's first call will.
   bool endTreeForCheckpoint() override {
     mayKeepTree_ = false;
+    listsKept_ = false;
     return true;
   }
+  /// The leapfrog's word on the motion between calls (kept lists' balls: see the constructor). Every rank gets the
+  /// same word.
+  void expectAdvance(const std::optional<BodyAdvance>& advance) override { advance_ = advance; }
 
   /// Weights for the next call's split instead of the last call's work: one per body, in the order the next call
   /// will bring them (that call throws InputError on every rank when a weight is negative or not finite, or their
@@ -186,6 +210,20 @@ class DistributedTreeSolver final : public ForceSolver {
   /// TreeParams::overlapWalk in batches along the curve, each evaluated while the next is merged (on a second host
   /// thread where the engine works on a device), else as one plan. Sets listLengths_. Returns the interactions.
   InteractionCounts mergeAndEvaluate(const tree::Groups& groups, const ForceView& out, ForceReport& report);
+  /// Each body (in the order of `particles`) as a ball for lists that serve this call and the next K - 1
+  /// (TreeParams::reuse): centred on the path the leapfrog's advance_ takes it on from its position and velocity at
+  /// the acceleration it brought, holding that path with room for the acceleration to change (kBallAccelerationChange,
+  /// kBallSlack). Sets ballRadius_, the centres ballX_.. and treeSources_ to the centres: the tree's keys, multipoles
+  /// and groups, the walks and the pruning take the balls.
+  void setBalls(const Particles& particles);
+  /// The local bodies outside their balls (setBalls) at their positions now.
+  std::uint64_t bodiesOutsideBalls(const Particles& particles) const;
+  /// A call on kept lists: the local multipoles at the positions now, the exchange's cells and bodies refreshed
+  /// (LocalEssentialTree::refresh), the last build's lists evaluated again. Collective.
+  void evaluateKeptLists(Particles& particles, ForceReport& report);
+  /// The call's work after its final pass over `evaluated` on the rank's `n` bodies: stats_ (the ranks' sums and
+  /// largest) and each evaluated body's weight for the next split. Collective.
+  void noteWork(std::size_t n, const tree::Groups& evaluated, const InteractionCounts& counts);
   /// The groups whose forces the call must compute: every group, or with block time steps (ForceSolver::
   /// setLowestActiveBin, the bodies' timeBin) those that hold a body whose step ends here, as activeGroups_ (with
   /// their boxes and tolerances). The others' bodies keep the acc and pot they brought.
@@ -228,7 +266,14 @@ class DistributedTreeSolver final : public ForceSolver {
   /// tree: this call evaluated some groups only (block time steps) or reuse is K > 1, reuse is not 1, and its tree has
   /// not outgrown its use (kKeptTreeWorkGrowth, K or kMaxKeptTrees calls).
   bool mayKeepTree_ = false;
-  std::uint64_t keptInARow_ = 0;         ///< calls since the last build that kept its tree
+  std::uint64_t keptInARow_ = 0;        ///< calls since the last build that kept its tree
+  std::optional<BodyAdvance> advance_;  ///< expectAdvance's word
+  /// This call's tree was built over balls (setBalls), and its lists (batches_, or plan_ where numBatches_ is 0) may
+  /// serve the next calls.
+  bool listsKept_ = false;
+  bool ballsOn_ = false;                       ///< the tree being built is a tree of balls (ballRadius_)
+  std::vector<float> ballRadius_;              ///< each body's ball, in the tree's order
+  std::vector<double> ballX_, ballY_, ballZ_;  ///< the balls' centres (setBalls)
   double builtWorkPerBody_ = 0.0;        ///< DistributedStats::workPerEvaluatedBody of the call that built the tree
   std::uint64_t treeBodies_ = 0;         ///< the bodies the last call's tree holds
   std::vector<std::uint64_t> idSample_;  ///< ids of every (n / kIdSamples)-th of them, in the tree's order

@@ -41,7 +41,7 @@ struct RemoteGroups {
   std::size_t size() const { return tolerance.size(); }
 };
 
-/// One cell of a pruned subtree as it travels (128 bytes, no padding: it goes through MPI as bytes). Child and body
+/// One cell of a pruned subtree as it travels (136 bytes, no padding: it goes through MPI as bytes). Child and body
 /// indices are within the sender's subtree for that receiver (cells and bodies numbered from 0).
 struct ExportedCell {
   double com[3];
@@ -50,6 +50,10 @@ struct ExportedCell {
   double trace;
   double openingRadius;
   double bmax;
+  /// For a tree of balls (tree::Octree::comSpread; open boundaries only): how far the centre of mass may move while
+  /// the bodies stay within their balls; 0 for a tree of exact positions. The walk's test takes it as
+  /// tree::acceptCell does.
+  double comSpread;
   std::uint32_t firstChild;   ///< an opened cell's first child (its children are consecutive)
   std::uint32_t numChildren;  ///< 0: an accepted cell, or an opened leaf
   std::uint32_t firstBody;    ///< an opened leaf's bodies [firstBody, lastBody); empty otherwise
@@ -72,7 +76,9 @@ struct ExportedBody {
 /// same decisions on the same numbers and never reaches a cell that was not sent. A cell that every group reaching it
 /// accepts goes as accepted, without children; a cell that some group opens goes opened, with all its children
 /// (consecutive), and an opened leaf with its bodies (from `sortedBodies`, the tree's order, and `ids`). `tree` needs
-/// computeMultipoles over exact positions (no comSpread). Serial (depth first); allocates.
+/// computeMultipoles; with open boundaries it may be a tree of balls (its comSpread travels with each cell, and with
+/// the groups' boxes of balls the lists then hold wherever in its ball each body is: the lists a distributed solver
+/// keeps over several calls), in a periodic box it must be over exact positions. Allocates.
 ///
 /// A cell that passes the criterion for the box around all the groups is accepted for every group without a test per
 /// group. Why that holds: the theta test asks that the group's box lie outside the sphere of radius r_open about the
@@ -133,6 +139,17 @@ class LocalEssentialTree {
   void buildPlan(const tree::Groups& groups, const InteractionPlan& localPlan, std::size_t first, std::size_t last,
                  InteractionPlan& plan);
 
+  /// For a call that keeps the last exchange's lists (the same local tree, its multipoles computed anew for the
+  /// bodies' current positions; the same bodies in the same order): sends every cell and body the last exchange sent
+  /// again, in the same order, with its current multipoles or position (11 and 3 doubles, against 17 and 5 for a
+  /// whole exchange, and no pruning), and overwrites sources() and cells() with them, the local ones from `tree` and
+  /// `sortedBodies`. The plans of buildPlan then index the same cells and bodies at their new positions; buildPlan's
+  /// walks still test the numbers the senders pruned with (receivedCell), so that a call may exchange for balls
+  /// about predicted positions, refresh for the positions now, and then walk. Open
+  /// boundaries only (a periodic exchange's cells and bodies are at nearest images of the groups they were pruned
+  /// for). stats() gives the update's sizes and times. Collective; every rank must call it after the same exchange.
+  void refresh(const tree::Octree& tree, const SourceView& sortedBodies, MPI_Comm comm);
+
   /// The sources and cells the plan of buildPlan indexes. Valid until the next exchange.
   SourceView sources() const { return {x_.data(), y_.data(), z_.data(), mass_.data(), x_.size()}; }
   const CellMultipoles& cells() const { return cells_; }
@@ -142,7 +159,8 @@ class LocalEssentialTree {
   /// For a received cell c (cells() index c >= numLocalCells()): the rank that sent it and its id in that rank's tree.
   int cellOwner(std::size_t c) const { return cellOwner_[c - numLocalCells_]; }
   std::uint32_t cellSourceId(std::size_t c) const { return received_[c - numLocalCells_].sourceCell; }
-  /// Received cell c as it arrived (child and body indices made absolute, into cells() and sources()).
+  /// Received cell c as it arrived at the exchange (child and body indices made absolute, into cells() and sources();
+  /// refresh leaves it as it was).
   const ExportedCell& receivedCell(std::size_t c) const { return received_[c - numLocalCells_]; }
   /// The id of received body b (sources() index b >= numLocalBodies()).
   std::uint64_t bodyId(std::size_t b) const { return receivedIds_[b - numLocalBodies_]; }
@@ -163,6 +181,21 @@ class LocalEssentialTree {
   std::vector<std::vector<ExportedBody>> sendBodies_;
   std::vector<ExportedCell> packedCells_;
   std::vector<ExportedBody> packedBodies_, receivedBodies_;
+  /// refresh()'s records and buffers: what changes of a sent cell (its multipoles) and of a sent body (its position)
+  struct CellUpdate {
+    double com[3];
+    double mass;
+    double quadrupole[6];
+    double trace;
+  };
+  struct BodyUpdate {
+    double x, y, z;
+  };
+  std::vector<std::vector<CellUpdate>> sendCellUpdates_;
+  std::vector<std::vector<BodyUpdate>> sendBodyUpdates_;
+  std::vector<CellUpdate> packedCellUpdates_, receivedCellUpdates_;
+  std::vector<BodyUpdate> packedBodyUpdates_, receivedBodyUpdates_;
+  bool exchanged_ = false;  ///< an exchange was made (refresh needs one)
   /// buildPlan's remote lists of a batch's groups (cell ids, body ranges), kept from call to call for their room
   std::vector<std::vector<std::uint32_t>> remoteCells_;
   std::vector<std::vector<BodyRange>> remoteRanges_;
