@@ -274,6 +274,7 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                     {"steady_bodies_sent", t.steadyBodiesSent},
                     {"kept_tree_calls", t.keptTrees},
                     {"kept_list_calls", t.keptLists},
+                    {"kept_list_call_seconds", t.keptListSeconds},
                     {"interactions", t.work}});
   }
   return rows;
@@ -291,27 +292,30 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
       ", which move the scattered bodies into their domains; the steady decomposition's checks, cube and keys, "
       "splitter search and moves, the moves' MPI exchanges, and the bodies sent to other ranks a call; kept: the calls "
       "that kept the last call's split and tree (block time steps, --reuse), lists: of those, the calls that kept the "
-      "lists too (--reuse K > 1 with fixed steps))\n  rank     "
+      "lists too (--reuse K > 1 with fixed steps), and ms per such call, against the others' ms per call)\n  rank     "
       "bodies     wait   decomp    build  LET build     comm     walk  kernels     call   work   steady: call   decomp "
       " "
-      "checks    keys   split   moves     MPI     sent    kept   lists\n";
+      "checks    keys   split   moves     MPI     sent    kept   lists  kept ms  other ms\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perCall = t.calls > 0 ? 1e3 / double(t.calls) : 0.0;
     const double perSteadyCall = t.steadyCalls > 0 ? 1e3 / double(t.steadyCalls) : 0.0;
     char line[320];
-    std::snprintf(line, sizeof line,
-                  "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
-                  "%7.2f %7.2f %8.0f %7llu %7llu\n",
-                  r, double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
-                  t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
-                  t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
-                  meanWork > 0.0 ? t.work / meanWork : 1.0, t.steadyCallSeconds * perSteadyCall,
-                  t.steadyDecompositionSeconds * perSteadyCall, t.steadyCheckSeconds * perSteadyCall,
-                  t.steadyKeySeconds * perSteadyCall, t.steadySplitSeconds * perSteadyCall,
-                  t.steadyMoveSeconds * perSteadyCall, t.steadyMoveExchangeSeconds * perSteadyCall,
-                  t.steadyCalls > 0 ? double(t.steadyBodiesSent) / double(t.steadyCalls) : 0.0,
-                  static_cast<unsigned long long>(t.keptTrees), static_cast<unsigned long long>(t.keptLists));
+    std::snprintf(
+        line, sizeof line,
+        "  %4zu %10.0f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %6.3f %14.2f %8.2f %7.2f %7.2f %7.2f "
+        "%7.2f %7.2f %8.0f %7llu %7llu %8.2f %9.2f\n",
+        r, double(t.lastBodies), t.arrivalWaitSeconds * perCall, t.decompositionSeconds * perCall,
+        t.localBuildSeconds * perCall, t.letBuildSeconds * perCall, t.communicationSeconds * perCall,
+        t.walkSeconds * perCall, t.kernelSeconds * perCall, t.callSeconds * perCall,
+        meanWork > 0.0 ? t.work / meanWork : 1.0, t.steadyCallSeconds * perSteadyCall,
+        t.steadyDecompositionSeconds * perSteadyCall, t.steadyCheckSeconds * perSteadyCall,
+        t.steadyKeySeconds * perSteadyCall, t.steadySplitSeconds * perSteadyCall, t.steadyMoveSeconds * perSteadyCall,
+        t.steadyMoveExchangeSeconds * perSteadyCall,
+        t.steadyCalls > 0 ? double(t.steadyBodiesSent) / double(t.steadyCalls) : 0.0,
+        static_cast<unsigned long long>(t.keptTrees), static_cast<unsigned long long>(t.keptLists),
+        t.keptLists > 0 ? 1e3 * t.keptListSeconds / double(t.keptLists) : 0.0,
+        t.calls > t.keptLists ? 1e3 * (t.callSeconds - t.keptListSeconds) / double(t.calls - t.keptLists) : 0.0);
     text += line;
   }
   return text;

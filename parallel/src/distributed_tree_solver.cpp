@@ -100,6 +100,7 @@ void DistributedTotals::add(const DistributedStats& call) {
   }
   keptTrees += call.keptTree ? 1 : 0;
   keptLists += call.keptLists ? 1 : 0;
+  keptListSeconds += call.keptLists ? call.callSeconds : 0.0;
 }
 
 DistributedTreeSolver::DistributedTreeSolver(NearFieldEngine& engine, const TreeParams& treeParams,

@@ -86,8 +86,10 @@ struct DistributedTotals {
   std::uint64_t steadyBodiesSent = 0;
   /// Calls that kept the last call's split and tree (block time steps), all calls counted: their decomposition is 0.
   std::uint64_t keptTrees = 0;
-  /// Of those, the calls that kept the lists too (DistributedStats::keptLists).
+  /// Of those, the calls that kept the lists too (DistributedStats::keptLists), and their whole time: against the
+  /// other calls', what a kept call saves and what the balls' longer lists cost the builds.
   std::uint64_t keptLists = 0;
+  double keptListSeconds = 0.0;
 
   void add(const DistributedStats& call);
 };
