@@ -112,10 +112,10 @@ class DistributedTreeSolver final : public ForceSolver {
   /// went on, bit for bit. The refit cells grow as their bodies leave their cubes, and the lists with them: a tree is
   /// kept while the interactions per evaluated body stay within 1.5x the building call's, at most 16 calls in a row.
   /// TreeParams::reuse 1 builds at every call. With reuse K > 1 a tree serves at most K calls, and calls of every
-  /// group keep it too (the same refit, the walks and exchanges made anew, so the forces keep a new tree's guarantees):
-  /// a checkpoint then waits for a call that builds, or makes the next call build (endTreeForCheckpoint). Reuse 0
-  /// (auto) keeps trees over block time steps only: whether keeping them over whole steps pays has not been measured
-  /// on GPUs (bench/RESULTS.md).
+  /// group keep it too: without the leapfrog's word on the motion (below) with the same refit, the walks and exchanges
+  /// made anew, so the forces keep a new tree's guarantees; a checkpoint then waits for a call that builds, or makes
+  /// the next call build (endTreeForCheckpoint). Reuse 0 (auto) keeps trees over block time steps only: over whole
+  /// steps the kept lists' balls made a step slower on the one measured GPU machine (bench/RESULTS.md).
   ///
   /// Kept lists: with reuse K > 1 in open space, every call evaluating every group, and the integrator's word on the
   /// motion (expectAdvance: a leapfrog of fixed steps), a call that builds makes its tree, groups and lists for the K
