@@ -11,6 +11,7 @@
 #include "matcha/core/opening_criterion.hpp"
 #include "matcha/gpu/cpu_engine.hpp"
 #include "matcha/parallel/distributed_tree_solver.hpp"
+#include "matcha/tree/octree.hpp"
 #include "mpi_testing.hpp"
 
 namespace matcha::parallel {
@@ -128,6 +129,79 @@ TEST_P(LocalEssentialTreeTest, EveryGroupCoversEveryBodyOnce) {
         c.theta, toString(c.order).c_str(), c.alpha, (unsigned long long)stats.cellsSent,
         (unsigned long long)stats.bodiesSent, (unsigned long long)stats.cellsReceived,
         (unsigned long long)stats.bodiesReceived, remoteCellsChecked, sentAccepted, local.size());
+  }
+}
+
+// A refresh (the calls that keep their lists) sends the cells and bodies of the last exchange again, in its order,
+// with the senders' multipoles and positions now: every received body is its owner's body of that id where it is now,
+// every received cell its sender's cell as refitted, bit for bit; the local ones are the rank's own; and the received
+// cells' pruning numbers (what buildPlan's walks test) stay as the exchange brought them.
+TEST(LocalEssentialTreeRefresh, SendsTheExchangesCellsAndBodiesWhereTheyAreNow) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  Particles local = testing::dealOut(matcha::testing::clumpInHalo(6000, seed), worldRank(), worldSize());
+  TreeParams params;
+  gpu::CpuEngine engine;
+  DistributedTreeSolver solver(engine, params, GravityParams{}, MPI_COMM_WORLD);
+  solver.computeForces(local);  // the bodies in their domains, in tree order, with a tree and groups
+  tree::Octree octree = solver.octree();
+  LocalEssentialTree let;
+  let.exchange(octree, local.sources(), local.id, solver.groups(), MPI_COMM_WORLD);
+  const std::vector<ExportedCell> before = [&] {
+    std::vector<ExportedCell> cells;
+    for (std::size_t c = let.numLocalCells(); c < let.cells().size(); ++c) cells.push_back(let.receivedCell(c));
+    return cells;
+  }();
+
+  for (std::size_t i = 0; i < local.size(); ++i) {
+    local.x[i] += 0.02 * local.vx[i];
+    local.y[i] += 0.02 * local.vy[i];
+    local.z[i] += 0.02 * local.vz[i];
+  }
+  tree::computeMultipoles(local.sources(), params.theta, params.multipole, octree);
+  let.refresh(octree, local.sources(), MPI_COMM_WORLD);
+
+  // Every rank's bodies by id and every rank's refitted cells, to look the received ones up.
+  const Particles all = testing::gatherById(local);
+  const CellMultipoles& m = octree.multipoles;
+  const std::vector<double>* fields[5] = {&m.x, &m.y, &m.z, &m.mass, &m.qxx};
+  std::vector<std::vector<double>> allFields;
+  for (const std::vector<double>* field : fields) allFields.push_back(testing::allGather(*field, MPI_DOUBLE));
+  std::vector<int> cellOffset(worldSize() + 1, 0);
+  {
+    const int count = static_cast<int>(octree.numCells());
+    std::vector<int> counts(worldSize());
+    MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < worldSize(); ++r) cellOffset[r + 1] = cellOffset[r] + counts[r];
+  }
+
+  const SourceView sources = let.sources();
+  const CellMultipoles& cells = let.cells();
+  std::size_t wrongBodies = 0, wrongCells = 0, movedCells = 0;
+  for (std::size_t b = 0; b < sources.count; ++b) {
+    const std::uint64_t id = b < let.numLocalBodies() ? local.id[b] : let.bodyId(b);
+    wrongBodies += sources.x[b] == all.x[id] && sources.y[b] == all.y[id] && sources.z[b] == all.z[id] ? 0 : 1;
+  }
+  for (std::size_t c = 0; c < cells.size(); ++c) {
+    const bool remote = c >= let.numLocalCells();
+    const int owner = remote ? let.cellOwner(c) : worldRank();
+    const std::size_t at = cellOffset[owner] + (remote ? let.cellSourceId(c) : c);
+    const double now[5] = {cells.x[c], cells.y[c], cells.z[c], cells.mass[c], cells.qxx[c]};
+    for (int k = 0; k < 5; ++k) wrongCells += now[k] == allFields[k][at] ? 0 : 1;
+    if (remote) {
+      const ExportedCell& kept = let.receivedCell(c);
+      const ExportedCell& exchanged = before[c - let.numLocalCells()];
+      EXPECT_EQ(kept.com[0], exchanged.com[0]) << "the walks' numbers must stay the exchange's";
+      EXPECT_EQ(kept.openingRadius, exchanged.openingRadius);
+      movedCells += cells.x[c] != exchanged.com[0] ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(wrongBodies, 0u) << "on rank " << worldRank();
+  EXPECT_EQ(wrongCells, 0u) << "on rank " << worldRank();
+  if (worldSize() > 1) {
+    EXPECT_GT(let.stats().cellsReceived, 0u);
+    EXPECT_EQ(let.stats().cellsReceived, before.size());
+    EXPECT_GT(movedCells, 0u) << "the drift moved no received cell: the test would not see a stale one";
   }
 }
 
