@@ -404,6 +404,49 @@ void copyLocalCells(const CellMultipoles& local, std::size_t numLocal, CellMulti
                     });
 }
 
+/// Sets cells' entry c to a received cell's multipoles (its quadrupole where the cells have quadrupoles): an
+/// ExportedCell as exchanged, or a refresh's update of one.
+template <class Received>
+void setReceivedCell(CellMultipoles& cells, std::size_t c, const Received& cell) {
+  cells.x[c] = cell.com[0];
+  cells.y[c] = cell.com[1];
+  cells.z[c] = cell.com[2];
+  cells.mass[c] = cell.mass;
+  if (!cells.hasQuadrupole) return;
+  cells.qxx[c] = cell.quadrupole[0];
+  cells.qyy[c] = cell.quadrupole[1];
+  cells.qzz[c] = cell.quadrupole[2];
+  cells.qxy[c] = cell.quadrupole[3];
+  cells.qxz[c] = cell.quadrupole[4];
+  cells.qyz[c] = cell.quadrupole[5];
+  cells.trace[c] = cell.trace;
+}
+
+/// Sources [0, numSources) of the local essential tree on the rank's cores (at 2^23 bodies a rank these copies are
+/// ~300 MB a call): the local bodies, then the received records; `take(i, record)` copies record i of `received`
+/// (positions, and what else it carries) into source numLocal + i.
+template <class Record, class Take>
+void placeSources(const SourceView& local, const std::vector<Record>& received, double* x, double* y, double* z,
+                  Take take) {
+  const std::size_t numLocal = local.count;
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numLocal + received.size(), 65536),
+                    [&](const tbb::blocked_range<std::size_t>& range) {
+                      for (std::size_t i = range.begin(); i < range.end(); ++i) {
+                        if (i < numLocal) {
+                          x[i] = local.x[i];
+                          y[i] = local.y[i];
+                          z[i] = local.z[i];
+                        } else {
+                          const Record& record = received[i - numLocal];
+                          x[i] = record.x;
+                          y[i] = record.y;
+                          z[i] = record.z;
+                          take(i - numLocal, record);
+                        }
+                      }
+                    });
+}
+
 }  // namespace
 
 void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& sortedBodies,
@@ -494,27 +537,16 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
   const std::size_t numSources = numLocalBodies_ + bodies.size();
   MATCHA_ASSERT(numSources < (std::size_t{1} << 32) && numLocalCells_ + received_.size() < (std::size_t{1} << 32),
                 "a local essential tree exceeds 32-bit indices");
-  // On the rank's cores: at 2^23 bodies a rank these copies are ~300 MB a call.
   for (auto* array : {&x_, &y_, &z_, &mass_}) array->resize(numSources);
   receivedIds_.resize(bodies.size());
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, numSources, 65536),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      for (std::size_t i = range.begin(); i < range.end(); ++i) {
-                        if (i < numLocalBodies_) {
-                          x_[i] = sortedBodies.x[i];
-                          y_[i] = sortedBodies.y[i];
-                          z_[i] = sortedBodies.z[i];
-                          mass_[i] = sortedBodies.mass[i];
-                        } else {
-                          const ExportedBody& body = bodies[i - numLocalBodies_];
-                          x_[i] = body.x;
-                          y_[i] = body.y;
-                          z_[i] = body.z;
-                          mass_[i] = body.mass;
-                          receivedIds_[i - numLocalBodies_] = body.id;
-                        }
-                      }
-                    });
+  tbb::parallel_for(
+      tbb::blocked_range<std::size_t>(0, numLocalBodies_, 65536), [&](const tbb::blocked_range<std::size_t>& range) {
+        std::copy(sortedBodies.mass + range.begin(), sortedBodies.mass + range.end(), mass_.begin() + range.begin());
+      });
+  placeSources(sortedBodies, bodies, x_.data(), y_.data(), z_.data(), [&](std::size_t k, const ExportedBody& body) {
+    mass_[numLocalBodies_ + k] = body.mass;
+    receivedIds_[k] = body.id;
+  });
   const CellMultipoles& local = tree.multipoles;
   bool anyQuadrupole = numLocalCells_ > 0 ? local.hasQuadrupole : false;
   MPI_Allreduce(MPI_IN_PLACE, &anyQuadrupole, 1, MPI_CXX_BOOL, MPI_LOR, comm);
@@ -542,20 +574,7 @@ void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& so
           const auto bodyShift = static_cast<std::uint32_t>(numLocalBodies_ + bodyOffsets[from]);
           cell.firstBody += bodyShift;
           cell.lastBody += bodyShift;
-          const std::size_t c = numLocalCells_ + k;
-          cells_.x[c] = cell.com[0];
-          cells_.y[c] = cell.com[1];
-          cells_.z[c] = cell.com[2];
-          cells_.mass[c] = cell.mass;
-          if (anyQuadrupole) {
-            cells_.qxx[c] = cell.quadrupole[0];
-            cells_.qyy[c] = cell.quadrupole[1];
-            cells_.qzz[c] = cell.quadrupole[2];
-            cells_.qxy[c] = cell.quadrupole[3];
-            cells_.qxz[c] = cell.quadrupole[4];
-            cells_.qyz[c] = cell.quadrupole[5];
-            cells_.trace[c] = cell.trace;
-          }
+          setReceivedCell(cells_, numLocalCells_ + k, cell);
         }
       });
   exchanged_ = true;
@@ -616,41 +635,14 @@ void LocalEssentialTree::refresh(const tree::Octree& tree, const SourceView& sor
   stats_.bodiesReceived = receivedBodyUpdates_.size();
 
   clock.restart();
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, x_.size(), 65536),
-                    [&](const tbb::blocked_range<std::size_t>& range) {
-                      for (std::size_t i = range.begin(); i < range.end(); ++i) {
-                        if (i < numLocalBodies_) {
-                          x_[i] = sortedBodies.x[i];
-                          y_[i] = sortedBodies.y[i];
-                          z_[i] = sortedBodies.z[i];
-                        } else {
-                          const BodyUpdate& body = receivedBodyUpdates_[i - numLocalBodies_];
-                          x_[i] = body.x;
-                          y_[i] = body.y;
-                          z_[i] = body.z;
-                        }
-                      }
-                    });
+  placeSources(sortedBodies, receivedBodyUpdates_, x_.data(), y_.data(), z_.data(),
+               [](std::size_t, const BodyUpdate&) {});
   copyLocalCells(m, numLocalCells_, cells_);
+  // received_ keeps the numbers the sender pruned with: buildPlan's walks must test those.
   tbb::parallel_for(tbb::blocked_range<std::size_t>(0, received_.size(), 16384),
                     [&](const tbb::blocked_range<std::size_t>& range) {
                       for (std::size_t k = range.begin(); k < range.end(); ++k) {
-                        // received_ keeps the numbers the sender pruned with: buildPlan's walks must test those.
-                        const CellUpdate& update = receivedCellUpdates_[k];
-                        const std::size_t c = numLocalCells_ + k;
-                        cells_.x[c] = update.com[0];
-                        cells_.y[c] = update.com[1];
-                        cells_.z[c] = update.com[2];
-                        cells_.mass[c] = update.mass;
-                        if (cells_.hasQuadrupole) {
-                          cells_.qxx[c] = update.quadrupole[0];
-                          cells_.qyy[c] = update.quadrupole[1];
-                          cells_.qzz[c] = update.quadrupole[2];
-                          cells_.qxy[c] = update.quadrupole[3];
-                          cells_.qxz[c] = update.quadrupole[4];
-                          cells_.qyz[c] = update.quadrupole[5];
-                          cells_.trace[c] = update.trace;
-                        }
+                        setReceivedCell(cells_, numLocalCells_ + k, receivedCellUpdates_[k]);
                       }
                     });
   stats_.buildSeconds += clock.seconds();
