@@ -56,10 +56,11 @@ constexpr std::uint64_t kMaxKeptTrees = 16;
 /// call build. The acceleration may change by kBallAccelerationChange of itself (the balls are sized from the one
 /// the body brought to the building call, the last call's), and the whole path may be longer by kBallSlack: a close
 /// encounter turns a fast body's acceleration around within a step, which adds little to its path but more than any
-/// fraction of the acceleration it brought. In the test's Plummer sphere (8,192 bodies, dt 1/128, K = 4, no
-/// softening) with TreeSolver's 0.25 (tree::kAccelerationChange, whose balls are centred on the predicted path) and
-/// no slack, 1 to 356 bodies left their balls by up to 1.1% within the three calls after a build; with 1.0 and no
-/// slack, 1 or 2 fast bodies by 0.1-0.2%.
+/// fraction of the acceleration it brought. Chosen on the test's Plummer sphere (8,192 bodies, dt 1/128, K = 4, no
+/// softening) with the first version's balls, centred on each body's position with the whole path as radius (the
+/// code is not kept): with TreeSolver's 0.25 (tree::kAccelerationChange) and no slack, 1 to 356 bodies left their
+/// balls by up to 1.1% within the three calls after a build; with 1.0 and no slack, 1 or 2 fast bodies by 0.1-0.2%;
+/// with these two, one body in seven runs. The balls about the path's midpoint were not measured apart.
 constexpr double kBallAccelerationChange = 0.5;
 constexpr double kBallSlack = 0.05;
 
@@ -221,10 +222,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   stats_.walkSeconds += let_.stats().walkSeconds;
   report.timings[Phase::walk] += let_.stats().walkSeconds;
   if (&groups == &groups_) {
-    copyInParallel(outAx_, particles.ax, n);
-    copyInParallel(outAy_, particles.ay, n);
-    copyInParallel(outAz_, particles.az, n);
-    if (potentials) copyInParallel(outPot_, particles.pot, n);
+    copyOutputs(particles, potentials);
   } else {
     // The engine wrote the evaluated groups' bodies only: the others keep what they brought.
     tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
@@ -238,6 +236,14 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
     });
   }
   return counts;
+}
+
+void DistributedTreeSolver::copyOutputs(Particles& particles, bool potentials) const {
+  const std::size_t n = particles.size();
+  copyInParallel(outAx_, particles.ax, n);
+  copyInParallel(outAy_, particles.ay, n);
+  copyInParallel(outAz_, particles.az, n);
+  if (potentials) copyInParallel(outPot_, particles.pot, n);
 }
 
 InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& groups, const ForceView& out,
@@ -626,10 +632,7 @@ void DistributedTreeSolver::evaluateKeptLists(Particles& particles, ForceReport&
     }
     counts = batches.counts();
     stats_.kernelSeconds = report.timings[Phase::kernels] - kernelsBefore;
-    copyInParallel(outAx_, particles.ax, n);
-    copyInParallel(outAy_, particles.ay, n);
-    copyInParallel(outAz_, particles.az, n);
-    if (potentials) copyInParallel(outPot_, particles.pot, n);
+    copyOutputs(particles, potentials);
   }
   stats_.listBatches = numBatches_;
   noteWork(n, groups_, counts);

@@ -223,6 +223,8 @@ class DistributedTreeSolver final : public ForceSolver {
   /// A call on kept lists: the local multipoles at the positions now, the exchange's cells and bodies refreshed
   /// (LocalEssentialTree::refresh), the last build's lists evaluated again. Collective.
   void evaluateKeptLists(Particles& particles, ForceReport& report);
+  /// The engine's outputs of the local bodies (the front of the sources) into every body's acc (and pot).
+  void copyOutputs(Particles& particles, bool potentials) const;
   /// The call's work after its final pass over `evaluated` on the rank's `n` bodies: stats_ (the ranks' sums and
   /// largest) and each evaluated body's weight for the next split. Collective.
   void noteWork(std::size_t n, const tree::Groups& evaluated, const InteractionCounts& counts);
