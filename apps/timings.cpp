@@ -34,6 +34,13 @@ double busyFraction(const integrator::RunSummary& summary) {
   return summary.stepWallSeconds > 0.0 ? summary.stepForceTimings[Phase::kernels] / summary.stepWallSeconds : 0.0;
 }
 
+/// The mean wall time of the steps after the first (RunSummary::firstStepWallSeconds: a long run's pace); null
+/// where the run timed no first step apart (fewer than two steps, a Hermite run).
+nlohmann::json steadyStepSeconds(const integrator::RunSummary& summary) {
+  if (!summary.firstStepWallSeconds || summary.steps < 2) return nullptr;
+  return (summary.stepWallSeconds - *summary.firstStepWallSeconds) / static_cast<double>(summary.steps - 1);
+}
+
 /// Cores the process kept busy over the steps: its CPU time (all threads: the main thread, TBB's workers, a
 /// background tree build) over the steps' wall time. 0 without steps.
 double hostCoresBusy(double cpuSeconds, double wallSeconds) {
@@ -186,6 +193,9 @@ std::string formatTimingsTable(const integrator::RunSummary& summary, bool onGpu
   if (summary.driftInCallSeconds > 0.0) row("  drift in call", summary.driftInCallSeconds);
   row("output", summary.outputSeconds);
   row("step (wall)", stepWall);
+  if (const nlohmann::json steady = steadyStepSeconds(summary); !steady.is_null()) {
+    appendf(table, "  %-18s %12s %10.3f\n", "steps after 1st", "", 1e3 * steady.get<double>());
+  }
   row("force call (wall)", force.totalSeconds);
   appendf(table, "GPU busy fraction: %.3f = kernels / step wall time%s\n", busyFraction(summary),
           onGpu ? "" : " (CPU engine: the evaluation)");
@@ -211,6 +221,7 @@ nlohmann::json timingsJson(const integrator::RunSummary& summary, bool onGpu) {
   if (steps > 0) meanMs = phasesJson(summary.stepForceTimings, 1e3 / static_cast<double>(steps));
   return {{"steps", steps},
           {"step_seconds_mean", perStep(summary.stepWallSeconds, steps)},
+          {"steady_step_seconds_mean", steadyStepSeconds(summary)},
           {"force_call_seconds_mean", perStep(summary.stepForceTimings.totalSeconds, steps)},
           {"gpu_busy_fraction", steps > 0 ? nlohmann::json(busyFraction(summary)) : nlohmann::json(nullptr)},
           {"engine_on_gpu", onGpu},

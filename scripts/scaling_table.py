@@ -13,12 +13,15 @@ of one label are grouped twice:
   1 to 4 GPUs, i.e. t(4) / t(1) <= 1.11);
 * strong scaling: runs with the same N at two or more K; speed-up = t(K0) / t(K) and efficiency = speed-up K0 / K.
 
-Beside them each row gives the mean force call, the interactions a body a force call (more bodies mean longer lists:
-part of a weak-scaling loss is the larger system's own work), and where the run was on several ranks the per-rank phases
-of a force call, each the largest over the ranks: the steady call (the calls after the first two, which move the
-bodies into their domains), then the mean over all the run's calls, the first included, of the decomposition, local
-build, LET build, communication, walk (with the lists' merge) and kernels; and the last call's imbalance of
-interactions (max / mean). A one-rank run has no per-rank table (`matcha run` on one rank, under mpirun or not, is the
+Each is given twice: over all the steps, and over the steps after the first ("steady": the pace of a long run; on K
+ranks the first step's force call moves the bodies into the domains the first call's work weighed, and a one-rank run
+starts its pipeline; matcha's JSON `steady_step_seconds_mean`, blank where a file lacks it). Beside them each row
+gives the mean force call, the interactions a body a force call (more bodies mean longer lists: part of a
+weak-scaling loss is the larger system's own work), and where the run was on several ranks the per-rank phases of a
+steady force call (the calls after the first two), each the largest over the ranks: the whole call, the
+decomposition, local build, LET build, communication, walk (with the lists' merge) and kernels (in files without the
+steady phases, the mean over all calls, the first included); and the last call's imbalance of interactions
+(max / mean). A one-rank run has no per-rank table (`matcha run` on one rank, under mpirun or not, is the
 one-rank solver, with its reuse of trees and lists where the options allow it): its phases are left blank. Prints
 markdown; with --out also writes it there (atomically).
 
@@ -33,13 +36,13 @@ import sys
 import tempfile
 
 NAME = re.compile(r"ranks-n(\d+)-k(\d+)(?:-(.+))?\.json$")
-PHASES = (  # rank_timings' seconds a force call, as the per-rank table of `matcha run --timings` shows them
-    ("decomp", "decomposition_seconds"),
-    ("local build", "local_build_seconds"),
-    ("LET build", "let_build_seconds"),
-    ("comm", "communication_seconds"),
-    ("walk", "walk_seconds"),
-    ("kernels", "kernel_seconds"),
+PHASES = (  # rank_timings' seconds over all calls, and steady_phase_seconds' key, as `matcha run --timings` shows them
+    ("decomp", "decomposition_seconds", "decomposition"),
+    ("local build", "local_build_seconds", "local_build"),
+    ("LET build", "let_build_seconds", "let_build"),
+    ("comm", "communication_seconds", "communication"),
+    ("walk", "walk_seconds", "walk"),
+    ("kernels", "kernel_seconds", "kernels"),
 )
 
 
@@ -67,6 +70,8 @@ def read_run(path):
         bodies = int(data["bodies"])
         ranks = int(data.get("ranks", 1))
         step = float(timings["step_seconds_mean"])
+        steady = timings.get("steady_step_seconds_mean")
+        steady = float(steady) if steady is not None else None
         call = float(timings["force_call_seconds_mean"])
         interactions = float(data["interactions"]["body_body"]) + float(data["interactions"]["body_cell"])
         engine = str(data.get("engine", ""))
@@ -78,8 +83,12 @@ def read_run(path):
     calls = int(per_rank[0]["force_calls"]) if per_rank else steps + 1  # the first call and one a step
     phases = {}
     if per_rank:
-        for label, key in PHASES:
-            phases[label] = max(float(r[key]) / max(1, int(r["force_calls"])) for r in per_rank)
+        for label, key, steady_key in PHASES:
+            if all("steady_phase_seconds" in r for r in per_rank):
+                phases[label] = max(float(r["steady_phase_seconds"][steady_key]) / max(1, int(r["steady_calls"]))
+                                    for r in per_rank)
+            else:
+                phases[label] = max(float(r[key]) / max(1, int(r["force_calls"])) for r in per_rank)
         phases["steady call"] = max(float(r["steady_call_seconds"]) / max(1, int(r["steady_calls"])) for r in per_rank)
         phases["imbalance"] = float(data.get("last_call_imbalance", 0.0))
     match = NAME.search(os.path.basename(path))
@@ -90,6 +99,7 @@ def read_run(path):
         "bodies": bodies,
         "ranks": ranks,
         "step": step,
+        "steady": steady,
         "call": call,
         "per_body": interactions / bodies / calls,
         "phases": phases,
@@ -106,17 +116,27 @@ def table(title, runs, kind):
     base = runs[0]
     head = ["K", "N", "N a rank", "step ms", "force call ms"]
     head += ["efficiency"] if kind == "weak" else ["speed-up", "efficiency"]
-    head += ["interactions a body a call", "steady call ms"] + [f"{p} ms" for p, _ in PHASES] + ["imbalance"]
+    head += ["steady step ms"]
+    head += ["steady efficiency"] if kind == "weak" else ["steady speed-up", "steady efficiency"]
+    head += ["interactions a body a call", "steady call ms"] + [f"{p} ms" for p, _, _ in PHASES] + ["imbalance"]
     lines = [f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + " ---: |" * len(head)]
+
+    def ratios(ratio, ranks):
+        if ratio is None:
+            return [""] if kind == "weak" else ["", ""]
+        return [f"{ratio:.3f}"] if kind == "weak" else [f"{ratio:.2f}", f"{ratio * base['ranks'] / ranks:.3f}"]
+
     for run in runs:
-        ratio = base["step"] / run["step"]
         row = [str(run["ranks"]), str(run["bodies"]), str(run["bodies"] // run["ranks"]), ms(run["step"]),
                ms(run["call"])]
-        row += [f"{ratio:.3f}"] if kind == "weak" else [f"{ratio:.2f}", f"{ratio * base['ranks'] / run['ranks']:.3f}"]
+        row += ratios(base["step"] / run["step"], run["ranks"])
+        steady = base["steady"] / run["steady"] if base["steady"] and run["steady"] else None
+        row.append(ms(run["steady"]) if run["steady"] else "")
+        row += ratios(steady, run["ranks"])
         row.append(f"{run['per_body']:.0f}")
         phases = run["phases"]
         row.append(ms(phases["steady call"]) if phases else "")
-        row += [ms(phases[p]) if phases else "" for p, _ in PHASES]
+        row += [ms(phases[p]) if phases else "" for p, _, _ in PHASES]
         row.append(f"{phases['imbalance']:.3f}" if phases else "")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

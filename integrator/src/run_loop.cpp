@@ -218,7 +218,11 @@ RunSummary runSteps(Particles& p, ForceSolver& solver, StepSchedule& schedule, c
   // Checkpoints follow the shared clock too: over several processes each one's state is part of the checkpoint.
   const auto checkpointClock = [&] { return callbacks.onCheckpoint ? progressClock() : wall.seconds(); };
   detail::CheckpointCadence checkpoints(params.checkpointInterval, checkpointClock());
+  // The first step's wall time, apart: a run's steady pace is that of the steps after it (RunSummary).
+  const auto stepWallSoFar = [&] { return summary.stepWallSeconds + interval.stepWallSeconds; };
+  const double wallBeforeFirstStep = stepWallSoFar();
   for (std::uint64_t step = firstStep; !schedule.done(step - 1, time); ++step) {
+    if (step == firstStep + 1) summary.firstStepWallSeconds = stepWallSoFar() - wallBeforeFirstStep;
     if (schedule.readsVelocities(step - 1, time)) {
       const double seconds = leapfrog.synchronize(p);
       interval.stepWallSeconds += seconds;

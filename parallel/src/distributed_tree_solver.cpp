@@ -92,6 +92,12 @@ void DistributedTotals::add(const DistributedStats& call) {
     ++steadyCalls;
     steadyCallSeconds += call.callSeconds;
     steadyDecompositionSeconds += call.decompositionSeconds;
+    steadyArrivalWaitSeconds += call.arrivalWaitSeconds;
+    steadyLocalBuildSeconds += call.localBuildSeconds;
+    steadyLetBuildSeconds += call.letBuildSeconds;
+    steadyCommunicationSeconds += call.communicationSeconds;
+    steadyWalkSeconds += call.walkSeconds;
+    steadyKernelSeconds += call.kernelSeconds;
     steadyCheckSeconds += call.decomposition.checkSeconds;
     steadyKeySeconds += call.decomposition.keySeconds;
     steadySplitSeconds += call.decomposition.splitSeconds;

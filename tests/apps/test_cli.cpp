@@ -347,6 +347,10 @@ TEST_F(Cli, TinyRunWritesSnapshotsLogParametersAndJsonSummary) {
   EXPECT_LE(forceMean, stepMean) << "the force call is part of the step";
   EXPECT_NEAR(stepMean * 4, timings["step_wall_seconds"].get<double>(), 1e-12);
   EXPECT_LE(stepMean * 4, summary["wall_seconds"].get<double>());
+  // The steps after the first: their mean leaves the first step's wall time out of the four.
+  const double steadyMean = timings["steady_step_seconds_mean"];
+  EXPECT_GT(steadyMean, 0.0);
+  EXPECT_LT(steadyMean * 3, timings["step_wall_seconds"].get<double>()) << "the first step took some time";
   EXPECT_GT(timings["gpu_busy_fraction"].get<double>(), 0.0);
   EXPECT_LE(timings["gpu_busy_fraction"].get<double>(), 1.0);
   EXPECT_EQ(timings["engine_on_gpu"], false);
@@ -537,6 +541,7 @@ TEST_F(Cli, TimingsOfARunWithoutSteps) {
   const nlohmann::json timings = nlohmann::json::parse(result.out)["timings"];
   EXPECT_EQ(timings["steps"], 0);
   EXPECT_TRUE(timings["step_seconds_mean"].is_null()) << "no mean of nothing (and no NaN in JSON)";
+  EXPECT_TRUE(timings["steady_step_seconds_mean"].is_null());
   EXPECT_TRUE(timings["steps_mean_ms"].is_null());
   expectPhaseObject(timings["initial_call"], "initial_call");
   expectPhaseObject(timings["steps_total"], "steps_total");

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """scripts/scaling_table.py on real runs: `matcha run --timings --json` of a Plummer sphere on 1 and 2 ranks (CPU
 engine) at 1024 bodies a rank (weak) and at 2048 bodies (strong), named as scripts/device-check.sh's RANKS=1 names
-them. The tables hold one row a run with the efficiency the runs' own step times give, the per-rank phases on 2
-ranks and none on one; a label keeps A/B runs apart; --out writes the same text. Refused with one line and exit 2: no
+them. The tables hold one row a run with the efficiency the runs' own step times give, over all steps and over the
+steps after the first (steady; blank for a file without them), the per-rank steady phases on 2 ranks and none on one; a label keeps A/B runs apart; --out writes the same text. Refused with one line and exit 2: no
 two K to compare, a missing file, a file that is not JSON or not a run's output, two runs of one K in a group.
 Usage: scaling_table_test.py MPIEXEC MATCHA_BINARY SCALING_TABLE_SCRIPT SCRATCH_DIR."""
 import json
@@ -52,6 +52,7 @@ def rows(text, title):
 
 one, two, strong = run(1, 1024), run(2, 2048), run(2, 1024)
 steps = {path: json.load(open(path))["timings"]["step_seconds_mean"] for path in (one, two, strong)}
+steady = {path: json.load(open(path))["timings"]["steady_step_seconds_mean"] for path in (one, two, strong)}
 
 result = table(one, two, strong, "--out", os.path.join(scratch, "scaling.md"))
 assert result.returncode == 0, result.stderr
@@ -63,6 +64,14 @@ assert [(r["K"], r["N"], r["N a rank"]) for r in weak] == [("1", "1024", "1024")
 assert weak[0]["efficiency"] == "1.000" and weak[0]["LET build ms"] == "" and weak[0]["steady call ms"] == "", weak
 assert abs(float(weak[1]["efficiency"]) - steps[one] / steps[two]) < 1e-3, (weak, steps)
 assert abs(float(weak[1]["step ms"]) - 1e3 * steps[two]) < 0.051, (weak, steps)
+# The steady columns: the steps after the first, as the runs' JSON gives them.
+assert weak[0]["steady efficiency"] == "1.000", weak
+assert abs(float(weak[1]["steady efficiency"]) - steady[one] / steady[two]) < 1e-3, (weak, steady)
+assert abs(float(weak[1]["steady step ms"]) - 1e3 * steady[two]) < 0.051, (weak, steady)
+# The steady phases are the steady calls', the largest over the ranks.
+ranks = json.load(open(two))["rank_timings"]
+walk = max(r["steady_phase_seconds"]["walk"] / r["steady_calls"] for r in ranks)
+assert abs(float(weak[1]["walk ms"]) - 1e3 * walk) < 0.051, (weak, ranks)
 for column in ("steady call ms", "decomp ms", "local build ms", "LET build ms", "comm ms", "walk ms", "kernels ms"):
     assert float(weak[1][column]) > 0.0, (column, weak[1])
 assert 1.0 <= float(weak[1]["imbalance"]) < 2.0, weak[1]
@@ -73,6 +82,18 @@ assert [r["K"] for r in strong_rows] == ["1", "2"], strong_rows
 speedup = steps[one] / steps[strong]
 assert abs(float(strong_rows[1]["speed-up"]) - speedup) < 5e-3, (strong_rows, steps)
 assert abs(float(strong_rows[1]["efficiency"]) - speedup / 2) < 1e-3, (strong_rows, steps)
+assert abs(float(strong_rows[1]["steady speed-up"]) - steady[one] / steady[strong]) < 5e-3, (strong_rows, steady)
+# A file of an older matcha, without the steady step: its steady cells blank, the rest as before.
+old_one = os.path.join(scratch, "old", "ranks-n1024-k1.json")
+os.makedirs(os.path.dirname(old_one))
+data = json.load(open(one))
+del data["timings"]["steady_step_seconds_mean"]
+json.dump(data, open(old_one, "w"))
+result = table(old_one, two)
+assert result.returncode == 0, result.stderr
+old_rows = rows(result.stdout, "Weak scaling, 1024 bodies a rank")
+assert old_rows[0]["steady step ms"] == "" and old_rows[1]["steady efficiency"] == "", old_rows
+assert abs(float(old_rows[1]["efficiency"]) - steps[one] / steps[two]) < 1e-3, old_rows
 assert "Strong scaling, 2048" not in text and "Weak scaling, 512" not in text, text
 
 # A labelled run (an A/B's other binary) forms tables of its own, named by the label.

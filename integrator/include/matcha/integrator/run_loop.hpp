@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "matcha/core/force_solver.hpp"
 #include "matcha/core/interaction_plan.hpp"
@@ -132,11 +133,15 @@ struct RunSummary {
   ForceTimings initialForceTimings;  ///< the initial force call (the one that may run Phase::estimate)
   ForceTimings stepForceTimings;     ///< the steps' force calls, summed (the initial call not included)
   double stepWallSeconds = 0.0;      ///< wall time of the steps (kick, drift, force call, kick), outputs excluded
-  double integrationSeconds = 0.0;   ///< the kicks and drifts of all steps
-  double driftInCallSeconds = 0.0;   ///< of it, OutputTimings::driftInCallSeconds, summed
-  double stepCpuSeconds = 0.0;       ///< CPU time of the process over the steps, all threads, outputs excluded
-  double outputSeconds = 0.0;        ///< every OutputTimings::outputSeconds, output 0 included
-  std::uint64_t rebuilds = 0;        ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
+  /// Of it, the first step's (this process's first: a restart's after the checkpoint), where a run of two or more steps
+  /// timed it: a run's first steps pay one-off costs (a solver's pipeline started, on K ranks the bodies moved from
+  /// their scattered shares into their domains), so the steps after it give the pace of a long run.
+  std::optional<double> firstStepWallSeconds;
+  double integrationSeconds = 0.0;  ///< the kicks and drifts of all steps
+  double driftInCallSeconds = 0.0;  ///< of it, OutputTimings::driftInCallSeconds, summed
+  double stepCpuSeconds = 0.0;      ///< CPU time of the process over the steps, all threads, outputs excluded
+  double outputSeconds = 0.0;       ///< every OutputTimings::outputSeconds, output 0 included
+  std::uint64_t rebuilds = 0;       ///< steps' force calls that put a new tree to use (ForceReport::rebuilt)
   std::array<std::uint64_t, kNumTreeEnds> treeEnds{};  ///< OutputTimings::treeEnds over the steps
   std::uint64_t plannedCalls = 0;                      ///< OutputTimings::plannedCalls over the steps
   std::uint64_t longRangeSteps = 0;                    ///< OutputTimings::longRangeSteps over the steps
