@@ -88,13 +88,21 @@ class SubtreeExporter {
         periodic_(periodic),
         cells_(cells),
         bodies_(bodies) {
-    std::copy(remote.domain.halfExtent, remote.domain.halfExtent + 3, domainHalf_);
-    if (periodic_.enabled()) {
-      // Wider by 8 ulp of L, more than the rounding of the folded offsets (p, c and |p - c| all below L) and of the
-      // groups' union (exportSubtree): the domain's distance then never exceeds a group's, as computed.
-      const double widening = 8.0 * std::numeric_limits<double>::epsilon() * periodic_.boxSize;
-      for (double& half : domainHalf_) half += widening;
+    // Wider by 8 ulp of the scale of the numbers its distances take, more than their rounding and the groups' union's
+    // (exportSubtree): the domain's distance to a centre of mass then never exceeds a group's, as computed. In a
+    // periodic box that scale is L (the folded offsets p - c and |p - c| all lie below it); with open boundaries the
+    // largest coordinate of the tree's centres of mass (its root's extent about its centre, and in a tree of balls
+    // their spread) and of the domain box.
+    double scale = periodic_.enabled() ? periodic_.boxSize : 0.0;
+    if (!periodic_.enabled()) {
+      const double spread = tree.comSpread.empty() ? 0.0 : tree.comSpread[0];
+      for (int d = 0; d < 3; ++d) {
+        scale = std::max(scale, std::fabs(tree.centre[d]) + tree.halfExtent[0] + spread);
+        scale = std::max(scale, std::fabs(remote.domain.centre[d]) + remote.domain.halfExtent[d]);
+      }
     }
+    const double widening = 8.0 * std::numeric_limits<double>::epsilon() * scale;
+    for (int d = 0; d < 3; ++d) domainHalf_[d] = remote.domain.halfExtent[d] + widening;
   }
 
   /// The export, depth first: the cells above kTaskBodies bodies here, each subtree below them (and each leaf above)

@@ -94,8 +94,8 @@ struct ExportedBody {
 /// axis the nearest-image distance to a box is the distance to the union of its images, and the images of the domain
 /// box hold those of each group's box, so the nearest-image distance to the domain box is at most each group's. (The
 /// domain box is not folded: a rank whose groups lie near two opposite faces gets a box across the cube, and the
-/// shortcut rarely applies.) Its test takes the domain box widened by 8 ulp of L, so that the rounding of the two
-/// distances cannot reverse that order.
+/// shortcut rarely applies.) Its test takes the domain box widened by 8 ulp of L (with open boundaries, of the largest
+/// coordinate of the tree and the box), so that the rounding of the two distances cannot reverse that order.
 void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
                    const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies,
                    const PeriodicSplit& periodic = PeriodicSplit{});
