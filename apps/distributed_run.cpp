@@ -26,8 +26,10 @@
 #include <span>
 #include <sstream>
 #include <streambuf>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "comoving_setup.hpp"
@@ -247,6 +249,30 @@ std::vector<parallel::DistributedTotals> gatherRankTotals(const parallel::Distri
   return all;
 }
 
+/// The steady calls' main-thread path (parallel::DistributedStats::MainThreadPath) with the phases it holds, in the
+/// order they follow one another, and what lies between them: together the steady calls' seconds.
+std::vector<std::pair<std::string, double>> steadyPath(const parallel::DistributedTotals& t) {
+  const parallel::DistributedStats::MainThreadPath& p = t.steadyPath;
+  std::vector<std::pair<std::string, double>> path = {{"arrival_wait", t.steadyArrivalWaitSeconds},
+                                                      {"body_checks", p.bodyChecks},
+                                                      {"decomposition", t.steadyDecompositionSeconds},
+                                                      {"local_build", t.steadyLocalBuildSeconds},
+                                                      {"exchange", p.exchange},
+                                                      {"local_walk_wait", p.localWalkWait},
+                                                      {"lists_and_kernels", p.listsAndKernels},
+                                                      {"balance", p.balance}};
+  double timed = 0.0;
+  for (const auto& span : path) timed += span.second;
+  path.emplace_back("other", t.steadyCallSeconds - timed);
+  return path;
+}
+
+nlohmann::json steadyPathJson(const parallel::DistributedTotals& t) {
+  nlohmann::json spans = nlohmann::json::object();
+  for (const auto& [name, seconds] : steadyPath(t)) spans[name] = seconds;
+  return spans;
+}
+
 nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ranks) {
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -278,6 +304,7 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                       {"keys", t.steadyKeySeconds},
                       {"splitters", t.steadySplitSeconds},
                       {"moves", t.steadyMoveSeconds}}},
+                    {"steady_path_seconds", steadyPathJson(t)},
                     {"steady_moves_exchange_seconds", t.steadyMoveExchangeSeconds},
                     {"steady_bodies_sent", t.steadyBodiesSent},
                     {"kept_tree_calls", t.keptTrees},
@@ -341,6 +368,25 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
                   t.steadyLocalBuildSeconds * perSteadyCall, t.steadyLetBuildSeconds * perSteadyCall,
                   t.steadyCommunicationSeconds * perSteadyCall, t.steadyWalkSeconds * perSteadyCall,
                   t.steadyKernelSeconds * perSteadyCall, t.steadyCallSeconds * perSteadyCall);
+    text += line;
+  }
+  // Where the steady call's wall time goes: the spans of its main thread, which follow one another (the phases above
+  // overlap: the local walk runs beside the exchange, the engine beside the merge of the lists).
+  text +=
+      "per rank, the steady call's main thread (ms a call, adding up to the call: the local walk runs beside the "
+      "exchange "
+      "and the engine beside the lists' merge; balance: the work's sums over the ranks, a wait for the slowest)\n  rank"
+      "     wait   checks   decomp    build  exchange  walk wait  lists+kernels  balance    other     call\n";
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const parallel::DistributedTotals& t = ranks[r];
+    const double perSteadyCall = t.steadyCalls > 0 ? 1e3 / double(t.steadyCalls) : 0.0;
+    const auto path = steadyPath(t);
+    char line[200];
+    std::snprintf(line, sizeof line, "  %4zu %8.2f %8.2f %8.2f %8.2f %9.2f %10.2f %14.2f %8.2f %8.2f %8.2f\n", r,
+                  path[0].second * perSteadyCall, path[1].second * perSteadyCall, path[2].second * perSteadyCall,
+                  path[3].second * perSteadyCall, path[4].second * perSteadyCall, path[5].second * perSteadyCall,
+                  path[6].second * perSteadyCall, path[7].second * perSteadyCall, path[8].second * perSteadyCall,
+                  t.steadyCallSeconds * perSteadyCall);
     text += line;
   }
   return text;

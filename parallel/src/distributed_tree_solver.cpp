@@ -104,6 +104,11 @@ void DistributedTotals::add(const DistributedStats& call) {
     steadyMoveSeconds += call.decomposition.moveSeconds;
     steadyMoveExchangeSeconds += call.decomposition.moveExchangeSeconds;
     steadyBodiesSent += call.decomposition.bodiesSent;
+    steadyPath.bodyChecks += call.path.bodyChecks;
+    steadyPath.exchange += call.path.exchange;
+    steadyPath.localWalkWait += call.path.localWalkWait;
+    steadyPath.listsAndKernels += call.path.listsAndKernels;
+    steadyPath.balance += call.path.balance;
   }
   keptTrees += call.keptTree ? 1 : 0;
   keptLists += call.keptLists ? 1 : 0;
@@ -196,9 +201,13 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
       localWalkSeconds = walking.seconds();
     });
   }
+  clock.restart();
   tbb::this_task_arena::isolate(
       [&] { let_.exchange(tree_, treeSources_, particles.id, groups, comm_, gravity_.periodic); });
+  stats_.path.exchange += clock.seconds();
+  clock.restart();
   localWalk.wait();
+  stats_.path.localWalkWait += clock.seconds();
   if (ballsOn_) {
     // The walks and the pruning took the balls about the predicted paths; the engine takes the bodies where they are:
     // the local multipoles for the positions now, and the cells and bodies sent refreshed (as a kept call's).
@@ -224,7 +233,9 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   for (auto* array : {&outAx_, &outAy_, &outAz_}) array->resize(numSources);
   outPot_.resize(potentials ? numSources : 0);
   const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
+  clock.restart();
   const InteractionCounts counts = mergeAndEvaluate(groups, out, report);
+  stats_.path.listsAndKernels += clock.seconds();
   stats_.walkSeconds += let_.stats().walkSeconds;
   report.timings[Phase::walk] += let_.stats().walkSeconds;
   if (&groups == &groups_) {
@@ -329,6 +340,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   Stopwatch clock;
   MPI_Barrier(comm_);
   stats_.arrivalWaitSeconds = clock.seconds();
+  clock.restart();
   const bool periodic = gravity_.periodic.enabled();
   checkOnEveryRank(
       [&] {
@@ -339,6 +351,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
         MATCHA_ASSERT(false, "a body failed the parallel check but passed the serial ones");
       },
       comm_);
+  stats_.path.bodyChecks = clock.seconds();
 
   // A call of some groups only after another keeps the last call's split and tree (the class's comment says why it
   // may). Every rank decides alike: the bins asked for are every rank's, and the bodies checked on all ranks.
@@ -534,6 +547,7 @@ void DistributedTreeSolver::evaluateCall(Particles& particles, ForceReport& repo
 }
 
 void DistributedTreeSolver::noteWork(std::size_t n, const tree::Groups& evaluated, const InteractionCounts& counts) {
+  const Stopwatch balance;
   // Each body's work for the next split: the length of its group's whole list (a group not evaluated keeps its
   // weight; where it has none yet, the mean of those evaluated).
   if (work_.size() != n) {
@@ -556,6 +570,7 @@ void DistributedTreeSolver::noteWork(std::size_t n, const tree::Groups& evaluate
   stats_.meanWork = sums[0] / double(numRanks_);
   stats_.maxWork = maxWork;
   stats_.workPerEvaluatedBody = sums[1] > 0.0 ? sums[0] / sums[1] : 0.0;
+  stats_.path.balance += balance.seconds();
 }
 
 void DistributedTreeSolver::setBalls(const Particles& particles) {

@@ -196,6 +196,14 @@ if ranks > 1:
     elif any(r["steady_calls"] != 7 or not 0 < r["steady_call_seconds"] < r["call_seconds"] for r in rows):
         failed.append(f"summary.json's rank_timings: the steady state is not the calls after the first two: {rows}")
     else:
+        # The steady call's main thread: spans that follow one another, adding up to the call (`other`, what lies
+        # between them, too), the work-bearing ones timed.
+        for r in rows:
+            path = r["steady_path_seconds"]
+            if abs(sum(path.values()) - r["steady_call_seconds"]) > 1e-9 * max(1.0, r["steady_call_seconds"]) or \
+                    min(path.values()) < 0 or \
+                    min(path[k] for k in ("decomposition", "local_build", "exchange", "lists_and_kernels")) <= 0:
+                failed.append(f"summary.json's steady path {path} against {r['steady_call_seconds']} s")
         # The steady decomposition's stages: each timed, together within the decomposition's time.
         for r in rows:
             stages = r["steady_decomposition_stages_seconds"]

@@ -40,6 +40,19 @@ struct DistributedStats {
   double kernelSeconds = 0.0;         ///< the engine's evaluation
   double callSeconds = 0.0;           ///< the whole call on this rank, the arrival wait included
 
+  /// The rest of the call on this rank's main thread, in spans that follow one another and, with the arrival wait,
+  /// the decomposition and the local build, add up to callSeconds but for what lies between them (a call's setup, the
+  /// relative tolerances' sums, the outputs' copies). The phases above overlap where this path does not (the local
+  /// walk runs beside the exchange, the engine beside the lists' merge): it says where the call's wall time goes.
+  struct MainThreadPath {
+    double bodyChecks = 0.0;       ///< every body's numbers checked, with the verdict of all ranks
+    double exchange = 0.0;         ///< LocalEssentialTree::exchange: pruning and communication, the local walk beside
+    double localWalkWait = 0.0;    ///< waiting for the local walk after the exchange
+    double listsAndKernels = 0.0;  ///< the received subtrees' walks merged into lists, and the engine's evaluation
+    double balance = 0.0;          ///< the work's sums over the ranks (the wait for the slowest rank's evaluation)
+  };
+  MainThreadPath path;
+
   std::uint64_t numLocalBodies = 0;
   std::uint64_t numGroups = 0;
   /// Interactions this rank evaluated in the call's final pass (body-body + body-cell), and the ranks' largest and
@@ -87,6 +100,8 @@ struct DistributedTotals {
   /// The bodies this rank sent to others in the steady calls: those that crossed a boundary by their drift or by the
   /// splitters' move to the new weights.
   std::uint64_t steadyBodiesSent = 0;
+  /// The steady calls' main-thread path (DistributedStats::MainThreadPath), summed.
+  DistributedStats::MainThreadPath steadyPath;
   /// Calls that kept the last call's split and tree (block time steps), all calls counted: their decomposition is 0.
   std::uint64_t keptTrees = 0;
   /// Of those, the calls that kept the lists too (DistributedStats::keptLists), and their whole time: against the
