@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <sstream>
 
 #include "matcha/core/errors.hpp"
@@ -141,11 +142,20 @@ std::string DistributedTreeSolver::describe() const {
 bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particles) {
   groups_.relativeTolerance.assign(groups_.size(), std::numeric_limits<double>::infinity());
   if (params_.alpha <= 0.0) return false;
+  // The |a| the build carried into the tree's order where it left the accelerations behind (buildLocalTree), the same
+  // bits as the accelerations give.
   const AccelerationSet accelerations{particles.ax, particles.ay, particles.az};
-  double sums[2] = {tree::sumOfAccelerationMagnitudes(accelerations), double(particles.size())};  // sum of |a|, bodies
+  const std::span<const double> magnitudes(sortedMagnitudes_);
+  double sums[2] = {forcesLeftBehind_ ? tree::sumOfAccelerationMagnitudes(magnitudes)
+                                      : tree::sumOfAccelerationMagnitudes(accelerations),
+                    double(particles.size())};  // sum of |a|, bodies
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comm_);
   if (!(sums[0] > 0.0) || !std::isfinite(sums[0])) return false;
-  tree::setRelativeTolerancesWithTotal(accelerations, sums[0], sums[1], params_.alpha, gravity_.G, groups_);
+  if (forcesLeftBehind_) {
+    tree::setRelativeTolerancesWithTotal(magnitudes, sums[0], sums[1], params_.alpha, gravity_.G, groups_);
+  } else {
+    tree::setRelativeTolerancesWithTotal(accelerations, sums[0], sums[1], params_.alpha, gravity_.G, groups_);
+  }
   return true;
 }
 
@@ -370,6 +380,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   const bool keepTree = votes[0] == ranks;
   stats_.bodiesOutsideBalls = votes[1] == ranks ? votes[2] : 0;
   mayKeepTree_ = false;  // until this call ends well
+  forcesLeftBehind_ = false;
   stats_.keptLists = votes[1] == ranks && votes[2] == 0;
   stats_.keptTree = keepTree || stats_.keptLists;
   if (stats_.keptLists) {
@@ -404,7 +415,7 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
     stats_.localBuildSeconds += clock.seconds();
   } else {
     ballsOn_ = keepsLists;  // the tree being built is a tree of balls (buildLocalTree)
-    buildLocalTree(particles, report);
+    buildLocalTree(particles, partial, report);
   }
   evaluateCall(particles, report);
   listsKept_ = ballsOn_;
@@ -460,7 +471,7 @@ void DistributedTreeSolver::unwrapIntoLeaves(const Particles& particles) {
                     });
 }
 
-void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& report) {
+void DistributedTreeSolver::buildLocalTree(Particles& particles, bool evaluatesSomeGroups, ForceReport& report) {
   const bool periodic = gravity_.periodic.enabled();
   Stopwatch clock;
   // In a periodic box the keys are taken in the box itself, as PeriodicTreeSolver takes them: every rank's tree then
@@ -486,7 +497,15 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, ForceReport& re
     }
     tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, decompositionBuffers_.keys, sortedKeys_,
                      order_);
-    permuter_.permute(particles, order_);
+    // A call that overwrites every body's forces leaves the old ones where they are (4 of the permutation's 13 arrays)
+    // and carries their |a| for the relative test instead; one of some groups keeps the others' forces, and the balls
+    // are made from the accelerations.
+    forcesLeftBehind_ = !evaluatesSomeGroups && !ballsOn_;
+    if (forcesLeftBehind_) {
+      permuter_.permuteAllButForces(particles, order_, sortedMagnitudes_);
+    } else {
+      permuter_.permute(particles, order_);
+    }
     if (work_.size() == n) {
       // The split's weights follow the bodies into the tree's order: a call that evaluates some groups only (block
       // time steps) keeps the others' weights from the calls that last evaluated them.
@@ -525,6 +544,7 @@ void DistributedTreeSolver::evaluateCall(Particles& particles, ForceReport& repo
       evaluatePass(particles, groups_, tree::kEstimateTheta, MultipoleOrder::monopole, false, pass);
     }
     report.counts += pass.counts;
+    forcesLeftBehind_ = false;  // the pass wrote every body's acceleration
     // The balls for the accelerations the pass found: with none (as the bodies came) a ball would hold only the
     // drift at the velocity, and a body the kicks move more would leave it at the next call.
     if (ballsOn_ && n > 0) {

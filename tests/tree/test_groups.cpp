@@ -258,10 +258,11 @@ TEST(RelativeTolerances, ScaleByEachGroupsSmallestAccelerationAboveTheFloor) {
   EXPECT_EQ(groups.relativeTolerance, std::vector<double>(3, inf));
 }
 
-// BodyPermuter::permuteAllButForces (the periodic build where every body gets new forces): every array but the forces
-// as permute leaves it, the forces untouched, and tolerances from the carried |a| bit for bit those from the permuted
-// accelerations, with and without time bins. Its two parts (permuteSources, then permuteMotion: the periodic build
-// moves the velocities, ids and bins while the GPU finishes) leave the same, the motion untouched in between.
+// BodyPermuter::permuteAllButForces (the periodic and the distributed builds where every body gets new forces): every
+// array but the forces as permute leaves it, the forces untouched, and tolerances from the carried |a| bit for bit
+// those from the permuted accelerations (with the floor of a larger set's sum too), with and without time bins. Its two
+// parts (permuteSources, then permuteMotion: the periodic build moves the velocities, ids and bins while the GPU
+// finishes) leave the same, the motion untouched in between.
 TEST(RelativeTolerances, PermutationWithoutTheForcesCarriesTheSameMagnitudes) {
   const std::uint64_t seed = testing::freshSeed();
   SCOPED_TRACE(testing::seedTrace(seed));
@@ -302,6 +303,14 @@ TEST(RelativeTolerances, PermutationWithoutTheForcesCarriesTheSameMagnitudes) {
     }
     ASSERT_TRUE(setRelativeTolerances(full, 2e-3, 1.0, fromForces));
     ASSERT_TRUE(setRelativeTolerances(std::span<const double>(magnitudes), 2e-3, 1.0, fromMagnitudes));
+    EXPECT_EQ(fromMagnitudes.relativeTolerance, fromForces.relativeTolerance);
+    // The distributed solver's floor from all ranks' sum (here a larger set's: twice these bodies'), the same way.
+    const AccelerationSet permuted{full.ax, full.ay, full.az};
+    const double sum = sumOfAccelerationMagnitudes(permuted);
+    EXPECT_EQ(sumOfAccelerationMagnitudes(std::span<const double>(magnitudes)), sum);
+    setRelativeTolerancesWithTotal(permuted, 3.0 * sum, 2.0 * double(p.size()), 2e-3, 1.0, fromForces);
+    setRelativeTolerancesWithTotal(std::span<const double>(magnitudes), 3.0 * sum, 2.0 * double(p.size()), 2e-3, 1.0,
+                                   fromMagnitudes);
     EXPECT_EQ(fromMagnitudes.relativeTolerance, fromForces.relativeTolerance);
 
     Particles split = p;

@@ -529,4 +529,17 @@ void setRelativeTolerancesWithTotal(const AccelerationSet& accelerations, double
                          groups);
 }
 
+double sumOfAccelerationMagnitudes(std::span<const double> accelerationMagnitudes) {
+  return sumMagnitudes(accelerationMagnitudes.size(), [&](std::size_t i) { return accelerationMagnitudes[i]; });
+}
+
+void setRelativeTolerancesWithTotal(std::span<const double> accelerationMagnitudes, double sumOfMagnitudes,
+                                    double numBodies, double alpha, double G, Groups& groups) {
+  MATCHA_ASSERT(alpha > 0.0 && sumOfMagnitudes > 0.0, "the relative test needs alpha > 0 and a positive sum of |a|");
+  MATCHA_ASSERT(accelerationMagnitudes.size() == (groups.size() == 0 ? 0 : groups.ranges.back().last),
+                "groups and bodies differ");
+  setTolerancesWithFloor([&](std::size_t i) { return accelerationMagnitudes[i]; },
+                         kRelativeFloorOfMeanAccel * sumOfMagnitudes / numBodies, alpha, G, groups);
+}
+
 }  // namespace matcha::tree

@@ -221,8 +221,9 @@ class DistributedTreeSolver final : public ForceSolver {
   /// evaluation into the acc (and pot when `potentials`) of the bodies of `groups`. Collective.
   InteractionCounts evaluatePass(Particles& particles, const tree::Groups& groups, double theta, MultipoleOrder order,
                                  bool potentials, ForceReport& report);
-  /// The call's split (decompose) and local tree: the bodies sorted into it, its octree and groups.
-  void buildLocalTree(Particles& particles, ForceReport& report);
+  /// The call's split (decompose) and local tree: the bodies sorted into it, its octree and groups. A call of every
+  /// group (not `evaluatesSomeGroups`) without balls leaves the forces out of the sort (forcesLeftBehind_).
+  void buildLocalTree(Particles& particles, bool evaluatesSomeGroups, ForceReport& report);
   /// The call's evaluation on the local tree: relative tolerances (an estimate pass where no accelerations came), the
   /// final pass over the groups asked for, the next split's weights and the ranks' work.
   void evaluateCall(Particles& particles, ForceReport& report);
@@ -273,6 +274,11 @@ class DistributedTreeSolver final : public ForceSolver {
   tree::Groups activeGroups_;              ///< groupsToEvaluate's subset of groups_ (block time steps)
   std::vector<std::uint8_t> groupActive_;  ///< groupsToEvaluate's flag per group of groups_ (scratch)
   std::vector<double> sortedWork_;         ///< work_ in the tree's order (scratch)
+  /// This call's build sorted the bodies but for their forces, which stay in the order they came in until the call
+  /// overwrites them (BodyPermuter::permuteAllButForces): their |a| in the tree's order is sortedMagnitudes_, which the
+  /// relative test reads instead (setGlobalRelativeTolerances).
+  bool forcesLeftBehind_ = false;
+  std::vector<double> sortedMagnitudes_;
   tree::WalkTree walkTree_;
   tree::PlanBuilder planBuilder_;
   InteractionPlan localPlan_;

@@ -103,5 +103,10 @@ double sumOfAccelerationMagnitudes(const AccelerationSet& accelerations);
 /// one rank, the tolerances of setRelativeTolerances bit for bit. Needs alpha > 0 and a positive sum.
 void setRelativeTolerancesWithTotal(const AccelerationSet& accelerations, double sumOfMagnitudes, double numBodies,
                                     double alpha, double G, Groups& groups);
+/// The two above from each body's |a| in double (BodyPermuter::permuteAllButForces), bit for bit what the accelerations
+/// themselves give.
+double sumOfAccelerationMagnitudes(std::span<const double> accelerationMagnitudes);
+void setRelativeTolerancesWithTotal(std::span<const double> accelerationMagnitudes, double sumOfMagnitudes,
+                                    double numBodies, double alpha, double G, Groups& groups);
 
 }  // namespace matcha::tree
