@@ -32,7 +32,8 @@
 # matcha run on K ranks with the CUDA engine on each, RANKS_SCALING=1 (RANKS_PER_RANK, RANKS_TOTAL) for its weak and
 # strong scaling runs and tables, RANKS_COSMO=1 (RANKS_COSMO_GRID, RANKS_COSMO_COUNTS,
 # RANKS_COSMO_Z_END, RANKS_COSMO_TIMEOUT) for a comoving run on K ranks, LATE_AB=1 (LATE_GRID, LATE_Z, LATE_RUNS, LATE_OUTPUT_Z,
-# LATE_SECONDS) for an A/B of a comoving run's late steps from one checkpoint.
+# LATE_SECONDS) for an A/B of a comoving run's late steps from one checkpoint, LET_EXPORT=1 (LET_SIZES, LET_CORES,
+# LET_OPTIONS) for the local essential tree's pruning against the walk.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -55,6 +56,7 @@ if [ "${1:-}" = bundle ]; then
   fi
   cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
   if [ -f "$build/bench/bench_slab_mesh" ]; then cp "$build/bench/bench_slab_mesh" build-device/bench/; fi
+  if [ -f "$build/bench/let_export" ]; then cp "$build/bench/let_export" build-device/bench/; fi
   cp "$build/apps/matcha" build-device/apps/
   # BUNDLE_EXTRA="LABEL=PATH ...": other matcha binaries (a branch's) as apps/matcha-LABEL, which LATE_AB runs for the
   # runs of that label.
@@ -737,6 +739,22 @@ if [ "${SLABS:-0}" = 1 ]; then
   done
   cat "$OUT/slabs.md"
   summary+=("slabs: $(grep -c '^| [0-9]' "$OUT/slabs.md") rows in slabs.md")
+fi
+
+# LET_EXPORT=1: the local essential tree's pruning against the local walk it sits beside (bench/tools/let_export, no
+# MPI): a Plummer sphere of each N of LET_SIZES (default 2^23 and 2^25, two ranks' halves of 2^22 and 2^24) split in
+# two, on LET_CORES cores of the host (default 8 and 16; taskset), LET_OPTIONS the tool's further arguments (ncrit,
+# nleaf, theta, alpha, repeats: default 1024 16 1.0 1.5e-3 5, the weak-scaling proxy's settings).
+if [ "${LET_EXPORT:-0}" = 1 ]; then
+  echo "== the LET export against the walk"
+  for n in ${LET_SIZES:-8388608 33554432}; do
+    for c in ${LET_CORES:-8 16}; do
+      # shellcheck disable=SC2086
+      timeout 300 taskset -c "0-$((c - 1))" "$build/bench/let_export" "$n" ${LET_OPTIONS:-1024 16 1.0 1.5e-3 5} \
+        2>&1 | sed "s/^/[$c cores] /" | tee -a "$OUT/let_export.log"
+    done
+  done
+  summary+=("let_export: $(grep -c 'export / walk' "$OUT/let_export.log") timings in let_export.log")
 fi
 
 echo
