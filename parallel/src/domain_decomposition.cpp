@@ -27,26 +27,13 @@ int Domain::ownerOf(std::uint64_t key) const {
 }
 
 Cube globalBoundingCube(const Particles& particles, MPI_Comm comm) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
   // lo and -hi in one MPI_MIN reduction (minima are exact in any order: the cube does not depend on the threads).
-  using Bounds = std::array<double, 6>;
-  const std::vector<double>* axes[3] = {&particles.x, &particles.y, &particles.z};
-  Bounds bounds = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, particles.size(), 16384), Bounds{kInf, kInf, kInf, kInf, kInf, kInf},
-      [&](const tbb::blocked_range<std::size_t>& range, Bounds local) {
-        for (int d = 0; d < 3; ++d) {
-          const std::vector<double>& axis = *axes[d];
-          for (std::size_t i = range.begin(); i < range.end(); ++i) {
-            local[d] = std::min(local[d], axis[i]);
-            local[3 + d] = std::min(local[3 + d], -axis[i]);
-          }
-        }
-        return local;
-      },
-      [](Bounds a, const Bounds& b) {
-        for (int k = 0; k < 6; ++k) a[k] = std::min(a[k], b[k]);
-        return a;
-      });
+  const tree::Extent extent = tree::computeExtent(particles.sources());
+  std::array<double, 6> bounds;
+  for (int d = 0; d < 3; ++d) {
+    bounds[d] = extent.lo[d];
+    bounds[3 + d] = -extent.hi[d];
+  }
   MPI_Allreduce(MPI_IN_PLACE, bounds.data(), 6, MPI_DOUBLE, MPI_MIN, comm);
   MATCHA_ASSERT(bounds[0] <= -bounds[3], "bounding cube of no bodies");
   const double lo[3] = {bounds[0], bounds[1], bounds[2]};

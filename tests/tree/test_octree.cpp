@@ -175,6 +175,35 @@ Particles cubeCorners() {
   return p;
 }
 
+// computeExtent's eight running bounds a lane: the plain loop's minima and maxima on every axis, for counts that fill
+// the lanes and blocks or not, a NaN passed over, none giving the empty extent.
+TEST(Extent, IsThePlainLoopsMinimaAndMaxima) {
+  const std::uint64_t seed = testing::freshSeed();
+  SCOPED_TRACE(testing::seedTrace(seed));
+  std::mt19937_64 random(seed);
+  std::normal_distribution<double> gauss(0.0, 100.0);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},
+                              std::size_t{16385}, std::size_t{200003}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::vector<double> axes[3];
+    for (auto& axis : axes) {
+      axis.resize(n);
+      for (double& v : axis) v = gauss(random);
+    }
+    if (n > 3) axes[1][n / 2] = std::numeric_limits<double>::quiet_NaN();
+    const Extent extent = computeExtent({axes[0].data(), axes[1].data(), axes[2].data(), axes[0].data(), n});
+    for (int d = 0; d < 3; ++d) {
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      for (const double v : axes[d]) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      EXPECT_EQ(extent.lo[d], lo) << "axis " << d;
+      EXPECT_EQ(extent.hi[d], hi) << "axis " << d;
+    }
+  }
+}
+
 TEST(Octree, EightCornersGiveOneLevelOfEightLeaves) {
   Particles p = cubeCorners();
   gpu::CpuEngine engine(gpu::Precision::float64);

@@ -19,13 +19,6 @@ namespace matcha::tree {
 
 namespace {
 
-struct Extent {
-  std::array<double, 3> lo{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
-                           std::numeric_limits<double>::infinity()};
-  std::array<double, 3> hi{-std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
-                           -std::numeric_limits<double>::infinity()};
-};
-
 // Each byte b spread so that its bit k lands at bit 3k (24 bits).
 constexpr std::array<std::uint32_t, 256> kSpreadByte = [] {
   std::array<std::uint32_t, 256> table{};
@@ -61,16 +54,33 @@ void computeKeys(const SourceView& sources, const Cube& cube, std::span<std::uin
 
 }  // namespace
 
-Cube computeBoundingCube(const SourceView& sources) {
-  MATCHA_ASSERT(sources.count > 0, "bounding cube of no bodies");
-  const Extent extent = tbb::parallel_reduce(
-      tbb::blocked_range<std::size_t>(0, sources.count), Extent{},
+Extent computeExtent(const SourceView& sources) {
+  const double* axes[3] = {sources.x, sources.y, sources.z};
+  return tbb::parallel_reduce(
+      tbb::blocked_range<std::size_t>(0, sources.count, 16384), Extent{},
       [&](const tbb::blocked_range<std::size_t>& range, Extent acc) {
-        for (std::size_t i = range.begin(); i != range.end(); ++i) {
-          const double p[3] = {sources.x[i], sources.y[i], sources.z[i]};
-          for (int d = 0; d < 3; ++d) {
-            acc.lo[d] = std::min(acc.lo[d], p[d]);
-            acc.hi[d] = std::max(acc.hi[d], p[d]);
+        constexpr std::size_t kLanes = 8;
+        for (int d = 0; d < 3; ++d) {
+          const double* axis = axes[d];
+          std::array<double, kLanes> lo, hi;
+          lo.fill(acc.lo[d]);
+          hi.fill(acc.hi[d]);
+          std::size_t i = range.begin();
+          // std::min's and std::max's compares, lane by lane: a NaN never replaces a bound.
+          for (; i + kLanes <= range.end(); i += kLanes) {
+            for (std::size_t k = 0; k < kLanes; ++k) {
+              const double v = axis[i + k];
+              lo[k] = v < lo[k] ? v : lo[k];
+              hi[k] = hi[k] < v ? v : hi[k];
+            }
+          }
+          for (; i < range.end(); ++i) {
+            lo[0] = std::min(lo[0], axis[i]);
+            hi[0] = std::max(hi[0], axis[i]);
+          }
+          for (std::size_t k = 0; k < kLanes; ++k) {
+            acc.lo[d] = std::min(acc.lo[d], lo[k]);
+            acc.hi[d] = std::max(acc.hi[d], hi[k]);
           }
         }
         return acc;
@@ -82,8 +92,12 @@ Cube computeBoundingCube(const SourceView& sources) {
         }
         return a;
       });
-  const Cube cube = cubeAroundExtent(extent.lo.data(), extent.hi.data());
-  return cube;
+}
+
+Cube computeBoundingCube(const SourceView& sources) {
+  MATCHA_ASSERT(sources.count > 0, "bounding cube of no bodies");
+  const Extent extent = computeExtent(sources);
+  return cubeAroundExtent(extent.lo.data(), extent.hi.data());
 }
 
 std::uint64_t mortonKey(std::uint32_t ix, std::uint32_t iy, std::uint32_t iz) {
