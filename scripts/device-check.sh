@@ -56,7 +56,9 @@ if [ "${1:-}" = bundle ]; then
   fi
   cp "$build/bench/bench_cuda" "$build/bench/bench_cpu" build-device/bench/
   if [ -f "$build/bench/bench_slab_mesh" ]; then cp "$build/bench/bench_slab_mesh" build-device/bench/; fi
-  if [ -f "$build/bench/let_export" ]; then cp "$build/bench/let_export" build-device/bench/; fi
+  for tool in let_export decomposition_stages; do
+    if [ -f "$build/bench/$tool" ]; then cp "$build/bench/$tool" build-device/bench/; fi
+  done
   cp "$build/apps/matcha" build-device/apps/
   # BUNDLE_EXTRA="LABEL=PATH ...": other matcha binaries (a branch's) as apps/matcha-LABEL, which LATE_AB runs for the
   # runs of that label.
@@ -742,7 +744,7 @@ if [ "${SLABS:-0}" = 1 ]; then
 fi
 
 # LET_EXPORT=1: the local essential tree's pruning against the local walk it sits beside (bench/tools/let_export, no
-# MPI): a Plummer sphere of each N of LET_SIZES (default 2^23 and 2^25, two ranks' halves of 2^22 and 2^24) split in
+# MPI), then the steady decomposition's stages on 2 ranks (bench/tools/decomposition.cpp): a Plummer sphere of each N of LET_SIZES (default 2^23 and 2^25, two ranks' halves of 2^22 and 2^24) split in
 # two, on LET_CORES cores of the host (default 8 and 16; taskset), LET_OPTIONS the tool's further arguments (ncrit,
 # nleaf, theta, alpha, repeats: default 1024 16 1.0 1.5e-3 5, the weak-scaling proxy's settings).
 if [ "${LET_EXPORT:-0}" = 1 ]; then
@@ -752,6 +754,15 @@ if [ "${LET_EXPORT:-0}" = 1 ]; then
       # shellcheck disable=SC2086
       timeout 300 taskset -c "0-$((c - 1))" "$build/bench/let_export" "$n" ${LET_OPTIONS:-1024 16 1.0 1.5e-3 5} \
         2>&1 | sed "s/^/[$c cores] /" | tee -a "$OUT/let_export.log"
+    done
+  done
+  # The steady decomposition's stages (bench/tools/decomposition.cpp) at the same sizes, on 2 ranks of LET_CORES / 2
+  # cores each.
+  for n in ${LET_SIZES:-8388608 33554432}; do
+    for c in ${LET_CORES:-8 16}; do
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 taskset -c "0-$((c - 1))" \
+        mpirun -np 2 --oversubscribe --bind-to none -x LD_LIBRARY_PATH "$build/bench/decomposition_stages" "$n" 9 \
+        0.0078125 "$((c / 2))" 2>&1 | tee -a "$OUT/let_export.log"
     done
   done
   summary+=("let_export: $(grep -c 'export / walk' "$OUT/let_export.log") timings in let_export.log")
