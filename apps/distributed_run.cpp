@@ -380,14 +380,19 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perSteadyCall = t.steadyCalls > 0 ? 1e3 / double(t.steadyCalls) : 0.0;
+    // Each span in its column's width (the header's), then the call.
+    constexpr int kWidths[] = {8, 8, 8, 8, 9, 10, 14, 8, 8};
     const auto path = steadyPath(t);
-    char line[200];
-    std::snprintf(line, sizeof line, "  %4zu %8.2f %8.2f %8.2f %8.2f %9.2f %10.2f %14.2f %8.2f %8.2f %8.2f\n", r,
-                  path[0].second * perSteadyCall, path[1].second * perSteadyCall, path[2].second * perSteadyCall,
-                  path[3].second * perSteadyCall, path[4].second * perSteadyCall, path[5].second * perSteadyCall,
-                  path[6].second * perSteadyCall, path[7].second * perSteadyCall, path[8].second * perSteadyCall,
-                  t.steadyCallSeconds * perSteadyCall);
-    text += line;
+    MATCHA_ASSERT(path.size() == std::size(kWidths), "one column a span of the path");
+    char cell[32];
+    std::snprintf(cell, sizeof cell, "  %4zu", r);
+    text += cell;
+    for (std::size_t k = 0; k < path.size(); ++k) {
+      std::snprintf(cell, sizeof cell, " %*.2f", kWidths[k], path[k].second * perSteadyCall);
+      text += cell;
+    }
+    std::snprintf(cell, sizeof cell, " %8.2f\n", t.steadyCallSeconds * perSteadyCall);
+    text += cell;
   }
   return text;
 }

@@ -23,11 +23,6 @@ using namespace matcha;
 
 namespace {
 
-double maxOverRanks(double value) {
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return value;
-}
-
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
@@ -66,13 +61,13 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     parallel::decompose(bodies, &weights, MPI_COMM_WORLD, &stats, nullptr, &buffers);
     const double sum = stats.checkSeconds + stats.keySeconds + stats.splitSeconds + stats.moveSeconds;
-    total.push_back(maxOverRanks(sum));
-    checks.push_back(maxOverRanks(stats.checkSeconds));
-    keys.push_back(maxOverRanks(stats.keySeconds));
-    split.push_back(maxOverRanks(stats.splitSeconds));
-    moves.push_back(maxOverRanks(stats.moveSeconds));
-    exchange.push_back(maxOverRanks(stats.moveExchangeSeconds));
-    sent.push_back(maxOverRanks(double(stats.bodiesSent)));
+    total.push_back(parallel::maxOverRanks(sum, MPI_COMM_WORLD));
+    checks.push_back(parallel::maxOverRanks(stats.checkSeconds, MPI_COMM_WORLD));
+    keys.push_back(parallel::maxOverRanks(stats.keySeconds, MPI_COMM_WORLD));
+    split.push_back(parallel::maxOverRanks(stats.splitSeconds, MPI_COMM_WORLD));
+    moves.push_back(parallel::maxOverRanks(stats.moveSeconds, MPI_COMM_WORLD));
+    exchange.push_back(parallel::maxOverRanks(stats.moveExchangeSeconds, MPI_COMM_WORLD));
+    sent.push_back(parallel::maxOverRanks(double(stats.bodiesSent), MPI_COMM_WORLD));
   }
   if (rank == 0) {
     std::printf(

@@ -50,6 +50,11 @@ void checkOnEveryRank(const std::function<void()>& check, MPI_Comm comm) {
   throw Error(shared);
 }
 
+double maxOverRanks(double value, MPI_Comm comm) {
+  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return value;
+}
+
 void sumOverRanks(std::span<double> values, MPI_Comm comm) {
   constexpr std::size_t kPiece = std::size_t{1} << 30;
   for (std::size_t first = 0; first < values.size(); first += kPiece) {

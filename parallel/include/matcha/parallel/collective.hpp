@@ -22,6 +22,9 @@ void checkOnEveryRank(const std::function<void()>& check, MPI_Comm comm);
 /// ParticleMesh::setDensityReduction). Collective.
 void sumOverRanks(std::span<double> values, MPI_Comm comm);
 
+/// The largest of every rank's `value`, on every rank (MPI_Allreduce): the slowest rank's time of a stage. Collective.
+double maxOverRanks(double value, MPI_Comm comm);
+
 /// Sums that the ranks continue in turn, in rank order, so that they round as one process's loop over every rank's
 /// terms in that order would, bit for bit (MPI_Allreduce adds in an order of MPI's choosing): rank 0 calls add on
 /// `running` as given, each later rank on the running sums the rank before passed on, and every rank returns with the
