@@ -106,6 +106,9 @@ void DistributedTotals::add(const DistributedStats& call) {
     steadyMoveExchangeSeconds += call.decomposition.moveExchangeSeconds;
     steadyBodiesSent += call.decomposition.bodiesSent;
     steadyPath.bodyChecks += call.path.bodyChecks;
+    steadyPath.sort += call.path.sort;
+    steadyPath.relativeTest += call.path.relativeTest;
+    steadyPath.outputs += call.path.outputs;
     steadyPath.exchange += call.path.exchange;
     steadyPath.localWalkWait += call.path.localWalkWait;
     steadyPath.listsAndKernels += call.path.listsAndKernels;
@@ -140,8 +143,13 @@ std::string DistributedTreeSolver::describe() const {
 }
 
 bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particles) {
+  const Stopwatch clock;
+  const auto timed = [&](bool set) {
+    stats_.path.relativeTest += clock.seconds();
+    return set;
+  };
   groups_.relativeTolerance.assign(groups_.size(), std::numeric_limits<double>::infinity());
-  if (params_.alpha <= 0.0) return false;
+  if (params_.alpha <= 0.0) return timed(false);
   // The |a| the build carried into the tree's order where it left the accelerations behind (buildLocalTree), the same
   // bits as the accelerations give.
   const AccelerationSet accelerations{particles.ax, particles.ay, particles.az};
@@ -150,13 +158,13 @@ bool DistributedTreeSolver::setGlobalRelativeTolerances(const Particles& particl
                                       : tree::sumOfAccelerationMagnitudes(accelerations),
                     double(particles.size())};  // sum of |a|, bodies
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comm_);
-  if (!(sums[0] > 0.0) || !std::isfinite(sums[0])) return false;
+  if (!(sums[0] > 0.0) || !std::isfinite(sums[0])) return timed(false);
   if (forcesLeftBehind_) {
     tree::setRelativeTolerancesWithTotal(magnitudes, sums[0], sums[1], params_.alpha, gravity_.G, groups_);
   } else {
     tree::setRelativeTolerancesWithTotal(accelerations, sums[0], sums[1], params_.alpha, gravity_.G, groups_);
   }
-  return true;
+  return timed(true);
 }
 
 const tree::Groups& DistributedTreeSolver::groupsToEvaluate(const Particles& particles) {
@@ -248,6 +256,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   stats_.path.listsAndKernels += clock.seconds();
   stats_.walkSeconds += let_.stats().walkSeconds;
   report.timings[Phase::walk] += let_.stats().walkSeconds;
+  const Stopwatch copying;
   if (&groups == &groups_) {
     copyOutputs(particles, potentials);
   } else {
@@ -262,6 +271,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
       }
     });
   }
+  stats_.path.outputs += copying.seconds();
   return counts;
 }
 
@@ -514,6 +524,8 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, bool evaluatesS
       work_.swap(sortedWork_);
     }
     report.timings[Phase::sort] += clock.seconds();
+    stats_.path.sort += clock.seconds();
+    stats_.localBuildSeconds += clock.seconds();
     clock.restart();
     tree::buildOctree(sortedKeys_, domain_.cube, params_.nleaf, tree_);
     treeSources_ = particles.sources();  // the bodies sorted into the tree
@@ -673,7 +685,9 @@ void DistributedTreeSolver::evaluateKeptLists(Particles& particles, ForceReport&
     }
     counts = batches.counts();
     stats_.kernelSeconds = report.timings[Phase::kernels] - kernelsBefore;
+    const Stopwatch copying;
     copyOutputs(particles, potentials);
+    stats_.path.outputs += copying.seconds();
   }
   stats_.listBatches = numBatches_;
   noteWork(n, groups_, counts);

@@ -41,14 +41,17 @@ struct DistributedStats {
   double callSeconds = 0.0;           ///< the whole call on this rank, the arrival wait included
 
   /// The rest of the call on this rank's main thread, in spans that follow one another and, with the arrival wait,
-  /// the decomposition and the local build, add up to callSeconds but for what lies between them (a call's setup, the
-  /// relative tolerances' sums, the outputs' copies). The phases above overlap where this path does not (the local
+  /// the decomposition and the rest of the local build, add up to callSeconds but for what lies between them (a
+  /// call's setup and bookkeeping). The phases above overlap where this path does not (the local
   /// walk runs beside the exchange, the engine beside the lists' merge): it says where the call's wall time goes.
   struct MainThreadPath {
     double bodyChecks = 0.0;       ///< every body's numbers checked, with the verdict of all ranks
+    double sort = 0.0;  ///< of localBuildSeconds: the keys sorted, the bodies and their weights put in the tree's order
+    double relativeTest = 0.0;     ///< the |a| summed over all ranks for the relative test, the groups' tolerances
     double exchange = 0.0;         ///< LocalEssentialTree::exchange: pruning and communication, the local walk beside
     double localWalkWait = 0.0;    ///< waiting for the local walk after the exchange
     double listsAndKernels = 0.0;  ///< the received subtrees' walks merged into lists, and the engine's evaluation
+    double outputs = 0.0;          ///< the forces copied from the engine's outputs into the bodies' arrays
     double balance = 0.0;          ///< the work's sums over the ranks (the wait for the slowest rank's evaluation)
   };
   MainThreadPath path;
