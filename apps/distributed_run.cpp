@@ -253,12 +253,13 @@ std::vector<parallel::DistributedTotals> gatherRankTotals(const parallel::Distri
 /// order they follow one another, and what lies between them: together the steady calls' seconds.
 std::vector<std::pair<std::string, double>> steadyPath(const parallel::DistributedTotals& t) {
   const parallel::DistributedStats::MainThreadPath& p = t.steadyPath;
-  // The local build's seconds hold its sort, a span of its own here.
+  // The local build's seconds hold its sort and permutation, spans of their own here.
   std::vector<std::pair<std::string, double>> path = {{"arrival_wait", t.steadyArrivalWaitSeconds},
                                                       {"body_checks", p.bodyChecks},
                                                       {"decomposition", t.steadyDecompositionSeconds},
                                                       {"sort", p.sort},
-                                                      {"local_build", t.steadyLocalBuildSeconds - p.sort},
+                                                      {"permute", p.permute},
+                                                      {"local_build", t.steadyLocalBuildSeconds - p.sort - p.permute},
                                                       {"relative_test", p.relativeTest},
                                                       {"exchange", p.exchange},
                                                       {"local_walk_wait", p.localWalkWait},
@@ -379,16 +380,18 @@ std::string formatRankTotals(const std::vector<parallel::DistributedTotals>& ran
   text +=
       "per rank, the steady call's main thread (ms a call, adding up to the call: the local walk runs beside the "
       "exchange "
-      "and the engine beside the lists' merge; sort: the keys' and the bodies' into the tree's order; rel test: the "
+      "and the engine beside the lists' merge; sort: the keys'; permute: the bodies' into the tree's order; rel test: "
+      "the "
       "|a| summed over the ranks; outputs: the forces copied to the bodies; balance: the work's sums over the ranks, a "
       "wait for the slowest)\n  rank"
-      "     wait   checks   decomp     sort    build  rel test  exchange  walk wait  lists+kernels  outputs  balance    "
+      "     wait   checks   decomp     sort  permute    build  rel test  exchange  walk wait  lists+kernels  outputs  "
+      "balance    "
       "other     call\n";
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const parallel::DistributedTotals& t = ranks[r];
     const double perSteadyCall = t.steadyCalls > 0 ? 1e3 / double(t.steadyCalls) : 0.0;
     // Each span in its column's width (the header's), then the call.
-    constexpr int kWidths[] = {8, 8, 8, 8, 8, 9, 9, 10, 14, 8, 8, 8};
+    constexpr int kWidths[] = {8, 8, 8, 8, 8, 8, 9, 9, 10, 14, 8, 8, 8};
     const auto path = steadyPath(t);
     MATCHA_ASSERT(path.size() == std::size(kWidths), "one column a span of the path");
     char cell[32];

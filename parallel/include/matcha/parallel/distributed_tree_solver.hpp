@@ -46,7 +46,8 @@ struct DistributedStats {
   /// walk runs beside the exchange, the engine beside the lists' merge): it says where the call's wall time goes.
   struct MainThreadPath {
     double bodyChecks = 0.0;       ///< every body's numbers checked, with the verdict of all ranks
-    double sort = 0.0;  ///< of localBuildSeconds: the keys sorted, the bodies and their weights put in the tree's order
+    double sort = 0.0;             ///< of localBuildSeconds: the keys sorted (on the engine's device where it sorts)
+    double permute = 0.0;          ///< of localBuildSeconds: the bodies and their weights put in the tree's order
     double relativeTest = 0.0;     ///< the |a| summed over all ranks for the relative test, the groups' tolerances
     double exchange = 0.0;         ///< LocalEssentialTree::exchange: pruning and communication, the local walk beside
     double localWalkWait = 0.0;    ///< waiting for the local walk after the exchange
