@@ -92,21 +92,6 @@ void copyBody(const Particles& from, std::size_t i, Particles& to, std::size_t k
 /// (a K-rank restart continues bit for bit only if the splitters come out the same).
 constexpr std::size_t kBodyBlock = 16384;
 
-/// The sum of value(i) over i < n: each block summed in order on some core, then the blocks' sums in order.
-template <class Value>
-double sumInBlocks(std::size_t n, const Value& value) {
-  const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
-  std::vector<double> blockSums(numBlocks, 0.0);
-  tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
-    double sum = 0.0;
-    for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) sum += value(i);
-    blockSums[block] = sum;
-  });
-  double total = 0.0;
-  for (const double sum : blockSums) total += sum;
-  return total;
-}
-
 /// Candidate keys per target and round of balancedSplitters' search: each round cuts a target's interval 64-fold.
 constexpr int kSections = 64;
 constexpr int kCandidates = kSections - 1;
@@ -469,40 +454,53 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   MATCHA_ASSERT(particles.timeBin.empty() || particles.timeBin.size() == n, "time bins of some bodies only");
   MATCHA_ASSERT(!bins || n == 0 || particles.timeBin.size() == n, "time bins on some ranks' bodies only");
   if (bins) particles.timeBin.resize(n);
+  const bool weightsGiven = weights != nullptr && !weights->empty();
+  double localWeight = double(n);  // unit weights unless given
   checkOnEveryRank(
       [&] {
         if (numBodies < static_cast<std::uint64_t>(numRanks)) {
           throw InputError(std::to_string(numBodies) + " bodies cannot be spread over " + std::to_string(numRanks) +
                            " ranks: run with at most " + std::to_string(numBodies) + " ranks");
         }
-        if (weights == nullptr || weights->empty()) return;
+        if (!weightsGiven) return;
         if (weights->size() != n) throw InputError("decomposition: one weight per body needed");
-        // The first bad weight, on the rank's cores (one core took 16 ms of a call at 2^23 bodies a rank).
+        // The first bad weight and the weights' sum in one pass (each block summed in order on some core, then the
+        // blocks' sums in order: the same bits on any number of threads), on the rank's cores (one core took 16 ms of a
+        // call at 2^23 bodies a rank).
         const std::vector<double>& w = *weights;
-        const std::size_t bad = tbb::parallel_reduce(
-            tbb::blocked_range<std::size_t>(0, n, kBodyBlock), n,
-            [&](const tbb::blocked_range<std::size_t>& range, std::size_t first) {
-              for (std::size_t i = range.begin(); i < range.end() && i < first; ++i) {
-                if (!(w[i] >= 0.0) || !std::isfinite(w[i])) return i;
-              }
-              return first;
-            },
-            [](std::size_t x, std::size_t y) { return std::min(x, y); });
+        const std::size_t numBlocks = (n + kBodyBlock - 1) / kBodyBlock;
+        std::vector<double> blockSums(numBlocks, 0.0);
+        std::vector<std::size_t> firstBad(numBlocks, n);
+        tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+          double sum = 0.0;
+          for (std::size_t i = block * kBodyBlock; i < std::min(n, (block + 1) * kBodyBlock); ++i) {
+            if (!(w[i] >= 0.0) || !std::isfinite(w[i])) {
+              firstBad[block] = i;
+              return;
+            }
+            sum += w[i];
+          }
+          blockSums[block] = sum;
+        });
+        const std::size_t bad = numBlocks > 0 ? *std::min_element(firstBad.begin(), firstBad.end()) : n;
         if (bad < n) {
           throw InputError("decomposition: body " + std::to_string(particles.id[bad]) +
                            " has a negative or non-finite work weight");
         }
+        localWeight = 0.0;
+        for (const double sum : blockSums) localWeight += sum;
       },
       comm);
   // Weights of one for everyone when none are given, or when every given weight is zero.
   std::vector<double> unit;
-  std::vector<double>& weight = weights != nullptr && !weights->empty() ? *weights : unit;
+  std::vector<double>& weight = weightsGiven ? *weights : unit;
   if (&weight == &unit) weight.assign(n, 1.0);
-  double totalWeight = sumInBlocks(n, [&](std::size_t i) { return weight[i]; });
+  double totalWeight = localWeight;
   MPI_Allreduce(MPI_IN_PLACE, &totalWeight, 1, MPI_DOUBLE, MPI_SUM, comm);
   if (!(totalWeight > 0.0)) {
     std::fill(weight.begin(), weight.end(), 1.0);
     totalWeight = double(numBodies);
+    localWeight = double(n);
   }
 
   endStage(stages.checkSeconds);
@@ -537,12 +535,16 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   const auto blockEnd = [n](std::size_t block) { return std::min(n, (block + 1) * kBodyBlock); };
   // slot[block * numRanks + r]: how many of the block's bodies go to rank r, then where the first of them goes.
   std::vector<std::uint64_t> slot(numBlocks * std::size_t(numRanks), 0);
+  // Whether all of a block's bodies stay: after a drift most blocks, which the passes below then skip or fill without
+  // reading the destinations again.
+  std::vector<std::uint8_t> allStay(numBlocks, 0);
   tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
     std::uint64_t* count = &slot[block * std::size_t(numRanks)];
     for (std::size_t i = block * kBodyBlock; i < blockEnd(block); ++i) {
       b.destination[i] = domain.ownerOf(b.keys[i]);
       ++count[b.destination[i]];
     }
+    allStay[block] = count[rank] == blockEnd(block) - block * kBodyBlock ? 1 : 0;
   });
   std::vector<int> sendCounts(numRanks, 0), receiveCounts(numRanks, 0);
   std::size_t kept = 0;
@@ -572,22 +574,32 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   b.sendBuffer.resize(std::size_t(kRecordDoubles) * numSent);
   // The places below `kept` that leaving bodies free (holes) and the staying bodies at or beyond it (fillers) are
   // equally many: the k-th filler moves into the k-th hole. Per block: its holes and fillers, then their offsets.
+  // The weight sent, summed per block in order, for this rank's work after the exchange (the stats).
   std::vector<std::size_t> holesBefore(numBlocks + 1, 0), fillersBefore(numBlocks + 1, 0);
+  std::vector<double> sentWeight(numBlocks, 0.0);
   tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
+    const std::size_t first = block * kBodyBlock, end = blockEnd(block);
+    if (allStay[block] != 0) {
+      fillersBefore[block + 1] = end - std::clamp(kept, first, end);
+      return;
+    }
     std::uint64_t* next = &slot[block * std::size_t(numRanks)];
     std::size_t holes = 0, fillers = 0;
-    for (std::size_t i = block * kBodyBlock; i < blockEnd(block); ++i) {
+    double sent = 0.0;
+    for (std::size_t i = first; i < end; ++i) {
       const int to = b.destination[i];
       if (to == rank) {
         fillers += i >= kept ? 1 : 0;
         continue;
       }
       holes += i < kept ? 1 : 0;
+      sent += weight[i];
       const std::size_t k = sendOffsets[to] + next[to]++;
       packBody(particles, i, weight[i], bins, &b.sendBuffer[std::size_t(kRecordDoubles) * k]);
     }
     holesBefore[block + 1] = holes;
     fillersBefore[block + 1] = fillers;
+    sentWeight[block] = sent;
   });
   for (std::size_t block = 0; block < numBlocks; ++block) {
     holesBefore[block + 1] += holesBefore[block];
@@ -597,7 +609,12 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   b.moves.resize(holesBefore[numBlocks]);  // {hole, filler} pairs
   tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t block) {
     std::size_t hole = holesBefore[block], filler = fillersBefore[block];
-    for (std::size_t i = block * kBodyBlock; i < blockEnd(block); ++i) {
+    const std::size_t first = block * kBodyBlock, end = blockEnd(block);
+    if (allStay[block] != 0) {
+      for (std::size_t i = std::clamp(kept, first, end); i < end; ++i) b.moves[filler++].second = i;
+      return;
+    }
+    for (std::size_t i = first; i < end; ++i) {
       const bool stays = b.destination[i] == rank;
       if (!stays && i < kept) b.moves[hole++].first = i;
       if (stays && i >= kept) b.moves[filler++].second = i;
@@ -641,16 +658,22 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
 
   if (stats != nullptr) {
     stats->numBodies = numBodies;
-    stats->work = sumInBlocks(weight.size(), [&](std::size_t i) { return weight[i]; });
+    // The rank's weight before, less what it sent, plus what it received: no pass over the bodies, and exact for the
+    // whole-number weights a run gives (list lengths; ones); within rounding of a sum over the bodies otherwise.
+    double work = localWeight;
+    for (const double sent : sentWeight) work -= sent;
+    for (std::size_t k = 0; k < numReceived; ++k) work += weight[kept + k];
+    stats->work = work;
     stats->bodiesSent = numSent;
     stats->bodiesReceived = numReceived;
     stats->splitFromLast = fromLast;
     stats->splitKeysRevisited = revisited;
-    double sumAndMax[2] = {stats->work, stats->work};
-    MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[0], 1, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(MPI_IN_PLACE, &sumAndMax[1], 1, MPI_DOUBLE, MPI_MAX, comm);
-    stats->meanWork = sumAndMax[0] / double(numRanks);
-    stats->maxWork = sumAndMax[1];
+    std::vector<double> everyWork(numRanks);
+    MPI_Allgather(&work, 1, MPI_DOUBLE, everyWork.data(), 1, MPI_DOUBLE, comm);
+    double sum = 0.0;
+    for (const double w : everyWork) sum += w;
+    stats->meanWork = sum / double(numRanks);
+    stats->maxWork = *std::max_element(everyWork.begin(), everyWork.end());
     endStage(stages.moveSeconds);
     stats->checkSeconds = stages.checkSeconds;
     stats->keySeconds = stages.keySeconds;
