@@ -221,8 +221,8 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
     });
   }
   clock.restart();
-  tbb::this_task_arena::isolate(
-      [&] { let_.exchange(tree_, treeSources_, particles.id, groups, comm_, gravity_.periodic); });
+  const BodyIds ids = deferredMotion_.pending() ? BodyIds(particles.id, order_) : BodyIds(particles.id);
+  tbb::this_task_arena::isolate([&] { let_.exchange(tree_, treeSources_, ids, groups, comm_, gravity_.periodic); });
   stats_.path.exchange += clock.seconds();
   clock.restart();
   localWalk.wait();
@@ -308,11 +308,14 @@ InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& gr
     stats_.kernelSeconds += report.timings[Phase::kernels] - kernelsBefore;
     return batches.counts();
   };
+  // The bodies' motion into the tree's order, where the build left it (deferredMotion_), while the engine runs.
+  const auto permuteMotion = [&] { report.timings[Phase::sort] += deferredMotion_.run(); };
   if (!params_.overlapWalk) {
     let_.buildPlan(groups, localPlan_, plan_);
     planJoined_ = true;
     noteLengths(plan_, 0);
     batches.evaluateNow(plan_, PlanBatch{});
+    permuteMotion();
     return done();
   }
   PlanBatch where{true, false};
@@ -339,6 +342,7 @@ InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& gr
     lastBatchGroups = end - first;
     first = end;
   }
+  permuteMotion();
   batches.collect();
   planJoined_ = false;
   return done();
@@ -357,6 +361,12 @@ ForceReport DistributedTreeSolver::computeForces(Particles& particles) {
   const Stopwatch total;
   ForceReport report;
   stats_ = DistributedStats{};
+  // The build may leave the bodies' motion to be permuted later (deferredMotion_): never past the call, even one that
+  // ends early.
+  struct MotionPermutedOnLeaving {
+    tree::DeferredMotionPermutation& motion;
+    ~MotionPermutedOnLeaving() { motion.run(); }
+  } motionPermutedOnLeaving{deferredMotion_};
   // The ranks' arrival, timed apart from the checks and the decomposition, whose collectives would otherwise hold it.
   Stopwatch clock;
   MPI_Barrier(comm_);
@@ -510,11 +520,13 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, bool evaluatesS
                      order_);
     stats_.path.sort += clock.seconds();
     // A call that overwrites every body's forces leaves the old ones where they are (4 of the permutation's 13 arrays)
-    // and carries their |a| for the relative test instead; one of some groups keeps the others' forces, and the balls
-    // are made from the accelerations.
+    // and carries their |a| for the relative test instead, and moves the velocities, ids and bins while the engine runs
+    // its last lists (5 more; deferredMotion_); one of some groups keeps the others' forces, and the balls are made
+    // from the accelerations and velocities.
     forcesLeftBehind_ = !evaluatesSomeGroups && !ballsOn_;
     if (forcesLeftBehind_) {
-      permuter_.permuteAllButForces(particles, order_, sortedMagnitudes_);
+      permuter_.permuteSources(particles, order_, sortedMagnitudes_);
+      deferredMotion_.defer(particles, order_);
     } else {
       permuter_.permute(particles, order_);
     }

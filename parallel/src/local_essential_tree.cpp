@@ -78,9 +78,8 @@ enum class Reach {
 /// exportSubtree's depth-first pass.
 class SubtreeExporter {
  public:
-  SubtreeExporter(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                  const RemoteGroups& remote, const PeriodicSplit& periodic, std::vector<ExportedCell>& cells,
-                  std::vector<ExportedBody>& bodies)
+  SubtreeExporter(const tree::Octree& tree, const SourceView& sortedBodies, BodyIds ids, const RemoteGroups& remote,
+                  const PeriodicSplit& periodic, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies)
       : tree_(tree),
         sorted_(sortedBodies),
         ids_(ids),
@@ -308,7 +307,7 @@ class SubtreeExporter {
 
   const tree::Octree& tree_;
   const SourceView& sorted_;
-  std::span<const std::uint64_t> ids_;
+  BodyIds ids_;
   const RemoteGroups& remote_;
   const PeriodicSplit& periodic_;
   double domainHalf_[3];  ///< the domain box's half extents as judge() tests them
@@ -325,9 +324,8 @@ class SubtreeExporter {
 
 }  // namespace
 
-void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies,
-                   const PeriodicSplit& periodic) {
+void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, BodyIds ids, const RemoteGroups& remote,
+                   std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies, const PeriodicSplit& periodic) {
   cells.clear();
   bodies.clear();
   if (tree.numCells() == 0 || remote.size() == 0) return;
@@ -457,9 +455,8 @@ void placeSources(const SourceView& local, const std::vector<Record>& received, 
 
 }  // namespace
 
-void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& sortedBodies,
-                                  std::span<const std::uint64_t> ids, const tree::Groups& groups, MPI_Comm comm,
-                                  const PeriodicSplit& periodic) {
+void LocalEssentialTree::exchange(const tree::Octree& tree, const SourceView& sortedBodies, BodyIds ids,
+                                  const tree::Groups& groups, MPI_Comm comm, const PeriodicSplit& periodic) {
   stats_ = LetStats{};
   periodic_ = periodic;
   const int rank = rankOf(comm);

@@ -231,33 +231,6 @@ struct Evaluated {
   EngineTimings timings;
 };
 
-/// BodyPermuter::permuteMotion, held back until run() (or the end of the scope, for a call that ends early: never a
-/// caller's Particles half sorted), where defer() was called; nothing otherwise.
-class DeferredMotionPermutation {
- public:
-  DeferredMotionPermutation(BodyPermuter& permuter, Particles& particles, std::span<const std::uint32_t> order)
-      : permuter_(permuter), particles_(particles), order_(order) {}
-  DeferredMotionPermutation(const DeferredMotionPermutation&) = delete;
-  DeferredMotionPermutation& operator=(const DeferredMotionPermutation&) = delete;
-  ~DeferredMotionPermutation() { run(); }
-
-  void defer() { pending_ = true; }
-  /// Returns its seconds (0 where nothing was pending).
-  double run() {
-    if (!pending_) return 0.0;
-    pending_ = false;
-    const Stopwatch permuting;
-    permuter_.permuteMotion(particles_, order_);
-    return permuting.seconds();
-  }
-
- private:
-  BodyPermuter& permuter_;
-  Particles& particles_;
-  std::span<const std::uint32_t> order_;
-  bool pending_ = false;
-};
-
 /// Adds an evaluation's interactions and the engine's upload, kernel and download times to `report`.
 void addEvaluation(const InteractionCounts& counts, const EngineTimings& timings, ForceReport& report) {
   report.counts += counts;
@@ -867,7 +840,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
   // bins go into the new order while the host waits for the engine's last kernels (whileLastBatchRuns), ~40% of the
   // permutation's memory traffic off the host's part of the call. A call that ends early moves them as it leaves, so
   // the caller never sees its bodies half sorted.
-  DeferredMotionPermutation motionPermutation(permuter_, particles, order_);
+  DeferredMotionPermutation motionPermutation(permuter_);
   tbb::parallel_invoke(
       [&] {
         const Stopwatch permuting;
@@ -875,7 +848,7 @@ void PeriodicTreeSolver::buildAndEvaluate(Particles& particles, std::uint32_t st
           permuter_.permute(particles, order_);
         } else {
           permuter_.permuteSources(particles, order_, sortedAccelMagnitudes_);
-          motionPermutation.defer();
+          motionPermutation.defer(particles, order_);
         }
         if (treeCalls > 1) {
           sortedRadius_.resize(n);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "matcha/core/errors.hpp"
+#include "matcha/core/stopwatch.hpp"
 #include "parallel_arrays.hpp"
 
 namespace matcha::tree {
@@ -339,6 +340,15 @@ void BodyPermuter::gatherSources(Particles& particles, std::span<const std::uint
   for (auto* array : {&particles.x, &particles.y, &particles.z, &particles.mass}) {
     gatherInPlace(*array, order, scratch_);
   }
+}
+
+double DeferredMotionPermutation::run() {
+  if (particles_ == nullptr) return 0.0;
+  Particles& particles = *particles_;
+  particles_ = nullptr;
+  const Stopwatch permuting;
+  permuter_.permuteMotion(particles, order_);
+  return permuting.seconds();
 }
 
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys) {

@@ -283,6 +283,10 @@ class DistributedTreeSolver final : public ForceSolver {
   /// relative test reads instead (setGlobalRelativeTolerances).
   bool forcesLeftBehind_ = false;
   std::vector<double> sortedMagnitudes_;
+  /// Such a build moves the velocities, ids and time bins into the tree's order later (BodyPermuter::permuteMotion),
+  /// while the engine runs the call's last lists (mergeAndEvaluate); computeForces sees it done before it returns, or
+  /// leaves. The LET export reads the ids through order_ meanwhile.
+  tree::DeferredMotionPermutation deferredMotion_{permuter_};
   tree::WalkTree walkTree_;
   tree::PlanBuilder planBuilder_;
   InteractionPlan localPlan_;

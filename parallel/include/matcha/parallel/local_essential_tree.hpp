@@ -70,6 +70,20 @@ struct ExportedBody {
   std::uint64_t id;
 };
 
+/// The ids of a tree's bodies as the export reads them: ids[i] for the tree's body i or, where `order` is given, the
+/// ids of bodies that were sorted into the tree's order while their ids stayed behind, ids[order[i]]
+/// (DistributedTreeSolver moves the ids with the velocities while the engine runs: BodyPermuter::permuteMotion).
+struct BodyIds {
+  BodyIds(std::span<const std::uint64_t> inTreeOrder) : ids(inTreeOrder) {}     // NOLINT: a span is the common case
+  BodyIds(const std::vector<std::uint64_t>& inTreeOrder) : ids(inTreeOrder) {}  // NOLINT: as is a body array
+  BodyIds(std::span<const std::uint64_t> behind, std::span<const std::uint32_t> treeOrder)
+      : ids(behind), order(treeOrder) {}
+  std::uint64_t operator[](std::size_t i) const { return order.empty() ? ids[i] : ids[order[i]]; }
+
+  std::span<const std::uint64_t> ids;
+  std::span<const std::uint32_t> order;
+};
+
 /// Appends to `cells` and `bodies` (both cleared first) the subtree of `tree` that the groups `remote` of another rank
 /// need: the union of their walks of `tree`, each with the walk's double criterion (core/opening_criterion.hpp, as
 /// tree/walk.hpp's acceptCell), so that the receiver's walk of the subtree (LocalEssentialTree::buildPlan) makes the
@@ -96,8 +110,8 @@ struct ExportedBody {
 /// domain box is not folded: a rank whose groups lie near two opposite faces gets a box across the cube, and the
 /// shortcut rarely applies.) Its test takes the domain box widened by 8 ulp of L (with open boundaries, of the largest
 /// coordinate of the tree and the box), so that the rounding of the two distances cannot reverse that order.
-void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                   const RemoteGroups& remote, std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies,
+void exportSubtree(const tree::Octree& tree, const SourceView& sortedBodies, BodyIds ids, const RemoteGroups& remote,
+                   std::vector<ExportedCell>& cells, std::vector<ExportedBody>& bodies,
                    const PeriodicSplit& periodic = PeriodicSplit{});
 
 /// Sizes of one rank's exchange, for the solver's report and the tests.
@@ -121,8 +135,8 @@ class LocalEssentialTree {
   /// `sortedBodies`, `ids` and `groups` are this rank's (empty for a rank with no bodies; `tree` then has no cells).
   /// With `periodic` enabled, the periodic short range's pruning (exportSubtree), and buildPlan's walk the same.
   /// Collective; allocates.
-  void exchange(const tree::Octree& tree, const SourceView& sortedBodies, std::span<const std::uint64_t> ids,
-                const tree::Groups& groups, MPI_Comm comm, const PeriodicSplit& periodic = PeriodicSplit{});
+  void exchange(const tree::Octree& tree, const SourceView& sortedBodies, BodyIds ids, const tree::Groups& groups,
+                MPI_Comm comm, const PeriodicSplit& periodic = PeriodicSplit{});
 
   /// Each local group's whole list: its list in `localPlan` (the walk of the local tree for groups 0 .. size, in order,
   /// as tree::PlanBuilder makes it), then its walk of each received subtree with the double criterion (tree/walk.hpp:

@@ -121,6 +121,31 @@ class BodyPermuter {
   std::vector<std::uint8_t> binScratch_;
 };
 
+/// BodyPermuter::permuteMotion held back: defer() notes the bodies and the order (their sources already moved by
+/// permuteSources), run() moves the rest, or the destructor does, for a call that ends early (an exception): a
+/// caller's Particles are never left half sorted. A solver defers it to run while the engine's last kernels do.
+class DeferredMotionPermutation {
+ public:
+  explicit DeferredMotionPermutation(BodyPermuter& permuter) : permuter_(permuter) {}
+  DeferredMotionPermutation(const DeferredMotionPermutation&) = delete;
+  DeferredMotionPermutation& operator=(const DeferredMotionPermutation&) = delete;
+  ~DeferredMotionPermutation() { run(); }
+
+  /// `particles` and `order` must stay as they are until run().
+  void defer(Particles& particles, std::span<const std::uint32_t> order) {
+    particles_ = &particles;
+    order_ = order;
+  }
+  bool pending() const { return particles_ != nullptr; }
+  /// Returns its seconds (0 where nothing was pending).
+  double run();
+
+ private:
+  BodyPermuter& permuter_;
+  Particles* particles_ = nullptr;
+  std::span<const std::uint32_t> order_;
+};
+
 /// Sorts `keys` ascending (ties by body index, so the order is deterministic) and returns the permutation that was
 /// applied: sorted[k] = keys_before[order[k]]. Parallel (KeySorter); allocates.
 std::vector<std::uint32_t> sortByKey(std::vector<std::uint64_t>& keys);
