@@ -45,9 +45,11 @@ struct DistributedStats {
   /// call's setup and bookkeeping). The phases above overlap where this path does not (the local
   /// walk runs beside the exchange, the engine beside the lists' merge): it says where the call's wall time goes.
   struct MainThreadPath {
-    double bodyChecks = 0.0;       ///< every body's numbers checked, with the verdict of all ranks
-    double sort = 0.0;             ///< of localBuildSeconds: the keys sorted (on the engine's device where it sorts)
-    double permute = 0.0;          ///< of localBuildSeconds: the bodies and their weights put in the tree's order
+    double bodyChecks = 0.0;  ///< every body's numbers checked, with the verdict of all ranks
+    double sort = 0.0;        ///< of localBuildSeconds: the keys sorted (on the engine's device where it sorts)
+    /// Of localBuildSeconds: the bodies and their weights put in the tree's order (where the build defers the motion's
+    /// arrays, deferredMotion_, their permutation falls in listsAndKernels, beside the engine).
+    double permute = 0.0;
     double relativeTest = 0.0;     ///< the |a| summed over all ranks for the relative test, the groups' tolerances
     double exchange = 0.0;         ///< LocalEssentialTree::exchange: pruning and communication, the local walk beside
     double localWalkWait = 0.0;    ///< waiting for the local walk after the exchange
