@@ -518,7 +518,8 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, bool evaluatesS
     }
     tree::sortKeysOn(params_.sortOnDevice ? &engine_ : nullptr, sorter_, decompositionBuffers_.keys, sortedKeys_,
                      order_);
-    stats_.path.sort += clock.seconds();
+    const double sortSeconds = clock.seconds();
+    stats_.path.sort += sortSeconds;
     // A call that overwrites every body's forces leaves the old ones where they are (4 of the permutation's 13 arrays)
     // and carries their |a| for the relative test instead, and moves the velocities, ids and bins while the engine runs
     // its last lists (5 more; deferredMotion_); one of some groups keeps the others' forces, and the balls are made
@@ -538,7 +539,7 @@ void DistributedTreeSolver::buildLocalTree(Particles& particles, bool evaluatesS
       work_.swap(sortedWork_);
     }
     report.timings[Phase::sort] += clock.seconds();
-    stats_.path.permute += clock.seconds() - stats_.path.sort;
+    stats_.path.permute += clock.seconds() - sortSeconds;
     stats_.localBuildSeconds += clock.seconds();
     clock.restart();
     tree::buildOctree(sortedKeys_, domain_.cube, params_.nleaf, tree_);

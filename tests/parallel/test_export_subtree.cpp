@@ -121,6 +121,32 @@ TEST(ExportSubtree, AFarGroupGetsTheRootAlone) {
   EXPECT_DOUBLE_EQ(cells[0].mass, 1.0);
 }
 
+// The distributed build moves the ids into the tree's order after the export (DistributedTreeSolver: the deferred
+// motion permutation): read through the order, the ids left behind must give each sent body the id it has in order.
+TEST(ExportSubtree, IdsReadThroughTheOrderAreTheIdsInTreeOrder) {
+  const TwoClumps t;
+  const TwoClumps::Remote near = TwoClumps::remote({{{10.6, 3, 3}}}, 0.1);
+  // The ids as they lay before a permutation: behind[order[i]] = id of tree body i, for a reversing order.
+  const std::size_t n = t.bodies.size();
+  std::vector<std::uint32_t> order(n);
+  std::vector<std::uint64_t> behind(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    order[i] = static_cast<std::uint32_t>(n - 1 - i);
+    behind[order[i]] = t.bodies.id[i];
+  }
+  std::vector<ExportedCell> cells, cellsThroughOrder;
+  std::vector<ExportedBody> sent, sentThroughOrder;
+  exportSubtree(t.octree, t.bodies.sources(), t.bodies.id, near.view(), cells, sent);
+  exportSubtree(t.octree, t.bodies.sources(), BodyIds(behind, order), near.view(), cellsThroughOrder, sentThroughOrder);
+  ASSERT_FALSE(sent.empty()) << "the test needs bodies sent";
+  ASSERT_EQ(sentThroughOrder.size(), sent.size());
+  EXPECT_EQ(cellsThroughOrder.size(), cells.size());
+  for (std::size_t k = 0; k < sent.size(); ++k) {
+    EXPECT_EQ(sentThroughOrder[k].id, sent[k].id) << "sent body " << k;
+    EXPECT_EQ(sentThroughOrder[k].x, sent[k].x) << "sent body " << k;
+  }
+}
+
 TEST(ExportSubtree, AGroupBesideOneClumpGetsBodiesOfItAndTheOtherClumpAsACell) {
   const TwoClumps t;
   std::vector<ExportedCell> cells;

@@ -281,7 +281,7 @@ class DistributedTreeSolver final : public ForceSolver {
   std::vector<std::uint8_t> groupActive_;  ///< groupsToEvaluate's flag per group of groups_ (scratch)
   std::vector<double> sortedWork_;         ///< work_ in the tree's order (scratch)
   /// This call's build sorted the bodies but for their forces, which stay in the order they came in until the call
-  /// overwrites them (BodyPermuter::permuteAllButForces): their |a| in the tree's order is sortedMagnitudes_, which the
+  /// overwrites them (BodyPermuter::permuteSources): their |a| in the tree's order is sortedMagnitudes_, which the
   /// relative test reads instead (setGlobalRelativeTolerances).
   bool forcesLeftBehind_ = false;
   std::vector<double> sortedMagnitudes_;
