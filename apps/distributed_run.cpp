@@ -302,6 +302,7 @@ nlohmann::json rankTotalsJson(const std::vector<parallel::DistributedTotals>& ra
                       {"local_build", t.steadyLocalBuildSeconds},
                       {"let_build", t.steadyLetBuildSeconds},
                       {"communication", t.steadyCommunicationSeconds},
+                      {"let_assembly", t.steadyLetAssemblySeconds},
                       {"walk", t.steadyWalkSeconds},
                       {"kernels", t.steadyKernelSeconds}}},
                     {"steady_decomposition_stages_seconds",

@@ -99,6 +99,7 @@ void DistributedTotals::add(const DistributedStats& call) {
     steadyCommunicationSeconds += call.communicationSeconds;
     steadyWalkSeconds += call.walkSeconds;
     steadyKernelSeconds += call.kernelSeconds;
+    steadyLetAssemblySeconds += call.let.assemblySeconds;
     steadyCheckSeconds += call.decomposition.checkSeconds;
     steadyKeySeconds += call.decomposition.keySeconds;
     steadySplitSeconds += call.decomposition.splitSeconds;

@@ -38,6 +38,12 @@ struct CellMultipoles {
     for (auto* array : {&x, &y, &z, &mass}) array->resize(count);
     for (auto* array : {&qxx, &qyy, &qzz, &qxy, &qxz, &qyz, &trace}) array->resize(withQuadrupole ? count : 0);
   }
+  /// Room for `count` cells (their quadrupoles too where `withQuadrupole`), so that resizing up to it moves nothing.
+  void reserve(std::size_t count, bool withQuadrupole) {
+    for (auto* array : {&x, &y, &z, &mass}) array->reserve(count);
+    if (!withQuadrupole) return;
+    for (auto* array : {&qxx, &qyy, &qzz, &qxy, &qxz, &qyz, &trace}) array->reserve(count);
+  }
 };
 
 /// Interaction lists for a batch of groups. Group g owns the i-bodies `groups[g]` and the list

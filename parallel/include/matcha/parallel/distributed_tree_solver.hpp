@@ -100,6 +100,7 @@ struct DistributedTotals {
   /// The steady calls' other phases (DistributedStats' of the same names): where a long run's call goes.
   double steadyArrivalWaitSeconds = 0.0, steadyLocalBuildSeconds = 0.0, steadyLetBuildSeconds = 0.0,
          steadyCommunicationSeconds = 0.0, steadyWalkSeconds = 0.0, steadyKernelSeconds = 0.0;
+  double steadyLetAssemblySeconds = 0.0;  ///< the final passes' LetStats::assemblySeconds
   /// The steady decomposition's stages (DecompositionStats): checks, the cube and keys, the splitter search, the moves.
   double steadyCheckSeconds = 0.0, steadyKeySeconds = 0.0, steadySplitSeconds = 0.0, steadyMoveSeconds = 0.0;
   double steadyMoveExchangeSeconds = 0.0;  ///< of the moves: their two MPI exchanges

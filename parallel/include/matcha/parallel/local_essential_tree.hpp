@@ -122,6 +122,9 @@ struct LetStats {
   double buildSeconds = 0.0;          ///< pruning the local tree for the other ranks (exportSubtree)
   double communicationSeconds = 0.0;  ///< the group boxes' allgather and the subtrees' all-to-all exchange
   double walkSeconds = 0.0;           ///< walking the received subtrees for the local groups (buildPlan, every batch)
+  /// After the communication: the received bodies and cells put behind the local ones (those were placed on the
+  /// rank's other cores during the exchange; the wait for them included).
+  double assemblySeconds = 0.0;
 };
 
 /// The local essential tree of one rank: its own tree plus the subtrees received from every other rank, as one set of
@@ -131,10 +134,11 @@ class LocalEssentialTree {
  public:
   /// Exchanges the pruned subtrees: every rank's group boxes and tolerances go to every rank (MPI_Allgatherv), each
   /// rank prunes its tree for every other rank's groups (exportSubtree) and the subtrees go out with MPI_Alltoallv,
-  /// counts first. `groups` must hold their relative tolerances (one per group) as the walk will use them. `tree`,
-  /// `sortedBodies`, `ids` and `groups` are this rank's (empty for a rank with no bodies; `tree` then has no cells).
-  /// With `periodic` enabled, the periodic short range's pruning (exportSubtree), and buildPlan's walk the same.
-  /// Collective; allocates.
+  /// counts first; the local bodies and cells are copied to the front of sources() and cells() meanwhile, as a task
+  /// on the rank's cores. `groups` must hold their relative tolerances (one per group) as the walk will use them.
+  /// `tree`, `sortedBodies`, `ids` and `groups` are this rank's (empty for a rank with no bodies; `tree` then has no
+  /// cells). With `periodic` enabled, the periodic short range's pruning (exportSubtree), and buildPlan's walk the
+  /// same. Collective; allocates.
   void exchange(const tree::Octree& tree, const SourceView& sortedBodies, BodyIds ids, const tree::Groups& groups,
                 MPI_Comm comm, const PeriodicSplit& periodic = PeriodicSplit{});
 
@@ -182,7 +186,12 @@ class LocalEssentialTree {
   const LetStats& stats() const { return stats_; }
 
  private:
+  /// sources()' and cells()' front: the local bodies and the local tree's multipoles (exchange's task beside the
+  /// communication), with room behind them for as many received ones as the last exchange's.
+  void placeLocal(const tree::Octree& tree, const SourceView& sortedBodies);
+
   std::size_t numLocalBodies_ = 0, numLocalCells_ = 0;
+  std::size_t lastReceivedBodies_ = 0, lastReceivedCells_ = 0;
   std::vector<double> x_, y_, z_, mass_;
   CellMultipoles cells_;
   std::vector<ExportedCell> received_;  ///< child and body indices made absolute (into cells() and sources())
