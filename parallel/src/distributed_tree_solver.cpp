@@ -68,13 +68,6 @@ constexpr double kBallSlack = 0.05;
 /// Bodies whose ids tell whether a call brings the last call's bodies in its order (sameBodies), as TreeSolver checks.
 constexpr std::size_t kIdSamples = 64;
 
-/// to[i] = from[i] for i < n, on the rank's cores.
-void copyInParallel(const std::vector<double>& from, std::vector<double>& to, std::size_t n) {
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, 65536), [&](const tbb::blocked_range<std::size_t>& range) {
-    std::copy(from.begin() + range.begin(), from.begin() + range.end(), to.begin() + range.begin());
-  });
-}
-
 }  // namespace
 
 void DistributedTotals::add(const DistributedStats& call) {
@@ -260,7 +253,7 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   report.timings[Phase::walk] += let_.stats().walkSeconds;
   const Stopwatch copying;
   if (&groups == &groups_) {
-    copyOutputs(particles, potentials);
+    takeOutputs(particles, potentials);
   } else {
     // The engine wrote the evaluated groups' bodies only: the others keep what they brought.
     tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) {
@@ -277,12 +270,17 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   return counts;
 }
 
-void DistributedTreeSolver::copyOutputs(Particles& particles, bool potentials) const {
+void DistributedTreeSolver::takeOutputs(Particles& particles, bool potentials) {
   const std::size_t n = particles.size();
-  copyInParallel(outAx_, particles.ax, n);
-  copyInParallel(outAy_, particles.ay, n);
-  copyInParallel(outAz_, particles.az, n);
-  if (potentials) copyInParallel(outPot_, particles.pot, n);
+  const auto take = [n](std::vector<double>& outputs, std::vector<double>& bodies) {
+    MATCHA_ASSERT(outputs.size() >= n, "the engine's outputs hold fewer entries than the bodies");
+    outputs.swap(bodies);
+    bodies.resize(n);
+  };
+  take(outAx_, particles.ax);
+  take(outAy_, particles.ay);
+  take(outAz_, particles.az);
+  if (potentials) take(outPot_, particles.pot);
 }
 
 InteractionCounts DistributedTreeSolver::mergeAndEvaluate(const tree::Groups& groups, const ForceView& out,
@@ -688,6 +686,8 @@ void DistributedTreeSolver::evaluateKeptLists(Particles& particles, ForceReport&
   InteractionCounts counts;
   if (n > 0) {
     const std::size_t numSources = let_.sources().count;
+    // The last call took its outputs' arrays for the bodies' (takeOutputs), leaving theirs.
+    for (auto* array : {&outAx_, &outAy_, &outAz_}) array->resize(numSources);
     outPot_.resize(potentials ? numSources : 0);
     const ForceView out{outAx_.data(), outAy_.data(), outAz_.data(), potentials ? outPot_.data() : nullptr, numSources};
     const double kernelsBefore = report.timings[Phase::kernels];
@@ -702,7 +702,7 @@ void DistributedTreeSolver::evaluateKeptLists(Particles& particles, ForceReport&
     counts = batches.counts();
     stats_.kernelSeconds = report.timings[Phase::kernels] - kernelsBefore;
     const Stopwatch copying;
-    copyOutputs(particles, potentials);
+    takeOutputs(particles, potentials);
     stats_.path.outputs += copying.seconds();
   }
   stats_.listBatches = numBatches_;
