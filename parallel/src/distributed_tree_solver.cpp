@@ -196,8 +196,11 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
   Stopwatch clock;
   // The local groups' walks of the local tree run on the rank's worker threads beside the exchange, which this thread
   // makes (only it calls MPI), its own parallel loops isolated so that it does not take up the walk's tasks while it
-  // waits and hold back the messages. With one thread a rank the walk runs after the exchange, at the wait. The walks
-  // read the tree and the groups only; the exchange the tree, the bodies and the groups.
+  // waits and hold back the messages. The walk's arena has the lower priority: the workers prune the subtrees for the
+  // other ranks first, which the other ranks wait for, and walk while this thread communicates and assembles, where
+  // the walk once took the same cores as the pruning and the communication began after both. With one thread a rank
+  // the walk runs after the exchange, at the wait. The walks read the tree and the groups only; the exchange the tree,
+  // the bodies and the groups.
   tbb::task_group localWalk;
   double localWalkSeconds = 0.0;
   numBatches_ = 0;  // a rank without bodies has no lists
@@ -208,18 +211,31 @@ InteractionCounts DistributedTreeSolver::evaluatePass(Particles& particles, cons
     tree::buildWalkTree(tree_, walkTree_, gravity_.periodic);
     report.timings[Phase::multipoles] += clock.seconds();
     stats_.localBuildSeconds += clock.seconds();
-    localWalk.run([&] {
-      const Stopwatch walking;
-      planBuilder_.build(walkTree_, groups, 0, static_cast<std::uint32_t>(groups.size()), localPlan_);
-      localWalkSeconds = walking.seconds();
+    walkArena_.execute([&] {
+      localWalk.run([&] {
+        const Stopwatch walking;
+        planBuilder_.build(walkTree_, groups, 0, static_cast<std::uint32_t>(groups.size()), localPlan_);
+        localWalkSeconds = walking.seconds();
+      });
     });
   }
+  // Waited for on every way out (the exchange may throw): the walk writes this solver's plan.
+  struct WalkWaitedOnLeaving {
+    tbb::task_arena& arena;
+    tbb::task_group& walk;
+    ~WalkWaitedOnLeaving() {
+      try {
+        arena.execute([&] { walk.wait(); });
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the exception that unwinds is the one to report
+      }
+    }
+  } walkWaitedOnLeaving{walkArena_, localWalk};
   clock.restart();
   const BodyIds ids = deferredMotion_.pending() ? BodyIds(particles.id, order_) : BodyIds(particles.id);
   tbb::this_task_arena::isolate([&] { let_.exchange(tree_, treeSources_, ids, groups, comm_, gravity_.periodic); });
   stats_.path.exchange += clock.seconds();
   clock.restart();
-  localWalk.wait();
+  walkArena_.execute([&] { localWalk.wait(); });
   stats_.path.localWalkWait += clock.seconds();
   if (ballsOn_) {
     // The walks and the pruning took the balls about the predicted paths; the engine takes the bodies where they are:

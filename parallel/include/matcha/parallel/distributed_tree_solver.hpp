@@ -6,6 +6,7 @@
 #pragma once
 
 #include <mpi.h>
+#include <tbb/task_arena.h>
 
 #include <cstdint>
 #include <deque>
@@ -294,6 +295,8 @@ class DistributedTreeSolver final : public ForceSolver {
   tree::DeferredMotionPermutation deferredMotion_{permuter_};
   tree::WalkTree walkTree_;
   tree::PlanBuilder planBuilder_;
+  /// Where the local walk runs beside the exchange (evaluatePass): workers only, below the exchange's priority.
+  tbb::task_arena walkArena_{tbb::task_arena::automatic, 0, tbb::task_arena::priority::low};
   InteractionPlan localPlan_;
   /// The whole plan: the sequential merge's, or the batches joined by lastPlan().
   mutable InteractionPlan plan_;
