@@ -68,6 +68,36 @@ using Visit = tree::PeriodicVisit;
 
 /// Groups from which judge() tests a cell against them on several cores.
 constexpr std::size_t kParallelJudge = 1024;
+/// Groups per block of such a judging.
+constexpr std::size_t kJudgeBlock = 256;
+
+/// accepts() for one cell against many boxes, each verdict without a branch: the same operations on the same numbers
+/// (so the same verdicts, bit for bit, as the receiver's tree::acceptCell), their conditions combined with & and |.
+struct OpenBoundaryTest {
+  double com[3];
+  double openingRadius, mass, bmax, spread;
+  bool quadrupole;
+
+  bool accepts(const double* centre, const double* half, double tolerance) const {
+    const double distance2 =
+        distanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0], half[1], half[2]);
+    const bool outside = distance2 > openingRadius * openingRadius;
+    // passesOpeningCriterion's relative test: at the box's distance for exact positions; for a tree of balls at the
+    // distance less the spread, with b_max grown by it, and never at distance 0.
+    double d2 = distance2, b = bmax;
+    bool apart = true;
+    if (spread != 0.0) {
+      const double distance = std::max(0.0, std::sqrt(distance2) - spread);
+      d2 = distance * distance;
+      b = bmax + spread;
+      apart = d2 > 0.0;
+    }
+    const double b2 = b * b;
+    const bool small =
+        quadrupole ? mass * b2 * b <= tolerance * d2 * d2 * std::sqrt(d2) : mass * b2 <= tolerance * d2 * d2;
+    return outside & apart & (std::isinf(tolerance) | small);
+  }
+};
 
 /// What all the groups that reach a cell make of it together.
 enum class Reach {
@@ -224,8 +254,11 @@ class SubtreeExporter {
     opening.clear();
     const Visit domain = visit(cell, remote_.domain.centre, domainHalf_, remote_.domain.tolerance);
     if (domain == Visit::skip) return Reach::skippedByAll;
+    if (!periodic_.enabled()) {
+      if (domain == Visit::accept) return Reach::acceptedByAll;
+      return judgeEachGroup(cell, reaching, opening);
+    }
     if (domain == Visit::accept) {
-      if (!periodic_.enabled()) return Reach::acceptedByAll;
       // Each group accepts or skips it: it goes only when one of them does not skip it.
       for (const std::uint32_t g : reaching) {
         if (visit(cell, &remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]) != Visit::skip) {
@@ -260,6 +293,52 @@ class SubtreeExporter {
     }
     if (!opening.empty()) return Reach::openedBySome;
     return needed ? Reach::acceptedByAll : Reach::skippedByAll;
+  }
+
+  /// judge() with open boundaries once the domain box opens the cell: each group's test, without a branch on its
+  /// verdict (OpenBoundaryTest), the groups that open it gathered in order. At the cells near the root, which meet
+  /// hundreds of groups each, these tests were most of the export's serial part, their verdicts near a coin toss for
+  /// the branch predictor.
+  Reach judgeEachGroup(std::uint32_t cell, std::span<const std::uint32_t> reaching,
+                       std::vector<std::uint32_t>& opening) const {
+    const CellMultipoles& m = tree_.multipoles;
+    const OpenBoundaryTest test{{m.x[cell], m.y[cell], m.z[cell]},
+                                tree_.openingRadius[cell],
+                                m.mass[cell],
+                                tree_.bmax[cell],
+                                spreadOf(cell),
+                                m.hasQuadrupole};
+    const auto collect = [&](std::span<const std::uint32_t> groups, std::uint32_t* out) {
+      std::size_t count = 0;
+      for (const std::uint32_t g : groups) {
+        out[count] = g;
+        count += test.accepts(&remote_.centre[3 * g], &remote_.halfExtent[3 * g], remote_.tolerance[g]) ? 0 : 1;
+      }
+      return count;
+    };
+    opening.resize(reaching.size());
+    std::size_t numOpening = 0;
+    if (reaching.size() < kParallelJudge) {
+      numOpening = collect(reaching, opening.data());
+    } else {
+      // The cells near the root meet most of the other rank's groups: with 2 ranks the one subtree exported is one
+      // depth-first pass on one core, and its judging at those cells on the rank's cores, in blocks whose openers
+      // are then put end to end (the list in its order).
+      const std::size_t numBlocks = (reaching.size() + kJudgeBlock - 1) / kJudgeBlock;
+      blockOpening_.resize(reaching.size());
+      blockCounts_.resize(numBlocks);
+      tbb::parallel_for(std::size_t{0}, numBlocks, [&](std::size_t b) {
+        const std::size_t first = b * kJudgeBlock, size = std::min(kJudgeBlock, reaching.size() - first);
+        blockCounts_[b] = collect(reaching.subspan(first, size), &blockOpening_[first]);
+      });
+      for (std::size_t b = 0; b < numBlocks; ++b) {
+        std::copy_n(&blockOpening_[b * kJudgeBlock], blockCounts_[b], opening.data() + numOpening);
+        numOpening += blockCounts_[b];
+      }
+    }
+    opening.resize(numOpening);
+    if (numOpening > 0) return Reach::openedBySome;
+    return reaching.empty() ? Reach::skippedByAll : Reach::acceptedByAll;
   }
 
   /// Completes cells_[at], the export of `cell`, which the groups `opening` reach and `reach` says what of.
@@ -316,8 +395,11 @@ class SubtreeExporter {
   std::vector<ExportedBody>& bodies_;
   /// Per depth d + 1: the groups that open each child (up to 8) of the cell expanded at depth d.
   std::vector<std::array<std::vector<std::uint32_t>, 8>> opening_;
-  /// judge()'s verdicts of each group, where it judges them in parallel (kParallelJudge or more).
+  /// judge()'s verdicts of each group, where it judges them in parallel (kParallelJudge or more), and with open
+  /// boundaries each block's groups that open the cell and their number (judgeEachGroup).
   mutable std::vector<Visit> visits_;
+  mutable std::vector<std::uint32_t> blockOpening_;
+  mutable std::vector<std::size_t> blockCounts_;
   /// The top pass's tasks, while it runs: expand() defers a leaf or a subtree of at most taskBodies_ bodies there.
   std::vector<Task>* deferred_ = nullptr;
   std::size_t taskBodies_ = 0;
