@@ -26,8 +26,11 @@ int Domain::ownerOf(std::uint64_t key) const {
 }
 
 Cube globalBoundingCube(const Particles& particles, MPI_Comm comm) {
+  return globalBoundingCube(tree::computeExtent(particles.sources()), comm);
+}
+
+Cube globalBoundingCube(const tree::Extent& extent, MPI_Comm comm) {
   // lo and -hi in one MPI_MIN reduction (minima are exact in any order: the cube does not depend on the threads).
-  const tree::Extent extent = tree::computeExtent(particles.sources());
   std::array<double, 6> bounds;
   for (int d = 0; d < 3; ++d) {
     bounds[d] = extent.lo[d];
@@ -431,7 +434,7 @@ void resizeWithRoom(std::vector<T>& values, std::size_t size) {
 }  // namespace
 
 Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats,
-                 const Cube* keyCube, DecompositionBuffers* buffers) {
+                 const Cube* keyCube, DecompositionBuffers* buffers, const tree::Extent* localExtent) {
   const int numRanks = numRanksOf(comm);
   const std::size_t n = particles.size();
   Stopwatch clock;
@@ -505,7 +508,11 @@ Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm co
   endStage(stages.checkSeconds);
 
   Domain domain;
-  domain.cube = keyCube != nullptr ? *keyCube : globalBoundingCube(particles, comm);
+  if (keyCube != nullptr) {
+    domain.cube = *keyCube;
+  } else {
+    domain.cube = localExtent != nullptr ? globalBoundingCube(*localExtent, comm) : globalBoundingCube(particles, comm);
+  }
   domainKeys(particles, domain, b.keys);
   endStage(stages.keySeconds);
   std::vector<std::uint64_t> guess;

@@ -110,6 +110,23 @@ TEST(DomainDecomposition, CoversEveryBodyOnceInItsKeyRange) {
   EXPECT_LE(stats.imbalance(), double(most) / (double(n) / worldSize()) + 1e-12);
 }
 
+/// The extent a caller takes in a pass of its own (DistributedTreeSolver's checks) gives the cube and the split that
+/// decompose's own pass gives, bit for bit, and the same bodies on each rank.
+TEST(DomainDecomposition, AGivenExtentGivesTheSameCubeAndSplit) {
+  const std::uint64_t seed = testing::sharedSeed();
+  SCOPED_TRACE(matcha::testing::seedTrace(seed));
+  const Particles all = plummerWithData(5000, seed);
+  Particles own = dealOut(all, worldRank(), worldSize());
+  Particles given = own;
+  const Domain byItself = decompose(own, nullptr, MPI_COMM_WORLD);
+  const tree::Extent extent = tree::computeExtent(given.sources());
+  const Domain fromExtent = decompose(given, nullptr, MPI_COMM_WORLD, nullptr, nullptr, nullptr, &extent);
+  EXPECT_EQ(fromExtent.cube.side, byItself.cube.side);
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(fromExtent.cube.lo[d], byItself.cube.lo[d]);
+  EXPECT_EQ(fromExtent.splitters, byItself.splitters);
+  EXPECT_EQ(given.id, own.id);
+}
+
 TEST(DomainDecomposition, BalancesWeightsAndCarriesThem) {
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));

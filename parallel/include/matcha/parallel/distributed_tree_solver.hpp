@@ -275,6 +275,8 @@ class DistributedTreeSolver final : public ForceSolver {
   std::vector<double> outAx_, outAy_, outAz_, outPot_;
   Domain domain_;
   DecompositionBuffers decompositionBuffers_;  ///< decompose()'s, kept from call to call
+  /// The bodies' extent as the call's checks found it (allBodiesValid), for the decomposition's cube.
+  tree::Extent bodyExtent_;
   std::vector<std::uint64_t> sortedKeys_;
   std::vector<std::uint32_t> order_;
   tree::KeySorter sorter_;

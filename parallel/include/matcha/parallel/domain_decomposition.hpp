@@ -12,6 +12,7 @@
 
 #include "matcha/core/particles.hpp"
 #include "matcha/core/tree_prediction.hpp"
+#include "matcha/tree/space_filling_curve.hpp"
 
 namespace matcha::parallel {
 
@@ -74,6 +75,9 @@ struct DecompositionBuffers {
 /// one rank it is tree::computeBoundingCube's cube, bit for bit. A rank may hold no bodies; all ranks together must
 /// hold some (InvariantError otherwise). Collective.
 Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
+/// The same cube from this rank's extent, taken by the caller (tree::computeExtent's, or a pass of its own over the
+/// same positions: minima and maxima are exact in any order). Collective.
+Cube globalBoundingCube(const tree::Extent& local, MPI_Comm comm);
 
 /// Splits the curve among the ranks of `comm` and moves every body to its owner (MPI_Alltoallv of every array of
 /// Particles, Particles::timeBin too where any rank's bodies have bins: block time steps): on return `particles` holds
@@ -92,12 +96,14 @@ Cube globalBoundingCube(const Particles& particles, MPI_Comm comm);
 /// Every pass over the rank's bodies (bounding cube, keys, the splitter search's sums, owners, packing) runs on its
 /// cores (TBB), in fixed blocks where it sums, so that the splitters do not depend on the number of threads; no pass
 /// sorts them. `buffers` (optional):
-/// kept by the caller from call to call.
+/// kept by the caller from call to call. `localExtent` (optional, without `keyCube`): the extent of this rank's
+/// bodies as they come, from a pass the caller makes over them anyway, so that the cube costs no pass of its own.
 ///
 /// Throws InputError, on every rank, when all ranks together hold fewer bodies than there are ranks (run with fewer
 /// ranks), when a weight is negative or not finite, or when `weights` is neither empty nor one per body.
 Domain decompose(Particles& particles, std::vector<double>* weights, MPI_Comm comm, DecompositionStats* stats = nullptr,
-                 const Cube* keyCube = nullptr, DecompositionBuffers* buffers = nullptr);
+                 const Cube* keyCube = nullptr, DecompositionBuffers* buffers = nullptr,
+                 const tree::Extent* localExtent = nullptr);
 
 /// The Morton keys of `particles` in domain.cube, one per body (resized). Parallel.
 void domainKeys(const Particles& particles, const Domain& domain, std::vector<std::uint64_t>& keys);
