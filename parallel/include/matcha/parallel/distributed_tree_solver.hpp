@@ -37,9 +37,11 @@ struct DistributedStats {
   double localBuildSeconds = 0.0;     ///< keys, sort, octree, multipoles, groups, walk tree of the local bodies
   double letBuildSeconds = 0.0;       ///< pruning the local tree for the other ranks
   double communicationSeconds = 0.0;  ///< domain boxes and subtrees between ranks
-  double walkSeconds = 0.0;           ///< the local groups' walks: of the local tree and of the received subtrees
-  double kernelSeconds = 0.0;         ///< the engine's evaluation
-  double callSeconds = 0.0;           ///< the whole call on this rank, the arrival wait included
+  /// The local groups' walks: of the local tree (from its start to its end beside the exchange, where it yields the
+  /// cores to the pruning: evaluatePass) and of the received subtrees.
+  double walkSeconds = 0.0;
+  double kernelSeconds = 0.0;  ///< the engine's evaluation
+  double callSeconds = 0.0;    ///< the whole call on this rank, the arrival wait included
 
   /// The rest of the call on this rank's main thread, in spans that follow one another and, with the arrival wait,
   /// the decomposition and the rest of the local build, add up to callSeconds but for what lies between them (a
@@ -251,7 +253,7 @@ class DistributedTreeSolver final : public ForceSolver {
   /// (LocalEssentialTree::refresh), the last build's lists evaluated again. Collective.
   void evaluateKeptLists(Particles& particles, ForceReport& report);
   /// The engine's outputs of the local bodies (the front of the sources) as every body's acc (and pot): the arrays
-  /// swapped with the bodies' and cut to their number, not copied (a pass over 3-4 arrays of every body, ~5 ms a call
+  /// swapped with the bodies' and cut to their number, not copied (a pass over 3-4 arrays of every body, 3-7 ms a call
   /// at 2^22 bodies a rank on an H100's host); the bodies' old arrays are the next call's outputs.
   void takeOutputs(Particles& particles, bool potentials);
   /// The call's work after its final pass over `evaluated` on the rank's `n` bodies: stats_ (the ranks' sums and
