@@ -49,30 +49,12 @@ DomainBox domainOf(const tree::Groups& groups) {
 
 namespace {
 
-/// Whether the cell (centre of mass `com`, opening radius, mass, b_max, comSpread) passes the walk's double criterion
-/// for the box (centre, half extents) at relative tolerance `tolerance`: tree::acceptCell's test, which for a tree of
-/// balls (spread > 0) takes the centre of mass `spread` nearer and the bodies `spread` farther out.
-bool accepts(const double* com, double openingRadius, double mass, double bmax, double spread, bool quadrupole,
-             const double* centre, const double* half, double tolerance) {
-  const double distance2 =
-      distanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0], half[1], half[2]);
-  if (spread == 0.0) return passesOpeningCriterion(distance2, openingRadius, mass, bmax, tolerance, quadrupole);
-  if (!(distance2 > openingRadius * openingRadius)) return false;
-  const double distance = std::max(0.0, std::sqrt(distance2) - spread);
-  return passesOpeningCriterion(distance * distance, 0.0, mass, bmax + spread, tolerance, quadrupole);
-}
-
-/// What a group makes of a cell: the periodic short range's three answers (tree::visitPeriodic), of which open
-/// boundaries give accept or open.
-using Visit = tree::PeriodicVisit;
-
-/// Groups from which judge() tests a cell against them on several cores.
-constexpr std::size_t kParallelJudge = 1024;
-/// Groups per block of such a judging.
-constexpr std::size_t kJudgeBlock = 256;
-
-/// accepts() for one cell against many boxes, each verdict without a branch: the same operations on the same numbers
-/// (so the same verdicts, bit for bit, as the receiver's tree::acceptCell), their conditions combined with & and |.
+/// The walk's double criterion for one cell (centre of mass `com`, opening radius, mass, b_max, comSpread) against
+/// group boxes, the sender's pruning and the receiver's walk alike (so that they make the same decisions on the same
+/// numbers): core/opening_criterion.hpp's distanceToBox2 and passesOpeningCriterion, which for a tree of balls
+/// (spread > 0) take the centre of mass `spread` nearer and the bodies `spread` farther out, as tree::acceptCell does.
+/// Each verdict without a branch on it (the conditions combined with & and |): near the root the pruning meets
+/// hundreds of groups a cell, with verdicts near a coin toss for the branch predictor.
 struct OpenBoundaryTest {
   double com[3];
   double openingRadius, mass, bmax, spread;
@@ -82,8 +64,8 @@ struct OpenBoundaryTest {
     const double distance2 =
         distanceToBox2(com[0], com[1], com[2], centre[0], centre[1], centre[2], half[0], half[1], half[2]);
     const bool outside = distance2 > openingRadius * openingRadius;
-    // passesOpeningCriterion's relative test: at the box's distance for exact positions; for a tree of balls at the
-    // distance less the spread, with b_max grown by it, and never at distance 0.
+    // The relative test: at the box's distance for exact positions; for a tree of balls at the distance less the
+    // spread, with b_max grown by it, and never at distance 0.
     double d2 = distance2, b = bmax;
     bool apart = true;
     if (spread != 0.0) {
@@ -98,6 +80,22 @@ struct OpenBoundaryTest {
     return outside & apart & (std::isinf(tolerance) | small);
   }
 };
+
+/// OpenBoundaryTest of one cell for one box.
+bool accepts(const double* com, double openingRadius, double mass, double bmax, double spread, bool quadrupole,
+             const double* centre, const double* half, double tolerance) {
+  return OpenBoundaryTest{{com[0], com[1], com[2]}, openingRadius, mass, bmax, spread, quadrupole}.accepts(centre, half,
+                                                                                                           tolerance);
+}
+
+/// What a group makes of a cell: the periodic short range's three answers (tree::visitPeriodic), of which open
+/// boundaries give accept or open.
+using Visit = tree::PeriodicVisit;
+
+/// Groups from which judge() tests a cell against them on several cores.
+constexpr std::size_t kParallelJudge = 1024;
+/// Groups per block of such a judging.
+constexpr std::size_t kJudgeBlock = 256;
 
 /// What all the groups that reach a cell make of it together.
 enum class Reach {
@@ -295,10 +293,9 @@ class SubtreeExporter {
     return needed ? Reach::acceptedByAll : Reach::skippedByAll;
   }
 
-  /// judge() with open boundaries once the domain box opens the cell: each group's test, without a branch on its
-  /// verdict (OpenBoundaryTest), the groups that open it gathered in order. At the cells near the root, which meet
-  /// hundreds of groups each, these tests were most of the export's serial part, their verdicts near a coin toss for
-  /// the branch predictor.
+  /// judge() with open boundaries once the domain box opens the cell: each group's OpenBoundaryTest, the groups that
+  /// open it gathered in order without a branch. At the cells near the root, which meet hundreds of groups each, these
+  /// tests were most of the export's serial part.
   Reach judgeEachGroup(std::uint32_t cell, std::span<const std::uint32_t> reaching,
                        std::vector<std::uint32_t>& opening) const {
     const CellMultipoles& m = tree_.multipoles;

@@ -350,6 +350,17 @@ TEST(ExportSubtree, PeriodicDomainBoxShortcutChangesNothing) {
   }
 }
 
+/// `bodies` sorted along the curve in their bounding cube, and their octree (nleaf 8, no multipoles yet).
+tree::Octree sortIntoTree(Particles& bodies) {
+  const tree::Cube cube = tree::computeBoundingCube(bodies.sources());
+  std::vector<std::uint64_t> keys;
+  tree::computeMortonKeys(bodies.sources(), cube, keys);
+  bodies.permute(tree::sortByKey(keys));
+  tree::Octree octree;
+  tree::buildOctree(keys, cube, 8, octree);
+  return octree;
+}
+
 /// The walk's double test of a cell for one group's box, as written in core/opening_criterion.hpp, with a branch per
 /// condition: for a tree of balls the centre of mass comSpread nearer and b_max comSpread larger (tree::acceptCell's
 /// reading), for exact positions at the box's squared distance itself.
@@ -397,21 +408,10 @@ TEST(ExportSubtree, EveryVerdictIsTheUnionOfTheGroupsWalks) {
   const std::uint64_t seed = testing::sharedSeed();
   SCOPED_TRACE(matcha::testing::seedTrace(seed));
   Particles bodies = matcha::testing::plummer(20000, seed);
-  tree::Cube cube = tree::computeBoundingCube(bodies.sources());
-  std::vector<std::uint64_t> keys;
-  tree::computeMortonKeys(bodies.sources(), cube, keys);
-  bodies.permute(tree::sortByKey(keys));
-  tree::Octree octree;
-  tree::buildOctree(keys, cube, 8, octree);
-
+  tree::Octree octree = sortIntoTree(bodies);
   Particles others = matcha::testing::uniformCube(30000, seed + 1);
   for (std::size_t i = 0; i < others.size(); ++i) others.x[i] += 4.0;
-  tree::Cube otherCube = tree::computeBoundingCube(others.sources());
-  std::vector<std::uint64_t> otherKeys;
-  tree::computeMortonKeys(others.sources(), otherCube, otherKeys);
-  others.permute(tree::sortByKey(otherKeys));
-  tree::Octree otherTree;
-  tree::buildOctree(otherKeys, otherCube, 8, otherTree);
+  const tree::Octree otherTree = sortIntoTree(others);
   tree::Groups groups;
   tree::makeGroups(otherTree, others.sources(), 20, groups);
   ASSERT_GT(groups.size(), 1024u);
